@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Installs every Debian package sluice needs. Idempotent: when everything is already there it
+# prints nothing and touches nothing. Run as root (or with sudo available).
+set -euo pipefail
+
+packages=(
+  build-essential cmake pkg-config
+  libucx-dev ucx-utils            # transfer engine; ucx_perftest for the side-by-side bench
+  libzmq3-dev cppzmq-dev          # control plane
+  libboost-dev                    # Boost.Asio (header-only in 1.74)
+  nlohmann-json3-dev              # configuration and message headers
+  doctest-dev                     # tests
+  libspdlog-dev libfmt-dev        # logging
+  libcli11-dev                    # command line
+  libxxhash-dev                   # chunk checksums
+  libopenblas-dev                 # reference model matrix products
+  iproute2                        # emulated hosts: ip netns, veth, tc
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+echo "setup: installing ${missing[*]}"
+sudo_cmd=()
+if [ "$(id -u)" -ne 0 ]; then
+  command -v sudo >/dev/null || { echo "setup: need root or sudo to install packages" >&2; exit 1; }
+  sudo_cmd=(sudo)
+fi
+export DEBIAN_FRONTEND=noninteractive
+"${sudo_cmd[@]}" apt-get update -qq
+"${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+echo "setup: done"

@@ -1,0 +1,87 @@
+#include "cli/commands.hpp"
+
+#include <cstdio>
+
+#include "core/config.hpp"
+#include "core/event_loop.hpp"
+#include "core/log.hpp"
+#include "core/messaging.hpp"
+
+namespace sluice::cli {
+
+namespace log = core::log;
+
+namespace {
+
+// What every role's configuration has in common.
+struct CommonConfig {
+  std::string log_level = "info";  // trace|debug|info|warn|error|off
+
+  template <typename V>
+  void describe(V& v) {
+    v("log_level", log_level, "log level: trace, debug, info, warn, error or off");
+  }
+  core::Status validate() const { return log::parse_level(log_level).status(); }
+};
+
+}  // namespace
+
+int run_role(const RoleArgs& args, const std::vector<std::string>& environment) {
+  log::set_process_name(args.role);
+  auto overrides = core::config::overrides_from_env(environment);
+  overrides.insert(overrides.end(), args.overrides.begin(), args.overrides.end());
+  auto cfg = core::config::load<CommonConfig>(args.config_path, overrides);
+  if (!cfg.is_ok()) {
+    std::fprintf(stderr, "sluice %s: %s\n", args.role.c_str(), cfg.status().to_string().c_str());
+    return 2;
+  }
+  std::string effective = core::config::to_json(*cfg).dump(2);
+  if (args.print_config_only) {
+    std::printf("%s\n", effective.c_str());
+    return 0;
+  }
+  log::info("effective configuration:\n{}", effective);
+  std::fprintf(stderr, "sluice %s: this role is not part of this build yet\n", args.role.c_str());
+  return 1;
+}
+
+int run_job(const std::string& job_path) {
+  std::fprintf(stderr, "sluice run %s: the job launcher is not part of this build yet\n",
+               job_path.c_str());
+  return 1;
+}
+
+int run_bench(const std::vector<std::string>& args) {
+  std::string what = args.empty() ? "" : args[0];
+  std::fprintf(stderr, "sluice bench %s: no benchmark of that name in this build\n", what.c_str());
+  return 2;
+}
+
+int run_ping(const PingArgs& args) {
+  auto loop = core::EventLoop::create();
+  if (!loop.is_ok()) {
+    std::fprintf(stderr, "sluice ping: %s\n", loop.status().to_string().c_str());
+    return 1;
+  }
+  auto client = core::Client::create(**loop, args.endpoint);
+  if (!client.is_ok()) {
+    std::fprintf(stderr, "sluice ping: %s\n", client.status().to_string().c_str());
+    return 2;
+  }
+  int failures = 0;
+  for (int i = 0; i < args.count; ++i) {
+    auto t0 = core::Clock::now();
+    auto reply = (*client)->call(core::Message("sys.ping"), core::Millis(args.timeout_ms));
+    double ms = std::chrono::duration<double, std::milli>(core::Clock::now() - t0).count();
+    if (!reply.is_ok()) {
+      std::printf("ping %s: %s\n", args.endpoint.c_str(), reply.status().to_string().c_str());
+      ++failures;
+      continue;
+    }
+    std::printf("pong from %s: pid %d, protocol %d, %.3f ms\n", args.endpoint.c_str(),
+                reply->body.value("pid", 0), reply->body.value("protocol_version", 0), ms);
+  }
+  return failures == 0 ? 0 : 1;
+}
+
+}  // namespace sluice::cli

@@ -1,0 +1,28 @@
+// The subcommands of the `sluice` executable. Each returns the process exit code: 0 on success,
+// 1 when the work failed, 2 for a usage or configuration error.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace sluice::cli {
+
+struct RoleArgs {
+  std::string role;
+  std::string config_path;
+  std::vector<std::string> overrides;
+  bool print_config_only = false;
+};
+
+struct PingArgs {
+  std::string endpoint;
+  int timeout_ms = 2000;
+  int count = 1;
+};
+
+int run_role(const RoleArgs& args, const std::vector<std::string>& environment);
+int run_job(const std::string& job_path);
+int run_bench(const std::vector<std::string>& args);
+int run_ping(const PingArgs& args);
+
+}  // namespace sluice::cli

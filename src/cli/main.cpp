@@ -1,0 +1,128 @@
+// The `sluice` executable: parses the command line, builds a configuration and calls a role's
+// run(). Everything else lives in the component libraries.
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "cli/commands.hpp"
+#include "core/build_info.hpp"
+#include "core/log.hpp"
+
+extern char** environ;
+
+namespace {
+
+using sluice::cli::RoleArgs;
+
+struct RoleSpec {
+  const char* name;
+  const char* help;
+};
+
+// Every role is its own process, started as `sluice <role> --config FILE`.
+constexpr RoleSpec kRoles[] = {
+    {"weightstore", "run the weight store (control plane: versions, holders, read plans)"},
+    {"relay", "run a relay (holds versions in host memory, forwards and serves them)"},
+    {"rollout", "run a rollout worker (generates trajectories, pulls new weights)"},
+    {"rollout-manager", "run the rollout manager (prompts, heartbeats, repack)"},
+    {"actor", "run the actor (trains on trajectories, publishes weight versions)"},
+};
+
+std::vector<std::string> environment() {
+  std::vector<std::string> env;
+  for (char** e = environ; e && *e; ++e) env.emplace_back(*e);
+  return env;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"sluice: asynchronous RL post-training runtime (weights out, trajectories in)",
+               "sluice"};
+  app.require_subcommand(1);
+  app.fallthrough();
+  std::string log_level = "info";
+  app.add_option("--log-level", log_level, "trace, debug, info, warn, error or off")
+      ->capture_default_str();
+
+  app.add_subcommand("version", "print the version and what this build includes");
+
+  std::vector<RoleArgs> role_args(std::size(kRoles));
+  std::vector<CLI::App*> role_cmds;
+  for (std::size_t i = 0; i < std::size(kRoles); ++i) {
+    auto* cmd = app.add_subcommand(kRoles[i].name, kRoles[i].help);
+    cmd->add_option("--config", role_args[i].config_path, "configuration file (JSON)")
+        ->check(CLI::ExistingFile);
+    cmd->add_option("--set", role_args[i].overrides,
+                    "override a configuration value: --set a.b=c (repeatable)");
+    cmd->add_flag("--print-config", role_args[i].print_config_only,
+                  "print the effective configuration and exit");
+    role_args[i].role = kRoles[i].name;
+    role_cmds.push_back(cmd);
+  }
+
+  std::string job_path;
+  auto* run_cmd = app.add_subcommand("run", "launch a whole job locally, every role a process");
+  run_cmd->add_option("job", job_path, "job file (JSON)")->required();
+
+  std::vector<std::string> bench_args;
+  auto* bench_cmd = app.add_subcommand("bench", "measure and print side-by-side tables");
+  bench_cmd->add_option("args", bench_args, "what to measure and its options");
+  bench_cmd->allow_extras();
+
+  sluice::cli::PingArgs ping;
+  auto* ping_cmd = app.add_subcommand("ping", "check that a role's control endpoint answers");
+  ping_cmd->add_option("endpoint", ping.endpoint, "e.g. tcp://127.0.0.1:5555")->required();
+  ping_cmd->add_option("--timeout-ms", ping.timeout_ms, "give up after this long")
+      ->capture_default_str();
+  ping_cmd->add_option("--count", ping.count, "number of pings")->capture_default_str();
+
+  // A clearer message than CLI11's "arguments were not expected" for a misspelt subcommand.
+  if (argc > 1 && argv[1][0] != '-') {
+    std::string first = argv[1];
+    bool known = false;
+    for (auto* sub : app.get_subcommands([](CLI::App*) { return true; })) {
+      known = known || sub->get_name() == first;
+    }
+    if (!known) {
+      std::fprintf(stderr, "sluice: unknown subcommand '%s' (see 'sluice --help')\n",
+                   first.c_str());
+      return 2;
+    }
+  }
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+
+  auto level = sluice::core::log::parse_level(log_level);
+  if (!level.is_ok()) {
+    std::fprintf(stderr, "sluice: %s\n", level.status().to_string().c_str());
+    return 2;
+  }
+  sluice::core::log::set_level(*level);
+
+  if (app.got_subcommand("version")) {
+    auto b = sluice::core::build_info();
+    std::printf("sluice %s\nprotocol %d\nucx %s\nzeromq %s\ncuda %s\nnccl %s\nsanitizer %s\n",
+                b.version.c_str(), b.protocol_version, b.ucx_version.c_str(),
+                b.zmq_version.c_str(), b.cuda ? "on" : "off", b.nccl ? "on" : "off",
+                b.sanitizer.c_str());
+    return 0;
+  }
+  for (std::size_t i = 0; i < role_cmds.size(); ++i) {
+    if (role_cmds[i]->parsed()) return sluice::cli::run_role(role_args[i], environment());
+  }
+  if (run_cmd->parsed()) return sluice::cli::run_job(job_path);
+  if (bench_cmd->parsed()) {
+    for (const auto& x : bench_cmd->remaining()) bench_args.push_back(x);
+    return sluice::cli::run_bench(bench_args);
+  }
+  if (ping_cmd->parsed()) return sluice::cli::run_ping(ping);
+  return 2;
+}

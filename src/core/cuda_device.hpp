@@ -1,0 +1,25 @@
+// The CUDA device, when there is one. Built with or without the CUDA toolkit; without a toolkit
+// or without a device the functions say so instead of failing.
+//
+// Thread safety: any thread.
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+#include "core/status.hpp"
+
+namespace sluice::core {
+
+struct CudaDevices {
+  int count = 0;           // usable devices
+  std::string why_none;    // when count == 0: "built without CUDA", "no CUDA driver", ...
+};
+
+CudaDevices cuda_devices();
+
+// Copies `bytes` of a pattern host -> device -> host through pinned memory on device 0 and
+// compares. Fails with failed_precondition when there is no device.
+Status cuda_roundtrip_check(std::size_t bytes);
+
+}  // namespace sluice::core

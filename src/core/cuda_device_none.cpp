@@ -1,0 +1,12 @@
+// Compiled when SLUICE_ENABLE_CUDA is off.
+#include "core/cuda_device.hpp"
+
+namespace sluice::core {
+
+CudaDevices cuda_devices() { return {0, "built without CUDA"}; }
+
+Status cuda_roundtrip_check(std::size_t /*bytes*/) {
+  return failed_precondition("built without CUDA");
+}
+
+}  // namespace sluice::core

@@ -1,0 +1,215 @@
+#include "core/event_loop.hpp"
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/posix/stream_descriptor.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <csignal>
+#include <vector>
+
+#include "core/log.hpp"
+
+namespace sluice::core {
+
+namespace asio = boost::asio;
+
+struct EventLoop::Impl {
+  asio::io_context io{1};  // concurrency hint 1: one thread drives the loop
+  std::unique_ptr<asio::signal_set> signals;
+  std::vector<std::function<void(int)>> shutdown_handlers;
+  int shutdown_signal = 0;
+  std::function<void(const boost::system::error_code&, int)> on_signal;
+  // Keeps run() alive while there is nothing queued; released by stop().
+  std::unique_ptr<asio::executor_work_guard<asio::io_context::executor_type>> guard;
+};
+
+namespace {
+
+// Shared between the handle and the pending wait so that a destroyed handle can be detected
+// from the completion handler without touching freed memory.
+struct TimerState {
+  explicit TimerState(asio::io_context& io) : timer(io) {}
+  asio::steady_timer timer;
+  std::function<void()> fn;
+  Millis period{0};
+  bool cancelled = false;
+};
+
+class TimerImpl final : public EventLoop::Timer {
+ public:
+  explicit TimerImpl(std::shared_ptr<TimerState> s) : s_(std::move(s)) {}
+  ~TimerImpl() override { cancel(); }
+  void cancel() override {
+    if (s_->cancelled) return;
+    s_->cancelled = true;
+    s_->timer.cancel();
+    s_->fn = nullptr;
+  }
+
+ private:
+  std::shared_ptr<TimerState> s_;
+};
+
+void arm(const std::shared_ptr<TimerState>& s, Millis delay) {
+  s->timer.expires_after(delay);
+  s->timer.async_wait([s](const boost::system::error_code& ec) {
+    if (ec || s->cancelled || !s->fn) return;
+    if (s->period.count() > 0) {
+      arm(s, s->period);
+      auto fn = s->fn;  // fn may destroy the handle (and reset s->fn) while it runs
+      fn();
+    } else {
+      auto fn = std::move(s->fn);
+      s->fn = nullptr;
+      fn();
+    }
+  });
+}
+
+struct WatchState {
+  WatchState(asio::io_context& io, int fd) : sd(io, fd) {}
+  asio::posix::stream_descriptor sd;
+  std::function<void()> fn;
+  bool cancelled = false;
+};
+
+class FdWatchImpl final : public EventLoop::FdWatch {
+ public:
+  explicit FdWatchImpl(std::shared_ptr<WatchState> s) : s_(std::move(s)) {}
+  ~FdWatchImpl() override {
+    s_->cancelled = true;
+    s_->fn = nullptr;
+    boost::system::error_code ec;
+    s_->sd.cancel(ec);
+    s_->sd.release();  // the descriptor belongs to its owner (ZeroMQ, UCX): never close it here
+  }
+
+ private:
+  std::shared_ptr<WatchState> s_;
+};
+
+void arm_watch(const std::shared_ptr<WatchState>& s) {
+  s->sd.async_wait(asio::posix::stream_descriptor::wait_read,
+                   [s](const boost::system::error_code& ec) {
+                     if (ec || s->cancelled) return;
+                     arm_watch(s);
+                     auto fn = s->fn;
+                     if (fn) fn();
+                   });
+}
+
+}  // namespace
+
+EventLoop::EventLoop() : impl_(std::make_unique<Impl>()) {
+  impl_->guard = std::make_unique<asio::executor_work_guard<asio::io_context::executor_type>>(
+      impl_->io.get_executor());
+}
+
+EventLoop::~EventLoop() {
+  // Destroy pending handlers (and the shared state they hold) before the members go.
+  impl_->signals.reset();
+  impl_->guard.reset();
+  impl_->io.stop();
+}
+
+Result<std::unique_ptr<EventLoop>> EventLoop::create() {
+  try {
+    return std::unique_ptr<EventLoop>(new EventLoop());
+  } catch (const std::exception& e) {
+    return internal_error(std::string("event loop: cannot create: ") + e.what());
+  }
+}
+
+Status EventLoop::run() {
+  if (impl_->io.stopped()) impl_->io.restart();
+  try {
+    impl_->io.run();
+  } catch (const std::exception& e) {
+    // Handlers convert their own errors; reaching here is a bug in a handler.
+    log::error("event loop: handler threw: {}", e.what());
+    return internal_error(std::string("event loop: handler threw: ") + e.what());
+  }
+  if (impl_->shutdown_signal != 0) {
+    return cancelled("stopped by signal " + std::to_string(impl_->shutdown_signal));
+  }
+  return {};
+}
+
+bool EventLoop::run_until(const std::function<bool()>& done, Millis timeout) {
+  auto deadline = Clock::now() + timeout;
+  if (impl_->io.stopped()) impl_->io.restart();
+  while (!done()) {
+    auto now = Clock::now();
+    if (now >= deadline) break;
+    auto left = std::chrono::duration_cast<Millis>(deadline - now);
+    // Wake at least every 50 ms to re-check done() and the deadline.
+    impl_->io.run_one_for(std::min(left, Millis(50)));
+    if (impl_->io.stopped()) impl_->io.restart();
+  }
+  return done();
+}
+
+void EventLoop::stop() {
+  asio::post(impl_->io, [this] {
+    impl_->guard.reset();
+    impl_->io.stop();
+  });
+}
+
+bool EventLoop::stopped() const { return impl_->io.stopped(); }
+
+void EventLoop::post(std::function<void()> fn) { asio::post(impl_->io, std::move(fn)); }
+
+std::unique_ptr<EventLoop::Timer> EventLoop::after(Millis delay, std::function<void()> fn) {
+  auto s = std::make_shared<TimerState>(impl_->io);
+  s->fn = std::move(fn);
+  arm(s, delay);
+  return std::make_unique<TimerImpl>(s);
+}
+
+std::unique_ptr<EventLoop::Timer> EventLoop::every(Millis period, std::function<void()> fn) {
+  auto s = std::make_shared<TimerState>(impl_->io);
+  s->fn = std::move(fn);
+  s->period = std::max(period, Millis(1));
+  arm(s, s->period);
+  return std::make_unique<TimerImpl>(s);
+}
+
+std::unique_ptr<EventLoop::FdWatch> EventLoop::watch_readable(int fd,
+                                                               std::function<void()> on_readable) {
+  auto s = std::make_shared<WatchState>(impl_->io, fd);
+  s->fn = std::move(on_readable);
+  arm_watch(s);
+  return std::make_unique<FdWatchImpl>(s);
+}
+
+void EventLoop::handle_shutdown_signals() {
+  if (impl_->signals) return;
+  impl_->signals = std::make_unique<asio::signal_set>(impl_->io, SIGINT, SIGTERM);
+  impl_->on_signal = [this](const boost::system::error_code& ec, int sig) {
+    Impl* impl = impl_.get();
+    if (ec) return;
+    if (impl->shutdown_signal != 0) {
+      log::warn("second signal {}: stopping now", sig);
+      impl->guard.reset();
+      impl->io.stop();
+      return;
+    }
+    impl->shutdown_signal = sig;
+    log::info("signal {}: shutting down", sig);
+    impl->guard.reset();  // run() returns once the handlers' remaining work is done
+    impl->signals->async_wait(impl->on_signal);
+    for (auto& h : impl->shutdown_handlers) h(sig);
+    if (impl->shutdown_handlers.empty()) stop();
+  };
+  impl_->signals->async_wait(impl_->on_signal);
+}
+
+void EventLoop::on_shutdown(std::function<void(int)> handler) {
+  impl_->shutdown_handlers.push_back(std::move(handler));
+}
+
+int EventLoop::shutdown_signal() const { return impl_->shutdown_signal; }
+
+}  // namespace sluice::core

@@ -1,0 +1,516 @@
+#include "core/messaging.hpp"
+
+#include <cstring>
+#include <map>
+#include <optional>
+#include <unistd.h>
+#include <zmq.hpp>
+#include <zmq_addon.hpp>
+
+#include "core/log.hpp"
+
+namespace sluice::core {
+
+namespace {
+
+constexpr char kMagic[4] = {'S', 'L', 'C', 'E'};
+// Safety net besides the edge-triggered fd: drain the socket this often anyway. ZeroMQ's fd can
+// lose an edge when a send consumes the pending notification; draining after every send covers
+// that, and this timer covers anything missed.
+constexpr Millis kSafetyDrain{100};
+
+zmq::context_t& zmq_ctx() {
+  static zmq::context_t ctx(1);
+  return ctx;
+}
+
+void put_u16(char* p, std::uint16_t v) {
+  p[0] = static_cast<char>(v & 0xff);
+  p[1] = static_cast<char>(v >> 8);
+}
+void put_u64(char* p, std::uint64_t v) {
+  for (int i = 0; i < 8; ++i) p[i] = static_cast<char>((v >> (8 * i)) & 0xff);
+}
+std::uint16_t get_u16(const char* p) {
+  return static_cast<std::uint16_t>(static_cast<unsigned char>(p[0]) |
+                                    (static_cast<unsigned char>(p[1]) << 8));
+}
+std::uint64_t get_u64(const char* p) {
+  std::uint64_t v = 0;
+  for (int i = 0; i < 8; ++i) v |= static_cast<std::uint64_t>(static_cast<unsigned char>(p[i])) << (8 * i);
+  return v;
+}
+
+std::vector<std::string> to_strings(std::vector<zmq::message_t>& msgs, std::size_t from) {
+  std::vector<std::string> out;
+  out.reserve(msgs.size() - std::min(from, msgs.size()));
+  for (std::size_t i = from; i < msgs.size(); ++i) out.emplace_back(msgs[i].to_string());
+  return out;
+}
+
+// Sends frames without blocking. EAGAIN means the peer's queue is full (or, for a DEALER, no peer
+// has connected and the queue is full): that is reported, never waited on.
+Status send_frames(zmq::socket_t& sock, const std::vector<std::string>& frames,
+                   const std::string* routing_id) {
+  try {
+    std::vector<zmq::const_buffer> bufs;
+    if (routing_id) bufs.emplace_back(zmq::buffer(*routing_id));
+    for (const auto& f : frames) bufs.emplace_back(zmq::buffer(f));
+    auto sent = zmq::send_multipart(sock, bufs, zmq::send_flags::dontwait);
+    if (!sent) return unavailable("send queue full");
+    return {};
+  } catch (const zmq::error_t& e) {
+    return unavailable(std::string("send failed: ") + e.what());
+  }
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------- wire format
+
+std::vector<std::string> encode_frames(const Envelope& env, const Message& msg) {
+  std::vector<std::string> frames;
+  frames.reserve(2 + msg.blobs.size());
+  std::string f0(kEnvelopeBytes, '\0');
+  std::memcpy(f0.data(), kMagic, 4);
+  put_u16(f0.data() + 4, env.version);
+  f0[6] = static_cast<char>(env.kind);
+  f0[7] = static_cast<char>(env.error ? 1 : 0);
+  put_u64(f0.data() + 8, env.request_id);
+  frames.push_back(std::move(f0));
+  nlohmann::json header;
+  header["type"] = msg.type;
+  header["body"] = msg.body;
+  frames.push_back(header.dump());
+  for (const auto& b : msg.blobs) frames.push_back(b);
+  return frames;
+}
+
+Result<Envelope> decode_envelope(const std::string& f0) {
+  if (f0.size() != kEnvelopeBytes) {
+    return protocol_error("envelope frame has " + std::to_string(f0.size()) + " bytes, expected " +
+                          std::to_string(kEnvelopeBytes));
+  }
+  if (std::memcmp(f0.data(), kMagic, 4) != 0) return protocol_error("envelope has a wrong magic");
+  Envelope env;
+  env.version = get_u16(f0.data() + 4);
+  env.request_id = get_u64(f0.data() + 8);
+  if (env.version != kProtocolVersion) {
+    return protocol_error("protocol version " + std::to_string(env.version) +
+                          " is not supported (this build speaks " +
+                          std::to_string(kProtocolVersion) + ")");
+  }
+  auto kind = static_cast<std::uint8_t>(f0[6]);
+  if (kind < 1 || kind > 3) return protocol_error("unknown message kind " + std::to_string(kind));
+  env.kind = static_cast<MessageKind>(kind);
+  env.error = (static_cast<std::uint8_t>(f0[7]) & 1) != 0;
+  return env;
+}
+
+Result<Message> decode_message(const std::vector<std::string>& frames, const MessagingLimits& lim) {
+  if (frames.size() < 2) return protocol_error("message has no header frame");
+  if (frames.size() > lim.max_frames) {
+    return protocol_error("message has " + std::to_string(frames.size()) + " frames, limit " +
+                          std::to_string(lim.max_frames));
+  }
+  std::size_t total = 0;
+  for (const auto& f : frames) total += f.size();
+  if (total > lim.max_message_bytes) {
+    return protocol_error("message of " + std::to_string(total) + " bytes exceeds the limit of " +
+                          std::to_string(lim.max_message_bytes) + " bytes");
+  }
+  const std::string& h = frames[1];
+  if (h.size() > lim.max_header_bytes) {
+    return protocol_error("header of " + std::to_string(h.size()) + " bytes exceeds the limit of " +
+                          std::to_string(lim.max_header_bytes));
+  }
+  nlohmann::json header;
+  try {
+    header = nlohmann::json::parse(h);
+  } catch (const nlohmann::json::parse_error& e) {
+    return protocol_error(std::string("header is not valid JSON: ") + e.what());
+  }
+  if (!header.is_object()) return protocol_error("header is not a JSON object");
+  auto t = header.find("type");
+  if (t == header.end() || !t->is_string() || t->get<std::string>().empty()) {
+    return protocol_error("header has no 'type' string");
+  }
+  Message m;
+  m.type = t->get<std::string>();
+  auto b = header.find("body");
+  if (b != header.end()) {
+    if (!b->is_object()) return protocol_error("header 'body' is not a JSON object");
+    m.body = *b;
+  }
+  m.blobs.assign(frames.begin() + 2, frames.end());
+  return m;
+}
+
+Message error_message(const Status& status) {
+  Message m("error");
+  m.body["code"] = static_cast<int>(status.code());
+  m.body["message"] = status.message();
+  return m;
+}
+
+Status status_from_error(const Message& msg) {
+  int code = static_cast<int>(Code::kInternal);
+  std::string text = "peer sent an error without a message";
+  if (auto c = msg.body.find("code"); c != msg.body.end() && c->is_number_integer()) {
+    code = c->get<int>();
+    if (code <= 0 || code > static_cast<int>(Code::kInternal)) code = static_cast<int>(Code::kInternal);
+  }
+  if (auto m = msg.body.find("message"); m != msg.body.end() && m->is_string()) {
+    text = m->get<std::string>();
+  }
+  return {static_cast<Code>(code), text};
+}
+
+// ---------------------------------------------------------------- server
+
+struct Responder::State {
+  Server::Impl* server = nullptr;
+  std::weak_ptr<bool> alive;
+  std::string routing_id;
+  std::uint64_t request_id = 0;
+  std::string type;
+  bool oneway = false;
+  bool done = false;
+};
+
+struct Server::Impl {
+  Impl(EventLoop& l, MessagingLimits li)
+      : loop(l), sock(zmq_ctx(), zmq::socket_type::router), limits(li) {}
+
+  EventLoop& loop;
+  zmq::socket_t sock;
+  std::string endpoint;
+  MessagingLimits limits;
+  std::map<std::string, Handler> handlers;
+  Stats stats;
+  std::shared_ptr<bool> alive = std::make_shared<bool>(true);
+  std::unique_ptr<EventLoop::FdWatch> watch;
+  std::unique_ptr<EventLoop::Timer> safety;
+  bool draining = false;
+  bool drain_posted = false;
+
+  void drain();
+  void dispatch(std::vector<zmq::message_t>& msgs);
+  void reply(const std::string& routing, std::uint64_t id, const Result<Message>& r);
+  void reject(const std::string& routing, std::uint64_t id, const Status& why);
+  void post_drain() {
+    if (drain_posted) return;
+    drain_posted = true;
+    std::weak_ptr<bool> a = alive;
+    loop.post([this, a] {
+      if (a.expired()) return;
+      drain_posted = false;
+      drain();
+    });
+  }
+};
+
+void Responder::respond(Result<Message> reply) const {
+  if (!s_ || s_->done) return;
+  s_->done = true;
+  if (s_->oneway || s_->alive.expired()) return;
+  s_->server->reply(s_->routing_id, s_->request_id, reply);
+}
+
+bool Responder::is_oneway() const { return s_ && s_->oneway; }
+
+void Server::Impl::reply(const std::string& routing, std::uint64_t id, const Result<Message>& r) {
+  Envelope env;
+  env.kind = MessageKind::kReply;
+  env.request_id = id;
+  env.error = !r.is_ok();
+  auto frames = encode_frames(env, r.is_ok() ? r.value() : error_message(r.status()));
+  Status s = send_frames(sock, frames, &routing);
+  if (!s.is_ok()) log::warn("server {}: reply to request {} not sent: {}", endpoint, id, s.to_string());
+  post_drain();  // a send can swallow the fd's edge
+}
+
+void Server::Impl::reject(const std::string& routing, std::uint64_t id, const Status& why) {
+  ++stats.rejected;
+  log::warn("server {}: rejected a message: {}", endpoint, why.to_string());
+  reply(routing, id, why);
+}
+
+void Server::Impl::dispatch(std::vector<zmq::message_t>& msgs) {
+  if (msgs.empty()) return;
+  std::string routing = msgs[0].to_string();
+  if (msgs.size() < 2) {
+    reject(routing, 0, protocol_error("message has no envelope frame"));
+    return;
+  }
+  // The request id, when it can be read, so that even a rejection reaches the right caller.
+  std::uint64_t id = 0;
+  if (msgs[1].size() == kEnvelopeBytes) id = get_u64(static_cast<const char*>(msgs[1].data()) + 8);
+
+  auto env = decode_envelope(msgs[1].to_string());
+  if (!env.is_ok()) {
+    reject(routing, id, env.status());
+    return;
+  }
+  if (env->kind == MessageKind::kReply) {
+    reject(routing, id, protocol_error("a server does not accept replies"));
+    return;
+  }
+  auto frames = to_strings(msgs, 1);
+  auto msg = decode_message(frames, limits);
+  if (!msg.is_ok()) {
+    reject(routing, id, msg.status());
+    return;
+  }
+  auto h = handlers.find(msg->type);
+  if (h == handlers.end()) {
+    reject(routing, id, protocol_error("unknown message type '" + msg->type + "'"));
+    return;
+  }
+  auto state = std::make_shared<Responder::State>();
+  state->server = this;
+  state->alive = alive;
+  state->routing_id = std::move(routing);
+  state->request_id = id;
+  state->type = msg->type;
+  state->oneway = env->kind == MessageKind::kOneway;
+  if (state->oneway) ++stats.oneway;
+  else ++stats.requests;
+  Responder responder(state);
+  try {
+    h->second(msg.value(), responder);
+  } catch (const std::exception& e) {
+    // Handlers convert their own errors; an exception is a bug, reported to the caller as such.
+    log::error("server {}: handler for '{}' threw: {}", endpoint, state->type, e.what());
+    responder.respond(internal_error("handler for '" + state->type + "' failed: " + e.what()));
+  }
+}
+
+void Server::Impl::drain() {
+  if (draining) return;  // a handler that replies re-enters through post_drain, not recursion
+  draining = true;
+  std::weak_ptr<bool> a = alive;
+  try {
+    while (true) {
+      if (a.expired()) return;
+      auto events = sock.get(zmq::sockopt::events);
+      if (!(events & ZMQ_POLLIN)) break;
+      std::vector<zmq::message_t> msgs;
+      auto got = zmq::recv_multipart(sock, std::back_inserter(msgs), zmq::recv_flags::dontwait);
+      if (!got) break;
+      dispatch(msgs);
+    }
+  } catch (const zmq::error_t& e) {
+    log::error("server {}: receive failed: {}", endpoint, e.what());
+  }
+  if (!a.expired()) draining = false;
+}
+
+Server::Server(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+Server::~Server() {
+  *impl_->alive = false;
+  impl_->alive.reset();
+  impl_->safety.reset();
+  impl_->watch.reset();
+}
+
+Result<std::unique_ptr<Server>> Server::create(EventLoop& loop, const std::string& endpoint,
+                                               MessagingLimits limits) {
+  auto impl = std::make_unique<Impl>(loop, limits);
+  try {
+    impl->sock.set(zmq::sockopt::linger, 0);
+    // Hard cap well above the soft limit: messages between the two get an error reply; ZeroMQ
+    // drops the connection of a peer that sends a single frame beyond the hard cap.
+    impl->sock.set(zmq::sockopt::maxmsgsize, static_cast<int64_t>(limits.max_message_bytes * 4));
+    impl->sock.bind(endpoint);
+    impl->endpoint = impl->sock.get(zmq::sockopt::last_endpoint);
+  } catch (const zmq::error_t& e) {
+    return unavailable("cannot bind " + endpoint + ": " + e.what());
+  }
+  int fd = impl->sock.get(zmq::sockopt::fd);
+  Impl* raw = impl.get();
+  std::unique_ptr<Server> server(new Server(std::move(impl)));
+  raw->handlers["sys.ping"] = [](const Message& req, Responder r) {
+    Message pong("sys.pong");
+    pong.body["pid"] = static_cast<int>(::getpid());
+    pong.body["protocol_version"] = kProtocolVersion;
+    if (req.body.contains("echo")) pong.body["echo"] = req.body["echo"];
+    pong.blobs = req.blobs;
+    r.respond(std::move(pong));
+  };
+  raw->watch = loop.watch_readable(fd, [raw] { raw->drain(); });
+  raw->safety = loop.every(kSafetyDrain, [raw] { raw->drain(); });
+  raw->post_drain();
+  log::debug("server: listening on {}", raw->endpoint);
+  return server;
+}
+
+const std::string& Server::endpoint() const { return impl_->endpoint; }
+
+void Server::on(const std::string& type, Handler handler) {
+  impl_->handlers[type] = std::move(handler);
+}
+
+void Server::on_sync(const std::string& type, SyncHandler handler) {
+  impl_->handlers[type] = [h = std::move(handler)](const Message& req, Responder r) {
+    r.respond(h(req));
+  };
+}
+
+const Server::Stats& Server::stats() const { return impl_->stats; }
+
+// ---------------------------------------------------------------- client
+
+struct Client::Impl {
+  Impl(EventLoop& l, std::string ep, MessagingLimits li)
+      : loop(l), sock(zmq_ctx(), zmq::socket_type::dealer), endpoint(std::move(ep)), limits(li) {}
+
+  struct Pending {
+    Callback done;
+    std::unique_ptr<EventLoop::Timer> timer;
+    std::string type;
+  };
+
+  EventLoop& loop;
+  zmq::socket_t sock;
+  std::string endpoint;
+  MessagingLimits limits;
+  std::uint64_t next_id = 1;
+  std::map<std::uint64_t, Pending> pending;
+  std::shared_ptr<bool> alive = std::make_shared<bool>(true);
+  std::unique_ptr<EventLoop::FdWatch> watch;
+  std::unique_ptr<EventLoop::Timer> safety;
+  bool draining = false;
+
+  void drain();
+  void complete(std::uint64_t id, Result<Message> r) {
+    auto it = pending.find(id);
+    if (it == pending.end()) {
+      log::debug("client {}: reply to request {} arrived after it ended", endpoint, id);
+      return;
+    }
+    auto done = std::move(it->second.done);
+    pending.erase(it);
+    done(std::move(r));
+  }
+  void post_drain() {
+    std::weak_ptr<bool> a = alive;
+    loop.post([this, a] {
+      if (!a.expired()) drain();
+    });
+  }
+};
+
+void Client::Impl::drain() {
+  if (draining) return;
+  draining = true;
+  std::weak_ptr<bool> a = alive;
+  try {
+    while (true) {
+      if (a.expired()) return;
+      auto events = sock.get(zmq::sockopt::events);
+      if (!(events & ZMQ_POLLIN)) break;
+      std::vector<zmq::message_t> msgs;
+      auto got = zmq::recv_multipart(sock, std::back_inserter(msgs), zmq::recv_flags::dontwait);
+      if (!got) break;
+      auto frames = to_strings(msgs, 0);
+      if (frames.empty()) continue;
+      auto env = decode_envelope(frames[0]);
+      if (!env.is_ok()) {
+        log::warn("client {}: dropped a malformed reply: {}", endpoint, env.status().to_string());
+        continue;
+      }
+      auto msg = decode_message(frames, limits);
+      if (!msg.is_ok()) {
+        complete(env->request_id, msg.status().with_context("reply from " + endpoint));
+      } else if (env->error) {
+        complete(env->request_id, status_from_error(msg.value()).with_context(endpoint));
+      } else {
+        complete(env->request_id, std::move(msg).value());
+      }
+    }
+  } catch (const zmq::error_t& e) {
+    log::error("client {}: receive failed: {}", endpoint, e.what());
+  }
+  if (!a.expired()) draining = false;
+}
+
+Client::Client(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+Client::~Client() {
+  *impl_->alive = false;
+  impl_->alive.reset();
+  impl_->safety.reset();
+  impl_->watch.reset();
+  impl_->pending.clear();  // timers cancelled; callbacks dropped uncalled
+}
+
+Result<std::unique_ptr<Client>> Client::create(EventLoop& loop, const std::string& endpoint,
+                                               MessagingLimits limits) {
+  auto impl = std::make_unique<Impl>(loop, endpoint, limits);
+  try {
+    impl->sock.set(zmq::sockopt::linger, 0);
+    impl->sock.set(zmq::sockopt::maxmsgsize, static_cast<int64_t>(limits.max_message_bytes * 4));
+    impl->sock.connect(endpoint);
+  } catch (const zmq::error_t& e) {
+    return invalid_argument("cannot connect to " + endpoint + ": " + e.what());
+  }
+  int fd = impl->sock.get(zmq::sockopt::fd);
+  Impl* raw = impl.get();
+  std::unique_ptr<Client> client(new Client(std::move(impl)));
+  raw->watch = loop.watch_readable(fd, [raw] { raw->drain(); });
+  raw->safety = loop.every(kSafetyDrain, [raw] { raw->drain(); });
+  return client;
+}
+
+const std::string& Client::endpoint() const { return impl_->endpoint; }
+
+void Client::request(Message msg, Millis timeout, Callback done) {
+  Impl* impl = impl_.get();
+  std::uint64_t id = impl->next_id++;
+  Envelope env;
+  env.kind = MessageKind::kRequest;
+  env.request_id = id;
+  Status s = send_frames(impl->sock, encode_frames(env, msg), nullptr);
+  impl->post_drain();
+  if (!s.is_ok()) {
+    Status err = s.with_context("request '" + msg.type + "' to " + impl->endpoint);
+    impl->loop.post([done = std::move(done), err] { done(err); });
+    return;
+  }
+  auto& p = impl->pending[id];
+  p.done = std::move(done);
+  p.type = msg.type;
+  p.timer = impl->loop.after(timeout, [impl, id, timeout, type = msg.type] {
+    impl->complete(id, timeout_error("request '" + type + "' to " + impl->endpoint +
+                                     " timed out after " + std::to_string(timeout.count()) +
+                                     " ms (is the peer running?)"));
+  });
+}
+
+Status Client::send(Message msg) {
+  Envelope env;
+  env.kind = MessageKind::kOneway;
+  env.request_id = impl_->next_id++;
+  Status s = send_frames(impl_->sock, encode_frames(env, msg), nullptr);
+  impl_->post_drain();
+  return s.with_context("message '" + msg.type + "' to " + impl_->endpoint);
+}
+
+Result<Message> Client::call(Message msg, Millis timeout) {
+  std::optional<Result<Message>> out;
+  std::uint64_t id = impl_->next_id;  // the id request() is about to use
+  request(std::move(msg), timeout, [&out](Result<Message> r) { out.emplace(std::move(r)); });
+  // The request's own timer ends it; the extra second only guards against a stuck loop.
+  impl_->loop.run_until([&out] { return out.has_value(); }, timeout + Millis(1000));
+  if (!out) {
+    impl_->pending.erase(id);  // its callback refers to this frame: never call it later
+    return timeout_error("request to " + impl_->endpoint + " did not finish");
+  }
+  return std::move(*out);
+}
+
+std::size_t Client::pending() const { return impl_->pending.size(); }
+
+}  // namespace sluice::core

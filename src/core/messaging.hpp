@@ -1,0 +1,147 @@
+// ZeroMQ messaging between roles, driven from the process event loop.
+//
+// Wire format (one ZeroMQ multipart message; ROUTER adds its routing frame in front):
+//   frame 0: envelope, 16 bytes little-endian: magic "SLCE", u16 protocol version, u8 kind
+//            (1 request, 2 reply, 3 one-way), u8 flags (bit 0: error reply), u64 request id
+//   frame 1: JSON header {"type": "...", "body": {...}}
+//   frame 2..: optional binary frames (blobs)
+// A malformed envelope (wrong magic or version, truncated frame, missing header, bad JSON),
+// an oversized message, or an unknown type gets an error reply and changes nothing; the server
+// goes on serving others.
+//
+// Thread safety: Server and Client belong to the loop thread; create, use and destroy them there.
+// They hand `this` to loop callbacks, so they are neither copyable nor movable.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/event_loop.hpp"
+#include "core/status.hpp"
+
+namespace sluice::core {
+
+inline constexpr std::uint16_t kProtocolVersion = 1;
+inline constexpr std::size_t kEnvelopeBytes = 16;
+
+struct Message {
+  std::string type;                       // e.g. "store.register_holder"
+  nlohmann::json body = nlohmann::json::object();
+  std::vector<std::string> blobs;         // binary frames, each any bytes
+
+  Message() = default;
+  Message(std::string t, nlohmann::json b = nlohmann::json::object())
+      : type(std::move(t)), body(std::move(b)) {}
+};
+
+struct MessagingLimits {
+  std::size_t max_message_bytes = 64u << 20;  // all frames together; larger gets an error reply
+  std::size_t max_header_bytes = 1u << 20;    // the JSON header frame
+  std::size_t max_frames = 64;                // envelope + header + blobs
+};
+
+// Replies to one request. Copyable; the first respond() sends, later ones are ignored. Dropping
+// every copy without responding leaves the client to time out, so handlers always respond.
+class Responder {
+ public:
+  struct State;
+  explicit Responder(std::shared_ptr<State> s) : s_(std::move(s)) {}
+  void respond(Result<Message> reply) const;
+  bool is_oneway() const;
+
+ private:
+  std::shared_ptr<State> s_;
+};
+
+class Server {
+ public:
+  using Handler = std::function<void(const Message& request, Responder responder)>;
+  using SyncHandler = std::function<Result<Message>(const Message& request)>;
+
+  // Binds `endpoint` (e.g. "tcp://127.0.0.1:5555", or "tcp://127.0.0.1:*" for any free port).
+  static Result<std::unique_ptr<Server>> create(EventLoop& loop, const std::string& endpoint,
+                                                MessagingLimits limits = {});
+  ~Server();
+  Server(const Server&) = delete;
+  Server& operator=(const Server&) = delete;
+
+  // The bound endpoint with the real port.
+  const std::string& endpoint() const;
+
+  // Registers a handler for a message type (replacing any earlier one). "sys.ping" is built in.
+  void on(const std::string& type, Handler handler);
+  void on_sync(const std::string& type, SyncHandler handler);
+
+  struct Stats {
+    std::uint64_t requests = 0;
+    std::uint64_t oneway = 0;
+    std::uint64_t rejected = 0;  // malformed, oversized, unknown type
+  };
+  const Stats& stats() const;
+
+  struct Impl;
+
+ private:
+  explicit Server(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+class Client {
+ public:
+  using Callback = std::function<void(Result<Message> reply)>;
+
+  // Connects to `endpoint`. Connecting never blocks: a peer that is not there yet (or dead) shows
+  // up as a request timeout.
+  static Result<std::unique_ptr<Client>> create(EventLoop& loop, const std::string& endpoint,
+                                                MessagingLimits limits = {});
+  ~Client();
+  Client(const Client&) = delete;
+  Client& operator=(const Client&) = delete;
+
+  const std::string& endpoint() const;
+
+  // Sends a request; `done` runs exactly once on the loop thread: with the reply, with the
+  // peer's error (an error reply becomes a Status with the peer's code and message), or with a
+  // timeout error after `timeout`. Destroying the client drops pending requests without
+  // calling their callbacks.
+  void request(Message msg, Millis timeout, Callback done);
+
+  // Sends a one-way message (no reply). Fails only if the local send queue is full.
+  Status send(Message msg);
+
+  // Blocking request for command-line tools and tests: runs the loop until the reply or the
+  // timeout. Never call it from a loop callback.
+  Result<Message> call(Message msg, Millis timeout);
+
+  std::size_t pending() const;
+
+  struct Impl;
+
+ private:
+  explicit Client(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// Encodes/decodes the frames of one message (exposed for tests and for tools that speak the
+// protocol over raw sockets). decode checks sizes before reading.
+enum class MessageKind : std::uint8_t { kRequest = 1, kReply = 2, kOneway = 3 };
+struct Envelope {
+  std::uint16_t version = kProtocolVersion;
+  MessageKind kind = MessageKind::kRequest;
+  bool error = false;
+  std::uint64_t request_id = 0;
+};
+std::vector<std::string> encode_frames(const Envelope& env, const Message& msg);
+Result<Envelope> decode_envelope(const std::string& frame0);
+Result<Message> decode_message(const std::vector<std::string>& frames, const MessagingLimits& lim);
+
+// The body of an error reply, and the Status it maps back to.
+Message error_message(const Status& status);
+Status status_from_error(const Message& msg);
+
+}  // namespace sluice::core

@@ -1,0 +1,156 @@
+#include "core/process.hpp"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <thread>
+
+#include "core/log.hpp"
+
+extern char** environ;
+
+namespace sluice::core {
+
+using Clock = std::chrono::steady_clock;
+
+Result<std::unique_ptr<Subprocess>> Subprocess::spawn(Options options) {
+  if (options.argv.empty()) return invalid_argument("spawn: empty argv");
+  int fds[2] = {-1, -1};
+  if (options.capture_stdout && ::pipe2(fds, O_CLOEXEC) != 0) {
+    return internal_error(std::string("spawn: pipe: ") + std::strerror(errno));
+  }
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  if (options.capture_stdout) {
+    posix_spawn_file_actions_adddup2(&fa, fds[1], STDOUT_FILENO);
+    if (options.stderr_to_stdout) posix_spawn_file_actions_adddup2(&fa, fds[1], STDERR_FILENO);
+  }
+
+  // Environment: ours, with extra_env replacing same-named entries.
+  std::vector<std::string> env;
+  for (char** e = environ; e && *e; ++e) {
+    std::string entry(*e);
+    std::string key = entry.substr(0, entry.find('='));
+    bool replaced = false;
+    for (const auto& x : options.extra_env) replaced = replaced || x.substr(0, x.find('=')) == key;
+    if (!replaced) env.push_back(std::move(entry));
+  }
+  for (const auto& x : options.extra_env) env.push_back(x);
+  std::vector<char*> envp;
+  for (auto& e : env) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  std::vector<char*> argv;
+  for (auto& a : options.argv) argv.push_back(a.data());
+  argv.push_back(nullptr);
+
+  pid_t pid = -1;
+  int rc = ::posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), envp.data());
+  posix_spawn_file_actions_destroy(&fa);
+  if (options.capture_stdout) ::close(fds[1]);
+  if (rc != 0) {
+    if (options.capture_stdout) ::close(fds[0]);
+    return unavailable("spawn " + options.argv[0] + ": " + std::strerror(rc));
+  }
+  std::unique_ptr<Subprocess> p(new Subprocess());
+  p->pid_ = pid;
+  p->out_fd_ = options.capture_stdout ? fds[0] : -1;
+  return p;
+}
+
+Subprocess::~Subprocess() {
+  if (!reaped_ && pid_ > 0) {
+    ::kill(pid_, SIGKILL);
+    int st = 0;
+    ::waitpid(pid_, &st, 0);
+  }
+  if (out_fd_ >= 0) ::close(out_fd_);
+}
+
+Result<std::string> Subprocess::read_line(std::chrono::milliseconds timeout) {
+  auto deadline = Clock::now() + timeout;
+  while (true) {
+    auto nl = buffer_.find('\n');
+    if (nl != std::string::npos) {
+      std::string line = buffer_.substr(0, nl);
+      buffer_.erase(0, nl + 1);
+      return line;
+    }
+    if (out_fd_ < 0) return unavailable("child " + std::to_string(pid_) + " closed its output");
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    if (left.count() <= 0) {
+      return timeout_error("no line from child " + std::to_string(pid_) + " within " +
+                           std::to_string(timeout.count()) + " ms");
+    }
+    pollfd pfd{out_fd_, POLLIN, 0};
+    int n = ::poll(&pfd, 1, static_cast<int>(left.count()));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) continue;
+    char buf[4096];
+    ssize_t got = ::read(out_fd_, buf, sizeof buf);
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) {
+      ::close(out_fd_);
+      out_fd_ = -1;
+      if (!buffer_.empty()) {
+        std::string rest = std::move(buffer_);
+        buffer_.clear();
+        return rest;
+      }
+      continue;
+    }
+    buffer_.append(buf, static_cast<std::size_t>(got));
+  }
+}
+
+std::string Subprocess::read_all(std::chrono::milliseconds timeout) {
+  auto deadline = Clock::now() + timeout;
+  std::string out;
+  while (out_fd_ >= 0) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    if (left.count() <= 0) break;
+    auto line = read_line(left);
+    if (!line.is_ok()) break;
+    out += *line + "\n";
+  }
+  return out + buffer_;
+}
+
+Status Subprocess::signal(int sig) {
+  if (reaped_) return failed_precondition("child " + std::to_string(pid_) + " already exited");
+  if (::kill(pid_, sig) != 0) return internal_error(std::string("kill: ") + std::strerror(errno));
+  return {};
+}
+
+Result<int> Subprocess::wait(std::chrono::milliseconds timeout) {
+  if (reaped_) return exit_code_;
+  auto deadline = Clock::now() + timeout;
+  while (true) {
+    int st = 0;
+    pid_t r = ::waitpid(pid_, &st, WNOHANG);
+    if (r == pid_) {
+      reaped_ = true;
+      exit_code_ = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+      return exit_code_;
+    }
+    if (r < 0 && errno != EINTR) return internal_error(std::string("waitpid: ") + std::strerror(errno));
+    if (Clock::now() >= deadline) {
+      return timeout_error("child " + std::to_string(pid_) + " still running after " +
+                           std::to_string(timeout.count()) + " ms");
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+}
+
+bool Subprocess::running() {
+  if (reaped_) return false;
+  auto r = wait(std::chrono::milliseconds(0));
+  return !r.is_ok();
+}
+
+}  // namespace sluice::core

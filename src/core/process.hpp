@@ -1,0 +1,61 @@
+// Child processes: spawn with a captured stdout, read lines with a timeout, signal, wait with a
+// timeout. Used by the job launcher and by the multi-process tests.
+//
+// Thread safety: one Subprocess belongs to one thread. The destructor kills (SIGKILL) and reaps
+// a child that is still running, so no child outlives its owner by accident.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/status.hpp"
+
+namespace sluice::core {
+
+class Subprocess {
+ public:
+  struct Options {
+    std::vector<std::string> argv;        // argv[0] is the program path
+    std::vector<std::string> extra_env;   // "K=V" added to (or replacing in) the environment
+    bool capture_stdout = true;           // else stdout is inherited
+    bool stderr_to_stdout = false;        // capture stderr in the same pipe
+  };
+
+  static Result<std::unique_ptr<Subprocess>> spawn(Options options);
+  // spawn() with stdout captured and nothing else set.
+  static Result<std::unique_ptr<Subprocess>> spawn_argv(std::vector<std::string> argv) {
+    Options o;
+    o.argv = std::move(argv);
+    return spawn(std::move(o));
+  }
+  ~Subprocess();
+  Subprocess(const Subprocess&) = delete;
+  Subprocess& operator=(const Subprocess&) = delete;
+
+  pid_t pid() const { return pid_; }
+
+  // The next line of the child's stdout (without the newline). Fails with timeout, or with
+  // unavailable when the child closed its stdout.
+  Result<std::string> read_line(std::chrono::milliseconds timeout);
+  // Everything the child writes until it closes stdout or `timeout` passes.
+  std::string read_all(std::chrono::milliseconds timeout);
+
+  Status signal(int sig);
+  // Waits for the child to exit: its exit status, or 128 + signal number if a signal ended it.
+  Result<int> wait(std::chrono::milliseconds timeout);
+  bool running();
+
+ private:
+  Subprocess() = default;
+  pid_t pid_ = -1;
+  int out_fd_ = -1;
+  bool reaped_ = false;
+  int exit_code_ = 0;
+  std::string buffer_;
+};
+
+}  // namespace sluice::core

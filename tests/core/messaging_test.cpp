@@ -1,0 +1,283 @@
+#include <doctest/doctest.h>
+
+#include <csignal>
+#include <random>
+#include <zmq.hpp>
+#include <zmq_addon.hpp>
+
+#include "core/event_loop.hpp"
+#include "core/messaging.hpp"
+#include "core/process.hpp"
+
+using namespace sluice::core;
+
+namespace {
+
+// A real server process (tests/core/echo_server.cpp) on a loopback port.
+struct EchoServerProcess {
+  std::unique_ptr<Subprocess> proc;
+  std::string endpoint;
+  EchoServerProcess() {
+    proc = Subprocess::spawn_argv({SLUICE_ECHO_SERVER}).value();
+    auto line = proc->read_line(Millis(10000));
+    REQUIRE(line.is_ok());
+    REQUIRE(line->rfind("endpoint ", 0) == 0);
+    endpoint = line->substr(9);
+  }
+};
+
+std::string random_bytes(std::size_t n, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::string s(n, '\0');
+  for (auto& c : s) c = static_cast<char>(rng() & 0xff);
+  return s;
+}
+
+// Sends raw frames from a bare DEALER socket and returns the reply frames (or empty on timeout).
+std::vector<std::string> raw_exchange(const std::string& endpoint,
+                                      const std::vector<std::string>& frames) {
+  zmq::context_t ctx(1);
+  zmq::socket_t s(ctx, zmq::socket_type::dealer);
+  s.set(zmq::sockopt::linger, 0);
+  s.connect(endpoint);
+  std::vector<zmq::const_buffer> bufs;
+  for (const auto& f : frames) bufs.emplace_back(zmq::buffer(f));
+  REQUIRE(zmq::send_multipart(s, bufs));
+  zmq::pollitem_t item{s.handle(), 0, ZMQ_POLLIN, 0};
+  if (zmq::poll(&item, 1, std::chrono::milliseconds(10000)) <= 0) return {};
+  std::vector<zmq::message_t> msgs;
+  REQUIRE(zmq::recv_multipart(s, std::back_inserter(msgs)));
+  std::vector<std::string> out;
+  for (auto& m : msgs) out.push_back(m.to_string());
+  return out;
+}
+
+// Checks that raw reply frames are an error reply of code protocol mentioning `needle`.
+void check_error_reply(const std::vector<std::string>& reply, const std::string& needle,
+                       std::uint64_t expect_id) {
+  REQUIRE(reply.size() >= 2);
+  auto env = decode_envelope(reply[0]);
+  REQUIRE(env.is_ok());
+  CHECK(env->kind == MessageKind::kReply);
+  CHECK(env->error);
+  CHECK(env->request_id == expect_id);
+  auto msg = decode_message(reply, MessagingLimits{});
+  REQUIRE(msg.is_ok());
+  Status s = status_from_error(*msg);
+  CHECK(s.code() == Code::kProtocol);
+  CHECK_MESSAGE(s.message().find(needle) != std::string::npos, s.message());
+}
+
+std::vector<std::string> good_frames(std::uint64_t id, const std::string& type) {
+  Envelope env;
+  env.request_id = id;
+  return encode_frames(env, Message(type));
+}
+
+}  // namespace
+
+TEST_SUITE("core.messaging") {
+  TEST_CASE("request/reply round trip between two processes, with binary frames") {
+    EchoServerProcess server;
+    auto loop = EventLoop::create().value();
+    auto client = Client::create(*loop, server.endpoint).value();
+
+    Message m("echo");
+    m.body["version"] = 42;
+    m.body["name"] = "relay-1";
+    m.blobs = {random_bytes(1 << 20, 1), std::string("\0\1\2", 3), ""};
+    auto reply = client->call(m, Millis(10000));
+    REQUIRE_MESSAGE(reply.is_ok(), reply.status().to_string());
+    CHECK(reply->type == "echo.reply");
+    CHECK(reply->body == m.body);
+    REQUIRE(reply->blobs.size() == 3);
+    CHECK(reply->blobs[0] == m.blobs[0]);
+    CHECK(reply->blobs[1] == m.blobs[1]);
+    CHECK(reply->blobs[2].empty());
+
+    auto pong = client->call(Message("sys.ping"), Millis(10000));
+    REQUIRE(pong.is_ok());
+    CHECK(pong->body["pid"] == static_cast<int>(server.proc->pid()));
+  }
+
+  TEST_CASE("many concurrent requests from several clients each get their own reply") {
+    EchoServerProcess server;
+    auto loop = EventLoop::create().value();
+    std::vector<std::unique_ptr<Client>> clients;
+    for (int c = 0; c < 4; ++c) clients.push_back(Client::create(*loop, server.endpoint).value());
+    int ok = 0, wrong = 0, done = 0;
+    constexpr int kPerClient = 200;
+    for (int c = 0; c < 4; ++c) {
+      for (int i = 0; i < kPerClient; ++i) {
+        Message m("echo");
+        m.body["tag"] = c * 100000 + i;
+        clients[c]->request(m, Millis(20000), [&, tag = c * 100000 + i](Result<Message> r) {
+          ++done;
+          if (r.is_ok() && r->body["tag"] == tag) ++ok;
+          else ++wrong;
+        });
+      }
+    }
+    CHECK(loop->run_until([&] { return done == 4 * kPerClient; }, Millis(30000)));
+    CHECK(ok == 4 * kPerClient);
+    CHECK(wrong == 0);
+  }
+
+  TEST_CASE("a request to a dead peer ends with a clear timeout error, not a hang") {
+    auto loop = EventLoop::create().value();
+    // Nothing listens on port 1 of loopback.
+    auto client = Client::create(*loop, "tcp://127.0.0.1:1").value();
+    auto t0 = Clock::now();
+    auto r = client->call(Message("sys.ping"), Millis(300));
+    auto took = Clock::now() - t0;
+    REQUIRE_FALSE(r.is_ok());
+    CHECK(r.status().code() == Code::kTimeout);
+    CHECK(r.status().message() ==
+          "request 'sys.ping' to tcp://127.0.0.1:1 timed out after 300 ms (is the peer running?)");
+    CHECK(took < Millis(5000));
+    CHECK(client->pending() == 0);
+  }
+
+  TEST_CASE("a peer killed mid-request gives a timeout error to the waiting caller") {
+    EchoServerProcess server;
+    auto loop = EventLoop::create().value();
+    auto client = Client::create(*loop, server.endpoint).value();
+    REQUIRE(client->call(Message("sys.ping"), Millis(10000)).is_ok());
+    std::optional<Result<Message>> got;
+    Message slow("delay");
+    slow.body["ms"] = 20000;
+    client->request(slow, Millis(500), [&](Result<Message> r) { got.emplace(std::move(r)); });
+    loop->run_until([] { return false; }, Millis(50));
+    REQUIRE(server.proc->signal(SIGKILL).is_ok());
+    REQUIRE(server.proc->wait(Millis(10000)).is_ok());
+    CHECK(loop->run_until([&] { return got.has_value(); }, Millis(10000)));
+    REQUIRE(got.has_value());
+    CHECK(got->status().code() == Code::kTimeout);
+  }
+
+  TEST_CASE("malformed envelopes get error replies and the server keeps serving others") {
+    EchoServerProcess server;
+
+    SUBCASE("wrong protocol version") {
+      auto frames = good_frames(77, "echo");
+      frames[0][4] = 9;  // version 9
+      check_error_reply(raw_exchange(server.endpoint, frames), "protocol version 9", 77);
+    }
+    SUBCASE("truncated envelope frame") {
+      auto frames = good_frames(5, "echo");
+      frames[0].resize(7);
+      check_error_reply(raw_exchange(server.endpoint, frames), "envelope frame has 7 bytes", 0);
+    }
+    SUBCASE("wrong magic") {
+      auto frames = good_frames(6, "echo");
+      frames[0][0] = 'X';
+      check_error_reply(raw_exchange(server.endpoint, frames), "wrong magic", 6);
+    }
+    SUBCASE("no header frame") {
+      auto frames = good_frames(8, "echo");
+      frames.resize(1);
+      check_error_reply(raw_exchange(server.endpoint, frames), "no header frame", 8);
+    }
+    SUBCASE("header that is not JSON") {
+      auto frames = good_frames(9, "echo");
+      frames[1] = "{\"type\": \"echo\", ";
+      check_error_reply(raw_exchange(server.endpoint, frames), "not valid JSON", 9);
+    }
+    SUBCASE("header without a type") {
+      auto frames = good_frames(10, "echo");
+      frames[1] = "{\"body\": {}}";
+      check_error_reply(raw_exchange(server.endpoint, frames), "no 'type'", 10);
+    }
+    SUBCASE("unknown message type") {
+      check_error_reply(raw_exchange(server.endpoint, good_frames(11, "no.such.type")),
+                        "unknown message type 'no.such.type'", 11);
+    }
+    SUBCASE("oversized message") {
+      auto frames = good_frames(12, "echo");
+      frames.push_back(std::string((64u << 20) + 1, 'x'));  // just over the 64 MiB default
+      check_error_reply(raw_exchange(server.endpoint, frames), "exceeds the limit", 12);
+    }
+    SUBCASE("an empty message") {
+      check_error_reply(raw_exchange(server.endpoint, {""}), "envelope frame has 0 bytes", 0);
+    }
+
+    // Whatever came before, a well-formed request from another client is served, and nothing
+    // the malformed ones carried was acted on (no echo was counted).
+    auto loop = EventLoop::create().value();
+    auto client = Client::create(*loop, server.endpoint).value();
+    auto count = client->call(Message("count"), Millis(10000));
+    REQUIRE(count.is_ok());
+    CHECK(count->body["echoes"] == 0);
+    Message m("echo");
+    m.body["still"] = "serving";
+    auto r = client->call(m, Millis(10000));
+    REQUIRE(r.is_ok());
+    CHECK(r->body["still"] == "serving");
+  }
+
+  TEST_CASE("an error reply reaches the caller as a Status with the server's code and message") {
+    auto loop = EventLoop::create().value();
+    auto server = Server::create(*loop, "tcp://127.0.0.1:*").value();
+    server->on_sync("fail", [](const Message&) -> Result<Message> {
+      return failed_precondition("version 3 is not committed");
+    });
+    server->on("throws", [](const Message&, Responder) { throw std::runtime_error("boom"); });
+    auto client = Client::create(*loop, server->endpoint()).value();
+    auto r = client->call(Message("fail"), Millis(5000));
+    REQUIRE_FALSE(r.is_ok());
+    CHECK(r.status().code() == Code::kFailedPrecondition);
+    CHECK(r.status().message() == server->endpoint() + ": version 3 is not committed");
+    auto t = client->call(Message("throws"), Millis(5000));
+    CHECK(t.status().code() == Code::kInternal);
+    CHECK(t.status().message().find("boom") != std::string::npos);
+    // and the server still answers
+    CHECK(client->call(Message("sys.ping"), Millis(5000)).is_ok());
+  }
+
+  TEST_CASE("size limits are enforced on the receiving side, per server") {
+    auto loop = EventLoop::create().value();
+    MessagingLimits small;
+    small.max_message_bytes = 4096;
+    small.max_frames = 4;
+    auto server = Server::create(*loop, "tcp://127.0.0.1:*", small).value();
+    int handled = 0;
+    server->on_sync("put", [&](const Message&) -> Result<Message> {
+      ++handled;
+      return Message("ok");
+    });
+    auto client = Client::create(*loop, server->endpoint()).value();
+    Message big("put");
+    big.blobs = {std::string(5000, 'a')};
+    auto r = client->call(big, Millis(5000));
+    CHECK(r.status().code() == Code::kProtocol);
+    CHECK(r.status().message().find("exceeds the limit of 4096 bytes") != std::string::npos);
+    Message many("put");
+    many.blobs.assign(3, "x");
+    auto r2 = client->call(many, Millis(5000));
+    CHECK(r2.status().message().find("frames, limit 4") != std::string::npos);
+    CHECK(handled == 0);
+    CHECK(server->stats().rejected == 2);
+    CHECK(client->call(Message("put"), Millis(5000)).is_ok());
+    CHECK(handled == 1);
+  }
+
+  TEST_CASE("one-way messages are delivered without a reply") {
+    auto loop = EventLoop::create().value();
+    auto server = Server::create(*loop, "tcp://127.0.0.1:*").value();
+    std::vector<int> seen;
+    server->on("progress", [&](const Message& m, Responder r) {
+      CHECK(r.is_oneway());
+      seen.push_back(m.body["n"].get<int>());
+      r.respond(Message("ignored"));  // a reply to a one-way message is dropped
+    });
+    auto client = Client::create(*loop, server->endpoint()).value();
+    for (int i = 0; i < 10; ++i) {
+      Message m("progress");
+      m.body["n"] = i;
+      REQUIRE(client->send(m).is_ok());
+    }
+    CHECK(loop->run_until([&] { return seen.size() == 10; }, Millis(5000)));
+    CHECK(seen == std::vector<int>{0, 1, 2, 3, 4, 5, 6, 7, 8, 9});
+    CHECK(server->stats().oneway == 10);
+  }
+}
