@@ -51,12 +51,6 @@ int run_job(const std::string& job_path) {
   return 1;
 }
 
-int run_bench(const std::vector<std::string>& args) {
-  std::string what = args.empty() ? "" : args[0];
-  std::fprintf(stderr, "sluice bench %s: no benchmark of that name in this build\n", what.c_str());
-  return 2;
-}
-
 int run_ping(const PingArgs& args) {
   auto loop = core::EventLoop::create();
   if (!loop.is_ok()) {

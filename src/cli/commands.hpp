@@ -22,7 +22,6 @@ struct PingArgs {
 
 int run_role(const RoleArgs& args, const std::vector<std::string>& environment);
 int run_job(const std::string& job_path);
-int run_bench(const std::vector<std::string>& args);
 int run_ping(const PingArgs& args);
 
 }  // namespace sluice::cli

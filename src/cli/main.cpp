@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "cli/commands.hpp"
+#include "cli/transfer_cmds.hpp"
 #include "core/build_info.hpp"
 #include "core/log.hpp"
 
@@ -68,10 +69,45 @@ int main(int argc, char** argv) {
   auto* run_cmd = app.add_subcommand("run", "launch a whole job locally, every role a process");
   run_cmd->add_option("job", job_path, "job file (JSON)")->required();
 
-  std::vector<std::string> bench_args;
   auto* bench_cmd = app.add_subcommand("bench", "measure and print side-by-side tables");
-  bench_cmd->add_option("args", bench_args, "what to measure and its options");
-  bench_cmd->allow_extras();
+  bench_cmd->require_subcommand(1);
+  sluice::cli::BenchTransferArgs bt;
+  auto* bench_transfer = bench_cmd->add_subcommand(
+      "transfer", "one-sided chunked reads between processes, against ucx_perftest");
+  bench_transfer->add_option("--transport", bt.transports, "comma-separated: tcp, sm")
+      ->capture_default_str();
+  bench_transfer->add_option("--size", bt.size, "bytes to move (e.g. 1GiB)")->capture_default_str();
+  bench_transfer->add_option("--chunk", bt.chunk, "chunk size (e.g. 8MiB)")->capture_default_str();
+  bench_transfer->add_option("--in-flight", bt.in_flight, "GETs in flight per source")
+      ->capture_default_str();
+  bench_transfer->add_option("--sources", bt.sources, "1, or 2 to compare one against two")
+      ->capture_default_str();
+  bench_transfer->add_option("--link-rate", bt.link_rate,
+                             "put sources in emulated hosts behind links of this rate (tc, e.g. 1gbit)");
+  bench_transfer->add_flag("--json", bt.json, "one JSON object per row");
+
+  // Processes that benches and tests start; not meant to be typed by hand.
+  sluice::cli::TransferSourceArgs ts;
+  auto* source_cmd = app.add_subcommand("transfer-source", "serve a region of test data");
+  source_cmd->group("");
+  source_cmd->add_option("--listen", ts.listen, "control endpoint")->capture_default_str();
+  source_cmd->add_option("--bytes", ts.bytes, "region size")->capture_default_str();
+  source_cmd->add_option("--chunk", ts.chunk, "chunk size")->capture_default_str();
+  source_cmd->add_option("--name", ts.name, "region name")->capture_default_str();
+  source_cmd->add_option("--seed", ts.seed, "data pattern seed")->capture_default_str();
+  source_cmd->add_option("--corrupt-chunk", ts.corrupt_chunk,
+                         "fault injection: corrupt this chunk after checksumming");
+  sluice::cli::TransferReadArgs tr;
+  auto* read_cmd = app.add_subcommand("transfer-read", "read a region from sources, print JSON");
+  read_cmd->group("");
+  read_cmd->add_option("--from", tr.from, "control endpoints of the sources")->required();
+  read_cmd->add_option("--name", tr.name, "region name")->capture_default_str();
+  read_cmd->add_option("--in-flight", tr.in_flight, "GETs in flight per source");
+  read_cmd->add_option("--timeout-ms", tr.timeout_ms, "whole read");
+  read_cmd->add_option("--op-timeout-ms", tr.op_timeout_ms, "one GET");
+  read_cmd->add_option("--verify-seed", tr.verify_seed, "compare with the seeded pattern");
+  read_cmd->add_flag("!--no-warmup", tr.warmup, "skip the one-chunk warm-up read");
+  read_cmd->add_option("--repeat", tr.repeat, "timed reads of the whole region");
 
   sluice::cli::PingArgs ping;
   auto* ping_cmd = app.add_subcommand("ping", "check that a role's control endpoint answers");
@@ -119,10 +155,9 @@ int main(int argc, char** argv) {
     if (role_cmds[i]->parsed()) return sluice::cli::run_role(role_args[i], environment());
   }
   if (run_cmd->parsed()) return sluice::cli::run_job(job_path);
-  if (bench_cmd->parsed()) {
-    for (const auto& x : bench_cmd->remaining()) bench_args.push_back(x);
-    return sluice::cli::run_bench(bench_args);
-  }
+  if (bench_transfer->parsed()) return sluice::cli::run_bench_transfer(bt, environment());
+  if (source_cmd->parsed()) return sluice::cli::run_transfer_source(ts, environment());
+  if (read_cmd->parsed()) return sluice::cli::run_transfer_read(tr, environment());
   if (ping_cmd->parsed()) return sluice::cli::run_ping(ping);
   return 2;
 }

@@ -93,6 +93,9 @@ class [[nodiscard]] Result {
 
   T value_or(T fallback) const& { return is_ok() ? std::get<T>(v_) : std::move(fallback); }
 
+  // Marks the result as looked at when the caller deliberately drops it.
+  void ignore() const {}
+
  private:
   std::variant<T, Status> v_;
 };

@@ -1,0 +1,288 @@
+#!/usr/bin/env bash
+# Emulated hosts on this one Linux machine, for transfer benchmarks.
+#
+#   emuhosts.sh up N [--rate RATE] [--host-rate I=RATE]... [--burst BYTES]
+#                    [--latency TIME] [--prefix P]
+#       Creates hosts P0..P{N-1} (network namespaces) joined by a bridge in
+#       namespace Phub. Host I has address 198.18.0.(I+1)/24 on its eth0.
+#       --rate limits every host's link, both directions, with tbf (tc syntax:
+#       500mbit, 1gbit, 2.5gbit). --host-rate I=RATE overrides host I only
+#       (RATE "none" leaves it unlimited), e.g. a reader with a fatter link.
+#       --burst/--latency override the tbf bucket and queue (the defaults
+#       are explained at tbf_params in this script).
+#       Existing hosts with the same prefix are torn down first.
+#   emuhosts.sh down [--prefix P]      removes P0.., Phub (and stops processes in them)
+#   emuhosts.sh exec [--prefix P] I CMD...   runs CMD inside host I, status passed through
+#   emuhosts.sh addr I                 prints host I's address
+#   emuhosts.sh status [--prefix P]    lists hosts, addresses and tc qdiscs
+#                                      (out: host to bridge, in: bridge to host)
+#
+# The default prefix is sluice-h, or $EMUHOSTS_PREFIX when set.
+# Exit status: 0 ok, 1 failure (no root, no ip/tc, ...), 2 bad usage.
+set -euo pipefail
+
+prog=${0##*/}
+prefix=${EMUHOSTS_PREFIX:-sluice-h}
+
+# 198.18.0.0/15 is reserved for benchmarking (RFC 2544), so these addresses can
+# never collide with a real network, and with no default route in the hosts
+# nothing they send can leave the emulated /24.
+subnet=198.18.0
+max_hosts=254
+
+usage() { sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; }
+die() { echo "$prog: $*" >&2; exit 1; }
+usage_error() { echo "$prog: $*" >&2; echo "$prog: see '$prog --help'" >&2; exit 2; }
+
+need_tools() {
+  local t
+  for t in ip tc; do
+    command -v "$t" >/dev/null 2>&1 || die "'$t' not found (install iproute2)"
+  done
+}
+
+need_root() {
+  [ "$EUID" -eq 0 ] || die "needs root (network namespaces, veth pairs and tc need CAP_NET_ADMIN/CAP_SYS_ADMIN)"
+}
+
+check_prefix() {
+  # The prefix becomes a file name under /run/netns and a regex below, so keep
+  # it to characters that are harmless in both.
+  [[ $1 =~ ^[A-Za-z0-9_-]{1,40}$ ]] || usage_error "bad prefix '$1' (letters, digits, '_' and '-', at most 40)"
+}
+
+check_index() {
+  [[ $1 =~ ^[0-9]+$ ]] && [ "$1" -lt "$max_hosts" ] || usage_error "bad host index '$1' (0..$((max_hosts - 1)))"
+}
+
+host_addr() { echo "$subnet.$(($1 + 1))"; }
+
+# Names of our namespaces only: P<digits> and Phub. A bare "starts with P"
+# match could delete someone else's namespace that happens to share the prefix.
+our_namespaces() {
+  ip netns list 2>/dev/null | awk '{print $1}' | grep -E "^${1}([0-9]+|hub)\$" || true
+}
+
+# Converts a tc rate ("200mbit", "1.5gbit", "10mbps", "1000000") to bytes per
+# second, which the burst and queue sizes are derived from. Prints nothing for
+# a rate it cannot read.
+rate_to_bytes() {
+  awk -v r="$1" 'BEGIN {
+    if (!match(r, /^[0-9]+(\.[0-9]+)?/)) exit
+    n = substr(r, 1, RLENGTH); u = tolower(substr(r, RLENGTH + 1))
+    m["bit"] = 1/8;       m["bps"] = 1;      m[""] = 1
+    m["kbit"] = 1e3/8;    m["mbit"] = 1e6/8; m["gbit"] = 1e9/8; m["tbit"] = 1e12/8
+    m["kibit"] = 1024/8;  m["mibit"] = 1048576/8; m["gibit"] = 1073741824/8
+    m["kbps"] = 1e3;      m["mbps"] = 1e6;   m["gbps"] = 1e9
+    m["kibps"] = 1024;    m["mibps"] = 1048576; m["gibps"] = 1073741824
+    if (!(u in m)) exit
+    printf "%d\n", n * m[u]
+  }'
+}
+
+# tbf parameters for a rate, as "burst latency".
+#
+# burst (bucket size): the most that may leave back to back. It must be at
+# least one GSO/TSO super-packet (veth passes 64 KiB segments; smaller ones
+# make tbf split every packet, which costs CPU and caps throughput), and it
+# must cover the time the qdisc can go without being serviced: when the bucket
+# fills up while the watchdog timer or softirq is late, tokens are thrown
+# away, and the rate TCP sees falls below the configured one. With HZ=250 that
+# gap can be a tick (4 ms), so the bucket holds 4 ms worth of the rate, never
+# less than 128 KiB. At 200mbit that is 128 KiB; at 2gbit, 1 MB.
+#
+# latency (how long a packet may wait, i.e. the queue length): long enough
+# that the second tbf, on the receiving side of the bridge, can absorb a burst
+# from the first one plus some fan-in from several senders without dropping,
+# but short enough not to bloat the RTT much once TCP fills it. 20 ms.
+tbf_params() {
+  local bytes=$1 burst
+  burst=$((bytes * 4 / 1000))
+  [ "$burst" -ge 131072 ] || burst=131072
+  echo "${burst_override:-$burst} ${latency_override:-20ms}"
+}
+
+# Sends TERM to the processes still inside a namespace, waits up to 5 s, then
+# KILLs what is left: a leftover reader would keep the namespace alive after
+# its name is gone and hold on to its port.
+stop_processes() {
+  local ns=$1 pids i
+  pids=$(ip netns pids "$ns" 2>/dev/null || true)
+  [ -n "$pids" ] || return 0
+  # shellcheck disable=SC2086
+  kill -TERM $pids 2>/dev/null || true
+  for i in $(seq 50); do
+    pids=$(ip netns pids "$ns" 2>/dev/null || true)
+    [ -n "$pids" ] || return 0
+    sleep 0.1
+  done
+  # shellcheck disable=SC2086
+  kill -KILL $pids 2>/dev/null || true
+}
+
+teardown() {
+  local p=$1 ns
+  for ns in $(our_namespaces "$p"); do
+    stop_processes "$ns"
+    ip netns del "$ns" 2>/dev/null || true
+  done
+  [ -z "$(our_namespaces "$p")" ] || die "could not remove: $(our_namespaces "$p" | tr '\n' ' ')"
+}
+
+# Waits (at most 5 s) until host I's eth0 reports carrier: the bridge port has
+# no STP, so once the link is up it forwards at once.
+wait_link_up() {
+  local ns=$1 dev=$2 i
+  for i in $(seq 50); do
+    ip -n "$ns" -o link show dev "$dev" 2>/dev/null | grep -q 'LOWER_UP' && return 0
+    sleep 0.1
+  done
+  die "$dev in $ns did not come up within 5 s"
+}
+
+quiet_ipv6() {
+  # IPv6 would send router solicitations and DAD probes on every link; turned
+  # off so that a benchmark's traffic is the only traffic. Best effort: a
+  # kernel without IPv6 has nothing to turn off.
+  ip netns exec "$1" sh -c 'for f in /proc/sys/net/ipv6/conf/*/disable_ipv6; do echo 1 > "$f"; done' 2>/dev/null || true
+}
+
+apply_rate() {
+  local ns=$1 dev=$2 rate=$3 bytes params
+  bytes=$(rate_to_bytes "$rate")
+  [ -n "$bytes" ] && [ "$bytes" -gt 0 ] || usage_error "bad rate '$rate' (tc syntax, e.g. 500mbit, 1gbit)"
+  read -r -a params <<<"$(tbf_params "$bytes")"
+  tc -n "$ns" qdisc replace dev "$dev" root tbf rate "$rate" burst "${params[0]}" latency "${params[1]}" \
+    || die "tc tbf on $dev in $ns failed (rate $rate burst ${params[0]} latency ${params[1]})"
+}
+
+do_up() {
+  local n=$1 hub="${prefix}hub" i ns rate
+  teardown "$prefix"
+  # Leave nothing half built behind if any step fails.
+  trap 'teardown "$prefix" >/dev/null 2>&1 || true' EXIT
+
+  ip netns add "$hub" || die "cannot create network namespace $hub"
+  ip -n "$hub" link set lo up
+  quiet_ipv6 "$hub"
+  ip -n "$hub" link add br0 type bridge stp_state 0
+  ip -n "$hub" link set br0 up
+
+  for ((i = 0; i < n; i++)); do
+    ns="${prefix}$i"
+    ip netns add "$ns" || die "cannot create network namespace $ns"
+    ip -n "$ns" link set lo up
+    quiet_ipv6 "$ns"
+    # Created directly in the two namespaces, so nothing ever appears in the
+    # machine's own namespace and interface names cannot clash with its ones.
+    ip link add eth0 netns "$ns" type veth peer name "h$i" netns "$hub"
+    ip -n "$hub" link set "h$i" master br0
+    ip -n "$hub" link set "h$i" up
+    ip -n "$ns" addr add "$(host_addr "$i")/24" dev eth0
+    ip -n "$ns" link set eth0 up
+
+    rate=${host_rates[$i]:-$default_rate}
+    if [ -n "$rate" ] && [ "$rate" != none ]; then
+      apply_rate "$ns" eth0 "$rate"    # host -> bridge
+      apply_rate "$hub" "h$i" "$rate"  # bridge -> host
+    fi
+  done
+
+  for ((i = 0; i < n; i++)); do wait_link_up "${prefix}$i" eth0; done
+  trap - EXIT
+  echo "$prog: up $n host(s) ${prefix}0..${prefix}$((n - 1)), rate ${default_rate:-unlimited}"
+}
+
+do_status() {
+  local ns i addr found=0
+  for ns in $(our_namespaces "$prefix" | grep -v 'hub$' | sort -V); do
+    found=1
+    i=${ns#"$prefix"}
+    addr=$(ip -n "$ns" -4 -o addr show dev eth0 2>/dev/null | awk '{print $4}')
+    echo "$ns  ${addr:-(no address)}"
+    echo "  out: $(tc -n "$ns" qdisc show dev eth0 root 2>/dev/null | head -1)"
+    echo "  in:  $(tc -n "${prefix}hub" qdisc show dev "h$i" root 2>/dev/null | head -1)"
+  done
+  [ "$found" -eq 1 ] || echo "no hosts with prefix '$prefix'"
+}
+
+# --- argument parsing ---------------------------------------------------------
+
+[ $# -gt 0 ] || { usage >&2; exit 2; }
+cmd=$1; shift
+default_rate=""
+burst_override=""
+latency_override=""
+declare -A host_rates=()
+
+case "$cmd" in
+  -h|--help|help) usage; exit 0 ;;
+  up)
+    n=""
+    while [ $# -gt 0 ]; do
+      case "$1" in
+        --rate) [ $# -ge 2 ] || usage_error "--rate needs a value"; default_rate=$2; shift 2 ;;
+        --rate=*) default_rate=${1#*=}; shift ;;
+        --host-rate)
+          [ $# -ge 2 ] && [[ $2 =~ ^([0-9]+)=(.+)$ ]] || usage_error "--host-rate needs I=RATE"
+          host_rates[${BASH_REMATCH[1]}]=${BASH_REMATCH[2]}; shift 2 ;;
+        --burst) [ $# -ge 2 ] || usage_error "--burst needs a value"; burst_override=$2; shift 2 ;;
+        --latency) [ $# -ge 2 ] || usage_error "--latency needs a value"; latency_override=$2; shift 2 ;;
+        --prefix) [ $# -ge 2 ] || usage_error "--prefix needs a value"; prefix=$2; shift 2 ;;
+        --prefix=*) prefix=${1#*=}; shift ;;
+        -h|--help) usage; exit 0 ;;
+        -*) usage_error "unknown argument '$1' for up" ;;
+        *) [ -z "$n" ] || usage_error "unexpected argument '$1'"; n=$1; shift ;;
+      esac
+    done
+    [[ $n =~ ^[0-9]+$ ]] && [ "$n" -ge 1 ] && [ "$n" -le "$max_hosts" ] \
+      || usage_error "up needs a host count N (1..$max_hosts)"
+    for i in "${!host_rates[@]}"; do
+      [ "$i" -lt "$n" ] || usage_error "--host-rate for host $i, but only $n host(s)"
+    done
+    # Rates are checked before anything is torn down or built.
+    for r in "$default_rate" "${host_rates[@]}"; do
+      [ -z "$r" ] || [ "$r" = none ] || [ -n "$(rate_to_bytes "$r")" ] \
+        || usage_error "bad rate '$r' (tc syntax, e.g. 500mbit, 1gbit)"
+    done
+    check_prefix "$prefix"
+    need_tools; need_root
+    do_up "$n"
+    ;;
+  down|status)
+    while [ $# -gt 0 ]; do
+      case "$1" in
+        --prefix) [ $# -ge 2 ] || usage_error "--prefix needs a value"; prefix=$2; shift 2 ;;
+        --prefix=*) prefix=${1#*=}; shift ;;
+        -h|--help) usage; exit 0 ;;
+        *) usage_error "unknown argument '$1' for $cmd" ;;
+      esac
+    done
+    check_prefix "$prefix"
+    need_tools; need_root
+    if [ "$cmd" = down ]; then teardown "$prefix"; else do_status; fi
+    ;;
+  exec)
+    while [ $# -gt 0 ]; do
+      case "$1" in
+        --prefix) [ $# -ge 2 ] || usage_error "--prefix needs a value"; prefix=$2; shift 2 ;;
+        --prefix=*) prefix=${1#*=}; shift ;;
+        -h|--help) usage; exit 0 ;;
+        *) break ;;
+      esac
+    done
+    [ $# -ge 2 ] || usage_error "exec needs a host index and a command"
+    check_index "$1"
+    check_prefix "$prefix"
+    need_tools; need_root
+    ns="${prefix}$1"; shift
+    our_namespaces "$prefix" | grep -qx "$ns" || die "no host $ns (run '$prog up' first)"
+    exec ip netns exec "$ns" "$@"
+    ;;
+  addr)
+    [ $# -eq 1 ] || usage_error "addr needs exactly one host index"
+    check_index "$1"
+    host_addr "$1"
+    ;;
+  *) usage_error "unknown subcommand '$cmd'" ;;
+esac

@@ -1,0 +1,136 @@
+#include "core/region_server.hpp"
+
+#include "core/checksum.hpp"
+
+namespace sluice::core {
+
+std::uint64_t RegionLayout::chunk_count() const {
+  return chunk_bytes == 0 ? 0 : (bytes + chunk_bytes - 1) / chunk_bytes;
+}
+
+std::uint64_t RegionLayout::chunk_size(std::uint64_t i) const {
+  std::uint64_t off = chunk_offset(i);
+  return off >= bytes ? 0 : std::min(chunk_bytes, bytes - off);
+}
+
+Status RegionLayout::validate() const {
+  if (name.empty()) return invalid_argument("region has no name");
+  if (bytes == 0) return invalid_argument("region '" + name + "' is empty");
+  if (chunk_bytes == 0) return invalid_argument("region '" + name + "' has a chunk size of 0");
+  if (checksums.size() != chunk_count()) {
+    return invalid_argument("region '" + name + "': " + std::to_string(checksums.size()) +
+                            " checksums for " + std::to_string(chunk_count()) + " chunks");
+  }
+  return {};
+}
+
+Result<RegionLayout> make_layout(std::string name, const std::uint8_t* data, std::uint64_t bytes,
+                                 std::uint64_t chunk_bytes) {
+  RegionLayout l;
+  l.name = std::move(name);
+  l.bytes = bytes;
+  l.chunk_bytes = chunk_bytes;
+  if (chunk_bytes == 0) return invalid_argument("chunk size must be positive");
+  for (std::uint64_t i = 0; i < l.chunk_count(); ++i) {
+    l.checksums.push_back(chunk_checksum(data + l.chunk_offset(i), l.chunk_size(i)));
+  }
+  SLUICE_TRY(l.validate());
+  return l;
+}
+
+Result<std::unique_ptr<RegionServer>> RegionServer::create(Server& server) {
+  std::unique_ptr<RegionServer> rs(new RegionServer());
+  RegionServer* raw = rs.get();
+  server.on_sync("region.describe", [raw](const Message& req) -> Result<Message> {
+    auto n = req.body.find("name");
+    if (n == req.body.end() || !n->is_string()) {
+      return invalid_argument("region.describe needs a 'name' string");
+    }
+    auto it = raw->regions_.find(n->get<std::string>());
+    if (it == raw->regions_.end()) {
+      return not_found("no region named '" + n->get<std::string>() + "'");
+    }
+    const auto& l = it->second.layout;
+    Message reply("region.description");
+    reply.body["name"] = l.name;
+    reply.body["bytes"] = l.bytes;
+    reply.body["chunk_bytes"] = l.chunk_bytes;
+    reply.body["checksums"] = l.checksums;
+    reply.blobs.push_back(it->second.buf->descriptor().encode());
+    return reply;
+  });
+  server.on_sync("region.list", [raw](const Message&) -> Result<Message> {
+    Message reply("region.list");
+    reply.body["names"] = nlohmann::json::array();
+    for (const auto& [name, e] : raw->regions_) reply.body["names"].push_back(name);
+    return reply;
+  });
+  return rs;
+}
+
+RegionServer::~RegionServer() = default;
+
+Status RegionServer::expose(const std::string& name, const RegisteredBuffer& buf,
+                            std::uint64_t chunk_bytes) {
+  SLUICE_ASSIGN_OR_RETURN(auto layout, make_layout(name, buf.data(), buf.size(), chunk_bytes));
+  return expose(buf, std::move(layout));
+}
+
+Status RegionServer::expose(const RegisteredBuffer& buf, RegionLayout layout) {
+  SLUICE_TRY(layout.validate());
+  if (layout.bytes > buf.size()) {
+    return invalid_argument("region '" + layout.name + "' is larger than its buffer");
+  }
+  std::string name = layout.name;
+  regions_[name] = Entry{&buf, std::move(layout)};
+  return {};
+}
+
+void RegionServer::withdraw(const std::string& name) { regions_.erase(name); }
+
+Result<RemoteRegion> describe_region(Client& client, const std::string& name, Millis timeout) {
+  Message req("region.describe");
+  req.body["name"] = name;
+  SLUICE_ASSIGN_OR_RETURN(Message reply, client.call(req, timeout));
+  RemoteRegion r;
+  r.endpoint = client.endpoint();
+  auto bad = [&](const std::string& what) {
+    return protocol_error("region.describe reply from " + client.endpoint() + ": " + what);
+  };
+  const auto& b = reply.body;
+  if (!b.contains("bytes") || !b["bytes"].is_number_unsigned()) return bad("no 'bytes'");
+  if (!b.contains("chunk_bytes") || !b["chunk_bytes"].is_number_unsigned())
+    return bad("no 'chunk_bytes'");
+  if (!b.contains("checksums") || !b["checksums"].is_array()) return bad("no 'checksums'");
+  r.layout.name = name;
+  r.layout.bytes = b["bytes"].get<std::uint64_t>();
+  r.layout.chunk_bytes = b["chunk_bytes"].get<std::uint64_t>();
+  for (const auto& c : b["checksums"]) {
+    if (!c.is_number_unsigned()) return bad("a checksum is not an unsigned integer");
+    r.layout.checksums.push_back(c.get<std::uint64_t>());
+  }
+  Status v = r.layout.validate();
+  if (!v.is_ok()) return bad(v.message());
+  if (reply.blobs.size() != 1) return bad("expected one descriptor frame");
+  auto d = RegionDescriptor::decode(reply.blobs[0]);
+  if (!d.is_ok()) return d.status().with_context(client.endpoint());
+  r.descriptor = std::move(d).value();
+  if (r.descriptor.length < r.layout.bytes) return bad("descriptor is shorter than the region");
+  return r;
+}
+
+std::vector<ChunkRead> whole_region_chunks(const RegionLayout& layout) {
+  std::vector<ChunkRead> out;
+  out.reserve(layout.chunk_count());
+  for (std::uint64_t i = 0; i < layout.chunk_count(); ++i) {
+    ChunkRead c;
+    c.src_offset = layout.chunk_offset(i);
+    c.dst_offset = c.src_offset;
+    c.bytes = layout.chunk_size(i);
+    c.checksum = layout.checksums[i];
+    out.push_back(c);
+  }
+  return out;
+}
+
+}  // namespace sluice::core

@@ -1,0 +1,143 @@
+// RAII owners of UCX (ucp) handles. Internal to sluice_core: only core .cpp files include this
+// header; the rest of sluice sees transfer.hpp, which keeps UCX types out.
+//
+// Each type owns one handle and releases it in its destructor (which never throws and logs a
+// failed close). None is copyable or movable. Destruction order matters and is the owner's job:
+// rkeys before their endpoint, endpoints and memory registrations before the worker, the worker
+// before the context.
+//
+// Thread safety: a Worker and everything made from it belong to one thread (the loop thread).
+#pragma once
+
+#include <ucp/api/ucp.h>
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/status.hpp"
+
+namespace sluice::core::ucx {
+
+Status to_status(ucs_status_t s, const std::string& what);
+
+// UCX settings chosen by sluice when the user has not set them in the environment.
+struct Defaults {
+  std::vector<std::pair<std::string, std::string>> applied;  // name (without UCX_), value
+  std::vector<std::string> kept_from_user;                    // names the user set
+};
+
+class Context {
+ public:
+  // `environment` holds the process environment ("K=V"); a UCX_* variable the user set is never
+  // overridden. Features: RMA (one-sided GET), and WAKEUP (an event fd) when `wakeup` is set.
+  static Result<std::unique_ptr<Context>> create(const std::vector<std::string>& environment,
+                                                 bool wakeup);
+  bool wakeup() const { return wakeup_; }
+  ~Context();
+  Context(const Context&) = delete;
+  Context& operator=(const Context&) = delete;
+
+  ucp_context_h get() const { return h_; }
+  const Defaults& defaults() const { return defaults_; }
+
+ private:
+  Context() = default;
+  ucp_context_h h_ = nullptr;
+  Defaults defaults_;
+  bool wakeup_ = false;
+};
+
+class Worker {
+ public:
+  static Result<std::unique_ptr<Worker>> create(Context& ctx);
+  ~Worker();
+  Worker(const Worker&) = delete;
+  Worker& operator=(const Worker&) = delete;
+
+  ucp_worker_h get() const { return h_; }
+  const std::string& address() const { return address_; }  // packed worker address bytes
+  int event_fd() const { return efd_; }  // -1 without the WAKEUP feature
+  // Progresses until nothing is left, then arms the event fd. Returns whether anything progressed.
+  bool progress_and_arm();
+  unsigned progress() { return ucp_worker_progress(h_); }
+
+ private:
+  Worker() = default;
+  ucp_worker_h h_ = nullptr;
+  std::string address_;
+  int efd_ = -1;
+};
+
+class MemoryRegion {
+ public:
+  // Registers memory the caller owns.
+  static Result<std::unique_ptr<MemoryRegion>> map(Context& ctx, void* addr, std::size_t bytes);
+  // Lets UCX allocate the memory (UCP_MEM_MAP_ALLOCATE), which it places in shared memory
+  // (sysv/posix) when it can. A same-host reader then maps the segment and copies from it
+  // directly, where memory the caller allocated would go through a slower path (see
+  // TransferEngine::allocate). Freed on destruction.
+  static Result<std::unique_ptr<MemoryRegion>> allocate(Context& ctx, std::size_t bytes);
+  void* address() const { return address_; }
+  ~MemoryRegion();
+  MemoryRegion(const MemoryRegion&) = delete;
+  MemoryRegion& operator=(const MemoryRegion&) = delete;
+
+  ucp_mem_h get() const { return h_; }
+  const std::string& packed_rkey() const { return rkey_; }
+
+ private:
+  MemoryRegion() = default;
+  ucp_context_h ctx_ = nullptr;
+  ucp_mem_h h_ = nullptr;
+  void* address_ = nullptr;
+  std::string rkey_;
+  Status pack();
+};
+
+class RemoteKey {
+ public:
+  static Result<std::unique_ptr<RemoteKey>> unpack(ucp_ep_h ep, const std::string& packed);
+  ~RemoteKey();
+  RemoteKey(const RemoteKey&) = delete;
+  RemoteKey& operator=(const RemoteKey&) = delete;
+  ucp_rkey_h get() const { return h_; }
+
+ private:
+  RemoteKey() = default;
+  ucp_rkey_h h_ = nullptr;
+};
+
+// An endpoint in peer error-handling mode where the transports support it: when the peer dies,
+// outstanding operations complete with an error and on_error runs (from within worker
+// progress). UCX 1.13 cannot reach a peer over shared memory alone (cma, posix, sysv) in that
+// mode ("Destination is unreachable", also in ucx_perftest -e), so there the endpoint falls back
+// to no error handling: a dead peer then shows up as failed GETs (cma reports the vanished
+// process) or as the reader's operation timeout.
+class Endpoint {
+ public:
+  using ErrorFn = void (*)(void* arg, ucs_status_t status);
+  static Result<std::unique_ptr<Endpoint>> connect(Worker& worker, const std::string& address,
+                                                   ErrorFn on_error, void* arg);
+  ~Endpoint();  // force-closes, progressing the worker for a bounded time
+  Endpoint(const Endpoint&) = delete;
+  Endpoint& operator=(const Endpoint&) = delete;
+  ucp_ep_h get() const { return h_; }
+  bool failed() const { return failed_; }
+  bool peer_error_handling() const { return peer_mode_; }
+  ucs_status_t failure() const { return failure_; }
+
+ private:
+  Endpoint() = default;
+  static void on_error_cb(void* arg, ucp_ep_h ep, ucs_status_t status);
+  Worker* worker_ = nullptr;
+  ucp_ep_h h_ = nullptr;
+  ErrorFn on_error_ = nullptr;
+  void* arg_ = nullptr;
+  bool failed_ = false;
+  bool peer_mode_ = true;
+  ucs_status_t failure_ = UCS_OK;
+};
+
+}  // namespace sluice::core::ucx
