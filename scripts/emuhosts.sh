@@ -52,7 +52,9 @@ check_prefix() {
 }
 
 check_index() {
-  [[ $1 =~ ^[0-9]+$ ]] && [ "$1" -lt "$max_hosts" ] || usage_error "bad host index '$1' (0..$((max_hosts - 1)))"
+  if ! [[ $1 =~ ^[0-9]+$ ]] || [ "$1" -ge "$max_hosts" ]; then
+    usage_error "bad host index '$1' (0..$((max_hosts - 1)))"
+  fi
 }
 
 host_addr() { echo "$subnet.$(($1 + 1))"; }
@@ -82,22 +84,28 @@ rate_to_bytes() {
 
 # tbf parameters for a rate, as "burst latency".
 #
-# burst (bucket size): the most that may leave back to back. It must be at
-# least one GSO/TSO super-packet (veth passes 64 KiB segments; smaller ones
-# make tbf split every packet, which costs CPU and caps throughput), and it
-# must cover the time the qdisc can go without being serviced: when the bucket
-# fills up while the watchdog timer or softirq is late, tokens are thrown
-# away, and the rate TCP sees falls below the configured one. With HZ=250 that
-# gap can be a tick (4 ms), so the bucket holds 4 ms worth of the rate, never
-# less than 128 KiB. At 200mbit that is 128 KiB; at 2gbit, 1 MB.
+# burst (bucket size): the most that may leave back to back. It must hold at
+# least one GSO/TSO super-packet (veth passes segments of up to 64 KiB; a
+# smaller bucket makes tbf split or drop them: at 2gbit a 64 KiB bucket gave
+# 1.1-1.8 Gbit/s with thousands of retransmits, a 10 KiB one ~0.7 Gbit/s).
+# It must also cover the longest time the qdisc can go unserviced: tokens
+# that arrive while the bucket is full are thrown away, so a late watchdog
+# timer, a busy softirq or (in a VM) a descheduled vCPU turns directly into
+# lost rate. A 250 Hz tick is 4 ms, and a 4 ms bucket reached the rate on a
+# quiet machine, but while the VM's vCPUs were being stolen it lost about
+# 8-15% more than a 10 ms one (medians of 8 interleaved runs at 1 and 2gbit). So: 10 ms worth of the rate, never less than 128 KiB
+# (250 KB at 200mbit, 1.25 MB at 1gbit, 2.5 MB at 2gbit). The price is that
+# a flow may start with 10 ms at full veth speed, which is noise against
+# measurements of a second or more.
 #
-# latency (how long a packet may wait, i.e. the queue length): long enough
-# that the second tbf, on the receiving side of the bridge, can absorb a burst
-# from the first one plus some fan-in from several senders without dropping,
-# but short enough not to bloat the RTT much once TCP fills it. 20 ms.
+# latency (the longest a packet may queue, which sets the queue length): long
+# enough that the tbf on the receiving side of the bridge can take a full
+# bucket from the sender's side, or two senders converging on one reader,
+# without dropping; short enough that a queue filled by TCP adds at most
+# 20 ms to the RTT.
 tbf_params() {
   local bytes=$1 burst
-  burst=$((bytes * 4 / 1000))
+  burst=$((bytes / 100))
   [ "$burst" -ge 131072 ] || burst=131072
   echo "${burst_override:-$burst} ${latency_override:-20ms}"
 }
@@ -144,13 +152,14 @@ quiet_ipv6() {
   # IPv6 would send router solicitations and DAD probes on every link; turned
   # off so that a benchmark's traffic is the only traffic. Best effort: a
   # kernel without IPv6 has nothing to turn off.
+  # shellcheck disable=SC2016  # $f is for the inner shell
   ip netns exec "$1" sh -c 'for f in /proc/sys/net/ipv6/conf/*/disable_ipv6; do echo 1 > "$f"; done' 2>/dev/null || true
 }
 
 apply_rate() {
   local ns=$1 dev=$2 rate=$3 bytes params
   bytes=$(rate_to_bytes "$rate")
-  [ -n "$bytes" ] && [ "$bytes" -gt 0 ] || usage_error "bad rate '$rate' (tc syntax, e.g. 500mbit, 1gbit)"
+  if [ -z "$bytes" ] || [ "$bytes" -le 0 ]; then usage_error "bad rate '$rate' (tc syntax, e.g. 500mbit, 1gbit)"; fi
   read -r -a params <<<"$(tbf_params "$bytes")"
   tc -n "$ns" qdisc replace dev "$dev" root tbf rate "$rate" burst "${params[0]}" latency "${params[1]}" \
     || die "tc tbf on $dev in $ns failed (rate $rate burst ${params[0]} latency ${params[1]})"
@@ -224,8 +233,8 @@ case "$cmd" in
         --rate) [ $# -ge 2 ] || usage_error "--rate needs a value"; default_rate=$2; shift 2 ;;
         --rate=*) default_rate=${1#*=}; shift ;;
         --host-rate)
-          [ $# -ge 2 ] && [[ $2 =~ ^([0-9]+)=(.+)$ ]] || usage_error "--host-rate needs I=RATE"
-          host_rates[${BASH_REMATCH[1]}]=${BASH_REMATCH[2]}; shift 2 ;;
+          if [ $# -lt 2 ] || ! [[ $2 =~ ^([0-9]+)=(.+)$ ]]; then usage_error "--host-rate needs I=RATE"; fi
+          host_rates[$((10#${BASH_REMATCH[1]}))]=${BASH_REMATCH[2]}; shift 2 ;;
         --burst) [ $# -ge 2 ] || usage_error "--burst needs a value"; burst_override=$2; shift 2 ;;
         --latency) [ $# -ge 2 ] || usage_error "--latency needs a value"; latency_override=$2; shift 2 ;;
         --prefix) [ $# -ge 2 ] || usage_error "--prefix needs a value"; prefix=$2; shift 2 ;;
@@ -235,8 +244,9 @@ case "$cmd" in
         *) [ -z "$n" ] || usage_error "unexpected argument '$1'"; n=$1; shift ;;
       esac
     done
-    [[ $n =~ ^[0-9]+$ ]] && [ "$n" -ge 1 ] && [ "$n" -le "$max_hosts" ] \
-      || usage_error "up needs a host count N (1..$max_hosts)"
+    if ! [[ $n =~ ^[0-9]+$ ]] || [ "$n" -lt 1 ] || [ "$n" -gt "$max_hosts" ]; then
+      usage_error "up needs a host count N (1..$max_hosts)"
+    fi
     for i in "${!host_rates[@]}"; do
       [ "$i" -lt "$n" ] || usage_error "--host-rate for host $i, but only $n host(s)"
     done

@@ -11,9 +11,19 @@
 # Always tears its hosts down; finishes within 60 s.
 set -euo pipefail
 
+case "${1:-}" in -h|--help) sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;; esac
+[ $# -le 1 ] || { echo "emuhosts_check: at most one argument, the rate (see --help)" >&2; exit 2; }
 here=$(cd "$(dirname "$0")" && pwd)
 emu="$here/emuhosts.sh"
 rate=${1:-200mbit}
+# The pass band is worked out in Mbit/s, so only bit rates are accepted here.
+rate_mbit=$(awk -v r="$rate" 'BEGIN {
+  if (!match(r, /^[0-9]+(\.[0-9]+)?/)) exit
+  n = substr(r, 1, RLENGTH); u = tolower(substr(r, RLENGTH + 1))
+  if (u == "kbit") print n / 1000; else if (u == "mbit") print n; else if (u == "gbit") print n * 1000
+}')
+[ -n "$rate_mbit" ] || { echo "emuhosts_check: give the rate as kbit, mbit or gbit" >&2; exit 2; }
+
 # Own prefix per run, so the check neither clobbers hosts someone has up with
 # the default prefix nor collides with a parallel run.
 prefix="sluice-chk$$-"
@@ -23,20 +33,23 @@ seconds=2
 
 skip() { echo "skipped: $*"; exit 77; }
 
-[ "$(id -u)" -eq 0 ] || skip "needs root for network namespaces"
-command -v ip >/dev/null 2>&1 && command -v tc >/dev/null 2>&1 || skip "ip/tc (iproute2) not installed"
+[ "$EUID" -eq 0 ] || skip "needs root for network namespaces"
+if ! command -v ip >/dev/null 2>&1 || ! command -v tc >/dev/null 2>&1; then skip "ip/tc (iproute2) not installed"; fi
 command -v python3 >/dev/null 2>&1 || skip "python3 not installed"
 probe="${prefix}probe"
 if ! ip netns add "$probe" 2>/dev/null; then skip "cannot create network namespaces here"; fi
 ip netns del "$probe"
 
+# shellcheck disable=SC2317  # called from the traps
 cleanup() { "$emu" down >/dev/null 2>&1 || true; }
 trap cleanup EXIT
 trap 'exit 1' INT TERM
-# A hard stop well inside the 60 s promise, in case something hangs despite
-# the timeouts below; the EXIT trap still tears down. The sleep gets /dev/null
-# so that, left behind, it does not hold a caller's pipe open.
-( sleep 50 </dev/null >/dev/null 2>&1; echo "emuhosts_check: overall time limit reached" >&2; kill -TERM $$ ) &
+# Every step below is bounded (two transfers of at most 12 s each, bringing
+# hosts up and down in a few seconds), so the run ends well inside 60 s. This
+# is only a backstop for an ip/tc call that hangs: bash acts on the TERM once
+# that call returns, and the EXIT trap still tears down. The sleep's output
+# goes to /dev/null so that, left behind, it does not hold a caller's pipe open.
+( sleep 50 >/dev/null 2>&1; echo "emuhosts_check: overall time limit reached" >&2; kill -TERM $$ ) &
 watchdog=$!
 trap 'kill "$watchdog" 2>/dev/null || true; cleanup' EXIT
 
@@ -50,9 +63,9 @@ srv = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
 srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
 srv.bind((host, port))
 srv.listen(1)
-srv.settimeout(15)
+srv.settimeout(8)
 conn, _ = srv.accept()
-conn.settimeout(10)
+conn.settimeout(5)
 buf = bytearray(1 << 22)
 view = memoryview(buf)
 first = None
@@ -82,7 +95,7 @@ PY
 sender=$(cat <<'PY'
 import socket, sys, time
 host, port, duration = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
-deadline = time.monotonic() + 10
+deadline = time.monotonic() + 5
 while True:
     try:
         s = socket.create_connection((host, port), timeout=2)
@@ -91,7 +104,7 @@ while True:
         if time.monotonic() > deadline:
             raise
         time.sleep(0.05)
-s.settimeout(10)
+s.settimeout(5)
 block = b"\0" * (1 << 20)
 stop = time.monotonic() + duration
 while time.monotonic() < stop:
@@ -104,21 +117,14 @@ PY
 measure() {
   local out rc=0 warmup=0.3
   out=$(mktemp)
-  timeout 20 "$emu" exec 1 python3 -c "$receiver" "$("$emu" addr 1)" "$port" "$warmup" >"$out" &
+  timeout 12 "$emu" exec 1 python3 -c "$receiver" "$("$emu" addr 1)" "$port" "$warmup" >"$out" &
   local rpid=$!
-  timeout 20 "$emu" exec 0 python3 -c "$sender" "$("$emu" addr 1)" "$port" \
+  timeout 12 "$emu" exec 0 python3 -c "$sender" "$("$emu" addr 1)" "$port" \
     "$(awk -v s="$seconds" -v w="$warmup" 'BEGIN{print s + w}')" || rc=$?
   wait "$rpid" || rc=$?
   if [ "$rc" -ne 0 ]; then rm -f "$out"; echo "emuhosts_check: transfer failed (status $rc)" >&2; return 1; fi
   cat "$out"; rm -f "$out"
 }
-
-rate_mbit=$(awk -v r="$rate" 'BEGIN {
-  if (!match(r, /^[0-9]+(\.[0-9]+)?/)) exit
-  n = substr(r, 1, RLENGTH); u = tolower(substr(r, RLENGTH + 1))
-  if (u == "kbit") print n / 1000; else if (u == "mbit") print n; else if (u == "gbit") print n * 1000
-}')
-[ -n "$rate_mbit" ] || { echo "emuhosts_check: give the rate as kbit, mbit or gbit" >&2; exit 2; }
 
 fail=0
 "$emu" up 2 --rate "$rate" >/dev/null

@@ -46,17 +46,14 @@ bool user_set(const std::vector<std::string>& env, const std::string& var) {
   return false;
 }
 
-// The UCX environment for one transport: UCX_TLS from --transport, and the TCP segment sizes
-// sluice's engine applies by itself, given to ucx_perftest explicitly so both run with the same
-// settings. What the user set stays as they set it (children inherit it).
+// The UCX environment for one transport: UCX_TLS from --transport. sluice's own UCX defaults
+// are already in this process's environment (main sets them), so sluice's processes and
+// ucx_perftest inherit the same settings. What the user set stays as they set it.
 std::vector<std::string> transport_env(const std::string& transport,
                                        const std::vector<std::string>& env) {
   std::vector<std::string> out = {"UCX_TLS=" + transport};
-  if (transport == "tcp") {
-    for (const char* var : {"UCX_TCP_TX_SEG_SIZE", "UCX_TCP_RX_SEG_SIZE"}) {
-      if (!user_set(env, var)) out.push_back(std::string(var) + "=2M");
-    }
-  }
+  // Loopback only: the machine's other interfaces stay out of a local measurement.
+  if (!user_set(env, "UCX_NET_DEVICES")) out.push_back("UCX_NET_DEVICES=lo");
   // UCX prints this warning on stdout, where the children's results go.
   if (!user_set(env, "UCX_WARN_UNUSED_ENV_VARS")) out.push_back("UCX_WARN_UNUSED_ENV_VARS=n");
   return out;

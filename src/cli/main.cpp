@@ -11,6 +11,7 @@
 #include "cli/transfer_cmds.hpp"
 #include "core/build_info.hpp"
 #include "core/log.hpp"
+#include "core/transfer.hpp"
 
 extern char** environ;
 
@@ -32,15 +33,26 @@ constexpr RoleSpec kRoles[] = {
     {"actor", "run the actor (trains on trajectories, publishes weight versions)"},
 };
 
-std::vector<std::string> environment() {
+std::vector<std::string> read_environment() {
   std::vector<std::string> env;
   for (char** e = environ; e && *e; ++e) env.emplace_back(*e);
+  return env;
+}
+
+// The environment as the user gave it, before sluice's UCX defaults were added.
+const std::vector<std::string>& environment() {
+  static const std::vector<std::string> env = read_environment();
   return env;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
+  // UCX reads its settings from the environment: sluice's measured defaults go there, before
+  // any UCX context exists, for what the user has not set (and never over what they set).
+  for (const auto& [var, value] : sluice::core::ucx_env_defaults(environment())) {
+    ::setenv(var.c_str(), value.c_str(), 0);
+  }
   CLI::App app{"sluice: asynchronous RL post-training runtime (weights out, trajectories in)",
                "sluice"};
   app.require_subcommand(1);

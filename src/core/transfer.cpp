@@ -24,21 +24,39 @@ constexpr Millis kCancelGrace{2000};
 // Idle progress period when the worker has no event fd (see TransferOptions::Progress).
 constexpr Millis kIdlePoll{1};
 
+std::vector<std::string> split_tls(const std::string& tls) {
+  std::vector<std::string> out;
+  std::size_t start = 0;
+  while (start <= tls.size()) {
+    auto comma = tls.find(',', start);
+    out.push_back(tls.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return out;
+}
+
+bool is_shm_transport(const std::string& t) {
+  return t == "sm" || t == "shm" || t == "cma" || t == "mm" || t == "posix" || t == "sysv" ||
+         t == "xpmem" || t == "knem" || t == "self";
+}
+
+// Whether a UCX_TLS value names shared-memory transports only (then no peer failure detection
+// is possible in UCX 1.13; see ucx::Endpoint).
+bool shm_only_transports(const std::string& tls) {
+  if (tls == "default" || tls.empty() || tls[0] == '^') return false;
+  for (const auto& t : split_tls(tls))
+    if (!is_shm_transport(t)) return false;
+  return true;
+}
+
 // Whether every transport in a UCX_TLS value can wake a sleeping worker. Shared-memory ones
 // (cma above all, which carries same-host GETs) cannot, and "all"/unset/negated lists may
 // include them.
 bool event_capable(const std::string& tls) {
   if (tls == "default" || tls.empty() || tls[0] == '^') return false;
-  std::size_t start = 0;
-  while (start <= tls.size()) {
-    auto comma = tls.find(',', start);
-    std::string t = tls.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
-    if (t == "sm" || t == "shm" || t == "cma" || t == "all" || t == "mm" || t == "posix" ||
-        t == "sysv" || t == "xpmem" || t == "knem")
-      return false;
-    if (comma == std::string::npos) break;
-    start = comma + 1;
-  }
+  for (const auto& t : split_tls(tls))
+    if (t == "all" || (is_shm_transport(t) && t != "self")) return false;
   return true;
 }
 
@@ -166,11 +184,13 @@ struct TransferEngine::Impl {
   std::unique_ptr<EventLoop::FdWatch> watch;
   std::unique_ptr<EventLoop::Timer> idle_poll;
   std::string tls;
+  std::vector<std::string> defaults;
   std::map<std::string, std::shared_ptr<Peer>> peers;  // by worker address
   std::map<ReadState*, std::shared_ptr<ReadState>> reads;
   std::uint64_t in_flight = 0;
   bool poll_posted = false;
   bool closing = false;
+  bool shm_only = false;  // UCX_TLS names only shared-memory transports
   Clock::time_point spin_until{};
   std::shared_ptr<bool> alive = std::make_shared<bool>(true);
 
@@ -213,7 +233,7 @@ struct TransferEngine::Impl {
           peer->failed = true;
           peer->why = ucs_status_string(s);
         },
-        p.get());
+        p.get(), !shm_only);
     if (!ep.is_ok()) return ep.status();
     p->ep = std::move(ep).value();
     peers[address] = p;
@@ -523,9 +543,13 @@ Result<std::unique_ptr<TransferEngine>> TransferEngine::create(EventLoop& loop,
   impl->tls = "default";
   for (const auto& e : opts.environment)
     if (e.rfind("UCX_TLS=", 0) == 0) impl->tls = e.substr(8);
+  for (const auto& [name, value] : opts.ucx_config)
+    if (name == "TLS") impl->tls = value;
+  for (const auto& [k, v] : ucx_env_defaults(opts.environment)) impl->defaults.push_back(k + "=" + v);
+  impl->shm_only = shm_only_transports(impl->tls);
   bool wakeup = opts.progress == TransferOptions::Progress::kEventFd;
   if (opts.progress == TransferOptions::Progress::kAuto) wakeup = event_capable(impl->tls);
-  SLUICE_ASSIGN_OR_RETURN(impl->ctx, ucx::Context::create(opts.environment, wakeup));
+  SLUICE_ASSIGN_OR_RETURN(impl->ctx, ucx::Context::create(wakeup, opts.ucx_config));
   SLUICE_ASSIGN_OR_RETURN(impl->worker, ucx::Worker::create(*impl->ctx));
   Impl* raw = impl.get();
   std::unique_ptr<TransferEngine> engine(new TransferEngine(std::move(impl)));
@@ -548,11 +572,22 @@ Result<std::unique_ptr<TransferEngine>> TransferEngine::create(EventLoop& loop,
   return engine;
 }
 
-std::vector<std::string> TransferEngine::defaults_applied() const {
-  std::vector<std::string> out;
-  for (const auto& [k, v] : impl_->ctx->defaults().applied) out.push_back(k + "=" + v);
+std::vector<std::pair<std::string, std::string>> ucx_env_defaults(
+    const std::vector<std::string>& environment) {
+  auto user_set = [&](const std::string& var) {
+    for (const auto& e : environment)
+      if (e.size() > var.size() && e.compare(0, var.size(), var) == 0 && e[var.size()] == '=')
+        return true;
+    return false;
+  };
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const char* var : {"UCX_TCP_TX_SEG_SIZE", "UCX_TCP_RX_SEG_SIZE"}) {
+    if (!user_set(var)) out.emplace_back(var, "2M");
+  }
   return out;
 }
+
+std::vector<std::string> TransferEngine::defaults_applied() const { return impl_->defaults; }
 
 std::string TransferEngine::transports() const { return impl_->tls; }
 
@@ -597,7 +632,7 @@ void TransferEngine::read(std::vector<ReadSource> sources, std::vector<ChunkRead
                           RegisteredBuffer& dst, ReadOptions options,
                           std::function<void(Result<ReadStats>)> done) {
   Impl* impl = impl_.get();
-  auto fail_now = [&](Status s) { impl->loop.post([done, s] { done(s); }); };
+  auto fail_now = [&](Status s) { impl->loop.post([d = std::move(done), s] { d(s); }); };
   if (sources.empty()) return fail_now(invalid_argument("read: no sources"));
   if (options.max_in_flight_per_source == 0)
     return fail_now(invalid_argument("read: max_in_flight_per_source must be at least 1"));
@@ -607,7 +642,6 @@ void TransferEngine::read(std::vector<ReadSource> sources, std::vector<ChunkRead
   rs->dst = &dst;
   rs->dst_memh = dst.reg_->mr->get();
   rs->opt = std::move(options);
-  rs->done = std::move(done);
   rs->started = Clock::now();
   for (std::size_t i = 0; i < chunks.size(); ++i) {
     const auto& c = chunks[i];
@@ -638,6 +672,7 @@ void TransferEngine::read(std::vector<ReadSource> sources, std::vector<ChunkRead
     rs->chunks.push_back(std::move(st));
     rs->pending.push_back(static_cast<std::uint32_t>(i));
   }
+  rs->done = std::move(done);  // every check passed: from here on the read reports through rs
   // Connect to every source; one that cannot be reached is dead from the start.
   for (std::uint32_t s = 0; s < sources.size(); ++s) {
     SourceState st;

@@ -8,8 +8,11 @@
 // operation and on the whole read, and progress reported as bytes done of total.
 //
 // UCX types stay out of this header. Transport choice comes from UCX's own environment
-// (UCX_TLS and friends); where the user has not set them, sluice applies measured better
-// defaults (see defaults_applied()) and never overrides what the user set.
+// (UCX_TLS and friends). Where the user has not set them, the process's edge (the CLI, a test's
+// main) sets the measured better defaults of ucx_env_defaults() in the environment before the
+// first engine is made, and never overrides what the user set. (ucp_config_modify would avoid
+// touching the environment, but UCX 1.13 applies a TCP_* key to every transport's table, warns
+// "invalid configurations", and measured no faster than UCX's default segment size with it.)
 //
 // Thread safety: a TransferEngine, its buffers and its reads belong to the loop thread.
 // The engine hands `this` to UCX callbacks: not copyable, not movable.
@@ -65,10 +68,20 @@ class RegisteredBuffer {
   const TransferEngine* engine_ = nullptr;
 };
 
+// The UCX_* settings sluice chooses when they are missing from `environment` ("K=V" entries):
+// {"UCX_TCP_TX_SEG_SIZE", "2M"}, ... Measured on loopback with 8 MiB GETs: about 0.6 GB/s with
+// UCX's default TCP segment size against about 1.6 GB/s with 2 MiB segments.
+std::vector<std::pair<std::string, std::string>> ucx_env_defaults(
+    const std::vector<std::string>& environment);
+
 struct TransferOptions {
-  // The process environment ("K=V"), passed in by the caller (library code never reads it):
-  // used only to tell which UCX_* settings the user made, which sluice then leaves alone.
+  // The process environment as the user gave it ("K=V"), before any defaults were added, passed
+  // in by the caller (library code never reads it): tells which UCX_* settings were sluice's.
   std::vector<std::string> environment;
+
+  // UCX settings the caller chooses explicitly, without the UCX_ prefix ({"TLS", "tcp"}): applied
+  // over the environment, and used for UCX_TLS when deciding how to progress (below).
+  std::vector<std::pair<std::string, std::string>> ucx_config;
 
   // How the UCX worker is progressed when no read is in flight (while reads are in flight it is
   // polled). kEventFd sleeps on the worker's event fd (ucp_worker_get_efd/ucp_worker_arm).
@@ -147,7 +160,7 @@ class TransferEngine {
   Result<ReadStats> read_sync(std::vector<ReadSource> sources, std::vector<ChunkRead> chunks,
                               RegisteredBuffer& dst, ReadOptions options);
 
-  // UCX settings sluice applied because the user had not set them ("UCX_TCP_TX_SEG_SIZE=2M").
+  // UCX settings that are sluice's defaults rather than the user's ("UCX_TCP_TX_SEG_SIZE=2M").
   std::vector<std::string> defaults_applied() const;
   // The transports UCX may use (UCX_TLS as the user set it, or "default").
   std::string transports() const;

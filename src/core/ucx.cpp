@@ -8,29 +8,6 @@ namespace sluice::core::ucx {
 
 namespace {
 
-// Settings sluice chooses when the user has not set them (UCX reads UCX_* from the environment
-// itself; ours go through ucp_config_modify and never touch the environment).
-struct Choice {
-  const char* name;   // without the UCX_ prefix
-  const char* value;
-  const char* why;
-};
-constexpr Choice kChoices[] = {
-    // Measured on loopback, 8 MiB GETs: about 0.6 GB/s with UCX's default TCP segment size
-    // against about 1.6 GB/s with 2 MiB segments.
-    {"TCP_TX_SEG_SIZE", "2M", "tcp GET 0.6 -> 1.6 GB/s on loopback"},
-    {"TCP_RX_SEG_SIZE", "2M", "tcp GET 0.6 -> 1.6 GB/s on loopback"},
-};
-
-bool user_set(const std::vector<std::string>& env, const std::string& var) {
-  for (const auto& e : env) {
-    if (e.size() > var.size() && e.compare(0, var.size(), var) == 0 && e[var.size()] == '=') {
-      return true;
-    }
-  }
-  return false;
-}
-
 }  // namespace
 
 Status to_status(ucs_status_t s, const std::string& what) {
@@ -56,23 +33,18 @@ Status to_status(ucs_status_t s, const std::string& what) {
 
 // ---------------------------------------------------------------- context
 
-Result<std::unique_ptr<Context>> Context::create(const std::vector<std::string>& environment,
-                                                 bool wakeup) {
+Result<std::unique_ptr<Context>> Context::create(
+    bool wakeup,
+    const std::vector<std::pair<std::string, std::string>>& explicit_config) {
   ucp_config_t* config = nullptr;
   SLUICE_TRY(to_status(ucp_config_read(nullptr, nullptr, &config), "ucx: read config"));
   std::unique_ptr<Context> c(new Context());
-  for (const auto& choice : kChoices) {
-    std::string var = std::string("UCX_") + choice.name;
-    if (user_set(environment, var)) {
-      c->defaults_.kept_from_user.push_back(var);
-      continue;
+  for (const auto& [name, value] : explicit_config) {
+    ucs_status_t ms = ucp_config_modify(config, name.c_str(), value.c_str());
+    if (ms != UCS_OK) {
+      ucp_config_release(config);
+      return invalid_argument("ucx: cannot set " + name + "=" + value + ": " + ucs_status_string(ms));
     }
-    ucs_status_t s = ucp_config_modify(config, choice.name, choice.value);
-    if (s != UCS_OK) {
-      log::warn("ucx: cannot set {}={}: {}", var, choice.value, ucs_status_string(s));
-      continue;
-    }
-    c->defaults_.applied.emplace_back(var, choice.value);
   }
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED;
@@ -82,8 +54,6 @@ Result<std::unique_ptr<Context>> Context::create(const std::vector<std::string>&
   ucs_status_t s = ucp_init(&params, config, &c->h_);
   ucp_config_release(config);
   SLUICE_TRY(to_status(s, "ucx: init"));
-  for (const auto& [k, v] : c->defaults_.applied) log::debug("ucx: {}={} (sluice default)", k, v);
-  for (const auto& k : c->defaults_.kept_from_user) log::debug("ucx: {} kept as the user set it", k);
   return c;
 }
 
@@ -203,7 +173,7 @@ void Endpoint::on_error_cb(void* arg, ucp_ep_h /*ep*/, ucs_status_t status) {
 }
 
 Result<std::unique_ptr<Endpoint>> Endpoint::connect(Worker& worker, const std::string& address,
-                                                    ErrorFn on_error, void* arg) {
+                                                    ErrorFn on_error, void* arg, bool peer_mode) {
   std::unique_ptr<Endpoint> e(new Endpoint());
   e->worker_ = &worker;
   e->on_error_ = on_error;
@@ -215,7 +185,7 @@ Result<std::unique_ptr<Endpoint>> Endpoint::connect(Worker& worker, const std::s
   params.err_mode = UCP_ERR_HANDLING_MODE_PEER;
   params.err_handler.cb = &Endpoint::on_error_cb;
   params.err_handler.arg = e.get();
-  ucs_status_t s = ucp_ep_create(worker.get(), &params, &e->h_);
+  ucs_status_t s = peer_mode ? ucp_ep_create(worker.get(), &params, &e->h_) : UCS_ERR_UNREACHABLE;
   if (s == UCS_ERR_UNREACHABLE) {
     params.field_mask &= ~static_cast<std::uint64_t>(UCP_EP_PARAM_FIELD_ERR_HANDLER);
     params.err_mode = UCP_ERR_HANDLING_MODE_NONE;

@@ -22,30 +22,22 @@ namespace sluice::core::ucx {
 
 Status to_status(ucs_status_t s, const std::string& what);
 
-// UCX settings chosen by sluice when the user has not set them in the environment.
-struct Defaults {
-  std::vector<std::pair<std::string, std::string>> applied;  // name (without UCX_), value
-  std::vector<std::string> kept_from_user;                    // names the user set
-};
-
 class Context {
  public:
-  // `environment` holds the process environment ("K=V"); a UCX_* variable the user set is never
-  // overridden. Features: RMA (one-sided GET), and WAKEUP (an event fd) when `wakeup` is set.
-  static Result<std::unique_ptr<Context>> create(const std::vector<std::string>& environment,
-                                                 bool wakeup);
+  // UCX reads its UCX_* environment itself. Features: RMA (one-sided GET), and WAKEUP (an event
+  // fd) when `wakeup` is set. `explicit_config` (names without UCX_) is applied over it.
+  static Result<std::unique_ptr<Context>> create(
+      bool wakeup, const std::vector<std::pair<std::string, std::string>>& explicit_config = {});
   bool wakeup() const { return wakeup_; }
   ~Context();
   Context(const Context&) = delete;
   Context& operator=(const Context&) = delete;
 
   ucp_context_h get() const { return h_; }
-  const Defaults& defaults() const { return defaults_; }
 
  private:
   Context() = default;
   ucp_context_h h_ = nullptr;
-  Defaults defaults_;
   bool wakeup_ = false;
 };
 
@@ -118,8 +110,11 @@ class RemoteKey {
 class Endpoint {
  public:
   using ErrorFn = void (*)(void* arg, ucs_status_t status);
+  // `peer_mode` false skips the peer error-handling attempt (for shared-memory-only transports,
+  // where it cannot succeed and UCX logs an error for trying).
   static Result<std::unique_ptr<Endpoint>> connect(Worker& worker, const std::string& address,
-                                                   ErrorFn on_error, void* arg);
+                                                   ErrorFn on_error, void* arg,
+                                                   bool peer_mode = true);
   ~Endpoint();  // force-closes, progressing the worker for a bounded time
   Endpoint(const Endpoint&) = delete;
   Endpoint& operator=(const Endpoint&) = delete;

@@ -1,0 +1,290 @@
+// Multi-process reads over real UCX (tcp and shared memory) between `sluice transfer-source`
+// processes and a reader in this process.
+#include <doctest/doctest.h>
+
+#include <csignal>
+#include <cstring>
+
+#include "core/checksum.hpp"
+#include "core/event_loop.hpp"
+#include "core/messaging.hpp"
+#include "core/process.hpp"
+#include "core/region_server.hpp"
+#include "core/transfer.hpp"
+#include "core/units.hpp"
+
+using namespace sluice::core;
+
+namespace {
+
+std::vector<std::string> tls_env(const std::string& tls) {
+  return {"UCX_TLS=" + tls, "UCX_NET_DEVICES=lo", "UCX_WARN_UNUSED_ENV_VARS=n"};
+}
+
+// A `sluice transfer-source` process serving `bytes` of seeded data in chunks of `chunk`.
+struct Source {
+  std::unique_ptr<Subprocess> proc;
+  std::string endpoint;
+  Source(const std::string& tls, std::uint64_t bytes, std::uint64_t chunk, std::uint64_t seed,
+         long corrupt_chunk = -1) {
+    Subprocess::Options o;
+    o.argv = {SLUICE_BIN, "--log-level", "warn", "transfer-source", "--bytes",
+              std::to_string(bytes), "--chunk", std::to_string(chunk), "--seed",
+              std::to_string(seed), "--name", "r"};
+    if (corrupt_chunk >= 0) {
+      o.argv.push_back("--corrupt-chunk");
+      o.argv.push_back(std::to_string(corrupt_chunk));
+    }
+    o.extra_env = tls_env(tls);
+    proc = Subprocess::spawn(o).value();
+    while (true) {
+      auto line = proc->read_line(Millis(30000));
+      REQUIRE_MESSAGE(line.is_ok(), line.status().to_string());
+      if (line->rfind("endpoint ", 0) == 0) {
+        endpoint = line->substr(9);
+        break;
+      }
+    }
+  }
+};
+
+// The reader side: a loop, an engine on the given transport, and control clients.
+struct Reader {
+  std::unique_ptr<EventLoop> loop = EventLoop::create().value();
+  std::unique_ptr<TransferEngine> engine;
+  std::vector<std::unique_ptr<Client>> clients;
+  explicit Reader(const std::string& tls) {
+    TransferOptions o;
+    o.ucx_config = {{"TLS", tls}, {"NET_DEVICES", "lo"}};
+    auto e = TransferEngine::create(*loop, o);
+    REQUIRE_MESSAGE(e.is_ok(), e.status().to_string());
+    engine = std::move(e).value();
+  }
+  RemoteRegion describe(const Source& s) {
+    clients.push_back(Client::create(*loop, s.endpoint).value());
+    auto r = describe_region(*clients.back(), "r", Millis(10000));
+    REQUIRE_MESSAGE(r.is_ok(), r.status().to_string());
+    return std::move(r).value();
+  }
+};
+
+std::vector<std::uint8_t> expected(std::uint64_t bytes, std::uint64_t seed) {
+  std::vector<std::uint8_t> v(bytes);
+  fill_pseudo_random(v.data(), v.size(), seed);
+  return v;
+}
+
+bool equal_bytes(const RegisteredBuffer& buf, const std::vector<std::uint8_t>& want) {
+  return buf.size() >= want.size() && std::memcmp(buf.data(), want.data(), want.size()) == 0;
+}
+
+}  // namespace
+
+TEST_SUITE("core.transfer") {
+  TEST_CASE("a descriptor round-trips, and a truncated or foreign one is rejected") {
+    RegionDescriptor d;
+    d.worker_address = std::string("\x01\x02\x03worker", 9);
+    d.base = 0x7f0012345000ull;
+    d.length = 1ull << 30;
+    d.rkey = std::string("\x00rkey-bytes", 11);
+    std::string enc = d.encode();
+    auto back = RegionDescriptor::decode(enc);
+    REQUIRE(back.is_ok());
+    CHECK(back->worker_address == d.worker_address);
+    CHECK(back->base == d.base);
+    CHECK(back->length == d.length);
+    CHECK(back->rkey == d.rkey);
+
+    for (std::size_t n = 0; n < enc.size(); ++n) {
+      auto r = RegionDescriptor::decode(enc.substr(0, n));
+      CHECK_MESSAGE(!r.is_ok(), "accepted a descriptor truncated to ", n, " bytes");
+      if (!r.is_ok()) CHECK(r.status().code() == Code::kProtocol);
+    }
+    CHECK_FALSE(RegionDescriptor::decode(enc + "x").is_ok());  // trailing bytes
+
+    std::string other = enc;
+    other[4] = 2;  // format version 2
+    auto v = RegionDescriptor::decode(other);
+    REQUIRE_FALSE(v.is_ok());
+    CHECK(v.status().message().find("version 2 is not supported") != std::string::npos);
+
+    std::string magic = enc;
+    magic[0] = 'X';
+    CHECK(RegionDescriptor::decode(magic).status().message().find("magic") != std::string::npos);
+  }
+
+  TEST_CASE("multi-process reads return the source's bytes, over tcp and over shared memory") {
+    struct Case {
+      std::uint64_t bytes, chunk;
+    };
+    const Case cases[] = {
+        {1, 4096},                     // smaller than a chunk
+        {1000, 256},                   // not a multiple of the chunk size
+        {(5u << 20) + 123, 1u << 20},  // several chunks and a short last one
+        {64u << 20, 8u << 20},         // a multiple
+    };
+    for (const char* tls : {"tcp", "sm"}) {
+      for (const auto& c : cases) {
+        CAPTURE(tls);
+        CAPTURE(c.bytes);
+        CAPTURE(c.chunk);
+        std::uint64_t seed = c.bytes * 7 + 3;
+        Source src(tls, c.bytes, c.chunk, seed);
+        Reader rd(tls);
+        auto region = rd.describe(src);
+        CHECK(region.layout.bytes == c.bytes);
+        CHECK(region.layout.chunk_count() == (c.bytes + c.chunk - 1) / c.chunk);
+        auto dst = rd.engine->allocate(c.bytes).value();
+        std::uint64_t last_done = 0;
+        bool monotonic = true;
+        ReadOptions opt;
+        opt.progress_interval = Millis(0);
+        opt.on_progress = [&](const ReadProgress& p) {
+          monotonic = monotonic && p.bytes_done >= last_done && p.bytes_total == c.bytes;
+          last_done = p.bytes_done;
+        };
+        auto st = rd.engine->read_sync({{"src", region.descriptor}},
+                                       whole_region_chunks(region.layout), *dst, opt);
+        REQUIRE_MESSAGE(st.is_ok(), st.status().to_string());
+        CHECK(st->bytes == c.bytes);
+        CHECK(st->retries == 0);
+        CHECK(monotonic);
+        CHECK(last_done == c.bytes);
+        CHECK(equal_bytes(*dst, expected(c.bytes, seed)));
+      }
+    }
+  }
+
+  TEST_CASE("two sources are striped, and both serve") {
+    const std::uint64_t bytes = 32u << 20, chunk = 1u << 20, seed = 11;
+    Source a("tcp", bytes, chunk, seed), b("tcp", bytes, chunk, seed);
+    Reader rd("tcp");
+    auto ra = rd.describe(a), rb = rd.describe(b);
+    REQUIRE(ra.layout.checksums == rb.layout.checksums);
+    auto dst = rd.engine->allocate(bytes).value();
+    ReadOptions opt;
+    opt.max_in_flight_per_source = 2;
+    auto st = rd.engine->read_sync({{"a", ra.descriptor}, {"b", rb.descriptor}},
+                                   whole_region_chunks(ra.layout), *dst, opt);
+    REQUIRE_MESSAGE(st.is_ok(), st.status().to_string());
+    REQUIRE(st->bytes_per_source.size() == 2);
+    CHECK(st->bytes_per_source[0] + st->bytes_per_source[1] == bytes);
+    CHECK(st->bytes_per_source[0] > 0);
+    CHECK(st->bytes_per_source[1] > 0);
+    CHECK(equal_bytes(*dst, expected(bytes, seed)));
+  }
+
+  TEST_CASE("a corrupted chunk is detected by its checksum and fetched again from another source") {
+    const std::uint64_t bytes = 8u << 20, chunk = 1u << 20, seed = 5;
+    for (const char* tls : {"tcp", "sm"}) {
+      CAPTURE(tls);
+      // Source a serves chunk 0 corrupted (its checksums are of the good bytes). The reader asks
+      // source 0 first for the first chunk, so the corrupt copy is the one that arrives first.
+      Source bad(tls, bytes, chunk, seed, 0), good(tls, bytes, chunk, seed);
+      Reader rd(tls);
+      auto rbad = rd.describe(bad), rgood = rd.describe(good);
+      auto dst = rd.engine->allocate(bytes).value();
+      ReadOptions opt;
+      opt.max_in_flight_per_source = 1;
+      auto st = rd.engine->read_sync({{"bad", rbad.descriptor}, {"good", rgood.descriptor}},
+                                     whole_region_chunks(rbad.layout), *dst, opt);
+      REQUIRE_MESSAGE(st.is_ok(), st.status().to_string());
+      CHECK(st->checksum_failures == 1);
+      CHECK(st->retries >= 1);
+      CHECK(equal_bytes(*dst, expected(bytes, seed)));
+
+      // With only the corrupt source, the read fails and says why.
+      auto dst2 = rd.engine->allocate(bytes).value();
+      auto only = rd.engine->read_sync({{"bad", rbad.descriptor}},
+                                       whole_region_chunks(rbad.layout), *dst2, opt);
+      REQUIRE_FALSE(only.is_ok());
+      CHECK(only.status().code() == Code::kDataLoss);
+      CHECK(only.status().message().find("bad: checksum mismatch") != std::string::npos);
+    }
+  }
+
+  TEST_CASE("killing one of two sources mid-read still completes the read from the other") {
+    const std::uint64_t bytes = 128u << 20, chunk = 1u << 20, seed = 21;
+    Source a("tcp", bytes, chunk, seed), b("tcp", bytes, chunk, seed);
+    Reader rd("tcp");
+    auto ra = rd.describe(a), rb = rd.describe(b);
+    auto dst = rd.engine->allocate(bytes).value();
+    bool killed = false;
+    std::uint64_t done_at_kill = 0;
+    ReadOptions opt;
+    opt.max_in_flight_per_source = 2;
+    opt.op_timeout = Millis(5000);
+    opt.progress_interval = Millis(0);
+    opt.on_progress = [&](const ReadProgress& p) {
+      if (!killed && p.bytes_done >= bytes / 8) {
+        REQUIRE(a.proc->signal(SIGKILL).is_ok());
+        killed = true;
+        done_at_kill = p.bytes_done;
+      }
+    };
+    auto st = rd.engine->read_sync({{"a", ra.descriptor}, {"b", rb.descriptor}},
+                                   whole_region_chunks(ra.layout), *dst, opt);
+    REQUIRE(killed);
+    CHECK(done_at_kill < bytes);
+    REQUIRE_MESSAGE(st.is_ok(), st.status().to_string());
+    REQUIRE(st->failed_sources.size() == 1);
+    CHECK(st->failed_sources[0].rfind("a: ", 0) == 0);
+    CHECK(st->bytes_per_source[1] > bytes / 2);
+    CHECK(equal_bytes(*dst, expected(bytes, seed)));
+  }
+
+  TEST_CASE("with its only source killed, a read fails with a clear error within its timeout") {
+    const std::uint64_t bytes = 128u << 20, chunk = 1u << 20, seed = 2;
+    Source a("tcp", bytes, chunk, seed);
+    Reader rd("tcp");
+    auto ra = rd.describe(a);
+    auto dst = rd.engine->allocate(bytes).value();
+    bool killed = false;
+    ReadOptions opt;
+    opt.max_in_flight_per_source = 2;
+    opt.op_timeout = Millis(3000);
+    opt.total_timeout = Millis(20000);
+    opt.progress_interval = Millis(0);
+    opt.on_progress = [&](const ReadProgress& p) {
+      if (!killed && p.bytes_done >= bytes / 8) {
+        REQUIRE(a.proc->signal(SIGKILL).is_ok());
+        killed = true;
+      }
+    };
+    auto t0 = Clock::now();
+    auto st = rd.engine->read_sync({{"a", ra.descriptor}}, whole_region_chunks(ra.layout), *dst,
+                                   opt);
+    auto took = Clock::now() - t0;
+    REQUIRE(killed);
+    REQUIRE_FALSE(st.is_ok());
+    CHECK(st.status().code() == Code::kUnavailable);
+    CHECK(st.status().message().find("failed on every source: a: ") != std::string::npos);
+    CHECK(took < opt.op_timeout + Millis(5000));
+
+    // A read from a source that is already gone fails the same way, without hanging.
+    auto again = rd.engine->read_sync({{"a", ra.descriptor}}, whole_region_chunks(ra.layout),
+                                      *dst, opt);
+    REQUIRE_FALSE(again.is_ok());
+    CHECK(again.status().code() == Code::kUnavailable);
+  }
+
+  TEST_CASE("reads that do not fit are refused before anything moves") {
+    Source a("tcp", 1u << 20, 1u << 16, 1);
+    Reader rd("tcp");
+    auto ra = rd.describe(a);
+    auto small = rd.engine->allocate(1u << 16).value();
+    auto chunks = whole_region_chunks(ra.layout);
+    auto r = rd.engine->read_sync({{"a", ra.descriptor}}, chunks, *small, {});
+    CHECK(r.status().code() == Code::kInvalidArgument);
+    CHECK(r.status().message().find("does not fit the destination") != std::string::npos);
+
+    auto dst = rd.engine->allocate(2u << 20).value();
+    ChunkRead past;
+    past.src_offset = (1u << 20) - 10;
+    past.bytes = 100;
+    r = rd.engine->read_sync({{"a", ra.descriptor}}, {past}, *dst, {});
+    CHECK(r.status().message().find("outside the region of source a") != std::string::npos);
+    r = rd.engine->read_sync({}, chunks, *dst, {});
+    CHECK(r.status().message().find("no sources") != std::string::npos);
+  }
+}
