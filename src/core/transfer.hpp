@@ -91,6 +91,10 @@ struct TransferOptions {
   // and names no shared-memory transport, else kPolling.
   enum class Progress { kAuto, kEventFd, kPolling };
   Progress progress = Progress::kAuto;
+
+  // Verify chunk checksums on a thread of the engine's own (overlapping with the next GETs)
+  // rather than on the loop thread.
+  bool verify_on_thread = true;
 };
 
 struct ReadSource {

@@ -1,0 +1,72 @@
+#include "core/hash_worker.hpp"
+
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <thread>
+
+#include "core/checksum.hpp"
+
+namespace sluice::core {
+
+struct HashWorker::Impl {
+  struct Job {
+    const std::uint8_t* data;
+    std::size_t bytes;
+    std::function<void(std::uint64_t)> done;
+  };
+  EventLoop& loop;
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<Job> jobs;
+  bool stopping = false;
+  // Checked on the loop thread before a result is delivered; reset by the destructor there.
+  std::shared_ptr<bool> alive = std::make_shared<bool>(true);
+  std::thread thread;
+
+  explicit Impl(EventLoop& l) : loop(l) {
+    thread = std::thread([this] { run(); });
+  }
+
+  void run() {
+    std::weak_ptr<bool> weak = alive;
+    while (true) {
+      Job job;
+      {
+        std::unique_lock<std::mutex> lock(mu);
+        cv.wait(lock, [this] { return stopping || !jobs.empty(); });
+        if (stopping) return;
+        job = std::move(jobs.front());
+        jobs.pop_front();
+      }
+      std::uint64_t sum = chunk_checksum(job.data, job.bytes);
+      loop.post([weak, sum, done = std::move(job.done)] {
+        if (!weak.expired()) done(sum);
+      });
+    }
+  }
+};
+
+HashWorker::HashWorker(EventLoop& loop) : impl_(std::make_unique<Impl>(loop)) {}
+
+HashWorker::~HashWorker() {
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    impl_->stopping = true;
+    impl_->jobs.clear();
+  }
+  impl_->cv.notify_one();
+  impl_->thread.join();
+  impl_->alive.reset();
+}
+
+void HashWorker::submit(const std::uint8_t* data, std::size_t bytes,
+                        std::function<void(std::uint64_t)> done) {
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    impl_->jobs.push_back({data, bytes, std::move(done)});
+  }
+  impl_->cv.notify_one();
+}
+
+}  // namespace sluice::core
