@@ -519,10 +519,20 @@ struct ReadState {
     stats.seconds = std::chrono::duration<double>(Clock::now() - started).count();
     stats.bytes = bytes_done;
     for (const auto& src : sources) stats.bytes_per_source.push_back(src.bytes);
-    // Keep this state alive until the callback has returned, then let it go.
-    auto self = impl->reads[this];
-    impl->reads.erase(this);
+    // This state is still on the call stack (pump, settle, a UCX callback): it is released on a
+    // later loop turn, not here. Its endpoints go back to the engine's cache now, so that what
+    // is released later holds nothing of UCX's.
+    std::shared_ptr<ReadState> self;
+    if (auto it = impl->reads.find(this); it != impl->reads.end()) {
+      self = std::move(it->second);
+      impl->reads.erase(it);
+    }
+    for (auto& src : sources) {
+      src.rkey = nullptr;
+      src.peer.reset();
+    }
     impl->forget_failed_peers();
+    if (self) impl->loop.post([self] {});
     if (s.is_ok()) report_progress(true);
     auto cb = std::move(done);
     if (impl->closing || !cb) return;
