@@ -6,6 +6,7 @@
 #include "core/event_loop.hpp"
 #include "core/log.hpp"
 #include "core/messaging.hpp"
+#include "weightstore/service.hpp"
 
 namespace sluice::cli {
 
@@ -24,12 +25,58 @@ struct CommonConfig {
   core::Status validate() const { return log::parse_level(log_level).status(); }
 };
 
+// `sluice weightstore`: the common settings and the store's.
+struct WeightstoreRoleConfig {
+  std::string log_level = "info";
+  weightstore::ServiceConfig store;
+
+  template <typename V>
+  void describe(V& v) {
+    v("log_level", log_level, "log level: trace, debug, info, warn, error or off");
+    v("store", store, "the weight store service");
+  }
+  core::Status validate() const { return log::parse_level(log_level).status(); }
+};
+
+int run_weightstore(const RoleArgs& args, const std::vector<std::string>& overrides) {
+  auto cfg = core::config::load<WeightstoreRoleConfig>(args.config_path, overrides);
+  if (!cfg.is_ok()) {
+    std::fprintf(stderr, "sluice weightstore: %s\n", cfg.status().to_string().c_str());
+    return 2;
+  }
+  std::string effective = core::config::to_json(*cfg).dump(2);
+  if (args.print_config_only) {
+    std::printf("%s\n", effective.c_str());
+    return 0;
+  }
+  log::set_level(log::parse_level(cfg->log_level).value());
+  log::info("effective configuration:\n{}", effective);
+  auto loop = core::EventLoop::create().value();
+  loop->handle_shutdown_signals();
+  auto service = weightstore::StoreService::create(*loop, cfg->store);
+  if (!service.is_ok()) {
+    std::fprintf(stderr, "sluice weightstore: %s\n", service.status().to_string().c_str());
+    return 1;
+  }
+  std::unique_ptr<weightstore::StoreService> svc = std::move(service).value();
+  std::printf("endpoint %s\n", svc->endpoint().c_str());
+  std::fflush(stdout);
+  loop->on_shutdown([&](int) {
+    svc.reset();
+    loop->stop();
+  });
+  core::Status s = loop->run();
+  log::info("weightstore: stopped ({})", s.to_string());
+  return 0;
+}
+
 }  // namespace
 
 int run_role(const RoleArgs& args, const std::vector<std::string>& environment) {
   log::set_process_name(args.role);
   auto overrides = core::config::overrides_from_env(environment);
   overrides.insert(overrides.end(), args.overrides.begin(), args.overrides.end());
+  if (args.role == "weightstore") return run_weightstore(args, overrides);
   auto cfg = core::config::load<CommonConfig>(args.config_path, overrides);
   if (!cfg.is_ok()) {
     std::fprintf(stderr, "sluice %s: %s\n", args.role.c_str(), cfg.status().to_string().c_str());

@@ -9,8 +9,10 @@
 
 #include "cli/commands.hpp"
 #include "cli/transfer_cmds.hpp"
+#include "cli/weights_cmds.hpp"
 #include "core/build_info.hpp"
 #include "core/log.hpp"
+#include "core/process.hpp"
 #include "core/transfer.hpp"
 
 extern char** environ;
@@ -35,7 +37,8 @@ constexpr RoleSpec kRoles[] = {
 
 std::vector<std::string> read_environment() {
   std::vector<std::string> env;
-  for (char** e = environ; e && *e; ++e) env.emplace_back(*e);
+  for (char** e = environ; e && *e; ++e)
+    env.emplace_back(*e);
   return env;
 }
 
@@ -48,6 +51,8 @@ const std::vector<std::string>& environment() {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // A sluice process started by another (a bench, a test, the job launcher) ends with it.
+  sluice::core::die_with_parent(environment());
   // UCX reads its settings from the environment: sluice's measured defaults go there, before
   // any UCX context exists, for what the user has not set (and never over what they set).
   for (const auto& [var, value] : sluice::core::ucx_env_defaults(environment())) {
@@ -94,8 +99,9 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   bench_transfer->add_option("--sources", bt.sources, "1, or 2 to compare one against two")
       ->capture_default_str();
-  bench_transfer->add_option("--link-rate", bt.link_rate,
-                             "put sources in emulated hosts behind links of this rate (tc, e.g. 1gbit)");
+  bench_transfer->add_option(
+      "--link-rate", bt.link_rate,
+      "put sources in emulated hosts behind links of this rate (tc, e.g. 1gbit)");
   bench_transfer->add_flag("--json", bt.json, "one JSON object per row");
 
   // Processes that benches and tests start; not meant to be typed by hand.
@@ -120,6 +126,24 @@ int main(int argc, char** argv) {
   read_cmd->add_option("--verify-seed", tr.verify_seed, "compare with the seeded pattern");
   read_cmd->add_flag("!--no-warmup", tr.warmup, "skip the one-chunk warm-up read");
   read_cmd->add_option("--repeat", tr.repeat, "timed reads of the whole region");
+
+  sluice::cli::PublishArgs pub;
+  auto* publish_cmd = app.add_subcommand(
+      "publish", "publish a safetensors checkpoint as a weight version and serve it");
+  publish_cmd->add_option("--store", pub.store, "weight store endpoint")->capture_default_str();
+  publish_cmd->add_option("--safetensors", pub.safetensors, "checkpoint file")->required();
+  publish_cmd->add_option("--model", pub.model, "model name")->capture_default_str();
+  publish_cmd->add_option("--version", pub.version, "version number")->capture_default_str();
+  publish_cmd->add_option("--chunk", pub.chunk, "chunk size")->capture_default_str();
+  publish_cmd->add_option("--holder-id", pub.holder_id, "holder name (default publish-PID)");
+  sluice::cli::PullArgs pl;
+  auto* pull_cmd = app.add_subcommand("pull", "pull a weight version into a safetensors file");
+  pull_cmd->add_option("--store", pl.store, "weight store endpoint")->capture_default_str();
+  pull_cmd->add_option("--model", pl.model, "model name")->capture_default_str();
+  pull_cmd->add_option("--version", pl.version, "version (0: latest)")->capture_default_str();
+  pull_cmd->add_option("--out", pl.out, "output file")->required();
+  pull_cmd->add_option("--timeout-ms", pl.timeout_ms, "give up after this long")
+      ->capture_default_str();
 
   sluice::cli::PingArgs ping;
   auto* ping_cmd = app.add_subcommand("ping", "check that a role's control endpoint answers");
@@ -158,9 +182,8 @@ int main(int argc, char** argv) {
   if (app.got_subcommand("version")) {
     auto b = sluice::core::build_info();
     std::printf("sluice %s\nprotocol %d\nucx %s\nzeromq %s\ncuda %s\nnccl %s\nsanitizer %s\n",
-                b.version.c_str(), b.protocol_version, b.ucx_version.c_str(),
-                b.zmq_version.c_str(), b.cuda ? "on" : "off", b.nccl ? "on" : "off",
-                b.sanitizer.c_str());
+                b.version.c_str(), b.protocol_version, b.ucx_version.c_str(), b.zmq_version.c_str(),
+                b.cuda ? "on" : "off", b.nccl ? "on" : "off", b.sanitizer.c_str());
     return 0;
   }
   for (std::size_t i = 0; i < role_cmds.size(); ++i) {
@@ -171,5 +194,7 @@ int main(int argc, char** argv) {
   if (source_cmd->parsed()) return sluice::cli::run_transfer_source(ts, environment());
   if (read_cmd->parsed()) return sluice::cli::run_transfer_read(tr, environment());
   if (ping_cmd->parsed()) return sluice::cli::run_ping(ping);
+  if (publish_cmd->parsed()) return sluice::cli::run_publish(pub, environment());
+  if (pull_cmd->parsed()) return sluice::cli::run_pull(pl, environment());
   return 2;
 }

@@ -4,10 +4,12 @@
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <thread>
 
@@ -18,6 +20,19 @@ extern char** environ;
 namespace sluice::core {
 
 using Clock = std::chrono::steady_clock;
+
+void die_with_parent(const std::vector<std::string>& environment) {
+  const std::string prefix = std::string(kParentPidVar) + "=";
+  for (const auto& e : environment) {
+    if (e.rfind(prefix, 0) != 0) continue;
+    pid_t parent = static_cast<pid_t>(std::atol(e.c_str() + prefix.size()));
+    if (parent <= 0) return;
+    ::prctl(PR_SET_PDEATHSIG, SIGTERM);
+    // The parent may have died before prctl took effect: then we were re-parented already.
+    if (::getppid() != parent) std::_Exit(0);
+    return;
+  }
+}
 
 Result<std::unique_ptr<Subprocess>> Subprocess::spawn(Options options) {
   if (options.argv.empty()) return invalid_argument("spawn: empty argv");
@@ -37,16 +52,21 @@ Result<std::unique_ptr<Subprocess>> Subprocess::spawn(Options options) {
   for (char** e = environ; e && *e; ++e) {
     std::string entry(*e);
     std::string key = entry.substr(0, entry.find('='));
-    bool replaced = false;
-    for (const auto& x : options.extra_env) replaced = replaced || x.substr(0, x.find('=')) == key;
+    bool replaced = key == kParentPidVar;  // always ours, not an inherited one
+    for (const auto& x : options.extra_env)
+      replaced = replaced || x.substr(0, x.find('=')) == key;
     if (!replaced) env.push_back(std::move(entry));
   }
-  for (const auto& x : options.extra_env) env.push_back(x);
+  for (const auto& x : options.extra_env)
+    env.push_back(x);
+  env.push_back(std::string(kParentPidVar) + "=" + std::to_string(::getpid()));
   std::vector<char*> envp;
-  for (auto& e : env) envp.push_back(e.data());
+  for (auto& e : env)
+    envp.push_back(e.data());
   envp.push_back(nullptr);
   std::vector<char*> argv;
-  for (auto& a : options.argv) argv.push_back(a.data());
+  for (auto& a : options.argv)
+    argv.push_back(a.data());
   argv.push_back(nullptr);
 
   pid_t pid = -1;
@@ -138,7 +158,8 @@ Result<int> Subprocess::wait(std::chrono::milliseconds timeout) {
       exit_code_ = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
       return exit_code_;
     }
-    if (r < 0 && errno != EINTR) return internal_error(std::string("waitpid: ") + std::strerror(errno));
+    if (r < 0 && errno != EINTR)
+      return internal_error(std::string("waitpid: ") + std::strerror(errno));
     if (Clock::now() >= deadline) {
       return timeout_error("child " + std::to_string(pid_) + " still running after " +
                            std::to_string(timeout.count()) + " ms");

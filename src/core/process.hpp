@@ -16,13 +16,23 @@
 
 namespace sluice::core {
 
+// Children spawned here get SLUICE_PARENT_PID=<our pid> in their environment. A sluice process
+// that finds it there calls die_with_parent() at start-up, so that it is ended (SIGTERM) when its
+// parent dies, even by kill -9 or a crash that never ran the parent's destructors.
+inline constexpr const char* kParentPidVar = "SLUICE_PARENT_PID";
+
+// Asks the kernel to send SIGTERM to this process when its parent exits, if `environment`
+// ("K=V" entries, read by the caller at the edge) names a parent pid; exits at once if that
+// parent is already gone.
+void die_with_parent(const std::vector<std::string>& environment);
+
 class Subprocess {
  public:
   struct Options {
-    std::vector<std::string> argv;        // argv[0] is the program path
-    std::vector<std::string> extra_env;   // "K=V" added to (or replacing in) the environment
-    bool capture_stdout = true;           // else stdout is inherited
-    bool stderr_to_stdout = false;        // capture stderr in the same pipe
+    std::vector<std::string> argv;       // argv[0] is the program path
+    std::vector<std::string> extra_env;  // "K=V" added to (or replacing in) the environment
+    bool capture_stdout = true;          // else stdout is inherited
+    bool stderr_to_stdout = false;       // capture stderr in the same pipe
   };
 
   static Result<std::unique_ptr<Subprocess>> spawn(Options options);

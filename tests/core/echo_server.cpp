@@ -12,10 +12,17 @@
 #include "core/event_loop.hpp"
 #include "core/log.hpp"
 #include "core/messaging.hpp"
+#include "core/process.hpp"
 
 using namespace sluice::core;
 
+extern char** environ;
+
 int main(int argc, char** argv) {
+  std::vector<std::string> env;
+  for (char** e = environ; e && *e; ++e)
+    env.emplace_back(*e);
+  die_with_parent(env);
   std::string endpoint = argc > 1 ? argv[1] : "tcp://127.0.0.1:*";
   log::set_process_name("echo-server");
   auto loop_r = EventLoop::create();

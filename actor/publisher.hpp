@@ -1,0 +1,87 @@
+// The actor's publisher: puts a weight version into the weight store. publish() copies the
+// tensors into registered staging memory, computes the manifest (a checksum per chunk), sends it
+// to the store and registers this process as the version's first holder, which commits it.
+// The publisher then serves the version to readers (relays, rollouts) until it drops it.
+//
+// A copy beyond the newest keep_versions is unpublished first and freed only once the store says
+// its leases have drained (or after a bounded wait), so that no reader ever reads freed memory.
+//
+// Not yet as the design wants it: publish() returns after the checksums and the store's answer,
+// not right after the copy (see the issue notes); a relay taking over as holder is still to come.
+//
+// Thread safety: loop thread only; publish() runs the loop while it waits for the store.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/event_loop.hpp"
+#include "core/manifest.hpp"
+#include "core/transfer.hpp"
+#include "weightstore/client.hpp"
+
+namespace sluice::actor {
+
+using Clock = std::chrono::steady_clock;
+
+struct TensorView {
+  std::string name;
+  std::string dtype;
+  std::vector<std::uint64_t> shape;
+  const std::uint8_t* data = nullptr;
+  std::uint64_t bytes = 0;
+};
+
+struct PublisherOptions {
+  std::string model;
+  std::string holder_id;                  // unique per process, e.g. "actor-0"
+  std::uint64_t chunk_bytes = 8u << 20;
+  weightstore::Topology topology;
+  std::string endpoint;                   // this process's control endpoint (for the store)
+  std::uint32_t keep_versions = 2;        // versions this publisher keeps serving
+};
+
+class Publisher {
+ public:
+  static core::Result<std::unique_ptr<Publisher>> create(core::EventLoop& loop,
+                                                         core::TransferEngine& engine,
+                                                         weightstore::StoreClient& store,
+                                                         PublisherOptions options);
+  ~Publisher();
+  // Publishes `version` (greater than any earlier one) laid out in the given order.
+  core::Result<core::Manifest> publish(std::uint64_t version,
+                                       const std::vector<TensorView>& tensors);
+  // Keeps this holder known to the store; registers everything again after a store restart.
+  core::Status heartbeat();
+
+  struct Held {
+    core::Manifest manifest;
+    std::unique_ptr<core::RegisteredBuffer> buffer;
+  };
+  const std::vector<Held>& held() const { return held_; }
+  // Copies unpublished and waiting for their readers' leases to drain before they are freed.
+  std::size_t retiring() const { return retiring_.size(); }
+
+ private:
+  Publisher() = default;
+  weightstore::HolderRegistration registration(const Held& h) const;
+  // Unpublishes the oldest copies beyond keep_versions; frees each once drained.
+  void retire_old();
+  void check_retiring();
+
+  core::EventLoop* loop_ = nullptr;
+  core::TransferEngine* engine_ = nullptr;
+  weightstore::StoreClient* store_ = nullptr;
+  PublisherOptions options_;
+  std::vector<Held> held_;
+  struct Retiring {
+    Held held;
+    Clock::time_point since;
+  };
+  std::vector<Retiring> retiring_;
+  std::unique_ptr<core::EventLoop::Timer> drain_timer_;
+};
+
+}  // namespace sluice::actor

@@ -1,0 +1,154 @@
+#include "core/manifest.hpp"
+
+#include <set>
+
+#include "core/checksum.hpp"
+#include "core/safetensors.hpp"
+
+namespace sluice::core {
+
+std::uint64_t Manifest::chunk_count() const {
+  return chunk_bytes == 0 ? 0 : (total_bytes + chunk_bytes - 1) / chunk_bytes;
+}
+
+RegionLayout Manifest::layout() const {
+  RegionLayout l;
+  l.name = model + "@" + std::to_string(version);
+  l.bytes = total_bytes;
+  l.chunk_bytes = chunk_bytes;
+  l.checksums = checksums;
+  return l;
+}
+
+Status Manifest::validate() const {
+  auto bad = [&](const std::string& what) {
+    return invalid_argument("manifest " + (model.empty() ? std::string("?") : model) + "@" +
+                            std::to_string(version) + ": " + what);
+  };
+  if (model.empty()) return bad("no model name");
+  if (tensors.empty()) return bad("no tensors");
+  if (chunk_bytes == 0) return bad("chunk size must be positive");
+  std::set<std::string> names;
+  std::uint64_t expect_offset = 0;
+  for (const auto& t : tensors) {
+    const std::string who = "tensor '" + t.name + "'";
+    if (t.name.empty()) return bad("a tensor has no name");
+    if (!names.insert(t.name).second) return bad(who + " appears twice");
+    std::size_t elem = dtype_size(t.dtype);
+    if (elem == 0) return bad(who + " has unknown dtype '" + t.dtype + "'");
+    std::uint64_t count = 1;
+    for (auto d : t.shape) {
+      if (d != 0 && count > UINT64_MAX / d) return bad(who + ": shape overflows");
+      count *= d;
+    }
+    if (count > UINT64_MAX / elem || count * elem != t.bytes) {
+      return bad(who + " has " + std::to_string(t.bytes) + " bytes, its shape and dtype need " +
+                 std::to_string(count * elem));
+    }
+    if (t.offset < expect_offset) {
+      return bad(who + " at offset " + std::to_string(t.offset) +
+                 " overlaps the tensor before it (which ends at " + std::to_string(expect_offset) +
+                 ")");
+    }
+    if (t.offset > expect_offset) {
+      return bad(who + " at offset " + std::to_string(t.offset) + " leaves a gap after offset " +
+                 std::to_string(expect_offset));
+    }
+    if (t.bytes > UINT64_MAX - t.offset) return bad(who + ": offset + bytes overflows");
+    expect_offset = t.offset + t.bytes;
+  }
+  if (expect_offset != total_bytes) {
+    return bad("tensors add up to " + std::to_string(expect_offset) + " bytes, total_bytes says " +
+               std::to_string(total_bytes));
+  }
+  if (checksums.size() != chunk_count()) {
+    return bad(std::to_string(checksums.size()) + " checksums for " +
+               std::to_string(chunk_count()) + " chunks");
+  }
+  return {};
+}
+
+nlohmann::json Manifest::to_json() const {
+  nlohmann::json j;
+  j["model"] = model;
+  j["version"] = version;
+  j["total_bytes"] = total_bytes;
+  j["chunk_bytes"] = chunk_bytes;
+  j["checksums"] = checksums;
+  j["tensors"] = nlohmann::json::array();
+  for (const auto& t : tensors) {
+    j["tensors"].push_back({{"name", t.name},
+                            {"dtype", t.dtype},
+                            {"shape", t.shape},
+                            {"offset", t.offset},
+                            {"bytes", t.bytes}});
+  }
+  return j;
+}
+
+Result<Manifest> Manifest::from_json(const nlohmann::json& j) {
+  auto bad = [](const std::string& what) { return invalid_argument("manifest: " + what); };
+  if (!j.is_object()) return bad("not a JSON object");
+  auto u64 = [&](const nlohmann::json& o, const char* key, std::uint64_t& out) -> Status {
+    auto it = o.find(key);
+    if (it == o.end() || !it->is_number_unsigned()) {
+      return bad(std::string("'") + key + "' must be a non-negative integer");
+    }
+    out = it->get<std::uint64_t>();
+    return {};
+  };
+  Manifest m;
+  if (!j.contains("model") || !j["model"].is_string()) return bad("'model' must be a string");
+  m.model = j["model"].get<std::string>();
+  SLUICE_TRY(u64(j, "version", m.version));
+  SLUICE_TRY(u64(j, "total_bytes", m.total_bytes));
+  SLUICE_TRY(u64(j, "chunk_bytes", m.chunk_bytes));
+  if (!j.contains("checksums") || !j["checksums"].is_array())
+    return bad("'checksums' must be an array");
+  for (const auto& c : j["checksums"]) {
+    if (!c.is_number_unsigned()) return bad("a checksum is not a non-negative integer");
+    m.checksums.push_back(c.get<std::uint64_t>());
+  }
+  if (!j.contains("tensors") || !j["tensors"].is_array()) return bad("'tensors' must be an array");
+  for (const auto& t : j["tensors"]) {
+    if (!t.is_object()) return bad("a tensor is not an object");
+    TensorSpec s;
+    if (!t.contains("name") || !t["name"].is_string()) return bad("a tensor has no 'name' string");
+    s.name = t["name"].get<std::string>();
+    if (!t.contains("dtype") || !t["dtype"].is_string())
+      return bad("tensor '" + s.name + "' has no 'dtype' string");
+    s.dtype = t["dtype"].get<std::string>();
+    if (!t.contains("shape") || !t["shape"].is_array())
+      return bad("tensor '" + s.name + "' has no 'shape' array");
+    for (const auto& d : t["shape"]) {
+      if (!d.is_number_unsigned()) return bad("tensor '" + s.name + "' has a bad shape entry");
+      s.shape.push_back(d.get<std::uint64_t>());
+    }
+    SLUICE_TRY(u64(t, "offset", s.offset).with_context("tensor '" + s.name + "'"));
+    SLUICE_TRY(u64(t, "bytes", s.bytes).with_context("tensor '" + s.name + "'"));
+    m.tensors.push_back(std::move(s));
+  }
+  SLUICE_TRY(m.validate());
+  return m;
+}
+
+Result<Manifest> make_manifest(std::string model, std::uint64_t version,
+                               std::vector<TensorSpec> tensors, const std::uint8_t* data,
+                               std::uint64_t total_bytes, std::uint64_t chunk_bytes) {
+  Manifest m;
+  m.model = std::move(model);
+  m.version = version;
+  m.tensors = std::move(tensors);
+  m.total_bytes = total_bytes;
+  m.chunk_bytes = chunk_bytes;
+  if (chunk_bytes > 0) {
+    for (std::uint64_t i = 0; i < m.chunk_count(); ++i) {
+      std::uint64_t off = i * chunk_bytes;
+      m.checksums.push_back(chunk_checksum(data + off, std::min(chunk_bytes, total_bytes - off)));
+    }
+  }
+  SLUICE_TRY(m.validate());
+  return m;
+}
+
+}  // namespace sluice::core

@@ -1,0 +1,148 @@
+// The weight store as a real process (`sluice weightstore`), spoken to over ZeroMQ.
+#include <doctest/doctest.h>
+
+#include <csignal>
+
+#include "core/event_loop.hpp"
+#include "core/messaging.hpp"
+#include "core/process.hpp"
+#include "weightstore/protocol.hpp"
+
+using namespace sluice;
+using namespace sluice::weightstore;
+using core::Code;
+using core::Message;
+using core::Millis;
+
+namespace {
+
+struct StoreProcess {
+  std::unique_ptr<core::Subprocess> proc;
+  std::string endpoint;
+  explicit StoreProcess(const std::string& listen) {
+    proc = core::Subprocess::spawn_argv({SLUICE_BIN, "--log-level", "warn", "weightstore", "--set",
+                                         "store.listen=" + listen})
+               .value();
+    while (true) {
+      auto line = proc->read_line(Millis(20000));
+      REQUIRE_MESSAGE(line.is_ok(), line.status().to_string());
+      if (line->rfind("endpoint ", 0) == 0) {
+        endpoint = line->substr(9);
+        break;
+      }
+    }
+  }
+};
+
+core::Manifest manifest(std::uint64_t version) {
+  std::vector<std::uint8_t> bytes(4096, static_cast<std::uint8_t>(version));
+  core::TensorSpec t{"w", "F32", {1024}, 0, 4096};
+  return core::make_manifest("policy", version, {t}, bytes.data(), bytes.size(), 1024).value();
+}
+
+HolderRegistration reg(const std::string& id, std::uint64_t version, std::vector<bool> chunks = {}) {
+  HolderRegistration r;
+  r.holder_id = id;
+  r.endpoint = "tcp://127.0.0.1:9/" + id;
+  r.descriptor = "descriptor of " + id;
+  r.topology = {"host-" + id, "rack-1", "dc-1"};
+  r.manifest = manifest(version);
+  r.chunks = std::move(chunks);
+  return r;
+}
+
+core::Result<Message> call(core::Client& c, Message m) { return c.call(std::move(m), Millis(5000)); }
+
+Message latest_req() {
+  Message m("store.latest");
+  m.body["model"] = "policy";
+  return m;
+}
+
+}  // namespace
+
+TEST_SUITE("weightstore.service") {
+  TEST_CASE("publish, commit, latest and a ranked read plan through a store process") {
+    StoreProcess store("tcp://127.0.0.1:*");
+    auto loop = core::EventLoop::create().value();
+    auto c = core::Client::create(*loop, store.endpoint).value();
+
+    Message put("store.put_manifest");
+    put.body["manifest"] = manifest(1).to_json();
+    REQUIRE(call(*c, put).is_ok());
+    CHECK(call(*c, latest_req()).status().code() == Code::kNotFound);
+
+    auto partial = call(*c, encode_registration(reg("relay-1", 1, {true, true, false, false})));
+    REQUIRE(partial.is_ok());
+    CHECK(partial->body["committed"] == false);
+    Message plan_req("store.plan");
+    plan_req.body["model"] = "policy";
+    plan_req.body["version"] = 1;
+    CHECK(call(*c, plan_req).status().code() == Code::kFailedPrecondition);
+
+    Message add("store.add_chunks");
+    add.body = {{"holder_id", "relay-1"}, {"model", "policy"}, {"version", 1}, {"chunks", {2, 3}}};
+    auto added = call(*c, add);
+    REQUIRE(added.is_ok());
+    CHECK(added->body["committed"] == true);
+    auto latest = call(*c, latest_req());
+    REQUIRE(latest.is_ok());
+    CHECK(latest->body["version"] == 1);
+
+    REQUIRE(call(*c, encode_registration(reg("relay-2", 1))).is_ok());
+    plan_req.body["version"] = 0;
+    plan_req.body["topology"] = {{"host", "host-relay-2"}, {"rack", "rack-1"}, {"datacenter", "dc-1"}};
+    auto plan_msg = call(*c, plan_req);
+    REQUIRE(plan_msg.is_ok());
+    auto plan = decode_plan(*plan_msg);
+    REQUIRE_MESSAGE(plan.is_ok(), plan.status().to_string());
+    CHECK(plan->manifest.version == 1);
+    REQUIRE(plan->chunks.size() == 4);
+    CHECK(plan->holders[plan->chunks[0].holders[0]].holder_id == "relay-2");  // same host first
+    CHECK(plan->holders[plan->chunks[0].holders[0]].descriptor == "descriptor of relay-2");
+
+    // A bad request changes nothing and says what is wrong.
+    Message bad("store.register");
+    bad.body["holder_id"] = "x";
+    bad.body["endpoint"] = "tcp://127.0.0.1:9";
+    bad.blobs.push_back("d");
+    auto r = call(*c, bad);
+    CHECK(r.status().code() == Code::kInvalidArgument);
+    CHECK(r.status().message().find("'manifest' is missing") != std::string::npos);
+    Message older("store.put_manifest");
+    older.body["manifest"] = manifest(1).to_json();
+    older.body["manifest"]["tensors"][0]["bytes"] = 4000;
+    auto o = call(*c, older);
+    CHECK(o.status().code() == Code::kInvalidArgument);
+    CHECK(o.status().message().find("has 4000 bytes") != std::string::npos);
+  }
+
+  TEST_CASE("a killed store restarts and rebuilds holders and latest from re-registrations") {
+    std::string endpoint;
+    {
+      StoreProcess first("tcp://127.0.0.1:*");
+      endpoint = first.endpoint;
+      auto loop = core::EventLoop::create().value();
+      auto c = core::Client::create(*loop, endpoint).value();
+      REQUIRE(call(*c, encode_registration(reg("relay-1", 3))).is_ok());
+      REQUIRE(call(*c, encode_registration(reg("relay-1", 4))).is_ok());
+      CHECK(call(*c, latest_req())->body["version"] == 4);
+      REQUIRE(first.proc->signal(SIGKILL).is_ok());
+      REQUIRE(first.proc->wait(Millis(10000)).is_ok());
+    }
+    StoreProcess second(endpoint);  // same port
+    auto loop = core::EventLoop::create().value();
+    auto c = core::Client::create(*loop, endpoint).value();
+    CHECK(call(*c, latest_req()).status().code() == Code::kNotFound);
+    // The holder's heartbeat tells it to register again; it does, with what it holds.
+    Message hb("store.heartbeat");
+    hb.body["holder_id"] = "relay-1";
+    CHECK(call(*c, hb).status().code() == Code::kNotFound);
+    REQUIRE(call(*c, encode_registration(reg("relay-1", 4))).is_ok());
+    REQUIRE(call(*c, encode_registration(reg("relay-1", 3))).is_ok());
+    auto latest = call(*c, latest_req());
+    REQUIRE(latest.is_ok());
+    CHECK(latest->body["version"] == 4);
+    CHECK(call(*c, hb).is_ok());
+  }
+}

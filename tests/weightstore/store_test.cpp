@@ -1,0 +1,207 @@
+#include <doctest/doctest.h>
+
+#include <numeric>
+
+#include "weightstore/store.hpp"
+
+using namespace sluice;
+using namespace sluice::weightstore;
+using core::Code;
+
+namespace {
+
+// A manifest of one F32 tensor of `floats` elements, chunked by `chunk` bytes.
+core::Manifest manifest(std::uint64_t version, std::uint64_t floats = 1024,
+                        std::uint64_t chunk = 1024, const std::string& model = "m") {
+  std::vector<std::uint8_t> bytes(floats * 4);
+  std::iota(bytes.begin(), bytes.end(), static_cast<std::uint8_t>(version));
+  core::TensorSpec t{"w", "F32", {floats}, 0, floats * 4};
+  return core::make_manifest(model, version, {t}, bytes.data(), bytes.size(), chunk).value();
+}
+
+HolderRegistration holder(const std::string& id, const core::Manifest& m, Topology topo = {},
+                          std::vector<bool> chunks = {}) {
+  HolderRegistration r;
+  r.holder_id = id;
+  r.endpoint = "tcp://127.0.0.1:1/" + id;
+  r.descriptor = "desc-" + id;
+  r.topology = std::move(topo);
+  r.manifest = m;
+  r.chunks = std::move(chunks);
+  return r;
+}
+
+const Clock::time_point t0{};
+
+}  // namespace
+
+TEST_SUITE("weightstore.store") {
+  TEST_CASE("a version is committed only once one holder has every chunk") {
+    WeightStore s;
+    auto m = manifest(1);  // 4 chunks
+    REQUIRE(s.put_manifest(m).is_ok());
+    CHECK(s.latest("m").status().code() == Code::kNotFound);
+    REQUIRE(s.register_holder(holder("a", m, {}, {true, true, false, false}), t0).is_ok());
+    REQUIRE(s.register_holder(holder("b", m, {}, {false, false, true, true}), t0).is_ok());
+    // Between them a and b have every chunk, but no one holder does.
+    CHECK_FALSE(s.committed("m", 1));
+    CHECK(s.plan("m", 1, {}, t0).status().code() == Code::kFailedPrecondition);
+    REQUIRE(s.add_chunks("a", "m", 1, {2}, t0).is_ok());
+    CHECK_FALSE(s.committed("m", 1));
+    REQUIRE(s.add_chunks("a", "m", 1, {3}, t0).is_ok());
+    CHECK(s.committed("m", 1));
+    CHECK(s.latest("m").value() == 1);
+    CHECK(s.add_chunks("a", "m", 1, {9}, t0).code() == Code::kInvalidArgument);
+  }
+
+  TEST_CASE("latest never goes backwards and versions only increase") {
+    WeightStore s;
+    auto m1 = manifest(1), m2 = manifest(2), m3 = manifest(3);
+    REQUIRE(s.put_manifest(m1).is_ok());
+    REQUIRE(s.put_manifest(m2).is_ok());
+    REQUIRE(s.register_holder(holder("a", m2), t0).is_ok());
+    CHECK(s.latest("m").value() == 2);
+    REQUIRE(s.register_holder(holder("b", m1), t0).is_ok());  // an older version commits late
+    CHECK(s.committed("m", 1));
+    CHECK(s.latest("m").value() == 2);
+    REQUIRE(s.put_manifest(m3).is_ok());
+    CHECK(s.put_manifest(manifest(2)).is_ok());  // the same manifest again is harmless
+    CHECK(s.put_manifest(manifest(2, 2048)).code() == Code::kAlreadyExists);
+    CHECK(s.put_manifest(manifest(0)).code() == Code::kInvalidArgument);
+    WeightStore t;
+    REQUIRE(t.put_manifest(m3).is_ok());
+    CHECK(t.put_manifest(m2).code() == Code::kFailedPrecondition);
+  }
+
+  TEST_CASE("read plans rank holders by topology, then by load, and name only verified chunks") {
+    WeightStore s;
+    auto m = manifest(1);
+    REQUIRE(s.put_manifest(m).is_ok());
+    Topology reader{"h1", "r1", "dc1"};
+    REQUIRE(s.register_holder(holder("remote", m, {"h9", "r9", "dc2"}), t0).is_ok());
+    REQUIRE(s.register_holder(holder("same-dc", m, {"h3", "r2", "dc1"}), t0).is_ok());
+    REQUIRE(s.register_holder(holder("same-rack", m, {"h2", "r1", "dc1"}), t0).is_ok());
+    REQUIRE(s.register_holder(
+                holder("same-host", m, {"h1", "r1", "dc1"}, {true, false, false, false}), t0)
+                .is_ok());
+    auto p = s.plan("m", 0, reader, t0);
+    REQUIRE(p.is_ok());
+    CHECK(p->manifest.version == 1);
+    auto names = [&](std::size_t chunk) {
+      std::vector<std::string> out;
+      for (auto i : p->chunks[chunk].holders) out.push_back(p->holders[i].holder_id);
+      return out;
+    };
+    CHECK(names(0) == std::vector<std::string>{"same-host", "same-rack", "same-dc", "remote"});
+    CHECK(names(1) == std::vector<std::string>{"same-rack", "same-dc", "remote"});
+
+    // Among equals, the least loaded comes first.
+    WeightStore f;
+    REQUIRE(f.put_manifest(m).is_ok());
+    REQUIRE(f.register_holder(holder("x", m), t0).is_ok());
+    auto only_x = f.plan("m", 1, {}, t0);  // x's load becomes 1
+    REQUIRE(only_x.is_ok());
+    REQUIRE(f.register_holder(holder("y", m), t0).is_ok());
+    auto next = f.plan("m", 1, {}, t0);
+    REQUIRE(next.is_ok());
+    CHECK(next->holders[next->chunks[0].holders[0]].holder_id == "y");
+  }
+
+  TEST_CASE("an unpublished copy gets no new leases and drains when its leases end") {
+    WeightStore s;
+    auto m = manifest(1);
+    REQUIRE(s.put_manifest(m).is_ok());
+    REQUIRE(s.register_holder(holder("a", m), t0).is_ok());
+    REQUIRE(s.register_holder(holder("b", m), t0).is_ok());
+    auto p = s.plan("m", 1, {}, t0);
+    REQUIRE(p.is_ok());
+    REQUIRE(s.unpublish("a", "m", 1).is_ok());
+    CHECK(s.drained("a", "m", 1).value() == false);  // under lease: not to be freed
+    auto q = s.plan("m", 1, {}, t0);
+    REQUIRE(q.is_ok());
+    for (const auto& h : q->holders) CHECK(h.holder_id != "a");
+    REQUIRE(s.release(p->lease_id).is_ok());
+    CHECK(s.drained("a", "m", 1).value() == true);
+    CHECK(s.release(p->lease_id).code() == Code::kNotFound);
+  }
+
+  TEST_CASE("expired leases are reclaimed, renewed ones are not") {
+    StoreConfig cfg;
+    cfg.lease_ttl = Millis(100);
+    cfg.holder_ttl = Millis(100000);
+    WeightStore s(cfg);
+    auto m = manifest(1);
+    REQUIRE(s.put_manifest(m).is_ok());
+    REQUIRE(s.register_holder(holder("a", m), t0).is_ok());
+    auto p1 = s.plan("m", 1, {}, t0).value();
+    auto p2 = s.plan("m", 1, {}, t0).value();
+    REQUIRE(s.unpublish("a", "m", 1).is_ok());
+    REQUIRE(s.renew(p2.lease_id, t0 + Millis(80)).is_ok());
+    s.expire(t0 + Millis(150));  // p1 expired, p2 renewed until 180
+    CHECK(s.drained("a", "m", 1).value() == false);
+    CHECK(s.renew(p1.lease_id, t0 + Millis(150)).code() == Code::kNotFound);
+    s.expire(t0 + Millis(200));
+    CHECK(s.drained("a", "m", 1).value() == true);
+  }
+
+  TEST_CASE("retention keeps the newest K committed versions and pinned ones") {
+    StoreConfig cfg;
+    cfg.keep_versions = 2;
+    WeightStore s(cfg);
+    for (std::uint64_t v = 1; v <= 5; ++v) {
+      auto m = manifest(v);
+      REQUIRE(s.put_manifest(m).is_ok());
+      if (v <= 4) REQUIRE(s.register_holder(holder("h" + std::to_string(v), m), t0).is_ok());
+    }
+    CHECK(s.retained("m") == std::set<std::uint64_t>{3, 4, 5});  // 5 is still being published
+    REQUIRE(s.pin("m", 1, "rollout-7").is_ok());
+    CHECK(s.retained("m") == std::set<std::uint64_t>{1, 3, 4, 5});
+    s.unpin("m", 1, "rollout-7");
+    CHECK(s.retained("m") == std::set<std::uint64_t>{3, 4, 5});
+    StoreConfig one;
+    one.keep_versions = 1;  // raised to the minimum of 2
+    WeightStore t(one);
+    for (std::uint64_t v = 1; v <= 3; ++v) {
+      auto m = manifest(v);
+      REQUIRE(t.put_manifest(m).is_ok());
+      REQUIRE(t.register_holder(holder("h", m), t0).is_ok());
+    }
+    CHECK(t.retained("m") == std::set<std::uint64_t>{2, 3});
+  }
+
+  TEST_CASE("holders without heartbeats expire, and a plan then says no holder is live") {
+    StoreConfig cfg;
+    cfg.holder_ttl = Millis(100);
+    WeightStore s(cfg);
+    auto m = manifest(1);
+    REQUIRE(s.put_manifest(m).is_ok());
+    REQUIRE(s.register_holder(holder("a", m), t0).is_ok());
+    REQUIRE(s.register_holder(holder("b", m), t0).is_ok());
+    REQUIRE(s.heartbeat("b", t0 + Millis(90)).is_ok());
+    CHECK(s.expire(t0 + Millis(150)) == std::vector<std::string>{"a"});
+    auto p = s.plan("m", 1, {}, t0 + Millis(150));
+    REQUIRE(p.is_ok());
+    CHECK(p->holders.size() == 1);
+    CHECK(s.expire(t0 + Millis(300)) == std::vector<std::string>{"b"});
+    CHECK(s.plan("m", 1, {}, t0 + Millis(300)).status().code() == Code::kUnavailable);
+    CHECK(s.latest("m").value() == 1);  // committed stays committed
+    CHECK(s.heartbeat("a", t0).code() == Code::kNotFound);
+  }
+
+  TEST_CASE("a restarted store rebuilds versions, holders and latest from re-registrations") {
+    auto m3 = manifest(3), m4 = manifest(4);
+    WeightStore fresh;
+    CHECK(fresh.latest("m").status().code() == Code::kNotFound);
+    REQUIRE(fresh.register_holder(holder("relay-1", m3), t0).is_ok());
+    REQUIRE(fresh.register_holder(holder("relay-2", m4, {}, {true, true, false, false}), t0).is_ok());
+    CHECK(fresh.latest("m").value() == 3);
+    REQUIRE(fresh.register_holder(holder("relay-1", m4), t0).is_ok());
+    CHECK(fresh.latest("m").value() == 4);
+    auto p = fresh.plan("m", 0, {}, t0);
+    REQUIRE(p.is_ok());
+    CHECK(p->manifest.version == 4);
+    // A holder that brings a different manifest for a known version is refused.
+    CHECK(fresh.register_holder(holder("liar", manifest(4, 2048)), t0).code() ==
+          Code::kInvalidArgument);
+  }
+}

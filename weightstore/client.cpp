@@ -1,0 +1,108 @@
+#include "weightstore/client.hpp"
+
+#include "weightstore/protocol.hpp"
+
+namespace sluice::weightstore {
+
+using core::Message;
+using core::Result;
+using core::Status;
+
+Result<std::unique_ptr<StoreClient>> StoreClient::create(core::EventLoop& loop,
+                                                         const std::string& endpoint,
+                                                         Millis timeout) {
+  auto c = std::unique_ptr<StoreClient>(new StoreClient());
+  SLUICE_ASSIGN_OR_RETURN(c->client_, core::Client::create(loop, endpoint));
+  c->timeout_ = timeout;
+  return c;
+}
+
+Status StoreClient::put_manifest(const core::Manifest& m) {
+  Message req("store.put_manifest");
+  req.body["manifest"] = m.to_json();
+  return client_->call(req, timeout_).status();
+}
+
+Result<bool> StoreClient::register_holder(const HolderRegistration& r) {
+  SLUICE_ASSIGN_OR_RETURN(Message reply, client_->call(encode_registration(r), timeout_));
+  return reply.body.value("committed", false);
+}
+
+Status StoreClient::heartbeat(const std::string& holder_id) {
+  Message req("store.heartbeat");
+  req.body["holder_id"] = holder_id;
+  return client_->call(req, timeout_).status();
+}
+
+Result<std::uint64_t> StoreClient::latest(const std::string& model) {
+  Message req("store.latest");
+  req.body["model"] = model;
+  SLUICE_ASSIGN_OR_RETURN(Message reply, client_->call(req, timeout_));
+  return body_u64(reply.body, "version");
+}
+
+Result<ReadPlan> StoreClient::plan(const std::string& model, std::uint64_t version,
+                                   const Topology& where) {
+  Message req("store.plan");
+  req.body["model"] = model;
+  req.body["version"] = version;
+  req.body["topology"] = topology_to_json(where);
+  SLUICE_ASSIGN_OR_RETURN(Message reply, client_->call(req, timeout_));
+  return decode_plan(reply);
+}
+
+Status StoreClient::release(std::uint64_t lease_id) {
+  Message req("store.release");
+  req.body["lease_id"] = lease_id;
+  return client_->call(req, timeout_).status();
+}
+
+Status StoreClient::unpublish(const std::string& holder_id, const std::string& model,
+                              std::uint64_t version) {
+  Message req("store.unpublish");
+  req.body = {{"holder_id", holder_id}, {"model", model}, {"version", version}};
+  return client_->call(req, timeout_).status();
+}
+
+Result<bool> StoreClient::drained(const std::string& holder_id, const std::string& model,
+                                  std::uint64_t version) {
+  Message req("store.drained");
+  req.body = {{"holder_id", holder_id}, {"model", model}, {"version", version}};
+  SLUICE_ASSIGN_OR_RETURN(Message reply, client_->call(req, timeout_));
+  return reply.body.value("drained", false);
+}
+
+Result<Pulled> pull(core::TransferEngine& engine, StoreClient& store, const std::string& model,
+                    std::uint64_t version, const Topology& where, core::ReadOptions options) {
+  SLUICE_ASSIGN_OR_RETURN(ReadPlan plan, store.plan(model, version, where));
+  std::vector<core::ReadSource> sources;
+  for (const auto& h : plan.holders) {
+    auto d = core::RegionDescriptor::decode(h.descriptor);
+    if (!d.is_ok()) {
+      store.release(plan.lease_id).ignore();
+      return d.status().with_context("holder " + h.holder_id);
+    }
+    sources.push_back({h.holder_id, std::move(d).value()});
+  }
+  auto layout = plan.manifest.layout();
+  auto chunks = core::whole_region_chunks(layout);
+  for (std::size_t i = 0; i < chunks.size(); ++i) chunks[i].sources = plan.chunks[i].holders;
+  Pulled out;
+  auto buf = engine.allocate(plan.manifest.total_bytes, false);
+  if (!buf.is_ok()) {
+    store.release(plan.lease_id).ignore();
+    return buf.status();
+  }
+  out.buffer = std::move(buf).value();
+  auto stats = engine.read_sync(std::move(sources), std::move(chunks), *out.buffer, options);
+  // The lease ends whether or not the read worked; a store that is gone lets it expire.
+  store.release(plan.lease_id).ignore();
+  if (!stats.is_ok()) {
+    return stats.status().with_context("pull " + model + "@" + std::to_string(plan.manifest.version));
+  }
+  out.stats = *stats;
+  out.manifest = std::move(plan.manifest);
+  return out;
+}
+
+}  // namespace sluice::weightstore

@@ -1,0 +1,55 @@
+// Client side of the weight store: typed requests over the control plane, and pull(), which
+// reads a committed version from the holders a read plan names.
+//
+// Thread safety: loop thread only. The blocking calls run the loop until their reply: call them
+// from tools and tests, never from a loop callback.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "core/event_loop.hpp"
+#include "core/manifest.hpp"
+#include "core/messaging.hpp"
+#include "core/transfer.hpp"
+#include "weightstore/store.hpp"
+
+namespace sluice::weightstore {
+
+class StoreClient {
+ public:
+  static core::Result<std::unique_ptr<StoreClient>> create(core::EventLoop& loop,
+                                                           const std::string& endpoint,
+                                                           Millis timeout = Millis(5000));
+  core::Status put_manifest(const core::Manifest& m);
+  // Returns whether the version is committed after this registration.
+  core::Result<bool> register_holder(const HolderRegistration& r);
+  core::Status heartbeat(const std::string& holder_id);
+  core::Result<std::uint64_t> latest(const std::string& model);
+  core::Result<ReadPlan> plan(const std::string& model, std::uint64_t version,
+                              const Topology& where);
+  core::Status release(std::uint64_t lease_id);
+  core::Status unpublish(const std::string& holder_id, const std::string& model,
+                         std::uint64_t version);
+  core::Result<bool> drained(const std::string& holder_id, const std::string& model,
+                             std::uint64_t version);
+  core::Client& raw() { return *client_; }
+
+ private:
+  std::unique_ptr<core::Client> client_;
+  Millis timeout_{5000};
+};
+
+struct Pulled {
+  core::Manifest manifest;
+  std::unique_ptr<core::RegisteredBuffer> buffer;  // the version's bytes, verified chunk by chunk
+  core::ReadStats stats;
+};
+
+// Reads `model`@`version` (0: latest committed) from the holders the store names, nearest and
+// least loaded first, each chunk's checksum verified, and releases the lease afterwards.
+core::Result<Pulled> pull(core::TransferEngine& engine, StoreClient& store,
+                          const std::string& model, std::uint64_t version, const Topology& where,
+                          core::ReadOptions options = {});
+
+}  // namespace sluice::weightstore

@@ -1,0 +1,59 @@
+// The weight store service: a WeightStore behind a messaging Server on the process loop
+// (`sluice weightstore --config FILE`). See protocol.hpp for the messages.
+//
+// Thread safety: loop thread only; not copyable or movable (handlers hold `this`).
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "core/event_loop.hpp"
+#include "core/messaging.hpp"
+#include "core/status.hpp"
+#include "weightstore/store.hpp"
+
+namespace sluice::weightstore {
+
+struct ServiceConfig {
+  std::string listen = "tcp://127.0.0.1:5550";  // control endpoint; a local job binds loopback
+  std::uint32_t keep_versions = 2;              // newest committed versions retained (>= 2)
+  std::uint64_t holder_ttl_ms = 3000;           // holder expiry without heartbeats
+  std::uint64_t lease_ttl_ms = 10000;           // lease expiry without renewal
+  std::uint64_t expire_interval_ms = 500;       // how often expiry runs
+  std::uint32_t sources_per_chunk = 4;          // ranked sources per chunk in a read plan
+
+  template <typename V>
+  void describe(V& v) {
+    v("listen", listen, "control endpoint (default tcp://127.0.0.1:5550)");
+    v("keep_versions", keep_versions, "newest committed versions kept per model, at least 2");
+    v("holder_ttl_ms", holder_ttl_ms, "a holder without a heartbeat this long expires");
+    v("lease_ttl_ms", lease_ttl_ms, "a lease not renewed this long expires");
+    v("expire_interval_ms", expire_interval_ms, "how often expiry runs");
+    v("sources_per_chunk", sources_per_chunk, "ranked sources per chunk in a read plan");
+  }
+  core::Status validate() const;
+};
+
+class StoreService {
+ public:
+  static core::Result<std::unique_ptr<StoreService>> create(core::EventLoop& loop,
+                                                            const ServiceConfig& config);
+  ~StoreService();
+  StoreService(const StoreService&) = delete;
+  StoreService& operator=(const StoreService&) = delete;
+
+  const std::string& endpoint() const;
+  const WeightStore& store() const { return store_; }
+
+ private:
+  StoreService(core::EventLoop& loop, const ServiceConfig& config);
+  void install_handlers();
+
+  core::EventLoop& loop_;
+  ServiceConfig config_;
+  WeightStore store_;
+  std::unique_ptr<core::Server> server_;
+  std::unique_ptr<core::EventLoop::Timer> expiry_;
+};
+
+}  // namespace sluice::weightstore

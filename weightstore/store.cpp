@@ -1,0 +1,287 @@
+#include "weightstore/store.hpp"
+
+#include <algorithm>
+
+namespace sluice::weightstore {
+
+using core::Status;
+
+int distance(const Topology& a, const Topology& b) {
+  if (!a.host.empty() && a.host == b.host) return 0;
+  bool same_dc = a.datacenter == b.datacenter;  // unlabelled on both sides counts as one
+  if (same_dc && !a.rack.empty() && a.rack == b.rack) return 1;
+  return same_dc ? 2 : 3;
+}
+
+WeightStore::WeightStore(StoreConfig config) : config_(config) {
+  config_.keep_versions = std::max<std::uint32_t>(2, config_.keep_versions);
+}
+
+namespace {
+std::string vname(const std::string& model, std::uint64_t v) {
+  return model + "@" + std::to_string(v);
+}
+bool same_manifest(const core::Manifest& a, const core::Manifest& b) {
+  return a.to_json() == b.to_json();
+}
+}  // namespace
+
+WeightStore::Version* WeightStore::find_version(const std::string& model, std::uint64_t version) {
+  auto m = models_.find(model);
+  if (m == models_.end()) return nullptr;
+  auto v = m->second.versions.find(version);
+  return v == m->second.versions.end() ? nullptr : &v->second;
+}
+
+Status WeightStore::put_manifest(const core::Manifest& m) {
+  SLUICE_TRY(m.validate());
+  if (m.version == 0) return core::invalid_argument("version numbers start at 1");
+  auto& model = models_[m.model];
+  if (auto it = model.versions.find(m.version); it != model.versions.end()) {
+    if (same_manifest(it->second.manifest, m)) return {};
+    return core::Status(core::Code::kAlreadyExists,
+                        vname(m.model, m.version) + " exists with another manifest");
+  }
+  if (!model.versions.empty() && m.version < model.versions.rbegin()->first) {
+    return core::failed_precondition(vname(m.model, m.version) + " is older than " +
+                                     vname(m.model, model.versions.rbegin()->first) +
+                                     ": versions only increase");
+  }
+  model.versions[m.version].manifest = m;
+  return {};
+}
+
+void WeightStore::maybe_commit(const std::string& model, std::uint64_t version, const Copy& c) {
+  Version* v = find_version(model, version);
+  if (!v || v->committed) return;
+  if (!std::all_of(c.chunks.begin(), c.chunks.end(), [](bool b) { return b; })) return;
+  v->committed = true;
+  auto& m = models_[model];
+  m.latest = std::max(m.latest, version);  // never backwards
+}
+
+Status WeightStore::register_holder(const HolderRegistration& r, Clock::time_point now) {
+  if (r.holder_id.empty()) return core::invalid_argument("holder has no id");
+  const auto& man = r.manifest;
+  Version* v = find_version(man.model, man.version);
+  if (!v) {
+    // After a store restart the holders bring the versions back, in whatever order they
+    // reconnect: an older version is accepted here (`latest` still never goes backwards).
+    SLUICE_TRY(man.validate().with_context("holder " + r.holder_id));
+    if (man.version == 0) return core::invalid_argument("version numbers start at 1");
+    models_[man.model].versions[man.version].manifest = man;
+    v = find_version(man.model, man.version);
+  } else if (!same_manifest(v->manifest, man)) {
+    return core::invalid_argument("holder " + r.holder_id + " holds " +
+                                  vname(man.model, man.version) +
+                                  " with a manifest that differs from the store's");
+  }
+  std::size_t n = man.chunk_count();
+  if (!r.chunks.empty() && r.chunks.size() != n) {
+    return core::invalid_argument("holder " + r.holder_id + ": chunk bitmap of " +
+                                  std::to_string(r.chunks.size()) + " for " + std::to_string(n) +
+                                  " chunks");
+  }
+  auto& h = holders_[r.holder_id];
+  h.topology = r.topology;
+  h.last_seen = now;
+  Copy& c = h.copies[{man.model, man.version}];
+  c.endpoint = r.endpoint;
+  c.descriptor = r.descriptor;
+  c.chunks = r.chunks.empty() ? std::vector<bool>(n, true) : r.chunks;
+  c.unpublished = false;
+  maybe_commit(man.model, man.version, c);
+  return {};
+}
+
+Status WeightStore::add_chunks(const std::string& holder_id, const std::string& model,
+                               std::uint64_t version, const std::vector<std::uint32_t>& chunks,
+                               Clock::time_point now) {
+  auto h = holders_.find(holder_id);
+  if (h == holders_.end()) return core::not_found("no holder '" + holder_id + "'");
+  auto c = h->second.copies.find({model, version});
+  if (c == h->second.copies.end()) {
+    return core::not_found("holder '" + holder_id + "' has not registered " + vname(model, version));
+  }
+  for (auto i : chunks) {
+    if (i >= c->second.chunks.size()) {
+      return core::invalid_argument("chunk " + std::to_string(i) + " of " + vname(model, version) +
+                                    " does not exist");
+    }
+  }
+  for (auto i : chunks) c->second.chunks[i] = true;
+  h->second.last_seen = now;
+  maybe_commit(model, version, c->second);
+  return {};
+}
+
+Status WeightStore::heartbeat(const std::string& holder_id, Clock::time_point now) {
+  auto h = holders_.find(holder_id);
+  if (h == holders_.end()) {
+    // A store that restarted does not know it: the holder re-registers.
+    return core::not_found("no holder '" + holder_id + "': register again");
+  }
+  h->second.last_seen = now;
+  return {};
+}
+
+Status WeightStore::unpublish(const std::string& holder_id, const std::string& model,
+                              std::uint64_t version) {
+  auto h = holders_.find(holder_id);
+  if (h == holders_.end()) return core::not_found("no holder '" + holder_id + "'");
+  auto c = h->second.copies.find({model, version});
+  if (c == h->second.copies.end()) {
+    return core::not_found("holder '" + holder_id + "' does not hold " + vname(model, version));
+  }
+  c->second.unpublished = true;
+  return {};
+}
+
+core::Result<bool> WeightStore::drained(const std::string& holder_id, const std::string& model,
+                                        std::uint64_t version) const {
+  for (const auto& [id, l] : leases_) {
+    if (l.model != model || l.version != version) continue;
+    if (std::find(l.holders.begin(), l.holders.end(), holder_id) != l.holders.end()) return false;
+  }
+  return true;
+}
+
+core::Result<std::uint64_t> WeightStore::latest(const std::string& model) const {
+  auto m = models_.find(model);
+  if (m == models_.end() || m->second.latest == 0) {
+    return core::not_found("model '" + model + "' has no committed version");
+  }
+  return m->second.latest;
+}
+
+bool WeightStore::committed(const std::string& model, std::uint64_t version) const {
+  auto m = models_.find(model);
+  if (m == models_.end()) return false;
+  auto v = m->second.versions.find(version);
+  return v != m->second.versions.end() && v->second.committed;
+}
+
+std::size_t WeightStore::active_leases(const std::string& holder_id) const {
+  std::size_t n = 0;
+  for (const auto& [id, l] : leases_)
+    n += static_cast<std::size_t>(std::count(l.holders.begin(), l.holders.end(), holder_id));
+  return n;
+}
+
+core::Result<ReadPlan> WeightStore::plan(const std::string& model, std::uint64_t version,
+                                         const Topology& where, Clock::time_point now) {
+  if (version == 0) {
+    SLUICE_ASSIGN_OR_RETURN(version, latest(model));
+  }
+  Version* v = find_version(model, version);
+  if (!v) return core::not_found("no " + vname(model, version));
+  if (!v->committed) {
+    return core::failed_precondition(vname(model, version) + " is not committed yet");
+  }
+  ReadPlan p;
+  p.manifest = v->manifest;
+  // Candidate copies, ranked once: distance, then load, then id (for a stable order).
+  struct Cand {
+    std::string id;
+    const Copy* copy;
+    int dist;
+    std::size_t load;
+  };
+  std::vector<Cand> cands;
+  for (const auto& [id, h] : holders_) {
+    auto c = h.copies.find({model, version});
+    if (c == h.copies.end() || c->second.unpublished) continue;
+    cands.push_back({id, &c->second, distance(where, h.topology), active_leases(id)});
+  }
+  std::sort(cands.begin(), cands.end(), [](const Cand& a, const Cand& b) {
+    if (a.dist != b.dist) return a.dist < b.dist;
+    if (a.load != b.load) return a.load < b.load;
+    return a.id < b.id;
+  });
+  std::map<std::string, std::uint32_t> index;
+  std::size_t n = v->manifest.chunk_count();
+  p.chunks.resize(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    for (const auto& c : cands) {
+      if (p.chunks[i].holders.size() >= config_.sources_per_chunk) break;
+      if (!c.copy->chunks[i]) continue;
+      auto [it, added] = index.try_emplace(c.id, static_cast<std::uint32_t>(p.holders.size()));
+      if (added) p.holders.push_back({c.id, c.copy->endpoint, c.copy->descriptor, c.dist});
+      p.chunks[i].holders.push_back(it->second);
+    }
+    if (p.chunks[i].holders.empty()) {
+      return core::unavailable("chunk " + std::to_string(i) + " of " + vname(model, version) +
+                               " has no live holder");
+    }
+  }
+  Lease l;
+  l.model = model;
+  l.version = version;
+  for (const auto& h : p.holders) l.holders.push_back(h.holder_id);
+  l.expires = now + config_.lease_ttl;
+  p.lease_id = next_lease_++;
+  leases_[p.lease_id] = std::move(l);
+  return p;
+}
+
+Status WeightStore::renew(std::uint64_t lease_id, Clock::time_point now) {
+  auto it = leases_.find(lease_id);
+  if (it == leases_.end()) return core::not_found("lease " + std::to_string(lease_id) + " expired");
+  it->second.expires = now + config_.lease_ttl;
+  return {};
+}
+
+Status WeightStore::release(std::uint64_t lease_id) {
+  if (leases_.erase(lease_id) == 0) {
+    return core::not_found("lease " + std::to_string(lease_id) + " is not active");
+  }
+  return {};
+}
+
+Status WeightStore::pin(const std::string& model, std::uint64_t version, const std::string& owner) {
+  Version* v = find_version(model, version);
+  if (!v) return core::not_found("no " + vname(model, version));
+  v->pins.insert(owner);
+  return {};
+}
+
+void WeightStore::unpin(const std::string& model, std::uint64_t version, const std::string& owner) {
+  if (Version* v = find_version(model, version)) v->pins.erase(owner);
+}
+
+std::set<std::uint64_t> WeightStore::retained(const std::string& model) const {
+  std::set<std::uint64_t> keep;
+  auto m = models_.find(model);
+  if (m == models_.end()) return keep;
+  std::uint32_t committed_seen = 0;
+  for (auto it = m->second.versions.rbegin(); it != m->second.versions.rend(); ++it) {
+    const Version& v = it->second;
+    if (!v.committed) {
+      keep.insert(it->first);  // in flight: a publish is still under way
+    } else if (committed_seen < config_.keep_versions) {
+      keep.insert(it->first);
+      ++committed_seen;
+    }
+    if (!v.pins.empty()) keep.insert(it->first);
+  }
+  return keep;
+}
+
+std::vector<std::string> WeightStore::expire(Clock::time_point now) {
+  std::vector<std::string> gone;
+  for (auto it = holders_.begin(); it != holders_.end();) {
+    if (now - it->second.last_seen > config_.holder_ttl) {
+      gone.push_back(it->first);
+      it = holders_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  for (auto it = leases_.begin(); it != leases_.end();) {
+    if (now > it->second.expires) it = leases_.erase(it);
+    else ++it;
+  }
+  return gone;
+}
+
+}  // namespace sluice::weightstore

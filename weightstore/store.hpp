@@ -1,0 +1,165 @@
+// The weight store's state: the control plane of reference-oriented storage. It holds no weight
+// bytes; it tracks which holders have which chunks of which immutable version, commits a version
+// once one holder has all of it, answers `latest`, ranks sources for readers, and keeps leases,
+// retention and holder liveness. This class is the pure state machine: no I/O, time passed in,
+// so that every rule can be tested directly; the service around it speaks the protocol.
+//
+// Rules (../shared/design.md, weight store semantics):
+// - versions of a model are increasing integers; a version is committed once one holder has
+//   every chunk verified; `latest` is the highest committed version and never goes backwards;
+// - read plans rank the holders of each chunk: same host, same rack, same datacenter, remote;
+//   among equals the least loaded (fewest active leases);
+// - a plan holds a lease on the holders it names; a holder that unpublishes gets no new leases
+//   and may free its copy once its leases have drained (been released or expired);
+// - retention keeps the newest K committed versions and pinned ones; holders ask which to drop;
+// - holders that stop sending heartbeats expire; a restarted store rebuilds from holders'
+//   re-registrations (which carry the manifest), and the version counter resumes from them.
+//
+// Thread safety: none; the service owns it on its loop thread.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "core/manifest.hpp"
+#include "core/status.hpp"
+
+namespace sluice::weightstore {
+
+using Clock = std::chrono::steady_clock;
+using Millis = std::chrono::milliseconds;
+
+struct Topology {
+  std::string host;
+  std::string rack;
+  std::string datacenter;
+};
+
+// 0 same host, 1 same rack, 2 same datacenter, 3 remote.
+int distance(const Topology& a, const Topology& b);
+
+struct StoreConfig {
+  std::uint32_t keep_versions = 2;  // newest committed versions kept per model (>= 2)
+  Millis holder_ttl{3000};          // a holder without a heartbeat for this long expires
+  Millis lease_ttl{10000};          // a lease not renewed for this long expires
+  std::uint32_t sources_per_chunk = 4;  // ranked sources returned per chunk
+};
+
+struct HolderRegistration {
+  std::string holder_id;            // unique per holder process ("relay-3")
+  std::string endpoint;             // its control endpoint
+  std::string descriptor;           // its RegionDescriptor for this version (encoded)
+  Topology topology;
+  core::Manifest manifest;          // the version it holds
+  std::vector<bool> chunks;         // verified chunks; empty means all of them
+};
+
+struct ChunkSources {
+  std::vector<std::uint32_t> holders;  // indices into ReadPlan::holders, best first
+};
+
+struct ReadPlan {
+  core::Manifest manifest;
+  struct Holder {
+    std::string holder_id;
+    std::string endpoint;
+    std::string descriptor;
+    int distance = 3;
+  };
+  std::vector<Holder> holders;
+  std::vector<ChunkSources> chunks;
+  std::uint64_t lease_id = 0;
+};
+
+class WeightStore {
+ public:
+  explicit WeightStore(StoreConfig config = {});
+
+  // A manifest for a new version (the publisher's first step). A version lower than or equal
+  // to the model's newest known version is refused unless it repeats an identical manifest.
+  core::Status put_manifest(const core::Manifest& m);
+
+  // A holder says what it holds (first time, or again after a store restart: then the manifest
+  // it carries re-creates the version). Commits the version if this holder has every chunk.
+  core::Status register_holder(const HolderRegistration& r, Clock::time_point now);
+  // A partial holder's newly verified chunks.
+  core::Status add_chunks(const std::string& holder_id, const std::string& model,
+                          std::uint64_t version, const std::vector<std::uint32_t>& chunks,
+                          Clock::time_point now);
+  core::Status heartbeat(const std::string& holder_id, Clock::time_point now);
+
+  // The holder will drop or overwrite this version: no new leases on it from now on.
+  core::Status unpublish(const std::string& holder_id, const std::string& model,
+                         std::uint64_t version);
+  // Whether an unpublished copy may be freed: no lease on it is still active.
+  core::Result<bool> drained(const std::string& holder_id, const std::string& model,
+                             std::uint64_t version) const;
+
+  // The highest committed version; not_found before the first commit.
+  core::Result<std::uint64_t> latest(const std::string& model) const;
+  bool committed(const std::string& model, std::uint64_t version) const;
+
+  // A read plan for a committed version (0 means latest), ranked for a reader at `where`.
+  // Takes a lease on the holders it names. failed_precondition for an uncommitted version,
+  // unavailable when some chunk has no live holder.
+  core::Result<ReadPlan> plan(const std::string& model, std::uint64_t version,
+                              const Topology& where, Clock::time_point now);
+  core::Status renew(std::uint64_t lease_id, Clock::time_point now);
+  core::Status release(std::uint64_t lease_id);
+
+  // Pins keep a version from retention while generation still uses it.
+  core::Status pin(const std::string& model, std::uint64_t version, const std::string& owner);
+  void unpin(const std::string& model, std::uint64_t version, const std::string& owner);
+  // Versions of `model` that retention keeps (newest K committed, and pinned ones).
+  std::set<std::uint64_t> retained(const std::string& model) const;
+
+  // Drops holders without a heartbeat and leases past their ttl. Returns the expired holder ids.
+  std::vector<std::string> expire(Clock::time_point now);
+
+  std::size_t holder_count() const { return holders_.size(); }
+  std::size_t active_leases(const std::string& holder_id) const;
+
+ private:
+  struct Copy {  // one holder's copy of one version
+    std::string endpoint;
+    std::string descriptor;
+    std::vector<bool> chunks;
+    bool unpublished = false;
+  };
+  struct Holder {
+    Topology topology;
+    Clock::time_point last_seen;
+    std::map<std::pair<std::string, std::uint64_t>, Copy> copies;  // (model, version)
+  };
+  struct Version {
+    core::Manifest manifest;
+    bool committed = false;
+    std::set<std::string> pins;
+  };
+  struct Model {
+    std::map<std::uint64_t, Version> versions;
+    std::uint64_t latest = 0;  // 0: nothing committed yet
+  };
+  struct Lease {
+    std::string model;
+    std::uint64_t version;
+    std::vector<std::string> holders;
+    Clock::time_point expires;
+  };
+
+  Version* find_version(const std::string& model, std::uint64_t version);
+  void maybe_commit(const std::string& model, std::uint64_t version, const Copy& c);
+
+  StoreConfig config_;
+  std::map<std::string, Model> models_;
+  std::map<std::string, Holder> holders_;
+  std::map<std::uint64_t, Lease> leases_;
+  std::uint64_t next_lease_ = 1;
+};
+
+}  // namespace sluice::weightstore
