@@ -25,7 +25,8 @@ Result<std::unique_ptr<Publisher>> Publisher::create(core::EventLoop& loop,
                                                      PublisherOptions options) {
   if (options.model.empty()) return core::invalid_argument("publisher: no model name");
   if (options.holder_id.empty()) return core::invalid_argument("publisher: no holder id");
-  if (options.chunk_bytes == 0) return core::invalid_argument("publisher: chunk size must be positive");
+  if (options.chunk_bytes == 0)
+    return core::invalid_argument("publisher: chunk size must be positive");
   std::unique_ptr<Publisher> p(new Publisher());
   p->loop_ = &loop;
   p->engine_ = &engine;
@@ -49,7 +50,8 @@ Result<core::Manifest> Publisher::publish(std::uint64_t version,
   std::uint64_t total = 0;
   std::vector<core::TensorSpec> specs;
   for (const auto& t : tensors) {
-    if (!t.data && t.bytes > 0) return core::invalid_argument("tensor '" + t.name + "' has no data");
+    if (!t.data && t.bytes > 0)
+      return core::invalid_argument("tensor '" + t.name + "' has no data");
     specs.push_back({t.name, t.dtype, t.shape, total, t.bytes});
     total += t.bytes;
   }
@@ -60,9 +62,9 @@ Result<core::Manifest> Publisher::publish(std::uint64_t version,
       std::memcpy(buf->data() + specs[i].offset, tensors[i].data, tensors[i].bytes);
     }
   }
-  SLUICE_ASSIGN_OR_RETURN(auto manifest, core::make_manifest(options_.model, version, specs,
-                                                             buf->data(), total,
-                                                             options_.chunk_bytes));
+  SLUICE_ASSIGN_OR_RETURN(auto manifest,
+                          core::make_manifest(options_.model, version, specs, buf->data(), total,
+                                              options_.chunk_bytes));
   SLUICE_TRY(store_->put_manifest(manifest));
   Held h{manifest, std::move(buf)};
   SLUICE_ASSIGN_OR_RETURN(bool committed, store_->register_holder(registration(h)));
@@ -97,10 +99,11 @@ void Publisher::check_retiring() {
     bool overdue = Clock::now() - it->since > kDrainLimit;
     if ((drained.is_ok() && *drained) || overdue) {
       if (!drained.is_ok() || !*drained) {
-        log::warn("publisher {}: freeing {}@{} after {} s without the store confirming its "
-                  "leases drained",
-                  options_.holder_id, m.model, m.version,
-                  std::chrono::duration_cast<std::chrono::seconds>(kDrainLimit).count());
+        log::warn(
+            "publisher {}: freeing {}@{} after {} s without the store confirming its "
+            "leases drained",
+            options_.holder_id, m.model, m.version,
+            std::chrono::duration_cast<std::chrono::seconds>(kDrainLimit).count());
       }
       it = retiring_.erase(it);  // frees the registered memory
     } else {
@@ -114,8 +117,7 @@ Status Publisher::heartbeat() {
   Status s = store_->heartbeat(options_.holder_id);
   if (s.code() != core::Code::kNotFound) return s;
   // The store restarted and lost its soft state: bring back what this holder holds.
-  log::info("publisher {}: store does not know this holder; registering again",
-            options_.holder_id);
+  log::info("publisher {}: store does not know this holder; registering again", options_.holder_id);
   for (const auto& h : held_) {
     SLUICE_TRY(store_->register_holder(registration(h)).status());
   }

@@ -36,11 +36,11 @@ struct TensorView {
 
 struct PublisherOptions {
   std::string model;
-  std::string holder_id;                  // unique per process, e.g. "actor-0"
+  std::string holder_id;  // unique per process, e.g. "actor-0"
   std::uint64_t chunk_bytes = 8u << 20;
   weightstore::Topology topology;
-  std::string endpoint;                   // this process's control endpoint (for the store)
-  std::uint32_t keep_versions = 2;        // versions this publisher keeps serving
+  std::string endpoint;             // this process's control endpoint (for the store)
+  std::uint32_t keep_versions = 2;  // versions this publisher keeps serving
 };
 
 class Publisher {

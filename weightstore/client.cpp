@@ -86,7 +86,8 @@ Result<Pulled> pull(core::TransferEngine& engine, StoreClient& store, const std:
   }
   auto layout = plan.manifest.layout();
   auto chunks = core::whole_region_chunks(layout);
-  for (std::size_t i = 0; i < chunks.size(); ++i) chunks[i].sources = plan.chunks[i].holders;
+  for (std::size_t i = 0; i < chunks.size(); ++i)
+    chunks[i].sources = plan.chunks[i].holders;
   Pulled out;
   auto buf = engine.allocate(plan.manifest.total_bytes, false);
   if (!buf.is_ok()) {
@@ -98,7 +99,8 @@ Result<Pulled> pull(core::TransferEngine& engine, StoreClient& store, const std:
   // The lease ends whether or not the read worked; a store that is gone lets it expire.
   store.release(plan.lease_id).ignore();
   if (!stats.is_ok()) {
-    return stats.status().with_context("pull " + model + "@" + std::to_string(plan.manifest.version));
+    return stats.status().with_context("pull " + model + "@" +
+                                       std::to_string(plan.manifest.version));
   }
   out.stats = *stats;
   out.manifest = std::move(plan.manifest);

@@ -29,11 +29,16 @@ Result<Topology> topology_from_json(const nlohmann::json& j) {
   if (j.is_null()) return t;
   if (!j.is_object()) return core::invalid_argument("'topology' must be an object");
   for (auto it = j.begin(); it != j.end(); ++it) {
-    if (!it->is_string()) return core::invalid_argument("topology." + it.key() + " must be a string");
-    if (it.key() == "host") t.host = it->get<std::string>();
-    else if (it.key() == "rack") t.rack = it->get<std::string>();
-    else if (it.key() == "datacenter") t.datacenter = it->get<std::string>();
-    else return core::invalid_argument("unknown topology label '" + it.key() + "'");
+    if (!it->is_string())
+      return core::invalid_argument("topology." + it.key() + " must be a string");
+    if (it.key() == "host")
+      t.host = it->get<std::string>();
+    else if (it.key() == "rack")
+      t.rack = it->get<std::string>();
+    else if (it.key() == "datacenter")
+      t.datacenter = it->get<std::string>();
+    else
+      return core::invalid_argument("unknown topology label '" + it.key() + "'");
   }
   return t;
 }
@@ -53,7 +58,8 @@ Result<HolderRegistration> decode_registration(const core::Message& m) {
   HolderRegistration r;
   SLUICE_ASSIGN_OR_RETURN(r.holder_id, body_string(m.body, "holder_id"));
   SLUICE_ASSIGN_OR_RETURN(r.endpoint, body_string(m.body, "endpoint"));
-  SLUICE_ASSIGN_OR_RETURN(r.topology, topology_from_json(m.body.value("topology", nlohmann::json())));
+  SLUICE_ASSIGN_OR_RETURN(r.topology,
+                          topology_from_json(m.body.value("topology", nlohmann::json())));
   if (!m.body.contains("manifest")) return core::invalid_argument("'manifest' is missing");
   SLUICE_ASSIGN_OR_RETURN(r.manifest, core::Manifest::from_json(m.body["manifest"]));
   if (auto c = m.body.find("chunks"); c != m.body.end()) {
@@ -79,7 +85,8 @@ core::Message encode_plan(const ReadPlan& p) {
     m.blobs.push_back(h.descriptor);
   }
   m.body["chunks"] = nlohmann::json::array();
-  for (const auto& c : p.chunks) m.body["chunks"].push_back(c.holders);
+  for (const auto& c : p.chunks)
+    m.body["chunks"].push_back(c.holders);
   return m;
 }
 

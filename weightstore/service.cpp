@@ -28,7 +28,9 @@ StoreConfig store_config(const ServiceConfig& c) {
   s.sources_per_chunk = c.sources_per_chunk;
   return s;
 }
-Message ok_reply(const char* type) { return Message(type); }
+Message ok_reply(const char* type) {
+  return Message(type);
+}
 }  // namespace
 
 StoreService::StoreService(core::EventLoop& loop, const ServiceConfig& config)
@@ -56,7 +58,9 @@ Result<std::unique_ptr<StoreService>> StoreService::create(core::EventLoop& loop
   return s;
 }
 
-const std::string& StoreService::endpoint() const { return server_->endpoint(); }
+const std::string& StoreService::endpoint() const {
+  return server_->endpoint();
+}
 
 void StoreService::install_handlers() {
   auto& srv = *server_;

@@ -101,7 +101,8 @@ Status WeightStore::add_chunks(const std::string& holder_id, const std::string& 
   if (h == holders_.end()) return core::not_found("no holder '" + holder_id + "'");
   auto c = h->second.copies.find({model, version});
   if (c == h->second.copies.end()) {
-    return core::not_found("holder '" + holder_id + "' has not registered " + vname(model, version));
+    return core::not_found("holder '" + holder_id + "' has not registered " +
+                           vname(model, version));
   }
   for (auto i : chunks) {
     if (i >= c->second.chunks.size()) {
@@ -109,7 +110,8 @@ Status WeightStore::add_chunks(const std::string& holder_id, const std::string& 
                                     " does not exist");
     }
   }
-  for (auto i : chunks) c->second.chunks[i] = true;
+  for (auto i : chunks)
+    c->second.chunks[i] = true;
   h->second.last_seen = now;
   maybe_commit(model, version, c->second);
   return {};
@@ -217,7 +219,8 @@ core::Result<ReadPlan> WeightStore::plan(const std::string& model, std::uint64_t
   Lease l;
   l.model = model;
   l.version = version;
-  for (const auto& h : p.holders) l.holders.push_back(h.holder_id);
+  for (const auto& h : p.holders)
+    l.holders.push_back(h.holder_id);
   l.expires = now + config_.lease_ttl;
   p.lease_id = next_lease_++;
   leases_[p.lease_id] = std::move(l);
@@ -278,8 +281,10 @@ std::vector<std::string> WeightStore::expire(Clock::time_point now) {
     }
   }
   for (auto it = leases_.begin(); it != leases_.end();) {
-    if (now > it->second.expires) it = leases_.erase(it);
-    else ++it;
+    if (now > it->second.expires)
+      it = leases_.erase(it);
+    else
+      ++it;
   }
   return gone;
 }

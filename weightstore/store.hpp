@@ -44,19 +44,19 @@ struct Topology {
 int distance(const Topology& a, const Topology& b);
 
 struct StoreConfig {
-  std::uint32_t keep_versions = 2;  // newest committed versions kept per model (>= 2)
-  Millis holder_ttl{3000};          // a holder without a heartbeat for this long expires
-  Millis lease_ttl{10000};          // a lease not renewed for this long expires
+  std::uint32_t keep_versions = 2;      // newest committed versions kept per model (>= 2)
+  Millis holder_ttl{3000};              // a holder without a heartbeat for this long expires
+  Millis lease_ttl{10000};              // a lease not renewed for this long expires
   std::uint32_t sources_per_chunk = 4;  // ranked sources returned per chunk
 };
 
 struct HolderRegistration {
-  std::string holder_id;            // unique per holder process ("relay-3")
-  std::string endpoint;             // its control endpoint
-  std::string descriptor;           // its RegionDescriptor for this version (encoded)
+  std::string holder_id;   // unique per holder process ("relay-3")
+  std::string endpoint;    // its control endpoint
+  std::string descriptor;  // its RegionDescriptor for this version (encoded)
   Topology topology;
-  core::Manifest manifest;          // the version it holds
-  std::vector<bool> chunks;         // verified chunks; empty means all of them
+  core::Manifest manifest;   // the version it holds
+  std::vector<bool> chunks;  // verified chunks; empty means all of them
 };
 
 struct ChunkSources {

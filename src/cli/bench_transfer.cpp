@@ -5,17 +5,17 @@
 #include <unistd.h>
 
 #include <chrono>
-#include <cstring>
 #include <csignal>
 #include <cstdio>
+#include <cstring>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <sstream>
 #include <thread>
 
 #include "cli/transfer_cmds.hpp"
-#include "core/log.hpp"
 #include "core/event_loop.hpp"
+#include "core/log.hpp"
 #include "core/process.hpp"
 #include "core/units.hpp"
 
@@ -88,8 +88,8 @@ Result<std::unique_ptr<SourceProcess>> start_source(const std::vector<std::strin
                                                     std::uint64_t bytes) {
   auto sp = std::make_unique<SourceProcess>();
   Subprocess::Options so;
-  so.argv = {self_exe(), "--log-level", "warn", "transfer-source", "--bytes",
-             std::to_string(bytes), "--chunk", args.chunk};
+  so.argv = {self_exe(), "--log-level",         "warn",    "transfer-source",
+             "--bytes",  std::to_string(bytes), "--chunk", args.chunk};
   so.extra_env = extra_env;
   SLUICE_ASSIGN_OR_RETURN(sp->proc, Subprocess::spawn(so));
   std::string line;
@@ -106,12 +106,14 @@ Result<std::unique_ptr<SourceProcess>> start_source(const std::vector<std::strin
 Result<nlohmann::json> sluice_read(const std::vector<std::string>& extra_env,
                                    const BenchTransferArgs& args, const std::string& endpoint) {
   Subprocess::Options ro;
-  ro.argv = {self_exe(), "--log-level", "warn", "transfer-read", "--from", endpoint, "--in-flight",
-             std::to_string(args.in_flight), "--timeout-ms", "600000", "--repeat", "3"};
+  ro.argv = {self_exe(),     "--log-level", "warn",        "transfer-read",
+             "--from",       endpoint,      "--in-flight", std::to_string(args.in_flight),
+             "--timeout-ms", "600000",      "--repeat",    "3"};
   ro.extra_env = extra_env;
   SLUICE_ASSIGN_OR_RETURN(auto reader, Subprocess::spawn(ro));
   auto out = reader->read_line(Millis(600000));
-  while (out.is_ok() && out->rfind("{", 0) != 0) out = reader->read_line(Millis(600000));
+  while (out.is_ok() && out->rfind("{", 0) != 0)
+    out = reader->read_line(Millis(600000));
   auto code = reader->wait(Millis(10000));
   if (!out.is_ok()) return out.status().with_context("reader");
   if (!code.is_ok() || *code != 0) return internal_error("reader failed: " + *out);
@@ -157,8 +159,17 @@ Result<double> perftest_get(const std::vector<std::string>& extra_env, std::uint
     SLUICE_ASSIGN_OR_RETURN(auto server, Subprocess::spawn(so));
     std::this_thread::sleep_for(std::chrono::milliseconds(300));
     Subprocess::Options co;
-    co.argv = {"/usr/bin/ucx_perftest", "127.0.0.1", "-p", std::to_string(port), "-t", "ucp_get",
-               "-s", std::to_string(chunk), "-n", std::to_string(iters), "-w",
+    co.argv = {"/usr/bin/ucx_perftest",
+               "127.0.0.1",
+               "-p",
+               std::to_string(port),
+               "-t",
+               "ucp_get",
+               "-s",
+               std::to_string(chunk),
+               "-n",
+               std::to_string(iters),
+               "-w",
                std::to_string(warmup)};
     co.extra_env = extra_env;
     co.stderr_to_stdout = true;
@@ -185,21 +196,20 @@ Result<double> perftest_get(const std::vector<std::string>& extra_env, std::uint
 
 void print_table(const std::vector<Row>& rows) {
   std::printf("%-9s %10s %10s %9s %9s %14s %16s %12s %12s\n", "transport", "bytes", "chunk",
-              "seconds", "GB/s", "perftest GB/s", "sluice/perftest", "first read s",
-              "memcpy GB/s");
+              "seconds", "GB/s", "perftest GB/s", "sluice/perftest", "first read s", "memcpy GB/s");
   for (const auto& r : rows) {
     double ratio = r.perftest_gbps > 0 ? r.gbps / r.perftest_gbps : 0.0;
-    std::printf("%-9s %10s %10s %9.3f %9.3f %14.3f %16.3f %12.3f %12.3f%s\n",
-                r.transport.c_str(), format_bytes(r.bytes).c_str(), format_bytes(r.chunk).c_str(),
-                r.seconds, r.gbps, r.perftest_gbps, ratio, r.cold_seconds, r.memcpy_gbps,
-                r.note.c_str());
+    std::printf("%-9s %10s %10s %9.3f %9.3f %14.3f %16.3f %12.3f %12.3f%s\n", r.transport.c_str(),
+                format_bytes(r.bytes).c_str(), format_bytes(r.chunk).c_str(), r.seconds, r.gbps,
+                r.perftest_gbps, ratio, r.cold_seconds, r.memcpy_gbps, r.note.c_str());
   }
-  std::printf("seconds and GB/s: best of %d rounds of three reads of the whole region from one "
-              "holder; perftest: best of %d runs, alternating with sluice's; first read s: the "
-              "very first read, mapping the holder's memory included; memcpy: one thread copying "
-              "the same number of distinct bytes in this process, the ceiling for a same-host "
-              "read (ucx_perftest re-reads one chunk-sized buffer, which can stay in cache)\n",
-              kRounds, kRounds);
+  std::printf(
+      "seconds and GB/s: best of %d rounds of three reads of the whole region from one "
+      "holder; perftest: best of %d runs, alternating with sluice's; first read s: the "
+      "very first read, mapping the holder's memory included; memcpy: one thread copying "
+      "the same number of distinct bytes in this process, the ceiling for a same-host "
+      "read (ucx_perftest re-reads one chunk-sized buffer, which can stay in cache)\n",
+      kRounds, kRounds);
 }
 
 // Finds scripts/emuhosts.sh: beside the build tree (build/sluice -> scripts/), or where
@@ -238,14 +248,13 @@ int bench_two_sources(const BenchTransferArgs& args, const std::vector<std::stri
   }
   std::string emu = find_emuhosts(env);
   if (emu.empty()) {
-    std::fprintf(stderr,
-                 "bench transfer: cannot find scripts/emuhosts.sh (set SLUICE_EMUHOSTS)\n");
+    std::fprintf(stderr, "bench transfer: cannot find scripts/emuhosts.sh (set SLUICE_EMUHOSTS)\n");
     return 1;
   }
   const std::string prefix = "sluice-bt";
   const std::string exe = self_exe();
-  Status up = run_quiet({emu, "up", "3", "--rate", args.link_rate, "--host-rate", "2=none",
-                         "--prefix", prefix});
+  Status up = run_quiet(
+      {emu, "up", "3", "--rate", args.link_rate, "--host-rate", "2=none", "--prefix", prefix});
   if (!up.is_ok()) {
     std::fprintf(stderr, "bench transfer: %s\n", up.to_string().c_str());
     return 1;
@@ -261,9 +270,21 @@ int bench_two_sources(const BenchTransferArgs& args, const std::vector<std::stri
     std::vector<std::string> endpoints;
     for (int h = 0; h < 2 && rc == 0; ++h) {
       Subprocess::Options so;
-      so.argv = {emu, "exec", "--prefix", prefix, std::to_string(h), exe, "--log-level", "warn",
-                 "transfer-source", "--listen", "tcp://198.18.0." + std::to_string(h + 1) + ":*",
-                 "--bytes", std::to_string(size), "--chunk", args.chunk};
+      so.argv = {emu,
+                 "exec",
+                 "--prefix",
+                 prefix,
+                 std::to_string(h),
+                 exe,
+                 "--log-level",
+                 "warn",
+                 "transfer-source",
+                 "--listen",
+                 "tcp://198.18.0." + std::to_string(h + 1) + ":*",
+                 "--bytes",
+                 std::to_string(size),
+                 "--chunk",
+                 args.chunk};
       so.extra_env = uenv;
       auto src = Subprocess::spawn(so);
       if (!src.is_ok()) {
@@ -287,10 +308,22 @@ int bench_two_sources(const BenchTransferArgs& args, const std::vector<std::stri
     for (unsigned n = 1; n <= 2 && rc == 0; ++n) {
       if (!args.json) std::fprintf(stderr, "bench transfer: reading from %u source(s)...\n", n);
       Subprocess::Options ro;
-      ro.argv = {emu, "exec", "--prefix", prefix, "2", exe, "--log-level", "warn",
-                 "transfer-read", "--in-flight", std::to_string(args.in_flight), "--timeout-ms",
-                 "600000", "--from"};
-      for (unsigned i = 0; i < n; ++i) ro.argv.push_back(endpoints[i]);
+      ro.argv = {emu,
+                 "exec",
+                 "--prefix",
+                 prefix,
+                 "2",
+                 exe,
+                 "--log-level",
+                 "warn",
+                 "transfer-read",
+                 "--in-flight",
+                 std::to_string(args.in_flight),
+                 "--timeout-ms",
+                 "600000",
+                 "--from"};
+      for (unsigned i = 0; i < n; ++i)
+        ro.argv.push_back(endpoints[i]);
       ro.extra_env = uenv;
       auto rd = Subprocess::spawn(ro);
       if (!rd.is_ok()) {
@@ -298,7 +331,8 @@ int bench_two_sources(const BenchTransferArgs& args, const std::vector<std::stri
         break;
       }
       auto out = (*rd)->read_line(Millis(600000));
-      while (out.is_ok() && out->rfind("{", 0) != 0) out = (*rd)->read_line(Millis(600000));
+      while (out.is_ok() && out->rfind("{", 0) != 0)
+        out = (*rd)->read_line(Millis(600000));
       auto code = (*rd)->wait(Millis(10000));
       if (!out.is_ok() || !code.is_ok() || *code != 0) {
         std::fprintf(stderr, "bench transfer: reader from %u source(s) failed: %s\n", n,
@@ -321,15 +355,18 @@ int bench_two_sources(const BenchTransferArgs& args, const std::vector<std::stri
       row["bytes_per_source"] = j["bytes_per_source"];
       rows.push_back(row);
     }
-    for (auto& s : sources) s->signal(SIGTERM).ignore();
-    for (auto& s : sources) s->wait(Millis(10000)).ignore();
+    for (auto& s : sources)
+      s->signal(SIGTERM).ignore();
+    for (auto& s : sources)
+      s->wait(Millis(10000)).ignore();
   }
   run_quiet({emu, "down", "--prefix", prefix}).ignore();
   if (rc != 0 || rows.size() != 2) return rc == 0 ? 1 : rc;
   double speedup = rows[0]["seconds"].get<double>() / rows[1]["seconds"].get<double>();
   rows[1]["speedup"] = speedup;
   if (args.json) {
-    for (const auto& r : rows) std::printf("%s\n", r.dump().c_str());
+    for (const auto& r : rows)
+      std::printf("%s\n", r.dump().c_str());
     return 0;
   }
   std::printf("%-8s %10s %10s %10s %9s %9s\n", "sources", "link", "bytes", "chunk", "seconds",

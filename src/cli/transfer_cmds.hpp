@@ -13,7 +13,8 @@ struct TransferSourceArgs {
   std::string chunk = "8MiB";
   std::string name = "bench";
   std::uint64_t seed = 1;
-  long corrupt_chunk = -1;  // fault injection for tests: flip a byte of this chunk after checksumming
+  long corrupt_chunk =
+      -1;  // fault injection for tests: flip a byte of this chunk after checksumming
 };
 
 struct TransferReadArgs {

@@ -16,7 +16,8 @@ BuildInfo build_info() {
   b.sanitizer = SLUICE_SANITIZER_NAME;
   unsigned major = 0, minor = 0, release = 0;
   ucp_get_version(&major, &minor, &release);
-  b.ucx_version = std::to_string(major) + "." + std::to_string(minor) + "." + std::to_string(release);
+  b.ucx_version =
+      std::to_string(major) + "." + std::to_string(minor) + "." + std::to_string(release);
   int zmaj = 0, zmin = 0, zpatch = 0;
   zmq_version(&zmaj, &zmin, &zpatch);
   b.zmq_version = std::to_string(zmaj) + "." + std::to_string(zmin) + "." + std::to_string(zpatch);

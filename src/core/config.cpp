@@ -11,19 +11,29 @@ namespace detail {
 
 std::string type_name(const Json& j) {
   switch (j.type()) {
-    case Json::value_t::null: return "null";
-    case Json::value_t::boolean: return "a boolean";
+    case Json::value_t::null:
+      return "null";
+    case Json::value_t::boolean:
+      return "a boolean";
     case Json::value_t::number_integer:
-    case Json::value_t::number_unsigned: return "an integer";
-    case Json::value_t::number_float: return "a number with a fraction";
-    case Json::value_t::string: return "a string";
-    case Json::value_t::array: return "an array";
-    case Json::value_t::object: return "an object";
-    default: return "an unsupported value";
+    case Json::value_t::number_unsigned:
+      return "an integer";
+    case Json::value_t::number_float:
+      return "a number with a fraction";
+    case Json::value_t::string:
+      return "a string";
+    case Json::value_t::array:
+      return "an array";
+    case Json::value_t::object:
+      return "an object";
+    default:
+      return "an unsupported value";
   }
 }
 
-void log_override(std::string_view assignment) { log::info("config: override {}", assignment); }
+void log_override(std::string_view assignment) {
+  log::info("config: override {}", assignment);
+}
 
 }  // namespace detail
 
@@ -66,8 +76,8 @@ Status apply_override(Json& doc, std::string_view assignment) {
   std::size_t start = 0;
   while (true) {
     auto dot = path.find('.', start);
-    std::string key(path.substr(start, dot == std::string_view::npos ? path.size() - start
-                                                                      : dot - start));
+    std::string key(
+        path.substr(start, dot == std::string_view::npos ? path.size() - start : dot - start));
     if (key.empty()) {
       return invalid_argument("override '" + std::string(assignment) + "' has an empty key");
     }

@@ -102,10 +102,12 @@ class Reader {
     if (!status_.is_ok()) return status_;
     for (auto it = obj_.begin(); it != obj_.end(); ++it) {
       bool found = false;
-      for (const auto& k : known_) found = found || (k == it.key());
+      for (const auto& k : known_)
+        found = found || (k == it.key());
       if (!found) {
         std::string known;
-        for (const auto& k : known_) known += (known.empty() ? "" : ", ") + k;
+        for (const auto& k : known_)
+          known += (known.empty() ? "" : ", ") + k;
         return invalid_argument("config: unknown key '" + join_path(path_, it.key()) +
                                 "' (known keys at " + where(path_) + ": " + known + ")");
       }
@@ -216,11 +218,13 @@ Json to_json_value(const T& v) {
     return v ? to_json_value(*v) : Json(nullptr);
   } else if constexpr (is_vector<T>::value) {
     Json a = Json::array();
-    for (const auto& e : v) a.push_back(to_json_value(e));
+    for (const auto& e : v)
+      a.push_back(to_json_value(e));
     return a;
   } else if constexpr (is_map<T>::value) {
     Json o = Json::object();
-    for (const auto& [k, e] : v) o[k] = to_json_value(e);
+    for (const auto& [k, e] : v)
+      o[k] = to_json_value(e);
     return o;
   } else {
     Json o = Json::object();

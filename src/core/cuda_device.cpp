@@ -38,7 +38,8 @@ Status cuda_roundtrip_check(std::size_t bytes) {
   SLUICE_TRY(cuda_status(cudaMallocHost(&host, bytes), "cudaMallocHost"));
   Status s = cuda_status(cudaMalloc(&dev, bytes), "cudaMalloc");
   std::vector<unsigned char> expect(bytes);
-  for (std::size_t i = 0; i < bytes; ++i) expect[i] = static_cast<unsigned char>((i * 131) ^ (i >> 8));
+  for (std::size_t i = 0; i < bytes; ++i)
+    expect[i] = static_cast<unsigned char>((i * 131) ^ (i >> 8));
   if (s.is_ok()) {
     std::memcpy(host, expect.data(), bytes);
     s = cuda_status(cudaMemcpy(dev, host, bytes, cudaMemcpyHostToDevice), "cudaMemcpy H2D");

@@ -12,8 +12,8 @@
 namespace sluice::core {
 
 struct CudaDevices {
-  int count = 0;           // usable devices
-  std::string why_none;    // when count == 0: "built without CUDA", "no CUDA driver", ...
+  int count = 0;         // usable devices
+  std::string why_none;  // when count == 0: "built without CUDA", "no CUDA driver", ...
 };
 
 CudaDevices cuda_devices();

@@ -3,7 +3,9 @@
 
 namespace sluice::core {
 
-CudaDevices cuda_devices() { return {0, "built without CUDA"}; }
+CudaDevices cuda_devices() {
+  return {0, "built without CUDA"};
+}
 
 Status cuda_roundtrip_check(std::size_t /*bytes*/) {
   return failed_precondition("built without CUDA");

@@ -1,8 +1,8 @@
 #include "core/event_loop.hpp"
 
 #include <boost/asio/io_context.hpp>
-#include <boost/asio/post.hpp>
 #include <boost/asio/posix/stream_descriptor.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/signal_set.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <csignal>
@@ -157,9 +157,13 @@ void EventLoop::stop() {
   });
 }
 
-bool EventLoop::stopped() const { return impl_->io.stopped(); }
+bool EventLoop::stopped() const {
+  return impl_->io.stopped();
+}
 
-void EventLoop::post(std::function<void()> fn) { asio::post(impl_->io, std::move(fn)); }
+void EventLoop::post(std::function<void()> fn) {
+  asio::post(impl_->io, std::move(fn));
+}
 
 std::unique_ptr<EventLoop::Timer> EventLoop::after(Millis delay, std::function<void()> fn) {
   auto s = std::make_shared<TimerState>(impl_->io);
@@ -177,7 +181,7 @@ std::unique_ptr<EventLoop::Timer> EventLoop::every(Millis period, std::function<
 }
 
 std::unique_ptr<EventLoop::FdWatch> EventLoop::watch_readable(int fd,
-                                                               std::function<void()> on_readable) {
+                                                              std::function<void()> on_readable) {
   auto s = std::make_shared<WatchState>(impl_->io, fd);
   s->fn = std::move(on_readable);
   arm_watch(s);
@@ -200,7 +204,8 @@ void EventLoop::handle_shutdown_signals() {
     log::info("signal {}: shutting down", sig);
     impl->guard.reset();  // run() returns once the handlers' remaining work is done
     impl->signals->async_wait(impl->on_signal);
-    for (auto& h : impl->shutdown_handlers) h(sig);
+    for (auto& h : impl->shutdown_handlers)
+      h(sig);
     if (impl->shutdown_handlers.empty()) stop();
   };
   impl_->signals->async_wait(impl_->on_signal);
@@ -210,6 +215,8 @@ void EventLoop::on_shutdown(std::function<void(int)> handler) {
   impl_->shutdown_handlers.push_back(std::move(handler));
 }
 
-int EventLoop::shutdown_signal() const { return impl_->shutdown_signal; }
+int EventLoop::shutdown_signal() const {
+  return impl_->shutdown_signal;
+}
 
 }  // namespace sluice::core

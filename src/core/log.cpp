@@ -13,12 +13,18 @@ std::atomic<Level> g_level{Level::kInfo};
 
 spdlog::level::level_enum to_spdlog(Level l) {
   switch (l) {
-    case Level::kTrace: return spdlog::level::trace;
-    case Level::kDebug: return spdlog::level::debug;
-    case Level::kInfo: return spdlog::level::info;
-    case Level::kWarn: return spdlog::level::warn;
-    case Level::kError: return spdlog::level::err;
-    case Level::kOff: return spdlog::level::off;
+    case Level::kTrace:
+      return spdlog::level::trace;
+    case Level::kDebug:
+      return spdlog::level::debug;
+    case Level::kInfo:
+      return spdlog::level::info;
+    case Level::kWarn:
+      return spdlog::level::warn;
+    case Level::kError:
+      return spdlog::level::err;
+    case Level::kOff:
+      return spdlog::level::off;
   }
   return spdlog::level::info;
 }
@@ -51,18 +57,28 @@ Result<Level> parse_level(std::string_view name) {
 
 std::string_view level_name(Level l) {
   switch (l) {
-    case Level::kTrace: return "trace";
-    case Level::kDebug: return "debug";
-    case Level::kInfo: return "info";
-    case Level::kWarn: return "warn";
-    case Level::kError: return "error";
-    case Level::kOff: return "off";
+    case Level::kTrace:
+      return "trace";
+    case Level::kDebug:
+      return "debug";
+    case Level::kInfo:
+      return "info";
+    case Level::kWarn:
+      return "warn";
+    case Level::kError:
+      return "error";
+    case Level::kOff:
+      return "off";
   }
   return "info";
 }
 
-void set_level(Level l) { g_level.store(l, std::memory_order_relaxed); }
-Level level() { return g_level.load(std::memory_order_relaxed); }
+void set_level(Level l) {
+  g_level.store(l, std::memory_order_relaxed);
+}
+Level level() {
+  return g_level.load(std::memory_order_relaxed);
+}
 
 void set_process_name(std::string_view name) {
   static std::mutex mu;
@@ -70,8 +86,12 @@ void set_process_name(std::string_view name) {
   logger().set_pattern("%H:%M:%S.%e %^%-5l%$ [" + std::string(name) + " %P] %v");
 }
 
-bool enabled(Level l) { return l >= level() && l != Level::kOff; }
+bool enabled(Level l) {
+  return l >= level() && l != Level::kOff;
+}
 
-void write(Level l, std::string_view message) { logger().log(to_spdlog(l), "{}", message); }
+void write(Level l, std::string_view message) {
+  logger().log(to_spdlog(l), "{}", message);
+}
 
 }  // namespace sluice::core::log

@@ -1,9 +1,9 @@
 #include "core/messaging.hpp"
 
+#include <unistd.h>
 #include <cstring>
 #include <map>
 #include <optional>
-#include <unistd.h>
 #include <zmq.hpp>
 #include <zmq_addon.hpp>
 
@@ -29,7 +29,8 @@ void put_u16(char* p, std::uint16_t v) {
   p[1] = static_cast<char>(v >> 8);
 }
 void put_u64(char* p, std::uint64_t v) {
-  for (int i = 0; i < 8; ++i) p[i] = static_cast<char>((v >> (8 * i)) & 0xff);
+  for (int i = 0; i < 8; ++i)
+    p[i] = static_cast<char>((v >> (8 * i)) & 0xff);
 }
 std::uint16_t get_u16(const char* p) {
   return static_cast<std::uint16_t>(static_cast<unsigned char>(p[0]) |
@@ -37,14 +38,16 @@ std::uint16_t get_u16(const char* p) {
 }
 std::uint64_t get_u64(const char* p) {
   std::uint64_t v = 0;
-  for (int i = 0; i < 8; ++i) v |= static_cast<std::uint64_t>(static_cast<unsigned char>(p[i])) << (8 * i);
+  for (int i = 0; i < 8; ++i)
+    v |= static_cast<std::uint64_t>(static_cast<unsigned char>(p[i])) << (8 * i);
   return v;
 }
 
 std::vector<std::string> to_strings(std::vector<zmq::message_t>& msgs, std::size_t from) {
   std::vector<std::string> out;
   out.reserve(msgs.size() - std::min(from, msgs.size()));
-  for (std::size_t i = from; i < msgs.size(); ++i) out.emplace_back(msgs[i].to_string());
+  for (std::size_t i = from; i < msgs.size(); ++i)
+    out.emplace_back(msgs[i].to_string());
   return out;
 }
 
@@ -55,7 +58,8 @@ Status send_frames(zmq::socket_t& sock, const std::vector<std::string>& frames,
   try {
     std::vector<zmq::const_buffer> bufs;
     if (routing_id) bufs.emplace_back(zmq::buffer(*routing_id));
-    for (const auto& f : frames) bufs.emplace_back(zmq::buffer(f));
+    for (const auto& f : frames)
+      bufs.emplace_back(zmq::buffer(f));
     auto sent = zmq::send_multipart(sock, bufs, zmq::send_flags::dontwait);
     if (!sent) return unavailable("send queue full");
     return {};
@@ -82,7 +86,8 @@ std::vector<std::string> encode_frames(const Envelope& env, const Message& msg) 
   header["type"] = msg.type;
   header["body"] = msg.body;
   frames.push_back(header.dump());
-  for (const auto& b : msg.blobs) frames.push_back(b);
+  for (const auto& b : msg.blobs)
+    frames.push_back(b);
   return frames;
 }
 
@@ -114,7 +119,8 @@ Result<Message> decode_message(const std::vector<std::string>& frames, const Mes
                           std::to_string(lim.max_frames));
   }
   std::size_t total = 0;
-  for (const auto& f : frames) total += f.size();
+  for (const auto& f : frames)
+    total += f.size();
   if (total > lim.max_message_bytes) {
     return protocol_error("message of " + std::to_string(total) + " bytes exceeds the limit of " +
                           std::to_string(lim.max_message_bytes) + " bytes");
@@ -158,7 +164,8 @@ Status status_from_error(const Message& msg) {
   std::string text = "peer sent an error without a message";
   if (auto c = msg.body.find("code"); c != msg.body.end() && c->is_number_integer()) {
     code = c->get<int>();
-    if (code <= 0 || code > static_cast<int>(Code::kInternal)) code = static_cast<int>(Code::kInternal);
+    if (code <= 0 || code > static_cast<int>(Code::kInternal))
+      code = static_cast<int>(Code::kInternal);
   }
   if (auto m = msg.body.find("message"); m != msg.body.end() && m->is_string()) {
     text = m->get<std::string>();
@@ -217,7 +224,9 @@ void Responder::respond(Result<Message> reply) const {
   s_->server->reply(s_->routing_id, s_->request_id, reply);
 }
 
-bool Responder::is_oneway() const { return s_ && s_->oneway; }
+bool Responder::is_oneway() const {
+  return s_ && s_->oneway;
+}
 
 void Server::Impl::reply(const std::string& routing, std::uint64_t id, const Result<Message>& r) {
   Envelope env;
@@ -226,7 +235,8 @@ void Server::Impl::reply(const std::string& routing, std::uint64_t id, const Res
   env.error = !r.is_ok();
   auto frames = encode_frames(env, r.is_ok() ? r.value() : error_message(r.status()));
   Status s = send_frames(sock, frames, &routing);
-  if (!s.is_ok()) log::warn("server {}: reply to request {} not sent: {}", endpoint, id, s.to_string());
+  if (!s.is_ok())
+    log::warn("server {}: reply to request {} not sent: {}", endpoint, id, s.to_string());
   post_drain();  // a send can swallow the fd's edge
 }
 
@@ -274,8 +284,10 @@ void Server::Impl::dispatch(std::vector<zmq::message_t>& msgs) {
   state->request_id = id;
   state->type = msg->type;
   state->oneway = env->kind == MessageKind::kOneway;
-  if (state->oneway) ++stats.oneway;
-  else ++stats.requests;
+  if (state->oneway)
+    ++stats.oneway;
+  else
+    ++stats.requests;
   Responder responder(state);
   try {
     h->second(msg.value(), responder);
@@ -346,7 +358,9 @@ Result<std::unique_ptr<Server>> Server::create(EventLoop& loop, const std::strin
   return server;
 }
 
-const std::string& Server::endpoint() const { return impl_->endpoint; }
+const std::string& Server::endpoint() const {
+  return impl_->endpoint;
+}
 
 void Server::on(const std::string& type, Handler handler) {
   impl_->handlers[type] = std::move(handler);
@@ -358,7 +372,9 @@ void Server::on_sync(const std::string& type, SyncHandler handler) {
   };
 }
 
-const Server::Stats& Server::stats() const { return impl_->stats; }
+const Server::Stats& Server::stats() const {
+  return impl_->stats;
+}
 
 // ---------------------------------------------------------------- client
 
@@ -464,7 +480,9 @@ Result<std::unique_ptr<Client>> Client::create(EventLoop& loop, const std::strin
   return client;
 }
 
-const std::string& Client::endpoint() const { return impl_->endpoint; }
+const std::string& Client::endpoint() const {
+  return impl_->endpoint;
+}
 
 void Client::request(Message msg, Millis timeout, Callback done) {
   Impl* impl = impl_.get();
@@ -483,9 +501,9 @@ void Client::request(Message msg, Millis timeout, Callback done) {
   p.done = std::move(done);
   p.type = msg.type;
   p.timer = impl->loop.after(timeout, [impl, id, timeout, type = msg.type] {
-    impl->complete(id, timeout_error("request '" + type + "' to " + impl->endpoint +
-                                     " timed out after " + std::to_string(timeout.count()) +
-                                     " ms (is the peer running?)"));
+    impl->complete(
+        id, timeout_error("request '" + type + "' to " + impl->endpoint + " timed out after " +
+                          std::to_string(timeout.count()) + " ms (is the peer running?)"));
   });
 }
 
@@ -511,6 +529,8 @@ Result<Message> Client::call(Message msg, Millis timeout) {
   return std::move(*out);
 }
 
-std::size_t Client::pending() const { return impl_->pending.size(); }
+std::size_t Client::pending() const {
+  return impl_->pending.size();
+}
 
 }  // namespace sluice::core

@@ -30,9 +30,9 @@ inline constexpr std::uint16_t kProtocolVersion = 1;
 inline constexpr std::size_t kEnvelopeBytes = 16;
 
 struct Message {
-  std::string type;                       // e.g. "store.register_holder"
+  std::string type;  // e.g. "store.register_holder"
   nlohmann::json body = nlohmann::json::object();
-  std::vector<std::string> blobs;         // binary frames, each any bytes
+  std::vector<std::string> blobs;  // binary frames, each any bytes
 
   Message() = default;
   Message(std::string t, nlohmann::json b = nlohmann::json::object())

@@ -12,7 +12,8 @@ namespace sluice::core {
 Histogram::Histogram(std::vector<double> bounds) : bounds_(std::move(bounds)) {
   std::sort(bounds_.begin(), bounds_.end());
   buckets_ = std::make_unique<std::atomic<std::uint64_t>[]>(bounds_.size() + 1);
-  for (std::size_t i = 0; i <= bounds_.size(); ++i) buckets_[i].store(0);
+  for (std::size_t i = 0; i <= bounds_.size(); ++i)
+    buckets_[i].store(0);
 }
 
 void Histogram::observe(double v) {
@@ -38,7 +39,8 @@ Histogram::Snapshot Histogram::snapshot() const {
 
 std::vector<double> seconds_buckets() {
   std::vector<double> b;
-  for (double v = 1e-4; v < 200.0; v *= 2.5) b.push_back(v);
+  for (double v = 1e-4; v < 200.0; v *= 2.5)
+    b.push_back(v);
   return b;
 }
 
@@ -58,10 +60,14 @@ bool valid_name(const std::string& n) {
 std::string escape_label(const std::string& v) {
   std::string out;
   for (char c : v) {
-    if (c == '\\') out += "\\\\";
-    else if (c == '"') out += "\\\"";
-    else if (c == '\n') out += "\\n";
-    else out += c;
+    if (c == '\\')
+      out += "\\\\";
+    else if (c == '"')
+      out += "\\\"";
+    else if (c == '\n')
+      out += "\\n";
+    else
+      out += c;
   }
   return out;
 }
@@ -75,7 +81,8 @@ std::string label_text(const Labels& labels, const std::string& extra_key = {},
     out += fmt::format("{}{}=\"{}\"", first ? "" : ",", k, escape_label(v));
     first = false;
   }
-  if (!extra_key.empty()) out += fmt::format("{}{}=\"{}\"", first ? "" : ",", extra_key, extra_value);
+  if (!extra_key.empty())
+    out += fmt::format("{}{}=\"{}\"", first ? "" : ",", extra_key, extra_value);
   return out + "}";
 }
 
@@ -153,8 +160,10 @@ std::string MetricsRegistry::json_line(std::int64_t ts_ms) const {
   std::lock_guard<std::mutex> lock(mu_);
   nlohmann::ordered_json m = nlohmann::ordered_json::object();
   for (const auto& [name, f] : families_) {
-    for (const auto& [labels, c] : f.counters) m[name + label_text(labels)] = c->value();
-    for (const auto& [labels, g] : f.gauges) m[name + label_text(labels)] = g->value();
+    for (const auto& [labels, c] : f.counters)
+      m[name + label_text(labels)] = c->value();
+    for (const auto& [labels, g] : f.gauges)
+      m[name + label_text(labels)] = g->value();
     for (const auto& [labels, h] : f.histograms) {
       auto s = h->snapshot();
       nlohmann::ordered_json hj;

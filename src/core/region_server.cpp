@@ -62,7 +62,8 @@ Result<std::unique_ptr<RegionServer>> RegionServer::create(Server& server) {
   server.on_sync("region.list", [raw](const Message&) -> Result<Message> {
     Message reply("region.list");
     reply.body["names"] = nlohmann::json::array();
-    for (const auto& [name, e] : raw->regions_) reply.body["names"].push_back(name);
+    for (const auto& [name, e] : raw->regions_)
+      reply.body["names"].push_back(name);
     return reply;
   });
   return rs;
@@ -86,7 +87,9 @@ Status RegionServer::expose(const RegisteredBuffer& buf, RegionLayout layout) {
   return {};
 }
 
-void RegionServer::withdraw(const std::string& name) { regions_.erase(name); }
+void RegionServer::withdraw(const std::string& name) {
+  regions_.erase(name);
+}
 
 Result<RemoteRegion> describe_region(Client& client, const std::string& name, Millis timeout) {
   Message req("region.describe");

@@ -4,18 +4,30 @@ namespace sluice::core {
 
 std::string_view code_name(Code code) {
   switch (code) {
-    case Code::kOk: return "ok";
-    case Code::kInvalidArgument: return "invalid argument";
-    case Code::kNotFound: return "not found";
-    case Code::kAlreadyExists: return "already exists";
-    case Code::kFailedPrecondition: return "failed precondition";
-    case Code::kTimeout: return "timeout";
-    case Code::kUnavailable: return "unavailable";
-    case Code::kProtocol: return "protocol error";
-    case Code::kDataLoss: return "data loss";
-    case Code::kResourceExhausted: return "resource exhausted";
-    case Code::kCancelled: return "cancelled";
-    case Code::kInternal: return "internal error";
+    case Code::kOk:
+      return "ok";
+    case Code::kInvalidArgument:
+      return "invalid argument";
+    case Code::kNotFound:
+      return "not found";
+    case Code::kAlreadyExists:
+      return "already exists";
+    case Code::kFailedPrecondition:
+      return "failed precondition";
+    case Code::kTimeout:
+      return "timeout";
+    case Code::kUnavailable:
+      return "unavailable";
+    case Code::kProtocol:
+      return "protocol error";
+    case Code::kDataLoss:
+      return "data loss";
+    case Code::kResourceExhausted:
+      return "resource exhausted";
+    case Code::kCancelled:
+      return "cancelled";
+    case Code::kInternal:
+      return "internal error";
   }
   return "unknown";
 }

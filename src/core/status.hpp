@@ -13,17 +13,17 @@ namespace sluice::core {
 
 enum class Code : int {
   kOk = 0,
-  kInvalidArgument,   // the caller's input is wrong: bad config, bad manifest, bad flag
-  kNotFound,          // the thing asked for does not exist (yet)
+  kInvalidArgument,  // the caller's input is wrong: bad config, bad manifest, bad flag
+  kNotFound,         // the thing asked for does not exist (yet)
   kAlreadyExists,
   kFailedPrecondition,  // the state does not allow this now
-  kTimeout,           // a wait ran out of time
-  kUnavailable,       // a peer or transport cannot be reached; retrying elsewhere may work
-  kProtocol,          // a message or descriptor is malformed, of another version, or oversized
-  kDataLoss,          // bytes arrived but are wrong (checksum mismatch, torn version)
+  kTimeout,             // a wait ran out of time
+  kUnavailable,         // a peer or transport cannot be reached; retrying elsewhere may work
+  kProtocol,            // a message or descriptor is malformed, of another version, or oversized
+  kDataLoss,            // bytes arrived but are wrong (checksum mismatch, torn version)
   kResourceExhausted,
-  kCancelled,         // orderly shutdown or caller cancelled
-  kInternal,          // a bug or an unexpected library failure
+  kCancelled,  // orderly shutdown or caller cancelled
+  kInternal,   // a bug or an unexpected library failure
 };
 
 // The lowercase name of a code, as it appears in messages ("timeout", "protocol", ...).
@@ -56,21 +56,39 @@ class [[nodiscard]] Status {
   std::string message_;
 };
 
-inline Status invalid_argument(std::string m) { return {Code::kInvalidArgument, std::move(m)}; }
-inline Status not_found(std::string m) { return {Code::kNotFound, std::move(m)}; }
-inline Status failed_precondition(std::string m) { return {Code::kFailedPrecondition, std::move(m)}; }
-inline Status timeout_error(std::string m) { return {Code::kTimeout, std::move(m)}; }
-inline Status unavailable(std::string m) { return {Code::kUnavailable, std::move(m)}; }
-inline Status protocol_error(std::string m) { return {Code::kProtocol, std::move(m)}; }
-inline Status data_loss(std::string m) { return {Code::kDataLoss, std::move(m)}; }
-inline Status cancelled(std::string m) { return {Code::kCancelled, std::move(m)}; }
-inline Status internal_error(std::string m) { return {Code::kInternal, std::move(m)}; }
+inline Status invalid_argument(std::string m) {
+  return {Code::kInvalidArgument, std::move(m)};
+}
+inline Status not_found(std::string m) {
+  return {Code::kNotFound, std::move(m)};
+}
+inline Status failed_precondition(std::string m) {
+  return {Code::kFailedPrecondition, std::move(m)};
+}
+inline Status timeout_error(std::string m) {
+  return {Code::kTimeout, std::move(m)};
+}
+inline Status unavailable(std::string m) {
+  return {Code::kUnavailable, std::move(m)};
+}
+inline Status protocol_error(std::string m) {
+  return {Code::kProtocol, std::move(m)};
+}
+inline Status data_loss(std::string m) {
+  return {Code::kDataLoss, std::move(m)};
+}
+inline Status cancelled(std::string m) {
+  return {Code::kCancelled, std::move(m)};
+}
+inline Status internal_error(std::string m) {
+  return {Code::kInternal, std::move(m)};
+}
 
 // A value or an error Status (never an ok Status).
 template <typename T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : v_(std::move(value)) {}  // NOLINT: implicit by design, like std::expected
+  Result(T value) : v_(std::move(value)) {}        // NOLINT: implicit by design, like std::expected
   Result(Status status) : v_(std::move(status)) {  // NOLINT
     if (std::get<Status>(v_).is_ok()) {
       v_ = Status(Code::kInternal, "Result constructed from an ok Status without a value");
@@ -101,7 +119,9 @@ class [[nodiscard]] Result {
 };
 
 namespace detail {
-inline Status to_status(Status s) { return s; }
+inline Status to_status(Status s) {
+  return s;
+}
 template <typename T>
 Status to_status(const Result<T>& r) {
   return r.status();
@@ -114,10 +134,10 @@ Status to_status(const Result<T>& r) {
 #define SLUICE_CONCAT_(a, b) SLUICE_CONCAT_INNER_(a, b)
 
 // Returns the error of a Status or Result expression from the enclosing function.
-#define SLUICE_TRY(expr)                                                   \
-  do {                                                                     \
-    auto sluice_try_status_ = ::sluice::core::detail::to_status((expr));   \
-    if (!sluice_try_status_.is_ok()) return sluice_try_status_;            \
+#define SLUICE_TRY(expr)                                                 \
+  do {                                                                   \
+    auto sluice_try_status_ = ::sluice::core::detail::to_status((expr)); \
+    if (!sluice_try_status_.is_ok()) return sluice_try_status_;          \
   } while (0)
 
 // SLUICE_ASSIGN_OR_RETURN(auto x, make_x()); declares x from a Result or returns its error.

@@ -37,7 +37,7 @@ struct RegionDescriptor {
   std::string worker_address;  // packed UCX worker address of the holder
   std::uint64_t base = 0;      // remote virtual address of byte 0
   std::uint64_t length = 0;
-  std::string rkey;            // packed UCX remote key
+  std::string rkey;  // packed UCX remote key
 
   std::string encode() const;
   static Result<RegionDescriptor> decode(const std::string& bytes);
@@ -106,7 +106,7 @@ struct ChunkRead {
   std::uint64_t src_offset = 0;  // offset in the source region
   std::uint64_t dst_offset = 0;  // offset in the destination buffer
   std::uint64_t bytes = 0;
-  std::uint64_t checksum = 0;    // XXH3 of the expected bytes (see checksum.hpp)
+  std::uint64_t checksum = 0;  // XXH3 of the expected bytes (see checksum.hpp)
   // Indices into the source list that hold this chunk; empty means every source.
   std::vector<std::uint32_t> sources;
 };
@@ -131,7 +131,7 @@ struct ReadOptions {
 struct ReadStats {
   std::uint64_t bytes = 0;
   double seconds = 0.0;
-  std::uint32_t retries = 0;             // chunk attempts that failed and were tried again
+  std::uint32_t retries = 0;  // chunk attempts that failed and were tried again
   std::uint32_t checksum_failures = 0;
   std::vector<std::uint64_t> bytes_per_source;  // by source index, verified bytes only
   std::vector<std::string> failed_sources;      // names, with the reason

@@ -6,36 +6,39 @@
 
 namespace sluice::core::ucx {
 
-namespace {
-
-}  // namespace
+namespace {}  // namespace
 
 Status to_status(ucs_status_t s, const std::string& what) {
   if (s == UCS_OK) return {};
   std::string m = what + ": " + ucs_status_string(s);
   switch (s) {
     case UCS_ERR_TIMED_OUT:
-    case UCS_ERR_ENDPOINT_TIMEOUT: return timeout_error(m);
-    case UCS_ERR_CANCELED: return cancelled(m);
+    case UCS_ERR_ENDPOINT_TIMEOUT:
+      return timeout_error(m);
+    case UCS_ERR_CANCELED:
+      return cancelled(m);
     case UCS_ERR_NO_MEMORY:
-    case UCS_ERR_NO_RESOURCE: return {Code::kResourceExhausted, m};
+    case UCS_ERR_NO_RESOURCE:
+      return {Code::kResourceExhausted, m};
     case UCS_ERR_INVALID_PARAM:
-    case UCS_ERR_INVALID_ADDR: return invalid_argument(m);
+    case UCS_ERR_INVALID_ADDR:
+      return invalid_argument(m);
     case UCS_ERR_UNREACHABLE:
     case UCS_ERR_CONNECTION_RESET:
     case UCS_ERR_NOT_CONNECTED:
     case UCS_ERR_REJECTED:
     case UCS_ERR_IO_ERROR:
-    case UCS_ERR_SOME_CONNECTS_FAILED: return unavailable(m);
-    default: return internal_error(m);
+    case UCS_ERR_SOME_CONNECTS_FAILED:
+      return unavailable(m);
+    default:
+      return internal_error(m);
   }
 }
 
 // ---------------------------------------------------------------- context
 
 Result<std::unique_ptr<Context>> Context::create(
-    bool wakeup,
-    const std::vector<std::pair<std::string, std::string>>& explicit_config) {
+    bool wakeup, const std::vector<std::pair<std::string, std::string>>& explicit_config) {
   ucp_config_t* config = nullptr;
   SLUICE_TRY(to_status(ucp_config_read(nullptr, nullptr, &config), "ucx: read config"));
   std::unique_ptr<Context> c(new Context());
@@ -43,7 +46,8 @@ Result<std::unique_ptr<Context>> Context::create(
     ucs_status_t ms = ucp_config_modify(config, name.c_str(), value.c_str());
     if (ms != UCS_OK) {
       ucp_config_release(config);
-      return invalid_argument("ucx: cannot set " + name + "=" + value + ": " + ucs_status_string(ms));
+      return invalid_argument("ucx: cannot set " + name + "=" + value + ": " +
+                              ucs_status_string(ms));
     }
   }
   ucp_params_t params{};
@@ -87,11 +91,13 @@ Worker::~Worker() {
 bool Worker::progress_and_arm() {
   bool any = false;
   if (efd_ < 0) {
-    while (ucp_worker_progress(h_) != 0) any = true;
+    while (ucp_worker_progress(h_) != 0)
+      any = true;
     return any;
   }
   while (true) {
-    while (ucp_worker_progress(h_) != 0) any = true;
+    while (ucp_worker_progress(h_) != 0)
+      any = true;
     ucs_status_t s = ucp_worker_arm(h_);
     if (s == UCS_OK) return any;
     if (s != UCS_ERR_BUSY) {

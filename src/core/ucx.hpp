@@ -50,7 +50,7 @@ class Worker {
 
   ucp_worker_h get() const { return h_; }
   const std::string& address() const { return address_; }  // packed worker address bytes
-  int event_fd() const { return efd_; }  // -1 without the WAKEUP feature
+  int event_fd() const { return efd_; }                    // -1 without the WAKEUP feature
   // Progresses until nothing is left, then arms the event fd. Returns whether anything progressed.
   bool progress_and_arm();
   unsigned progress() { return ucp_worker_progress(h_); }

@@ -17,7 +17,8 @@ Result<std::uint64_t> parse_bytes(std::string_view text) {
                             "' is not a size (examples: 4096, 64KiB, 8MiB, 1GiB, 1.5GB)");
   };
   std::size_t i = 0;
-  while (i < t.size() && (std::isdigit(static_cast<unsigned char>(t[i])) || t[i] == '.')) ++i;
+  while (i < t.size() && (std::isdigit(static_cast<unsigned char>(t[i])) || t[i] == '.'))
+    ++i;
   if (i == 0) return bad();
   double number = 0;
   try {
@@ -28,18 +29,29 @@ Result<std::uint64_t> parse_bytes(std::string_view text) {
     return bad();
   }
   std::string unit;
-  for (std::size_t k = i; k < t.size(); ++k) unit += static_cast<char>(std::tolower(t[k]));
+  for (std::size_t k = i; k < t.size(); ++k)
+    unit += static_cast<char>(std::tolower(t[k]));
   double mult = 0;
-  if (unit.empty() || unit == "b") mult = 1;
-  else if (unit == "k" || unit == "kib") mult = 1024.0;
-  else if (unit == "m" || unit == "mib") mult = 1024.0 * 1024;
-  else if (unit == "g" || unit == "gib") mult = 1024.0 * 1024 * 1024;
-  else if (unit == "t" || unit == "tib") mult = 1024.0 * 1024 * 1024 * 1024;
-  else if (unit == "kb") mult = 1e3;
-  else if (unit == "mb") mult = 1e6;
-  else if (unit == "gb") mult = 1e9;
-  else if (unit == "tb") mult = 1e12;
-  else return bad();
+  if (unit.empty() || unit == "b")
+    mult = 1;
+  else if (unit == "k" || unit == "kib")
+    mult = 1024.0;
+  else if (unit == "m" || unit == "mib")
+    mult = 1024.0 * 1024;
+  else if (unit == "g" || unit == "gib")
+    mult = 1024.0 * 1024 * 1024;
+  else if (unit == "t" || unit == "tib")
+    mult = 1024.0 * 1024 * 1024 * 1024;
+  else if (unit == "kb")
+    mult = 1e3;
+  else if (unit == "mb")
+    mult = 1e6;
+  else if (unit == "gb")
+    mult = 1e9;
+  else if (unit == "tb")
+    mult = 1e12;
+  else
+    return bad();
   double v = number * mult;
   if (v > 1.8e19 || v != std::floor(v)) return bad();
   return static_cast<std::uint64_t>(v);

@@ -19,7 +19,8 @@ struct ChainConfig {
     v("order", order, "relay names in chain order");
   }
   Status validate() const {
-    if (fanout < 1) return invalid_argument("fanout must be at least 1, got " + std::to_string(fanout));
+    if (fanout < 1)
+      return invalid_argument("fanout must be at least 1, got " + std::to_string(fanout));
     return {};
   }
 };
@@ -73,7 +74,9 @@ TEST_SUITE("core.config") {
     Top t;
     REQUIRE(parse_text(R"({"relay": {"keep_versions": 3, "heartbeat_s": 2, "pin_memory": true,
         "datacenter": "dc2", "chain": {"fanout": 2, "order": ["a", "b"]},
-        "weights": {"x": 1}}})", t).is_ok());
+        "weights": {"x": 1}}})",
+                       t)
+                .is_ok());
     CHECK(t.relay.keep_versions == 3);
     CHECK(t.relay.heartbeat_s == doctest::Approx(2.0));
     CHECK(t.relay.pin_memory);
@@ -107,7 +110,8 @@ TEST_SUITE("core.config") {
     CHECK(s.message() == "config: 'relay.pin_memory' must be a boolean, got an integer");
 
     s = parse_text(R"({"relay": {"keep_versions": -1}})", t);
-    CHECK(s.message() == "config: 'relay.keep_versions' must be a non-negative integer, got an integer");
+    CHECK(s.message() ==
+          "config: 'relay.keep_versions' must be a non-negative integer, got an integer");
 
     s = parse_text(R"({"relay": {"keep_versions": 2.5}})", t);
     CHECK(s.message().find("'relay.keep_versions' must be an integer") != std::string::npos);
@@ -141,7 +145,8 @@ TEST_SUITE("core.config") {
 
     CHECK_FALSE(config::apply_override(doc, "no_equals_sign").is_ok());
     CHECK_FALSE(config::apply_override(doc, "a..b=1").is_ok());
-    CHECK_FALSE(config::apply_override(doc, "relay.listen.deeper=1").is_ok());  // a string, not an object
+    CHECK_FALSE(
+        config::apply_override(doc, "relay.listen.deeper=1").is_ok());  // a string, not an object
   }
 
   TEST_CASE("environment overrides map SLUICE_CFG_a__b to a.b") {

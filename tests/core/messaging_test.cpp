@@ -29,7 +29,8 @@ struct EchoServerProcess {
 std::string random_bytes(std::size_t n, unsigned seed) {
   std::mt19937 rng(seed);
   std::string s(n, '\0');
-  for (auto& c : s) c = static_cast<char>(rng() & 0xff);
+  for (auto& c : s)
+    c = static_cast<char>(rng() & 0xff);
   return s;
 }
 
@@ -41,14 +42,16 @@ std::vector<std::string> raw_exchange(const std::string& endpoint,
   s.set(zmq::sockopt::linger, 0);
   s.connect(endpoint);
   std::vector<zmq::const_buffer> bufs;
-  for (const auto& f : frames) bufs.emplace_back(zmq::buffer(f));
+  for (const auto& f : frames)
+    bufs.emplace_back(zmq::buffer(f));
   REQUIRE(zmq::send_multipart(s, bufs));
   zmq::pollitem_t item{s.handle(), 0, ZMQ_POLLIN, 0};
   if (zmq::poll(&item, 1, std::chrono::milliseconds(10000)) <= 0) return {};
   std::vector<zmq::message_t> msgs;
   REQUIRE(zmq::recv_multipart(s, std::back_inserter(msgs)));
   std::vector<std::string> out;
-  for (auto& m : msgs) out.push_back(m.to_string());
+  for (auto& m : msgs)
+    out.push_back(m.to_string());
   return out;
 }
 
@@ -104,7 +107,8 @@ TEST_SUITE("core.messaging") {
     EchoServerProcess server;
     auto loop = EventLoop::create().value();
     std::vector<std::unique_ptr<Client>> clients;
-    for (int c = 0; c < 4; ++c) clients.push_back(Client::create(*loop, server.endpoint).value());
+    for (int c = 0; c < 4; ++c)
+      clients.push_back(Client::create(*loop, server.endpoint).value());
     int ok = 0, wrong = 0, done = 0;
     constexpr int kPerClient = 200;
     for (int c = 0; c < 4; ++c) {
@@ -113,8 +117,10 @@ TEST_SUITE("core.messaging") {
         m.body["tag"] = c * 100000 + i;
         clients[c]->request(m, Millis(20000), [&, tag = c * 100000 + i](Result<Message> r) {
           ++done;
-          if (r.is_ok() && r->body["tag"] == tag) ++ok;
-          else ++wrong;
+          if (r.is_ok() && r->body["tag"] == tag)
+            ++ok;
+          else
+            ++wrong;
         });
       }
     }

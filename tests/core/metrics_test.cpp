@@ -55,9 +55,11 @@ TEST_SUITE("core.metrics") {
     std::vector<std::thread> ts;
     for (int t = 0; t < 4; ++t)
       ts.emplace_back([&] {
-        for (int i = 0; i < 10000; ++i) c.inc();
+        for (int i = 0; i < 10000; ++i)
+          c.inc();
       });
-    for (auto& t : ts) t.join();
+    for (auto& t : ts)
+      t.join();
     CHECK(c.value() == 40000.0);
   }
 

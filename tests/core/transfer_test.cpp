@@ -28,9 +28,9 @@ struct Source {
   Source(const std::string& tls, std::uint64_t bytes, std::uint64_t chunk, std::uint64_t seed,
          long corrupt_chunk = -1) {
     Subprocess::Options o;
-    o.argv = {SLUICE_BIN, "--log-level", "warn", "transfer-source", "--bytes",
-              std::to_string(bytes), "--chunk", std::to_string(chunk), "--seed",
-              std::to_string(seed), "--name", "r"};
+    o.argv = {SLUICE_BIN, "--log-level",         "warn",    "transfer-source",
+              "--bytes",  std::to_string(bytes), "--chunk", std::to_string(chunk),
+              "--seed",   std::to_string(seed),  "--name",  "r"};
     if (corrupt_chunk >= 0) {
       o.argv.push_back("--corrupt-chunk");
       o.argv.push_back(std::to_string(corrupt_chunk));
@@ -195,8 +195,8 @@ TEST_SUITE("core.transfer") {
 
       // With only the corrupt source, the read fails and says why.
       auto dst2 = rd.engine->allocate(bytes).value();
-      auto only = rd.engine->read_sync({{"bad", rbad.descriptor}},
-                                       whole_region_chunks(rbad.layout), *dst2, opt);
+      auto only = rd.engine->read_sync({{"bad", rbad.descriptor}}, whole_region_chunks(rbad.layout),
+                                       *dst2, opt);
       REQUIRE_FALSE(only.is_ok());
       CHECK(only.status().code() == Code::kDataLoss);
       CHECK(only.status().message().find("bad: checksum mismatch") != std::string::npos);
@@ -252,8 +252,8 @@ TEST_SUITE("core.transfer") {
       }
     };
     auto t0 = Clock::now();
-    auto st = rd.engine->read_sync({{"a", ra.descriptor}}, whole_region_chunks(ra.layout), *dst,
-                                   opt);
+    auto st =
+        rd.engine->read_sync({{"a", ra.descriptor}}, whole_region_chunks(ra.layout), *dst, opt);
     auto took = Clock::now() - t0;
     REQUIRE(killed);
     REQUIRE_FALSE(st.is_ok());
@@ -262,8 +262,8 @@ TEST_SUITE("core.transfer") {
     CHECK(took < opt.op_timeout + Millis(5000));
 
     // A read from a source that is already gone fails the same way, without hanging.
-    auto again = rd.engine->read_sync({{"a", ra.descriptor}}, whole_region_chunks(ra.layout),
-                                      *dst, opt);
+    auto again =
+        rd.engine->read_sync({{"a", ra.descriptor}}, whole_region_chunks(ra.layout), *dst, opt);
     REQUIRE_FALSE(again.is_ok());
     CHECK(again.status().code() == Code::kUnavailable);
   }

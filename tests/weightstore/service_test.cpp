@@ -40,7 +40,8 @@ core::Manifest manifest(std::uint64_t version) {
   return core::make_manifest("policy", version, {t}, bytes.data(), bytes.size(), 1024).value();
 }
 
-HolderRegistration reg(const std::string& id, std::uint64_t version, std::vector<bool> chunks = {}) {
+HolderRegistration reg(const std::string& id, std::uint64_t version,
+                       std::vector<bool> chunks = {}) {
   HolderRegistration r;
   r.holder_id = id;
   r.endpoint = "tcp://127.0.0.1:9/" + id;
@@ -51,7 +52,9 @@ HolderRegistration reg(const std::string& id, std::uint64_t version, std::vector
   return r;
 }
 
-core::Result<Message> call(core::Client& c, Message m) { return c.call(std::move(m), Millis(5000)); }
+core::Result<Message> call(core::Client& c, Message m) {
+  return c.call(std::move(m), Millis(5000));
+}
 
 Message latest_req() {
   Message m("store.latest");
@@ -91,7 +94,8 @@ TEST_SUITE("weightstore.service") {
 
     REQUIRE(call(*c, encode_registration(reg("relay-2", 1))).is_ok());
     plan_req.body["version"] = 0;
-    plan_req.body["topology"] = {{"host", "host-relay-2"}, {"rack", "rack-1"}, {"datacenter", "dc-1"}};
+    plan_req.body["topology"] = {
+        {"host", "host-relay-2"}, {"rack", "rack-1"}, {"datacenter", "dc-1"}};
     auto plan_msg = call(*c, plan_req);
     REQUIRE(plan_msg.is_ok());
     auto plan = decode_plan(*plan_msg);

@@ -82,14 +82,15 @@ TEST_SUITE("weightstore.store") {
     REQUIRE(s.register_holder(holder("same-dc", m, {"h3", "r2", "dc1"}), t0).is_ok());
     REQUIRE(s.register_holder(holder("same-rack", m, {"h2", "r1", "dc1"}), t0).is_ok());
     REQUIRE(s.register_holder(
-                holder("same-host", m, {"h1", "r1", "dc1"}, {true, false, false, false}), t0)
+                 holder("same-host", m, {"h1", "r1", "dc1"}, {true, false, false, false}), t0)
                 .is_ok());
     auto p = s.plan("m", 0, reader, t0);
     REQUIRE(p.is_ok());
     CHECK(p->manifest.version == 1);
     auto names = [&](std::size_t chunk) {
       std::vector<std::string> out;
-      for (auto i : p->chunks[chunk].holders) out.push_back(p->holders[i].holder_id);
+      for (auto i : p->chunks[chunk].holders)
+        out.push_back(p->holders[i].holder_id);
       return out;
     };
     CHECK(names(0) == std::vector<std::string>{"same-host", "same-rack", "same-dc", "remote"});
@@ -119,7 +120,8 @@ TEST_SUITE("weightstore.store") {
     CHECK(s.drained("a", "m", 1).value() == false);  // under lease: not to be freed
     auto q = s.plan("m", 1, {}, t0);
     REQUIRE(q.is_ok());
-    for (const auto& h : q->holders) CHECK(h.holder_id != "a");
+    for (const auto& h : q->holders)
+      CHECK(h.holder_id != "a");
     REQUIRE(s.release(p->lease_id).is_ok());
     CHECK(s.drained("a", "m", 1).value() == true);
     CHECK(s.release(p->lease_id).code() == Code::kNotFound);
@@ -193,7 +195,8 @@ TEST_SUITE("weightstore.store") {
     WeightStore fresh;
     CHECK(fresh.latest("m").status().code() == Code::kNotFound);
     REQUIRE(fresh.register_holder(holder("relay-1", m3), t0).is_ok());
-    REQUIRE(fresh.register_holder(holder("relay-2", m4, {}, {true, true, false, false}), t0).is_ok());
+    REQUIRE(
+        fresh.register_holder(holder("relay-2", m4, {}, {true, true, false, false}), t0).is_ok());
     CHECK(fresh.latest("m").value() == 3);
     REQUIRE(fresh.register_holder(holder("relay-1", m4), t0).is_ok());
     CHECK(fresh.latest("m").value() == 4);
