@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "core/log.hpp"
+#include "weightstore/protocol.hpp"
 
 namespace sluice::actor {
 
@@ -17,7 +18,10 @@ constexpr core::Millis kDrainCheck{200};
 constexpr auto kDrainLimit = std::chrono::seconds(30);
 }  // namespace
 
-Publisher::~Publisher() = default;
+Publisher::~Publisher() {
+  alive_.reset();
+  drain_timer_.reset();
+}
 
 Result<std::unique_ptr<Publisher>> Publisher::create(core::EventLoop& loop,
                                                      core::TransferEngine& engine,
@@ -92,36 +96,65 @@ void Publisher::retire_old() {
   }
 }
 
+// Runs in a loop timer, so it only sends requests and handles their replies when they come:
+// a blocking call here would run the loop from inside one of its own handlers.
 void Publisher::check_retiring() {
-  for (auto it = retiring_.begin(); it != retiring_.end();) {
-    const auto& m = it->held.manifest;
-    auto drained = store_->drained(options_.holder_id, m.model, m.version);
-    bool overdue = Clock::now() - it->since > kDrainLimit;
-    if ((drained.is_ok() && *drained) || overdue) {
-      if (!drained.is_ok() || !*drained) {
-        log::warn(
-            "publisher {}: freeing {}@{} after {} s without the store confirming its "
-            "leases drained",
-            options_.holder_id, m.model, m.version,
-            std::chrono::duration_cast<std::chrono::seconds>(kDrainLimit).count());
+  std::weak_ptr<bool> alive = alive_;
+  for (auto& r : retiring_) {
+    if (r.asking) continue;
+    r.asking = true;
+    core::Message req("store.drained");
+    req.body = {{"holder_id", options_.holder_id},
+                {"model", r.held.manifest.model},
+                {"version", r.held.manifest.version}};
+    std::uint64_t version = r.held.manifest.version;
+    store_->raw().request(req, kDrainCheck * 5, [this, alive, version](Result<core::Message> rep) {
+      if (alive.expired()) return;
+      for (auto it = retiring_.begin(); it != retiring_.end(); ++it) {
+        if (it->held.manifest.version != version) continue;
+        it->asking = false;
+        bool drained = rep.is_ok() && rep->body.value("drained", false);
+        bool overdue = Clock::now() - it->since > kDrainLimit;
+        if (!drained && !overdue) return;
+        if (!drained) {
+          log::warn(
+              "publisher {}: freeing {}@{} after {} s without the store confirming its "
+              "leases drained ({})",
+              options_.holder_id, it->held.manifest.model, version,
+              std::chrono::duration_cast<std::chrono::seconds>(kDrainLimit).count(),
+              rep.is_ok() ? "still leased" : rep.status().to_string());
+        }
+        retiring_.erase(it);  // frees the registered memory
+        break;
       }
-      it = retiring_.erase(it);  // frees the registered memory
-    } else {
-      ++it;
-    }
+      if (retiring_.empty()) drain_timer_.reset();
+    });
   }
-  if (retiring_.empty()) drain_timer_.reset();
 }
 
-Status Publisher::heartbeat() {
-  Status s = store_->heartbeat(options_.holder_id);
-  if (s.code() != core::Code::kNotFound) return s;
-  // The store restarted and lost its soft state: bring back what this holder holds.
-  log::info("publisher {}: store does not know this holder; registering again", options_.holder_id);
-  for (const auto& h : held_) {
-    SLUICE_TRY(store_->register_holder(registration(h)).status());
-  }
-  return {};
+void Publisher::heartbeat() {
+  std::weak_ptr<bool> alive = alive_;
+  core::Message req("store.heartbeat");
+  req.body["holder_id"] = options_.holder_id;
+  store_->raw().request(req, core::Millis(2000), [this, alive](Result<core::Message> rep) {
+    if (alive.expired() || rep.is_ok()) return;
+    if (rep.status().code() != core::Code::kNotFound) {
+      log::warn("publisher {}: heartbeat: {}", options_.holder_id, rep.status().to_string());
+      return;
+    }
+    // The store restarted and lost its soft state: bring back what this holder holds.
+    log::info("publisher {}: the store does not know this holder; registering again",
+              options_.holder_id);
+    for (const auto& h : held_) {
+      store_->raw().request(weightstore::encode_registration(registration(h)), core::Millis(5000),
+                            [this, alive](Result<core::Message> r) {
+                              if (!alive.expired() && !r.is_ok()) {
+                                log::warn("publisher {}: register again: {}", options_.holder_id,
+                                          r.status().to_string());
+                              }
+                            });
+    }
+  });
 }
 
 }  // namespace sluice::actor

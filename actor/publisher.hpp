@@ -9,7 +9,9 @@
 // Not yet as the design wants it: publish() returns after the checksums and the store's answer,
 // not right after the copy (see the issue notes); a relay taking over as holder is still to come.
 //
-// Thread safety: loop thread only; publish() runs the loop while it waits for the store.
+// Thread safety: loop thread only. publish() runs the loop while it waits for the store (call it
+// from the actor's main flow, not from a loop callback); heartbeats and the drain checks of
+// retiring copies only send requests and handle the replies on the loop.
 #pragma once
 
 #include <cstdint>
@@ -54,7 +56,8 @@ class Publisher {
   core::Result<core::Manifest> publish(std::uint64_t version,
                                        const std::vector<TensorView>& tensors);
   // Keeps this holder known to the store; registers everything again after a store restart.
-  core::Status heartbeat();
+  // Sends and returns: the replies are handled on the loop (call it from a loop timer).
+  void heartbeat();
 
   struct Held {
     core::Manifest manifest;
@@ -79,9 +82,11 @@ class Publisher {
   struct Retiring {
     Held held;
     Clock::time_point since;
+    bool asking = false;  // a drained? request is out
   };
   std::vector<Retiring> retiring_;
   std::unique_ptr<core::EventLoop::Timer> drain_timer_;
+  std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);  // for replies after destruction
 };
 
 }  // namespace sluice::actor

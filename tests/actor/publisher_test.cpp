@@ -1,0 +1,110 @@
+// The publisher against a real store process, read back through pull(): bytes equal, `latest`
+// monotonic, and a copy under lease is not freed until the lease ends.
+#include <doctest/doctest.h>
+
+#include <cstring>
+
+#include "actor/publisher.hpp"
+#include "core/process.hpp"
+#include "core/units.hpp"
+
+using namespace sluice;
+using core::Millis;
+
+namespace {
+
+struct Store {
+  std::unique_ptr<core::Subprocess> proc;
+  std::string endpoint;
+  Store() {
+    proc = core::Subprocess::spawn_argv({SLUICE_BIN, "--log-level", "warn", "weightstore", "--set",
+                                         "store.listen=tcp://127.0.0.1:*", "--set",
+                                         "store.lease_ttl_ms=60000"})
+               .value();
+    while (endpoint.empty()) {
+      auto line = proc->read_line(Millis(20000));
+      REQUIRE_MESSAGE(line.is_ok(), line.status().to_string());
+      if (line->rfind("endpoint ", 0) == 0) endpoint = line->substr(9);
+    }
+  }
+};
+
+std::vector<std::uint8_t> weights(std::uint64_t version, std::size_t bytes) {
+  std::vector<std::uint8_t> w(bytes);
+  core::fill_pseudo_random(w.data(), w.size(), version * 1000 + 1);
+  return w;
+}
+
+std::vector<actor::TensorView> views(const std::vector<std::uint8_t>& w) {
+  std::uint64_t half = (w.size() / 2) & ~std::uint64_t{3};  // whole F32 elements
+  return {{"layer0.weight", "F32", {half / 4}, w.data(), half},
+          {"layer1.weight", "U8", {w.size() - half}, w.data() + half, w.size() - half}};
+}
+
+}  // namespace
+
+TEST_SUITE("actor.publisher") {
+  TEST_CASE("published versions are pulled byte for byte and latest only moves forward") {
+    Store store;
+    auto loop = core::EventLoop::create().value();
+    auto engine = core::TransferEngine::create(*loop, {}).value();
+    auto client = weightstore::StoreClient::create(*loop, store.endpoint).value();
+    actor::PublisherOptions po;
+    po.model = "policy";
+    po.holder_id = "actor-0";
+    po.chunk_bytes = 64 * 1024;
+    po.keep_versions = 2;
+    auto pub = actor::Publisher::create(*loop, *engine, *client, po).value();
+
+    std::uint64_t last_latest = 0;
+    for (std::uint64_t v = 1; v <= 4; ++v) {
+      auto w = weights(v, (1u << 20) + 4 * v);  // sizes differ from version to version
+      auto m = pub->publish(v, views(w));
+      REQUIRE_MESSAGE(m.is_ok(), m.status().to_string());
+      auto latest = client->latest("policy");
+      REQUIRE(latest.is_ok());
+      CHECK(*latest >= last_latest);
+      CHECK(*latest == v);
+      last_latest = *latest;
+      auto pulled = weightstore::pull(*engine, *client, "policy", 0, {});
+      REQUIRE_MESSAGE(pulled.is_ok(), pulled.status().to_string());
+      CHECK(pulled->manifest.version == v);
+      REQUIRE(pulled->manifest.total_bytes == w.size());
+      CHECK(std::memcmp(pulled->buffer->data(), w.data(), w.size()) == 0);
+      CHECK(pulled->manifest.tensors[1].name == "layer1.weight");
+    }
+    // A version is immutable: publishing other bytes as version 2 is refused, changing nothing.
+    auto w = weights(2, 4096);
+    CHECK(pub->publish(2, views(w)).status().code() == core::Code::kAlreadyExists);
+    CHECK(client->latest("policy").value() == 4);
+  }
+
+  TEST_CASE("a copy under lease is not freed until its lease ends") {
+    Store store;
+    auto loop = core::EventLoop::create().value();
+    auto engine = core::TransferEngine::create(*loop, {}).value();
+    auto client = weightstore::StoreClient::create(*loop, store.endpoint).value();
+    actor::PublisherOptions po;
+    po.model = "policy";
+    po.holder_id = "actor-0";
+    po.chunk_bytes = 64 * 1024;
+    po.keep_versions = 2;
+    auto pub = actor::Publisher::create(*loop, *engine, *client, po).value();
+    auto w1 = weights(1, 256 * 1024);
+    REQUIRE(pub->publish(1, views(w1)).is_ok());
+    // A reader holds a lease on version 1 (as a slow pull would).
+    auto plan = client->plan("policy", 1, {});
+    REQUIRE(plan.is_ok());
+    auto w2 = weights(2, 256 * 1024), w3 = weights(3, 256 * 1024);
+    REQUIRE(pub->publish(2, views(w2)).is_ok());
+    REQUIRE(pub->publish(3, views(w3)).is_ok());  // version 1 leaves the kept two
+    CHECK(pub->held().size() == 2);
+    CHECK(pub->retiring() == 1);
+    loop->run_until([] { return false; }, Millis(1000));
+    CHECK(pub->retiring() == 1);  // still leased: its memory is still there
+    // Version 1 is no longer offered to new readers.
+    CHECK(client->plan("policy", 1, {}).status().code() == core::Code::kUnavailable);
+    REQUIRE(client->release(plan->lease_id).is_ok());
+    CHECK(loop->run_until([&] { return pub->retiring() == 0; }, Millis(5000)));
+  }
+}
