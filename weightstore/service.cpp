@@ -160,6 +160,37 @@ void StoreService::install_handlers() {
     st.unpin(model, version, owner);
     return ok_reply("store.ok");
   });
+  srv.on_sync("store.join_relay", [&st](const Message& req) -> Result<Message> {
+    SLUICE_ASSIGN_OR_RETURN(auto relay, body_string(req.body, "relay_id"));
+    SLUICE_ASSIGN_OR_RETURN(auto where,
+                            topology_from_json(req.body.value("topology", nlohmann::json())));
+    SLUICE_TRY(st.join_relay(relay, where, Clock::now()));
+    return ok_reply("store.ok");
+  });
+  srv.on_sync("store.chain_source", [&st](const Message& req) -> Result<Message> {
+    SLUICE_ASSIGN_OR_RETURN(auto model, body_string(req.body, "model"));
+    SLUICE_ASSIGN_OR_RETURN(auto version, body_u64(req.body, "version"));
+    SLUICE_ASSIGN_OR_RETURN(auto relay, body_string(req.body, "relay_id"));
+    std::set<std::string> exclude;
+    for (const auto& x : req.body.value("exclude", nlohmann::json::array())) {
+      if (x.is_string()) exclude.insert(x.get<std::string>());
+    }
+    SLUICE_ASSIGN_OR_RETURN(auto src, st.chain_source(model, version, relay, exclude));
+    Message reply("store.chain_source");
+    reply.body["holder_id"] = src.holder_id;
+    reply.body["endpoint"] = src.endpoint;
+    reply.body["chunks"] = src.chunks;
+    reply.blobs.push_back(src.descriptor);
+    return reply;
+  });
+  srv.on_sync("store.copies", [&st](const Message& req) -> Result<Message> {
+    SLUICE_ASSIGN_OR_RETURN(auto model, body_string(req.body, "model"));
+    SLUICE_ASSIGN_OR_RETURN(auto version, body_u64(req.body, "version"));
+    Message reply("store.copies");
+    reply.body["copies"] = nlohmann::json::object();
+    for (const auto& [id, n] : st.copies(model, version)) reply.body["copies"][id] = n;
+    return reply;
+  });
   srv.on_sync("store.retained", [&st](const Message& req) -> Result<Message> {
     SLUICE_ASSIGN_OR_RETURN(auto model, body_string(req.body, "model"));
     Message reply("store.retained");

@@ -270,11 +270,71 @@ std::set<std::uint64_t> WeightStore::retained(const std::string& model) const {
   return keep;
 }
 
+Status WeightStore::join_relay(const std::string& relay_id, const Topology& topology,
+                               Clock::time_point now) {
+  if (relay_id.empty()) return core::invalid_argument("relay has no id");
+  auto& h = holders_[relay_id];
+  h.topology = topology;
+  h.last_seen = now;
+  if (!relay_order_.count(relay_id)) relay_order_[relay_id] = next_relay_++;
+  return {};
+}
+
+core::Result<WeightStore::CopyInfo> WeightStore::chain_source(
+    const std::string& model, std::uint64_t version, const std::string& relay_id,
+    const std::set<std::string>& exclude) const {
+  auto me = relay_order_.find(relay_id);
+  if (me == relay_order_.end()) return core::not_found("relay '" + relay_id + "' has not joined");
+  auto usable = [&](const std::string& id, bool need_all) -> const Copy* {
+    if (exclude.count(id)) return nullptr;
+    auto h = holders_.find(id);
+    if (h == holders_.end()) return nullptr;
+    auto c = h->second.copies.find({model, version});
+    if (c == h->second.copies.end() || c->second.unpublished) return nullptr;
+    bool any = std::any_of(c->second.chunks.begin(), c->second.chunks.end(), [](bool b) { return b; });
+    bool all = std::all_of(c->second.chunks.begin(), c->second.chunks.end(), [](bool b) { return b; });
+    return (need_all ? all : any) ? &c->second : nullptr;
+  };
+  auto info = [](const std::string& id, const Copy& c) {
+    return CopyInfo{id, c.endpoint, c.descriptor, c.chunks};
+  };
+  // Predecessors, nearest first.
+  std::vector<std::pair<std::uint64_t, std::string>> before;
+  for (const auto& [id, seq] : relay_order_)
+    if (seq < me->second) before.emplace_back(seq, id);
+  std::sort(before.rbegin(), before.rend());
+  for (const auto& [seq, id] : before) {
+    if (const Copy* c = usable(id, false)) return info(id, *c);
+  }
+  // The head of the chain reads from a complete holder that is not a relay behind it.
+  for (const auto& [id, h] : holders_) {
+    if (id == relay_id) continue;
+    auto r = relay_order_.find(id);
+    if (r != relay_order_.end() && r->second > me->second) continue;
+    if (const Copy* c = usable(id, true)) return info(id, *c);
+  }
+  return core::unavailable("no source for relay '" + relay_id + "' to pull " +
+                           vname(model, version) + " from");
+}
+
+std::vector<std::pair<std::string, std::size_t>> WeightStore::copies(const std::string& model,
+                                                                     std::uint64_t version) const {
+  std::vector<std::pair<std::string, std::size_t>> out;
+  for (const auto& [id, h] : holders_) {
+    auto c = h.copies.find({model, version});
+    if (c == h.copies.end()) continue;
+    out.emplace_back(id, static_cast<std::size_t>(
+                             std::count(c->second.chunks.begin(), c->second.chunks.end(), true)));
+  }
+  return out;
+}
+
 std::vector<std::string> WeightStore::expire(Clock::time_point now) {
   std::vector<std::string> gone;
   for (auto it = holders_.begin(); it != holders_.end();) {
     if (now - it->second.last_seen > config_.holder_ttl) {
       gone.push_back(it->first);
+      relay_order_.erase(it->first);
       it = holders_.erase(it);
     } else {
       ++it;

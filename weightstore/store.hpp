@@ -121,6 +121,27 @@ class WeightStore {
   // Drops holders without a heartbeat and leases past their ttl. Returns the expired holder ids.
   std::vector<std::string> expire(Clock::time_point now);
 
+  // Relays: a relay joins once (and again after a store restart); the order of joining is the
+  // order of the broadcast chain.
+  core::Status join_relay(const std::string& relay_id, const Topology& topology,
+                          Clock::time_point now);
+  // Where relay `relay_id` pulls `model`@`version` from: the nearest live relay before it in the
+  // chain that holds any of it (a partial holder serves the chunks it has verified), else a
+  // holder with all of it (the publisher). Holders in `exclude` are skipped (ones that just
+  // failed). unavailable when there is none.
+  struct CopyInfo {
+    std::string holder_id;
+    std::string endpoint;
+    std::string descriptor;
+    std::vector<bool> chunks;
+  };
+  core::Result<CopyInfo> chain_source(const std::string& model, std::uint64_t version,
+                                      const std::string& relay_id,
+                                      const std::set<std::string>& exclude) const;
+  // Every registered copy of a version: holder id and how many chunks it has.
+  std::vector<std::pair<std::string, std::size_t>> copies(const std::string& model,
+                                                          std::uint64_t version) const;
+
   std::size_t holder_count() const { return holders_.size(); }
   std::size_t active_leases(const std::string& holder_id) const;
 
@@ -159,6 +180,8 @@ class WeightStore {
   std::map<std::string, Model> models_;
   std::map<std::string, Holder> holders_;
   std::map<std::uint64_t, Lease> leases_;
+  std::map<std::string, std::uint64_t> relay_order_;  // relay id -> join sequence
+  std::uint64_t next_relay_ = 1;
   std::uint64_t next_lease_ = 1;
 };
 

@@ -1,11 +1,14 @@
 #include "cli/commands.hpp"
 
+#include <unistd.h>
+
 #include <cstdio>
 
 #include "core/config.hpp"
 #include "core/event_loop.hpp"
 #include "core/log.hpp"
 #include "core/messaging.hpp"
+#include "relay/relay.hpp"
 #include "weightstore/service.hpp"
 
 namespace sluice::cli {
@@ -70,6 +73,49 @@ int run_weightstore(const RoleArgs& args, const std::vector<std::string>& overri
   return 0;
 }
 
+// `sluice relay`: the common settings and the relay's.
+struct RelayRoleConfig {
+  std::string log_level = "info";
+  relay::RelayConfig relay;
+
+  template <typename V>
+  void describe(V& v) {
+    v("log_level", log_level, "log level: trace, debug, info, warn, error or off");
+    v("relay", relay, "the relay");
+  }
+  core::Status validate() const { return log::parse_level(log_level).status(); }
+};
+
+int run_relay(const RoleArgs& args, const std::vector<std::string>& overrides,
+              const std::vector<std::string>& environment) {
+  auto cfg = core::config::load<RelayRoleConfig>(args.config_path, overrides);
+  if (!cfg.is_ok()) {
+    std::fprintf(stderr, "sluice relay: %s\n", cfg.status().to_string().c_str());
+    return 2;
+  }
+  if (cfg->relay.relay_id.empty()) cfg->relay.relay_id = "relay-" + std::to_string(::getpid());
+  std::string effective = core::config::to_json(*cfg).dump(2);
+  if (args.print_config_only) {
+    std::printf("%s\n", effective.c_str());
+    return 0;
+  }
+  log::set_level(log::parse_level(cfg->log_level).value());
+  log::set_process_name(cfg->relay.relay_id);
+  log::info("effective configuration:\n{}", effective);
+  auto loop = core::EventLoop::create().value();
+  loop->handle_shutdown_signals();
+  auto r = relay::Relay::create(*loop, cfg->relay, environment);
+  if (!r.is_ok()) {
+    std::fprintf(stderr, "sluice relay: %s\n", r.status().to_string().c_str());
+    return 1;
+  }
+  loop->on_shutdown([&](int) { (*r)->stop(); });
+  std::printf("relay %s\n", cfg->relay.relay_id.c_str());
+  std::fflush(stdout);
+  (*r)->run().ignore();
+  return 0;
+}
+
 }  // namespace
 
 int run_role(const RoleArgs& args, const std::vector<std::string>& environment) {
@@ -77,6 +123,7 @@ int run_role(const RoleArgs& args, const std::vector<std::string>& environment) 
   auto overrides = core::config::overrides_from_env(environment);
   overrides.insert(overrides.end(), args.overrides.begin(), args.overrides.end());
   if (args.role == "weightstore") return run_weightstore(args, overrides);
+  if (args.role == "relay") return run_relay(args, overrides, environment);
   auto cfg = core::config::load<CommonConfig>(args.config_path, overrides);
   if (!cfg.is_ok()) {
     std::fprintf(stderr, "sluice %s: %s\n", args.role.c_str(), cfg.status().to_string().c_str());

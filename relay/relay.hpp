@@ -1,0 +1,67 @@
+// A relay: an always-on holder in host memory. It joins the store's broadcast chain, and for
+// each new committed version pulls it from its chain predecessor chunk by chunk while the
+// predecessor is still receiving (each pass reads the chunks the predecessor has verified so far,
+// then reports its own to the store, so the next relay can start on them), keeps the newest K
+// versions, and serves them to readers. A predecessor that fails is skipped: the store names the
+// nearest live one before it, or a complete holder.
+//
+// Thread safety: one thread; run() drives the event loop itself and returns on stop().
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "core/event_loop.hpp"
+#include "core/status.hpp"
+#include "weightstore/store.hpp"
+
+namespace sluice::relay {
+
+struct RelayConfig {
+  std::string store = "tcp://127.0.0.1:5550";  // weight store endpoint
+  std::string relay_id;                        // unique; default relay-<pid>
+  std::string model = "policy";                // the model whose versions this relay carries
+  std::uint32_t keep_versions = 2;             // versions held in host memory
+  std::uint64_t poll_ms = 50;                  // how often to look for new versions and chunks
+  std::uint32_t in_flight = 8;                 // GETs in flight from the predecessor
+  std::string host;                            // topology labels
+  std::string rack;
+  std::string datacenter;
+
+  template <typename V>
+  void describe(V& v) {
+    v("store", store, "weight store endpoint");
+    v("relay_id", relay_id, "unique relay name (default relay-<pid>)");
+    v("model", model, "model whose versions this relay carries");
+    v("keep_versions", keep_versions, "versions kept in host memory (>= 1)");
+    v("poll_ms", poll_ms, "how often to look for new versions and newly verified chunks");
+    v("in_flight", in_flight, "GETs in flight from the predecessor");
+    v("host", host, "topology: host label");
+    v("rack", rack, "topology: rack label");
+    v("datacenter", datacenter, "topology: datacenter label");
+  }
+  core::Status validate() const;
+};
+
+class Relay {
+ public:
+  // `environment` is the process environment as the user gave it (see TransferOptions).
+  static core::Result<std::unique_ptr<Relay>> create(core::EventLoop& loop, RelayConfig config,
+                                                     std::vector<std::string> environment);
+  ~Relay();
+  Relay(const Relay&) = delete;
+  Relay& operator=(const Relay&) = delete;
+
+  // Runs until stop() (or a shutdown signal handled by the caller calls stop()).
+  core::Status run();
+  void stop();
+
+  struct Impl;
+
+ private:
+  explicit Relay(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace sluice::relay
