@@ -29,7 +29,7 @@ namespace {
 // Chunks read per pass before they are reported to the store: small enough that the next relay
 // in the chain starts on them while this one is still receiving, large enough to keep GETs in
 // flight.
-constexpr std::size_t kChunksPerPass = 16;
+constexpr std::size_t kChunksPerPass = 4;
 
 struct Copy {
   core::Manifest manifest;

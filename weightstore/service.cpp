@@ -16,6 +16,10 @@ Status ServiceConfig::validate() const {
     return core::invalid_argument("ttls and the expiry interval must be positive");
   }
   if (sources_per_chunk == 0) return core::invalid_argument("sources_per_chunk must be positive");
+  if (broadcast != "chain" && broadcast != "tree" && broadcast != "direct") {
+    return core::invalid_argument("broadcast must be chain, tree or direct, not '" + broadcast + "'");
+  }
+  if (fanout == 0) return core::invalid_argument("fanout must be positive");
   return {};
 }
 
@@ -26,6 +30,8 @@ StoreConfig store_config(const ServiceConfig& c) {
   s.holder_ttl = Millis(c.holder_ttl_ms);
   s.lease_ttl = Millis(c.lease_ttl_ms);
   s.sources_per_chunk = c.sources_per_chunk;
+  s.broadcast = c.broadcast;
+  s.fanout = c.fanout;
   return s;
 }
 Message ok_reply(const char* type) {

@@ -21,6 +21,8 @@ struct ServiceConfig {
   std::uint64_t lease_ttl_ms = 10000;           // lease expiry without renewal
   std::uint64_t expire_interval_ms = 500;       // how often expiry runs
   std::uint32_t sources_per_chunk = 4;          // ranked sources per chunk in a read plan
+  std::string broadcast = "chain";              // chain, tree or direct (see StoreConfig)
+  std::uint32_t fanout = 2;                     // children per relay in a tree
 
   template <typename V>
   void describe(V& v) {
@@ -30,6 +32,8 @@ struct ServiceConfig {
     v("lease_ttl_ms", lease_ttl_ms, "a lease not renewed this long expires");
     v("expire_interval_ms", expire_interval_ms, "how often expiry runs");
     v("sources_per_chunk", sources_per_chunk, "ranked sources per chunk in a read plan");
+    v("broadcast", broadcast, "how relays receive a version: chain, tree or direct");
+    v("fanout", fanout, "children per relay when broadcast is tree");
   }
   core::Status validate() const;
 };

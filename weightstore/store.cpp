@@ -298,12 +298,25 @@ core::Result<WeightStore::CopyInfo> WeightStore::chain_source(
   auto info = [](const std::string& id, const Copy& c) {
     return CopyInfo{id, c.endpoint, c.descriptor, c.chunks};
   };
-  // Predecessors, nearest first.
-  std::vector<std::pair<std::uint64_t, std::string>> before;
-  for (const auto& [id, seq] : relay_order_)
-    if (seq < me->second) before.emplace_back(seq, id);
-  std::sort(before.rbegin(), before.rend());
-  for (const auto& [seq, id] : before) {
+  // Relays in join order; this relay is number `me_index` (1-based: 0 is the publisher).
+  std::vector<std::pair<std::uint64_t, std::string>> order;
+  for (const auto& [id, seq] : relay_order_) order.emplace_back(seq, id);
+  std::sort(order.begin(), order.end());
+  std::size_t me_index = 0;
+  for (std::size_t i = 0; i < order.size(); ++i)
+    if (order[i].second == relay_id) me_index = i + 1;
+  // Its ancestors, nearest first: in a chain every relay before it, in a tree its parent, the
+  // parent's parent, ...; "direct" has none.
+  std::vector<std::string> ancestors;
+  if (config_.broadcast == "chain") {
+    for (std::size_t i = me_index - 1; i >= 1; --i) ancestors.push_back(order[i - 1].second);
+  } else if (config_.broadcast == "tree") {
+    std::size_t k = std::max<std::uint32_t>(1, config_.fanout);
+    for (std::size_t i = (me_index - 1) / k; i >= 1; i = (i - 1) / k) {
+      ancestors.push_back(order[i - 1].second);
+    }
+  }
+  for (const auto& id : ancestors) {
     if (const Copy* c = usable(id, false)) return info(id, *c);
   }
   // The head of the chain reads from a complete holder that is not a relay behind it.

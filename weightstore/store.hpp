@@ -48,6 +48,11 @@ struct StoreConfig {
   Millis holder_ttl{3000};              // a holder without a heartbeat for this long expires
   Millis lease_ttl{10000};              // a lease not renewed for this long expires
   std::uint32_t sources_per_chunk = 4;  // ranked sources returned per chunk
+  // How relays are arranged to receive a new version: "chain" (each pulls from the relay that
+  // joined before it), "tree" (from relay (i-1)/fanout, the publisher at the root), or "direct"
+  // (every relay from a complete holder, as when the publisher sends every copy itself).
+  std::string broadcast = "chain";
+  std::uint32_t fanout = 2;
 };
 
 struct HolderRegistration {

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "cli/bench_broadcast.hpp"
 #include "cli/commands.hpp"
 #include "cli/transfer_cmds.hpp"
 #include "cli/weights_cmds.hpp"
@@ -104,6 +105,29 @@ int main(int argc, char** argv) {
       "put sources in emulated hosts behind links of this rate (tc, e.g. 1gbit)");
   bench_transfer->add_flag("--json", bt.json, "one JSON object per row");
 
+  sluice::cli::BenchBroadcastArgs bb;
+  auto* bench_broadcast = bench_cmd->add_subcommand(
+      "broadcast", "time until N relays in emulated hosts hold a version: chain, tree, direct");
+  bench_broadcast->add_option("--relays", bb.relays, "relays (N)")->capture_default_str();
+  bench_broadcast->add_option("--size", bb.size, "version size")->capture_default_str();
+  bench_broadcast->add_option("--chunk", bb.chunk, "chunk size")->capture_default_str();
+  bench_broadcast->add_option("--link-rate", bb.link_rate, "rate of every host's link (tc)")
+      ->capture_default_str();
+  bench_broadcast->add_option("--designs", bb.designs, "chain, tree, direct")
+      ->capture_default_str();
+  bench_broadcast->add_option("--fanout", bb.fanout, "children per relay in the tree")
+      ->capture_default_str();
+  bench_broadcast->add_flag("--json", bb.json, "one JSON object per row");
+  auto* bench_broadcast_run = bench_cmd->add_subcommand("broadcast-run", "one broadcast run");
+  bench_broadcast_run->group("");
+  bench_broadcast_run->add_option("--design", bb.design);
+  bench_broadcast_run->add_option("--relays", bb.relays);
+  bench_broadcast_run->add_option("--size", bb.size);
+  bench_broadcast_run->add_option("--chunk", bb.chunk);
+  bench_broadcast_run->add_option("--fanout", bb.fanout);
+  bench_broadcast_run->add_option("--emuhosts", bb.emuhosts);
+  bench_broadcast_run->add_option("--prefix", bb.prefix);
+
   // Processes that benches and tests start; not meant to be typed by hand.
   sluice::cli::TransferSourceArgs ts;
   auto* source_cmd = app.add_subcommand("transfer-source", "serve a region of test data");
@@ -191,6 +215,10 @@ int main(int argc, char** argv) {
   }
   if (run_cmd->parsed()) return sluice::cli::run_job(job_path);
   if (bench_transfer->parsed()) return sluice::cli::run_bench_transfer(bt, environment());
+  if (bench_broadcast->parsed()) return sluice::cli::run_bench_broadcast(bb, environment());
+  if (bench_broadcast_run->parsed()) {
+    return sluice::cli::run_bench_broadcast_inside(bb, environment());
+  }
   if (source_cmd->parsed()) return sluice::cli::run_transfer_source(ts, environment());
   if (read_cmd->parsed()) return sluice::cli::run_transfer_read(tr, environment());
   if (ping_cmd->parsed()) return sluice::cli::run_ping(ping);

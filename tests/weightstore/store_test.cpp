@@ -208,3 +208,35 @@ TEST_SUITE("weightstore.store") {
           Code::kInvalidArgument);
   }
 }
+
+TEST_SUITE("weightstore.broadcast") {
+  TEST_CASE("relays pull from their chain predecessor, their tree parent, or the publisher") {
+    auto m = manifest(1);
+    auto source_of = [&](const std::string& broadcast, const std::string& relay,
+                         std::set<std::string> exclude = {}) {
+      StoreConfig cfg;
+      cfg.broadcast = broadcast;
+      cfg.fanout = 2;
+      WeightStore s(cfg);
+      REQUIRE(s.put_manifest(m).is_ok());
+      REQUIRE(s.register_holder(holder("actor", m), t0).is_ok());
+      for (const char* r : {"r1", "r2", "r3", "r4", "r5"}) {
+        REQUIRE(s.join_relay(r, {}, t0).is_ok());
+        // every relay already holds the first chunk: partial holders serve what they have
+        REQUIRE(s.register_holder(holder(r, m, {}, {true, false, false, false}), t0).is_ok());
+      }
+      auto src = s.chain_source("m", 1, relay, exclude);
+      REQUIRE_MESSAGE(src.is_ok(), src.status().to_string());
+      return src->holder_id;
+    };
+    CHECK(source_of("chain", "r1") == "actor");
+    CHECK(source_of("chain", "r4") == "r3");
+    CHECK(source_of("chain", "r4", {"r3"}) == "r2");  // a failed predecessor is skipped
+    CHECK(source_of("tree", "r1") == "actor");
+    CHECK(source_of("tree", "r2") == "actor");
+    CHECK(source_of("tree", "r3") == "r1");
+    CHECK(source_of("tree", "r5") == "r2");
+    CHECK(source_of("tree", "r5", {"r2"}) == "actor");
+    CHECK(source_of("direct", "r5") == "actor");
+  }
+}
