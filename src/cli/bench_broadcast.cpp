@@ -18,6 +18,7 @@
 
 #include "actor/publisher.hpp"
 #include "cli/bench_broadcast.hpp"
+#include "cli/bench_util.hpp"
 #include "core/log.hpp"
 #include "core/process.hpp"
 #include "core/units.hpp"
@@ -27,23 +28,6 @@ namespace sluice::cli {
 using namespace sluice::core;
 
 namespace {
-
-std::string exe_path() {
-  char buf[4096];
-  ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
-  return n > 0 ? std::string(buf, static_cast<std::size_t>(n)) : "sluice";
-}
-
-std::string find_script(const std::vector<std::string>& env) {
-  for (const auto& e : env)
-    if (e.rfind("SLUICE_EMUHOSTS=", 0) == 0) return e.substr(16);
-  std::string exe = exe_path();
-  std::string dir = exe.substr(0, exe.rfind('/'));
-  for (const char* rel : {"/../scripts/emuhosts.sh", "/../../scripts/emuhosts.sh"}) {
-    if (::access((dir + rel).c_str(), X_OK) == 0) return dir + rel;
-  }
-  return "";
-}
 
 Result<std::string> run_capture(const std::vector<std::string>& argv,
                                 const std::vector<std::string>& env, Millis timeout) {
@@ -67,7 +51,7 @@ int run_bench_broadcast(const BenchBroadcastArgs& args, const std::vector<std::s
     std::fprintf(stderr, "bench broadcast: needs root (network namespaces and tc)\n");
     return 1;
   }
-  std::string emu = find_script(env);
+  std::string emu = find_emuhosts(env);
   if (emu.empty()) {
     std::fprintf(stderr,
                  "bench broadcast: cannot find scripts/emuhosts.sh (set SLUICE_EMUHOSTS)\n");
@@ -105,7 +89,7 @@ int run_bench_broadcast(const BenchBroadcastArgs& args, const std::vector<std::s
       }
       auto out = run_capture({emu,           "exec",
                               "--prefix",    prefix,
-                              "0",           exe_path(),
+                              "0",           self_exe(),
                               "--log-level", "warn",
                               "bench",       "broadcast-run",
                               "--design",    design,
@@ -171,7 +155,7 @@ int run_bench_broadcast_inside(const BenchBroadcastArgs& args,
   auto size = parse_bytes(args.size);
   auto chunk = parse_bytes(args.chunk);
   if (!size.is_ok() || !chunk.is_ok()) return 2;
-  const std::string exe = exe_path();
+  const std::string exe = self_exe();
   const std::string store_ep = "tcp://198.18.0.1:5550";
   Subprocess::Options so;
   so.argv = {exe,     "--log-level",

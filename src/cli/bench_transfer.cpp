@@ -13,6 +13,7 @@
 #include <sstream>
 #include <thread>
 
+#include "cli/bench_util.hpp"
 #include "cli/transfer_cmds.hpp"
 #include "core/event_loop.hpp"
 #include "core/log.hpp"
@@ -24,13 +25,6 @@ namespace sluice::cli {
 using namespace sluice::core;
 
 namespace {
-
-std::string self_exe() {
-  char buf[4096];
-  ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
-  if (n <= 0) return "sluice";
-  return std::string(buf, static_cast<std::size_t>(n));
-}
 
 std::vector<std::string> split_commas(const std::string& s) {
   std::vector<std::string> out;
@@ -210,20 +204,6 @@ void print_table(const std::vector<Row>& rows) {
       "the same number of distinct bytes in this process, the ceiling for a same-host "
       "read (ucx_perftest re-reads one chunk-sized buffer, which can stay in cache)\n",
       kRounds, kRounds);
-}
-
-// Finds scripts/emuhosts.sh: beside the build tree (build/sluice -> scripts/), or where
-// SLUICE_EMUHOSTS (read by the caller at the edge) points.
-std::string find_emuhosts(const std::vector<std::string>& env) {
-  for (const auto& e : env)
-    if (e.rfind("SLUICE_EMUHOSTS=", 0) == 0) return e.substr(16);
-  std::string exe = self_exe();
-  std::string dir = exe.substr(0, exe.rfind('/'));
-  for (const char* rel : {"/../scripts/emuhosts.sh", "/../../scripts/emuhosts.sh"}) {
-    std::string p = dir + rel;
-    if (::access(p.c_str(), X_OK) == 0) return p;
-  }
-  return "";
 }
 
 Status run_quiet(const std::vector<std::string>& argv) {
