@@ -1,6 +1,7 @@
 #include "actor/publisher.hpp"
 
 #include <cstring>
+#include <optional>
 
 #include "core/log.hpp"
 #include "weightstore/protocol.hpp"
@@ -20,6 +21,7 @@ constexpr auto kDrainLimit = std::chrono::seconds(30);
 
 Publisher::~Publisher() {
   alive_.reset();
+  hasher_.reset();
   drain_timer_.reset();
 }
 
@@ -36,6 +38,7 @@ Result<std::unique_ptr<Publisher>> Publisher::create(core::EventLoop& loop,
   p->engine_ = &engine;
   p->store_ = &store;
   p->options_ = std::move(options);
+  p->hasher_ = std::make_unique<core::HashWorker>(loop);
   return p;
 }
 
@@ -49,46 +52,157 @@ weightstore::HolderRegistration Publisher::registration(const Held& h) const {
   return r;
 }
 
-Result<core::Manifest> Publisher::publish(std::uint64_t version,
-                                          const std::vector<TensorView>& tensors) {
-  std::uint64_t total = 0;
-  std::vector<core::TensorSpec> specs;
+std::unique_ptr<core::RegisteredBuffer> Publisher::take_buffer(std::uint64_t bytes) {
+  auto best = free_.end();
+  for (auto it = free_.begin(); it != free_.end(); ++it) {
+    if ((*it)->size() >= bytes && (best == free_.end() || (*it)->size() < (*best)->size()))
+      best = it;
+  }
+  if (best == free_.end()) return nullptr;
+  auto b = std::move(*best);
+  free_.erase(best);
+  return b;
+}
+
+void Publisher::give_back(std::unique_ptr<core::RegisteredBuffer> buffer) {
+  constexpr std::size_t kMaxFree = 2;  // beyond this, drained buffers are freed
+  if (free_.size() < kMaxFree) free_.push_back(std::move(buffer));
+}
+
+Status Publisher::reserve(std::uint64_t bytes, std::size_t count) {
+  for (std::size_t i = 0; i < count; ++i) {
+    SLUICE_ASSIGN_OR_RETURN(auto b, engine_->allocate(bytes, true));
+    free_.push_back(std::move(b));
+  }
+  return {};
+}
+
+Status Publisher::publish_async(std::uint64_t version, const std::vector<TensorView>& tensors,
+                                std::function<void(Result<core::Manifest>)> committed) {
+  if (pending_.count(version)) return core::invalid_argument("version already being published");
+  auto p = std::make_unique<Pending>();
+  core::Manifest& m = p->manifest;
+  m.model = options_.model;
+  m.version = version;
+  m.chunk_bytes = options_.chunk_bytes;
   for (const auto& t : tensors) {
     if (!t.data && t.bytes > 0)
       return core::invalid_argument("tensor '" + t.name + "' has no data");
-    specs.push_back({t.name, t.dtype, t.shape, total, t.bytes});
-    total += t.bytes;
+    m.tensors.push_back({t.name, t.dtype, t.shape, m.total_bytes, t.bytes});
+    m.total_bytes += t.bytes;
   }
-  if (total == 0) return core::invalid_argument("publish: nothing to publish");
-  SLUICE_ASSIGN_OR_RETURN(auto buf, engine_->allocate(total, false));
+  if (m.total_bytes == 0) return core::invalid_argument("publish: nothing to publish");
+  p->buffer = take_buffer(m.total_bytes);
+  if (!p->buffer) {
+    SLUICE_ASSIGN_OR_RETURN(p->buffer, engine_->allocate(m.total_bytes, false));
+  }
   for (std::size_t i = 0; i < tensors.size(); ++i) {
     if (tensors[i].bytes > 0) {
-      std::memcpy(buf->data() + specs[i].offset, tensors[i].data, tensors[i].bytes);
+      std::memcpy(p->buffer->data() + m.tensors[i].offset, tensors[i].data, tensors[i].bytes);
     }
   }
-  SLUICE_ASSIGN_OR_RETURN(auto manifest,
-                          core::make_manifest(options_.model, version, specs, buf->data(), total,
-                                              options_.chunk_bytes));
-  SLUICE_TRY(store_->put_manifest(manifest));
-  Held h{manifest, std::move(buf)};
-  SLUICE_ASSIGN_OR_RETURN(bool committed, store_->register_holder(registration(h)));
-  if (!committed) return core::internal_error("the store did not commit a complete version");
-  held_.push_back(std::move(h));
-  retire_old();
-  log::info("publisher {}: {}@{} committed ({} bytes, {} chunks)", options_.holder_id,
-            options_.model, version, total, manifest.chunk_count());
-  return manifest;
+  // The caller may reuse its tensors from here on. Everything below runs on the loop.
+  m.checksums.assign(m.chunk_count(), 0);
+  p->remaining = m.chunk_count();
+  p->committed = std::move(committed);
+  std::weak_ptr<bool> alive = alive_;
+  const std::uint8_t* base = p->buffer->data();
+  const std::uint64_t chunk = m.chunk_bytes, total = m.total_bytes, n = m.chunk_count();
+  pending_[version] = std::move(p);
+  for (std::uint64_t i = 0; i < n; ++i) {
+    std::uint64_t off = i * chunk;
+    hasher_->submit(base + off, std::min(chunk, total - off),
+                    [this, alive, version, i](std::uint64_t sum) {
+                      if (alive.expired()) return;
+                      auto it = pending_.find(version);
+                      if (it == pending_.end()) return;
+                      it->second->manifest.checksums[i] = sum;
+                      if (--it->second->remaining == 0) checksummed(version);
+                    });
+  }
+  return {};
+}
+
+void Publisher::checksummed(std::uint64_t version) {
+  Pending& p = *pending_[version];
+  Status valid = p.manifest.validate();
+  if (!valid.is_ok()) return finish(version, valid);
+  std::weak_ptr<bool> alive = alive_;
+  core::Message put("store.put_manifest");
+  put.body["manifest"] = p.manifest.to_json();
+  store_->raw().request(put, core::Millis(10000), [this, alive, version](Result<core::Message> r) {
+    if (alive.expired()) return;
+    if (!r.is_ok()) return finish(version, r.status());
+    auto it = pending_.find(version);
+    if (it == pending_.end()) return;
+    weightstore::HolderRegistration reg;
+    reg.holder_id = options_.holder_id;
+    reg.endpoint = options_.endpoint;
+    reg.descriptor = it->second->buffer->descriptor().encode();
+    reg.topology = options_.topology;
+    reg.manifest = it->second->manifest;
+    store_->raw().request(
+        weightstore::encode_registration(reg), core::Millis(10000),
+        [this, alive, version](Result<core::Message> rr) {
+          if (alive.expired()) return;
+          if (!rr.is_ok()) return finish(version, rr.status());
+          if (!rr->body.value("committed", false)) {
+            return finish(version,
+                          core::internal_error("the store did not commit a complete version"));
+          }
+          auto it2 = pending_.find(version);
+          if (it2 == pending_.end()) return;
+          finish(version, it2->second->manifest);
+        });
+  });
+}
+
+void Publisher::finish(std::uint64_t version, Result<core::Manifest> result) {
+  auto it = pending_.find(version);
+  if (it == pending_.end()) return;
+  std::unique_ptr<Pending> p = std::move(it->second);
+  pending_.erase(it);
+  if (result.is_ok()) {
+    held_.push_back({p->manifest, std::move(p->buffer)});
+    log::info("publisher {}: {}@{} committed ({} bytes, {} chunks)", options_.holder_id,
+              options_.model, version, p->manifest.total_bytes, p->manifest.chunk_count());
+    retire_old();
+  } else {
+    give_back(std::move(p->buffer));
+  }
+  if (p->committed) p->committed(std::move(result));
+}
+
+Result<core::Manifest> Publisher::publish(std::uint64_t version,
+                                          const std::vector<TensorView>& tensors) {
+  std::optional<Result<core::Manifest>> out;
+  SLUICE_TRY(publish_async(version, tensors,
+                           [&out](Result<core::Manifest> r) { out.emplace(std::move(r)); }));
+  loop_->run_until([&out] { return out.has_value(); }, core::Millis(60000));
+  if (!out) {
+    pending_.erase(version);
+    return core::timeout_error("publish " + options_.model + "@" + std::to_string(version) +
+                               ": not committed within 60 s");
+  }
+  return std::move(*out);
 }
 
 void Publisher::retire_old() {
   while (held_.size() > options_.keep_versions) {
     Held old = std::move(held_.front());
     held_.erase(held_.begin());
-    Status s = store_->unpublish(options_.holder_id, old.manifest.model, old.manifest.version);
-    if (!s.is_ok()) {
-      log::warn("publisher {}: unpublish {}@{}: {}", options_.holder_id, old.manifest.model,
-                old.manifest.version, s.to_string());
-    }
+    // A request, not a blocking call: this runs from loop callbacks too. The drain checks that
+    // follow are answered only after the store has handled this (one socket, in order).
+    core::Message un("store.unpublish");
+    un.body = {{"holder_id", options_.holder_id},
+               {"model", old.manifest.model},
+               {"version", old.manifest.version}};
+    std::string what = old.manifest.model + "@" + std::to_string(old.manifest.version);
+    store_->raw().request(
+        un, core::Millis(5000), [id = options_.holder_id, what](Result<core::Message> r) {
+          if (!r.is_ok())
+            log::warn("publisher {}: unpublish {}: {}", id, what, r.status().to_string());
+        });
     retiring_.push_back({std::move(old), Clock::now()});
   }
   if (!retiring_.empty() && !drain_timer_) {
@@ -124,7 +238,8 @@ void Publisher::check_retiring() {
               std::chrono::duration_cast<std::chrono::seconds>(kDrainLimit).count(),
               rep.is_ok() ? "still leased" : rep.status().to_string());
         }
-        retiring_.erase(it);  // frees the registered memory
+        give_back(std::move(it->held.buffer));  // reused for a later version, or freed
+        retiring_.erase(it);
         break;
       }
       if (retiring_.empty()) drain_timer_.reset();

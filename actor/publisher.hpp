@@ -6,8 +6,7 @@
 // A copy beyond the newest keep_versions is unpublished first and freed only once the store says
 // its leases have drained (or after a bounded wait), so that no reader ever reads freed memory.
 //
-// Not yet as the design wants it: publish() returns after the checksums and the store's answer,
-// not right after the copy (see the issue notes); a relay taking over as holder is still to come.
+// Not yet as the design wants it: a relay taking over as holder is still to come.
 //
 // Thread safety: loop thread only. publish() runs the loop while it waits for the store (call it
 // from the actor's main flow, not from a loop callback); heartbeats and the drain checks of
@@ -15,11 +14,14 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "core/event_loop.hpp"
+#include "core/hash_worker.hpp"
 #include "core/manifest.hpp"
 #include "core/transfer.hpp"
 #include "weightstore/client.hpp"
@@ -52,9 +54,19 @@ class Publisher {
                                                          weightstore::StoreClient& store,
                                                          PublisherOptions options);
   ~Publisher();
-  // Publishes `version` (greater than any earlier one) laid out in the given order.
+  // Copies the tensors into registered staging memory and returns: the copy is all the caller
+  // waits for. The chunk checksums (on the publisher's hash thread), the manifest and the
+  // registration that commits the version follow on the loop; `committed` runs once the store
+  // has committed it, or with the error. `version` must be new (greater than any earlier one).
+  core::Status publish_async(std::uint64_t version, const std::vector<TensorView>& tensors,
+                             std::function<void(core::Result<core::Manifest>)> committed);
+  // publish_async, then runs the loop until the version is committed (for tools and tests; not
+  // from a loop callback).
   core::Result<core::Manifest> publish(std::uint64_t version,
                                        const std::vector<TensorView>& tensors);
+  // Allocates and touches `count` staging buffers of `bytes` ahead of time, so that publishing
+  // does not pay for page faults; copies that have drained give their buffers back for reuse.
+  core::Status reserve(std::uint64_t bytes, std::size_t count);
   // Keeps this holder known to the store; registers everything again after a store restart.
   // Sends and returns: the replies are handled on the loop (call it from a loop timer).
   void heartbeat();
@@ -74,11 +86,25 @@ class Publisher {
   void retire_old();
   void check_retiring();
 
+  struct Pending {
+    core::Manifest manifest;  // checksums filled in as they arrive
+    std::unique_ptr<core::RegisteredBuffer> buffer;
+    std::size_t remaining = 0;
+    std::function<void(core::Result<core::Manifest>)> committed;
+  };
+  std::unique_ptr<core::RegisteredBuffer> take_buffer(std::uint64_t bytes);
+  void give_back(std::unique_ptr<core::RegisteredBuffer> buffer);
+  void checksummed(std::uint64_t version);
+  void finish(std::uint64_t version, core::Result<core::Manifest> result);
+
   core::EventLoop* loop_ = nullptr;
   core::TransferEngine* engine_ = nullptr;
   weightstore::StoreClient* store_ = nullptr;
   PublisherOptions options_;
   std::vector<Held> held_;
+  std::map<std::uint64_t, std::unique_ptr<Pending>> pending_;
+  std::vector<std::unique_ptr<core::RegisteredBuffer>> free_;  // staging buffers to reuse
+  std::unique_ptr<core::HashWorker> hasher_;
   struct Retiring {
     Held held;
     Clock::time_point since;
