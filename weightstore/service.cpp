@@ -17,7 +17,8 @@ Status ServiceConfig::validate() const {
   }
   if (sources_per_chunk == 0) return core::invalid_argument("sources_per_chunk must be positive");
   if (broadcast != "chain" && broadcast != "tree" && broadcast != "direct") {
-    return core::invalid_argument("broadcast must be chain, tree or direct, not '" + broadcast + "'");
+    return core::invalid_argument("broadcast must be chain, tree or direct, not '" + broadcast +
+                                  "'");
   }
   if (fanout == 0) return core::invalid_argument("fanout must be positive");
   return {};
@@ -194,7 +195,8 @@ void StoreService::install_handlers() {
     SLUICE_ASSIGN_OR_RETURN(auto version, body_u64(req.body, "version"));
     Message reply("store.copies");
     reply.body["copies"] = nlohmann::json::object();
-    for (const auto& [id, n] : st.copies(model, version)) reply.body["copies"][id] = n;
+    for (const auto& [id, n] : st.copies(model, version))
+      reply.body["copies"][id] = n;
     return reply;
   });
   srv.on_sync("store.retained", [&st](const Message& req) -> Result<Message> {

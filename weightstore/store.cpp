@@ -291,8 +291,10 @@ core::Result<WeightStore::CopyInfo> WeightStore::chain_source(
     if (h == holders_.end()) return nullptr;
     auto c = h->second.copies.find({model, version});
     if (c == h->second.copies.end() || c->second.unpublished) return nullptr;
-    bool any = std::any_of(c->second.chunks.begin(), c->second.chunks.end(), [](bool b) { return b; });
-    bool all = std::all_of(c->second.chunks.begin(), c->second.chunks.end(), [](bool b) { return b; });
+    bool any =
+        std::any_of(c->second.chunks.begin(), c->second.chunks.end(), [](bool b) { return b; });
+    bool all =
+        std::all_of(c->second.chunks.begin(), c->second.chunks.end(), [](bool b) { return b; });
     return (need_all ? all : any) ? &c->second : nullptr;
   };
   auto info = [](const std::string& id, const Copy& c) {
@@ -300,7 +302,8 @@ core::Result<WeightStore::CopyInfo> WeightStore::chain_source(
   };
   // Relays in join order; this relay is number `me_index` (1-based: 0 is the publisher).
   std::vector<std::pair<std::uint64_t, std::string>> order;
-  for (const auto& [id, seq] : relay_order_) order.emplace_back(seq, id);
+  for (const auto& [id, seq] : relay_order_)
+    order.emplace_back(seq, id);
   std::sort(order.begin(), order.end());
   std::size_t me_index = 0;
   for (std::size_t i = 0; i < order.size(); ++i)
@@ -309,7 +312,8 @@ core::Result<WeightStore::CopyInfo> WeightStore::chain_source(
   // parent's parent, ...; "direct" has none.
   std::vector<std::string> ancestors;
   if (config_.broadcast == "chain") {
-    for (std::size_t i = me_index - 1; i >= 1; --i) ancestors.push_back(order[i - 1].second);
+    for (std::size_t i = me_index - 1; i >= 1; --i)
+      ancestors.push_back(order[i - 1].second);
   } else if (config_.broadcast == "tree") {
     std::size_t k = std::max<std::uint32_t>(1, config_.fanout);
     for (std::size_t i = (me_index - 1) / k; i >= 1; i = (i - 1) / k) {
