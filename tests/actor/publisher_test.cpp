@@ -41,20 +41,32 @@ std::vector<actor::TensorView> views(const std::vector<std::uint8_t>& w) {
           {"layer1.weight", "U8", {w.size() - half}, w.data() + half, w.size() - half}};
 }
 
-}  // namespace
+// A store process, and a publisher of "policy" (64 KiB chunks, two versions kept) talking to it.
+struct Setup {
+  Store store;
+  std::unique_ptr<core::EventLoop> loop = core::EventLoop::create().value();
+  std::unique_ptr<core::TransferEngine> engine = core::TransferEngine::create(*loop, {}).value();
+  std::unique_ptr<weightstore::StoreClient> client =
+      weightstore::StoreClient::create(*loop, store.endpoint).value();
+  std::unique_ptr<actor::Publisher> pub = make_publisher();
 
-TEST_SUITE("actor.publisher") {
-  TEST_CASE("published versions are pulled byte for byte and latest only moves forward") {
-    Store store;
-    auto loop = core::EventLoop::create().value();
-    auto engine = core::TransferEngine::create(*loop, {}).value();
-    auto client = weightstore::StoreClient::create(*loop, store.endpoint).value();
+  std::unique_ptr<actor::Publisher> make_publisher() {
     actor::PublisherOptions po;
     po.model = "policy";
     po.holder_id = "actor-0";
     po.chunk_bytes = 64 * 1024;
     po.keep_versions = 2;
-    auto pub = actor::Publisher::create(*loop, *engine, *client, po).value();
+    return actor::Publisher::create(*loop, *engine, *client, po).value();
+  }
+};
+
+}  // namespace
+
+TEST_SUITE("actor.publisher") {
+  TEST_CASE("published versions are pulled byte for byte and latest only moves forward") {
+    Setup setup;
+    auto& client = setup.client;
+    auto& pub = setup.pub;
 
     std::uint64_t last_latest = 0;
     for (std::uint64_t v = 1; v <= 4; ++v) {
@@ -66,7 +78,7 @@ TEST_SUITE("actor.publisher") {
       CHECK(*latest >= last_latest);
       CHECK(*latest == v);
       last_latest = *latest;
-      auto pulled = weightstore::pull(*engine, *client, "policy", 0, {});
+      auto pulled = weightstore::pull(*setup.engine, *client, "policy", 0, {});
       REQUIRE_MESSAGE(pulled.is_ok(), pulled.status().to_string());
       CHECK(pulled->manifest.version == v);
       REQUIRE(pulled->manifest.total_bytes == w.size());
@@ -80,16 +92,10 @@ TEST_SUITE("actor.publisher") {
   }
 
   TEST_CASE("a copy under lease is not freed until its lease ends") {
-    Store store;
-    auto loop = core::EventLoop::create().value();
-    auto engine = core::TransferEngine::create(*loop, {}).value();
-    auto client = weightstore::StoreClient::create(*loop, store.endpoint).value();
-    actor::PublisherOptions po;
-    po.model = "policy";
-    po.holder_id = "actor-0";
-    po.chunk_bytes = 64 * 1024;
-    po.keep_versions = 2;
-    auto pub = actor::Publisher::create(*loop, *engine, *client, po).value();
+    Setup setup;
+    auto& loop = setup.loop;
+    auto& client = setup.client;
+    auto& pub = setup.pub;
     auto w1 = weights(1, 256 * 1024);
     REQUIRE(pub->publish(1, views(w1)).is_ok());
     // A reader holds a lease on version 1 (as a slow pull would).

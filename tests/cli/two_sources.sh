@@ -3,13 +3,7 @@
 # Needs root and network namespaces: exit 77 (skipped) without them.
 set -u
 sluice=$1
-if [ "$(id -u)" -ne 0 ] || ! command -v ip >/dev/null 2>&1; then
-  echo "skipped: needs root and iproute2"; exit 77
-fi
-if ! ip netns add sluice-probe-$$ 2>/dev/null; then
-  echo "skipped: cannot create network namespaces here"; exit 77
-fi
-ip netns del sluice-probe-$$
+. "$(dirname "$0")/netns_probe.sh"
 out=$("$sluice" --log-level warn bench transfer --sources 2 --link-rate 500mbit --size 16MiB --chunk 1MiB 2>&1)
 status=$?
 echo "$out"
