@@ -1,0 +1,82 @@
+// The experience buffer: completed trajectories tagged with their behaviour version, fed to the
+// actor under a staleness bound.
+//
+// - Exactly once: a trajectory id is accepted once; a second arrival (a resumed trajectory whose
+//   first copy also landed, a retried send) is refused and counted as a duplicate. Ids of
+//   trajectories already consumed stay remembered, so a late duplicate is refused too.
+// - Groups: with group_size G > 1 (GRPO), trajectories are released only as whole groups of G
+//   sharing a prompt_id.
+// - Staleness of a trajectory = actor version - behaviour version (its oldest version). Beyond
+//   `max_staleness` it is dropped (policy drop) or handed out with weight `stale_weight`
+//   (policy downweight); either way it is counted. What `take` returns never exceeds the bound
+//   under policy drop.
+//
+// Thread safety: none; owned by the actor's loop.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "core/status.hpp"
+#include "rl/trajectory.hpp"
+
+namespace sluice::actor {
+
+enum class StalenessPolicy { kDrop, kDownweight };
+
+struct BufferOptions {
+  std::uint32_t group_size = 1;
+  std::uint64_t max_staleness = 4;
+  StalenessPolicy policy = StalenessPolicy::kDrop;
+  double stale_weight = 0.0;  // used by kDownweight
+};
+
+struct Sample {
+  rl::Trajectory trajectory;
+  double weight = 1.0;
+  std::uint64_t staleness = 0;
+};
+
+struct BufferCounts {
+  std::uint64_t accepted = 0;
+  std::uint64_t duplicates = 0;
+  std::uint64_t consumed = 0;
+  std::uint64_t dropped_stale = 0;
+  std::uint64_t downweighted = 0;
+};
+
+class ExperienceBuffer {
+ public:
+  explicit ExperienceBuffer(BufferOptions options);
+
+  // Accepts a trajectory; an already seen id gets kAlreadyExists (and is counted).
+  core::Status add(rl::Trajectory t);
+
+  // Takes up to `n` trajectories (whole groups when group_size > 1, so up to n rounded down to
+  // groups), oldest first, as seen by an actor at `actor_version`. Stale groups are dropped or
+  // downweighted first, as the policy says (a group's staleness is its stalest member's).
+  std::vector<Sample> take(std::size_t n, std::uint64_t actor_version);
+
+  // Trajectories ready to take (in complete groups).
+  std::size_t ready() const;
+  // Trajectories held, complete groups or not.
+  std::size_t held() const;
+  const BufferCounts& counts() const { return counts_; }
+  // Every id ever accepted (for an actor checkpoint: consumed ids must survive a restart).
+  const std::set<std::string>& seen_ids() const { return seen_; }
+  // Restores the seen set from a checkpoint.
+  void restore_seen(std::set<std::string> ids) { seen_ = std::move(ids); }
+
+ private:
+  BufferOptions options_;
+  BufferCounts counts_;
+  std::set<std::string> seen_;
+  std::map<std::string, std::vector<rl::Trajectory>> partial_groups_;  // by prompt_id
+  std::deque<std::vector<rl::Trajectory>> ready_groups_;               // arrival order
+};
+
+}  // namespace sluice::actor

@@ -1,0 +1,91 @@
+// The engine a rollout drives: continuous batching over sequences under a capacity, one decode
+// step at a time, weights loaded by version, and one sequence's state exported and imported for
+// migration (repack, or resuming a dead rollout's work).
+//
+// Two implementations sit behind this interface: SimEngine (rollout/sim_engine.hpp), which draws
+// response lengths from a distribution and times steps as t0 + t1 x batch without computing, and
+// the reference-model engine, which really generates with a KV cache.
+//
+// Thread safety: an engine belongs to one thread (the rollout's event loop).
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/status.hpp"
+#include "rl/trajectory.hpp"
+
+namespace sluice::rollout {
+
+struct Capacity {
+  std::uint32_t max_sequences = 32;     // decode batch bound
+  std::uint64_t max_kv_tokens = 65536;  // KV-cache budget: sum over sequences of prompt + generated
+};
+
+// Everything needed to continue one sequence elsewhere: the destination rebuilds its KV cache by
+// re-prefilling prompt + generated. Travels as JSON.
+struct SequenceState {
+  std::string trajectory_id;
+  std::string prompt_id;
+  std::vector<std::int32_t> prompt_tokens;
+  std::vector<std::int32_t> generated;
+  std::vector<float> logprobs;          // one per generated token
+  std::vector<std::uint64_t> versions;  // versions that generated tokens so far, in order
+  std::uint64_t max_new_tokens = 0;     // the sequence stops at this many generated tokens
+  std::uint64_t rng_state = 0;          // sampling state, so a migrated sequence continues alike
+  std::uint64_t kv_tokens() const { return prompt_tokens.size() + generated.size(); }
+
+  nlohmann::json to_json() const;
+  static core::Result<SequenceState> from_json(const nlohmann::json& j);
+};
+
+struct StepResult {
+  std::uint32_t batch = 0;   // sequences that decoded a token in this step
+  std::uint64_t tokens = 0;  // tokens produced (decode) in this step
+  std::uint64_t prefill_tokens = 0;
+  // Time the step still occupies the engine after step() returned: the simulated engine computes
+  // nothing and reports its modelled time here (the caller waits it out on a loop timer, so the
+  // process stays responsive); a real engine computes inside step() and reports 0.
+  double wait_s = 0.0;
+  // Sequences that finished in this step (hit end-of-sequence or max_new_tokens), removed from
+  // the engine. Their reward is not set: the rollout scores them.
+  std::vector<SequenceState> finished;
+};
+
+class Engine {
+ public:
+  virtual ~Engine() = default;
+
+  virtual Capacity capacity() const = 0;
+  // The loaded weight version (0 before any load).
+  virtual std::uint64_t version() const = 0;
+  // Loads weights of `version`. `data` holds the version's bytes (the manifest's layout); the
+  // simulated engine only records the version. Fails while sequences are active unless
+  // `allow_active` (the partial-rollout baseline continues in-flight sequences on new weights).
+  virtual core::Status load_weights(std::uint64_t version, const std::uint8_t* data,
+                                    std::uint64_t bytes, bool allow_active) = 0;
+
+  // Whether a sequence needing `kv_tokens` now (and growing up to `max_kv_tokens`) fits.
+  virtual bool can_admit(std::uint64_t kv_tokens) const = 0;
+  // Admits a new sequence (generated empty) or a migrated one (generated non-empty: the engine
+  // re-prefills it). The version the engine has loaded is appended to `versions` when it differs
+  // from the last. Fails when it does not fit.
+  virtual core::Status admit(SequenceState seq) = 0;
+  // One scheduling step: prefill what was admitted, decode one token for every active sequence.
+  virtual StepResult step() = 0;
+  // Removes a sequence and returns its state, for migration.
+  virtual core::Result<SequenceState> export_sequence(const std::string& trajectory_id) = 0;
+  // Removes every active sequence and returns their states (a rollout that gives its work back).
+  virtual std::vector<SequenceState> export_all() = 0;
+
+  virtual std::uint32_t active() const = 0;
+  virtual std::uint64_t kv_tokens_used() const = 0;
+  // Snapshot of active sequences: id and current KV tokens, for the manager's repack planner.
+  virtual std::vector<std::pair<std::string, std::uint64_t>> active_sequences() const = 0;
+};
+
+}  // namespace sluice::rollout
