@@ -84,6 +84,9 @@ class Engine {
 
   virtual std::uint32_t active() const = 0;
   virtual std::uint64_t kv_tokens_used() const = 0;
+  // Copies of every active sequence's state, left in place: what the rollout streams to the
+  // manager's partial-response pool so a dead rollout's work can resume elsewhere.
+  virtual std::vector<SequenceState> snapshot() const = 0;
   // Snapshot of active sequences: id and current KV tokens, for the manager's repack planner.
   virtual std::vector<std::pair<std::string, std::uint64_t>> active_sequences() const = 0;
 };

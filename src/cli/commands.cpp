@@ -4,6 +4,9 @@
 
 #include <cstdio>
 
+#include "cli/bench_util.hpp"
+#include "cli/fleet_roles.hpp"
+#include "cli/job.hpp"
 #include "core/config.hpp"
 #include "core/event_loop.hpp"
 #include "core/log.hpp"
@@ -124,6 +127,9 @@ int run_role(const RoleArgs& args, const std::vector<std::string>& environment) 
   overrides.insert(overrides.end(), args.overrides.begin(), args.overrides.end());
   if (args.role == "weightstore") return run_weightstore(args, overrides);
   if (args.role == "relay") return run_relay(args, overrides, environment);
+  if (args.role == "rollout-manager") return run_rollout_manager(args, overrides);
+  if (args.role == "rollout") return run_rollout(args, overrides, environment);
+  if (args.role == "actor") return run_actor(args, overrides, environment);
   auto cfg = core::config::load<CommonConfig>(args.config_path, overrides);
   if (!cfg.is_ok()) {
     std::fprintf(stderr, "sluice %s: %s\n", args.role.c_str(), cfg.status().to_string().c_str());
@@ -139,10 +145,39 @@ int run_role(const RoleArgs& args, const std::vector<std::string>& environment) 
   return 1;
 }
 
-int run_job(const std::string& job_path) {
-  std::fprintf(stderr, "sluice run %s: the job launcher is not part of this build yet\n",
-               job_path.c_str());
-  return 1;
+int run_job(const std::string& job_path, const std::vector<std::string>& overrides,
+            const std::string& out_dir, const std::vector<std::string>& environment) {
+  auto job = core::config::load<JobConfig>(job_path, overrides);
+  if (job.is_ok()) {
+    if (!out_dir.empty()) job->out_dir = out_dir;
+    core::Status v = job->validate();
+    if (!v.is_ok()) job = v.with_context(job_path);
+  }
+  if (!job.is_ok()) {
+    std::fprintf(stderr, "sluice run: %s\n", job.status().to_string().c_str());
+    return 2;
+  }
+  auto r = run_local_job(*job, self_exe(), environment);
+  if (!r.is_ok()) {
+    std::fprintf(stderr, "sluice run: %s\n", r.status().to_string().c_str());
+    return 1;
+  }
+  const auto& a = r->actor;
+  const auto& m = r->manager;
+  std::printf(
+      "job %s (%s) done in %.1f s: %llu steps, %llu trained tokens (%.0f tokens/s), "
+      "staleness mean %.2f max %llu, %llu duplicates refused, %llu repack moves\n",
+      job->name.c_str(), m.value("mode", std::string()).c_str(), a.value("wall_s", 0.0),
+      static_cast<unsigned long long>(a.value("steps", 0ull)),
+      static_cast<unsigned long long>(a.value("trained_tokens", 0ull)),
+      a.value("tokens_per_s", 0.0), a.value("staleness_mean", 0.0),
+      static_cast<unsigned long long>(a.value("staleness_max", 0ull)),
+      static_cast<unsigned long long>(a.value("duplicates", 0ull)),
+      static_cast<unsigned long long>(m.value("repack_moves", 0ull)));
+  for (const auto& e : r->events)
+    std::printf("event: %s\n", e.c_str());
+  std::printf("run folder: %s\n", r->dir.c_str());
+  return 0;
 }
 
 int run_ping(const PingArgs& args) {

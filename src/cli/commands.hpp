@@ -21,7 +21,9 @@ struct PingArgs {
 };
 
 int run_role(const RoleArgs& args, const std::vector<std::string>& environment);
-int run_job(const std::string& job_path);
+// `sluice run JOB.json`: a whole job on this machine (see cli/job.hpp).
+int run_job(const std::string& job_path, const std::vector<std::string>& overrides,
+            const std::string& out_dir, const std::vector<std::string>& environment);
 int run_ping(const PingArgs& args);
 
 }  // namespace sluice::cli

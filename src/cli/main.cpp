@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "cli/bench_broadcast.hpp"
+#include "cli/bench_e2e.hpp"
 #include "cli/commands.hpp"
 #include "cli/transfer_cmds.hpp"
 #include "cli/weights_cmds.hpp"
@@ -86,6 +87,10 @@ int main(int argc, char** argv) {
   std::string job_path;
   auto* run_cmd = app.add_subcommand("run", "launch a whole job locally, every role a process");
   run_cmd->add_option("job", job_path, "job file (JSON)")->required();
+  std::vector<std::string> run_overrides;
+  run_cmd->add_option("--set", run_overrides, "override a job field: key=value (repeatable)");
+  std::string run_out;
+  run_cmd->add_option("--out", run_out, "run folder (default runs/<name>-<time>)");
 
   auto* bench_cmd = app.add_subcommand("bench", "measure and print side-by-side tables");
   bench_cmd->require_subcommand(1);
@@ -118,6 +123,15 @@ int main(int argc, char** argv) {
   bench_broadcast->add_option("--fanout", bb.fanout, "children per relay in the tree")
       ->capture_default_str();
   bench_broadcast->add_flag("--json", bb.json, "one JSON object per row");
+  sluice::cli::BenchE2eArgs be;
+  auto* bench_e2e = bench_cmd->add_subcommand(
+      "e2e", "one workload in every mode (sync ... sluice) as real processes, side by side");
+  bench_e2e->add_option("--modes", be.modes, "comma-separated modes")->capture_default_str();
+  bench_e2e->add_option("--workload", be.workload, "job file whose fields replace the defaults");
+  bench_e2e->add_option("--set", be.overrides, "override a workload field: key=value");
+  bench_e2e->add_option("--rollouts", be.rollouts, "rollouts (default: the workload's, 16)");
+  bench_e2e->add_option("--prompts", be.prompts, "prompts per mode (default: the workload's)");
+  bench_e2e->add_flag("--json", be.json, "one JSON object per mode");
   auto* bench_broadcast_run = bench_cmd->add_subcommand("broadcast-run", "one broadcast run");
   bench_broadcast_run->group("");
   bench_broadcast_run->add_option("--design", bb.design);
@@ -213,7 +227,10 @@ int main(int argc, char** argv) {
   for (std::size_t i = 0; i < role_cmds.size(); ++i) {
     if (role_cmds[i]->parsed()) return sluice::cli::run_role(role_args[i], environment());
   }
-  if (run_cmd->parsed()) return sluice::cli::run_job(job_path);
+  if (run_cmd->parsed()) {
+    return sluice::cli::run_job(job_path, run_overrides, run_out, environment());
+  }
+  if (bench_e2e->parsed()) return sluice::cli::run_bench_e2e(be, environment());
   if (bench_transfer->parsed()) return sluice::cli::run_bench_transfer(bt, environment());
   if (bench_broadcast->parsed()) return sluice::cli::run_bench_broadcast(bb, environment());
   if (bench_broadcast_run->parsed()) {

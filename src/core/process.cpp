@@ -46,6 +46,10 @@ Result<std::unique_ptr<Subprocess>> Subprocess::spawn(Options options) {
     posix_spawn_file_actions_adddup2(&fa, fds[1], STDOUT_FILENO);
     if (options.stderr_to_stdout) posix_spawn_file_actions_adddup2(&fa, fds[1], STDERR_FILENO);
   }
+  if (!options.stderr_path.empty() && !options.stderr_to_stdout) {
+    posix_spawn_file_actions_addopen(&fa, STDERR_FILENO, options.stderr_path.c_str(),
+                                     O_WRONLY | O_CREAT | O_APPEND, 0644);
+  }
 
   // Environment: ours, with extra_env replacing same-named entries.
   std::vector<std::string> env;

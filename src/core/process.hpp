@@ -33,6 +33,7 @@ class Subprocess {
     std::vector<std::string> extra_env;  // "K=V" added to (or replacing in) the environment
     bool capture_stdout = true;          // else stdout is inherited
     bool stderr_to_stdout = false;       // capture stderr in the same pipe
+    std::string stderr_path;             // else, when set: stderr appended to this file
   };
 
   static Result<std::unique_ptr<Subprocess>> spawn(Options options);

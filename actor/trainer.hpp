@@ -1,0 +1,87 @@
+// The actor's driver (`sluice actor`): collects finished trajectories from the rollout manager
+// into the experience buffer, takes a global batch under the staleness bound, trains on it, and
+// publishes the next weight version through the weight store (the relays replicate it), then
+// tells the manager. The trainer itself is pluggable: the simulated trainer sleeps for a time
+// proportional to the batch's tokens and perturbs its weight bytes, so schedules can be measured
+// without a model.
+//
+// At exit it writes a summary (JSON): trained tokens and samples, time idle waiting for data,
+// time training, time blocked in publish, staleness of what it consumed, the buffer's counts and
+// the ids of every accepted trajectory (so tests can check exactly-once).
+//
+// Thread safety: one thread; run() is a driver loop making blocking control-plane calls.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "actor/experience_buffer.hpp"
+#include "core/event_loop.hpp"
+#include "core/status.hpp"
+
+namespace sluice::actor {
+
+struct TrainerConfig {
+  std::string manager = "tcp://127.0.0.1:5560";
+  std::string store = "tcp://127.0.0.1:5550";
+  std::string model = "policy";
+  std::string actor_id = "actor-0";
+  std::uint32_t batch_trajectories = 64;  // the global batch
+  std::uint32_t group_size = 4;           // trajectories per prompt (taken as whole groups)
+  std::uint64_t max_staleness = 4;        // actor version - behaviour version
+  std::string staleness_policy = "drop";  // drop or downweight
+  double stale_weight = 0.0;
+  double train_ms_fixed = 0.0;             // simulated trainer: time per step
+  double train_ms_per_token = 0.01;        // simulated trainer: time per trained token
+  std::uint64_t weight_bytes = 16u << 20;  // simulated trainer: bytes of a version
+  std::uint64_t chunk_bytes = 4u << 20;
+  std::uint64_t steps = 0;        // stop after this many steps (0: when the manager is done)
+  std::uint64_t collect_ms = 10;  // poll period when waiting for trajectories
+  std::uint64_t manager_timeout_ms = 20000;
+  std::string summary_path;  // where the JSON summary goes (empty: stdout only)
+
+  template <typename V>
+  void describe(V& v) {
+    v("manager", manager, "rollout manager endpoint");
+    v("store", store, "weight store endpoint");
+    v("model", model, "model name in the weight store");
+    v("actor_id", actor_id, "holder id of this actor");
+    v("batch_trajectories", batch_trajectories, "global batch in trajectories");
+    v("group_size", group_size, "trajectories per prompt, taken as whole groups");
+    v("max_staleness", max_staleness, "bound on actor version - behaviour version");
+    v("staleness_policy", staleness_policy, "drop or downweight beyond the bound");
+    v("stale_weight", stale_weight, "downweight: the weight of a stale trajectory");
+    v("train_ms_fixed", train_ms_fixed, "simulated trainer: ms per step");
+    v("train_ms_per_token", train_ms_per_token, "simulated trainer: ms per trained token");
+    v("weight_bytes", weight_bytes, "simulated trainer: bytes of a weight version");
+    v("chunk_bytes", chunk_bytes, "chunk size of published versions");
+    v("steps", steps, "stop after this many steps (0: when the manager says done)");
+    v("collect_ms", collect_ms, "poll period while waiting for trajectories");
+    v("manager_timeout_ms", manager_timeout_ms, "fail when the manager is silent this long");
+    v("summary_path", summary_path, "file for the JSON summary at exit");
+  }
+  core::Status validate() const;
+};
+
+class Trainer {
+ public:
+  static core::Result<std::unique_ptr<Trainer>> create(core::EventLoop& loop, TrainerConfig config,
+                                                       std::vector<std::string> environment);
+  ~Trainer();
+  Trainer(const Trainer&) = delete;
+  Trainer& operator=(const Trainer&) = delete;
+  // Runs to the end of the job; returns the summary.
+  core::Result<nlohmann::json> run();
+  void stop();
+  struct Impl;
+
+ private:
+  explicit Trainer(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace sluice::actor

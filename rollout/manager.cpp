@@ -1,0 +1,604 @@
+#include "rollout/manager.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <deque>
+#include <map>
+#include <optional>
+#include <set>
+#include <unordered_map>
+
+#include "core/checksum.hpp"
+#include "core/log.hpp"
+#include "core/messaging.hpp"
+#include "rl/trajectory.hpp"
+#include "rollout/engine.hpp"
+#include "rollout/repack.hpp"
+
+namespace sluice::rollout {
+
+namespace log = core::log;
+using core::Clock;
+using core::Millis;
+using nlohmann::json;
+
+namespace {
+
+enum class Mode { kSync, kOneStepOff, kStream, kPartialRollout, kSluice };
+
+core::Result<Mode> parse_mode(const std::string& s) {
+  if (s == "sync") return Mode::kSync;
+  if (s == "one-step-off") return Mode::kOneStepOff;
+  if (s == "stream") return Mode::kStream;
+  if (s == "partial-rollout") return Mode::kPartialRollout;
+  if (s == "sluice") return Mode::kSluice;
+  return core::invalid_argument(
+      fmt::format("unknown mode '{}' (sync, one-step-off, stream, partial-rollout or sluice)", s));
+}
+
+// Weight updates in these modes are global: nobody loads the new version until every rollout
+// has drained the old one.
+bool global_update(Mode m) {
+  return m == Mode::kOneStepOff || m == Mode::kStream;
+}
+
+// A deterministic prompt for the simulated workload: token ids in [0, 32).
+std::vector<std::int32_t> sim_prompt(std::uint64_t seed, std::uint64_t index, std::uint32_t n) {
+  std::vector<std::int32_t> tokens(n);
+  std::uint64_t x = seed * 0x9e3779b97f4a7c15ull + index + 1;
+  for (auto& t : tokens) {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    t = static_cast<std::int32_t>(x % 32);
+  }
+  return tokens;
+}
+
+}  // namespace
+
+core::Status ManagerConfig::validate() const {
+  SLUICE_TRY(parse_mode(mode).status());
+  if (group_size == 0) return core::invalid_argument("group_size must be at least 1");
+  if (batch_trajectories == 0 || batch_trajectories % group_size != 0) {
+    return core::invalid_argument(
+        fmt::format("batch_trajectories ({}) must be a positive multiple of group_size ({})",
+                    batch_trajectories, group_size));
+  }
+  if (ahead_batches == 0) return core::invalid_argument("ahead_batches must be at least 1");
+  if (heartbeat_timeout_ms < 100) {
+    return core::invalid_argument("heartbeat_timeout_ms must be at least 100");
+  }
+  if (ramp_down_occupancy < 0 || ramp_down_occupancy > 1) {
+    return core::invalid_argument("ramp_down_occupancy must be in [0, 1]");
+  }
+  return {};
+}
+
+struct Manager::Impl {
+  enum class State { kPending, kQueued, kActive, kMoving, kFinished };
+  struct Traj {
+    State state = State::kPending;
+    std::string rollout;
+    std::optional<SequenceState> partial;  // last streamed state (the partial-response pool)
+    SequenceState initial;                 // the trajectory as first assigned (for a restart)
+  };
+  struct Rollout {
+    std::string id;
+    bool alive = true;
+    bool loading = false;
+    std::uint64_t version = 0;
+    Capacity capacity;
+    Clock::time_point last_seen;
+    std::vector<SequenceView> active;
+    std::uint32_t previous_active = 0;
+    std::set<std::string> queued;
+    std::vector<SequenceState> to_import;
+    std::vector<std::string> to_export;
+    json stats = json::object();
+    std::uint64_t active_at_version(std::uint64_t v) const {
+      return version < v ? active.size() + queued.size() : 0;
+    }
+  };
+  struct Move {
+    std::string from, to;
+    std::uint64_t version = 0;
+  };
+
+  core::EventLoop* loop = nullptr;
+  ManagerConfig cfg;
+  Mode mode = Mode::kSluice;
+  std::unique_ptr<core::Server> server;
+  std::unique_ptr<core::EventLoop::Timer> tick_timer;
+  std::unique_ptr<core::EventLoop::Timer> repack_timer;
+
+  std::map<std::string, Rollout> rollouts;
+  std::unordered_map<std::string, Traj> trajs;
+  std::deque<SequenceState> pending;   // fresh or restarted trajectories
+  std::vector<SequenceState> resumes;  // partial states waiting for a rollout of their version
+  std::map<std::string, Move> moves;   // trajectory id -> repack move in progress
+  std::uint64_t next_prompt = 0;
+  std::uint64_t latest = 0;
+  std::uint64_t consumed = 0;  // trajectories the actor has taken (trained on or dropped)
+
+  std::deque<rl::Trajectory> outbox;  // finished, not yet sent to the actor
+  std::map<std::string, std::pair<rl::Trajectory, Clock::time_point>> unacked;
+  std::uint64_t finished = 0, acked = 0;
+
+  // Counters for the bench and the tests.
+  std::uint64_t duplicates = 0, mixed = 0, restarted = 0, resumed = 0, dead = 0;
+  std::uint64_t repack_plans = 0, repack_moves = 0, moved_kv_tokens = 0, cross_version = 0;
+  std::uint64_t move_failures = 0;
+  Clock::time_point started = Clock::now();
+
+  std::uint64_t total_trajectories() const { return cfg.prompts * cfg.group_size; }
+  bool all_released() const { return cfg.prompts != 0 && next_prompt >= cfg.prompts; }
+  bool is_done() const {
+    return cfg.prompts != 0 && acked >= total_trajectories() && outbox.empty() && unacked.empty();
+  }
+
+  std::uint64_t ahead() const {
+    if (mode == Mode::kSync) return 1;
+    if (mode == Mode::kOneStepOff) return 2;
+    return cfg.ahead_batches;
+  }
+  // New trajectories may be released while fewer than this many are unconsumed.
+  bool budget_left() const {
+    std::uint64_t released = next_prompt * cfg.group_size;
+    return released + cfg.group_size <= consumed + ahead() * cfg.batch_trajectories;
+  }
+
+  bool any_behind_with_work(std::uint64_t v) const {
+    for (const auto& [id, r] : rollouts) {
+      if (r.alive && r.active_at_version(v) > 0) return true;
+    }
+    for (const auto& s : resumes) {
+      if (!s.versions.empty() && s.versions.back() < v) return true;
+    }
+    return false;
+  }
+  bool any_behind(std::uint64_t v) const {
+    for (const auto& [id, r] : rollouts) {
+      if (r.alive && r.version < v) return true;
+    }
+    return false;
+  }
+
+  SequenceState fresh(const std::string& traj_id, const std::string& prompt_id,
+                      std::vector<std::int32_t> prompt) const {
+    SequenceState s;
+    s.trajectory_id = traj_id;
+    s.prompt_id = prompt_id;
+    s.prompt_tokens = std::move(prompt);
+    s.max_new_tokens = cfg.max_new_tokens;
+    s.rng_state = core::chunk_checksum(traj_id.data(), traj_id.size()) ^ cfg.seed;
+    return s;
+  }
+
+  std::optional<SequenceState> next_item() {
+    if (!pending.empty()) {
+      SequenceState s = std::move(pending.front());
+      pending.pop_front();
+      return s;
+    }
+    if (all_released() || !budget_left()) return std::nullopt;
+    std::uint64_t p = next_prompt++;
+    std::string prompt_id = fmt::format("p{}", p);
+    auto prompt = sim_prompt(cfg.seed, p, cfg.prompt_tokens);
+    for (std::uint32_t k = 1; k < cfg.group_size; ++k) {
+      std::string id = fmt::format("{}/{}", prompt_id, k);
+      trajs[id].initial = fresh(id, prompt_id, prompt);
+      pending.push_back(trajs[id].initial);
+    }
+    std::string id0 = prompt_id + "/0";
+    trajs[id0].initial = fresh(id0, prompt_id, std::move(prompt));
+    return trajs[id0].initial;
+  }
+
+  // Work of a dead or departing rollout goes back: partial states resume on the same version,
+  // the rest restarts from the prompt.
+  void reclaim(const std::string& rollout_id, const std::string& why) {
+    std::uint64_t back = 0;
+    for (auto& [id, t] : trajs) {
+      bool mine =
+          t.rollout == rollout_id &&
+          (t.state == State::kQueued || t.state == State::kActive || t.state == State::kMoving);
+      auto mv = moves.find(id);
+      if (mv != moves.end() && (mv->second.to == rollout_id || mv->second.from == rollout_id) &&
+          t.state == State::kMoving) {
+        mine = true;
+      }
+      if (!mine) continue;
+      if (mv != moves.end()) moves.erase(mv);
+      ++back;
+      if (t.partial && !t.partial->generated.empty()) {
+        resumes.push_back(*t.partial);
+        t.state = State::kPending;
+        t.rollout.clear();
+      } else {
+        restart(id, t);
+      }
+    }
+    for (auto& [id, r] : rollouts) {
+      std::erase_if(r.to_import, [&](const SequenceState& s) {
+        return trajs[s.trajectory_id].rollout == rollout_id;
+      });
+    }
+    log::warn("manager: rollout {} {}: {} trajectories go back to the pool", rollout_id, why, back);
+  }
+
+  void restart(const std::string& /*id*/, Traj& t) {
+    if (t.partial) ++restarted;
+    t.partial.reset();
+    t.state = State::kPending;
+    t.rollout.clear();
+    pending.push_front(t.initial);
+  }
+
+  void check_heartbeats() {
+    auto now = Clock::now();
+    for (auto& [id, r] : rollouts) {
+      if (!r.alive) continue;
+      if (now - r.last_seen > Millis(cfg.heartbeat_timeout_ms)) {
+        r.alive = false;
+        ++dead;
+        reclaim(id, fmt::format("missed heartbeats for {} ms", cfg.heartbeat_timeout_ms));
+      }
+    }
+    // Resumable states whose version no live rollout has (and none will get again: everyone is
+    // newer) restart from the prompt.
+    std::erase_if(resumes, [&](const SequenceState& s) {
+      std::uint64_t v = s.versions.empty() ? 0 : s.versions.back();
+      for (const auto& [rid, r] : rollouts) {
+        if (r.alive && r.version <= v) return false;
+      }
+      restart(s.trajectory_id, trajs[s.trajectory_id]);
+      return true;
+    });
+  }
+
+  void plan_repack_now() {
+    if (mode != Mode::kSluice || !cfg.repack) return;
+    std::vector<RolloutView> fleet;
+    for (const auto& [id, r] : rollouts) {
+      if (!r.alive || r.loading || r.version == 0 || !r.to_export.empty() || !r.to_import.empty()) {
+        continue;
+      }
+      bool busy_moving = false;
+      for (const auto& [tid, mv] : moves) {
+        if (mv.from == id || mv.to == id) busy_moving = true;
+      }
+      if (busy_moving) continue;
+      RolloutView v;
+      v.id = id;
+      v.version = r.version;
+      v.capacity = r.capacity;
+      v.queued = static_cast<std::uint32_t>(r.queued.size());
+      // Sluice mode gives no new work to a rollout behind `latest`; it is draining.
+      if (r.version == latest) v.queued += 1;
+      v.previous_active = r.previous_active;
+      v.sequences = r.active;
+      fleet.push_back(std::move(v));
+    }
+    RepackPlan plan = plan_repack(fleet, RepackPolicy{cfg.ramp_down_occupancy, cfg.kv_headroom});
+    if (plan.moves.empty()) return;
+    ++repack_plans;
+    for (const auto& m : plan.moves) {
+      auto& src = rollouts[m.from];
+      auto& dst = rollouts[m.to];
+      if (src.version != dst.version) {
+        ++cross_version;  // the planner must never do this; counted so tests can check
+        continue;
+      }
+      src.to_export.push_back(m.trajectory_id);
+      moves[m.trajectory_id] = Move{m.from, m.to, src.version};
+      auto& t = trajs[m.trajectory_id];
+      t.state = State::kMoving;
+      t.rollout = m.from;
+      ++repack_moves;
+    }
+    log::debug("manager: repack moves {} trajectories, frees {} rollouts", plan.moves.size(),
+               plan.freed.size());
+  }
+
+  void on_finished(const rl::Trajectory& tr) {
+    auto& t = trajs[tr.id];
+    if (t.state == State::kFinished) {
+      ++duplicates;
+      return;
+    }
+    t.state = State::kFinished;
+    t.partial.reset();
+    t.rollout.clear();
+    moves.erase(tr.id);
+    if (tr.mixed_versions()) ++mixed;
+    ++finished;
+    outbox.push_back(tr);
+  }
+
+  void route_exported(SequenceState s) {
+    auto mv = moves.find(s.trajectory_id);
+    auto& t = trajs[s.trajectory_id];
+    if (t.state == State::kFinished) return;
+    t.partial = s;
+    std::uint64_t v = s.versions.empty() ? 0 : s.versions.back();
+    if (mv != moves.end()) {
+      auto dst = rollouts.find(mv->second.to);
+      if (dst != rollouts.end() && dst->second.alive && dst->second.version == v) {
+        moved_kv_tokens += s.kv_tokens();
+        t.rollout = dst->first;
+        dst->second.to_import.push_back(std::move(s));
+        return;
+      }
+      ++move_failures;
+      moves.erase(mv);
+    }
+    t.state = State::kPending;
+    t.rollout.clear();
+    resumes.push_back(std::move(s));
+  }
+
+  core::Result<core::Message> on_report(const core::Message& req) {
+    const json& b = req.body;
+    std::string id = b.value("id", std::string());
+    if (id.empty()) return core::invalid_argument("mgr.report: missing 'id'");
+    auto found = rollouts.find(id);
+    if (found != rollouts.end() && !found->second.alive) {
+      // Declared dead: its work was handed out again. It starts afresh.
+      rollouts.erase(found);
+      json reply{{"rejoin", true}};
+      return core::Message("mgr.report", reply);
+    }
+    bool is_new = found == rollouts.end();
+    Rollout& r = rollouts[id];
+    if (is_new) {
+      r.id = id;
+      log::info("manager: rollout {} joined", id);
+    }
+    r.last_seen = Clock::now();
+    r.version = b.value("version", std::uint64_t{0});
+    r.loading = b.value("loading", false);
+    r.capacity.max_sequences = b.at("capacity").value("max_sequences", 1u);
+    r.capacity.max_kv_tokens = b.at("capacity").value("max_kv_tokens", std::uint64_t{1});
+    r.previous_active = static_cast<std::uint32_t>(r.active.size());
+    r.active.clear();
+    for (const auto& a : b.at("active")) {
+      std::string tid = a.at(0).get<std::string>();
+      r.active.push_back(SequenceView{tid, a.at(1).get<std::uint64_t>()});
+      auto& t = trajs[tid];
+      if (t.state != State::kFinished && t.state != State::kMoving) {
+        t.state = State::kActive;
+        t.rollout = id;
+      }
+      if (t.state == State::kMoving && moves.count(tid) && moves[tid].to == id) {
+        moves.erase(tid);
+        t.state = State::kActive;
+        t.rollout = id;
+      }
+    }
+    r.queued.clear();
+    for (const auto& q : b.at("queued"))
+      r.queued.insert(q.get<std::string>());
+    if (b.contains("stats")) r.stats = b.at("stats");
+
+    for (const auto& f : b.at("finished")) {
+      SLUICE_ASSIGN_OR_RETURN(rl::Trajectory tr, rl::Trajectory::from_json(f));
+      on_finished(tr);
+    }
+    for (const auto& e : b.at("exported")) {
+      SLUICE_ASSIGN_OR_RETURN(SequenceState s, SequenceState::from_json(e));
+      route_exported(std::move(s));
+    }
+    for (const auto& p : b.value("partial", json::array())) {
+      SLUICE_ASSIGN_OR_RETURN(SequenceState s, SequenceState::from_json(p));
+      auto& t = trajs[s.trajectory_id];
+      if (t.state != State::kFinished) t.partial = std::move(s);
+    }
+    // Refused imports (did not fit, or the version changed) come back as resumable states.
+    for (const auto& e : b.value("refused", json::array())) {
+      SLUICE_ASSIGN_OR_RETURN(SequenceState s, SequenceState::from_json(e));
+      moves.erase(s.trajectory_id);
+      ++move_failures;
+      auto& t = trajs[s.trajectory_id];
+      if (t.state == State::kFinished) continue;
+      t.state = State::kPending;
+      t.rollout.clear();
+      if (s.generated.empty()) {
+        pending.push_front(std::move(s));
+      } else {
+        resumes.push_back(std::move(s));
+      }
+    }
+
+    json reply = json::object();
+    std::string state = "run";
+    std::uint64_t load = 0;
+    bool allow_active = false;
+    if (latest > 0 && r.version < latest && !r.loading) {
+      bool has_work = !r.active.empty() || !r.queued.empty() || !r.to_import.empty();
+      if (mode == Mode::kPartialRollout) {
+        load = latest;
+        allow_active = true;
+      } else if (global_update(mode)) {
+        if (!any_behind_with_work(latest)) {
+          load = latest;
+        } else if (!has_work) {
+          state = "barrier";
+        }
+      } else if (!has_work) {
+        load = latest;
+      }
+    }
+    // Partial states of this rollout's version resume here first.
+    json imports = json::array();
+    auto room = [&]() -> std::int64_t {
+      return static_cast<std::int64_t>(r.capacity.max_sequences) -
+             static_cast<std::int64_t>(r.active.size() + r.queued.size() + imports.size());
+    };
+    for (auto& s : r.to_import)
+      imports.push_back(s.to_json());
+    r.to_import.clear();
+    if (!r.loading && load == 0 && r.version > 0) {
+      std::erase_if(resumes, [&](SequenceState& s) {
+        std::uint64_t v = s.versions.empty() ? 0 : s.versions.back();
+        if (v != r.version || room() <= 0) return false;
+        ++resumed;
+        auto& t = trajs[s.trajectory_id];
+        t.state = State::kQueued;
+        t.rollout = id;
+        imports.push_back(s.to_json());
+        return true;
+      });
+    }
+    reply["import"] = std::move(imports);
+
+    // New work only for rollouts on the newest version (and, with global updates, only once
+    // everyone is on it).
+    json assign = json::array();
+    bool may_assign = latest > 0 && r.version == latest && !r.loading && load == 0 &&
+                      !(global_update(mode) && any_behind(latest));
+    if (may_assign) {
+      std::int64_t want = room() + cfg.prefetch;
+      while (want-- > 0) {
+        auto item = next_item();
+        if (!item) break;
+        auto& t = trajs[item->trajectory_id];
+        t.state = State::kQueued;
+        t.rollout = id;
+        r.queued.insert(item->trajectory_id);
+        assign.push_back(item->to_json());
+      }
+      if (assign.empty() && r.active.empty() && r.queued.empty()) {
+        // Nothing to run: in sync-like modes the next batch waits for new weights.
+        state = (mode == Mode::kSync || mode == Mode::kOneStepOff) ? "barrier" : "idle";
+      }
+    } else if (load == 0 && r.active.empty() && r.queued.empty() && state == "run") {
+      state = latest == 0 ? "barrier" : "idle";
+    }
+    reply["assign"] = std::move(assign);
+    reply["export"] = r.to_export;
+    r.to_export.clear();
+    reply["load"] = load;
+    reply["allow_active"] = allow_active;
+    reply["state"] = state;
+    reply["done"] = is_done();
+    return core::Message("mgr.report", reply);
+  }
+
+  core::Result<core::Message> on_collect(const core::Message& req) {
+    const json& b = req.body;
+    for (const auto& a : b.value("ack", json::array())) {
+      if (unacked.erase(a.get<std::string>()) > 0) ++acked;
+    }
+    consumed = std::max(consumed, b.value("consumed", std::uint64_t{0}));
+    std::size_t max = b.value("max", std::size_t{256});
+    json out = json::array();
+    auto now = Clock::now();
+    // Resend what was delivered long ago and never acknowledged (a lost reply, a restarted
+    // actor); the actor's buffer refuses what it already has.
+    for (auto& [id, p] : unacked) {
+      if (out.size() >= max) break;
+      if (now - p.second > Millis(3000)) {
+        p.second = now;
+        out.push_back(p.first.to_json());
+      }
+    }
+    while (out.size() < max && !outbox.empty()) {
+      rl::Trajectory t = std::move(outbox.front());
+      outbox.pop_front();
+      out.push_back(t.to_json());
+      std::string tid = t.id;
+      unacked.emplace(tid, std::make_pair(std::move(t), now));
+    }
+    json reply{{"trajectories", std::move(out)}, {"done", is_done()}};
+    return core::Message("mgr.collect", reply);
+  }
+
+  core::Result<core::Message> on_published(const core::Message& req) {
+    std::uint64_t v = req.body.value("version", std::uint64_t{0});
+    consumed = std::max(consumed, req.body.value("consumed", std::uint64_t{0}));
+    if (v > latest) {
+      latest = v;
+      log::info("manager: version {} published", v);
+      plan_repack_now();
+    }
+    return core::Message("mgr.published", json{{"latest", latest}});
+  }
+
+  json status_json() const {
+    json rs = json::array();
+    for (const auto& [id, r] : rollouts) {
+      rs.push_back(json{{"id", id},
+                        {"alive", r.alive},
+                        {"version", r.version},
+                        {"active", r.active.size()},
+                        {"stats", r.stats}});
+    }
+    double wall = std::chrono::duration<double>(Clock::now() - started).count();
+    return json{{"mode", cfg.mode},
+                {"latest", latest},
+                {"wall_s", wall},
+                {"released_prompts", next_prompt},
+                {"finished", finished},
+                {"acked", acked},
+                {"consumed", consumed},
+                {"done", is_done()},
+                {"duplicates", duplicates},
+                {"mixed_version_trajectories", mixed},
+                {"restarted", restarted},
+                {"resumed", resumed},
+                {"dead_rollouts", dead},
+                {"repack_plans", repack_plans},
+                {"repack_moves", repack_moves},
+                {"moved_kv_tokens", moved_kv_tokens},
+                {"move_failures", move_failures},
+                {"cross_version_moves", cross_version},
+                {"rollouts", rs}};
+  }
+};
+
+core::Result<std::unique_ptr<Manager>> Manager::create(core::EventLoop& loop,
+                                                       ManagerConfig config) {
+  SLUICE_TRY(config.validate());
+  auto impl = std::make_unique<Impl>();
+  impl->loop = &loop;
+  impl->mode = parse_mode(config.mode).value();
+  impl->cfg = std::move(config);
+  SLUICE_ASSIGN_OR_RETURN(impl->server, core::Server::create(loop, impl->cfg.listen));
+  Impl* p = impl.get();
+  auto guard = [](auto fn) {
+    return [fn](const core::Message& m) -> core::Result<core::Message> {
+      try {
+        return fn(m);
+      } catch (const std::exception& e) {
+        return core::protocol_error(fmt::format("{}: {}", m.type, e.what()));
+      }
+    };
+  };
+  impl->server->on_sync("mgr.report",
+                        guard([p](const core::Message& m) { return p->on_report(m); }));
+  impl->server->on_sync("mgr.collect",
+                        guard([p](const core::Message& m) { return p->on_collect(m); }));
+  impl->server->on_sync("mgr.published",
+                        guard([p](const core::Message& m) { return p->on_published(m); }));
+  impl->server->on_sync("mgr.status", [p](const core::Message&) -> core::Result<core::Message> {
+    return core::Message("mgr.status", p->status_json());
+  });
+  impl->tick_timer = loop.every(Millis(100), [p] { p->check_heartbeats(); });
+  impl->repack_timer = loop.every(Millis(std::max<std::uint64_t>(10, impl->cfg.repack_interval_ms)),
+                                  [p] { p->plan_repack_now(); });
+  log::info("manager: mode {} listening on {}", impl->cfg.mode, impl->server->endpoint());
+  return std::unique_ptr<Manager>(new Manager(std::move(impl)));
+}
+
+Manager::Manager(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Manager::~Manager() = default;
+const std::string& Manager::endpoint() const {
+  return impl_->server->endpoint();
+}
+bool Manager::done() const {
+  return impl_->is_done();
+}
+
+}  // namespace sluice::rollout

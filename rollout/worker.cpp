@@ -1,0 +1,325 @@
+#include "rollout/worker.hpp"
+
+#include <fmt/format.h>
+
+#include <atomic>
+#include <deque>
+#include <thread>
+
+#include "core/checksum.hpp"
+#include "core/log.hpp"
+#include "core/messaging.hpp"
+#include "core/transfer.hpp"
+#include "weightstore/client.hpp"
+
+namespace sluice::rollout {
+
+namespace log = core::log;
+using core::Clock;
+using core::Millis;
+using nlohmann::json;
+
+core::Status RolloutConfig::validate() const {
+  if (engine != "sim") {
+    return core::invalid_argument(fmt::format("unknown engine '{}' (sim)", engine));
+  }
+  if (report_ms == 0) return core::invalid_argument("report_ms must be at least 1");
+  if (pull_in_flight == 0) return core::invalid_argument("pull_in_flight must be at least 1");
+  if (manager_timeout_ms < report_ms) {
+    return core::invalid_argument("manager_timeout_ms must be at least report_ms");
+  }
+  return sim.validate();
+}
+
+double sim_reward(const SequenceState& s) {
+  return (core::chunk_checksum(s.trajectory_id.data(), s.trajectory_id.size()) & 1) ? 1.0 : 0.0;
+}
+
+namespace {
+
+double seconds(Clock::duration d) {
+  return std::chrono::duration<double>(d).count();
+}
+
+rl::Trajectory to_trajectory(const SequenceState& s, double reward, const std::string& rollout) {
+  rl::Trajectory t;
+  t.id = s.trajectory_id;
+  t.prompt_id = s.prompt_id;
+  t.versions = s.versions;
+  t.version = s.versions.empty() ? 0 : s.versions.front();
+  t.prompt_tokens = s.prompt_tokens;
+  t.response_tokens = s.generated;
+  t.logprobs = s.logprobs;
+  t.reward = reward;
+  t.rollout = rollout;
+  return t;
+}
+
+}  // namespace
+
+struct RolloutWorker::Impl {
+  core::EventLoop* loop = nullptr;
+  RolloutConfig cfg;
+  std::unique_ptr<Engine> engine;
+  Scorer scorer;
+  std::vector<std::string> environment;
+  std::unique_ptr<core::Client> manager;
+  std::unique_ptr<core::TransferEngine> transfer;
+  std::unique_ptr<weightstore::StoreClient> store;
+  std::unique_ptr<core::RegisteredBuffer> weights;  // the loaded version's bytes
+  std::atomic<bool> stopping{false};
+
+  std::deque<SequenceState> queue;  // assigned, not yet admitted
+  std::vector<rl::Trajectory> finished;
+  std::vector<SequenceState> exported;
+  std::vector<SequenceState> refused;
+  std::uint64_t reports = 0;
+  std::string state = "barrier";  // what the manager last said: run, barrier, idle
+  bool done = false;
+  Clock::time_point last_heard = Clock::now();
+
+  // Accounting, in seconds.
+  Clock::time_point started = Clock::now();
+  double gen_s = 0, load_s = 0, barrier_s = 0, idle_s = 0, occupancy_s = 0, reprefill_s = 0;
+  std::uint64_t tokens = 0, steps = 0, loads = 0, imported = 0, exported_count = 0;
+  std::uint64_t reprefill_tokens = 0, pulled_bytes = 0;
+
+  json stats() const {
+    return json{{"wall_s", seconds(Clock::now() - started)},
+                {"gen_s", gen_s},
+                {"load_s", load_s},
+                {"barrier_s", barrier_s},
+                {"idle_s", idle_s},
+                {"occupancy_s", occupancy_s},
+                {"tokens", tokens},
+                {"steps", steps},
+                {"loads", loads},
+                {"imported", imported},
+                {"exported", exported_count},
+                {"reprefill_tokens", reprefill_tokens},
+                {"reprefill_s", reprefill_s},
+                {"pulled_bytes", pulled_bytes},
+                {"max_sequences", engine->capacity().max_sequences}};
+  }
+
+  core::Status report() {
+    json active = json::array();
+    for (const auto& [id, kv] : engine->active_sequences())
+      active.push_back(json::array({id, kv}));
+    json queued = json::array();
+    for (const auto& s : queue)
+      queued.push_back(s.trajectory_id);
+    json fin = json::array();
+    for (const auto& t : finished)
+      fin.push_back(t.to_json());
+    json exp = json::array();
+    for (const auto& s : exported)
+      exp.push_back(s.to_json());
+    json ref = json::array();
+    for (const auto& s : refused)
+      ref.push_back(s.to_json());
+    json partial = json::array();
+    if (cfg.partial_every > 0 && reports % cfg.partial_every == 0) {
+      for (const auto& s : engine->snapshot())
+        partial.push_back(s.to_json());
+    }
+    ++reports;
+    Capacity cap = engine->capacity();
+    json body{
+        {"id", cfg.rollout_id},
+        {"version", engine->version()},
+        {"loading", false},
+        {"capacity", {{"max_sequences", cap.max_sequences}, {"max_kv_tokens", cap.max_kv_tokens}}},
+        {"active", std::move(active)},
+        {"queued", std::move(queued)},
+        {"finished", std::move(fin)},
+        {"exported", std::move(exp)},
+        {"refused", std::move(ref)},
+        {"partial", std::move(partial)},
+        {"stats", stats()}};
+    auto reply = manager->call(core::Message("mgr.report", std::move(body)),
+                               Millis(std::max<std::uint64_t>(1000, cfg.report_ms * 40)));
+    if (!reply.is_ok()) {
+      if (seconds(Clock::now() - last_heard) * 1000 > static_cast<double>(cfg.manager_timeout_ms)) {
+        return core::unavailable(fmt::format("rollout {}: manager {} silent for {} ms: {}",
+                                             cfg.rollout_id, cfg.manager, cfg.manager_timeout_ms,
+                                             reply.status().to_string()));
+      }
+      log::warn("rollout {}: report failed: {}", cfg.rollout_id, reply.status().to_string());
+      return {};  // keep what we have; it goes with the next report
+    }
+    last_heard = Clock::now();
+    finished.clear();
+    exported.clear();
+    refused.clear();
+    return apply(reply->body);
+  }
+
+  core::Status apply(const json& r) {
+    if (r.value("rejoin", false)) {
+      // The manager declared this rollout dead and handed its work out again.
+      log::warn("rollout {}: the manager declared it dead; dropping its work and rejoining",
+                cfg.rollout_id);
+      engine->export_all();
+      queue.clear();
+      return {};
+    }
+    done = r.value("done", false);
+    state = r.value("state", std::string("run"));
+    for (const auto& e : r.value("export", json::array())) {
+      auto s = engine->export_sequence(e.get<std::string>());
+      if (s.is_ok()) {
+        ++exported_count;
+        exported.push_back(std::move(s).value());
+      }
+    }
+    for (const auto& i : r.value("import", json::array())) {
+      SLUICE_ASSIGN_OR_RETURN(SequenceState s, SequenceState::from_json(i));
+      std::uint64_t v = s.versions.empty() ? engine->version() : s.versions.back();
+      // A migrated sequence continues only on the version that generated it.
+      if (v != engine->version() || !engine->can_admit(s.kv_tokens())) {
+        refused.push_back(std::move(s));
+        continue;
+      }
+      std::uint64_t kv = s.kv_tokens();
+      bool migrated = !s.generated.empty();
+      auto st = engine->admit(std::move(s));
+      if (!st.is_ok()) return st.with_context("import");
+      if (migrated) {
+        ++imported;
+        reprefill_tokens += kv;
+        reprefill_s +=
+            static_cast<double>(kv) * cfg.sim.prefill_ms_per_token * cfg.sim.time_scale / 1000.0;
+      }
+    }
+    for (const auto& a : r.value("assign", json::array())) {
+      SLUICE_ASSIGN_OR_RETURN(SequenceState s, SequenceState::from_json(a));
+      queue.push_back(std::move(s));
+    }
+    std::uint64_t load = r.value("load", std::uint64_t{0});
+    if (load > engine->version()) {
+      SLUICE_TRY(load_version(load, r.value("allow_active", false)));
+    }
+    return {};
+  }
+
+  core::Status load_version(std::uint64_t version, bool allow_active) {
+    auto t0 = Clock::now();
+    if (!transfer) {
+      core::TransferOptions to;
+      to.environment = environment;
+      SLUICE_ASSIGN_OR_RETURN(transfer, core::TransferEngine::create(*loop, to));
+      SLUICE_ASSIGN_OR_RETURN(store, weightstore::StoreClient::create(*loop, cfg.store));
+    }
+    core::ReadOptions ro;
+    ro.max_in_flight_per_source = cfg.pull_in_flight;
+    auto pulled = weightstore::pull(*transfer, *store, cfg.model, version,
+                                    weightstore::Topology{cfg.host, cfg.rack, cfg.datacenter}, ro);
+    if (!pulled.is_ok()) {
+      // Not fatal: the version may have been retired meanwhile; the manager will say again.
+      log::warn("rollout {}: pull of version {} failed: {}", cfg.rollout_id, version,
+                pulled.status().to_string());
+      load_s += seconds(Clock::now() - t0);
+      return {};
+    }
+    auto st = engine->load_weights(version, pulled->buffer->data(), pulled->manifest.total_bytes,
+                                   allow_active);
+    if (!st.is_ok()) {
+      log::warn("rollout {}: load of version {} refused: {}", cfg.rollout_id, version,
+                st.to_string());
+    } else {
+      weights = std::move(pulled->buffer);
+      ++loads;
+      pulled_bytes += pulled->manifest.total_bytes;
+      log::debug("rollout {}: loaded version {}", cfg.rollout_id, version);
+    }
+    load_s += seconds(Clock::now() - t0);
+    return {};
+  }
+
+  void admit_queued() {
+    while (!queue.empty() && engine->can_admit(queue.front().kv_tokens())) {
+      SequenceState s = std::move(queue.front());
+      queue.pop_front();
+      auto st = engine->admit(std::move(s));
+      if (!st.is_ok()) {
+        log::warn("rollout {}: admit failed: {}", cfg.rollout_id, st.to_string());
+        break;
+      }
+    }
+  }
+
+  core::Status run() {
+    auto next_report = Clock::now();
+    auto clock = Clock::now();  // where modelled time has got to
+    while (!stopping.load() && !loop->stopped()) {
+      auto now = Clock::now();
+      if (now >= next_report) {
+        SLUICE_TRY(report());
+        if (done) break;
+        next_report = Clock::now() + Millis(cfg.report_ms);
+        clock = std::max(clock, Clock::now());
+      }
+      admit_queued();
+      if (engine->active() > 0) {
+        StepResult res = engine->step();
+        ++steps;
+        tokens += res.tokens;
+        double step_s = res.wait_s;
+        auto before = Clock::now();
+        clock += std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(step_s));
+        if (clock > before) std::this_thread::sleep_until(clock);
+        double took = std::max(step_s, seconds(Clock::now() - before));
+        gen_s += took;
+        occupancy_s += took * res.batch / engine->capacity().max_sequences;
+        for (auto& s : res.finished) {
+          double reward = scorer ? scorer(s) : 0.0;
+          finished.push_back(to_trajectory(s, reward, cfg.rollout_id));
+        }
+        // Finished work and exports go out at once: the manager may be waiting for them.
+        if (!res.finished.empty() && engine->active() == 0 && queue.empty()) {
+          next_report = Clock::now();
+        }
+      } else {
+        auto until = std::min(next_report, Clock::now() + Millis(2));
+        auto before = Clock::now();
+        std::this_thread::sleep_until(until);
+        double idle = seconds(Clock::now() - before);
+        if (state == "barrier") {
+          barrier_s += idle;
+        } else {
+          idle_s += idle;
+        }
+        clock = Clock::now();
+      }
+    }
+    if (done) log::info("rollout {}: the job is done", cfg.rollout_id);
+    return {};
+  }
+};
+
+core::Result<std::unique_ptr<RolloutWorker>> RolloutWorker::create(
+    core::EventLoop& loop, RolloutConfig config, std::unique_ptr<Engine> engine, Scorer scorer,
+    std::vector<std::string> environment) {
+  SLUICE_TRY(config.validate());
+  if (!engine) return core::invalid_argument("rollout: no engine");
+  auto impl = std::make_unique<Impl>();
+  impl->loop = &loop;
+  impl->cfg = std::move(config);
+  impl->engine = std::move(engine);
+  impl->scorer = std::move(scorer);
+  impl->environment = std::move(environment);
+  SLUICE_ASSIGN_OR_RETURN(impl->manager, core::Client::create(loop, impl->cfg.manager));
+  return std::unique_ptr<RolloutWorker>(new RolloutWorker(std::move(impl)));
+}
+
+RolloutWorker::RolloutWorker(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+RolloutWorker::~RolloutWorker() = default;
+core::Status RolloutWorker::run() {
+  return impl_->run();
+}
+void RolloutWorker::stop() {
+  impl_->stopping = true;
+}
+
+}  // namespace sluice::rollout

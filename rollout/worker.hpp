@@ -1,0 +1,91 @@
+// A rollout worker (`sluice rollout`): drives one engine. It reports to the rollout manager every
+// `report_ms` (its version, active and queued trajectories, finished trajectories with their
+// behaviour versions and log-probs, exported sequences, and every `partial_every` reports the
+// state of its in-flight sequences for the partial-response pool), and does what the reply says:
+// queue new trajectories, import migrated ones, export ones being repacked away, or pull a newer
+// version through the weight store (from the nearest relay) and load it.
+//
+// Time is accounted as generating (at least one active sequence), loading weights, waiting at a
+// weight barrier, or idle; the totals go to the manager with every report.
+//
+// Thread safety: one thread. run() is a plain driver loop (the engine's modelled step time is
+// slept through, since a rollout serves no requests), so the blocking control-plane calls are
+// made from it, never from a loop callback.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/event_loop.hpp"
+#include "core/status.hpp"
+#include "rollout/engine.hpp"
+#include "rollout/sim_engine.hpp"
+
+namespace sluice::rollout {
+
+struct RolloutConfig {
+  std::string manager = "tcp://127.0.0.1:5560";  // rollout manager endpoint
+  std::string store = "tcp://127.0.0.1:5550";    // weight store endpoint
+  std::string model = "policy";
+  std::string rollout_id;      // unique; default rollout-<pid>
+  std::string engine = "sim";  // sim (the simulated engine)
+  SimEngineConfig sim;
+  std::uint64_t report_ms = 25;              // report (and heartbeat) period
+  std::uint32_t partial_every = 8;           // stream in-flight states every N reports
+  std::uint64_t manager_timeout_ms = 20000;  // give up after the manager is silent this long
+  std::uint32_t pull_in_flight = 8;          // GETs in flight per source when pulling weights
+  std::string host;                          // topology labels (nearest holder first)
+  std::string rack;
+  std::string datacenter;
+
+  template <typename V>
+  void describe(V& v) {
+    v("manager", manager, "rollout manager endpoint");
+    v("store", store, "weight store endpoint");
+    v("model", model, "model whose versions this rollout pulls");
+    v("rollout_id", rollout_id, "unique rollout name (default rollout-<pid>)");
+    v("engine", engine, "engine: sim");
+    v("sim", sim, "the simulated engine");
+    v("report_ms", report_ms, "report and heartbeat period in ms");
+    v("partial_every", partial_every, "stream in-flight states every N reports (0: never)");
+    v("manager_timeout_ms", manager_timeout_ms, "exit when the manager is silent this long");
+    v("pull_in_flight", pull_in_flight, "GETs in flight per source when pulling weights");
+    v("host", host, "topology: host label");
+    v("rack", rack, "topology: rack label");
+    v("datacenter", datacenter, "topology: datacenter label");
+  }
+  core::Status validate() const;
+};
+
+// Scores a finished sequence (the task's verifiable reward).
+using Scorer = std::function<double(const SequenceState&)>;
+
+class RolloutWorker {
+ public:
+  // `environment`: the process environment as the user gave it (see core::TransferOptions).
+  static core::Result<std::unique_ptr<RolloutWorker>> create(core::EventLoop& loop,
+                                                             RolloutConfig config,
+                                                             std::unique_ptr<Engine> engine,
+                                                             Scorer scorer,
+                                                             std::vector<std::string> environment);
+  ~RolloutWorker();
+  RolloutWorker(const RolloutWorker&) = delete;
+  RolloutWorker& operator=(const RolloutWorker&) = delete;
+  // Runs until the manager says the job is done, stop() is called, or the manager stays silent
+  // past manager_timeout_ms (an error).
+  core::Status run();
+  void stop();
+  struct Impl;
+
+ private:
+  explicit RolloutWorker(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// A deterministic pseudo-reward for the simulated workload (1 or 0 from the trajectory id).
+double sim_reward(const SequenceState& s);
+
+}  // namespace sluice::rollout

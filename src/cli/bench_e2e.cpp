@@ -1,0 +1,237 @@
+// `sluice bench e2e`: the same workload (seed, prompts, length distribution, rollouts, batch
+// sizes) run once per mode, each a whole local job of real processes, side by side in one run.
+#include "cli/bench_e2e.hpp"
+
+#include <fmt/format.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <sstream>
+
+#include "cli/bench_util.hpp"
+#include "cli/job.hpp"
+#include "core/config.hpp"
+#include "rollout/sim_engine.hpp"
+
+namespace sluice::cli {
+
+using nlohmann::json;
+
+namespace {
+
+struct Row {
+  std::string mode;
+  double tokens_per_s = 0, rollout_util = 0, weight_stall_frac = 0, actor_idle_frac = 0;
+  double staleness_mean = 0;
+  std::uint64_t staleness_max = 0, repacks = 0, trained_tokens = 0, dropped = 0, mixed = 0;
+  double repack_overhead_s = 0, wall_s = 0;
+};
+
+Row summarize(const std::string& label, const JobResult& r) {
+  Row row;
+  row.mode = label;
+  const json& a = r.actor;
+  row.tokens_per_s = a.value("tokens_per_s", 0.0);
+  row.actor_idle_frac = a.value("actor_idle_frac", 0.0);
+  row.staleness_mean = a.value("staleness_mean", 0.0);
+  row.staleness_max = a.value("staleness_max", 0ull);
+  row.trained_tokens = a.value("trained_tokens", 0ull);
+  row.dropped = a.value("dropped_stale", 0ull);
+  row.mixed = a.value("mixed_version_consumed", 0ull);
+  row.wall_s = a.value("wall_s", 0.0);
+  double wall = 0, occupancy = 0, stall = 0, reprefill = 0;
+  for (const auto& ro : r.manager.value("rollouts", json::array())) {
+    const json& s = ro.value("stats", json::object());
+    wall += s.value("wall_s", 0.0);
+    occupancy += s.value("occupancy_s", 0.0);
+    stall += s.value("load_s", 0.0) + s.value("barrier_s", 0.0);
+    reprefill += s.value("reprefill_s", 0.0);
+  }
+  row.rollout_util = wall > 0 ? occupancy / wall : 0;
+  row.weight_stall_frac = wall > 0 ? stall / wall : 0;
+  row.repacks = r.manager.value("repack_moves", 0ull);
+  row.repack_overhead_s = reprefill;
+  return row;
+}
+
+std::vector<std::string> split(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    if (!item.empty()) out.push_back(item);
+  }
+  return out;
+}
+
+}  // namespace
+
+JobConfig default_e2e_workload() {
+  JobConfig j;
+  j.name = "e2e";
+  j.rollouts = 16;
+  j.relays = 1;
+  j.progress_s = 0;
+  j.log_level = "warn";
+  // The long tail: lognormal lengths with p99 / median = 10, truncated at 1024 tokens.
+  j.rollout.sim.lengths.kind = "lognormal";
+  j.rollout.sim.lengths.median = 64;
+  j.rollout.sim.lengths.p99 = 640;
+  j.rollout.sim.lengths.max_len = 1024;
+  j.rollout.sim.max_sequences = 8;
+  j.rollout.sim.t0_ms = 4.0;
+  j.rollout.sim.t1_ms = 0.25;
+  j.rollout.sim.prefill_ms_per_token = 0.01;
+  j.rollout.sim.seed = 1;
+  j.manager.group_size = 4;
+  j.manager.batch_trajectories = 64;
+  j.manager.prompts = 192;  // 768 trajectories: 12 global batches
+  j.manager.prompt_tokens = 32;
+  j.manager.max_new_tokens = 1024;
+  j.actor.max_staleness = 4;
+  j.actor.train_ms_fixed = 50;
+  j.actor.train_ms_per_token = 0.02;
+  j.actor.weight_bytes = 8u << 20;
+  j.actor.chunk_bytes = 2u << 20;
+  return j;
+}
+
+int run_bench_e2e(const BenchE2eArgs& args, const std::vector<std::string>& environment) {
+  JobConfig base = default_e2e_workload();
+  // A workload file is a job file: it replaces the defaults field by field.
+  core::config::Json doc = core::config::to_json(base);
+  if (!args.workload.empty()) {
+    auto w = core::config::read_json_file(args.workload);
+    if (!w.is_ok()) {
+      std::fprintf(stderr, "sluice bench e2e: %s\n", w.status().to_string().c_str());
+      return 2;
+    }
+    doc.merge_patch(*w);
+  }
+  for (const auto& o : args.overrides) {
+    auto s = core::config::apply_override(doc, o);
+    if (!s.is_ok()) {
+      std::fprintf(stderr, "sluice bench e2e: %s\n", s.to_string().c_str());
+      return 2;
+    }
+  }
+  if (args.rollouts > 0) doc["rollouts"] = args.rollouts;
+  if (args.prompts > 0) doc["manager"]["prompts"] = args.prompts;
+  JobConfig job;
+  auto ps = core::config::parse(doc, job);
+  if (ps.is_ok()) ps = job.validate();
+  if (!ps.is_ok()) {
+    std::fprintf(stderr, "sluice bench e2e: %s\n", ps.to_string().c_str());
+    return 2;
+  }
+  std::vector<std::string> modes = split(args.modes);
+  for (const auto& m : modes) {
+    std::string mode = m == "sluice-norepack" ? "sluice" : m;
+    rollout::ManagerConfig mc;
+    mc.mode = mode;
+    if (!mc.validate().is_ok()) {
+      std::fprintf(stderr,
+                   "sluice bench e2e: unknown mode '%s' (sync, one-step-off, stream, "
+                   "partial-rollout, sluice, sluice-norepack)\n",
+                   m.c_str());
+      return 2;
+    }
+  }
+  auto stats = rollout::length_stats(job.rollout.sim.lengths, job.rollout.sim.seed, 20000);
+  if (!args.json && stats.is_ok()) {
+    std::printf(
+        "workload: %u rollouts x %u sequences, %llu prompts x %u samples, batch %u, "
+        "lengths p50 %llu p99 %llu max %llu (p99/p50 %.1f), staleness bound %llu\n",
+        job.rollouts, job.rollout.sim.max_sequences,
+        static_cast<unsigned long long>(job.manager.prompts), job.manager.group_size,
+        job.manager.batch_trajectories, static_cast<unsigned long long>(stats->p50),
+        static_cast<unsigned long long>(stats->p99), static_cast<unsigned long long>(stats->max),
+        static_cast<double>(stats->p99) /
+            static_cast<double>(std::max<std::uint64_t>(1, stats->p50)),
+        static_cast<unsigned long long>(job.actor.max_staleness));
+    std::fflush(stdout);
+  }
+  std::string stamp = fmt::format("runs/bench-e2e-{}", ::getpid());
+  std::vector<Row> rows;
+  for (const auto& m : modes) {
+    JobConfig j = job;
+    j.mode = m == "sluice-norepack" ? "sluice" : m;
+    j.manager.repack = m != "sluice-norepack";
+    j.name = m;
+    j.out_dir = fmt::format("{}/{}", stamp, m);
+    if (!args.json) {
+      std::fprintf(stderr, "running %s ...\n", m.c_str());
+    }
+    auto r = run_local_job(j, self_exe(), environment);
+    if (!r.is_ok()) {
+      std::fprintf(stderr, "sluice bench e2e: %s\n", r.status().to_string().c_str());
+      return 1;
+    }
+    rows.push_back(summarize(m, *r));
+  }
+  auto find = [&](const std::string& m) -> const Row* {
+    for (const auto& r : rows) {
+      if (r.mode == m) return &r;
+    }
+    return nullptr;
+  };
+  const Row* sync = find("sync");
+  const Row* sl = find("sluice");
+  auto ratio = [](double a, double b) { return b > 0 ? a / b : 0.0; };
+  if (args.json) {
+    for (const auto& r : rows) {
+      json o{{"mode", r.mode},
+             {"tokens_per_s", r.tokens_per_s},
+             {"rollout_util", r.rollout_util},
+             {"weight_stall_frac", r.weight_stall_frac},
+             {"actor_idle_frac", r.actor_idle_frac},
+             {"staleness_mean", r.staleness_mean},
+             {"staleness_max", r.staleness_max},
+             {"repacks", r.repacks},
+             {"repack_overhead_s", r.repack_overhead_s},
+             {"trained_tokens", r.trained_tokens},
+             {"dropped_stale", r.dropped},
+             {"wall_s", r.wall_s}};
+      if (sync) o["ratio_to_sync"] = ratio(r.tokens_per_s, sync->tokens_per_s);
+      if (sl) o["sluice_ratio"] = ratio(sl->tokens_per_s, r.tokens_per_s);
+      std::printf("%s\n", o.dump().c_str());
+    }
+    return 0;
+  }
+  std::printf("\n%-16s %10s %8s %8s %8s %7s %6s %7s %9s %7s %7s %8s\n", "mode", "tokens/s", "util",
+              "w-stall", "a-idle", "stale", "max", "repacks", "overhead", "dropped", "x sync",
+              "sluice/x");
+  for (const auto& r : rows) {
+    std::printf(
+        "%-16s %10.0f %7.1f%% %7.2f%% %7.1f%% %7.2f %6llu %7llu %8.2fs %7llu %7s %8s\n",
+        r.mode.c_str(), r.tokens_per_s, 100 * r.rollout_util, 100 * r.weight_stall_frac,
+        100 * r.actor_idle_frac, r.staleness_mean, static_cast<unsigned long long>(r.staleness_max),
+        static_cast<unsigned long long>(r.repacks), r.repack_overhead_s,
+        static_cast<unsigned long long>(r.dropped),
+        sync ? fmt::format("{:.2f}", ratio(r.tokens_per_s, sync->tokens_per_s)).c_str() : "-",
+        sl ? fmt::format("{:.2f}", ratio(sl->tokens_per_s, r.tokens_per_s)).c_str() : "-");
+  }
+  const Row* norepack = find("sluice-norepack");
+  const Row* partial = find("partial-rollout");
+  std::printf("\n");
+  if (sl && sync) {
+    std::printf("sluice / sync:            %.2fx (target >= 2.5)\n",
+                ratio(sl->tokens_per_s, sync->tokens_per_s));
+  }
+  if (sl && partial) {
+    std::printf("sluice / partial-rollout: %.2fx (target >= 1.4)\n",
+                ratio(sl->tokens_per_s, partial->tokens_per_s));
+  }
+  if (sl) {
+    std::printf("sluice weight stall:      %.2f%% of rollout time (target < 2%%)\n",
+                100 * sl->weight_stall_frac);
+  }
+  if (sl && norepack) {
+    std::printf("repack on / off:          %.2fx\n",
+                ratio(sl->tokens_per_s, norepack->tokens_per_s));
+  }
+  std::printf("run folders: %s\n", stamp.c_str());
+  return 0;
+}
+
+}  // namespace sluice::cli

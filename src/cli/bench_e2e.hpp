@@ -1,0 +1,25 @@
+// `sluice bench e2e`: one workload, every mode, side by side in one run.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "cli/job.hpp"
+
+namespace sluice::cli {
+
+struct BenchE2eArgs {
+  std::string modes = "sync,one-step-off,stream,partial-rollout,sluice,sluice-norepack";
+  std::string workload;                // a job file whose fields replace the defaults
+  std::vector<std::string> overrides;  // --set key=value on the job
+  std::uint32_t rollouts = 0;          // 0: the workload's
+  std::uint64_t prompts = 0;           // 0: the workload's
+  bool json = false;
+};
+
+// The default workload: a long tail with p99/median = 10, 16 rollouts.
+JobConfig default_e2e_workload();
+
+int run_bench_e2e(const BenchE2eArgs& args, const std::vector<std::string>& environment);
+
+}  // namespace sluice::cli

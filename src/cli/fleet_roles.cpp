@@ -1,0 +1,152 @@
+// `sluice rollout`, `sluice rollout-manager` and `sluice actor`: configuration, then the role's
+// run(). Each prints one line on stdout once it is up (the job launcher waits for it).
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+
+#include "actor/trainer.hpp"
+#include "cli/fleet_roles.hpp"
+#include "core/config.hpp"
+#include "core/event_loop.hpp"
+#include "core/log.hpp"
+#include "rollout/manager.hpp"
+#include "rollout/sim_engine.hpp"
+#include "rollout/worker.hpp"
+
+namespace sluice::cli {
+
+namespace log = core::log;
+
+namespace {
+
+inline constexpr char kManagerSection[] = "manager";
+inline constexpr char kRolloutSection[] = "rollout";
+inline constexpr char kActorSection[] = "actor";
+
+// Every role's file: {"log_level": ..., "<section>": {...}}.
+template <typename T, const char* kSection>
+struct RoleFile {
+  std::string log_level = "info";
+  T section;
+  template <typename V>
+  void describe(V& v) {
+    v("log_level", log_level, "log level: trace, debug, info, warn, error or off");
+    v(kSection, section, "the role's settings");
+  }
+  core::Status validate() const { return log::parse_level(log_level).status(); }
+};
+
+template <typename T, const char* kSection>
+core::Result<RoleFile<T, kSection>> load_role(const RoleArgs& args,
+                                              const std::vector<std::string>& overrides,
+                                              bool* printed) {
+  auto cfg = core::config::load<RoleFile<T, kSection>>(args.config_path, overrides);
+  if (!cfg.is_ok()) return cfg.status();
+  std::string effective = core::config::to_json(*cfg).dump(2);
+  if (args.print_config_only) {
+    std::printf("%s\n", effective.c_str());
+    *printed = true;
+    return cfg;
+  }
+  log::set_level(log::parse_level(cfg->log_level).value());
+  log::info("effective configuration:\n{}", effective);
+  return cfg;
+}
+
+}  // namespace
+
+int run_rollout_manager(const RoleArgs& args, const std::vector<std::string>& overrides) {
+  bool printed = false;
+  auto cfg = load_role<rollout::ManagerConfig, kManagerSection>(args, overrides, &printed);
+  if (!cfg.is_ok()) {
+    std::fprintf(stderr, "sluice rollout-manager: %s\n", cfg.status().to_string().c_str());
+    return 2;
+  }
+  if (printed) return 0;
+  auto loop = core::EventLoop::create().value();
+  loop->handle_shutdown_signals();
+  auto m = rollout::Manager::create(*loop, cfg->section);
+  if (!m.is_ok()) {
+    std::fprintf(stderr, "sluice rollout-manager: %s\n", m.status().to_string().c_str());
+    return 1;
+  }
+  std::printf("endpoint %s\n", (*m)->endpoint().c_str());
+  std::fflush(stdout);
+  loop->on_shutdown([&](int) { loop->stop(); });
+  loop->run().ignore();
+  return 0;
+}
+
+int run_rollout(const RoleArgs& args, const std::vector<std::string>& overrides,
+                const std::vector<std::string>& environment) {
+  bool printed = false;
+  auto cfg = load_role<rollout::RolloutConfig, kRolloutSection>(args, overrides, &printed);
+  if (!cfg.is_ok()) {
+    std::fprintf(stderr, "sluice rollout: %s\n", cfg.status().to_string().c_str());
+    return 2;
+  }
+  if (printed) return 0;
+  auto& rc = cfg->section;
+  if (rc.rollout_id.empty()) rc.rollout_id = "rollout-" + std::to_string(::getpid());
+  log::set_process_name(rc.rollout_id);
+  auto loop = core::EventLoop::create().value();
+  loop->handle_shutdown_signals();
+  auto engine = rollout::SimEngine::create(rc.sim);
+  if (!engine.is_ok()) {
+    std::fprintf(stderr, "sluice rollout: %s\n", engine.status().to_string().c_str());
+    return 2;
+  }
+  auto w = rollout::RolloutWorker::create(*loop, rc, std::move(engine).value(), rollout::sim_reward,
+                                          environment);
+  if (!w.is_ok()) {
+    std::fprintf(stderr, "sluice rollout: %s\n", w.status().to_string().c_str());
+    return 1;
+  }
+  loop->on_shutdown([&](int) { (*w)->stop(); });
+  std::printf("rollout %s\n", rc.rollout_id.c_str());
+  std::fflush(stdout);
+  core::Status s = (*w)->run();
+  if (!s.is_ok()) {
+    std::fprintf(stderr, "sluice rollout: %s\n", s.to_string().c_str());
+    return 1;
+  }
+  return 0;
+}
+
+int run_actor(const RoleArgs& args, const std::vector<std::string>& overrides,
+              const std::vector<std::string>& environment) {
+  bool printed = false;
+  auto cfg = load_role<actor::TrainerConfig, kActorSection>(args, overrides, &printed);
+  if (!cfg.is_ok()) {
+    std::fprintf(stderr, "sluice actor: %s\n", cfg.status().to_string().c_str());
+    return 2;
+  }
+  if (printed) return 0;
+  log::set_process_name(cfg->section.actor_id);
+  auto loop = core::EventLoop::create().value();
+  loop->handle_shutdown_signals();
+  auto t = actor::Trainer::create(*loop, cfg->section, environment);
+  if (!t.is_ok()) {
+    std::fprintf(stderr, "sluice actor: %s\n", t.status().to_string().c_str());
+    return 1;
+  }
+  loop->on_shutdown([&](int) { (*t)->stop(); });
+  std::printf("actor %s\n", cfg->section.actor_id.c_str());
+  std::fflush(stdout);
+  auto summary = (*t)->run();
+  if (!summary.is_ok()) {
+    std::fprintf(stderr, "sluice actor: %s\n", summary.status().to_string().c_str());
+    return 1;
+  }
+  if (!cfg->section.summary_path.empty()) {
+    std::ofstream(cfg->section.summary_path) << summary->dump() << "\n";
+  }
+  // On stdout without the (long) list of ids, so a pipe never fills up.
+  summary->erase("accepted_ids");
+  std::printf("summary %s\n", summary->dump().c_str());
+  std::fflush(stdout);
+  return 0;
+}
+
+}  // namespace sluice::cli

@@ -1,0 +1,317 @@
+#include "cli/job.hpp"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+
+#include "core/config.hpp"
+#include "core/event_loop.hpp"
+#include "core/log.hpp"
+#include "core/messaging.hpp"
+#include "core/process.hpp"
+
+namespace sluice::cli {
+
+namespace fs = std::filesystem;
+namespace log = core::log;
+using core::Clock;
+using core::Millis;
+using nlohmann::json;
+
+core::Status JobConfig::validate() const {
+  if (rollouts == 0) return core::invalid_argument("rollouts must be at least 1");
+  if (relays == 0) return core::invalid_argument("relays must be at least 1");
+  if (timeout_s <= 0) return core::invalid_argument("timeout_s must be positive");
+  SLUICE_TRY(log::parse_level(log_level).status());
+  if (!mode.empty()) {
+    rollout::ManagerConfig m = manager;
+    m.mode = mode;
+    SLUICE_TRY(m.validate().with_context("mode"));
+  }
+  if (manager.prompts == 0 && actor.steps == 0) {
+    return core::invalid_argument(
+        "the job never ends: set manager.prompts (prompts in the job) or actor.steps");
+  }
+  return {};
+}
+
+namespace {
+
+double seconds(Clock::duration d) {
+  return std::chrono::duration<double>(d).count();
+}
+
+// A free TCP port on loopback (the kernel picks it; a small race with other binders remains).
+core::Result<int> free_port() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return core::internal_error("socket failed");
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = 0;
+  socklen_t len = sizeof(a);
+  int port = -1;
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0 &&
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0) {
+    port = ntohs(a.sin_port);
+  }
+  ::close(fd);
+  if (port <= 0) return core::internal_error("could not find a free port");
+  return port;
+}
+
+struct Child {
+  std::string name;
+  std::string role;
+  std::unique_ptr<core::Subprocess> proc;
+  bool expected_dead = false;  // chaos killed it
+  bool reported = false;
+  bool stopped = false;  // SIGSTOPped by chaos
+};
+
+template <typename T>
+core::Status write_role_file(const fs::path& path, const std::string& level, const char* section,
+                             const T& cfg) {
+  json doc{{"log_level", level}, {section, json::parse(core::config::to_json(cfg).dump())}};
+  std::ofstream f(path);
+  f << doc.dump(2) << "\n";
+  if (!f) return core::internal_error(fmt::format("cannot write {}", path.string()));
+  return {};
+}
+
+}  // namespace
+
+core::Result<JobResult> run_local_job(JobConfig job, const std::string& sluice_exe,
+                                      const std::vector<std::string>& environment) {
+  (void)environment;
+  if (!job.mode.empty()) job.manager.mode = job.mode;
+  job.mode = job.manager.mode;
+  // One batch and group size for everyone.
+  job.actor.batch_trajectories = job.manager.batch_trajectories;
+  job.actor.group_size = job.manager.group_size;
+  SLUICE_TRY(job.validate());
+
+  if (job.out_dir.empty()) {
+    std::time_t now = std::time(nullptr);
+    char stamp[32];
+    std::strftime(stamp, sizeof(stamp), "%Y%m%d-%H%M%S", std::localtime(&now));
+    job.out_dir = fmt::format("runs/{}-{}-{}", job.name, stamp, ::getpid());
+  }
+  fs::path dir(job.out_dir);
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec)
+    return core::invalid_argument(fmt::format("cannot create {}: {}", dir.string(), ec.message()));
+
+  SLUICE_ASSIGN_OR_RETURN(int store_port, free_port());
+  SLUICE_ASSIGN_OR_RETURN(int manager_port, free_port());
+  std::string store_ep = fmt::format("tcp://127.0.0.1:{}", store_port);
+  std::string manager_ep = fmt::format("tcp://127.0.0.1:{}", manager_port);
+  job.store.listen = store_ep;
+  job.relay.store = store_ep;
+  job.manager.listen = manager_ep;
+  job.rollout.store = store_ep;
+  job.rollout.manager = manager_ep;
+  job.actor.store = store_ep;
+  job.actor.manager = manager_ep;
+  job.actor.summary_path = (dir / "actor-summary.json").string();
+  job.relay.model = job.rollout.model = job.actor.model;
+  {
+    std::ofstream f(dir / "job.json");
+    f << core::config::to_json(job).dump(2) << "\n";
+  }
+
+  auto loop = core::EventLoop::create().value();
+  bool interrupted = false;
+  loop->handle_shutdown_signals();
+  loop->on_shutdown([&](int) { interrupted = true; });
+
+  std::vector<Child> children;
+  JobResult result;
+  result.dir = dir.string();
+  auto stop_all = [&] {
+    for (auto& c : children) {
+      if (c.stopped) c.proc->signal(SIGCONT).ignore();
+      if (c.proc->running()) c.proc->signal(SIGTERM).ignore();
+    }
+    for (auto& c : children) {
+      if (!c.proc->wait(Millis(3000)).is_ok()) {
+        c.proc->signal(SIGKILL).ignore();
+        c.proc->wait(Millis(2000)).ignore();
+      }
+    }
+  };
+  auto start = [&](const std::string& name, const std::string& role, const fs::path& cfg,
+                   const std::string& ready) -> core::Status {
+    core::Subprocess::Options o;
+    o.argv = {sluice_exe, role, "--config", cfg.string()};
+    o.stderr_path = (dir / (name + ".log")).string();
+    SLUICE_ASSIGN_OR_RETURN(auto p, core::Subprocess::spawn(o));
+    auto line = p->read_line(Millis(30000));
+    if (!line.is_ok() || line->rfind(ready, 0) != 0) {
+      p->signal(SIGKILL).ignore();
+      return core::unavailable(fmt::format("{} did not come up ({}); see {}", name,
+                                           line.is_ok() ? *line : line.status().to_string(),
+                                           o.stderr_path));
+    }
+    children.push_back(Child{name, role, std::move(p)});
+    return {};
+  };
+  auto started_ok = [&]() -> core::Status {
+    SLUICE_TRY(write_role_file(dir / "weightstore.json", job.log_level, "store", job.store));
+    SLUICE_TRY(start("weightstore", "weightstore", dir / "weightstore.json", "endpoint"));
+    for (std::uint32_t i = 0; i < job.relays; ++i) {
+      relay::RelayConfig rc = job.relay;
+      rc.relay_id = fmt::format("relay-{}", i);
+      auto path = dir / fmt::format("relay-{}.json", i);
+      SLUICE_TRY(write_role_file(path, job.log_level, "relay", rc));
+      SLUICE_TRY(start(rc.relay_id, "relay", path, "relay"));
+    }
+    SLUICE_TRY(
+        write_role_file(dir / "rollout-manager.json", job.log_level, "manager", job.manager));
+    SLUICE_TRY(
+        start("rollout-manager", "rollout-manager", dir / "rollout-manager.json", "endpoint"));
+    for (std::uint32_t i = 0; i < job.rollouts; ++i) {
+      rollout::RolloutConfig rc = job.rollout;
+      rc.rollout_id = fmt::format("rollout-{}", i);
+      rc.sim.seed = job.rollout.sim.seed;  // one workload: lengths depend on the seed and id only
+      auto path = dir / fmt::format("rollout-{}.json", i);
+      SLUICE_TRY(write_role_file(path, job.log_level, "rollout", rc));
+      SLUICE_TRY(start(rc.rollout_id, "rollout", path, "rollout"));
+    }
+    SLUICE_TRY(write_role_file(dir / "actor.json", job.log_level, "actor", job.actor));
+    SLUICE_TRY(start("actor", "actor", dir / "actor.json", "actor"));
+    return {};
+  }();
+  if (!started_ok.is_ok()) {
+    stop_all();
+    return started_ok;
+  }
+
+  SLUICE_ASSIGN_OR_RETURN(auto status_client, core::Client::create(*loop, manager_ep));
+  auto manager_status = [&]() -> json {
+    auto r = status_client->call(core::Message("mgr.status"), Millis(3000));
+    return r.is_ok() ? r->body : json::object();
+  };
+
+  auto t0 = Clock::now();
+  auto next_progress = t0;
+  bool chaos_killed = false, chaos_stopped = false;
+  core::Status outcome;
+  Child* actor_child = &children.back();
+  while (true) {
+    loop->run_until([&] { return interrupted; }, Millis(100));
+    double elapsed = seconds(Clock::now() - t0);
+    if (interrupted) {
+      outcome = core::cancelled("interrupted");
+      break;
+    }
+    if (elapsed > job.timeout_s) {
+      outcome = core::timeout_error(fmt::format("job did not finish within {} s", job.timeout_s));
+      break;
+    }
+    // Chaos: the first rollout.
+    if (job.kill_rollout_after_s > 0 && !chaos_killed && elapsed >= job.kill_rollout_after_s) {
+      for (auto& c : children) {
+        if (c.role != "rollout") continue;
+        c.expected_dead = true;
+        c.proc->signal(SIGKILL).ignore();
+        result.events.push_back(fmt::format("{:.1f}s: chaos killed {}", elapsed, c.name));
+        break;
+      }
+      chaos_killed = true;
+    }
+    if (job.stop_rollout_after_s > 0 && !chaos_stopped && elapsed >= job.stop_rollout_after_s) {
+      for (auto it = children.rbegin(); it != children.rend(); ++it) {
+        if (it->role != "rollout") continue;
+        it->stopped = true;
+        it->proc->signal(SIGSTOP).ignore();
+        result.events.push_back(fmt::format("{:.1f}s: chaos stopped {}", elapsed, it->name));
+        break;
+      }
+      chaos_stopped = true;
+    }
+    // Children that died.
+    bool fatal = false;
+    for (auto& c : children) {
+      if (c.reported || c.proc->running()) continue;
+      c.reported = true;
+      if (&c == actor_child) continue;
+      auto code = c.proc->wait(Millis(0));
+      if (c.expected_dead) continue;
+      if (c.role == "rollout" && code.is_ok() && *code == 0) continue;  // the job is done
+      std::string what = fmt::format("{:.1f}s: {} exited ({}); its log: {}", elapsed, c.name,
+                                     code.is_ok() ? fmt::format("status {}", *code) : "unknown",
+                                     (dir / (c.name + ".log")).string());
+      result.events.push_back(what);
+      std::fprintf(stderr, "sluice run: %s\n", what.c_str());
+      if (c.role != "rollout") fatal = true;
+    }
+    if (fatal) {
+      outcome = core::unavailable("a role the job cannot do without died (see above)");
+      break;
+    }
+    if (actor_child->reported) {
+      auto code = actor_child->proc->wait(Millis(1000));
+      std::string out = actor_child->proc->read_all(Millis(2000));
+      auto pos = out.rfind("summary ");
+      if (!code.is_ok() || *code != 0 || pos == std::string::npos) {
+        outcome = core::internal_error(
+            fmt::format("the actor failed ({}); its log: {}",
+                        code.is_ok() ? fmt::format("status {}", *code) : code.status().to_string(),
+                        (dir / "actor.log").string()));
+        break;
+      }
+      std::ifstream f(job.actor.summary_path);
+      result.actor = json::parse(f, nullptr, false);
+      if (result.actor.is_discarded()) {
+        outcome = core::internal_error(
+            fmt::format("the actor's summary {} is unreadable", job.actor.summary_path));
+      }
+      break;
+    }
+    if (job.progress_s > 0 && Clock::now() >= next_progress) {
+      next_progress = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                         std::chrono::duration<double>(job.progress_s));
+      json s = manager_status();
+      if (!s.empty()) {
+        std::size_t alive = 0;
+        for (const auto& r : s.value("rollouts", json::array()))
+          alive += r.value("alive", false);
+        std::string total = job.manager.prompts
+                                ? fmt::format("/{}", job.manager.prompts * job.manager.group_size)
+                                : "";
+        std::fprintf(stderr,
+                     "[%6.1fs] %s: version %llu, trajectories %llu%s, rollouts %zu alive, "
+                     "repack moves %llu\n",
+                     elapsed, job.manager.mode.c_str(),
+                     static_cast<unsigned long long>(s.value("latest", 0ull)),
+                     static_cast<unsigned long long>(s.value("finished", 0ull)), total.c_str(),
+                     alive, static_cast<unsigned long long>(s.value("repack_moves", 0ull)));
+      }
+    }
+  }
+  result.manager = manager_status();
+  stop_all();
+  json summary{
+      {"job", job.name},         {"mode", job.manager.mode},
+      {"actor", result.actor},   {"manager", result.manager},
+      {"events", result.events}, {"outcome", outcome.is_ok() ? "ok" : outcome.to_string()}};
+  std::ofstream(dir / "summary.json") << summary.dump(2) << "\n";
+  if (!outcome.is_ok())
+    return outcome.with_context(fmt::format("job {} ({})", job.name, dir.string()));
+  return result;
+}
+
+}  // namespace sluice::cli

@@ -1,0 +1,79 @@
+// A whole job on this machine (`sluice run JOB.json`, and what `sluice bench e2e` runs once per
+// mode): the weight store, relays, the rollout manager, rollouts and the actor, each its own
+// process on loopback. The launcher writes each role's configuration file into the run folder,
+// starts the roles in order and waits for each to come up, shows live progress, reports a child
+// that dies (a rollout's death is survivable, the job goes on; the store, manager or actor's is
+// not), stops everything on Ctrl-C or when the actor finishes, and writes the run folder:
+// job.json (the effective job), <role>.json (each role's configuration), <role>.log (its
+// stderr), and summary.json (the actor's summary and the manager's final status).
+//
+// Thread safety: one thread.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "actor/trainer.hpp"
+#include "core/status.hpp"
+#include "relay/relay.hpp"
+#include "rollout/manager.hpp"
+#include "rollout/worker.hpp"
+#include "weightstore/service.hpp"
+
+namespace sluice::cli {
+
+struct JobConfig {
+  std::string name = "job";
+  std::string mode;                 // when set, overrides manager.mode
+  std::uint32_t rollouts = 4;       // rollout processes
+  std::uint32_t relays = 1;         // relay processes
+  std::string log_level = "warn";   // of the roles (their logs go to the run folder)
+  double timeout_s = 900;           // the job fails if the actor has not finished by then
+  double progress_s = 1.0;          // live progress period (0: quiet)
+  std::string out_dir;              // the run folder (default runs/<name>-<time>)
+  double kill_rollout_after_s = 0;  // chaos: kill -9 one rollout after this long (0: never)
+  double stop_rollout_after_s = 0;  // chaos: SIGSTOP one rollout (it stops heartbeats)
+  weightstore::ServiceConfig store;
+  relay::RelayConfig relay;
+  rollout::ManagerConfig manager;
+  rollout::RolloutConfig rollout;
+  actor::TrainerConfig actor;
+
+  template <typename V>
+  void describe(V& v) {
+    v("name", name, "job name (the run folder's prefix)");
+    v("mode", mode,
+      "sync, one-step-off, stream, partial-rollout or sluice (overrides manager.mode)");
+    v("rollouts", rollouts, "rollout processes");
+    v("relays", relays, "relay processes");
+    v("log_level", log_level, "log level of the roles");
+    v("timeout_s", timeout_s, "fail when the job has not finished after this long");
+    v("progress_s", progress_s, "live progress period in seconds (0: quiet)");
+    v("out_dir", out_dir, "run folder (default runs/<name>-<time>)");
+    v("kill_rollout_after_s", kill_rollout_after_s, "chaos: kill -9 one rollout after this long");
+    v("stop_rollout_after_s", stop_rollout_after_s, "chaos: SIGSTOP one rollout after this long");
+    v("store", store, "the weight store");
+    v("relay", relay, "every relay");
+    v("manager", manager, "the rollout manager");
+    v("rollout", rollout, "every rollout");
+    v("actor", actor, "the actor");
+  }
+  core::Status validate() const;
+};
+
+struct JobResult {
+  std::string dir;                  // the run folder
+  nlohmann::json actor;             // the actor's summary
+  nlohmann::json manager;           // the manager's final status
+  std::vector<std::string> events;  // children that died, chaos applied
+};
+
+// Runs the job to the end. `sluice_exe` is the binary to start the roles with; `environment` the
+// process environment as the user gave it.
+core::Result<JobResult> run_local_job(JobConfig job, const std::string& sluice_exe,
+                                      const std::vector<std::string>& environment);
+
+}  // namespace sluice::cli
