@@ -483,6 +483,7 @@ struct Manager::Impl {
     reply["allow_active"] = allow_active;
     reply["state"] = state;
     reply["done"] = is_done();
+    reply["latest"] = latest;
     return core::Message("mgr.report", reply);
   }
 
@@ -491,7 +492,11 @@ struct Manager::Impl {
     for (const auto& a : b.value("ack", json::array())) {
       if (unacked.erase(a.get<std::string>()) > 0) ++acked;
     }
-    consumed = std::max(consumed, b.value("consumed", std::uint64_t{0}));
+    // In the batch-synchronous modes the next batch opens with the next version, not when the
+    // actor takes the current one (else it would be generated with the old weights).
+    if (mode != Mode::kSync && mode != Mode::kOneStepOff) {
+      consumed = std::max(consumed, b.value("consumed", std::uint64_t{0}));
+    }
     std::size_t max = b.value("max", std::size_t{256});
     json out = json::array();
     auto now = Clock::now();

@@ -67,6 +67,14 @@ struct RolloutWorker::Impl {
   std::unique_ptr<core::TransferEngine> transfer;
   std::unique_ptr<weightstore::StoreClient> store;
   std::unique_ptr<core::RegisteredBuffer> weights;  // the loaded version's bytes
+  // Background pull of the newest version while the old one's trajectories finish, so that the
+  // switch at the safe point is a swap, not a wait.
+  std::uint64_t latest = 0;      // newest published version, as the manager last said
+  std::uint64_t pulling = 0;     // version being pulled (0: none)
+  std::uint64_t prefetched = 0;  // version held in `staged`
+  std::unique_ptr<core::RegisteredBuffer> staged;
+  std::uint64_t staged_bytes = 0;
+  std::shared_ptr<bool> alive = std::make_shared<bool>(true);
   std::atomic<bool> stopping{false};
 
   std::deque<SequenceState> queue;  // assigned, not yet admitted
@@ -196,6 +204,8 @@ struct RolloutWorker::Impl {
       SLUICE_ASSIGN_OR_RETURN(SequenceState s, SequenceState::from_json(a));
       queue.push_back(std::move(s));
     }
+    latest = std::max(latest, r.value("latest", std::uint64_t{0}));
+    SLUICE_TRY(prefetch());
     std::uint64_t load = r.value("load", std::uint64_t{0});
     if (load > engine->version()) {
       SLUICE_TRY(load_version(load, r.value("allow_active", false)));
@@ -203,8 +213,9 @@ struct RolloutWorker::Impl {
     return {};
   }
 
-  core::Status load_version(std::uint64_t version, bool allow_active) {
-    auto t0 = Clock::now();
+  // Starts pulling `latest` in the background when it is newer than what is loaded or staged.
+  core::Status prefetch() {
+    if (pulling != 0 || latest <= engine->version() || latest <= prefetched) return {};
     if (!transfer) {
       core::TransferOptions to;
       to.environment = environment;
@@ -213,28 +224,71 @@ struct RolloutWorker::Impl {
     }
     core::ReadOptions ro;
     ro.max_in_flight_per_source = cfg.pull_in_flight;
-    auto pulled = weightstore::pull(*transfer, *store, cfg.model, version,
-                                    weightstore::Topology{cfg.host, cfg.rack, cfg.datacenter}, ro);
-    if (!pulled.is_ok()) {
-      // Not fatal: the version may have been retired meanwhile; the manager will say again.
-      log::warn("rollout {}: pull of version {} failed: {}", cfg.rollout_id, version,
-                pulled.status().to_string());
+    pulling = latest;
+    std::weak_ptr<bool> guard = alive;
+    std::uint64_t v = latest;
+    weightstore::pull_async(*transfer, *store, cfg.model, v,
+                            weightstore::Topology{cfg.host, cfg.rack, cfg.datacenter}, ro,
+                            [this, guard, v](core::Result<weightstore::Pulled> pulled) {
+                              if (guard.expired()) return;
+                              pulling = 0;
+                              if (!pulled.is_ok()) {
+                                // Not fatal: the version may have been retired meanwhile; a newer
+                                // one follows.
+                                log::warn("rollout {}: pull of version {} failed: {}",
+                                          cfg.rollout_id, v, pulled.status().to_string());
+                                return;
+                              }
+                              if (v > prefetched && v > engine->version()) {
+                                prefetched = v;
+                                staged_bytes = pulled->manifest.total_bytes;
+                                staged = std::move(pulled->buffer);
+                                pulled_bytes += staged_bytes;
+                              }
+                            });
+    return {};
+  }
+
+  // Switches to `version` (or a newer staged one): a swap when the background pull has it, else
+  // a wait for the pull, counted as weight stall.
+  core::Status load_version(std::uint64_t version, bool allow_active) {
+    auto t0 = Clock::now();
+    latest = std::max(latest, version);
+    auto deadline = Clock::now() + Millis(30000);
+    while (prefetched < version && Clock::now() < deadline && !stopping.load()) {
+      SLUICE_TRY(prefetch());
+      loop->run_until([&] { return pulling == 0; }, Millis(50));
+    }
+    if (prefetched < version) {
       load_s += seconds(Clock::now() - t0);
+      log::warn("rollout {}: version {} could not be pulled yet", cfg.rollout_id, version);
       return {};
     }
-    auto st = engine->load_weights(version, pulled->buffer->data(), pulled->manifest.total_bytes,
-                                   allow_active);
+    auto st = engine->load_weights(prefetched, staged->data(), staged_bytes, allow_active);
     if (!st.is_ok()) {
-      log::warn("rollout {}: load of version {} refused: {}", cfg.rollout_id, version,
+      log::warn("rollout {}: load of version {} refused: {}", cfg.rollout_id, prefetched,
                 st.to_string());
     } else {
-      weights = std::move(pulled->buffer);
+      weights = std::move(staged);
       ++loads;
-      pulled_bytes += pulled->manifest.total_bytes;
-      log::debug("rollout {}: loaded version {}", cfg.rollout_id, version);
+      log::debug("rollout {}: loaded version {}", cfg.rollout_id, prefetched);
     }
     load_s += seconds(Clock::now() - t0);
     return {};
+  }
+
+  // Lets modelled time pass while the loop runs (background pulls progress meanwhile).
+  void wait_until(Clock::time_point t) {
+    while (true) {
+      auto left = t - Clock::now();
+      if (left <= Clock::duration::zero()) return;
+      auto ms = std::chrono::duration_cast<Millis>(left);
+      if (ms.count() >= 1) {
+        loop->run_until([] { return false; }, ms);
+      } else {
+        std::this_thread::sleep_until(t);
+      }
+    }
   }
 
   void admit_queued() {
@@ -268,7 +322,7 @@ struct RolloutWorker::Impl {
         double step_s = res.wait_s;
         auto before = Clock::now();
         clock += std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(step_s));
-        if (clock > before) std::this_thread::sleep_until(clock);
+        if (clock > before) wait_until(clock);
         double took = std::max(step_s, seconds(Clock::now() - before));
         gen_s += took;
         occupancy_s += took * res.batch / engine->capacity().max_sequences;
@@ -283,7 +337,7 @@ struct RolloutWorker::Impl {
       } else {
         auto until = std::min(next_report, Clock::now() + Millis(2));
         auto before = Clock::now();
-        std::this_thread::sleep_until(until);
+        wait_until(until);
         double idle = seconds(Clock::now() - before);
         if (state == "barrier") {
           barrier_s += idle;
@@ -314,7 +368,9 @@ core::Result<std::unique_ptr<RolloutWorker>> RolloutWorker::create(
 }
 
 RolloutWorker::RolloutWorker(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
-RolloutWorker::~RolloutWorker() = default;
+RolloutWorker::~RolloutWorker() {
+  *impl_->alive = false;
+}
 core::Status RolloutWorker::run() {
   return impl_->run();
 }

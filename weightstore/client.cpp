@@ -107,4 +107,60 @@ Result<Pulled> pull(core::TransferEngine& engine, StoreClient& store, const std:
   return out;
 }
 
+void pull_async(core::TransferEngine& engine, StoreClient& store, const std::string& model,
+                std::uint64_t version, const Topology& where, core::ReadOptions options,
+                std::function<void(core::Result<Pulled>)> done) {
+  Message req("store.plan");
+  req.body["model"] = model;
+  req.body["version"] = version;
+  req.body["topology"] = topology_to_json(where);
+  StoreClient* sc = &store;
+  core::TransferEngine* eng = &engine;
+  auto release = [sc](std::uint64_t lease) {
+    Message r("store.release");
+    r.body["lease_id"] = lease;
+    // Fire and forget: a lease that is not released expires on the store.
+    sc->raw().request(std::move(r), Millis(5000), [](Result<Message>) {});
+  };
+  store.raw().request(
+      std::move(req), Millis(5000),
+      [eng, model, options, done, release](Result<Message> reply) mutable {
+        if (!reply.is_ok()) return done(reply.status().with_context("pull " + model));
+        auto plan_r = decode_plan(*reply);
+        if (!plan_r.is_ok()) return done(plan_r.status().with_context("pull " + model));
+        auto plan = std::make_shared<ReadPlan>(std::move(plan_r).value());
+        std::vector<core::ReadSource> sources;
+        for (const auto& h : plan->holders) {
+          auto d = core::RegionDescriptor::decode(h.descriptor);
+          if (!d.is_ok()) {
+            release(plan->lease_id);
+            return done(d.status().with_context("holder " + h.holder_id));
+          }
+          sources.push_back({h.holder_id, std::move(d).value()});
+        }
+        auto chunks = core::whole_region_chunks(plan->manifest.layout());
+        for (std::size_t i = 0; i < chunks.size(); ++i)
+          chunks[i].sources = plan->chunks[i].holders;
+        auto buf = eng->allocate(plan->manifest.total_bytes, false);
+        if (!buf.is_ok()) {
+          release(plan->lease_id);
+          return done(buf.status());
+        }
+        auto out = std::make_shared<Pulled>();
+        out->buffer = std::move(buf).value();
+        core::RegisteredBuffer& dst = *out->buffer;
+        eng->read(std::move(sources), std::move(chunks), dst, options,
+                  [plan, out, done, release, model](Result<core::ReadStats> stats) {
+                    release(plan->lease_id);
+                    if (!stats.is_ok()) {
+                      return done(stats.status().with_context(
+                          "pull " + model + "@" + std::to_string(plan->manifest.version)));
+                    }
+                    out->stats = *stats;
+                    out->manifest = std::move(plan->manifest);
+                    done(std::move(*out));
+                  });
+      });
+}
+
 }  // namespace sluice::weightstore

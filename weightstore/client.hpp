@@ -5,6 +5,7 @@
 // from tools and tests, never from a loop callback.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -51,5 +52,12 @@ struct Pulled {
 core::Result<Pulled> pull(core::TransferEngine& engine, StoreClient& store,
                           const std::string& model, std::uint64_t version, const Topology& where,
                           core::ReadOptions options = {});
+
+// pull() without blocking: the plan request and the read run on the loop while the caller goes
+// on (a rollout keeps generating on its old version meanwhile); `done` runs once on the loop
+// thread with the version or the error. The store client and the engine must outlive the pull.
+void pull_async(core::TransferEngine& engine, StoreClient& store, const std::string& model,
+                std::uint64_t version, const Topology& where, core::ReadOptions options,
+                std::function<void(core::Result<Pulled>)> done);
 
 }  // namespace sluice::weightstore

@@ -1,0 +1,297 @@
+#include "rollout/sim_engine.hpp"
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <fstream>
+#include <numbers>
+
+#include "core/checksum.hpp"
+
+namespace sluice::rollout {
+
+namespace {
+
+// z of the standard normal's 99th percentile: p99 = median x exp(kZ99 x sigma).
+constexpr double kZ99 = 2.3263478740408408;
+
+// splitmix64's finalizer: a cheap bijective mixer with good avalanche, enough to turn a hash or
+// a counter into independent-looking draws.
+std::uint64_t mix(std::uint64_t x) {
+  x ^= x >> 30;
+  x *= 0xbf58476d1ce4e5b9ULL;
+  x ^= x >> 27;
+  x *= 0x94d049bb133111ebULL;
+  x ^= x >> 31;
+  return x;
+}
+
+constexpr std::uint64_t kGolden = 0x9e3779b97f4a7c15ULL;
+
+// The per-trajectory key every draw derives from: XXH3 of the id mixed with the seed.
+std::uint64_t trajectory_key(std::uint64_t seed, const std::string& id) {
+  return mix(core::chunk_checksum(id.data(), id.size()) ^ mix(seed + kGolden));
+}
+
+// A uniform in the open interval (0, 1) from the top 53 bits.
+double to_unit(std::uint64_t x) {
+  return (static_cast<double>(x >> 11) + 0.5) * 0x1.0p-53;
+}
+
+std::string trim(const std::string& s) {
+  const char* ws = " \t\r\n";
+  auto b = s.find_first_not_of(ws);
+  if (b == std::string::npos) return {};
+  auto e = s.find_last_not_of(ws);
+  return s.substr(b, e - b + 1);
+}
+
+}  // namespace
+
+core::Status LengthConfig::validate() const {
+  if (max_len == 0) return core::invalid_argument("lengths: max_len must be at least 1");
+  if (kind == "lognormal") {
+    if (!(median >= 1.0)) return core::invalid_argument("lengths: median must be at least 1");
+    if (!(p99 >= median) || !std::isfinite(p99)) {
+      return core::invalid_argument("lengths: p99 must be finite and at least the median");
+    }
+    return {};
+  }
+  if (kind == "file") {
+    if (file.empty()) return core::invalid_argument("lengths: kind file needs 'file'");
+    return {};
+  }
+  return core::invalid_argument("lengths: kind must be lognormal or file, not '" + kind + "'");
+}
+
+core::Status SimEngineConfig::validate() const {
+  if (max_sequences == 0) return core::invalid_argument("max_sequences must be at least 1");
+  if (max_kv_tokens == 0) return core::invalid_argument("max_kv_tokens must be at least 1");
+  auto non_negative = [](double x) { return x >= 0.0 && std::isfinite(x); };
+  if (!non_negative(t0_ms) || !non_negative(t1_ms) || !non_negative(prefill_ms_per_token)) {
+    return core::invalid_argument("t0_ms, t1_ms and prefill_ms_per_token must be finite and >= 0");
+  }
+  if (!non_negative(time_scale)) {
+    return core::invalid_argument("time_scale must be finite and >= 0");
+  }
+  return lengths.validate();
+}
+
+core::Result<LengthSampler> LengthSampler::create(const LengthConfig& config, std::uint64_t seed) {
+  SLUICE_TRY(config.validate());
+  LengthSampler s;
+  s.config_ = config;
+  s.seed_ = seed;
+  if (config.kind == "lognormal") {
+    s.mu_ = std::log(config.median);
+    s.sigma_ = std::log(config.p99 / config.median) / kZ99;
+    return s;
+  }
+  std::ifstream in(config.file);
+  if (!in) return core::invalid_argument("lengths: cannot read '" + config.file + "'");
+  std::string line;
+  std::size_t line_no = 0;
+  while (std::getline(in, line)) {
+    ++line_no;
+    std::string t = trim(line);
+    if (t.empty() || t[0] == '#') continue;
+    std::uint64_t v = 0;
+    auto [end, ec] = std::from_chars(t.data(), t.data() + t.size(), v);
+    if (ec != std::errc() || end != t.data() + t.size() || v == 0) {
+      return core::invalid_argument("lengths: " + config.file + ":" + std::to_string(line_no) +
+                                    ": '" + t + "' is not a positive integer");
+    }
+    s.table_.push_back(std::min(v, config.max_len));
+  }
+  if (s.table_.empty()) {
+    return core::invalid_argument("lengths: '" + config.file + "' holds no lengths");
+  }
+  return s;
+}
+
+std::uint64_t LengthSampler::length(const std::string& trajectory_id) const {
+  const std::uint64_t key = trajectory_key(seed_, trajectory_id);
+  if (!table_.empty()) return table_[mix(key + 1) % table_.size()];
+  // Box-Muller from two independent uniforms of the key.
+  const double u1 = to_unit(mix(key + 1));
+  const double u2 = to_unit(mix(key + 2));
+  const double z = std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * std::numbers::pi * u2);
+  const double x = std::exp(mu_ + sigma_ * z);
+  // Truncated (clamped) at max_len: very long draws become max_len, like a generation limit.
+  if (!(x < static_cast<double>(config_.max_len))) return config_.max_len;
+  return std::max<std::uint64_t>(1, static_cast<std::uint64_t>(std::llround(x)));
+}
+
+core::Result<LengthStats> length_stats(const LengthConfig& config, std::uint64_t seed,
+                                       std::size_t n) {
+  SLUICE_ASSIGN_OR_RETURN(LengthSampler sampler, LengthSampler::create(config, seed));
+  LengthStats st;
+  if (n == 0) return st;
+  std::vector<std::uint64_t> v(n);
+  double sum = 0.0;
+  for (std::size_t i = 0; i < n; ++i) {
+    v[i] = sampler.length("length-stats/" + std::to_string(i));
+    sum += static_cast<double>(v[i]);
+  }
+  std::sort(v.begin(), v.end());
+  auto rank = [&](double q) {
+    auto r = static_cast<std::size_t>(std::ceil(q * static_cast<double>(n)));
+    return v[std::clamp<std::size_t>(r, 1, n) - 1];
+  };
+  st.count = n;
+  st.mean = sum / static_cast<double>(n);
+  st.p50 = rank(0.50);
+  st.p99 = rank(0.99);
+  st.max = v.back();
+  return st;
+}
+
+core::Result<std::unique_ptr<SimEngine>> SimEngine::create(const SimEngineConfig& config) {
+  SLUICE_TRY(config.validate());
+  SLUICE_ASSIGN_OR_RETURN(LengthSampler lengths,
+                          LengthSampler::create(config.lengths, config.seed));
+  return std::unique_ptr<SimEngine>(new SimEngine(config, std::move(lengths)));
+}
+
+core::Status SimEngine::load_weights(std::uint64_t version, const std::uint8_t* /*data*/,
+                                     std::uint64_t /*bytes*/, bool allow_active) {
+  if (!seqs_.empty() && !allow_active) {
+    return core::failed_precondition("sim engine: cannot load version " + std::to_string(version) +
+                                     " with " + std::to_string(seqs_.size()) +
+                                     " active sequences of version " + std::to_string(version_));
+  }
+  // A sequence continued on new weights has a KV cache computed with the old ones: it is
+  // recomputed (re-prefilled) with the new weights before its next token, as partial-rollout
+  // systems do when they interrupt generation for a weight update.
+  if (version != version_) {
+    for (auto& a : seqs_) a.prefilled = false;
+  }
+  version_ = version;
+  return {};
+}
+
+bool SimEngine::can_admit(std::uint64_t kv_tokens) const {
+  return seqs_.size() < config_.max_sequences && kv_tokens <= config_.max_kv_tokens &&
+         kv_used_ <= config_.max_kv_tokens - kv_tokens;
+}
+
+core::Status SimEngine::admit(SequenceState seq) {
+  if (seq.trajectory_id.empty()) return core::invalid_argument("sim engine: empty trajectory id");
+  const std::string& id = seq.trajectory_id;
+  if (seq.max_new_tokens == 0) {
+    return core::invalid_argument("sim engine: sequence " + id + " has max_new_tokens 0");
+  }
+  if (seq.logprobs.size() != seq.generated.size()) {
+    return core::invalid_argument("sim engine: sequence " + id + " has " +
+                                  std::to_string(seq.logprobs.size()) + " log-probs for " +
+                                  std::to_string(seq.generated.size()) + " generated tokens");
+  }
+  for (const auto& a : seqs_) {
+    if (a.state.trajectory_id == id) {
+      return core::Status(core::Code::kAlreadyExists,
+                          "sim engine: sequence " + id + " is already active");
+    }
+  }
+  if (seqs_.size() >= config_.max_sequences) {
+    return core::Status(core::Code::kResourceExhausted,
+                        "sim engine: cannot admit " + id + ": batch full (" +
+                            std::to_string(seqs_.size()) + " of " +
+                            std::to_string(config_.max_sequences) + " sequences)");
+  }
+  const std::uint64_t kv = seq.kv_tokens();
+  if (!can_admit(kv)) {
+    return core::Status(core::Code::kResourceExhausted,
+                        "sim engine: cannot admit " + id + ": it needs " + std::to_string(kv) +
+                            " KV tokens, " + std::to_string(config_.max_kv_tokens - kv_used_) +
+                            " of " + std::to_string(config_.max_kv_tokens) + " free");
+  }
+  if (seq.generated.empty() && seq.rng_state == 0) {
+    seq.rng_state = mix(trajectory_key(config_.seed, id) ^ 0x5eed5eed5eed5eedULL);
+  }
+  if (seq.versions.empty() || seq.versions.back() != version_) seq.versions.push_back(version_);
+  Active a;
+  a.target = std::min(lengths_.length(id), seq.max_new_tokens);
+  a.state = std::move(seq);
+  kv_used_ += kv;
+  seqs_.push_back(std::move(a));
+  return {};
+}
+
+StepResult SimEngine::step() {
+  StepResult r;
+  if (seqs_.empty()) return r;
+  for (auto& a : seqs_) {
+    if (a.prefilled) continue;
+    r.prefill_tokens += a.state.kv_tokens();
+    a.prefilled = true;
+  }
+  std::vector<Active> still;
+  still.reserve(seqs_.size());
+  for (auto& a : seqs_) {
+    SequenceState& s = a.state;
+    // A migrated sequence may arrive already complete (its source's length was shorter); it
+    // finishes without decoding.
+    if (s.generated.size() < a.target) {
+      if (s.versions.empty() || s.versions.back() != version_) s.versions.push_back(version_);
+      s.rng_state += kGolden;
+      const std::uint64_t z = mix(s.rng_state);
+      s.generated.push_back(static_cast<std::int32_t>(z % kSimVocab));
+      // Log-probs in (-4.01, -0.01): sampled tokens of a plausible policy, never exactly 0.
+      s.logprobs.push_back(static_cast<float>(-(0.01 + 4.0 * to_unit(z))));
+      ++kv_used_;
+      ++r.tokens;
+      ++r.batch;
+    }
+    if (s.generated.size() >= a.target) {
+      kv_used_ -= s.kv_tokens();
+      r.finished.push_back(std::move(s));
+    } else {
+      still.push_back(std::move(a));
+    }
+  }
+  seqs_ = std::move(still);
+  const double ms = config_.t0_ms + config_.t1_ms * static_cast<double>(r.batch) +
+                    config_.prefill_ms_per_token * static_cast<double>(r.prefill_tokens);
+  r.wait_s = ms * config_.time_scale / 1000.0;
+  return r;
+}
+
+core::Result<SequenceState> SimEngine::export_sequence(const std::string& trajectory_id) {
+  auto it = std::find_if(seqs_.begin(), seqs_.end(),
+                         [&](const Active& a) { return a.state.trajectory_id == trajectory_id; });
+  if (it == seqs_.end()) {
+    return core::not_found("sim engine: sequence " + trajectory_id + " is not active here");
+  }
+  SequenceState s = std::move(it->state);
+  kv_used_ -= s.kv_tokens();
+  seqs_.erase(it);
+  return s;
+}
+
+std::vector<SequenceState> SimEngine::export_all() {
+  std::vector<SequenceState> out;
+  out.reserve(seqs_.size());
+  for (auto& a : seqs_)
+    out.push_back(std::move(a.state));
+  seqs_.clear();
+  kv_used_ = 0;
+  return out;
+}
+
+std::vector<SequenceState> SimEngine::snapshot() const {
+  std::vector<SequenceState> out;
+  out.reserve(seqs_.size());
+  for (const auto& a : seqs_)
+    out.push_back(a.state);
+  return out;
+}
+
+std::vector<std::pair<std::string, std::uint64_t>> SimEngine::active_sequences() const {
+  std::vector<std::pair<std::string, std::uint64_t>> out;
+  out.reserve(seqs_.size());
+  for (const auto& a : seqs_)
+    out.emplace_back(a.state.trajectory_id, a.state.kv_tokens());
+  return out;
+}
+
+}  // namespace sluice::rollout
