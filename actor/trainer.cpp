@@ -115,6 +115,17 @@ struct Trainer::Impl {
     return {};
   }
 
+  // Lets time pass with the loop running: the publisher serves reads of the versions it holds
+  // (over TCP a GET is answered by the holder's own progress) and keeps its heartbeats.
+  void wait_for(double ms) {
+    auto until = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                    std::chrono::duration<double, std::milli>(ms));
+    while (Clock::now() < until) {
+      auto left = std::chrono::duration_cast<Millis>(until - Clock::now());
+      loop->run_until([] { return false; }, std::max(left, Millis(1)));
+    }
+  }
+
   // Simulated training: time proportional to tokens.
   void train(const std::vector<Sample>& batch) {
     std::uint64_t tokens = 0;
@@ -124,7 +135,7 @@ struct Trainer::Impl {
     }
     double ms = cfg.train_ms_fixed + cfg.train_ms_per_token * static_cast<double>(tokens);
     auto t0 = Clock::now();
-    std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(ms));
+    wait_for(ms);
     train_s += seconds(Clock::now() - t0);
     trained_tokens += tokens;
   }
@@ -150,7 +161,7 @@ struct Trainer::Impl {
       consumed = taken + buffer->counts().dropped_stale;
       if (batch.size() < cfg.batch_trajectories) {
         if (manager_done && buffer->held() == 0) break;
-        std::this_thread::sleep_for(Millis(cfg.collect_ms));
+        wait_for(static_cast<double>(cfg.collect_ms));
         idle_s += seconds(Clock::now() - wait0);
         continue;
       }

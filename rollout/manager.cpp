@@ -89,6 +89,7 @@ struct Manager::Impl {
     bool alive = true;
     bool loading = false;
     std::uint64_t version = 0;
+    std::uint64_t staged = 0;  // newest version it holds (loaded, or pulled in the background)
     Capacity capacity;
     Clock::time_point last_seen;
     std::vector<SequenceView> active;
@@ -275,8 +276,9 @@ struct Manager::Impl {
       v.version = r.version;
       v.capacity = r.capacity;
       v.queued = static_cast<std::uint32_t>(r.queued.size());
-      // Sluice mode gives no new work to a rollout behind `latest`; it is draining.
-      if (r.version == latest) v.queued += 1;
+      // A rollout still given new work is not ramping down (sluice mode stops giving work to a
+      // rollout once it holds the newest version it is behind on; it is draining then).
+      if (r.version == latest || r.staged < latest) v.queued += 1;
       v.previous_active = r.previous_active;
       v.sequences = r.active;
       fleet.push_back(std::move(v));
@@ -359,6 +361,7 @@ struct Manager::Impl {
     r.last_seen = Clock::now();
     r.version = b.value("version", std::uint64_t{0});
     r.loading = b.value("loading", false);
+    r.staged = std::max(r.version, b.value("staged", std::uint64_t{0}));
     r.capacity.max_sequences = b.at("capacity").value("max_sequences", 1u);
     r.capacity.max_kv_tokens = b.at("capacity").value("max_kv_tokens", std::uint64_t{1});
     r.previous_active = static_cast<std::uint32_t>(r.active.size());
@@ -426,7 +429,7 @@ struct Manager::Impl {
         } else if (!has_work) {
           state = "barrier";
         }
-      } else if (!has_work) {
+      } else if (!has_work && (mode != Mode::kSluice || r.staged >= latest)) {
         load = latest;
       }
     }
@@ -456,7 +459,11 @@ struct Manager::Impl {
     // New work only for rollouts on the newest version (and, with global updates, only once
     // everyone is on it).
     json assign = json::array();
-    bool may_assign = latest > 0 && r.version == latest && !r.loading && load == 0 &&
+    // In sluice mode a rollout keeps generating on its version while the newest one is pulled in
+    // the background; once it holds it, it drains and swaps.
+    bool current =
+        r.version == latest || (mode == Mode::kSluice && r.version > 0 && r.staged < latest);
+    bool may_assign = latest > 0 && current && !r.loading && load == 0 &&
                       !(global_update(mode) && any_behind(latest));
     if (may_assign) {
       std::int64_t want = room() + cfg.prefetch;

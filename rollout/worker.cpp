@@ -91,9 +91,12 @@ struct RolloutWorker::Impl {
   double gen_s = 0, load_s = 0, barrier_s = 0, idle_s = 0, occupancy_s = 0, reprefill_s = 0;
   std::uint64_t tokens = 0, steps = 0, loads = 0, imported = 0, exported_count = 0;
   std::uint64_t reprefill_tokens = 0, pulled_bytes = 0;
+  std::uint64_t refused_version = 0;  // imports of another version (never expected)
 
   json stats() const {
-    return json{{"wall_s", seconds(Clock::now() - started)},
+    // Time counts from the first version loaded: waiting for the job's first weights is start-up.
+    double wall = engine->version() > 0 ? seconds(Clock::now() - started) : 0.0;
+    return json{{"wall_s", wall},
                 {"gen_s", gen_s},
                 {"load_s", load_s},
                 {"barrier_s", barrier_s},
@@ -107,6 +110,7 @@ struct RolloutWorker::Impl {
                 {"reprefill_tokens", reprefill_tokens},
                 {"reprefill_s", reprefill_s},
                 {"pulled_bytes", pulled_bytes},
+                {"refused_version", refused_version},
                 {"max_sequences", engine->capacity().max_sequences}};
   }
 
@@ -137,6 +141,7 @@ struct RolloutWorker::Impl {
         {"id", cfg.rollout_id},
         {"version", engine->version()},
         {"loading", false},
+        {"staged", std::max(prefetched, engine->version())},
         {"capacity", {{"max_sequences", cap.max_sequences}, {"max_kv_tokens", cap.max_kv_tokens}}},
         {"active", std::move(active)},
         {"queued", std::move(queued)},
@@ -186,6 +191,7 @@ struct RolloutWorker::Impl {
       std::uint64_t v = s.versions.empty() ? engine->version() : s.versions.back();
       // A migrated sequence continues only on the version that generated it.
       if (v != engine->version() || !engine->can_admit(s.kv_tokens())) {
+        if (v != engine->version()) ++refused_version;
         refused.push_back(std::move(s));
         continue;
       }
@@ -225,12 +231,15 @@ struct RolloutWorker::Impl {
     core::ReadOptions ro;
     ro.max_in_flight_per_source = cfg.pull_in_flight;
     pulling = latest;
+    log::debug("rollout {}: pulling version {} in the background", cfg.rollout_id, latest);
     std::weak_ptr<bool> guard = alive;
     std::uint64_t v = latest;
     weightstore::pull_async(*transfer, *store, cfg.model, v,
                             weightstore::Topology{cfg.host, cfg.rack, cfg.datacenter}, ro,
                             [this, guard, v](core::Result<weightstore::Pulled> pulled) {
                               if (guard.expired()) return;
+                              log::debug("rollout {}: background pull of version {}: {}",
+                                         cfg.rollout_id, v, pulled.status().to_string());
                               pulling = 0;
                               if (!pulled.is_ok()) {
                                 // Not fatal: the version may have been retired meanwhile; a newer
@@ -269,6 +278,12 @@ struct RolloutWorker::Impl {
       log::warn("rollout {}: load of version {} refused: {}", cfg.rollout_id, prefetched,
                 st.to_string());
     } else {
+      if (engine->version() == prefetched && loads == 0) {
+        // The first weights: the accounting starts here.
+        started = Clock::now();
+        barrier_s = idle_s = 0;
+        t0 = started;
+      }
       weights = std::move(staged);
       ++loads;
       log::debug("rollout {}: loaded version {}", cfg.rollout_id, prefetched);
@@ -283,11 +298,7 @@ struct RolloutWorker::Impl {
       auto left = t - Clock::now();
       if (left <= Clock::duration::zero()) return;
       auto ms = std::chrono::duration_cast<Millis>(left);
-      if (ms.count() >= 1) {
-        loop->run_until([] { return false; }, ms);
-      } else {
-        std::this_thread::sleep_until(t);
-      }
+      loop->run_until([] { return false; }, std::max(ms, Millis(1)));
     }
   }
 
@@ -335,7 +346,7 @@ struct RolloutWorker::Impl {
           next_report = Clock::now();
         }
       } else {
-        auto until = std::min(next_report, Clock::now() + Millis(2));
+        auto until = next_report;
         auto before = Clock::now();
         wait_until(until);
         double idle = seconds(Clock::now() - before);

@@ -1,5 +1,7 @@
 #include "weightstore/client.hpp"
 
+#include "core/log.hpp"
+
 #include "weightstore/protocol.hpp"
 
 namespace sluice::weightstore {
@@ -122,9 +124,11 @@ void pull_async(core::TransferEngine& engine, StoreClient& store, const std::str
     // Fire and forget: a lease that is not released expires on the store.
     sc->raw().request(std::move(r), Millis(5000), [](Result<Message>) {});
   };
+  core::log::debug("pull {}@{}: asking for a read plan", model, version);
   store.raw().request(
       std::move(req), Millis(5000),
       [eng, model, options, done, release](Result<Message> reply) mutable {
+        core::log::debug("pull {}: read plan: {}", model, reply.status().to_string());
         if (!reply.is_ok()) return done(reply.status().with_context("pull " + model));
         auto plan_r = decode_plan(*reply);
         if (!plan_r.is_ok()) return done(plan_r.status().with_context("pull " + model));

@@ -72,6 +72,7 @@ JobConfig default_e2e_workload() {
   j.rollouts = 16;
   j.relays = 1;
   j.progress_s = 0;
+  j.timeout_s = 300;
   j.log_level = "warn";
   // The long tail: lognormal lengths with p99 / median = 10, truncated at 1024 tokens.
   j.rollout.sim.lengths.kind = "lognormal";
@@ -84,8 +85,8 @@ JobConfig default_e2e_workload() {
   j.rollout.sim.prefill_ms_per_token = 0.01;
   j.rollout.sim.seed = 1;
   j.manager.group_size = 4;
-  j.manager.batch_trajectories = 64;
-  j.manager.prompts = 192;  // 768 trajectories: 12 global batches
+  j.manager.batch_trajectories = 128;  // one batch fills every rollout (16 x 8)
+  j.manager.prompts = 320;  // 1280 trajectories: 10 global batches
   j.manager.prompt_tokens = 32;
   j.manager.max_new_tokens = 1024;
   j.actor.max_staleness = 4;

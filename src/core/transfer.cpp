@@ -526,6 +526,8 @@ struct ReadState {
 
   void finish(Status s) {
     if (finished) return;
+    log::trace("transfer: read finished: {} ({} of {} chunks)", s.to_string(), chunks_done,
+               chunks.size());
     finished = true;
     total_timer.reset();
     grace_timer.reset();
@@ -650,6 +652,17 @@ std::vector<std::pair<std::string, std::string>> ucx_env_defaults(
     if (!user_set(var)) out.emplace_back(var, "2M");
   }
   return out;
+}
+
+UcxVersion ucx_version() {
+  UcxVersion v;
+  ucp_get_version(&v.major, &v.minor, &v.release);
+  return v;
+}
+
+bool tcp_holder_survives_reader_death() {
+  UcxVersion v = ucx_version();
+  return v.major > 1 || (v.major == 1 && v.minor > 13);
 }
 
 std::vector<std::string> TransferEngine::defaults_applied() const {
@@ -777,6 +790,8 @@ void TransferEngine::read(std::vector<ReadSource> sources, std::vector<ChunkRead
     raw->pump();
   });
   // Start on the next loop turn so that `done` never runs inside read().
+  log::trace("transfer: read of {} chunks ({} bytes) from {} sources", raw->chunks.size(),
+             raw->bytes_total, raw->sources.size());
   std::weak_ptr<ReadState> weak = rs;
   impl->loop.post([weak] {
     if (auto r = weak.lock()) r->pump();

@@ -74,6 +74,22 @@ class RegisteredBuffer {
 std::vector<std::pair<std::string, std::string>> ucx_env_defaults(
     const std::vector<std::string>& environment);
 
+// The version of the UCX library this process runs with (ucp_get_version).
+struct UcxVersion {
+  unsigned major = 0;
+  unsigned minor = 0;
+  unsigned release = 0;
+};
+UcxVersion ucx_version();
+
+// Whether a holder survives a reader that dies while the holder answers its GETs over TCP. Over
+// TCP a GET is emulated with messages that the holder answers; UCX 1.13 aborts the holder when
+// such an answer meets the dead reader's closed connection (ucp_request_try_send: "Fatal:
+// unexpected error: Endpoint timeout", or "Assertion `0' failed" under uct_tcp_ep_pending_purge),
+// and no UCX setting avoids it. Shared-memory and cma GETs do not involve the holder.
+// false for UCX 1.13 and older; newer versions are assumed to have it fixed, untested.
+bool tcp_holder_survives_reader_death();
+
 struct TransferOptions {
   // The process environment as the user gave it ("K=V"), before any defaults were added, passed
   // in by the caller (library code never reads it): tells which UCX_* settings were sluice's.

@@ -268,6 +268,31 @@ TEST_SUITE("core.transfer") {
     CHECK(again.status().code() == Code::kUnavailable);
   }
 
+  TEST_CASE("over shared memory, a source that died before the read began fails it cleanly") {
+    // The reader has the dead source's descriptor (as from a store that has not noticed yet)
+    // but never read from it: its key is unpacked only now, after the segment is gone.
+    const std::uint64_t bytes = 8u << 20, chunk = 1u << 20, seed = 5;
+    Source a("sm", bytes, chunk, seed), b("sm", bytes, chunk, seed);
+    Reader rd("sm");
+    auto ra = rd.describe(a), rb = rd.describe(b);
+    REQUIRE(a.proc->signal(SIGKILL).is_ok());
+    REQUIRE(a.proc->wait(Millis(5000)).is_ok());
+    auto dst = rd.engine->allocate(bytes).value();
+    ReadOptions opt;
+    opt.op_timeout = Millis(3000);
+    opt.total_timeout = Millis(15000);
+    auto only =
+        rd.engine->read_sync({{"a", ra.descriptor}}, whole_region_chunks(ra.layout), *dst, opt);
+    REQUIRE_FALSE(only.is_ok());
+    CHECK(only.status().code() == Code::kUnavailable);
+    // With a live second source the read completes from it.
+    auto st = rd.engine->read_sync({{"a", ra.descriptor}, {"b", rb.descriptor}},
+                                   whole_region_chunks(ra.layout), *dst, opt);
+    REQUIRE_MESSAGE(st.is_ok(), st.status().to_string());
+    CHECK(st->bytes_per_source[1] == bytes);
+    CHECK(equal_bytes(*dst, expected(bytes, seed)));
+  }
+
   TEST_CASE("reads that do not fit are refused before anything moves") {
     Source a("tcp", 1u << 20, 1u << 16, 1);
     Reader rd("tcp");

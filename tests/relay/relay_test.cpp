@@ -5,6 +5,7 @@
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 
 #include "actor/publisher.hpp"
 #include "core/process.hpp"
@@ -17,8 +18,12 @@ using core::Millis;
 namespace {
 
 std::unique_ptr<core::Subprocess> start(std::vector<std::string> args, const char* ready,
-                                        std::string* rest = nullptr) {
-  auto p = core::Subprocess::spawn_argv(std::move(args)).value();
+                                        std::string* rest = nullptr,
+                                        std::vector<std::string> extra_env = {}) {
+  core::Subprocess::Options o;
+  o.argv = std::move(args);
+  o.extra_env = std::move(extra_env);
+  auto p = core::Subprocess::spawn(std::move(o)).value();
   while (true) {
     auto line = p->read_line(Millis(20000));
     REQUIRE_MESSAGE(line.is_ok(), line.status().to_string());
@@ -49,15 +54,105 @@ bool all_complete(weightstore::StoreClient& c, std::uint64_t version, std::size_
   return true;
 }
 
+// The store, four relays in a chain and a publisher, all on UCX transports `tls`; a version of
+// 64 MiB in 64 KiB chunks is published and the second relay is killed (SIGKILL) while it is
+// both receiving from the first and serving the third. Every surviving relay ends up with the
+// whole version, none of them crashed, and the version read back from the survivors alone
+// equals what was published.
+//
+// Over tcp with UCX 1.13 the first relay, whose reader is killed, can abort inside UCX (see
+// core::tcp_holder_survives_reader_death): it did in about 1 run of 30 here, so that case is
+// skipped there. `sluice transfer-read` readers of 1 MiB chunks killed mid-read on a loaded host
+// brought their source down in 5 runs of 12.
+void relay_killed_mid_broadcast(const std::string& tls) {
+  std::vector<std::string> env = {"UCX_TLS=" + tls};
+  std::string store_ep;
+  auto store = start({SLUICE_BIN, "--log-level", "warn", "weightstore", "--set",
+                      "store.listen=tcp://127.0.0.1:*", "--set", "store.holder_ttl_ms=1500"},
+                     "endpoint ", &store_ep, env);
+  std::vector<std::string> ids = {"relay-a", "relay-b", "relay-c", "relay-d"};
+  std::map<std::string, std::unique_ptr<core::Subprocess>> relays;
+  auto loop = core::EventLoop::create().value();
+  for (const auto& id : ids) {
+    relays[id] =
+        start({SLUICE_BIN, "--log-level", "warn", "relay", "--set", "relay.store=" + store_ep,
+               "--set", "relay.relay_id=" + id, "--set", "relay.poll_ms=20"},
+              "relay ", nullptr, env);
+    loop->run_until([] { return false; }, Millis(100));  // join in this order
+  }
+  core::TransferOptions to;
+  to.ucx_config = {{"TLS", tls}};
+  auto engine = core::TransferEngine::create(*loop, to).value();
+  auto client = weightstore::StoreClient::create(*loop, store_ep).value();
+  loop->run_until([] { return false; }, Millis(200));
+
+  actor::PublisherOptions po;
+  po.model = "policy";
+  po.holder_id = "actor-0";
+  po.chunk_bytes = 64 * 1024;
+  auto pub = actor::Publisher::create(*loop, *engine, *client, po).value();
+  auto beat = loop->every(Millis(300), [&] { pub->heartbeat(); });
+
+  std::vector<std::uint8_t> w(64u << 20);
+  core::fill_pseudo_random(w.data(), w.size(), 77);
+  auto m = pub->publish(1, {{"w", "U8", {w.size()}, w.data(), w.size()}});
+  REQUIRE(m.is_ok());
+  const std::size_t chunks = m->chunk_count();
+
+  // Kill relay-b once it holds part of the version and relay-c has started reading from it.
+  bool caught = loop->run_until(
+      [&] {
+        auto cp = copies(*client, 1);
+        return cp["relay-b"] >= chunks / 8 && cp["relay-c"] > 0 && cp["relay-b"] < chunks;
+      },
+      Millis(20000));
+  auto at_kill = copies(*client, 1);
+  MESSAGE("relay-b killed holding " << at_kill["relay-b"] << " of " << chunks << " chunks, relay-c "
+                                    << at_kill["relay-c"]);
+  REQUIRE_MESSAGE(caught, "relay-b was never caught mid-broadcast");
+  REQUIRE(relays["relay-b"]->signal(SIGKILL).is_ok());
+  REQUIRE(relays["relay-b"]->wait(Millis(5000)).is_ok());
+
+  std::vector<std::string> survivors = {"relay-a", "relay-c", "relay-d"};
+  CHECK(
+      loop->run_until([&] { return all_complete(*client, 1, chunks, survivors); }, Millis(30000)));
+  for (const auto& id : survivors)
+    CHECK_MESSAGE(relays[id]->running(), id << " is no longer running");
+  auto cp = copies(*client, 1);
+  for (const auto& id : survivors)
+    CHECK(cp[id] == chunks);
+
+  // Read back from the survivors alone: the publisher's copy is withdrawn and relay-b has
+  // expired from the store.
+  REQUIRE(client->unpublish("actor-0", "policy", 1).is_ok());
+  CHECK(loop->run_until([&] { return copies(*client, 1).count("relay-b") == 0; }, Millis(10000)));
+  auto pulled = weightstore::pull(*engine, *client, "policy", 1, {});
+  REQUIRE_MESSAGE(pulled.is_ok(), pulled.status().to_string());
+  CHECK(pulled->buffer->size() >= w.size());
+  CHECK(std::memcmp(pulled->buffer->data(), w.data(), w.size()) == 0);
+  for (const auto& id : survivors)
+    CHECK_MESSAGE(relays[id]->running(), id << " is no longer running");
+}
+
 }  // namespace
 
 TEST_SUITE("relay") {
+  TEST_CASE("a relay killed mid-broadcast leaves every surviving relay complete (sm)") {
+    relay_killed_mid_broadcast("sm");
+  }
+
+  TEST_CASE("a relay killed mid-broadcast leaves every surviving relay complete (tcp)") {
+    if (!core::tcp_holder_survives_reader_death()) {
+      auto v = core::ucx_version();
+      MESSAGE("skipped: UCX " << v.major << "." << v.minor << "." << v.release
+                              << " can abort a holder whose reader dies mid-GET over tcp");
+      return;
+    }
+    relay_killed_mid_broadcast("tcp");
+  }
+
   TEST_CASE("relays replicate each new version and serve it without the publisher") {
-    // Killing a relay mid-broadcast is not tested here: with UCX 1.13 it can bring down the
-    // others (over TCP a holder whose reader dies while it answers a GET aborts in
-    // ucp_get_req_handler, "Fatal: unexpected error: Endpoint timeout"; over shared memory a
-    // reader that unpacks the key of a dead holder's segment crashes in ucp_ep_rkey_unpack).
-    // Both were seen in this test; see the issue notes.
+    // Killing a relay mid-broadcast: see relay_killed_mid_broadcast() above.
     std::string store_ep;
     auto store = start({SLUICE_BIN, "--log-level", "warn", "weightstore", "--set",
                         "store.listen=tcp://127.0.0.1:*", "--set", "store.holder_ttl_ms=1500"},
