@@ -7,6 +7,7 @@
 #include <fstream>
 #include <thread>
 
+#include "actor/policy.hpp"
 #include "actor/publisher.hpp"
 #include "core/log.hpp"
 #include "core/messaging.hpp"
@@ -46,6 +47,37 @@ double seconds(Clock::duration d) {
 }
 }  // namespace
 
+// The simulated policy: training sleeps for a time proportional to the batch's tokens; each
+// version stamps its number into the weight bytes so versions differ.
+class SimPolicy final : public Policy {
+ public:
+  explicit SimPolicy(const TrainerConfig& cfg) : cfg_(cfg), weights_(cfg.weight_bytes) {
+    core::fill_pseudo_random(weights_.data(), weights_.size(), 7);
+  }
+  core::Result<json> train(const std::vector<Sample>& batch,
+                           const std::function<void(double)>& wait) override {
+    std::uint64_t tokens = 0;
+    double reward = 0;
+    for (const auto& s : batch) {
+      reward += s.trajectory.reward;
+      if (s.weight <= 0) continue;
+      tokens += s.trajectory.response_tokens.size();
+    }
+    wait(cfg_.train_ms_fixed + cfg_.train_ms_per_token * static_cast<double>(tokens));
+    ++updates_;
+    std::memcpy(weights_.data(), &updates_, sizeof(updates_));
+    return json{{"reward_mean", batch.empty() ? 0.0 : reward / static_cast<double>(batch.size())}};
+  }
+  std::vector<TensorView> tensors() override {
+    return {{"sim.weights", "U8", {weights_.size()}, weights_.data(), weights_.size()}};
+  }
+
+ private:
+  TrainerConfig cfg_;
+  std::vector<std::uint8_t> weights_;
+  std::uint64_t updates_ = 0;
+};
+
 struct Trainer::Impl {
   core::EventLoop* loop = nullptr;
   TrainerConfig cfg;
@@ -55,7 +87,8 @@ struct Trainer::Impl {
   std::unique_ptr<weightstore::StoreClient> store;
   std::unique_ptr<Publisher> publisher;
   std::unique_ptr<ExperienceBuffer> buffer;
-  std::vector<std::uint8_t> weights;
+  std::unique_ptr<Policy> policy;
+  std::unique_ptr<std::ofstream> metrics;  // metrics.jsonl, one line per step
   std::atomic<bool> stopping{false};
 
   std::uint64_t version = 0;
@@ -73,12 +106,8 @@ struct Trainer::Impl {
 
   core::Status publish_next() {
     ++version;
-    // The simulated trainer's update: stamp the version into the weights so versions differ.
-    std::memcpy(weights.data(), &version, sizeof(version));
     auto t0 = Clock::now();
-    std::vector<TensorView> views{
-        {"sim.weights", "U8", {weights.size()}, weights.data(), weights.size()}};
-    auto m = publisher->publish(version, views);
+    auto m = publisher->publish(version, policy->tensors());
     publish_s += seconds(Clock::now() - t0);
     if (!m.is_ok()) return m.status().with_context(fmt::format("publish version {}", version));
     auto r = manager->call(
@@ -126,22 +155,60 @@ struct Trainer::Impl {
     }
   }
 
-  // Simulated training: time proportional to tokens.
-  void train(const std::vector<Sample>& batch) {
+  core::Status train(const std::vector<Sample>& batch) {
     std::uint64_t tokens = 0;
+    double stale = 0;
     for (const auto& s : batch) {
+      stale += static_cast<double>(s.staleness);
       if (s.weight <= 0) continue;
       tokens += s.trajectory.response_tokens.size();
     }
-    double ms = cfg.train_ms_fixed + cfg.train_ms_per_token * static_cast<double>(tokens);
     auto t0 = Clock::now();
-    wait_for(ms);
+    SLUICE_ASSIGN_OR_RETURN(json stats, policy->train(batch, [this](double ms) { wait_for(ms); }));
     train_s += seconds(Clock::now() - t0);
     trained_tokens += tokens;
+    trained_samples += batch.size();
+    ++steps;
+    if (cfg.eval_every > 0 && steps % cfg.eval_every == 0) {
+      SLUICE_ASSIGN_OR_RETURN(json ev, policy->evaluate());
+      stats.update(ev);
+      if (ev.contains("accuracy")) last_accuracy = ev["accuracy"].get<double>();
+    }
+    double since = std::max(1e-9, seconds(Clock::now() - started));
+    stats["t"] = since + cfg.start_offset_s;
+    stats["step"] = steps;
+    stats["version"] = version + 1;
+    stats["tokens_per_s"] = static_cast<double>(trained_tokens) / since;
+    stats["staleness_mean"] = batch.empty() ? 0.0 : stale / static_cast<double>(batch.size());
+    stats["samples"] = trained_samples;
+    if (metrics) *metrics << stats.dump() << std::endl;
+    log::info("actor: step {}: {}", steps, stats.dump());
+    return {};
+  }
+  double last_accuracy = -1, initial_accuracy = -1;
+
+  // Evaluates and writes a metrics line of its own (before RL and at the end).
+  core::Status evaluate_now() {
+    SLUICE_ASSIGN_OR_RETURN(json ev, policy->evaluate());
+    if (!ev.contains("accuracy")) return {};
+    last_accuracy = ev["accuracy"].get<double>();
+    if (initial_accuracy < 0) initial_accuracy = last_accuracy;
+    ev["t"] = seconds(Clock::now() - started) + cfg.start_offset_s;
+    ev["step"] = steps;
+    ev["version"] = version;
+    ev["samples"] = trained_samples;
+    if (metrics) *metrics << ev.dump() << std::endl;
+    log::info("actor: held-out evaluation after {} steps: {}", steps, ev.dump());
+    return {};
   }
 
   core::Result<json> run() {
+    if (!cfg.metrics_path.empty()) {
+      metrics = std::make_unique<std::ofstream>(cfg.metrics_path, std::ios::app);
+    }
+    SLUICE_TRY(policy->prepare([this] { loop->run_until([] { return false; }, Millis(1)); }));
     started = Clock::now();
+    if (cfg.eval_every > 0) SLUICE_TRY(evaluate_now());
     SLUICE_TRY(publish_next());  // version 1: the initial weights
     std::vector<Sample> batch;
     while (!stopping.load() && !loop->stopped()) {
@@ -166,19 +233,14 @@ struct Trainer::Impl {
         continue;
       }
       idle_s += seconds(Clock::now() - wait0);
-      train(batch);
-      trained_samples += batch.size();
+      SLUICE_TRY(train(batch));
       batch.clear();
-      ++steps;
       SLUICE_TRY(publish_next());
-      log::info("actor: step {} done, version {} published", steps, version);
     }
     // A last partial batch is trained on too, so every trajectory is used.
-    if (!batch.empty()) {
-      train(batch);
-      trained_samples += batch.size();
-      ++steps;
-    }
+    if (!batch.empty()) SLUICE_TRY(train(batch));
+    if (cfg.eval_every > 0 && steps % cfg.eval_every != 0) SLUICE_TRY(evaluate_now());
+    if (!cfg.weights_path.empty()) SLUICE_TRY(policy->save_weights(cfg.weights_path));
     // Acknowledge what was received last.
     if (!ack.empty()) {
       manager
@@ -208,6 +270,8 @@ struct Trainer::Impl {
                 {"staleness_max", staleness_max},
                 {"max_staleness_bound", cfg.max_staleness},
                 {"mixed_version_consumed", mixed_consumed},
+                {"initial_accuracy", initial_accuracy},
+                {"final_accuracy", last_accuracy},
                 {"accepted", c.accepted},
                 {"duplicates", c.duplicates},
                 {"dropped_stale", c.dropped_stale},
@@ -241,8 +305,7 @@ core::Result<std::unique_ptr<Trainer>> Trainer::create(core::EventLoop& loop, Tr
   po.chunk_bytes = impl->cfg.chunk_bytes;
   SLUICE_ASSIGN_OR_RETURN(impl->publisher,
                           Publisher::create(loop, *impl->transfer, *impl->store, po));
-  impl->weights.resize(impl->cfg.weight_bytes);
-  core::fill_pseudo_random(impl->weights.data(), impl->weights.size(), 7);
+  impl->policy = std::make_unique<SimPolicy>(impl->cfg);
   return std::unique_ptr<Trainer>(new Trainer(std::move(impl)));
 }
 

@@ -42,7 +42,11 @@ struct TrainerConfig {
   std::uint64_t steps = 0;        // stop after this many steps (0: when the manager is done)
   std::uint64_t collect_ms = 10;  // poll period when waiting for trajectories
   std::uint64_t manager_timeout_ms = 20000;
-  std::string summary_path;  // where the JSON summary goes (empty: stdout only)
+  std::string summary_path;      // where the JSON summary goes (empty: stdout only)
+  std::string metrics_path;      // metrics.jsonl: one line per training step (empty: none)
+  std::string weights_path;      // final weights as safetensors (empty: none)
+  double start_offset_s = 0;     // added to metric times (the job's clock started earlier)
+  std::uint64_t eval_every = 0;  // held-out evaluation every N steps (0: never)
 
   template <typename V>
   void describe(V& v) {
@@ -63,6 +67,10 @@ struct TrainerConfig {
     v("collect_ms", collect_ms, "poll period while waiting for trajectories");
     v("manager_timeout_ms", manager_timeout_ms, "fail when the manager is silent this long");
     v("summary_path", summary_path, "file for the JSON summary at exit");
+    v("metrics_path", metrics_path, "file for metrics, one JSON line per step");
+    v("weights_path", weights_path, "file for the final weights (safetensors)");
+    v("start_offset_s", start_offset_s, "added to metric times");
+    v("eval_every", eval_every, "held-out evaluation every N steps (0: never)");
   }
   core::Status validate() const;
 };

@@ -15,6 +15,7 @@
 #include <fstream>
 #include <memory>
 
+#include "cli/report.hpp"
 #include "core/config.hpp"
 #include "core/event_loop.hpp"
 #include "core/log.hpp"
@@ -126,6 +127,8 @@ core::Result<JobResult> run_local_job(JobConfig job, const std::string& sluice_e
   job.actor.store = store_ep;
   job.actor.manager = manager_ep;
   job.actor.summary_path = (dir / "actor-summary.json").string();
+  job.actor.metrics_path = (dir / "metrics.jsonl").string();
+  job.actor.weights_path = (dir / "final_weights.safetensors").string();
   job.relay.model = job.rollout.model = job.actor.model;
   {
     std::ofstream f(dir / "job.json");
@@ -139,6 +142,7 @@ core::Result<JobResult> run_local_job(JobConfig job, const std::string& sluice_e
 
   std::vector<Child> children;
   JobResult result;
+  auto job_start = Clock::now();
   result.dir = dir.string();
   auto stop_all = [&] {
     for (auto& c : children) {
@@ -190,6 +194,8 @@ core::Result<JobResult> run_local_job(JobConfig job, const std::string& sluice_e
       SLUICE_TRY(write_role_file(path, job.log_level, "rollout", rc));
       SLUICE_TRY(start(rc.rollout_id, "rollout", path, "rollout"));
     }
+    // The actor's metric times count from the job's start.
+    job.actor.start_offset_s = seconds(Clock::now() - job_start);
     SLUICE_TRY(write_role_file(dir / "actor.json", job.log_level, "actor", job.actor));
     SLUICE_TRY(start("actor", "actor", dir / "actor.json", "actor"));
     return {};
@@ -286,6 +292,22 @@ core::Result<JobResult> run_local_job(JobConfig job, const std::string& sluice_e
                                          std::chrono::duration<double>(job.progress_s));
       json s = manager_status();
       if (!s.empty()) {
+        // The fleet's side of the metrics: rollout time stalled on weights, and occupancy.
+        double wall = 0, stall = 0, occ = 0;
+        for (const auto& ro : s.value("rollouts", json::array())) {
+          const json& st = ro.value("stats", json::object());
+          wall += st.value("wall_s", 0.0);
+          stall += st.value("load_s", 0.0) + st.value("barrier_s", 0.0);
+          occ += st.value("occupancy_s", 0.0);
+        }
+        if (wall > 0) {
+          std::ofstream(dir / "metrics.jsonl", std::ios::app)
+              << json{{"t", elapsed},
+                      {"weight_stall_frac", stall / wall},
+                      {"rollout_util", occ / wall}}
+                     .dump()
+              << "\n";
+        }
         std::size_t alive = 0;
         for (const auto& r : s.value("rollouts", json::array()))
           alive += r.value("alive", false);
@@ -309,6 +331,13 @@ core::Result<JobResult> run_local_job(JobConfig job, const std::string& sluice_e
       {"actor", result.actor},   {"manager", result.manager},
       {"events", result.events}, {"outcome", outcome.is_ok() ? "ok" : outcome.to_string()}};
   std::ofstream(dir / "summary.json") << summary.dump(2) << "\n";
+  // The report: plots of the run, in one self-contained HTML file. A job that failed early may
+  // have no metrics; that is a warning, not a second failure.
+  if (auto rs =
+          write_report(dir.string(), fmt::format("sluice job {} ({})", job.name, job.manager.mode));
+      !rs.is_ok()) {
+    log::warn("sluice run: no report: {}", rs.to_string());
+  }
   if (!outcome.is_ok())
     return outcome.with_context(fmt::format("job {} ({})", job.name, dir.string()));
   return result;

@@ -1,0 +1,580 @@
+#include "actor/learner.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <span>
+#include <utility>
+
+#include "core/checksum.hpp"
+#include "model/sampling.hpp"
+#include "rl/tokenizer.hpp"
+
+namespace sluice::actor {
+
+namespace {
+
+using core::Result;
+using core::Status;
+
+// ---- input checks ----
+
+// `scoring`: the trajectory is only scored (its behaviour log-probs and reward are not used).
+Status check_trajectory(const rl::Trajectory& t, const model::GptConfig& g, bool scoring) {
+  auto bad = [&](const std::string& what) {
+    return core::invalid_argument("learner: trajectory '" + t.id + "': " + what);
+  };
+  if (t.prompt_tokens.empty()) return bad("empty prompt");
+  if (t.response_tokens.empty()) return bad("empty response");
+  if (!scoring && t.logprobs.size() != t.response_tokens.size()) {
+    return bad(std::to_string(t.logprobs.size()) + " behaviour log-probs for " +
+               std::to_string(t.response_tokens.size()) + " response tokens");
+  }
+  const std::size_t length = t.prompt_tokens.size() + t.response_tokens.size();
+  if (length > static_cast<std::size_t>(g.context)) {
+    return bad("prompt + response is " + std::to_string(length) + " tokens, over the context of " +
+               std::to_string(g.context));
+  }
+  for (const auto* part : {&t.prompt_tokens, &t.response_tokens}) {
+    for (std::int32_t tok : *part) {
+      if (tok < 0 || tok >= g.vocab) {
+        return bad("token " + std::to_string(tok) + " outside the vocabulary of " +
+                   std::to_string(g.vocab));
+      }
+    }
+  }
+  if (scoring) return {};
+  for (float lp : t.logprobs) {
+    if (!std::isfinite(lp) || lp > 0.0f) return bad("behaviour log-prob not finite or above 0");
+  }
+  if (!std::isfinite(t.reward)) return bad("reward is not finite");
+  return {};
+}
+
+Status check_sample(const Sample& s, const model::GptConfig& g) {
+  SLUICE_TRY(check_trajectory(s.trajectory, g, false));
+  if (!std::isfinite(s.weight) || s.weight < 0.0) {
+    return core::invalid_argument("learner: trajectory '" + s.trajectory.id +
+                                  "': sample weight must be finite and >= 0");
+  }
+  return {};
+}
+
+// The sequences of a batch as the model sees them.
+struct Sequences {
+  std::vector<std::vector<std::int32_t>> seqs;  // prompt + response
+  std::vector<std::size_t> prompt_len;
+  rl::TokenLayout layout;  // response lengths
+
+  void add(const rl::Trajectory& t) {
+    std::vector<std::int32_t> s = t.prompt_tokens;
+    s.insert(s.end(), t.response_tokens.begin(), t.response_tokens.end());
+    seqs.push_back(std::move(s));
+    prompt_len.push_back(t.prompt_tokens.size());
+  }
+  void finish() {
+    std::vector<std::size_t> lengths;
+    lengths.reserve(seqs.size());
+    for (std::size_t i = 0; i < seqs.size(); ++i)
+      lengths.push_back(seqs[i].size() - prompt_len[i]);
+    layout = rl::TokenLayout(std::move(lengths));
+  }
+};
+
+// One forward over sequences [begin, end) of `s`; writes the response tokens' log-probs (and,
+// when `values` is given, the values at the same positions) into the flat per-token vectors at
+// the batch layout's offsets.
+Status score(model::Gpt& gpt, const Sequences& s, std::size_t begin, std::size_t end,
+             std::vector<float>& logp, std::vector<float>* values) {
+  std::vector<std::vector<std::int32_t>> sub(s.seqs.begin() + static_cast<std::ptrdiff_t>(begin),
+                                             s.seqs.begin() + static_cast<std::ptrdiff_t>(end));
+  SLUICE_ASSIGN_OR_RETURN(model::ForwardOutput out, gpt.forward(sub));
+  for (std::size_t b = begin; b < end; ++b) {
+    const std::size_t first = s.prompt_len[b] - 1;  // position predicting response token 0
+    const std::size_t off = s.layout.offset(b);
+    for (std::size_t j = 0; j < s.layout.length(b); ++j) {
+      logp[off + j] = out.logprobs[b - begin][first + j];
+      if (values != nullptr) (*values)[off + j] = out.values[b - begin][first + j];
+    }
+  }
+  return {};
+}
+
+std::span<const float> slice(const std::vector<float>& v, std::size_t from, std::size_t to) {
+  return std::span<const float>(v).subspan(from, to - from);
+}
+
+// ---- checkpoint encoding ----
+
+constexpr char kMagic[8] = {'S', 'L', 'U', 'I', 'C', 'E', 'L', 'N'};
+constexpr std::uint32_t kFormatVersion = 1;
+
+class Writer {
+ public:
+  template <typename T>
+  void put(const T& v) {
+    const auto* p = reinterpret_cast<const char*>(&v);
+    bytes_.insert(bytes_.end(), p, p + sizeof(T));
+  }
+  void put_floats(std::span<const float> v) {
+    const auto* p = reinterpret_cast<const char*>(v.data());
+    bytes_.insert(bytes_.end(), p, p + v.size_bytes());
+  }
+  std::vector<char>& bytes() { return bytes_; }
+
+ private:
+  std::vector<char> bytes_;
+};
+
+class Reader {
+ public:
+  explicit Reader(std::span<const char> bytes) : bytes_(bytes) {}
+  template <typename T>
+  bool get(T& v) {
+    if (bytes_.size() - pos_ < sizeof(T)) return false;
+    std::memcpy(&v, bytes_.data() + pos_, sizeof(T));
+    pos_ += sizeof(T);
+    return true;
+  }
+  bool get_floats(std::vector<float>& v, std::size_t n) {
+    if ((bytes_.size() - pos_) / sizeof(float) < n) return false;
+    v.resize(n);
+    std::memcpy(v.data(), bytes_.data() + pos_, n * sizeof(float));
+    pos_ += n * sizeof(float);
+    return true;
+  }
+  bool at_end() const { return pos_ == bytes_.size(); }
+
+ private:
+  std::span<const char> bytes_;
+  std::size_t pos_ = 0;
+};
+
+std::vector<std::int32_t> shape_of(const model::GptConfig& g) {
+  return {g.vocab, g.context, g.d_model, g.n_layer, g.n_head, g.d_ff, g.value_head ? 1 : 0};
+}
+
+}  // namespace
+
+// ---- config ----
+
+core::Status LearnerConfig::validate() const {
+  auto bad = [](const std::string& m) { return core::invalid_argument("learner config: " + m); };
+  SLUICE_TRY(gpt.validate().with_context("learner config: gpt"));
+  SLUICE_TRY(adamw.validate().with_context("learner config: adamw"));
+  SLUICE_TRY(task.validate().with_context("learner config: task"));
+  SLUICE_TRY(clip.validate().with_context("learner config: clip"));
+  SLUICE_TRY(grpo.validate().with_context("learner config: grpo"));
+  SLUICE_TRY(gae.validate().with_context("learner config: gae"));
+  if (algorithm != "grpo" && algorithm != "ppo") {
+    return bad("algorithm must be grpo or ppo, not '" + algorithm + "'");
+  }
+  if (algorithm == "ppo" && !gpt.value_head) {
+    return bad("algorithm ppo needs gpt.value_head = true");
+  }
+  if (gpt.vocab < rl::Tokenizer::kVocabSize) {
+    return bad("gpt.vocab " + std::to_string(gpt.vocab) + " is below the tokenizer's " +
+               std::to_string(rl::Tokenizer::kVocabSize) + " tokens");
+  }
+  if (task.context_tokens > static_cast<std::uint32_t>(gpt.context)) {
+    return bad("task.context_tokens " + std::to_string(task.context_tokens) +
+               " exceeds gpt.context " + std::to_string(gpt.context));
+  }
+  if (warmstart_batch < 1) return bad("warmstart_batch must be at least 1");
+  if (!(warmstart_lr > 0.0f) || !std::isfinite(warmstart_lr)) {
+    return bad("warmstart_lr must be > 0");
+  }
+  if (!(value_coef >= 0.0) || !std::isfinite(value_coef)) return bad("value_coef must be >= 0");
+  if (minibatch < 1) return bad("minibatch must be at least 1");
+  if (epochs < 1) return bad("epochs must be at least 1");
+  if (eval_prompts < 1) return bad("eval_prompts must be at least 1");
+  if (eval_max_new_tokens < 1) return bad("eval_max_new_tokens must be at least 1");
+  return {};
+}
+
+// ---- learner ----
+
+Learner::Learner(LearnerConfig config, rl::ArithmeticTask task, std::unique_ptr<model::Gpt> model,
+                 std::unique_ptr<model::AdamW> optimizer)
+    : config_(std::move(config)),
+      task_(std::move(task)),
+      model_(std::move(model)),
+      optimizer_(std::move(optimizer)) {}
+
+Learner::~Learner() = default;
+
+core::Result<std::unique_ptr<Learner>> Learner::create(const LearnerConfig& config) {
+  SLUICE_TRY(config.validate());
+  SLUICE_ASSIGN_OR_RETURN(rl::ArithmeticTask task, rl::ArithmeticTask::create(config.task));
+  SLUICE_ASSIGN_OR_RETURN(std::unique_ptr<model::Gpt> gpt, model::Gpt::create(config.gpt));
+  SLUICE_ASSIGN_OR_RETURN(std::unique_ptr<model::AdamW> opt,
+                          model::AdamW::create(config.adamw, *gpt));
+  return std::unique_ptr<Learner>(
+      new Learner(config, std::move(task), std::move(gpt), std::move(opt)));
+}
+
+std::uint64_t Learner::steps() const {
+  return optimizer_->steps();
+}
+
+core::Result<WarmStartStats> Learner::warm_start(const Progress& progress) {
+  WarmStartStats stats;
+  if (config_.warmstart_steps == 0) return stats;
+  // Its own optimizer, so the RL optimizer starts with clean moments after the warm start.
+  model::AdamWConfig oc = config_.adamw;
+  oc.lr = config_.warmstart_lr;
+  SLUICE_ASSIGN_OR_RETURN(std::unique_ptr<model::AdamW> opt, model::AdamW::create(oc, *model_));
+  std::vector<std::vector<std::int32_t>> seqs(config_.warmstart_batch);
+  std::vector<std::int32_t> start(config_.warmstart_batch);
+  for (std::uint32_t step = 1; step <= config_.warmstart_steps; ++step) {
+    for (std::uint32_t i = 0; i < config_.warmstart_batch; ++i) {
+      SLUICE_ASSIGN_OR_RETURN(rl::Prompt p, task_.train_prompt(next_train_prompt_++));
+      seqs[i] = p.tokens;
+      const std::vector<rl::Token> gold = task_.solution(p);
+      seqs[i].insert(seqs[i].end(), gold.begin(), gold.end());
+      start[i] = static_cast<std::int32_t>(p.tokens.size());
+    }
+    model_->zero_grad();
+    SLUICE_ASSIGN_OR_RETURN(float loss, model_->sft_loss_and_grad(seqs, start));
+    SLUICE_TRY(opt->step(*model_).status().with_context("learner: warm-start step"));
+    if (step == 1) stats.first_loss = loss;
+    stats.last_loss = loss;
+    stats.steps = step;
+    if (progress) progress(step, loss);
+  }
+  model_->zero_grad();
+  return stats;
+}
+
+core::Result<std::vector<std::vector<float>>> Learner::response_logprobs(
+    const std::vector<rl::Trajectory>& trajectories) {
+  Sequences s;
+  for (const auto& t : trajectories) {
+    SLUICE_TRY(check_trajectory(t, config_.gpt, true));
+    s.add(t);
+  }
+  s.finish();
+  std::vector<float> flat(s.layout.tokens());
+  for (std::size_t b = 0; b < s.seqs.size(); b += config_.minibatch) {
+    SLUICE_TRY(score(*model_, s, b, std::min(s.seqs.size(), b + config_.minibatch), flat, nullptr));
+  }
+  std::vector<std::vector<float>> out(trajectories.size());
+  for (std::size_t b = 0; b < out.size(); ++b) {
+    auto part = slice(flat, s.layout.offset(b), s.layout.offset(b + 1));
+    out[b].assign(part.begin(), part.end());
+  }
+  return out;
+}
+
+core::Result<std::vector<std::vector<float>>> Learner::response_values(
+    const std::vector<rl::Trajectory>& trajectories) {
+  if (!config_.gpt.value_head) {
+    return core::failed_precondition("learner: response_values needs a model with a value head");
+  }
+  Sequences s;
+  for (const auto& t : trajectories) {
+    SLUICE_TRY(check_trajectory(t, config_.gpt, true));
+    s.add(t);
+  }
+  s.finish();
+  std::vector<float> logp(s.layout.tokens());
+  std::vector<float> values(s.layout.tokens());
+  for (std::size_t b = 0; b < s.seqs.size(); b += config_.minibatch) {
+    SLUICE_TRY(score(*model_, s, b, std::min(s.seqs.size(), b + config_.minibatch), logp, &values));
+  }
+  std::vector<std::vector<float>> out(trajectories.size());
+  for (std::size_t b = 0; b < out.size(); ++b) {
+    auto part = slice(values, s.layout.offset(b), s.layout.offset(b + 1));
+    out[b].assign(part.begin(), part.end());
+  }
+  return out;
+}
+
+core::Result<TrainStats> Learner::train(const std::vector<Sample>& batch) {
+  TrainStats stats;
+  // Everything is checked before anything changes.
+  for (const auto& s : batch)
+    SLUICE_TRY(check_sample(s, config_.gpt));
+
+  // Samples of weight 0 contribute nothing; leaving them out also keeps them out of the group
+  // means and of the token count that normalises the loss, so they change nothing at all.
+  Sequences seq;
+  std::vector<float> behaviour, weights;
+  std::vector<double> rewards;
+  std::vector<std::string> keys;
+  for (const auto& s : batch) {
+    if (s.weight == 0.0) {
+      ++stats.skipped;
+      continue;
+    }
+    seq.add(s.trajectory);
+    behaviour.insert(behaviour.end(), s.trajectory.logprobs.begin(), s.trajectory.logprobs.end());
+    weights.push_back(static_cast<float>(s.weight));
+    rewards.push_back(s.trajectory.reward);
+    keys.push_back(s.trajectory.prompt_id);
+  }
+  seq.finish();
+  const std::size_t n_seq = seq.seqs.size();
+  if (n_seq == 0) return stats;
+  const std::size_t n_tok = seq.layout.tokens();
+  stats.samples = n_seq;
+  stats.tokens = n_tok;
+  for (double r : rewards)
+    stats.mean_reward += r / static_cast<double>(n_seq);
+
+  const bool ppo = config_.algorithm == "ppo";
+  const std::size_t mb = config_.minibatch;
+  std::vector<float> proximal(n_tok), advantages, returns;
+  bool have_proximal = false;
+  if (ppo) {
+    // GAE needs every value of the batch (for the normalisation) before any gradient: one pass
+    // without gradients gives the values and, on the way, the proximal log-probs.
+    std::vector<float> values(n_tok);
+    for (std::size_t b = 0; b < n_seq; b += mb)
+      SLUICE_TRY(score(*model_, seq, b, std::min(n_seq, b + mb), proximal, &values));
+    have_proximal = true;
+    SLUICE_ASSIGN_OR_RETURN(rl::GaeResult g, rl::gae(seq.layout, values, rewards, config_.gae));
+    advantages = std::move(g.advantages);
+    returns = std::move(g.returns);
+  } else {
+    // GRPO needs no model output for its advantages; the proximal log-probs come from the first
+    // epoch's own forward passes (the weights have not moved yet then).
+    const std::vector<std::size_t> groups = rl::group_ids(keys);
+    SLUICE_ASSIGN_OR_RETURN(std::vector<float> per_traj,
+                            rl::grpo_advantages(rewards, groups, config_.grpo));
+    SLUICE_ASSIGN_OR_RETURN(advantages, rl::broadcast_to_tokens(seq.layout, per_traj));
+  }
+
+  const double total = static_cast<double>(n_tok);
+  std::vector<float> logp_new(n_tok), values_new(ppo ? n_tok : 0);
+  for (std::uint32_t epoch = 0; epoch < config_.epochs; ++epoch) {
+    model_->zero_grad();
+    double policy_loss = 0.0, value_loss = 0.0, clipped = 0.0, kl = 0.0, truncated = 0.0;
+    double behaviour_kl = 0.0;
+    for (std::size_t b0 = 0; b0 < n_seq; b0 += mb) {
+      const std::size_t b1 = std::min(n_seq, b0 + mb);
+      std::vector<std::vector<std::int32_t>> sub(
+          seq.seqs.begin() + static_cast<std::ptrdiff_t>(b0),
+          seq.seqs.begin() + static_cast<std::ptrdiff_t>(b1));
+      SLUICE_ASSIGN_OR_RETURN(model::ForwardOutput out, model_->forward(sub));
+      const std::size_t t0 = seq.layout.offset(b0), t1 = seq.layout.offset(b1);
+      std::vector<std::size_t> lengths;
+      for (std::size_t b = b0; b < b1; ++b) {
+        const std::size_t first = seq.prompt_len[b] - 1;
+        const std::size_t off = seq.layout.offset(b);
+        lengths.push_back(seq.layout.length(b));
+        for (std::size_t j = 0; j < seq.layout.length(b); ++j) {
+          logp_new[off + j] = out.logprobs[b - b0][first + j];
+          if (ppo) values_new[off + j] = out.values[b - b0][first + j];
+        }
+      }
+      if (!have_proximal)
+        std::copy(logp_new.begin() + t0, logp_new.begin() + t1, proximal.begin() + t0);
+      const rl::TokenLayout sub_layout(lengths);
+      rl::PolicyBatch pb;
+      pb.logp_new = slice(logp_new, t0, t1);
+      pb.logp_behaviour = slice(behaviour, t0, t1);
+      pb.logp_proximal = slice(proximal, t0, t1);
+      pb.advantages = slice(advantages, t0, t1);
+      pb.sample_weights = slice(weights, b0, b1);
+      SLUICE_ASSIGN_OR_RETURN(rl::SurrogateResult sr,
+                              rl::clipped_surrogate(sub_layout, pb, config_.clip));
+      // The surrogate is a mean over this minibatch's tokens; rescale to the batch's.
+      const double n_sub = static_cast<double>(t1 - t0);
+      const double scale = n_sub / total;
+      policy_loss += sr.loss * scale;
+      clipped += sr.stats.clip_fraction * n_sub;
+      kl += sr.stats.approx_kl * n_sub;
+      truncated += sr.stats.truncated_fraction * n_sub;
+
+      std::vector<std::vector<float>> dlogp(out.logprobs.size());
+      std::vector<std::vector<float>> dvalue;
+      for (std::size_t b = b0; b < b1; ++b) {
+        dlogp[b - b0].assign(out.logprobs[b - b0].size(), 0.0f);
+        const std::size_t first = seq.prompt_len[b] - 1;
+        const std::size_t off = seq.layout.offset(b);
+        for (std::size_t j = 0; j < seq.layout.length(b); ++j)
+          dlogp[b - b0][first + j] = static_cast<float>(sr.grad_logp_new[off - t0 + j] * scale);
+      }
+      if (ppo) {
+        SLUICE_ASSIGN_OR_RETURN(rl::ValueLossResult vr,
+                                rl::value_loss(slice(values_new, t0, t1), slice(returns, t0, t1)));
+        dvalue.resize(out.values.size());
+        for (std::size_t b = b0; b < b1; ++b) {
+          dvalue[b - b0].assign(out.values[b - b0].size(), 0.0f);
+          const std::size_t first = seq.prompt_len[b] - 1;
+          const std::size_t off = seq.layout.offset(b);
+          const double w = weights[b];
+          for (std::size_t j = 0; j < seq.layout.length(b); ++j) {
+            const double d = values_new[off + j] - returns[off + j];
+            value_loss += w * 0.5 * d * d / total;
+            dvalue[b - b0][first + j] =
+                static_cast<float>(vr.grad_values[off - t0 + j] * scale * w * config_.value_coef);
+          }
+        }
+      }
+      SLUICE_TRY(model_->backward(dlogp, dvalue));
+    }
+    if (epoch == 0) {
+      for (std::size_t i = 0; i < n_tok; ++i) {
+        const double log_w = static_cast<double>(proximal[i]) - behaviour[i];
+        behaviour_kl += (std::exp(log_w) - 1.0) - log_w;
+      }
+      stats.behaviour_kl = behaviour_kl / total;
+    }
+    have_proximal = true;
+    SLUICE_ASSIGN_OR_RETURN(float norm, optimizer_->step(*model_));
+    stats.grad_norm = norm;
+    stats.policy_loss = policy_loss;
+    stats.value_loss = value_loss;
+    stats.loss = policy_loss + config_.value_coef * value_loss;
+    stats.clip_fraction = clipped / total;
+    stats.approx_kl = kl / total;
+    stats.truncated_fraction = truncated / total;
+  }
+  model_->zero_grad();
+  return stats;
+}
+
+core::Result<EvalStats> Learner::evaluate() {
+  // Caches for a chunk of prompts at a time bound the memory (about 220 KB each by default).
+  constexpr std::size_t kChunk = 64;
+  const std::size_t n = config_.eval_prompts;
+  EvalStats stats;
+  stats.prompts = n;
+  std::vector<float> logits;
+  double correct = 0.0, reward = 0.0, length = 0.0;
+  for (std::size_t c0 = 0; c0 < n; c0 += kChunk) {
+    const std::size_t c1 = std::min(n, c0 + kChunk);
+    const std::size_t m = c1 - c0;
+    std::vector<rl::Prompt> prompts;
+    std::vector<model::KvCache> caches(m);
+    std::vector<std::vector<rl::Token>> responses(m);
+    std::vector<std::vector<float>> next(m);  // the logits each sequence continues from
+    for (std::size_t i = 0; i < m; ++i) {
+      SLUICE_ASSIGN_OR_RETURN(rl::Prompt p, task_.heldout_prompt(c0 + i));
+      caches[i] = model_->make_cache();
+      SLUICE_TRY(model_->prefill(caches[i], p.tokens, next[i]));
+      prompts.push_back(std::move(p));
+    }
+    std::vector<std::size_t> active(m);
+    for (std::size_t i = 0; i < m; ++i)
+      active[i] = i;
+    std::uint64_t rng = 0;  // untouched by greedy sampling
+    while (!active.empty()) {
+      std::vector<std::size_t> still;
+      std::vector<model::KvCache*> feed;
+      std::vector<std::int32_t> tokens;
+      for (std::size_t i : active) {
+        SLUICE_ASSIGN_OR_RETURN(model::Sampled s, model::sample(next[i], 0.0f, rng));
+        responses[i].push_back(s.token);
+        const bool done = s.token == rl::Tokenizer::kEos ||
+                          responses[i].size() >= config_.eval_max_new_tokens ||
+                          caches[i].length() >= caches[i].capacity();
+        if (done) continue;
+        still.push_back(i);
+        feed.push_back(&caches[i]);
+        tokens.push_back(s.token);
+      }
+      if (!still.empty()) {
+        SLUICE_TRY(model_->decode(feed, tokens, logits));
+        const std::size_t vocab = static_cast<std::size_t>(config_.gpt.vocab);
+        for (std::size_t r = 0; r < still.size(); ++r) {
+          next[still[r]].assign(logits.begin() + static_cast<std::ptrdiff_t>(r * vocab),
+                                logits.begin() + static_cast<std::ptrdiff_t>((r + 1) * vocab));
+        }
+      }
+      active = std::move(still);
+    }
+    for (std::size_t i = 0; i < m; ++i) {
+      correct += task_.correct(prompts[i], responses[i]) ? 1.0 : 0.0;
+      reward += task_.reward(prompts[i], responses[i]);
+      length += static_cast<double>(responses[i].size());
+    }
+  }
+  const double count = static_cast<double>(n);
+  stats.accuracy = correct / count;
+  stats.mean_reward = reward / count;
+  stats.mean_response_tokens = length / count;
+  return stats;
+}
+
+// ---- checkpoints ----
+
+core::Status Learner::save(const std::string& path) const {
+  Writer w;
+  for (char c : kMagic)
+    w.put(c);
+  w.put(kFormatVersion);
+  for (std::int32_t x : shape_of(config_.gpt))
+    w.put(x);
+  w.put(static_cast<std::uint64_t>(optimizer_->steps()));
+  w.put(static_cast<std::uint64_t>(next_train_prompt_));
+  w.put(static_cast<std::uint64_t>(model_->param_count()));
+  w.put_floats(std::span<const float>(model_->params(), model_->param_count()));
+  w.put_floats(optimizer_->m());
+  w.put_floats(optimizer_->v());
+  const std::uint64_t sum = core::chunk_checksum(w.bytes().data(), w.bytes().size());
+  w.put(sum);
+
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
+    if (!f) return core::unavailable("learner: cannot write checkpoint '" + tmp + "'");
+    f.write(w.bytes().data(), static_cast<std::streamsize>(w.bytes().size()));
+    f.flush();
+    if (!f) return core::unavailable("learner: writing checkpoint '" + tmp + "' failed");
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    return core::unavailable("learner: cannot rename '" + tmp + "' to '" + path + "'");
+  }
+  return {};
+}
+
+core::Status Learner::load(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) return core::not_found("learner: cannot open checkpoint '" + path + "'");
+  std::vector<char> bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  auto damaged = [&](const std::string& what) {
+    return core::data_loss("learner: checkpoint '" + path + "': " + what);
+  };
+  if (bytes.size() < sizeof(kMagic) + sizeof(std::uint64_t)) return damaged("too short");
+  const std::size_t body = bytes.size() - sizeof(std::uint64_t);
+  std::uint64_t stored = 0;
+  std::memcpy(&stored, bytes.data() + body, sizeof(stored));
+  if (std::memcmp(bytes.data(), kMagic, sizeof(kMagic)) != 0) return damaged("not a checkpoint");
+  if (core::chunk_checksum(bytes.data(), body) != stored) return damaged("checksum mismatch");
+
+  Reader r(std::span<const char>(bytes.data() + sizeof(kMagic), body - sizeof(kMagic)));
+  std::uint32_t version = 0;
+  if (!r.get(version) || version != kFormatVersion) {
+    return core::invalid_argument("learner: checkpoint '" + path + "' has format version " +
+                                  std::to_string(version) + ", expected " +
+                                  std::to_string(kFormatVersion));
+  }
+  for (std::int32_t want : shape_of(config_.gpt)) {
+    std::int32_t got = 0;
+    if (!r.get(got)) return damaged("truncated");
+    if (got != want) {
+      return core::invalid_argument("learner: checkpoint '" + path +
+                                    "' holds a model of another shape");
+    }
+  }
+  std::uint64_t steps = 0, next_prompt = 0, count = 0;
+  if (!r.get(steps) || !r.get(next_prompt) || !r.get(count)) return damaged("truncated");
+  if (count != model_->param_count()) return damaged("parameter count mismatch");
+  std::vector<float> params, m, v;
+  if (!r.get_floats(params, count) || !r.get_floats(m, count) || !r.get_floats(v, count) ||
+      !r.at_end()) {
+    return damaged("wrong size");
+  }
+  SLUICE_TRY(optimizer_->restore(m, v, steps));
+  SLUICE_TRY(model_->load(reinterpret_cast<const std::uint8_t*>(params.data()),
+                          params.size() * sizeof(float)));
+  next_train_prompt_ = next_prompt;
+  return {};
+}
+
+}  // namespace sluice::actor

@@ -1,0 +1,180 @@
+// The learner: trains the reference GPT (model::Gpt) on the arithmetic task (rl::ArithmeticTask),
+// first with a supervised warm start on gold solutions, then with RL updates (GRPO or PPO) on
+// trajectories that rollouts generated (actor::Sample). It owns the model and its optimizer; the
+// actor process publishes model() as weight versions.
+//
+// One RL update (train):
+//   - samples of weight 0 are set aside first: a batch behaves exactly as if they were absent;
+//   - each sequence is prompt_tokens + response_tokens; the model's log-prob of response token j
+//     is forward()'s log-prob at position (prompt length + j - 1), and PPO's value of the state
+//     that generated token j is the value head at that same position;
+//   - advantages: GRPO, per trajectory from the rewards of its group (Trajectory::prompt_id),
+//     spread over its tokens; PPO, GAE over the value head's values with the reward on the last
+//     token;
+//   - the loss is the decoupled clipped surrogate (rl::clipped_surrogate): proximal = the log-probs
+//     of the weights before this update, behaviour = Trajectory::logprobs, sample weight =
+//     Sample::weight; PPO adds value_coef x the value loss (0.5 (V - R)^2 per token, each token
+//     weighted by its sample's weight). Every term is a mean over the response tokens of the
+//     batch;
+//   - the batch runs `minibatch` sequences per forward/backward, gradients accumulate over the
+//     whole batch, and AdamW takes one step per epoch (`epochs` passes, the proximal log-probs
+//     fixed at the first pass).
+//
+// Errors: a malformed config, or a malformed sample (response log-probs of another length than the
+// response, an empty prompt or response, a token outside the vocabulary, a sequence longer than
+// the context, a negative or non-finite weight), is invalid_argument naming the field or the
+// trajectory; a rejected batch leaves the model and the optimizer unchanged.
+//
+// Thread safety: none. One thread uses a Learner (the model keeps activations between forward and
+// backward); model() may be read by that thread between calls.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "actor/experience_buffer.hpp"
+#include "core/status.hpp"
+#include "model/adamw.hpp"
+#include "model/gpt.hpp"
+#include "rl/loss.hpp"
+#include "rl/task.hpp"
+#include "rl/trajectory.hpp"
+
+namespace sluice::actor {
+
+struct LearnerConfig {
+  model::GptConfig gpt;            // vocab must cover rl::Tokenizer::kVocabSize; context >= task's
+  model::AdamWConfig adamw;        // the RL optimizer
+  rl::TaskConfig task;             // the prompts of the warm start and of evaluation
+  std::string algorithm = "grpo";  // "grpo" or "ppo" (ppo needs gpt.value_head)
+
+  // Supervised warm start on gold solutions of training prompts.
+  std::uint32_t warmstart_steps = 150;  // optimizer steps (0: no warm start)
+  std::uint32_t warmstart_batch = 32;   // sequences per step, >= 1
+  float warmstart_lr = 1e-3f;           // its learning rate (its own AdamW), > 0
+
+  // RL.
+  rl::SurrogateOptions clip;
+  rl::GrpoOptions grpo;
+  rl::GaeOptions gae;
+  double value_coef = 0.5;       // weight of the value loss (ppo), >= 0
+  std::uint32_t minibatch = 16;  // sequences per forward/backward, >= 1
+  std::uint32_t epochs = 1;      // passes (optimizer steps) over a batch, >= 1
+
+  // Evaluation: greedy decoding of held-out prompts.
+  std::uint32_t eval_prompts = 200;        // the first N prompts of the held-out stream, >= 1
+  std::uint32_t eval_max_new_tokens = 48;  // tokens generated per prompt at most, >= 1
+
+  template <typename V>
+  void describe(V& v) {
+    v("gpt", gpt, "the model");
+    v("adamw", adamw, "the RL optimizer");
+    v("task", task, "the arithmetic task");
+    v("algorithm", algorithm, "grpo or ppo (ppo needs gpt.value_head) (default grpo)");
+    v("warmstart_steps", warmstart_steps, "supervised warm-start steps, 0 for none (default 150)");
+    v("warmstart_batch", warmstart_batch, "sequences per warm-start step (default 32)");
+    v("warmstart_lr", warmstart_lr, "warm-start learning rate (default 0.001)");
+    v("clip", clip, "the clipped surrogate");
+    v("grpo", grpo, "GRPO advantages");
+    v("gae", gae, "PPO's generalised advantage estimation");
+    v("value_coef", value_coef, "weight of the PPO value loss (default 0.5)");
+    v("minibatch", minibatch, "sequences per forward/backward (default 16)");
+    v("epochs", epochs, "optimizer steps per batch (default 1)");
+    v("eval_prompts", eval_prompts, "held-out prompts per evaluation (default 200)");
+    v("eval_max_new_tokens", eval_max_new_tokens,
+      "tokens generated per held-out prompt at most (default 48)");
+  }
+  core::Status validate() const;
+};
+
+struct WarmStartStats {
+  std::uint32_t steps = 0;
+  float first_loss = 0.0f;  // SFT loss (mean NLL per response token) of the first step
+  float last_loss = 0.0f;   // and of the last
+};
+
+struct TrainStats {
+  double loss = 0.0;           // total: surrogate + value_coef x value loss (last epoch)
+  double policy_loss = 0.0;    // the clipped surrogate (last epoch)
+  double value_loss = 0.0;     // ppo only (last epoch)
+  double mean_reward = 0.0;    // over the samples trained on (weight > 0)
+  double clip_fraction = 0.0;  // share of tokens clipped (last epoch; 0 with one epoch)
+  double approx_kl = 0.0;      // KL(proximal || current), last epoch (0 with one epoch)
+  double behaviour_kl = 0.0;   // approximate KL(behaviour || proximal): how off-policy the batch is
+  double truncated_fraction = 0.0;  // share of tokens whose behaviour weight hit the cap
+  double grad_norm = 0.0;           // global gradient norm before clipping (last epoch)
+  std::size_t tokens = 0;           // response tokens trained on
+  std::size_t samples = 0;          // samples trained on (weight > 0)
+  std::size_t skipped = 0;          // samples of weight 0, set aside
+};
+
+struct EvalStats {
+  std::size_t prompts = 0;
+  double accuracy = 0.0;     // share of prompts answered fully right (ArithmeticTask::correct)
+  double mean_reward = 0.0;  // ArithmeticTask::reward
+  double mean_response_tokens = 0.0;  // generated tokens, EOS included
+};
+
+class Learner {
+ public:
+  // Called after each warm-start step with the step (1-based) and its SFT loss.
+  using Progress = std::function<void(std::uint32_t step, float loss)>;
+
+  // Validates the config and builds the model (initial weights from gpt.init_seed), the task and
+  // the optimizer.
+  static core::Result<std::unique_ptr<Learner>> create(const LearnerConfig& config);
+  ~Learner();
+  Learner(const Learner&) = delete;
+  Learner& operator=(const Learner&) = delete;
+
+  const LearnerConfig& config() const { return config_; }
+  const rl::ArithmeticTask& task() const { return task_; }
+  // The weights, for publishing: model().tensors() describe model().params().
+  const model::Gpt& model() const { return *model_; }
+  // RL optimizer steps taken so far (warm-start steps not included).
+  std::uint64_t steps() const;
+
+  // Supervised fine-tuning on gold solutions of the training prompts (warmstart_steps steps of
+  // warmstart_batch sequences, fresh prompts each step, its own AdamW at warmstart_lr). May be
+  // called more than once (it continues the training stream).
+  core::Result<WarmStartStats> warm_start(const Progress& progress = {});
+
+  // One RL update on `batch` (see the header comment). A batch with no sample of positive weight
+  // changes nothing and reports tokens = 0.
+  core::Result<TrainStats> train(const std::vector<Sample>& batch);
+
+  // The current weights' log-prob of every response token of each trajectory (what train() uses
+  // as the proximal policy). Checked as train() checks, except that the behaviour log-probs and
+  // the reward are not needed.
+  core::Result<std::vector<std::vector<float>>> response_logprobs(
+      const std::vector<rl::Trajectory>& trajectories);
+  // The value head's value at each response token's state (ppo models only).
+  core::Result<std::vector<std::vector<float>>> response_values(
+      const std::vector<rl::Trajectory>& trajectories);
+
+  // Greedy decoding (KV cache: prefill, then batched decode) of the first eval_prompts held-out
+  // prompts, each up to eval_max_new_tokens tokens or EOS.
+  core::Result<EvalStats> evaluate();
+
+  // A checkpoint: the config's model shape, the weights, the RL optimizer's state and the step
+  // count, in one binary file (written to a temporary name, then renamed). load() needs a learner
+  // with the same model shape; a file of another shape or a damaged file is an error and leaves
+  // the learner unchanged.
+  core::Status save(const std::string& path) const;
+  core::Status load(const std::string& path);
+
+ private:
+  Learner(LearnerConfig config, rl::ArithmeticTask task, std::unique_ptr<model::Gpt> model,
+          std::unique_ptr<model::AdamW> optimizer);
+
+  LearnerConfig config_;
+  rl::ArithmeticTask task_;
+  std::unique_ptr<model::Gpt> model_;
+  std::unique_ptr<model::AdamW> optimizer_;
+  std::uint64_t next_train_prompt_ = 0;  // the warm start's position in the training stream
+};
+
+}  // namespace sluice::actor
