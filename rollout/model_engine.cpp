@@ -1,0 +1,313 @@
+#include "rollout/model_engine.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <span>
+
+#include "core/checksum.hpp"
+#include "core/log.hpp"
+#include "model/sampling.hpp"
+#include "rl/tokenizer.hpp"
+
+namespace sluice::rollout {
+
+namespace {
+
+constexpr std::int32_t kEos = rl::Tokenizer::kEos;
+
+// splitmix64's finalizer, to turn the id's hash into a well-mixed starting state.
+std::uint64_t mix(std::uint64_t x) {
+  x ^= x >> 30;
+  x *= 0xbf58476d1ce4e5b9ULL;
+  x ^= x >> 27;
+  x *= 0x94d049bb133111ebULL;
+  x ^= x >> 31;
+  return x;
+}
+
+// The sampling state of a new sequence that came without one: a function of its id only, so the
+// same trajectory samples alike on every engine.
+std::uint64_t initial_rng_state(const std::string& id) {
+  return mix(core::chunk_checksum(id.data(), id.size()) ^ 0x6d6f64656c726e67ULL);
+}
+
+core::Status resource_exhausted(std::string m) {
+  return core::Status(core::Code::kResourceExhausted, std::move(m));
+}
+
+}  // namespace
+
+core::Status ModelEngineConfig::validate() const {
+  SLUICE_TRY(gpt.validate());
+  if (gpt.vocab <= kEos) {
+    return core::invalid_argument(
+        "model engine: gpt.vocab must include the end-of-sequence token " + std::to_string(kEos));
+  }
+  if (max_sequences == 0) {
+    return core::invalid_argument("model engine: max_sequences must be at least 1");
+  }
+  if (!std::isfinite(temperature) || temperature < 0.0) {
+    return core::invalid_argument("model engine: temperature must be finite and >= 0");
+  }
+  return {};
+}
+
+Capacity ModelEngineConfig::capacity() const {
+  const std::uint64_t kv = max_kv_tokens != 0 ? max_kv_tokens
+                                              : static_cast<std::uint64_t>(max_sequences) *
+                                                    static_cast<std::uint64_t>(gpt.context);
+  return {max_sequences, kv};
+}
+
+core::Result<std::unique_ptr<ModelEngine>> ModelEngine::create(const ModelEngineConfig& config) {
+  SLUICE_TRY(config.validate());
+  SLUICE_ASSIGN_OR_RETURN(std::unique_ptr<model::Gpt> gpt, model::Gpt::create(config.gpt));
+  return std::unique_ptr<ModelEngine>(new ModelEngine(config, std::move(gpt)));
+}
+
+ModelEngine::ModelEngine(ModelEngineConfig config, std::unique_ptr<model::Gpt> model)
+    : config_(std::move(config)), capacity_(config_.capacity()), model_(std::move(model)) {
+  const std::size_t batch = config_.max_sequences;
+  seqs_.reserve(batch);
+  batch_caches_.reserve(batch);
+  batch_tokens_.reserve(batch);
+  batch_index_.reserve(batch);
+  failed_.reserve(batch);
+  prefill_input_.reserve(static_cast<std::size_t>(config_.gpt.context));
+  logits_.reserve(batch * static_cast<std::size_t>(config_.gpt.vocab));
+}
+
+ModelEngine::~ModelEngine() = default;
+
+core::Status ModelEngine::load_weights(std::uint64_t version, const std::uint8_t* data,
+                                       std::uint64_t bytes, bool allow_active) {
+  if (!seqs_.empty() && !allow_active) {
+    return core::failed_precondition(
+        "model engine: cannot load version " + std::to_string(version) + " with " +
+        std::to_string(seqs_.size()) + " active sequences of version " + std::to_string(version_));
+  }
+  SLUICE_TRY(model_->load(data, static_cast<std::size_t>(bytes))
+                 .with_context("model engine: version " + std::to_string(version)));
+  // The active sequences' caches hold keys and values of the old weights: recompute them with the
+  // new ones before their next token, as partial-rollout systems do after a weight update.
+  for (auto& a : seqs_)
+    a.needs_prefill = true;
+  version_ = version;
+  return {};
+}
+
+bool ModelEngine::can_admit(std::uint64_t kv_tokens) const {
+  return seqs_.size() < capacity_.max_sequences && kv_tokens <= capacity_.max_kv_tokens &&
+         kv_used_ <= capacity_.max_kv_tokens - kv_tokens;
+}
+
+core::Status ModelEngine::admit(SequenceState seq) {
+  if (seq.trajectory_id.empty()) {
+    return core::invalid_argument("model engine: empty trajectory id");
+  }
+  const std::string& id = seq.trajectory_id;
+  if (seq.max_new_tokens == 0) {
+    return core::invalid_argument("model engine: sequence " + id + " has max_new_tokens 0");
+  }
+  if (seq.logprobs.size() != seq.generated.size()) {
+    return core::invalid_argument("model engine: sequence " + id + " has " +
+                                  std::to_string(seq.logprobs.size()) + " log-probs for " +
+                                  std::to_string(seq.generated.size()) + " generated tokens");
+  }
+  if (seq.prompt_tokens.empty()) {
+    return core::invalid_argument("model engine: sequence " + id + " has an empty prompt");
+  }
+  const auto context = static_cast<std::uint64_t>(config_.gpt.context);
+  const std::uint64_t kv = seq.kv_tokens();
+  if (kv > context) {
+    return core::invalid_argument("model engine: sequence " + id + " holds " + std::to_string(kv) +
+                                  " tokens, more than the context of " + std::to_string(context));
+  }
+  auto out_of_range = [&](std::int32_t t) { return t < 0 || t >= config_.gpt.vocab; };
+  if (std::any_of(seq.prompt_tokens.begin(), seq.prompt_tokens.end(), out_of_range) ||
+      std::any_of(seq.generated.begin(), seq.generated.end(), out_of_range)) {
+    return core::invalid_argument("model engine: sequence " + id + " has a token outside [0, " +
+                                  std::to_string(config_.gpt.vocab) + ")");
+  }
+  for (const auto& a : seqs_) {
+    if (a.state.trajectory_id == id) {
+      return core::Status(core::Code::kAlreadyExists,
+                          "model engine: sequence " + id + " is already active");
+    }
+  }
+  if (seqs_.size() >= capacity_.max_sequences) {
+    return resource_exhausted("model engine: cannot admit " + id + ": batch full (" +
+                              std::to_string(seqs_.size()) + " of " +
+                              std::to_string(capacity_.max_sequences) + " sequences)");
+  }
+  if (!can_admit(kv)) {
+    return resource_exhausted("model engine: cannot admit " + id + ": it needs " +
+                              std::to_string(kv) + " KV tokens, " +
+                              std::to_string(capacity_.max_kv_tokens - kv_used_) + " of " +
+                              std::to_string(capacity_.max_kv_tokens) + " free");
+  }
+  if (seq.generated.empty() && seq.rng_state == 0) seq.rng_state = initial_rng_state(id);
+  if (seq.versions.empty() || seq.versions.back() != version_) seq.versions.push_back(version_);
+  // Room for every token the sequence may still generate, so appending never reallocates.
+  const std::uint64_t room =
+      std::min<std::uint64_t>(context - seq.prompt_tokens.size(), seq.max_new_tokens);
+  seq.generated.reserve(static_cast<std::size_t>(room));
+  seq.logprobs.reserve(static_cast<std::size_t>(room));
+  Active a;
+  a.state = std::move(seq);
+  a.cache = take_cache();
+  a.needs_prefill = true;
+  kv_used_ += kv;
+  seqs_.push_back(std::move(a));
+  return {};
+}
+
+bool ModelEngine::done(const SequenceState& s) const {
+  if (!s.generated.empty() && s.generated.back() == kEos) return true;
+  if (s.generated.size() >= s.max_new_tokens) return true;
+  return s.kv_tokens() >= static_cast<std::uint64_t>(config_.gpt.context);
+}
+
+model::KvCache ModelEngine::take_cache() {
+  if (free_caches_.empty()) return model_->make_cache();
+  model::KvCache c = std::move(free_caches_.back());
+  free_caches_.pop_back();
+  c.clear();
+  return c;
+}
+
+bool ModelEngine::append_sample(Active& a, std::span<const float> logits) {
+  SequenceState& s = a.state;
+  auto sampled = model::sample(logits, static_cast<float>(config_.temperature), s.rng_state);
+  if (!sampled.is_ok()) {
+    core::log::error("model engine: sequence {}: sampling failed: {}", s.trajectory_id,
+                     sampled.status().to_string());
+    return false;
+  }
+  if (s.versions.empty() || s.versions.back() != version_) s.versions.push_back(version_);
+  s.generated.push_back(sampled->token);
+  s.logprobs.push_back(sampled->logprob);
+  ++kv_used_;
+  return true;
+}
+
+StepResult ModelEngine::step() {
+  StepResult r;
+  if (seqs_.empty()) return r;
+  const auto vocab = static_cast<std::size_t>(config_.gpt.vocab);
+  failed_.assign(seqs_.size(), 0);
+  batch_caches_.clear();
+  batch_tokens_.clear();
+  batch_index_.clear();
+
+  // Newly admitted (or re-weighted) sequences: prefill prompt + generated, sample from its logits.
+  for (std::size_t i = 0; i < seqs_.size(); ++i) {
+    Active& a = seqs_[i];
+    SequenceState& s = a.state;
+    // A migrated sequence may arrive complete; it finishes without work.
+    if (done(s)) continue;
+    if (!a.needs_prefill) {
+      batch_caches_.push_back(&a.cache);
+      batch_tokens_.push_back(s.generated.back());
+      batch_index_.push_back(i);
+      continue;
+    }
+    prefill_input_.assign(s.prompt_tokens.begin(), s.prompt_tokens.end());
+    prefill_input_.insert(prefill_input_.end(), s.generated.begin(), s.generated.end());
+    a.cache.clear();
+    core::Status st = model_->prefill(a.cache, prefill_input_, logits_);
+    if (!st.is_ok()) {
+      // admit() checked what prefill checks; this is a bug, and the sequence cannot go on.
+      core::log::error("model engine: sequence {}: {}", s.trajectory_id, st.to_string());
+      failed_[i] = 1;
+      continue;
+    }
+    a.needs_prefill = false;
+    r.prefill_tokens += prefill_input_.size();
+    if (!append_sample(a, logits_)) {
+      failed_[i] = 1;
+      continue;
+    }
+    ++r.batch;
+    ++r.tokens;
+  }
+
+  // Everyone else: one batched decode of their last token.
+  if (!batch_caches_.empty()) {
+    core::Status st = model_->decode(batch_caches_, batch_tokens_, logits_);
+    for (std::size_t b = 0; b < batch_index_.size(); ++b) {
+      const std::size_t i = batch_index_[b];
+      if (!st.is_ok()) {
+        core::log::error("model engine: sequence {}: {}", seqs_[i].state.trajectory_id,
+                         st.to_string());
+        failed_[i] = 1;
+        continue;
+      }
+      if (!append_sample(seqs_[i], std::span<const float>(logits_.data() + b * vocab, vocab))) {
+        failed_[i] = 1;
+        continue;
+      }
+      ++r.batch;
+      ++r.tokens;
+    }
+  }
+
+  // Remove what finished, keeping admission order; their caches go back to the pool.
+  std::size_t keep = 0;
+  for (std::size_t i = 0; i < seqs_.size(); ++i) {
+    Active& a = seqs_[i];
+    if (failed_[i] != 0 || done(a.state)) {
+      kv_used_ -= a.state.kv_tokens();
+      r.finished.push_back(std::move(a.state));
+      free_caches_.push_back(std::move(a.cache));
+      continue;
+    }
+    if (keep != i) seqs_[keep] = std::move(a);
+    ++keep;
+  }
+  seqs_.erase(seqs_.begin() + static_cast<std::ptrdiff_t>(keep), seqs_.end());
+  return r;
+}
+
+core::Result<SequenceState> ModelEngine::export_sequence(const std::string& trajectory_id) {
+  auto it = std::find_if(seqs_.begin(), seqs_.end(),
+                         [&](const Active& a) { return a.state.trajectory_id == trajectory_id; });
+  if (it == seqs_.end()) {
+    return core::not_found("model engine: sequence " + trajectory_id + " is not active here");
+  }
+  SequenceState s = std::move(it->state);
+  free_caches_.push_back(std::move(it->cache));
+  kv_used_ -= s.kv_tokens();
+  seqs_.erase(it);
+  return s;
+}
+
+std::vector<SequenceState> ModelEngine::export_all() {
+  std::vector<SequenceState> out;
+  out.reserve(seqs_.size());
+  for (auto& a : seqs_) {
+    out.push_back(std::move(a.state));
+    free_caches_.push_back(std::move(a.cache));
+  }
+  seqs_.clear();
+  kv_used_ = 0;
+  return out;
+}
+
+std::vector<SequenceState> ModelEngine::snapshot() const {
+  std::vector<SequenceState> out;
+  out.reserve(seqs_.size());
+  for (const auto& a : seqs_)
+    out.push_back(a.state);
+  return out;
+}
+
+std::vector<std::pair<std::string, std::uint64_t>> ModelEngine::active_sequences() const {
+  std::vector<std::pair<std::string, std::uint64_t>> out;
+  out.reserve(seqs_.size());
+  for (const auto& a : seqs_)
+    out.emplace_back(a.state.trajectory_id, a.state.kv_tokens());
+  return out;
+}
+
+}  // namespace sluice::rollout
