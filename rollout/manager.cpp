@@ -327,7 +327,8 @@ struct Manager::Impl {
     std::uint64_t v = s.versions.empty() ? 0 : s.versions.back();
     if (mv != moves.end()) {
       auto dst = rollouts.find(mv->second.to);
-      if (dst != rollouts.end() && dst->second.alive && dst->second.version == v) {
+      if (dst != rollouts.end() && dst->second.alive && !dst->second.loading &&
+          dst->second.version == v) {
         moved_kv_tokens += s.kv_tokens();
         t.rollout = dst->first;
         dst->second.to_import.push_back(std::move(s));
@@ -487,6 +488,8 @@ struct Manager::Impl {
     reply["export"] = r.to_export;
     r.to_export.clear();
     reply["load"] = load;
+    // Until it reports again it is switching: nothing of its old version is routed to it.
+    if (load > 0) r.loading = true;
     reply["allow_active"] = allow_active;
     reply["state"] = state;
     reply["done"] = is_done();

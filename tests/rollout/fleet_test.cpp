@@ -23,7 +23,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-constexpr std::uint64_t kPrompts = 24;
+constexpr std::uint64_t kPrompts = 48;
 constexpr std::uint64_t kGroup = 4;
 constexpr std::uint64_t kBound = 2;
 
@@ -39,7 +39,7 @@ json small_job(const std::string& mode) {
                {{"prompts", kPrompts},
                 {"group_size", kGroup},
                 {"batch_trajectories", 16},
-                {"heartbeat_timeout_ms", 800},
+                {"heartbeat_timeout_ms", 500},
                 {"repack_interval_ms", 50}}},
               {"rollout",
                {{"report_ms", 20},
@@ -123,7 +123,7 @@ const char* kModes[] = {"sync", "one-step-off", "stream", "partial-rollout", "sl
 }  // namespace
 
 TEST_CASE("every prompt's trajectories reach the buffer exactly once, in every mode") {
-  for (const char* mode : kModes) {
+  for (std::string mode : kModes) {
     CAPTURE(mode);
     Run r = run_job(mode, small_job(mode));
     check_exactly_once(r);
@@ -132,20 +132,21 @@ TEST_CASE("every prompt's trajectories reach the buffer exactly once, in every m
 }
 
 TEST_CASE("a rollout killed mid-run loses nothing, in every mode") {
-  for (const char* mode : kModes) {
+  for (std::string mode : kModes) {
     CAPTURE(mode);
     json job = small_job(mode);
-    job["kill_rollout_after_s"] = 0.7;
-    Run r = run_job(std::string(mode) + "-kill", job);
+    job["kill_rollout_after_s"] = 0.3;
+    Run r = run_job(mode + "-kill", job);
     check_exactly_once(r);
     check_common(r, mode);
-    CHECK(r.summary.at("manager").at("dead_rollouts").get<std::uint64_t>() == 1);
+    // The killed one (a slow survivor may be declared dead too, and its work goes back as well).
+    CHECK(r.summary.at("manager").at("dead_rollouts").get<std::uint64_t>() >= 1);
   }
 }
 
 TEST_CASE("a rollout that stops heartbeating is declared dead and its work resumes elsewhere") {
   json job = small_job("sluice");
-  job["stop_rollout_after_s"] = 0.7;
+  job["stop_rollout_after_s"] = 0.3;
   Run r = run_job("sluice-stop", job);
   check_exactly_once(r);
   check_common(r, "sluice");
@@ -169,6 +170,10 @@ TEST_CASE("partial-rollout mixes versions and sluice mode repacks (the checks ab
   REQUIRE_MESSAGE(pr.code == 0, pr.output);
   CHECK(pr.summary.at("manager").at("mixed_version_trajectories").get<std::uint64_t>() > 0);
   json sj = small_job("sluice");
+  sj["rollouts"] = 4;
+  sj["manager"]["ramp_down_occupancy"] = 0.75;
+  sj["rollout"]["sim"]["max_sequences"] = 8;
+  sj["rollout"]["sim"]["lengths"] = {{"median", 16}, {"p99", 400}, {"max_len", 512}};
   Run sl = run_job("sluice-control", sj);
   REQUIRE_MESSAGE(sl.code == 0, sl.output);
   CHECK(sl.summary.at("manager").at("repack_moves").get<std::uint64_t>() > 0);
