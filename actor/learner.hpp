@@ -46,13 +46,17 @@
 namespace sluice::actor {
 
 struct LearnerConfig {
-  model::GptConfig gpt;            // vocab must cover rl::Tokenizer::kVocabSize; context >= task's
-  model::AdamWConfig adamw;        // the RL optimizer
+  model::GptConfig gpt;  // vocab must cover rl::Tokenizer::kVocabSize; context >= task's
+  // The RL optimizer. RL wants a far smaller step than AdamW's default 1e-3 (measured on the demo
+  // model: 1e-3 collapses responses within 10 GRPO updates, 2e-4 drifts down, 5e-5 climbs).
+  model::AdamWConfig adamw{.lr = 5e-5f, .max_grad_norm = 1.0f};
   rl::TaskConfig task;             // the prompts of the warm start and of evaluation
   std::string algorithm = "grpo";  // "grpo" or "ppo" (ppo needs gpt.value_head)
 
   // Supervised warm start on gold solutions of training prompts.
-  std::uint32_t warmstart_steps = 150;  // optimizer steps (0: no warm start)
+  // Demo sizes: 250 steps of 32 at 1e-3 give about 20-25% held-out accuracy (it swings by +-10
+  // points from step to step at a constant lr).
+  std::uint32_t warmstart_steps = 250;  // optimizer steps (0: no warm start)
   std::uint32_t warmstart_batch = 32;   // sequences per step, >= 1
   float warmstart_lr = 1e-3f;           // its learning rate (its own AdamW), > 0
 
@@ -71,10 +75,10 @@ struct LearnerConfig {
   template <typename V>
   void describe(V& v) {
     v("gpt", gpt, "the model");
-    v("adamw", adamw, "the RL optimizer");
+    v("adamw", adamw, "the RL optimizer (defaults here: lr 5e-5, max_grad_norm 1)");
     v("task", task, "the arithmetic task");
     v("algorithm", algorithm, "grpo or ppo (ppo needs gpt.value_head) (default grpo)");
-    v("warmstart_steps", warmstart_steps, "supervised warm-start steps, 0 for none (default 150)");
+    v("warmstart_steps", warmstart_steps, "supervised warm-start steps, 0 for none (default 250)");
     v("warmstart_batch", warmstart_batch, "sequences per warm-start step (default 32)");
     v("warmstart_lr", warmstart_lr, "warm-start learning rate (default 0.001)");
     v("clip", clip, "the clipped surrogate");

@@ -1,0 +1,355 @@
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include <unistd.h>
+
+#include "actor/learner.hpp"
+#include "core/config.hpp"
+#include "rl/tokenizer.hpp"
+
+using namespace sluice;
+using sluice::actor::Learner;
+using sluice::actor::LearnerConfig;
+using sluice::actor::Sample;
+
+namespace {
+
+// A model and a task small enough that every test runs in a second or two, also under
+// AddressSanitizer: sums of two one-digit numbers ("3+5=" -> "8$").
+LearnerConfig small_config() {
+  LearnerConfig c;
+  c.gpt.vocab = rl::Tokenizer::kVocabSize;
+  c.gpt.context = 16;
+  c.gpt.d_model = 32;
+  c.gpt.n_layer = 2;
+  c.gpt.n_head = 2;
+  c.gpt.d_ff = 64;
+  c.task.min_terms = 2;
+  c.task.max_terms = 2;
+  c.task.median_terms = 2.0;
+  c.task.p99_terms = 2.0;
+  c.task.context_tokens = 16;
+  c.warmstart_steps = 0;
+  c.warmstart_batch = 32;
+  c.warmstart_lr = 3e-3f;
+  c.minibatch = 3;  // odd, so batches span several minibatches
+  c.eval_prompts = 40;
+  c.eval_max_new_tokens = 6;
+  return c;
+}
+
+std::unique_ptr<Learner> make(const LearnerConfig& c) {
+  auto l = Learner::create(c);
+  REQUIRE_MESSAGE(l.is_ok(), l.status().to_string());
+  return std::move(l).value();
+}
+
+// A trajectory answering the index-th training prompt with `response`, its behaviour log-probs
+// set to the learner's own (on-policy).
+rl::Trajectory trajectory(Learner& l, std::uint64_t index, const std::string& response,
+                          double reward, const std::string& id) {
+  auto p = l.task().train_prompt(index);
+  REQUIRE(p.is_ok());
+  rl::Trajectory t;
+  t.id = id;
+  t.prompt_id = p->id;
+  t.prompt_tokens = p->tokens;
+  auto r = rl::Tokenizer::encode(response);
+  REQUIRE(r.is_ok());
+  t.response_tokens = *r;
+  t.reward = reward;
+  auto lp = l.response_logprobs({t});
+  REQUIRE_MESSAGE(lp.is_ok(), lp.status().to_string());
+  t.logprobs = (*lp)[0];
+  return t;
+}
+
+std::string gold(Learner& l, std::uint64_t index) {
+  auto p = l.task().train_prompt(index);
+  REQUIRE(p.is_ok());
+  return rl::Tokenizer::decode(l.task().solution(*p));
+}
+
+// A wrong answer to the index-th prompt (well formed: one number, then EOS).
+std::string wrong(Learner& l, std::uint64_t index) {
+  auto p = l.task().train_prompt(index);
+  REQUIRE(p.is_ok());
+  return std::to_string(p->answer() + 1) + "$";
+}
+
+double sum(const std::vector<float>& v) {
+  return std::accumulate(v.begin(), v.end(), 0.0);
+}
+
+std::vector<float> params(const Learner& l) {
+  return {l.model().params(), l.model().params() + l.model().param_count()};
+}
+
+}  // namespace
+
+TEST_SUITE("learner") {
+  TEST_CASE("warm start lowers the SFT loss and answers some held-out prompts") {
+    LearnerConfig c = small_config();
+    c.warmstart_steps = 150;
+    auto l = make(c);
+    auto before = l->evaluate();
+    REQUIRE(before.is_ok());
+    CHECK(before->prompts == 40);
+    std::uint32_t calls = 0;
+    auto ws = l->warm_start([&](std::uint32_t step, float loss) {
+      ++calls;
+      CHECK(step == calls);
+      CHECK(std::isfinite(loss));
+    });
+    REQUIRE_MESSAGE(ws.is_ok(), ws.status().to_string());
+    CHECK(calls == 150);
+    CHECK(ws->steps == 150);
+    // Uniform guessing over 20 tokens costs log(20) = 3 nats per token.
+    CHECK(ws->first_loss > 2.0f);
+    CHECK(ws->last_loss < 0.5f * ws->first_loss);
+    CHECK(l->steps() == 0);  // the warm start is not an RL step
+    auto after = l->evaluate();
+    REQUIRE(after.is_ok());
+    MESSAGE("held-out accuracy " << before->accuracy << " -> " << after->accuracy
+                                 << ", mean response tokens " << after->mean_response_tokens);
+    CHECK(after->accuracy > 0.0);
+    CHECK(after->accuracy > before->accuracy);
+    CHECK(after->mean_reward == doctest::Approx(after->accuracy));  // binary reward
+    CHECK(after->mean_response_tokens >= 1.0);
+    CHECK(after->mean_response_tokens <= 6.0);
+    // Greedy evaluation is deterministic.
+    auto again = l->evaluate();
+    REQUIRE(again.is_ok());
+    CHECK(again->accuracy == after->accuracy);
+    CHECK(again->mean_response_tokens == after->mean_response_tokens);
+  }
+
+  TEST_CASE("a GRPO step raises the rewarded response and lowers the other") {
+    auto l = make(small_config());
+    const rl::Trajectory good = trajectory(*l, 0, gold(*l, 0), 1.0, "p0/0");
+    const rl::Trajectory bad = trajectory(*l, 0, wrong(*l, 0), 0.0, "p0/1");
+    auto stats = l->train({Sample{good, 1.0, 0}, Sample{bad, 1.0, 0}});
+    REQUIRE_MESSAGE(stats.is_ok(), stats.status().to_string());
+    CHECK(l->steps() == 1);
+    CHECK(stats->samples == 2);
+    CHECK(stats->tokens == good.response_tokens.size() + bad.response_tokens.size());
+    CHECK(stats->mean_reward == doctest::Approx(0.5));
+    CHECK(stats->grad_norm > 0.0);
+    // On-policy and a single epoch: nothing is clipped and the policy has not moved yet.
+    CHECK(stats->clip_fraction == 0.0);
+    CHECK(stats->approx_kl == doctest::Approx(0.0));
+    CHECK(stats->behaviour_kl == doctest::Approx(0.0).epsilon(1e-6));
+    auto after = l->response_logprobs({good, bad});
+    REQUIRE(after.is_ok());
+    CHECK(sum((*after)[0]) > sum(good.logprobs));
+    CHECK(sum((*after)[1]) < sum(bad.logprobs));
+  }
+
+  TEST_CASE("a group whose rewards are all equal gives no gradient") {
+    auto l = make(small_config());
+    const std::vector<float> p0 = params(*l);
+    const rl::Trajectory a = trajectory(*l, 1, gold(*l, 1), 1.0, "p1/0");
+    const rl::Trajectory b = trajectory(*l, 1, wrong(*l, 1), 1.0, "p1/1");
+    auto stats = l->train({Sample{a, 1.0, 0}, Sample{b, 1.0, 0}});
+    REQUIRE(stats.is_ok());
+    CHECK(stats->grad_norm == 0.0);
+    CHECK(params(*l) == p0);
+  }
+
+  TEST_CASE("a sample of weight 0 changes nothing") {
+    LearnerConfig c = small_config();
+    auto with = make(c);
+    auto without = make(c);
+    const rl::Trajectory good = trajectory(*with, 2, gold(*with, 2), 1.0, "p2/0");
+    const rl::Trajectory bad = trajectory(*with, 2, wrong(*with, 2), 0.0, "p2/1");
+    // Same group, and a reward that would move the group mean if it counted.
+    const rl::Trajectory extra = trajectory(*with, 2, gold(*with, 2), 1.0, "p2/2");
+
+    SUBCASE("alone: no step at all") {
+      const std::vector<float> p0 = params(*with);
+      auto stats = with->train({Sample{extra, 0.0, 9}, Sample{bad, 0.0, 9}});
+      REQUIRE(stats.is_ok());
+      CHECK(stats->tokens == 0);
+      CHECK(stats->samples == 0);
+      CHECK(stats->skipped == 2);
+      CHECK(with->steps() == 0);
+      CHECK(params(*with) == p0);
+    }
+    SUBCASE("among others: the same update as without it") {
+      auto a = with->train({Sample{good, 1.0, 0}, Sample{extra, 0.0, 5}, Sample{bad, 1.0, 0}});
+      auto b = without->train({Sample{good, 1.0, 0}, Sample{bad, 1.0, 0}});
+      REQUIRE((a.is_ok() && b.is_ok()));
+      CHECK(a->skipped == 1);
+      CHECK(a->tokens == b->tokens);
+      CHECK(a->loss == b->loss);
+      CHECK(params(*with) == params(*without));
+      CHECK(params(*with) != params(*make(c)));  // and the update did move the weights
+    }
+  }
+
+  TEST_CASE("a stale sample is weighted by how far its behaviour policy was") {
+    auto l = make(small_config());
+    rl::Trajectory good = trajectory(*l, 3, gold(*l, 3), 1.0, "p3/0");
+    rl::Trajectory bad = trajectory(*l, 3, wrong(*l, 3), 0.0, "p3/1");
+    for (auto& lp : good.logprobs)
+      lp -= 2.0f;  // the behaviour policy found these tokens much less likely: w = e^2, capped
+    auto stats = l->train({Sample{good, 1.0, 3}, Sample{bad, 1.0, 3}});
+    REQUIRE(stats.is_ok());
+    CHECK(stats->truncated_fraction ==
+          doctest::Approx(static_cast<double>(good.response_tokens.size()) /
+                          static_cast<double>(stats->tokens)));
+    CHECK(stats->behaviour_kl > 0.0);
+  }
+
+  TEST_CASE("a PPO step lowers the value loss on a repeated batch") {
+    LearnerConfig c = small_config();
+    c.algorithm = "ppo";
+    c.gpt.value_head = true;
+    c.adamw.lr = 3e-3f;
+    auto l = make(c);
+    std::vector<Sample> batch;
+    for (std::uint64_t i = 0; i < 4; ++i) {
+      batch.push_back({trajectory(*l, i, gold(*l, i), 1.0, "g" + std::to_string(i)), 1.0, 0});
+      batch.push_back({trajectory(*l, i, wrong(*l, i), 0.0, "w" + std::to_string(i)), 1.0, 0});
+    }
+    std::vector<double> losses;
+    for (int step = 0; step < 12; ++step) {
+      auto stats = l->train(batch);
+      REQUIRE_MESSAGE(stats.is_ok(), stats.status().to_string());
+      CHECK(std::isfinite(stats->loss));
+      losses.push_back(stats->value_loss);
+    }
+    MESSAGE("value loss " << losses.front() << " -> " << losses.back());
+    CHECK(losses.back() < 0.5 * losses.front());
+    auto values = l->response_values({batch[0].trajectory});
+    REQUIRE(values.is_ok());
+    CHECK((*values)[0].size() == batch[0].trajectory.response_tokens.size());
+  }
+
+  TEST_CASE("several epochs clip the ratio and report the divergence") {
+    LearnerConfig c = small_config();
+    c.epochs = 4;
+    c.adamw.lr = 1e-2f;
+    auto l = make(c);
+    const rl::Trajectory good = trajectory(*l, 4, gold(*l, 4), 1.0, "p4/0");
+    const rl::Trajectory bad = trajectory(*l, 4, wrong(*l, 4), 0.0, "p4/1");
+    auto stats = l->train({Sample{good, 1.0, 0}, Sample{bad, 1.0, 0}});
+    REQUIRE(stats.is_ok());
+    CHECK(l->steps() == 4);
+    CHECK(stats->approx_kl > 0.0);
+    CHECK(stats->clip_fraction > 0.0);
+  }
+
+  TEST_CASE("wrong input is a clear error that changes nothing") {
+    auto l = make(small_config());
+    const std::vector<float> p0 = params(*l);
+    rl::Trajectory t = trajectory(*l, 5, gold(*l, 5), 1.0, "p5/0");
+    rl::Trajectory u = trajectory(*l, 5, wrong(*l, 5), 0.0, "p5/1");
+    auto expect_invalid = [&](const rl::Trajectory& broken, const std::string& words) {
+      auto r = l->train({Sample{u, 1.0, 0}, Sample{broken, 1.0, 0}});
+      REQUIRE_FALSE(r.is_ok());
+      CHECK(r.status().code() == core::Code::kInvalidArgument);
+      CHECK_MESSAGE(r.status().message().find(words) != std::string::npos, r.status().message());
+      CHECK(r.status().message().find("p5/0") != std::string::npos);
+    };
+    rl::Trajectory short_lp = t;
+    short_lp.logprobs.pop_back();
+    expect_invalid(short_lp, "behaviour log-probs for");
+    rl::Trajectory out_of_vocab = t;
+    out_of_vocab.response_tokens[0] = rl::Tokenizer::kVocabSize;
+    expect_invalid(out_of_vocab, "outside the vocabulary");
+    rl::Trajectory too_long = t;
+    too_long.response_tokens.assign(20, rl::Tokenizer::kEos);
+    too_long.logprobs.assign(20, -1.0f);
+    expect_invalid(too_long, "over the context");
+    rl::Trajectory empty = t;
+    empty.response_tokens.clear();
+    empty.logprobs.clear();
+    expect_invalid(empty, "empty response");
+    auto neg = l->train({Sample{t, -1.0, 0}});
+    CHECK(neg.status().code() == core::Code::kInvalidArgument);
+    CHECK(l->steps() == 0);
+    CHECK(params(*l) == p0);
+
+    LearnerConfig ppo = small_config();
+    ppo.algorithm = "ppo";
+    auto no_head = Learner::create(ppo);
+    CHECK(no_head.status().code() == core::Code::kInvalidArgument);
+    CHECK(no_head.status().message().find("value_head") != std::string::npos);
+    LearnerConfig unknown = small_config();
+    unknown.algorithm = "dpo";
+    CHECK(Learner::create(unknown).status().code() == core::Code::kInvalidArgument);
+    LearnerConfig small_vocab = small_config();
+    small_vocab.gpt.vocab = 10;
+    CHECK(Learner::create(small_vocab).status().code() == core::Code::kInvalidArgument);
+    CHECK(l->response_values({t}).status().code() == core::Code::kFailedPrecondition);
+  }
+
+  TEST_CASE("the config parses from JSON and rejects unknown keys") {
+    LearnerConfig c;
+    auto doc = core::config::parse_json_text(
+        R"({"algorithm": "ppo", "gpt": {"value_head": true, "d_model": 64}, "epochs": 2})", "test");
+    REQUIRE(doc.is_ok());
+    REQUIRE(core::config::parse(*doc, c).is_ok());
+    CHECK(c.algorithm == "ppo");
+    CHECK(c.gpt.d_model == 64);
+    CHECK(c.epochs == 2);
+    CHECK(c.validate().is_ok());
+    auto json = core::config::to_json(c);
+    CHECK(json["clip"]["clip_high"] == 0.2);
+    LearnerConfig d;
+    auto bad = core::config::parse_json_text(R"({"gpt": {"layers": 3}})", "test");
+    REQUIRE(bad.is_ok());
+    CHECK(core::config::parse(*bad, d).code() == core::Code::kInvalidArgument);
+  }
+
+  TEST_CASE("a checkpoint restores weights, optimizer state and steps") {
+    LearnerConfig c = small_config();
+    c.warmstart_steps = 3;
+    auto a = make(c);
+    REQUIRE(a->warm_start().is_ok());
+    const rl::Trajectory good = trajectory(*a, 6, gold(*a, 6), 1.0, "p6/0");
+    const rl::Trajectory bad = trajectory(*a, 6, wrong(*a, 6), 0.0, "p6/1");
+    const std::vector<Sample> batch = {{good, 1.0, 0}, {bad, 1.0, 0}};
+    REQUIRE(a->train(batch).is_ok());
+    const std::string path = (std::filesystem::temp_directory_path() /
+                              ("sluice_learner_" + std::to_string(::getpid()) + ".ckpt"))
+                                 .string();
+    REQUIRE(a->save(path).is_ok());
+    auto b = make(c);
+    REQUIRE(b->load(path).is_ok());
+    CHECK(b->steps() == 1);
+    CHECK(params(*b) == params(*a));
+    // Both continue identically (the optimizer's moments came along).
+    REQUIRE(a->train(batch).is_ok());
+    REQUIRE(b->train(batch).is_ok());
+    CHECK(params(*b) == params(*a));
+
+    // A damaged file is refused and leaves the learner as it was.
+    {
+      std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+      f.seekp(100);
+      f.put('\x5a');
+    }
+    auto fresh = make(c);
+    const std::vector<float> p0 = params(*fresh);
+    CHECK(fresh->load(path).code() == core::Code::kDataLoss);
+    CHECK(params(*fresh) == p0);
+    CHECK(fresh->steps() == 0);
+    // A model of another shape is refused.
+    REQUIRE(a->save(path).is_ok());
+    LearnerConfig other = c;
+    other.gpt.d_model = 16;
+    CHECK(make(other)->load(path).code() == core::Code::kInvalidArgument);
+    std::filesystem::remove(path);
+    CHECK(fresh->load(path).code() == core::Code::kNotFound);
+  }
+}
