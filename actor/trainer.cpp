@@ -7,6 +7,7 @@
 #include <fstream>
 #include <thread>
 
+#include "actor/gpt_policy.hpp"
 #include "actor/policy.hpp"
 #include "actor/publisher.hpp"
 #include "core/log.hpp"
@@ -29,6 +30,10 @@ core::Status TrainerConfig::validate() const {
         fmt::format("batch_trajectories ({}) must be a multiple of group_size ({})",
                     batch_trajectories, group_size));
   }
+  if (policy != "sim" && policy != "gpt") {
+    return core::invalid_argument(fmt::format("policy must be sim or gpt, not '{}'", policy));
+  }
+  if (policy == "gpt") SLUICE_TRY(learner.validate().with_context("learner"));
   if (staleness_policy != "drop" && staleness_policy != "downweight") {
     return core::invalid_argument(
         fmt::format("staleness_policy must be drop or downweight, not '{}'", staleness_policy));
@@ -305,7 +310,11 @@ core::Result<std::unique_ptr<Trainer>> Trainer::create(core::EventLoop& loop, Tr
   po.chunk_bytes = impl->cfg.chunk_bytes;
   SLUICE_ASSIGN_OR_RETURN(impl->publisher,
                           Publisher::create(loop, *impl->transfer, *impl->store, po));
-  impl->policy = std::make_unique<SimPolicy>(impl->cfg);
+  if (impl->cfg.policy == "gpt") {
+    SLUICE_ASSIGN_OR_RETURN(impl->policy, make_gpt_policy(impl->cfg.learner));
+  } else {
+    impl->policy = std::make_unique<SimPolicy>(impl->cfg);
+  }
   return std::unique_ptr<Trainer>(new Trainer(std::move(impl)));
 }
 

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "actor/experience_buffer.hpp"
+#include "actor/learner.hpp"
 #include "core/event_loop.hpp"
 #include "core/status.hpp"
 
@@ -47,6 +48,8 @@ struct TrainerConfig {
   std::string weights_path;      // final weights as safetensors (empty: none)
   double start_offset_s = 0;     // added to metric times (the job's clock started earlier)
   std::uint64_t eval_every = 0;  // held-out evaluation every N steps (0: never)
+  std::string policy = "sim";    // sim (simulated trainer) or gpt (the reference model)
+  LearnerConfig learner;         // policy gpt: model, task, warm start, GRPO/PPO
 
   template <typename V>
   void describe(V& v) {
@@ -71,6 +74,8 @@ struct TrainerConfig {
     v("weights_path", weights_path, "file for the final weights (safetensors)");
     v("start_offset_s", start_offset_s, "added to metric times");
     v("eval_every", eval_every, "held-out evaluation every N steps (0: never)");
+    v("policy", policy, "sim (simulated trainer) or gpt (the reference model)");
+    v("learner", learner, "policy gpt: model, task, warm start, GRPO/PPO settings");
   }
   core::Status validate() const;
 };

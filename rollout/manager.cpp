@@ -67,6 +67,11 @@ core::Status ManagerConfig::validate() const {
                     batch_trajectories, group_size));
   }
   if (ahead_batches == 0) return core::invalid_argument("ahead_batches must be at least 1");
+  if (prompt_source != "sim" && prompt_source != "task") {
+    return core::invalid_argument(
+        fmt::format("prompt_source must be sim or task, not '{}'", prompt_source));
+  }
+  if (prompt_source == "task") SLUICE_TRY(task.validate().with_context("task"));
   if (heartbeat_timeout_ms < 100) {
     return core::invalid_argument("heartbeat_timeout_ms must be at least 100");
   }
@@ -111,6 +116,7 @@ struct Manager::Impl {
   ManagerConfig cfg;
   Mode mode = Mode::kSluice;
   std::unique_ptr<core::Server> server;
+  std::optional<rl::ArithmeticTask> task;  // prompt_source task
   std::unique_ptr<core::EventLoop::Timer> tick_timer;
   std::unique_ptr<core::EventLoop::Timer> repack_timer;
 
@@ -186,7 +192,17 @@ struct Manager::Impl {
     if (all_released() || !budget_left()) return std::nullopt;
     std::uint64_t p = next_prompt++;
     std::string prompt_id = fmt::format("p{}", p);
-    auto prompt = sim_prompt(cfg.seed, p, cfg.prompt_tokens);
+    std::vector<std::int32_t> prompt;
+    if (task) {
+      auto tp = task->train_prompt(p);
+      if (!tp.is_ok()) {
+        log::error("manager: prompt {}: {}", p, tp.status().to_string());
+        return std::nullopt;
+      }
+      prompt.assign(tp->tokens.begin(), tp->tokens.end());
+    } else {
+      prompt = sim_prompt(cfg.seed, p, cfg.prompt_tokens);
+    }
     for (std::uint32_t k = 1; k < cfg.group_size; ++k) {
       std::string id = fmt::format("{}/{}", prompt_id, k);
       trajs[id].initial = fresh(id, prompt_id, prompt);
@@ -580,6 +596,12 @@ core::Result<std::unique_ptr<Manager>> Manager::create(core::EventLoop& loop,
   impl->loop = &loop;
   impl->mode = parse_mode(config.mode).value();
   impl->cfg = std::move(config);
+  if (impl->cfg.prompt_source == "task") {
+    SLUICE_ASSIGN_OR_RETURN(rl::ArithmeticTask t, rl::ArithmeticTask::create(impl->cfg.task));
+    impl->cfg.max_new_tokens =
+        std::min<std::uint64_t>(impl->cfg.max_new_tokens, t.max_response_tokens());
+    impl->task.emplace(std::move(t));
+  }
   SLUICE_ASSIGN_OR_RETURN(impl->server, core::Server::create(loop, impl->cfg.listen));
   Impl* p = impl.get();
   auto guard = [](auto fn) {

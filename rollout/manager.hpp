@@ -30,6 +30,7 @@
 
 #include "core/event_loop.hpp"
 #include "core/status.hpp"
+#include "rl/task.hpp"
 
 namespace sluice::rollout {
 
@@ -48,7 +49,9 @@ struct ManagerConfig {
   std::uint64_t repack_interval_ms = 200;
   double ramp_down_occupancy = 0.5;
   double kv_headroom = 0.1;
-  std::uint32_t prefetch = 4;  // trajectories queued at a rollout beyond what it can run now
+  std::uint32_t prefetch = 4;         // trajectories queued at a rollout beyond what it can run now
+  std::string prompt_source = "sim";  // sim (token ids) or task (the arithmetic task)
+  rl::TaskConfig task;                // prompt_source task
 
   template <typename V>
   void describe(V& v) {
@@ -69,6 +72,8 @@ struct ManagerConfig {
       "queued work is in ramp-down");
     v("kv_headroom", kv_headroom, "KV room kept free on repack destinations (fraction)");
     v("prefetch", prefetch, "trajectories queued at a rollout beyond its free slots");
+    v("prompt_source", prompt_source, "sim (token ids) or task (the arithmetic task)");
+    v("task", task, "prompt_source task: the task's settings");
   }
   core::Status validate() const;
 };

@@ -164,7 +164,8 @@ core::Status SimEngine::load_weights(std::uint64_t version, const std::uint8_t* 
   // recomputed (re-prefilled) with the new weights before its next token, as partial-rollout
   // systems do when they interrupt generation for a weight update.
   if (version != version_) {
-    for (auto& a : seqs_) a.prefilled = false;
+    for (auto& a : seqs_)
+      a.prefilled = false;
   }
   version_ = version;
   return {};

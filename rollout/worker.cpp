@@ -20,8 +20,12 @@ using core::Millis;
 using nlohmann::json;
 
 core::Status RolloutConfig::validate() const {
-  if (engine != "sim") {
-    return core::invalid_argument(fmt::format("unknown engine '{}' (sim)", engine));
+  if (engine != "sim" && engine != "model") {
+    return core::invalid_argument(fmt::format("unknown engine '{}' (sim or model)", engine));
+  }
+  if (engine == "model") {
+    SLUICE_TRY(gpt.validate().with_context("gpt"));
+    SLUICE_TRY(task.validate().with_context("task"));
   }
   if (report_ms == 0) return core::invalid_argument("report_ms must be at least 1");
   if (pull_in_flight == 0) return core::invalid_argument("pull_in_flight must be at least 1");

@@ -21,7 +21,9 @@
 
 #include "core/event_loop.hpp"
 #include "core/status.hpp"
+#include "rl/task.hpp"
 #include "rollout/engine.hpp"
+#include "rollout/model_engine.hpp"
 #include "rollout/sim_engine.hpp"
 
 namespace sluice::rollout {
@@ -33,6 +35,8 @@ struct RolloutConfig {
   std::string rollout_id;      // unique; default rollout-<pid>
   std::string engine = "sim";  // sim (the simulated engine)
   SimEngineConfig sim;
+  ModelEngineConfig gpt;                     // engine model: the reference GPT
+  rl::TaskConfig task;                       // engine model: the task whose reward scores responses
   std::uint64_t report_ms = 25;              // report (and heartbeat) period
   std::uint32_t partial_every = 8;           // stream in-flight states every N reports
   std::uint64_t manager_timeout_ms = 20000;  // give up after the manager is silent this long
@@ -47,8 +51,10 @@ struct RolloutConfig {
     v("store", store, "weight store endpoint");
     v("model", model, "model whose versions this rollout pulls");
     v("rollout_id", rollout_id, "unique rollout name (default rollout-<pid>)");
-    v("engine", engine, "engine: sim");
+    v("engine", engine, "engine: sim or model");
     v("sim", sim, "the simulated engine");
+    v("gpt", gpt, "engine model: the reference GPT");
+    v("task", task, "engine model: the task whose reward scores responses");
     v("report_ms", report_ms, "report and heartbeat period in ms");
     v("partial_every", partial_every, "stream in-flight states every N reports (0: never)");
     v("manager_timeout_ms", manager_timeout_ms, "exit when the manager is silent this long");

@@ -10,7 +10,9 @@
 #include "core/config.hpp"
 #include "core/event_loop.hpp"
 #include "core/log.hpp"
+#include "model/blas.hpp"
 #include "rollout/manager.hpp"
+#include "rollout/model_engine.hpp"
 #include "rollout/sim_engine.hpp"
 #include "rollout/worker.hpp"
 
@@ -92,13 +94,33 @@ int run_rollout(const RoleArgs& args, const std::vector<std::string>& overrides,
   log::set_process_name(rc.rollout_id);
   auto loop = core::EventLoop::create().value();
   loop->handle_shutdown_signals();
-  auto engine = rollout::SimEngine::create(rc.sim);
-  if (!engine.is_ok()) {
-    std::fprintf(stderr, "sluice rollout: %s\n", engine.status().to_string().c_str());
-    return 2;
+  std::unique_ptr<rollout::Engine> engine;
+  rollout::Scorer scorer = rollout::sim_reward;
+  std::shared_ptr<rl::ArithmeticTask> task;
+  if (rc.engine == "model") {
+    model::set_blas_threads(1);  // one rollout, one core's worth: OpenBLAS's pool only contends
+    auto e = rollout::ModelEngine::create(rc.gpt);
+    auto t = rl::ArithmeticTask::create(rc.task);
+    if (!e.is_ok() || !t.is_ok()) {
+      std::fprintf(stderr, "sluice rollout: %s\n",
+                   (!e.is_ok() ? e.status() : t.status()).to_string().c_str());
+      return 2;
+    }
+    engine = std::move(e).value();
+    task = std::make_shared<rl::ArithmeticTask>(std::move(t).value());
+    scorer = [task](const rollout::SequenceState& s) {
+      auto p = rl::ArithmeticTask::parse_prompt(s.prompt_tokens);
+      return p.is_ok() ? task->reward(*p, s.generated) : 0.0;
+    };
+  } else {
+    auto e = rollout::SimEngine::create(rc.sim);
+    if (!e.is_ok()) {
+      std::fprintf(stderr, "sluice rollout: %s\n", e.status().to_string().c_str());
+      return 2;
+    }
+    engine = std::move(e).value();
   }
-  auto w = rollout::RolloutWorker::create(*loop, rc, std::move(engine).value(), rollout::sim_reward,
-                                          environment);
+  auto w = rollout::RolloutWorker::create(*loop, rc, std::move(engine), scorer, environment);
   if (!w.is_ok()) {
     std::fprintf(stderr, "sluice rollout: %s\n", w.status().to_string().c_str());
     return 1;
@@ -124,6 +146,7 @@ int run_actor(const RoleArgs& args, const std::vector<std::string>& overrides,
   }
   if (printed) return 0;
   log::set_process_name(cfg->section.actor_id);
+  model::set_blas_threads(1);
   auto loop = core::EventLoop::create().value();
   loop->handle_shutdown_signals();
   auto t = actor::Trainer::create(*loop, cfg->section, environment);
