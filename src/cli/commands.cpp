@@ -176,7 +176,15 @@ int run_job(const std::string& job_path, const std::vector<std::string>& overrid
       static_cast<unsigned long long>(m.value("repack_moves", 0ull)));
   for (const auto& e : r->events)
     std::printf("event: %s\n", e.c_str());
-  std::printf("run folder: %s\n", r->dir.c_str());
+  double before = a.value("initial_accuracy", -1.0), after = a.value("final_accuracy", -1.0);
+  if (before >= 0 && after >= 0) {
+    std::printf(
+        "held-out accuracy (prompts never trained on): %.1f%% after the warm start, "
+        "%.1f%% at the end (%+.1f points)\n",
+        100 * before, 100 * after, 100 * (after - before));
+  }
+  std::printf("run folder: %s (report.html, metrics.jsonl, final_weights.safetensors)\n",
+              r->dir.c_str());
   return 0;
 }
 
