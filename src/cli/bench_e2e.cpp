@@ -86,7 +86,7 @@ JobConfig default_e2e_workload() {
   j.rollout.sim.seed = 1;
   j.manager.group_size = 4;
   j.manager.batch_trajectories = 128;  // one batch fills every rollout (16 x 8)
-  j.manager.prompts = 320;  // 1280 trajectories: 10 global batches
+  j.manager.prompts = 320;             // 1280 trajectories: 10 global batches
   j.manager.prompt_tokens = 32;
   j.manager.max_new_tokens = 1024;
   j.actor.max_staleness = 4;
