@@ -34,6 +34,7 @@ echo "== test"
 if [ "$sanitizer" = address ]; then
   # UCX installs memory hooks that LeakSanitizer cannot see through; leaks are still checked.
   export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
+  export LSAN_OPTIONS=${LSAN_OPTIONS:-suppressions=$PWD/tests/lsan.supp:print_suppressions=0}
 fi
 if [ "$sanitizer" = undefined ]; then
   export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
