@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "../support/store_process.hpp"
 #include "actor/publisher.hpp"
 #include "core/process.hpp"
 #include "core/units.hpp"
@@ -14,21 +15,7 @@ using core::Millis;
 
 namespace {
 
-struct Store {
-  std::unique_ptr<core::Subprocess> proc;
-  std::string endpoint;
-  Store() {
-    proc = core::Subprocess::spawn_argv({SLUICE_BIN, "--log-level", "warn", "weightstore", "--set",
-                                         "store.listen=tcp://127.0.0.1:*", "--set",
-                                         "store.lease_ttl_ms=60000"})
-               .value();
-    while (endpoint.empty()) {
-      auto line = proc->read_line(Millis(20000));
-      REQUIRE_MESSAGE(line.is_ok(), line.status().to_string());
-      if (line->rfind("endpoint ", 0) == 0) endpoint = line->substr(9);
-    }
-  }
-};
+using Store = testing::StoreProcess;
 
 std::vector<std::uint8_t> weights(std::uint64_t version, std::size_t bytes) {
   std::vector<std::uint8_t> w(bytes);
