@@ -201,8 +201,9 @@ void print_table(const std::vector<Row>& rows) {
       "seconds and GB/s: best of %d rounds of three reads of the whole region from one "
       "holder; perftest: best of %d runs, alternating with sluice's; first read s: the "
       "very first read, mapping the holder's memory included; memcpy: one thread copying "
-      "the same number of distinct bytes in this process, the ceiling for a same-host "
-      "read (ucx_perftest re-reads one chunk-sized buffer, which can stay in cache)\n",
+      "the same number of distinct bytes in this process, for scale (a same-host sluice "
+      "read copies on two threads; ucx_perftest re-reads one chunk-sized buffer, which can "
+      "stay in cache)\n",
       kRounds, kRounds);
 }
 

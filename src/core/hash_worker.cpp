@@ -1,9 +1,11 @@
 #include "core/hash_worker.hpp"
 
+#include <algorithm>
 #include <condition_variable>
 #include <deque>
 #include <mutex>
 #include <thread>
+#include <vector>
 
 #include "core/checksum.hpp"
 
@@ -11,6 +13,7 @@ namespace sluice::core {
 
 struct HashWorker::Impl {
   struct Job {
+    std::uint8_t* copy_to = nullptr;  // null: checksum only
     const std::uint8_t* data;
     std::size_t bytes;
     std::function<void(std::uint64_t)> done;
@@ -22,10 +25,11 @@ struct HashWorker::Impl {
   bool stopping = false;
   // Checked on the loop thread before a result is delivered; reset by the destructor there.
   std::shared_ptr<bool> alive = std::make_shared<bool>(true);
-  std::thread thread;
+  std::vector<std::thread> threads;
 
-  explicit Impl(EventLoop& l) : loop(l) {
-    thread = std::thread([this] { run(); });
+  Impl(EventLoop& l, unsigned n) : loop(l) {
+    for (unsigned i = 0; i < std::max(1u, n); ++i)
+      threads.emplace_back([this] { run(); });
   }
 
   void run() {
@@ -39,7 +43,8 @@ struct HashWorker::Impl {
         job = std::move(jobs.front());
         jobs.pop_front();
       }
-      std::uint64_t sum = chunk_checksum(job.data, job.bytes);
+      std::uint64_t sum = job.copy_to ? copy_with_checksum(job.copy_to, job.data, job.bytes)
+                                      : chunk_checksum(job.data, job.bytes);
       loop.post([weak, sum, done = std::move(job.done)] {
         if (!weak.expired()) done(sum);
       });
@@ -47,7 +52,8 @@ struct HashWorker::Impl {
   }
 };
 
-HashWorker::HashWorker(EventLoop& loop) : impl_(std::make_unique<Impl>(loop)) {}
+HashWorker::HashWorker(EventLoop& loop, unsigned threads)
+    : impl_(std::make_unique<Impl>(loop, threads)) {}
 
 HashWorker::~HashWorker() {
   {
@@ -55,8 +61,9 @@ HashWorker::~HashWorker() {
     impl_->stopping = true;
     impl_->jobs.clear();
   }
-  impl_->cv.notify_one();
-  impl_->thread.join();
+  impl_->cv.notify_all();
+  for (auto& t : impl_->threads)
+    t.join();
   impl_->alive.reset();
 }
 
@@ -64,7 +71,16 @@ void HashWorker::submit(const std::uint8_t* data, std::size_t bytes,
                         std::function<void(std::uint64_t)> done) {
   {
     std::lock_guard<std::mutex> lock(impl_->mu);
-    impl_->jobs.push_back({data, bytes, std::move(done)});
+    impl_->jobs.push_back({nullptr, data, bytes, std::move(done)});
+  }
+  impl_->cv.notify_one();
+}
+
+void HashWorker::submit_copy(std::uint8_t* dst, const std::uint8_t* src, std::size_t bytes,
+                             std::function<void(std::uint64_t)> done) {
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    impl_->jobs.push_back({dst, src, bytes, std::move(done)});
   }
   impl_->cv.notify_one();
 }

@@ -1,7 +1,7 @@
-// Chunk checksums computed on a thread of their own, so that verifying a chunk overlaps with
-// moving the next ones instead of adding to the loop thread's time (measured here: XXH3 runs at
-// about 7-9 GB/s per core, about the speed of a same-host copy, so verifying inline would cost
-// close to half of a shared-memory read's throughput).
+// Chunk checksums computed on threads of their own (one by default), so that verifying a chunk
+// overlaps with moving the next ones instead of adding to the loop thread's time (measured here:
+// XXH3 runs at about 7-9 GB/s per core, about the speed of a same-host copy, so verifying inline
+// would cost close to half of a shared-memory read's throughput).
 //
 // Thread safety: submit() and the destructor are called on the loop thread; `done` callbacks run
 // on the loop thread. Destroying the worker drops results not yet delivered (their callbacks
@@ -19,7 +19,7 @@ namespace sluice::core {
 
 class HashWorker {
  public:
-  explicit HashWorker(EventLoop& loop);
+  explicit HashWorker(EventLoop& loop, unsigned threads = 1);
   ~HashWorker();
   HashWorker(const HashWorker&) = delete;
   HashWorker& operator=(const HashWorker&) = delete;
@@ -27,6 +27,11 @@ class HashWorker {
   // Computes chunk_checksum(data, bytes) on the worker thread and posts done(checksum) to the
   // loop. The bytes must stay unchanged until done runs.
   void submit(const std::uint8_t* data, std::size_t bytes, std::function<void(std::uint64_t)> done);
+  // Copies src to dst on a worker thread, checksumming the bytes as it copies
+  // (copy_with_checksum), and posts done(checksum) to the loop. Both ranges must stay valid and
+  // src unchanged until done runs.
+  void submit_copy(std::uint8_t* dst, const std::uint8_t* src, std::size_t bytes,
+                   std::function<void(std::uint64_t)> done);
 
  private:
   struct Impl;

@@ -54,6 +54,16 @@ bool shm_only_transports(const std::string& tls) {
   return true;
 }
 
+// Whether a UCX_TLS value lets UCX use shared memory between processes.
+bool shm_allowed(const std::string& tls) {
+  if (tls == "default" || tls.empty() || tls == "all") return true;
+  bool negated = tls[0] == '^';
+  bool named = false;
+  for (const auto& t : split_tls(negated ? tls.substr(1) : tls))
+    if (is_shm_transport(t) && t != "self" && t != "cma" && t != "knem") named = true;
+  return negated ? !named : named;
+}
+
 // Whether every transport in a UCX_TLS value can wake a sleeping worker. Shared-memory ones
 // (cma above all, which carries same-host GETs) cannot, and "all"/unset/negated lists may
 // include them.
@@ -176,6 +186,7 @@ struct Op {
   std::uint32_t chunk = 0;
   std::uint32_t source = 0;
   void* request = nullptr;
+  bool mapped = false;  // a direct copy from mapped memory, not a GET
   std::unique_ptr<EventLoop::Timer> timer;
 };
 
@@ -196,7 +207,8 @@ struct TransferEngine::Impl {
   std::uint64_t in_flight = 0;
   bool poll_posted = false;
   bool closing = false;
-  bool shm_only = false;  // UCX_TLS names only shared-memory transports
+  bool shm_only = false;     // UCX_TLS names only shared-memory transports
+  bool copy_mapped = false;  // see TransferOptions::copy_mapped
   Clock::time_point spin_until{};
   Clock::time_point last_activity{};
   Clock::time_point last_idle_poll{};
@@ -371,6 +383,18 @@ struct ReadState {
     ++src.in_flight;
     ++impl->in_flight;
 
+    void* mapped = nullptr;
+    if (impl->copy_mapped &&
+        ucp_rkey_ptr(src.rkey, src.src.region.base + ch.c.src_offset, &mapped) == UCS_OK) {
+      // The holder's memory is mapped here: copy and checksum it on the verify threads. It
+      // cannot hang; the holder's segment stays mapped while the key is cached.
+      op->mapped = true;
+      impl->hasher->submit_copy(dst->data() + ch.c.dst_offset,
+                                static_cast<const std::uint8_t*>(mapped), ch.c.bytes,
+                                [this, op](std::uint64_t got) { settle(op, UCS_OK, got); });
+      return;
+    }
+
     ucp_request_param_t p{};
     p.op_attr_mask =
         UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_MEMH;
@@ -442,6 +466,7 @@ struct ReadState {
         ++chunks_done;
         bytes_done += ch.c.bytes;
         src.bytes += ch.c.bytes;
+        if (op->mapped) stats.mapped_bytes += ch.c.bytes;
         report_progress(false);
       }
     } else if (status != UCS_OK) {
@@ -603,7 +628,9 @@ Result<std::unique_ptr<TransferEngine>> TransferEngine::create(EventLoop& loop,
   for (const auto& [k, v] : ucx_env_defaults(opts.environment))
     impl->defaults.push_back(k + "=" + v);
   impl->shm_only = shm_only_transports(impl->tls);
-  if (opts.verify_on_thread) impl->hasher = std::make_unique<HashWorker>(loop);
+  if (opts.verify_on_thread)
+    impl->hasher = std::make_unique<HashWorker>(loop, std::max(1u, opts.verify_threads));
+  impl->copy_mapped = opts.copy_mapped && impl->hasher && shm_allowed(impl->tls);
   bool wakeup = opts.progress == TransferOptions::Progress::kEventFd;
   if (opts.progress == TransferOptions::Progress::kAuto) wakeup = event_capable(impl->tls);
   SLUICE_ASSIGN_OR_RETURN(impl->ctx, ucx::Context::create(wakeup, opts.ucx_config));

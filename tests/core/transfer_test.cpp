@@ -81,6 +81,30 @@ bool equal_bytes(const RegisteredBuffer& buf, const std::vector<std::uint8_t>& w
 }  // namespace
 
 TEST_SUITE("core.transfer") {
+  TEST_CASE("copying with a checksum gives memcpy's bytes and chunk_checksum's value") {
+    // Sizes around the streaming threshold and block, at offsets that misalign the destination.
+    std::vector<std::uint8_t> src((3u << 20) + 512), dst(src.size() + 64);
+    fill_pseudo_random(src.data(), src.size(), 99);
+    for (std::size_t bytes : {std::size_t{0}, std::size_t{1}, std::size_t{63}, std::size_t{65537},
+                              std::size_t{256u << 10}, std::size_t{(1u << 20) + 17}, src.size()}) {
+      for (std::size_t shift : {0, 1, 8, 33}) {
+        CAPTURE(bytes);
+        CAPTURE(shift);
+        std::fill(dst.begin(), dst.end(), 0xEE);
+        std::uint64_t got = copy_with_checksum(dst.data() + shift, src.data(), bytes);
+        CHECK(got == chunk_checksum(src.data(), bytes));
+        CHECK(std::memcmp(dst.data() + shift, src.data(), bytes) == 0);
+        // Nothing around the destination range is written.
+        bool untouched = true;
+        for (std::size_t i = 0; i < shift; ++i)
+          untouched = untouched && dst[i] == 0xEE;
+        for (std::size_t i = shift + bytes; i < dst.size(); ++i)
+          untouched = untouched && dst[i] == 0xEE;
+        CHECK(untouched);
+      }
+    }
+  }
+
   TEST_CASE("a descriptor round-trips, and a truncated or foreign one is rejected") {
     RegionDescriptor d;
     d.worker_address = std::string("\x01\x02\x03worker", 9);
