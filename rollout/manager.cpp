@@ -137,6 +137,7 @@ struct Manager::Impl {
   std::uint64_t duplicates = 0, mixed = 0, restarted = 0, resumed = 0, dead = 0;
   std::uint64_t repack_plans = 0, repack_moves = 0, moved_kv_tokens = 0, cross_version = 0;
   std::uint64_t move_failures = 0;
+  std::uint64_t returned = 0;  // queued trajectories handed back unstarted by draining rollouts
   Clock::time_point started = Clock::now();
 
   std::uint64_t total_trajectories() const { return cfg.prompts * cfg.group_size; }
@@ -415,6 +416,17 @@ struct Manager::Impl {
       auto& t = trajs[s.trajectory_id];
       if (t.state != State::kFinished) t.partial = std::move(s);
     }
+    // Queued work handed back unstarted (sluice mode: see "unqueue" below) starts elsewhere.
+    for (const auto& e : b.value("returned", json::array())) {
+      SLUICE_ASSIGN_OR_RETURN(SequenceState s, SequenceState::from_json(e));
+      r.queued.erase(s.trajectory_id);
+      ++returned;
+      auto& t = trajs[s.trajectory_id];
+      if (t.state == State::kFinished) continue;
+      t.state = State::kPending;
+      t.rollout.clear();
+      pending.push_front(std::move(s));
+    }
     // Refused imports (did not fit, or the version changed) come back as resumable states.
     for (const auto& e : b.value("refused", json::array())) {
       SLUICE_ASSIGN_OR_RETURN(SequenceState s, SequenceState::from_json(e));
@@ -501,6 +513,11 @@ struct Manager::Impl {
       state = latest == 0 ? "barrier" : "idle";
     }
     reply["assign"] = std::move(assign);
+    // Sluice mode: a rollout that holds the newest version and is draining its old one would
+    // start its queued trajectories on the old version as slots free up, making them stale and
+    // delaying its swap. It hands them back instead, for rollouts on the newest version.
+    reply["unqueue"] =
+        mode == Mode::kSluice && latest > r.version && r.staged >= latest && !r.queued.empty();
     reply["export"] = r.to_export;
     r.to_export.clear();
     reply["load"] = load;
@@ -584,6 +601,7 @@ struct Manager::Impl {
                 {"repack_moves", repack_moves},
                 {"moved_kv_tokens", moved_kv_tokens},
                 {"move_failures", move_failures},
+                {"returned", returned},
                 {"cross_version_moves", cross_version},
                 {"rollouts", rs}};
   }

@@ -85,6 +85,7 @@ struct RolloutWorker::Impl {
   std::vector<rl::Trajectory> finished;
   std::vector<SequenceState> exported;
   std::vector<SequenceState> refused;
+  std::vector<SequenceState> returned;  // queued work handed back unstarted (see apply)
   std::uint64_t reports = 0;
   std::string state = "barrier";  // what the manager last said: run, barrier, idle
   bool done = false;
@@ -134,6 +135,9 @@ struct RolloutWorker::Impl {
     json ref = json::array();
     for (const auto& s : refused)
       ref.push_back(s.to_json());
+    json ret = json::array();
+    for (const auto& s : returned)
+      ret.push_back(s.to_json());
     json partial = json::array();
     if (cfg.partial_every > 0 && reports % cfg.partial_every == 0) {
       for (const auto& s : engine->snapshot())
@@ -152,6 +156,7 @@ struct RolloutWorker::Impl {
         {"finished", std::move(fin)},
         {"exported", std::move(exp)},
         {"refused", std::move(ref)},
+        {"returned", std::move(ret)},
         {"partial", std::move(partial)},
         {"stats", stats()}};
     auto reply = manager->call(core::Message("mgr.report", std::move(body)),
@@ -169,6 +174,7 @@ struct RolloutWorker::Impl {
     finished.clear();
     exported.clear();
     refused.clear();
+    returned.clear();
     return apply(reply->body);
   }
 
@@ -183,6 +189,12 @@ struct RolloutWorker::Impl {
     }
     done = r.value("done", false);
     state = r.value("state", std::string("run"));
+    if (r.value("unqueue", false)) {
+      // Work not started here goes back to the manager, to start on a newer version elsewhere.
+      for (auto& s : queue)
+        returned.push_back(std::move(s));
+      queue.clear();
+    }
     for (const auto& e : r.value("export", json::array())) {
       auto s = engine->export_sequence(e.get<std::string>());
       if (s.is_ok()) {

@@ -180,4 +180,7 @@ TEST_CASE("partial-rollout mixes versions and sluice mode repacks (the checks ab
   Run sl = run_job("sluice-control", sj);
   REQUIRE_MESSAGE(sl.code == 0, sl.output);
   CHECK(sl.summary.at("manager").at("repack_moves").get<std::uint64_t>() > 0);
+  // Draining rollouts handed queued work back unstarted (it then reached the actor exactly once).
+  CHECK(sl.summary.at("manager").at("returned").get<std::uint64_t>() > 0);
+  check_exactly_once(sl);
 }
