@@ -11,6 +11,7 @@
 namespace sluice::relay {
 
 namespace log = core::log;
+using core::Clock;
 using core::Message;
 using core::Millis;
 using core::Result;
@@ -26,10 +27,11 @@ Status RelayConfig::validate() const {
 
 namespace {
 
-// Chunks read per pass before they are reported to the store: small enough that the next relay
-// in the chain starts on them while this one is still receiving, large enough to keep GETs in
-// flight.
-constexpr std::size_t kChunksPerPass = 4;
+// How often a relay that has read everything its predecessor holds asks the store again, while
+// a version is incomplete. It bounds how far a relay trails its predecessor (about one chunk's
+// transfer plus this), which is what keeps a long chain close to the time of one hop.
+constexpr Millis kFollowPoll{3};
+constexpr Millis kReask{10};
 
 struct Copy {
   core::Manifest manifest;
@@ -37,6 +39,16 @@ struct Copy {
   std::vector<bool> have;
   bool complete = false;
   std::set<std::string> failed_sources;  // predecessors that failed for this version
+
+  // Receiving, chunk by chunk, while the predecessor is still receiving.
+  std::string source;  // the predecessor read from now ("" : ask the store)
+  core::RegionDescriptor source_desc;
+  std::vector<bool> source_has;           // its verified chunks, as the store last said
+  std::set<std::uint32_t> reading;        // chunks with a read in flight
+  std::vector<std::uint32_t> unreported;  // verified here, not yet told to the store
+  bool asking = false;                    // a chain_source request is out
+  bool reporting = false;                 // an add_chunks request is out
+  Clock::time_point asked{};
 };
 
 }  // namespace
@@ -49,9 +61,14 @@ struct Relay::Impl {
   std::deque<Copy> copies;  // oldest first
   bool stopping = false;
   bool joined = false;
-  bool progressed_ = false;  // the last pass read something
 
   Impl(core::EventLoop& l, RelayConfig c) : loop(l), config(std::move(c)) {}
+  ~Impl() {
+    // Reads in flight write into the copies' buffers, and replies refer to the copies: end them
+    // (their callbacks are dropped) before the copies go.
+    store.reset();
+    engine.reset();
+  }
 
   weightstore::Topology topology() const { return {config.host, config.rack, config.datacenter}; }
 
@@ -80,63 +97,134 @@ struct Relay::Impl {
 
   Status register_copy(const Copy& c) { return store->register_holder(registration(c)).status(); }
 
-  // One pass over a version being received: read what the predecessor has that we lack.
-  Status receive_pass(Copy& c) {
+  core::ReadOptions read_options() const {
+    core::ReadOptions ro;
+    ro.max_in_flight_per_source = 1;  // one chunk per read; config.in_flight reads at once
+    ro.op_timeout = Millis(5000);
+    ro.total_timeout = Millis(60000);
+    return ro;
+  }
+
+  // Keeps up to config.in_flight chunk reads going from the predecessor, each chunk reported to
+  // the store as soon as it is verified, so that the next relay can start on it at once. Runs
+  // on every tick and after every reply or finished read; never blocks.
+  void pump(Copy& c) {
+    if (c.complete || stopping) return;
+    auto layout = c.manifest.layout();
+    bool waiting = false;  // everything the source has is here or on its way
+    if (!c.source.empty()) {
+      for (std::uint32_t i = 0; i < layout.chunk_count(); ++i) {
+        if (c.reading.size() >= config.in_flight) break;
+        if (c.have[i] || c.reading.count(i) || i >= c.source_has.size() || !c.source_has[i])
+          continue;
+        read_chunk(c, i);
+      }
+      waiting = c.reading.size() < config.in_flight;
+    }
+    // Asked again now and then even with work at hand: early in a version the store may name a
+    // complete holder further up (the predecessor had nothing yet), and the chain only forms
+    // once each relay moves on to its predecessor.
+    auto since = Clock::now() - c.asked;
+    if (!c.asking && (c.source.empty() || (waiting && since >= kFollowPoll) || since >= kReask))
+      ask_source(c);
+  }
+
+  void ask_source(Copy& c) {
+    c.asking = true;
+    c.asked = Clock::now();
     Message req("store.chain_source");
     req.body = {{"model", c.manifest.model},
                 {"version", c.manifest.version},
                 {"relay_id", config.relay_id},
                 {"exclude", c.failed_sources}};
-    auto src = store->raw().call(req, Millis(5000));
-    if (!src.is_ok()) return src.status();
-    std::string holder = src->body.value("holder_id", "");
-    auto desc = core::RegionDescriptor::decode(src->blobs.empty() ? "" : src->blobs[0]);
-    if (!desc.is_ok()) return desc.status();
+    Copy* cp = &c;
+    store->raw().request(req, Millis(5000), [this, cp](Result<Message> r) {
+      cp->asking = false;
+      if (!r.is_ok()) {
+        // No usable predecessor yet (or a slow store): asked again on a later tick.
+        log::debug("relay {}: no source for {}@{} yet: {}", config.relay_id, cp->manifest.model,
+                   cp->manifest.version, r.status().to_string());
+        return;
+      }
+      auto desc = core::RegionDescriptor::decode(r->blobs.empty() ? "" : r->blobs[0]);
+      if (!desc.is_ok()) {
+        log::warn("relay {}: bad descriptor from the store: {}", config.relay_id,
+                  desc.status().to_string());
+        return;
+      }
+      cp->source = r->body.value("holder_id", "");
+      cp->source_desc = std::move(desc).value();
+      cp->source_has.clear();
+      for (const auto& b : r->body.value("chunks", nlohmann::json::array()))
+        cp->source_has.push_back(b.get<bool>());
+      pump(*cp);
+    });
+  }
+
+  void read_chunk(Copy& c, std::uint32_t i) {
     auto layout = c.manifest.layout();
-    std::vector<core::ChunkRead> chunks;
-    const auto& has = src->body.value("chunks", nlohmann::json::array());
-    for (std::uint64_t i = 0; i < layout.chunk_count(); ++i) {
-      if (chunks.size() >= kChunksPerPass) break;
-      if (c.have[i] || i >= has.size() || !has[i].get<bool>()) continue;
-      core::ChunkRead r;
-      r.src_offset = r.dst_offset = layout.chunk_offset(i);
-      r.bytes = layout.chunk_size(i);
-      r.checksum = layout.checksums[i];
-      chunks.push_back(r);
-    }
-    progressed_ = false;
-    if (chunks.empty()) return {};  // the predecessor has nothing new yet
-    core::ReadOptions ro;
-    ro.max_in_flight_per_source = config.in_flight;
-    ro.op_timeout = Millis(5000);
-    ro.total_timeout = Millis(120000);
-    auto stats = engine->read_sync({{holder, *desc}}, chunks, *c.buffer, ro);
-    if (!stats.is_ok()) {
-      log::warn("relay {}: pulling {}@{} from {} failed: {}; trying another source",
-                config.relay_id, c.manifest.model, c.manifest.version, holder,
-                stats.status().to_string());
-      c.failed_sources.insert(holder);
-      return {};
-    }
-    std::vector<std::uint32_t> got;
-    for (const auto& r : chunks) {
-      auto i = static_cast<std::uint32_t>(r.src_offset / layout.chunk_bytes);
-      c.have[i] = true;
-      got.push_back(i);
-    }
+    core::ChunkRead r;
+    r.src_offset = r.dst_offset = layout.chunk_offset(i);
+    r.bytes = layout.chunk_size(i);
+    r.checksum = layout.checksums[i];
+    c.reading.insert(i);
+    Copy* cp = &c;
+    std::string from = c.source;
+    engine->read(
+        {{from, c.source_desc}}, {r}, *c.buffer, read_options(),
+        [this, cp, i, from](Result<core::ReadStats> st) {
+          cp->reading.erase(i);
+          if (!st.is_ok()) {
+            log::warn(
+                "relay {}: chunk {} of {}@{} from {} failed: {}; trying another "
+                "source",
+                config.relay_id, i, cp->manifest.model, cp->manifest.version, from,
+                st.status().to_string());
+            cp->failed_sources.insert(from);
+            if (cp->source == from) cp->source.clear();
+          } else {
+            cp->have[i] = true;
+            cp->unreported.push_back(i);
+            cp->complete = std::all_of(cp->have.begin(), cp->have.end(), [](bool b) { return b; });
+            if (cp->complete) {
+              log::info("relay {}: holds {}@{} ({} bytes)", config.relay_id, cp->manifest.model,
+                        cp->manifest.version, cp->manifest.total_bytes);
+            }
+            report(*cp);
+          }
+          pump(*cp);
+        });
+  }
+
+  // Tells the store which chunks this relay now holds verified (batched while one is out).
+  void report(Copy& c) {
+    if (c.reporting || c.unreported.empty()) return;
+    c.reporting = true;
     Message add("store.add_chunks");
     add.body = {{"holder_id", config.relay_id},
                 {"model", c.manifest.model},
                 {"version", c.manifest.version},
-                {"chunks", got}};
-    SLUICE_TRY(store->raw().call(add, Millis(5000)).status());
-    progressed_ = true;
-    c.complete = std::all_of(c.have.begin(), c.have.end(), [](bool b) { return b; });
-    if (c.complete) {
-      log::info("relay {}: holds {}@{} ({} bytes)", config.relay_id, c.manifest.model,
-                c.manifest.version, c.manifest.total_bytes);
-    }
-    return {};
+                {"chunks", c.unreported}};
+    std::vector<std::uint32_t> sent = std::move(c.unreported);
+    c.unreported.clear();
+    Copy* cp = &c;
+    store->raw().request(add, Millis(5000), [this, cp, sent](Result<Message> r) {
+      cp->reporting = false;
+      if (!r.is_ok()) {
+        log::warn("relay {}: reporting chunks of {}@{}: {}", config.relay_id, cp->manifest.model,
+                  cp->manifest.version, r.status().to_string());
+        cp->unreported.insert(cp->unreported.end(), sent.begin(), sent.end());
+      }
+      report(*cp);
+    });
+  }
+
+  bool busy(const Copy& c) const { return !c.reading.empty() || c.asking || c.reporting; }
+
+  bool receiving() const {
+    for (const auto& c : copies)
+      if (!c.complete || !c.unreported.empty() || c.reporting) return true;
+    return false;
   }
 
   Status start_version(std::uint64_t version) {
@@ -154,7 +242,8 @@ struct Relay::Impl {
 
   void retire_old() {
     // Unpublish beyond keep_versions and free once drained (checked on later ticks).
-    while (copies.size() > config.keep_versions && copies.front().complete) {
+    while (copies.size() > config.keep_versions && copies.front().complete &&
+           !busy(copies.front()) && copies.front().unreported.empty()) {
       Copy& old = copies.front();
       Message un("store.unpublish");
       un.body = {{"holder_id", config.relay_id},
@@ -187,15 +276,8 @@ struct Relay::Impl {
         log::warn("relay {}: version {}: {}", config.relay_id, *latest, s.to_string());
     }
     for (auto& c : copies) {
-      if (c.complete) continue;
-      Status s = receive_pass(c);
-      // Keep going while there is something to read; the poll interval only paces waiting.
-      for (int i = 0; s.is_ok() && !c.complete && i < 1024 && progressed_; ++i)
-        s = receive_pass(c);
-      if (!s.is_ok()) {
-        log::warn("relay {}: {}@{}: {}", config.relay_id, c.manifest.model, c.manifest.version,
-                  s.to_string());
-      }
+      pump(c);
+      report(c);
     }
     retire_old();
   }
@@ -218,7 +300,11 @@ Result<std::unique_ptr<Relay>> Relay::create(core::EventLoop& loop, RelayConfig 
 Status Relay::run() {
   while (!impl_->stopping) {
     impl_->tick();
-    impl_->loop.run_until([this] { return impl_->stopping; }, Millis(impl_->config.poll_ms));
+    // While a version is arriving, chunk reads and store replies drive the work (pump); the
+    // ticks then only need to be frequent enough to follow the predecessor.
+    Millis wait = impl_->receiving() ? std::min(kFollowPoll, Millis(impl_->config.poll_ms))
+                                     : Millis(impl_->config.poll_ms);
+    impl_->loop.run_until([this] { return impl_->stopping; }, wait);
   }
   return {};
 }
