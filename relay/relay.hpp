@@ -1,9 +1,11 @@
 // A relay: an always-on holder in host memory. It joins the store's broadcast chain, and for
 // each new committed version pulls it from its chain predecessor chunk by chunk while the
-// predecessor is still receiving (each pass reads the chunks the predecessor has verified so far,
-// then reports its own to the store, so the next relay can start on them), keeps the newest K
-// versions, and serves them to readers. A predecessor that fails is skipped: the store names the
-// nearest live one before it, or a complete holder.
+// predecessor is still receiving: it keeps `in_flight` chunk reads going over what the
+// predecessor has verified, reports each chunk to the store as soon as it is verified (so the
+// next relay can start on it), and asks the store for its predecessor's progress every few
+// milliseconds while it waits. It keeps the newest K versions and serves them to readers. A
+// predecessor that fails is skipped: the store names the nearest live one before it, or a
+// complete holder.
 //
 // Thread safety: one thread; run() drives the event loop itself and returns on stop().
 #pragma once
