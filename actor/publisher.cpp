@@ -1,5 +1,6 @@
 #include "actor/publisher.hpp"
 
+#include <algorithm>
 #include <cstring>
 #include <optional>
 
@@ -191,21 +192,25 @@ void Publisher::retire_old() {
   while (held_.size() > options_.keep_versions) {
     Held old = std::move(held_.front());
     held_.erase(held_.begin());
-    // A request, not a blocking call: this runs from loop callbacks too. The drain checks that
-    // follow are answered only after the store has handled this (one socket, in order).
-    core::Message un("store.unpublish");
-    un.body = {{"holder_id", options_.holder_id},
-               {"model", old.manifest.model},
-               {"version", old.manifest.version}};
-    std::string what = old.manifest.model + "@" + std::to_string(old.manifest.version);
-    store_->raw().request(
-        un, core::Millis(5000), [id = options_.holder_id, what](Result<core::Message> r) {
-          if (!r.is_ok())
-            log::warn("publisher {}: unpublish {}: {}", id, what, r.status().to_string());
-        });
-    retiring_.push_back({std::move(old), Clock::now()});
+    retire(std::move(old));
   }
-  if (!retiring_.empty() && !drain_timer_) {
+}
+
+void Publisher::retire(Held old) {
+  // A request, not a blocking call: this runs from loop callbacks too. The drain checks that
+  // follow are answered only after the store has handled this (one socket, in order).
+  core::Message un("store.unpublish");
+  un.body = {{"holder_id", options_.holder_id},
+             {"model", old.manifest.model},
+             {"version", old.manifest.version}};
+  std::string what = old.manifest.model + "@" + std::to_string(old.manifest.version);
+  store_->raw().request(
+      un, core::Millis(5000), [id = options_.holder_id, what](Result<core::Message> r) {
+        if (!r.is_ok())
+          log::warn("publisher {}: unpublish {}: {}", id, what, r.status().to_string());
+      });
+  retiring_.push_back({std::move(old), Clock::now()});
+  if (!drain_timer_) {
     drain_timer_ = loop_->every(kDrainCheck, [this] { check_retiring(); });
   }
 }
@@ -247,8 +252,48 @@ void Publisher::check_retiring() {
   }
 }
 
+void Publisher::check_handoff(std::uint64_t version) {
+  if (!asking_holders_.insert(version).second) return;  // the last question is still out
+  std::weak_ptr<bool> alive = alive_;
+  core::Message req("store.holders");
+  req.body = {{"model", options_.model}, {"version", version}};
+  store_->raw().request(req, core::Millis(2000), [this, alive, version](Result<core::Message> r) {
+    if (alive.expired()) return;
+    asking_holders_.erase(version);
+    // No answer means no hand-off yet: keep serving and ask again at the next heartbeat.
+    if (!r.is_ok()) return;
+    auto holders = weightstore::decode_holders(*r);
+    if (!holders.is_ok()) {
+      log::warn("publisher {}: holders of {}@{}: {}", options_.holder_id, options_.model, version,
+                holders.status().to_string());
+      return;
+    }
+    const weightstore::HolderState* taker = nullptr;
+    for (const auto& h : *holders) {
+      if (h.holder_id != options_.holder_id && h.relay && h.complete && !h.unpublished) {
+        taker = &h;
+        break;
+      }
+    }
+    if (!taker) return;
+    auto it = std::find_if(held_.begin(), held_.end(),
+                           [version](const Held& h) { return h.manifest.version == version; });
+    if (it == held_.end()) return;  // already retired meanwhile
+    log::info("publisher {}: relay {} holds {}@{}; handing it off", options_.holder_id,
+              taker->holder_id, options_.model, version);
+    Held h = std::move(*it);
+    held_.erase(it);
+    ++handed_off_;
+    retire(std::move(h));
+  });
+}
+
 void Publisher::heartbeat() {
   std::weak_ptr<bool> alive = alive_;
+  if (options_.handoff) {
+    for (const auto& h : held_)
+      check_handoff(h.manifest.version);
+  }
   core::Message req("store.heartbeat");
   req.body["holder_id"] = options_.holder_id;
   store_->raw().request(req, core::Millis(2000), [this, alive](Result<core::Message> rep) {

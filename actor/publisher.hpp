@@ -3,10 +3,15 @@
 // to the store and registers this process as the version's first holder, which commits it.
 // The publisher then serves the version to readers (relays, rollouts) until it drops it.
 //
-// A copy beyond the newest keep_versions is unpublished first and freed only once the store says
-// its leases have drained (or after a bounded wait), so that no reader ever reads freed memory.
+// Hand-off (options.handoff, on by default): the publisher serves a version only until a relay
+// holds all of it. Each heartbeat() asks the store who holds the versions it serves; once a relay
+// has a complete, published copy, the publisher withdraws its own. With no relay, it keeps
+// serving its newest keep_versions copies, so a job without relays still works.
 //
-// Not yet as the design wants it: a relay taking over as holder is still to come.
+// A withdrawn copy (handed off, or beyond the newest keep_versions) is unpublished first and freed
+// only once the store says it has drained - no reader's lease and no relay still reading from it -
+// or after a bounded wait, so that no reader ever reads freed memory. Its staging buffer goes back
+// to the pool for the next publish.
 //
 // Thread safety: loop thread only. publish() runs the loop while it waits for the store (call it
 // from the actor's main flow, not from a loop callback); heartbeats and the drain checks of
@@ -17,6 +22,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -45,6 +51,11 @@ struct PublisherOptions {
   weightstore::Topology topology;
   std::string endpoint;             // this process's control endpoint (for the store)
   std::uint32_t keep_versions = 2;  // versions this publisher keeps serving
+  // Withdraw a version once a relay (a holder that joined the store as one) holds all of it.
+  // Only relays take over: two publishers of one version must not hand it to each other and
+  // leave nobody serving it. Off for the "direct" broadcast, where every relay is sent its copy
+  // by the publisher itself. Default true.
+  bool handoff = true;
 };
 
 class Publisher {
@@ -68,7 +79,9 @@ class Publisher {
   // does not pay for page faults; copies that have drained give their buffers back for reuse.
   core::Status reserve(std::uint64_t bytes, std::size_t count);
   // Keeps this holder known to the store; registers everything again after a store restart.
-  // Sends and returns: the replies are handled on the loop (call it from a loop timer).
+  // With handoff, also asks the store who holds each version it serves and withdraws those a
+  // relay holds completely. Sends and returns: the replies are handled on the loop (call it from
+  // a loop timer).
   void heartbeat();
 
   struct Held {
@@ -78,13 +91,19 @@ class Publisher {
   const std::vector<Held>& held() const { return held_; }
   // Copies unpublished and waiting for their readers' leases to drain before they are freed.
   std::size_t retiring() const { return retiring_.size(); }
+  // Versions withdrawn because a relay held them (for logs and tests).
+  std::uint64_t handed_off() const { return handed_off_; }
 
  private:
   Publisher() = default;
   weightstore::HolderRegistration registration(const Held& h) const;
   // Unpublishes the oldest copies beyond keep_versions; frees each once drained.
   void retire_old();
+  // Unpublishes a copy and queues it to be freed once drained.
+  void retire(Held old);
   void check_retiring();
+  // Asks the store whether a relay holds `version` completely; withdraws it if one does.
+  void check_handoff(std::uint64_t version);
 
   struct Pending {
     core::Manifest manifest;  // checksums filled in as they arrive
@@ -111,6 +130,8 @@ class Publisher {
     bool asking = false;  // a drained? request is out
   };
   std::vector<Retiring> retiring_;
+  std::set<std::uint64_t> asking_holders_;  // versions with a store.holders request out
+  std::uint64_t handed_off_ = 0;
   std::unique_ptr<core::EventLoop::Timer> drain_timer_;
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);  // for replies after destruction
 };

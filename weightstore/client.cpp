@@ -74,6 +74,14 @@ Result<bool> StoreClient::drained(const std::string& holder_id, const std::strin
   return reply.body.value("drained", false);
 }
 
+Result<std::vector<HolderState>> StoreClient::holders(const std::string& model,
+                                                      std::uint64_t version) {
+  Message req("store.holders");
+  req.body = {{"model", model}, {"version", version}};
+  SLUICE_ASSIGN_OR_RETURN(Message reply, client_->call(req, timeout_));
+  return decode_holders(reply);
+}
+
 Result<Pulled> pull(core::TransferEngine& engine, StoreClient& store, const std::string& model,
                     std::uint64_t version, const Topology& where, core::ReadOptions options) {
   SLUICE_ASSIGN_OR_RETURN(ReadPlan plan, store.plan(model, version, where));

@@ -34,6 +34,8 @@ class StoreClient {
                          std::uint64_t version);
   core::Result<bool> drained(const std::string& holder_id, const std::string& model,
                              std::uint64_t version);
+  // Who holds `model`@`version` and how much of it (takes no lease).
+  core::Result<std::vector<HolderState>> holders(const std::string& model, std::uint64_t version);
   core::Client& raw() { return *client_; }
 
  private:

@@ -74,6 +74,45 @@ Result<HolderRegistration> decode_registration(const core::Message& m) {
   return r;
 }
 
+core::Message encode_holders(const std::vector<HolderState>& holders) {
+  core::Message m("store.holders");
+  m.body["holders"] = nlohmann::json::array();
+  for (const auto& h : holders) {
+    m.body["holders"].push_back({{"holder_id", h.holder_id},
+                                 {"chunks", h.chunks},
+                                 {"complete", h.complete},
+                                 {"unpublished", h.unpublished},
+                                 {"relay", h.relay}});
+  }
+  return m;
+}
+
+Result<std::vector<HolderState>> decode_holders(const core::Message& m) {
+  auto hs = m.body.find("holders");
+  if (hs == m.body.end() || !hs->is_array()) {
+    return core::protocol_error("holders reply without a 'holders' array");
+  }
+  std::vector<HolderState> out;
+  for (const auto& j : *hs) {
+    if (!j.is_object()) return core::protocol_error("a holder in the reply is not an object");
+    HolderState h;
+    SLUICE_ASSIGN_OR_RETURN(h.holder_id, body_string(j, "holder_id"));
+    SLUICE_ASSIGN_OR_RETURN(h.chunks, body_u64(j, "chunks"));
+    for (auto [key, field] :
+         {std::pair{"complete", &h.complete}, std::pair{"unpublished", &h.unpublished},
+          std::pair{"relay", &h.relay}}) {
+      auto it = j.find(key);
+      if (it == j.end() || !it->is_boolean()) {
+        return core::protocol_error(std::string("holder '") + h.holder_id + "': '" + key +
+                                    "' must be a boolean");
+      }
+      *field = it->get<bool>();
+    }
+    out.push_back(std::move(h));
+  }
+  return out;
+}
+
 core::Message encode_plan(const ReadPlan& p) {
   core::Message m("store.plan");
   m.body["manifest"] = p.manifest.to_json();

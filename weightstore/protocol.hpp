@@ -15,6 +15,9 @@
 //   store.renew / store.release  {lease_id}
 //   store.pin / store.unpin      {model, version, owner}
 //   store.retained      {model}                             -> {versions: [...]}
+//   store.holders       {model, version}
+//                       -> {holders: [{holder_id, chunks, complete, unpublished, relay}]}
+//                          (no lease: a publisher asks it to learn a relay holds its version)
 //
 // Thread safety: pure functions.
 #pragma once
@@ -31,6 +34,10 @@ core::Result<Topology> topology_from_json(const nlohmann::json& j);
 
 core::Message encode_registration(const HolderRegistration& r);
 core::Result<HolderRegistration> decode_registration(const core::Message& m);
+
+// The reply to store.holders, and its checked reading.
+core::Message encode_holders(const std::vector<HolderState>& holders);
+core::Result<std::vector<HolderState>> decode_holders(const core::Message& m);
 
 core::Message encode_plan(const ReadPlan& p);
 core::Result<ReadPlan> decode_plan(const core::Message& m);

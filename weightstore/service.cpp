@@ -199,6 +199,11 @@ void StoreService::install_handlers() {
       reply.body["copies"][id] = n;
     return reply;
   });
+  srv.on_sync("store.holders", [&st](const Message& req) -> Result<Message> {
+    SLUICE_ASSIGN_OR_RETURN(auto model, body_string(req.body, "model"));
+    SLUICE_ASSIGN_OR_RETURN(auto version, body_u64(req.body, "version"));
+    return encode_holders(st.holders(model, version));
+  });
   srv.on_sync("store.retained", [&st](const Message& req) -> Result<Message> {
     SLUICE_ASSIGN_OR_RETURN(auto model, body_string(req.body, "model"));
     Message reply("store.retained");

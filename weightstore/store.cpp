@@ -24,7 +24,19 @@ std::string vname(const std::string& model, std::uint64_t v) {
 bool same_manifest(const core::Manifest& a, const core::Manifest& b) {
   return a.to_json() == b.to_json();
 }
+bool all_set(const std::vector<bool>& chunks) {
+  return std::all_of(chunks.begin(), chunks.end(), [](bool b) { return b; });
+}
 }  // namespace
+
+const WeightStore::Copy* WeightStore::find_copy(const std::string& holder_id,
+                                                const std::string& model,
+                                                std::uint64_t version) const {
+  auto h = holders_.find(holder_id);
+  if (h == holders_.end()) return nullptr;
+  auto c = h->second.copies.find({model, version});
+  return c == h->second.copies.end() ? nullptr : &c->second;
+}
 
 WeightStore::Version* WeightStore::find_version(const std::string& model, std::uint64_t version) {
   auto m = models_.find(model);
@@ -54,7 +66,7 @@ Status WeightStore::put_manifest(const core::Manifest& m) {
 void WeightStore::maybe_commit(const std::string& model, std::uint64_t version, const Copy& c) {
   Version* v = find_version(model, version);
   if (!v || v->committed) return;
-  if (!std::all_of(c.chunks.begin(), c.chunks.end(), [](bool b) { return b; })) return;
+  if (!all_set(c.chunks)) return;
   v->committed = true;
   auto& m = models_[model];
   m.latest = std::max(m.latest, version);  // never backwards
@@ -90,6 +102,8 @@ Status WeightStore::register_holder(const HolderRegistration& r, Clock::time_poi
   c.descriptor = r.descriptor;
   c.chunks = r.chunks.empty() ? std::vector<bool>(n, true) : r.chunks;
   c.unpublished = false;
+  // A complete relay reads from nobody: what it was last pointed at may drain.
+  if (all_set(c.chunks)) chain_reads_.erase({r.holder_id, man.model, man.version});
   maybe_commit(man.model, man.version, c);
   return {};
 }
@@ -113,6 +127,7 @@ Status WeightStore::add_chunks(const std::string& holder_id, const std::string& 
   for (auto i : chunks)
     c->second.chunks[i] = true;
   h->second.last_seen = now;
+  if (all_set(c->second.chunks)) chain_reads_.erase({holder_id, model, version});
   maybe_commit(model, version, c->second);
   return {};
 }
@@ -144,6 +159,15 @@ core::Result<bool> WeightStore::drained(const std::string& holder_id, const std:
   for (const auto& [id, l] : leases_) {
     if (l.model != model || l.version != version) continue;
     if (std::find(l.holders.begin(), l.holders.end(), holder_id) != l.holders.end()) return false;
+  }
+  // A relay still receiving the version may be mid-GET on this copy: it was pointed here and
+  // has not asked for a source since. Once it asks again it is sent elsewhere (an unpublished
+  // copy is never named), and once it holds every chunk it reads from nobody.
+  for (const auto& [key, source] : chain_reads_) {
+    const auto& [relay, m, v] = key;
+    if (m != model || v != version || source != holder_id) continue;
+    const Copy* c = find_copy(relay, model, version);
+    if (c && !all_set(c->chunks)) return false;
   }
   return true;
 }
@@ -282,9 +306,10 @@ Status WeightStore::join_relay(const std::string& relay_id, const Topology& topo
 
 core::Result<WeightStore::CopyInfo> WeightStore::chain_source(
     const std::string& model, std::uint64_t version, const std::string& relay_id,
-    const std::set<std::string>& exclude) const {
+    const std::set<std::string>& exclude) {
   auto me = relay_order_.find(relay_id);
   if (me == relay_order_.end()) return core::not_found("relay '" + relay_id + "' has not joined");
+  const std::tuple<std::string, std::string, std::uint64_t> key{relay_id, model, version};
   auto usable = [&](const std::string& id, bool need_all) -> const Copy* {
     if (exclude.count(id)) return nullptr;
     auto h = holders_.find(id);
@@ -293,11 +318,12 @@ core::Result<WeightStore::CopyInfo> WeightStore::chain_source(
     if (c == h->second.copies.end() || c->second.unpublished) return nullptr;
     bool any =
         std::any_of(c->second.chunks.begin(), c->second.chunks.end(), [](bool b) { return b; });
-    bool all =
-        std::all_of(c->second.chunks.begin(), c->second.chunks.end(), [](bool b) { return b; });
-    return (need_all ? all : any) ? &c->second : nullptr;
+    return (need_all ? all_set(c->second.chunks) : any) ? &c->second : nullptr;
   };
-  auto info = [](const std::string& id, const Copy& c) {
+  // The relay is about to read from the source named: remember it, so the source's copy does
+  // not count as drained under the relay's GETs (relays take no lease).
+  auto info = [this, &key](const std::string& id, const Copy& c) {
+    chain_reads_[key] = id;
     return CopyInfo{id, c.endpoint, c.descriptor, c.chunks};
   };
   // Relays in join order; this relay is number `me_index` (1-based: 0 is the publisher).
@@ -322,6 +348,14 @@ core::Result<WeightStore::CopyInfo> WeightStore::chain_source(
   }
   for (const auto& id : ancestors) {
     if (const Copy* c = usable(id, false)) return info(id, *c);
+    // A live ancestor that has started on the version but verified nothing yet: the relay waits
+    // for it (it is named with no chunks) rather than read from a complete holder further up,
+    // which would put every relay on the publisher's link at the start of each version.
+    auto h = holders_.find(id);
+    if (h != holders_.end() && !exclude.count(id)) {
+      auto c = h->second.copies.find({model, version});
+      if (c != h->second.copies.end() && !c->second.unpublished) return info(id, c->second);
+    }
   }
   // The head of the chain reads from a complete holder that is not a relay behind it.
   for (const auto& [id, h] : holders_) {
@@ -330,6 +364,14 @@ core::Result<WeightStore::CopyInfo> WeightStore::chain_source(
     if (r != relay_order_.end() && r->second > me->second) continue;
     if (const Copy* c = usable(id, true)) return info(id, *c);
   }
+  // Last, a complete relay behind it: once the publisher has handed the version off, it may be
+  // the only complete copy left (in a tree, a later child of the root can finish first). A
+  // complete copy needs nothing from this relay, so reading from it forms no cycle.
+  for (const auto& [seq, id] : order) {
+    if (seq <= me->second || id == relay_id) continue;
+    if (const Copy* c = usable(id, true)) return info(id, *c);
+  }
+  chain_reads_.erase(key);
   return core::unavailable("no source for relay '" + relay_id + "' to pull " +
                            vname(model, version) + " from");
 }
@@ -346,12 +388,33 @@ std::vector<std::pair<std::string, std::size_t>> WeightStore::copies(const std::
   return out;
 }
 
+std::vector<HolderState> WeightStore::holders(const std::string& model,
+                                              std::uint64_t version) const {
+  std::vector<HolderState> out;
+  for (const auto& [id, h] : holders_) {
+    auto c = h.copies.find({model, version});
+    if (c == h.copies.end()) continue;
+    HolderState s;
+    s.holder_id = id;
+    s.chunks = static_cast<std::size_t>(
+        std::count(c->second.chunks.begin(), c->second.chunks.end(), true));
+    s.complete = all_set(c->second.chunks);
+    s.unpublished = c->second.unpublished;
+    s.relay = relay_order_.count(id) > 0;
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
 std::vector<std::string> WeightStore::expire(Clock::time_point now) {
   std::vector<std::string> gone;
   for (auto it = holders_.begin(); it != holders_.end();) {
     if (now - it->second.last_seen > config_.holder_ttl) {
       gone.push_back(it->first);
       relay_order_.erase(it->first);
+      for (auto g = chain_reads_.begin(); g != chain_reads_.end();) {
+        g = std::get<0>(g->first) == it->first ? chain_reads_.erase(g) : std::next(g);
+      }
       it = holders_.erase(it);
     } else {
       ++it;

@@ -12,6 +12,9 @@
 // - a plan holds a lease on the holders it names; a holder that unpublishes gets no new leases
 //   and may free its copy once its leases have drained (been released or expired);
 // - retention keeps the newest K committed versions and pinned ones; holders ask which to drop;
+// - a relay that the store has pointed at a source (chain_source) keeps that source's copy from
+//   draining until the relay asks again or holds every chunk: relays read without leases, and
+//   this is what keeps a publisher that hands a version off from freeing it under a relay's GETs;
 // - holders that stop sending heartbeats expire; a restarted store rebuilds from holders'
 //   re-registrations (which carry the manifest), and the version counter resumes from them.
 //
@@ -24,6 +27,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "core/manifest.hpp"
@@ -64,6 +68,16 @@ struct HolderRegistration {
   std::vector<bool> chunks;  // verified chunks; empty means all of them
 };
 
+// One holder's copy of a version, as holders() reports it (cheap, takes no lease): a publisher
+// asks it to learn when another holder can take its place.
+struct HolderState {
+  std::string holder_id;
+  std::size_t chunks = 0;    // verified chunks it holds
+  bool complete = false;     // it holds every chunk
+  bool unpublished = false;  // it is dropping this copy: no new readers are sent to it
+  bool relay = false;        // it joined as a relay (an always-on holder)
+};
+
 struct ChunkSources {
   std::vector<std::uint32_t> holders;  // indices into ReadPlan::holders, best first
 };
@@ -101,7 +115,8 @@ class WeightStore {
   // The holder will drop or overwrite this version: no new leases on it from now on.
   core::Status unpublish(const std::string& holder_id, const std::string& model,
                          std::uint64_t version);
-  // Whether an unpublished copy may be freed: no lease on it is still active.
+  // Whether an unpublished copy may be freed: no lease on it is still active, and no relay that
+  // is still receiving the version was last pointed at it by chain_source.
   core::Result<bool> drained(const std::string& holder_id, const std::string& model,
                              std::uint64_t version) const;
 
@@ -132,8 +147,11 @@ class WeightStore {
                           Clock::time_point now);
   // Where relay `relay_id` pulls `model`@`version` from: the nearest live relay before it in the
   // chain that holds any of it (a partial holder serves the chunks it has verified), else a
-  // holder with all of it (the publisher). Holders in `exclude` are skipped (ones that just
-  // failed). unavailable when there is none.
+  // holder with all of it that is not a relay behind it (the publisher), and failing those a
+  // complete relay behind it (after the publisher handed the version off, a relay that fell
+  // behind must still complete). Holders in `exclude` are skipped (ones that just failed).
+  // The source named stays undrained for this relay until it asks again or completes (see
+  // drained()). unavailable when there is none.
   struct CopyInfo {
     std::string holder_id;
     std::string endpoint;
@@ -142,10 +160,13 @@ class WeightStore {
   };
   core::Result<CopyInfo> chain_source(const std::string& model, std::uint64_t version,
                                       const std::string& relay_id,
-                                      const std::set<std::string>& exclude) const;
+                                      const std::set<std::string>& exclude);
   // Every registered copy of a version: holder id and how many chunks it has.
   std::vector<std::pair<std::string, std::size_t>> copies(const std::string& model,
                                                           std::uint64_t version) const;
+  // Every registered copy of a version with its state, in holder id order; empty when nobody
+  // holds it.
+  std::vector<HolderState> holders(const std::string& model, std::uint64_t version) const;
 
   std::size_t holder_count() const { return holders_.size(); }
   std::size_t active_leases(const std::string& holder_id) const;
@@ -179,6 +200,8 @@ class WeightStore {
   };
 
   Version* find_version(const std::string& model, std::uint64_t version);
+  const Copy* find_copy(const std::string& holder_id, const std::string& model,
+                        std::uint64_t version) const;
   void maybe_commit(const std::string& model, std::uint64_t version, const Copy& c);
 
   StoreConfig config_;
@@ -186,6 +209,8 @@ class WeightStore {
   std::map<std::string, Holder> holders_;
   std::map<std::uint64_t, Lease> leases_;
   std::map<std::string, std::uint64_t> relay_order_;  // relay id -> join sequence
+  // (relay id, model, version) -> the holder chain_source last named for that relay to read from.
+  std::map<std::tuple<std::string, std::string, std::uint64_t>, std::string> chain_reads_;
   std::uint64_t next_relay_ = 1;
   std::uint64_t next_lease_ = 1;
 };

@@ -208,6 +208,11 @@ int run_bench_broadcast_inside(const BenchBroadcastArgs& args,
   po.model = "policy";
   po.holder_id = "actor-0";
   po.chunk_bytes = *chunk;
+  // "direct" measures the publisher sending every relay its own copy, so it must keep serving;
+  // in a chain or tree it hands the version off once the first relay holds all of it, and the
+  // relays still reading from it keep it until they are done (the store does not count its copy
+  // as drained while they are).
+  po.handoff = args.design != "direct";
   auto pub = actor::Publisher::create(*loop, *engine, *client, po).value();
   auto beat = loop->every(Millis(300), [&] { pub->heartbeat(); });
   std::vector<std::uint8_t> weights(*size);

@@ -70,10 +70,12 @@ int run_publish(const PublishArgs& args, const std::vector<std::string>& env) {
   if (!publisher.is_ok()) return fail("publish", publisher.status(), 2);
   auto manifest = (*publisher)->publish(args.version, views);
   if (!manifest.is_ok()) return fail("publish", manifest.status());
-  std::printf("published %s@%llu: %zu tensors, %s, %llu chunks; serving it until Ctrl-C\n",
-              args.model.c_str(), static_cast<unsigned long long>(args.version),
-              header->tensors.size(), format_bytes(manifest->total_bytes).c_str(),
-              static_cast<unsigned long long>(manifest->chunk_count()));
+  std::printf(
+      "published %s@%llu: %zu tensors, %s, %llu chunks; serving it until a relay holds it, or "
+      "Ctrl-C\n",
+      args.model.c_str(), static_cast<unsigned long long>(args.version), header->tensors.size(),
+      format_bytes(manifest->total_bytes).c_str(),
+      static_cast<unsigned long long>(manifest->chunk_count()));
   std::fflush(stdout);
   // Serve as a holder: heartbeats keep the store's view of this process alive.
   auto beat = loop->every(Millis(1000), [&] { (*publisher)->heartbeat(); });

@@ -1,14 +1,18 @@
 // The publisher against a real store process, read back through pull(): bytes equal, `latest`
-// monotonic, and a copy under lease is not freed until the lease ends.
+// monotonic, a copy under lease is not freed until the lease ends, and a version a relay holds
+// is handed off to it (the publisher no longer serves it) while, with no relay, it stays.
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <csignal>
 #include <cstring>
+#include <map>
 
 #include "../support/store_process.hpp"
 #include "actor/publisher.hpp"
 #include "core/process.hpp"
 #include "core/units.hpp"
+#include "weightstore/protocol.hpp"
 
 using namespace sluice;
 using core::Millis;
@@ -38,15 +42,50 @@ struct Setup {
       weightstore::StoreClient::create(*loop, store.endpoint).value();
   std::unique_ptr<actor::Publisher> pub = make_publisher();
 
-  std::unique_ptr<actor::Publisher> make_publisher() {
+  std::unique_ptr<actor::Publisher> make_publisher(bool handoff = true) {
     actor::PublisherOptions po;
     po.model = "policy";
     po.holder_id = "actor-0";
     po.chunk_bytes = 64 * 1024;
     po.keep_versions = 2;
+    po.handoff = handoff;
     return actor::Publisher::create(*loop, *engine, *client, po).value();
   }
 };
+
+// A relay process (`sluice relay`) on the store, started once it says it runs.
+std::unique_ptr<core::Subprocess> start_relay(const std::string& store, const std::string& id) {
+  auto p = core::Subprocess::spawn_argv({SLUICE_BIN, "--log-level", "warn", "relay", "--set",
+                                         "relay.store=" + store, "--set", "relay.relay_id=" + id,
+                                         "--set", "relay.poll_ms=20"})
+               .value();
+  while (true) {
+    auto line = p->read_line(Millis(20000));
+    REQUIRE_MESSAGE(line.is_ok(), line.status().to_string());
+    if (line->rfind("relay ", 0) == 0) return p;
+  }
+}
+
+// The store's view of who holds policy@version, by holder id.
+std::map<std::string, weightstore::HolderState> holders(weightstore::StoreClient& c,
+                                                        std::uint64_t version) {
+  std::map<std::string, weightstore::HolderState> out;
+  auto hs = c.holders("policy", version);
+  REQUIRE_MESSAGE(hs.is_ok(), hs.status().to_string());
+  for (auto& h : *hs)
+    out[h.holder_id] = h;
+  return out;
+}
+
+std::vector<std::string> plan_holders(weightstore::StoreClient& c, std::uint64_t version) {
+  auto plan = c.plan("policy", version, {});
+  REQUIRE_MESSAGE(plan.is_ok(), plan.status().to_string());
+  std::vector<std::string> ids;
+  for (const auto& h : plan->holders)
+    ids.push_back(h.holder_id);
+  REQUIRE(c.release(plan->lease_id).is_ok());
+  return ids;
+}
 
 }  // namespace
 
@@ -155,5 +194,133 @@ TEST_SUITE("actor.publisher") {
     CHECK(client->plan("policy", 1, {}).status().code() == core::Code::kUnavailable);
     REQUIRE(client->release(plan->lease_id).is_ok());
     CHECK(loop->run_until([&] { return pub->retiring() == 0; }, Millis(5000)));
+  }
+
+  TEST_CASE("a version a relay holds is handed off: the relay serves it, the publisher frees it") {
+    Setup setup;
+    auto& loop = setup.loop;
+    auto& client = setup.client;
+    auto& pub = setup.pub;
+    auto relay = start_relay(setup.store.endpoint, "relay-a");
+    loop->run_until([] { return false; }, Millis(300));  // the relay joins
+
+    auto w1 = weights(1, (1u << 20) + 12);
+    REQUIRE(pub->publish(1, views(w1)).is_ok());
+    // A reader that got its plan before the hand-off holds a lease on the publisher's copy.
+    auto early = client->plan("policy", 1, {});
+    REQUIRE(early.is_ok());
+    bool names_publisher = false;
+    for (const auto& h : early->holders)
+      names_publisher |= h.holder_id == "actor-0";
+    REQUIRE(names_publisher);
+
+    // Heartbeats (as the actor sends them) are where the publisher learns who else holds it.
+    auto beat = loop->every(Millis(100), [&] { pub->heartbeat(); });
+    REQUIRE(loop->run_until([&] { return pub->held().empty(); }, Millis(20000)));
+    CHECK(pub->handed_off() == 1);
+    auto hs = holders(*client, 1);
+    REQUIRE(hs.count("relay-a") == 1);
+    CHECK(hs["relay-a"].complete);
+    CHECK(hs["relay-a"].relay);
+    CHECK(hs["actor-0"].unpublished);
+    // Unpublished, but the early reader's lease keeps its memory until the lease ends.
+    CHECK(pub->retiring() == 1);
+    loop->run_until([] { return false; }, Millis(1000));
+    CHECK(pub->retiring() == 1);
+    REQUIRE(client->release(early->lease_id).is_ok());
+    CHECK(loop->run_until([&] { return pub->retiring() == 0; }, Millis(5000)));
+
+    // New readers are sent to the relay alone and get the published bytes.
+    CHECK(plan_holders(*client, 1) == std::vector<std::string>{"relay-a"});
+    auto pulled = weightstore::pull(*setup.engine, *client, "policy", 1, {});
+    REQUIRE_MESSAGE(pulled.is_ok(), pulled.status().to_string());
+    REQUIRE(pulled->manifest.total_bytes == w1.size());
+    CHECK(std::memcmp(pulled->buffer->data(), w1.data(), w1.size()) == 0);
+
+    // The next version goes the same way.
+    auto w2 = weights(2, (1u << 20) + 12);
+    REQUIRE(pub->publish(2, views(w2)).is_ok());
+    REQUIRE(loop->run_until([&] { return pub->held().empty() && pub->retiring() == 0; },
+                            Millis(20000)));
+    CHECK(pub->handed_off() == 2);
+    CHECK(plan_holders(*client, 2) == std::vector<std::string>{"relay-a"});
+    auto p2 = weightstore::pull(*setup.engine, *client, "policy", 2, {});
+    REQUIRE_MESSAGE(p2.is_ok(), p2.status().to_string());
+    REQUIRE(p2->manifest.total_bytes == w2.size());
+    CHECK(std::memcmp(p2->buffer->data(), w2.data(), w2.size()) == 0);
+    CHECK(relay->running());
+    relay->signal(SIGTERM).ignore();
+  }
+
+  TEST_CASE("with no relay holding it, the publisher keeps serving its version") {
+    Setup setup;
+    auto& loop = setup.loop;
+    auto& client = setup.client;
+    auto& pub = setup.pub;
+    auto beat = loop->every(Millis(100), [&] { pub->heartbeat(); });
+    auto w1 = weights(1, 256 * 1024);  // 4 chunks
+    auto m1 = pub->publish(1, views(w1));
+    REQUIRE(m1.is_ok());
+
+    // A relay holding part of it, and a complete holder that is not a relay (another publisher
+    // of the same bytes), are not enough: neither takes the publisher's place.
+    core::Message join("store.join_relay");
+    join.body = {{"relay_id", "relay-p"}};
+    REQUIRE(client->raw().call(join, Millis(5000)).is_ok());
+    weightstore::HolderRegistration partial;
+    partial.holder_id = "relay-p";
+    partial.endpoint = "relay:relay-p";
+    partial.descriptor = "unused";
+    partial.manifest = *m1;
+    partial.chunks = {true, true, false, false};
+    REQUIRE(client->register_holder(partial).is_ok());
+    weightstore::HolderRegistration other = partial;
+    other.holder_id = "actor-9";
+    other.chunks.clear();  // all of it
+    REQUIRE(client->register_holder(other).is_ok());
+    auto hs = holders(*client, 1);
+    REQUIRE(hs.size() == 3);
+    CHECK(hs["actor-0"].complete);
+    CHECK_FALSE(hs["actor-0"].relay);
+    CHECK_FALSE(hs["relay-p"].complete);
+    CHECK(hs["relay-p"].chunks == 2);
+    CHECK(hs["relay-p"].relay);
+    CHECK(hs["actor-9"].complete);
+    CHECK_FALSE(hs["actor-9"].relay);
+
+    loop->run_until([] { return false; }, Millis(1500));  // many heartbeats
+    CHECK(pub->handed_off() == 0);
+    REQUIRE(pub->held().size() == 1);
+    CHECK(pub->held()[0].manifest.version == 1);
+    CHECK(pub->retiring() == 0);
+    CHECK_FALSE(holders(*client, 1)["actor-0"].unpublished);
+
+    // Their descriptors are not real: withdraw them before reading.
+    REQUIRE(client->unpublish("actor-9", "policy", 1).is_ok());
+    REQUIRE(client->unpublish("relay-p", "policy", 1).is_ok());
+    CHECK(plan_holders(*client, 1) == std::vector<std::string>{"actor-0"});
+    auto pulled = weightstore::pull(*setup.engine, *client, "policy", 1, {});
+    REQUIRE_MESSAGE(pulled.is_ok(), pulled.status().to_string());
+    CHECK(std::memcmp(pulled->buffer->data(), w1.data(), w1.size()) == 0);
+  }
+
+  TEST_CASE("with hand-off turned off, the publisher keeps serving a version a relay holds") {
+    Setup setup;
+    auto& loop = setup.loop;
+    auto& client = setup.client;
+    auto pub = setup.make_publisher(false);
+    setup.pub.reset();
+    auto relay = start_relay(setup.store.endpoint, "relay-a");
+    loop->run_until([] { return false; }, Millis(300));
+    auto beat = loop->every(Millis(100), [&] { pub->heartbeat(); });
+    auto w1 = weights(1, 256 * 1024);
+    REQUIRE(pub->publish(1, views(w1)).is_ok());
+    REQUIRE(
+        loop->run_until([&] { return holders(*client, 1)["relay-a"].complete; }, Millis(20000)));
+    loop->run_until([] { return false; }, Millis(1000));
+    CHECK(pub->handed_off() == 0);
+    CHECK(pub->held().size() == 1);
+    CHECK_FALSE(holders(*client, 1)["actor-0"].unpublished);
+    relay->signal(SIGTERM).ignore();
   }
 }

@@ -1,5 +1,6 @@
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <numeric>
 
 #include "weightstore/store.hpp"
@@ -238,5 +239,117 @@ TEST_SUITE("weightstore.broadcast") {
     CHECK(source_of("tree", "r5") == "r2");
     CHECK(source_of("tree", "r5", {"r2"}) == "actor");
     CHECK(source_of("direct", "r5") == "actor");
+  }
+
+  TEST_CASE("a relay waits for a live predecessor that has nothing yet, not the publisher") {
+    auto m = manifest(1);
+    WeightStore s;  // chain
+    REQUIRE(s.put_manifest(m).is_ok());
+    REQUIRE(s.register_holder(holder("actor", m), t0).is_ok());
+    for (const char* r : {"r1", "r2", "r3"})
+      REQUIRE(s.join_relay(r, {}, t0).is_ok());
+    // r1 and r2 have started on the version (registered, no chunk verified); r3 asks.
+    REQUIRE(s.register_holder(holder("r1", m, {}, {true, false, false, false}), t0).is_ok());
+    REQUIRE(s.register_holder(holder("r2", m, {}, {false, false, false, false}), t0).is_ok());
+    auto src = s.chain_source("m", 1, "r3", {});
+    REQUIRE(src.is_ok());
+    CHECK(src->holder_id == "r2");  // named with no chunks: r3 reads nothing and asks again
+    CHECK(std::none_of(src->chunks.begin(), src->chunks.end(), [](bool b) { return b; }));
+    // Once r2 has failed for it, r3 goes on to r1, which has a chunk.
+    CHECK(s.chain_source("m", 1, "r3", {"r2"}).value().holder_id == "r1");
+    // A relay whose predecessor has not started on the version yet still reads from further up.
+    REQUIRE(s.join_relay("r4", {}, t0).is_ok());
+    REQUIRE(s.join_relay("r5", {}, t0).is_ok());
+    CHECK(s.chain_source("m", 1, "r5", {}).value().holder_id == "r2");
+  }
+}
+
+TEST_SUITE("weightstore.handoff") {
+  TEST_CASE("holders() reports each copy as complete or partial, relay or not, and unpublished") {
+    WeightStore s;
+    auto m = manifest(1);  // 4 chunks
+    REQUIRE(s.put_manifest(m).is_ok());
+    CHECK(s.holders("m", 1).empty());
+    REQUIRE(s.register_holder(holder("actor", m), t0).is_ok());
+    REQUIRE(s.join_relay("r1", {}, t0).is_ok());
+    REQUIRE(s.register_holder(holder("r1", m, {}, {true, false, true, false}), t0).is_ok());
+    auto find = [&](const std::string& id) {
+      for (const auto& h : s.holders("m", 1))
+        if (h.holder_id == id) return h;
+      FAIL("no holder " << id);
+      return HolderState{};
+    };
+    REQUIRE(s.holders("m", 1).size() == 2);
+    auto actor = find("actor"), r1 = find("r1");
+    CHECK(actor.complete);
+    CHECK(actor.chunks == 4);
+    CHECK_FALSE(actor.relay);
+    CHECK_FALSE(actor.unpublished);
+    CHECK_FALSE(r1.complete);
+    CHECK(r1.chunks == 2);
+    CHECK(r1.relay);
+    REQUIRE(s.add_chunks("r1", "m", 1, {1, 3}, t0).is_ok());
+    CHECK(find("r1").complete);
+    CHECK(find("r1").chunks == 4);
+    REQUIRE(s.unpublish("actor", "m", 1).is_ok());
+    CHECK(find("actor").unpublished);
+    CHECK(s.holders("m", 2).empty());  // a version nobody holds
+  }
+
+  TEST_CASE("a copy a relay was sent to read from drains only once the relay moves on") {
+    StoreConfig cfg;
+    cfg.broadcast = "tree";
+    cfg.fanout = 2;
+    WeightStore s(cfg);
+    auto m = manifest(1);
+    REQUIRE(s.put_manifest(m).is_ok());
+    REQUIRE(s.register_holder(holder("actor", m), t0).is_ok());
+    REQUIRE(s.join_relay("r1", {}, t0).is_ok());
+    REQUIRE(s.join_relay("r2", {}, t0).is_ok());
+    REQUIRE(s.register_holder(holder("r1", m, {}, {true, false, false, false}), t0).is_ok());
+    REQUIRE(s.register_holder(holder("r2", m, {}, {false, false, false, false}), t0).is_ok());
+    // Both children of the root read from the publisher.
+    CHECK(s.chain_source("m", 1, "r1", {}).value().holder_id == "actor");
+    CHECK(s.chain_source("m", 1, "r2", {}).value().holder_id == "actor");
+    // r2 finishes first; the publisher hands off and unpublishes. r1 is still mid-read from it
+    // (relays take no lease), so its copy has not drained.
+    REQUIRE(s.add_chunks("r2", "m", 1, {0, 1, 2, 3}, t0).is_ok());
+    REQUIRE(s.unpublish("actor", "m", 1).is_ok());
+    CHECK(s.drained("actor", "m", 1).value() == false);
+    // r1 asks again: the publisher is withdrawn and r1 has no ancestor, so it is sent to the
+    // complete relay behind it rather than left without a source; the publisher has drained.
+    auto next = s.chain_source("m", 1, "r1", {});
+    REQUIRE_MESSAGE(next.is_ok(), next.status().to_string());
+    CHECK(next->holder_id == "r2");
+    CHECK(s.drained("actor", "m", 1).value() == true);
+
+    // The same when the relay completes instead of asking again.
+    WeightStore t;
+    REQUIRE(t.put_manifest(m).is_ok());
+    REQUIRE(t.register_holder(holder("actor", m), t0).is_ok());
+    REQUIRE(t.join_relay("r1", {}, t0).is_ok());
+    REQUIRE(t.register_holder(holder("r1", m, {}, {false, false, false, false}), t0).is_ok());
+    CHECK(t.chain_source("m", 1, "r1", {}).value().holder_id == "actor");
+    REQUIRE(t.unpublish("actor", "m", 1).is_ok());
+    CHECK(t.drained("actor", "m", 1).value() == false);
+    REQUIRE(t.add_chunks("r1", "m", 1, {0, 1, 2}, t0).is_ok());
+    CHECK(t.drained("actor", "m", 1).value() == false);
+    REQUIRE(t.add_chunks("r1", "m", 1, {3}, t0).is_ok());
+    CHECK(t.drained("actor", "m", 1).value() == true);
+
+    // And when the relay dies: its expiry ends what it held up.
+    StoreConfig short_ttl;
+    short_ttl.holder_ttl = Millis(100);
+    WeightStore u(short_ttl);
+    REQUIRE(u.put_manifest(m).is_ok());
+    REQUIRE(u.register_holder(holder("actor", m), t0).is_ok());
+    REQUIRE(u.join_relay("r1", {}, t0).is_ok());
+    REQUIRE(u.register_holder(holder("r1", m, {}, {false, false, false, false}), t0).is_ok());
+    CHECK(u.chain_source("m", 1, "r1", {}).value().holder_id == "actor");
+    REQUIRE(u.unpublish("actor", "m", 1).is_ok());
+    CHECK(u.drained("actor", "m", 1).value() == false);
+    REQUIRE(u.heartbeat("actor", t0 + Millis(90)).is_ok());
+    CHECK(u.expire(t0 + Millis(150)) == std::vector<std::string>{"r1"});
+    CHECK(u.drained("actor", "m", 1).value() == true);
   }
 }

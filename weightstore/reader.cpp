@@ -1,0 +1,358 @@
+#include "weightstore/reader.hpp"
+
+#include <algorithm>
+#include <optional>
+
+#include "core/log.hpp"
+#include "weightstore/protocol.hpp"
+
+namespace sluice::weightstore {
+
+namespace log = core::log;
+using core::Message;
+using core::Result;
+using core::Status;
+
+namespace {
+std::string vname(const std::string& model, std::uint64_t version) {
+  return model + "@" + std::to_string(version);
+}
+long long ms(Millis d) {
+  return static_cast<long long>(d.count());
+}
+}  // namespace
+
+Result<std::unique_ptr<Reader>> Reader::create(core::EventLoop& loop, core::TransferEngine& engine,
+                                               StoreClient& store, ReaderOptions options) {
+  if (options.model.empty()) return core::invalid_argument("reader: no model name");
+  if (options.serve && options.holder_id.empty()) {
+    return core::invalid_argument("reader: a reader that serves needs a holder id");
+  }
+  if (options.request_timeout <= Millis(0) || options.drain_timeout <= Millis(0) ||
+      options.drain_check <= Millis(0)) {
+    return core::invalid_argument(
+        "reader: request_timeout, drain_timeout and drain_check must be "
+        "positive");
+  }
+  std::unique_ptr<Reader> r(new Reader());
+  r->loop_ = &loop;
+  r->engine_ = &engine;
+  r->store_ = &store;
+  r->options_ = std::move(options);
+  return r;
+}
+
+Reader::~Reader() {
+  alive_.reset();
+  drain_timer_.reset();
+  if (options_.serve && current_) {
+    // No waiting here (a destructor may run inside a loop callback): the store stops naming
+    // this copy, and readers still on it fail over to another source when its memory goes.
+    log::warn("{}: destroyed without close(); {} unpublished without waiting for its readers",
+              name(), vname(options_.model, current_->manifest.version));
+    Message un("store.unpublish");
+    un.body = {{"holder_id", options_.holder_id},
+               {"model", options_.model},
+               {"version", current_->manifest.version}};
+    store_->raw().request(std::move(un), options_.request_timeout, [](Result<Message>) {});
+  }
+  if (!retiring_.empty()) {
+    log::warn("{}: destroyed without close(); {} retiring copies freed before they drained", name(),
+              retiring_.size());
+  }
+}
+
+std::string Reader::name() const {
+  return "reader " + (options_.holder_id.empty() ? options_.model : options_.holder_id);
+}
+
+std::uint64_t Reader::current_version() const {
+  return current_ ? current_->manifest.version : 0;
+}
+
+std::uint64_t Reader::staged_version() const {
+  return staged_ ? staged_->manifest.version : 0;
+}
+
+std::uint64_t Reader::newest_held() const {
+  return std::max(current_version(), staged_version());
+}
+
+const core::Manifest* Reader::current_manifest() const {
+  return current_ ? &current_->manifest : nullptr;
+}
+
+std::span<const std::uint8_t> Reader::current_bytes() const {
+  if (!current_) return {};
+  return {current_->buffer->data(), current_->manifest.total_bytes};
+}
+
+Result<std::span<const std::uint8_t>> Reader::current_tensor(const std::string& tensor) const {
+  if (!current_) return core::not_found(name() + ": no current version");
+  for (const auto& t : current_->manifest.tensors) {
+    if (t.name == tensor)
+      return std::span<const std::uint8_t>(current_->buffer->data() + t.offset, t.bytes);
+  }
+  return core::not_found(name() + ": " + vname(options_.model, current_->manifest.version) +
+                         " has no tensor '" + tensor + "'");
+}
+
+void Reader::pull_latest(Done done) {
+  waiters_.push_back(std::move(done));
+  if (busy_) return;  // joins the pull in flight
+  busy_ = true;
+  std::weak_ptr<bool> alive = alive_;
+  Message req("store.latest");
+  req.body["model"] = options_.model;
+  store_->raw().request(
+      std::move(req), options_.request_timeout, [this, alive](Result<Message> reply) {
+        if (alive.expired()) return;
+        if (!reply.is_ok()) {
+          return finish(reply.status().with_context(name() + ": latest " + options_.model));
+        }
+        auto latest = body_u64(reply->body, "version");
+        if (!latest.is_ok()) {
+          return finish(latest.status().with_context(name() + ": latest"));
+        }
+        // Nothing newer than what is here already: no bytes to move.
+        if (*latest <= newest_held()) return finish(newest_held());
+        fetch(*latest);
+      });
+}
+
+Result<std::uint64_t> Reader::pull(std::uint64_t version, Millis timeout) {
+  auto deadline = Clock::now() + timeout;
+  auto left = [deadline] {
+    return std::max(Millis(0), std::chrono::duration_cast<Millis>(deadline - Clock::now()));
+  };
+  if (busy_ && !loop_->run_until([this] { return !busy_; }, timeout)) {
+    return core::timeout_error(name() + ": the pull in flight did not end within " +
+                               std::to_string(ms(timeout)) + " ms");
+  }
+  // Busy from here on: pull_latest() called meanwhile (from a timer) joins this pull.
+  busy_ = true;
+  if (version == 0) {
+    auto latest = store_->latest(options_.model);  // runs the loop
+    if (!latest.is_ok()) {
+      Status s = latest.status().with_context(name() + ": latest " + options_.model);
+      finish(s);
+      return s;
+    }
+    version = *latest;
+  }
+  if (version == current_version() || version == staged_version()) {
+    finish(version);
+    return version;
+  }
+  std::optional<Result<std::uint64_t>> out;
+  waiters_.push_back([&out](Result<std::uint64_t> r) { out.emplace(std::move(r)); });
+  fetch(version);
+  if (!loop_->run_until([&out] { return out.has_value(); }, left())) {
+    // Given up on: the read still ends on its own timeouts, and its result is then ignored.
+    ++pull_generation_;
+    finish(core::timeout_error(name() + ": pull " + vname(options_.model, version) +
+                               " not done within " + std::to_string(ms(timeout)) + " ms"));
+  }
+  return std::move(*out);
+}
+
+void Reader::fetch(std::uint64_t version) {
+  std::uint64_t generation = ++pull_generation_;
+  std::weak_ptr<bool> alive = alive_;
+  log::debug("{}: pulling {} in the background", name(), vname(options_.model, version));
+  pull_async(
+      *engine_, *store_, options_.model, version, options_.topology, options_.read,
+      [this, alive, generation, version](Result<Pulled> pulled) {
+        if (alive.expired() || generation != pull_generation_) return;
+        if (!pulled.is_ok()) {
+          // The current and staged versions stay as they were.
+          return finish(
+              pulled.status().with_context(name() + ": pull " + vname(options_.model, version)));
+        }
+        std::uint64_t got = pulled->manifest.version;
+        if (got != current_version()) {
+          // A staged version not swapped in yet is replaced: it was never served, so it
+          // is freed at once.
+          staged_ =
+              std::make_unique<Held>(Held{std::move(pulled->manifest), std::move(pulled->buffer)});
+          last_stats_ = pulled->stats;
+          log::info("{}: staged {} ({} bytes in {:.3f} s)", name(), vname(options_.model, got),
+                    staged_->manifest.total_bytes, pulled->stats.seconds);
+        }
+        finish(got);
+      });
+}
+
+void Reader::finish(Result<std::uint64_t> result) {
+  busy_ = false;
+  if (!result.is_ok()) log::warn("{}", result.status().to_string());
+  // Moved out first: a callback may start the next pull, which gathers its own waiters.
+  std::vector<Done> waiters = std::move(waiters_);
+  waiters_.clear();
+  for (auto& w : waiters)
+    if (w) w(result);
+}
+
+Result<std::uint64_t> Reader::swap() {
+  if (!staged_) return core::failed_precondition(name() + ": nothing staged to swap in");
+  std::unique_ptr<Held> old = std::move(current_);
+  current_ = std::move(staged_);
+  serving_ = false;
+  std::uint64_t v = current_->manifest.version;
+  log::info("{}: now on {}{}", name(), vname(options_.model, v),
+            old ? " (was " + std::to_string(old->manifest.version) + ")" : std::string());
+  // Registered before the old copy is unpublished, on the same socket and so in this order:
+  // the store never sees this holder with neither version when peers ask for a plan.
+  register_current();
+  if (old) retire(std::move(*old));
+  return v;
+}
+
+void Reader::register_current() {
+  if (!options_.serve || !current_) return;
+  HolderRegistration r;
+  r.holder_id = options_.holder_id;
+  r.endpoint = options_.endpoint;
+  r.descriptor = current_->buffer->descriptor().encode();
+  r.topology = options_.topology;
+  r.manifest = current_->manifest;
+  std::uint64_t v = r.manifest.version;
+  registering_ = v;
+  std::weak_ptr<bool> alive = alive_;
+  store_->raw().request(encode_registration(r), options_.request_timeout,
+                        [this, alive, v](Result<Message> reply) {
+                          if (alive.expired()) return;
+                          if (registering_ == v) registering_ = 0;
+                          if (current_version() != v) return;  // swapped again meanwhile
+                          if (!reply.is_ok()) {
+                            // heartbeat() tries again.
+                            log::warn("{}: registering {} as a holder: {}", name(),
+                                      vname(options_.model, v), reply.status().to_string());
+                            return;
+                          }
+                          serving_ = true;
+                          log::debug("{}: serves {}", name(), vname(options_.model, v));
+                        });
+}
+
+void Reader::heartbeat() {
+  if (!options_.serve) return;
+  if (current_ && !serving_ && registering_ == 0) register_current();  // an earlier one failed
+  std::weak_ptr<bool> alive = alive_;
+  Message req("store.heartbeat");
+  req.body["holder_id"] = options_.holder_id;
+  store_->raw().request(std::move(req), options_.request_timeout,
+                        [this, alive](Result<Message> reply) {
+                          if (alive.expired() || reply.is_ok()) return;
+                          if (reply.status().code() != core::Code::kNotFound) {
+                            log::warn("{}: heartbeat: {}", name(), reply.status().to_string());
+                            return;
+                          }
+                          // The store restarted (or expired this holder): its state is soft,
+                          // so the holder brings back what it serves.
+                          if (current_ && registering_ == 0) {
+                            log::info(
+                                "{}: the store does not know this holder; registering {} "
+                                "again",
+                                name(), vname(options_.model, current_->manifest.version));
+                            serving_ = false;
+                            register_current();
+                          }
+                        });
+}
+
+void Reader::retire(Held old) {
+  if (!options_.serve) return;  // never named to anyone: `old` is freed on return
+  std::uint64_t v = old.manifest.version;
+  retiring_.push_back({std::move(old), Clock::now(), true});
+  // A request, not a blocking call: swap() may run inside a loop callback. The store's reply
+  // says whether the copy has drained already; if not, the drain timer asks again.
+  std::weak_ptr<bool> alive = alive_;
+  Message un("store.unpublish");
+  un.body = {{"holder_id", options_.holder_id}, {"model", options_.model}, {"version", v}};
+  store_->raw().request(std::move(un), options_.request_timeout,
+                        [this, alive, v](Result<Message> reply) {
+                          if (alive.expired()) return;
+                          drain_reply(v, reply);
+                        });
+  if (!drain_timer_) {
+    drain_timer_ = loop_->every(options_.drain_check, [this] { check_retiring(); });
+  }
+}
+
+// Runs in a loop timer, so it only sends requests; their replies are handled as they come.
+void Reader::check_retiring() {
+  std::weak_ptr<bool> alive = alive_;
+  for (auto& r : retiring_) {
+    if (r.asking) continue;
+    r.asking = true;
+    std::uint64_t v = r.held.manifest.version;
+    Message req("store.drained");
+    req.body = {{"holder_id", options_.holder_id}, {"model", options_.model}, {"version", v}};
+    store_->raw().request(std::move(req), options_.request_timeout,
+                          [this, alive, v](Result<Message> reply) {
+                            if (alive.expired()) return;
+                            drain_reply(v, reply);
+                          });
+  }
+}
+
+void Reader::drain_reply(std::uint64_t version, const Result<Message>& reply) {
+  auto it = std::find_if(retiring_.begin(), retiring_.end(), [version](const Retiring& r) {
+    return r.held.manifest.version == version && r.asking;
+  });
+  if (it == retiring_.end()) return;  // freed meanwhile (close())
+  it->asking = false;
+  // An error (the store restarted and forgot this holder, or cannot be reached) is not a drain:
+  // leases taken before may still be out, so the copy waits, up to drain_timeout.
+  if (reply.is_ok() && reply->body.value("drained", false)) {
+    return free_retiring(it, true, "drained");
+  }
+  if (Clock::now() - it->since > options_.drain_timeout) {
+    free_retiring(it, false,
+                  reply.is_ok() ? std::string("still leased") : reply.status().to_string());
+  }
+}
+
+void Reader::free_retiring(std::vector<Retiring>::iterator it, bool confirmed,
+                           const std::string& why) {
+  std::string what = vname(options_.model, it->held.manifest.version);
+  if (confirmed) {
+    log::debug("{}: freeing {} ({})", name(), what, why);
+  } else {
+    ++unconfirmed_frees_;
+    log::warn("{}: freeing {} after {} ms without the store confirming its leases drained ({})",
+              name(), what, ms(options_.drain_timeout), why);
+  }
+  retiring_.erase(it);  // frees its buffer
+  if (retiring_.empty()) drain_timer_.reset();
+}
+
+Status Reader::close() {
+  // A pull in flight is given up on; its callers hear so.
+  if (busy_) {
+    ++pull_generation_;
+    finish(core::cancelled(name() + ": closed while pulling"));
+  }
+  staged_.reset();
+  if (current_) {
+    std::unique_ptr<Held> cur = std::move(current_);
+    serving_ = false;
+    retire(std::move(*cur));
+  }
+  std::size_t before = unconfirmed_frees_;
+  // drain_reply() frees a copy that is overdue when its next reply comes, at most one request
+  // timeout after drain_timeout; the margin covers that and one drain check.
+  loop_->run_until([this] { return retiring_.empty(); },
+                   options_.drain_timeout + options_.request_timeout + 2 * options_.drain_check);
+  while (!retiring_.empty())
+    free_retiring(retiring_.begin(), false, "the store did not answer");
+  if (unconfirmed_frees_ > before) {
+    return core::timeout_error(name() + ": closed; " + std::to_string(unconfirmed_frees_ - before) +
+                               " copies freed without the store confirming that their leases "
+                               "drained");
+  }
+  return {};
+}
+
+}  // namespace sluice::weightstore

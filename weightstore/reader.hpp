@@ -1,0 +1,158 @@
+// The reader client of a rollout: it keeps one current weight version that the caller uses,
+// pulls newer versions in the background into a staging buffer while the caller goes on working,
+// and switches to the staged version only when the caller says it is at a safe point (swap()).
+//
+// A reader that serves (the default) is also a holder of its current version, as the design asks
+// ("every receiver becomes a source for later receivers"): after a swap it registers the new
+// current version with the store, so that peers can read it from here, and it retires the old
+// one the way every holder does: unpublish (the store names it to no new reader), wait until the
+// store says the leases on it have drained (bounded by drain_timeout), and only then free it.
+//
+// Lifetime: the event loop, the transfer engine and the store client must outlive the reader.
+// Call close() before destroying a serving reader: it unpublishes what the reader holds and waits
+// for readers of it to finish. A reader destroyed without close() unpublishes without waiting.
+//
+// Thread safety: loop thread only. pull_latest(), swap() and heartbeat() only send requests and
+// handle the replies on the loop, so they may be called from loop callbacks (timers). pull() and
+// close() run the loop until they are done: call them from the caller's main flow (tools, tests,
+// a rollout's own driver), never from a loop callback.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/event_loop.hpp"
+#include "core/manifest.hpp"
+#include "core/transfer.hpp"
+#include "weightstore/client.hpp"
+#include "weightstore/store.hpp"
+
+namespace sluice::weightstore {
+
+struct ReaderOptions {
+  std::string model;             // the model whose versions are read (required)
+  std::string holder_id;         // unique per process, e.g. "rollout-3" (required when serve)
+  Topology topology;             // where this reader runs: plans rank sources by it
+  std::string endpoint;          // this process's control endpoint, recorded by the store
+  bool serve = true;             // register the current version as a holder for peers
+  core::ReadOptions read;        // how versions are read (GETs in flight, timeouts)
+  Millis request_timeout{5000};  // each control request to the store (> 0)
+  Millis drain_timeout{30000};   // longest wait for an old copy's leases to drain (> 0)
+  Millis drain_check{200};       // how often a retiring copy asks whether it has drained (> 0)
+};
+
+class Reader {
+ public:
+  using Done = std::function<void(core::Result<std::uint64_t>)>;
+
+  // invalid_argument for a missing model name, a serving reader without a holder id, or a
+  // timeout that is not positive.
+  static core::Result<std::unique_ptr<Reader>> create(core::EventLoop& loop,
+                                                      core::TransferEngine& engine,
+                                                      StoreClient& store, ReaderOptions options);
+  ~Reader();
+  Reader(const Reader&) = delete;
+  Reader& operator=(const Reader&) = delete;
+
+  // Asks the store for the latest committed version and, when it is newer than both the current
+  // and the staged version, reads it into a new staging buffer in the background; returns at
+  // once. `done` runs once on the loop thread with the newest version this reader then holds or
+  // stages (the current or staged one when nothing newer is committed), or with the error: the
+  // store's (not_found: nothing committed yet), or the read's. A pull that fails leaves the
+  // current and the staged version as they were. Called while a pull is in flight, it joins that
+  // pull: `done` gets that pull's result.
+  void pull_latest(Done done);
+
+  // Blocking: stages `version` (0: the latest committed one) and returns it once staged; returns
+  // at once when it is already current or staged. Waits first for a pull in flight. Errors:
+  // not_found for a version the store does not know, failed_precondition for one not committed,
+  // unavailable when no live holder has it, the read's error, or timeout after `timeout`.
+  core::Result<std::uint64_t> pull(std::uint64_t version = 0, Millis timeout = Millis(60000));
+
+  // At the caller's safe point: the staged version becomes the current one, all at once (the
+  // manifest and the bytes below switch together; the caller must not use spans of the old
+  // version afterwards). A serving reader then registers the new version as a holder and retires
+  // the old one (unpublish, drain, free); a reader that does not serve frees the old one at once.
+  // Returns the new current version; failed_precondition when nothing is staged.
+  core::Result<std::uint64_t> swap();
+
+  // 0 when none.
+  std::uint64_t current_version() const;
+  std::uint64_t staged_version() const;
+  // The current version's manifest; nullptr when there is none.
+  const core::Manifest* current_manifest() const;
+  // The current version's bytes (empty when there is none). Valid until the next swap() or
+  // close(); never torn: a version is staged only once every chunk has been verified.
+  std::span<const std::uint8_t> current_bytes() const;
+  // One tensor of the current version by name; not_found when there is no such tensor or no
+  // current version.
+  core::Result<std::span<const std::uint8_t>> current_tensor(const std::string& name) const;
+
+  // Whether a pull (or its question for the latest version) is in flight.
+  bool pulling() const { return busy_; }
+  // Whether the store has acknowledged this reader as a holder of its current version.
+  bool serving() const { return serving_; }
+  // Old copies unpublished and waiting for their leases to drain before they are freed.
+  std::size_t retiring() const { return retiring_.size(); }
+  // The statistics of the last pull that staged a version (per source as the plan ordered them).
+  const core::ReadStats& last_stats() const { return last_stats_; }
+
+  // Keeps the holder registration alive (the store expires holders that stop sending them);
+  // registers the current version again when the store has forgotten this holder (after a store
+  // restart) or a registration failed. Sends and returns: call it from a loop timer, well within
+  // the store's holder_ttl. Does nothing for a reader that does not serve.
+  void heartbeat();
+
+  // Blocking: drops the staged version, unpublishes the current one and waits (at most
+  // drain_timeout) until every retiring copy has drained, then frees them. The reader holds
+  // nothing afterwards and may pull again. timeout when some copy had to be freed without the
+  // store confirming that its leases drained (the store may be gone; its leases expire anyway).
+  core::Status close();
+
+ private:
+  struct Held {
+    core::Manifest manifest;
+    std::unique_ptr<core::RegisteredBuffer> buffer;
+  };
+  struct Retiring {
+    Held held;
+    Clock::time_point since;
+    bool asking = false;  // an unpublish or drained? request is out
+  };
+
+  Reader() = default;
+  std::string name() const;
+  std::uint64_t newest_held() const;
+  // Reads `version` into staging (the reader is busy); finish() ends it.
+  void fetch(std::uint64_t version);
+  void finish(core::Result<std::uint64_t> result);
+  void register_current();
+  void retire(Held old);
+  void check_retiring();
+  // Handles an unpublish or drained? reply for the retiring copy of `version`.
+  void drain_reply(std::uint64_t version, const core::Result<core::Message>& reply);
+  void free_retiring(std::vector<Retiring>::iterator it, bool confirmed, const std::string& why);
+
+  core::EventLoop* loop_ = nullptr;
+  core::TransferEngine* engine_ = nullptr;
+  StoreClient* store_ = nullptr;
+  ReaderOptions options_;
+  std::unique_ptr<Held> current_;
+  std::unique_ptr<Held> staged_;
+  core::ReadStats last_stats_;
+  bool busy_ = false;
+  std::uint64_t pull_generation_ = 0;  // a pull given up on (timeout) is ignored when it ends
+  std::vector<Done> waiters_;
+  bool serving_ = false;
+  std::uint64_t registering_ = 0;  // the version whose registration is in flight, or 0
+  std::vector<Retiring> retiring_;
+  std::size_t unconfirmed_frees_ = 0;  // copies freed without the store confirming the drain
+  std::unique_ptr<core::EventLoop::Timer> drain_timer_;
+  std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);  // for replies after destruction
+};
+
+}  // namespace sluice::weightstore
