@@ -9,6 +9,7 @@
 #include <map>
 
 #include "../support/store_process.hpp"
+#include "../support/test_weights.hpp"
 #include "actor/publisher.hpp"
 #include "core/process.hpp"
 #include "core/units.hpp"
@@ -21,17 +22,8 @@ namespace {
 
 using Store = testing::StoreProcess;
 
-std::vector<std::uint8_t> weights(std::uint64_t version, std::size_t bytes) {
-  std::vector<std::uint8_t> w(bytes);
-  core::fill_pseudo_random(w.data(), w.size(), version * 1000 + 1);
-  return w;
-}
-
-std::vector<actor::TensorView> views(const std::vector<std::uint8_t>& w) {
-  std::uint64_t half = (w.size() / 2) & ~std::uint64_t{3};  // whole F32 elements
-  return {{"layer0.weight", "F32", {half / 4}, w.data(), half},
-          {"layer1.weight", "U8", {w.size() - half}, w.data() + half, w.size() - half}};
-}
+using testing::views;
+using testing::weights;
 
 // A store process, and a publisher of "policy" (64 KiB chunks, two versions kept) talking to it.
 struct Setup {

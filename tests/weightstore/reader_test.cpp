@@ -9,6 +9,7 @@
 #include <optional>
 
 #include "../support/store_process.hpp"
+#include "../support/test_weights.hpp"
 #include "actor/publisher.hpp"
 #include "core/units.hpp"
 #include "weightstore/reader.hpp"
@@ -20,17 +21,8 @@ namespace {
 
 constexpr std::uint64_t kChunk = 64 * 1024;
 
-std::vector<std::uint8_t> weights(std::uint64_t version, std::size_t bytes) {
-  std::vector<std::uint8_t> w(bytes);
-  core::fill_pseudo_random(w.data(), w.size(), version * 7919 + 3);
-  return w;
-}
-
-std::vector<actor::TensorView> views(const std::vector<std::uint8_t>& w) {
-  std::uint64_t half = (w.size() / 2) & ~std::uint64_t{3};  // whole F32 elements
-  return {{"embed.weight", "F32", {half / 4}, w.data(), half},
-          {"head.weight", "U8", {w.size() - half}, w.data() + half, w.size() - half}};
-}
+using testing::views;
+using testing::weights;
 
 bool same(std::span<const std::uint8_t> got, const std::vector<std::uint8_t>& want) {
   return got.size() == want.size() && std::memcmp(got.data(), want.data(), want.size()) == 0;
@@ -156,7 +148,7 @@ TEST_SUITE("weightstore.reader") {
     CHECK(reader->staged_version() == 0);
     CHECK(reader->current_manifest()->total_bytes == w2.size());
     CHECK(same(reader->current_bytes(), w2));
-    auto head = reader->current_tensor("head.weight");
+    auto head = reader->current_tensor("layer1.weight");
     REQUIRE(head.is_ok());
     std::uint64_t half = (w2.size() / 2) & ~std::uint64_t{3};
     CHECK(head->size() == w2.size() - half);
