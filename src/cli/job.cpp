@@ -8,6 +8,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <ctime>
@@ -21,6 +22,7 @@
 #include "core/log.hpp"
 #include "core/messaging.hpp"
 #include "core/process.hpp"
+#include "core/transfer.hpp"
 
 namespace sluice::cli {
 
@@ -95,7 +97,19 @@ core::Status write_role_file(const fs::path& path, const std::string& level, con
 
 core::Result<JobResult> run_local_job(JobConfig job, const std::string& sluice_exe,
                                       const std::vector<std::string>& environment) {
-  (void)environment;
+  // Every role of a local job runs on this host, so weights move over shared memory. Unless the
+  // user chose the transports, the job's data plane uses shared memory only: with TCP enabled as
+  // well, UCX 1.13 aborts a holder (a relay, the actor) when a rollout that was reading from it
+  // dies (seen in the fleet test that kills a rollout), and a dead relay ends the job.
+  std::vector<std::string> child_env;
+  bool user_tls = std::any_of(environment.begin(), environment.end(),
+                              [](const std::string& e) { return e.rfind("UCX_TLS=", 0) == 0; });
+  if (!user_tls && !core::tcp_holder_survives_reader_death()) {
+    child_env.push_back("UCX_TLS=sm,self");
+    // sluice's TCP defaults are unused then, and UCX would say so on the roles' standard output.
+    child_env.push_back("UCX_WARN_UNUSED_ENV_VARS=n");
+    log::info("job: UCX_TLS=sm,self for its processes (one host; set UCX_TLS to choose)");
+  }
   if (!job.mode.empty()) job.manager.mode = job.mode;
   job.mode = job.manager.mode;
   // One batch and group size for everyone.
@@ -160,6 +174,7 @@ core::Result<JobResult> run_local_job(JobConfig job, const std::string& sluice_e
                    const std::string& ready) -> core::Status {
     core::Subprocess::Options o;
     o.argv = {sluice_exe, role, "--config", cfg.string()};
+    o.extra_env = child_env;
     o.stderr_path = (dir / (name + ".log")).string();
     SLUICE_ASSIGN_OR_RETURN(auto p, core::Subprocess::spawn(o));
     auto line = p->read_line(Millis(30000));
