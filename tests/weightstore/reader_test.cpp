@@ -28,13 +28,22 @@ bool same(std::span<const std::uint8_t> got, const std::vector<std::uint8_t>& wa
   return got.size() == want.size() && std::memcmp(got.data(), want.data(), want.size()) == 0;
 }
 
+// Engines in one process talk over shared memory: with TCP lanes as well, UCX 1.13 can abort
+// while destroying a worker whose TCP wire-up is still in flight (seen once under ASAN).
+core::TransferOptions same_host() {
+  core::TransferOptions o;
+  o.ucx_config = {{"TLS", "sm,self"}};
+  return o;
+}
+
 // A store process; a publisher of "policy" on host "trainer"; readers, each with its own
 // transfer engine (as a rollout process would have), all on one loop and one store client. A
 // loop timer sends every holder's heartbeat, as the roles do, so no holder expires mid-test.
 struct Setup {
   testing::StoreProcess store;
   std::unique_ptr<core::EventLoop> loop = core::EventLoop::create().value();
-  std::unique_ptr<core::TransferEngine> engine = core::TransferEngine::create(*loop, {}).value();
+  std::unique_ptr<core::TransferEngine> engine =
+      core::TransferEngine::create(*loop, same_host()).value();
   std::unique_ptr<weightstore::StoreClient> client =
       weightstore::StoreClient::create(*loop, store.endpoint).value();
   std::unique_ptr<actor::Publisher> pub;
@@ -58,7 +67,7 @@ struct Setup {
   }
 
   weightstore::Reader* reader(const std::string& id, const std::string& host, bool serve = true) {
-    engines.push_back(core::TransferEngine::create(*loop, {}).value());
+    engines.push_back(core::TransferEngine::create(*loop, same_host()).value());
     weightstore::ReaderOptions ro;
     ro.model = "policy";
     ro.holder_id = id;
