@@ -152,6 +152,15 @@ class Reader {
   std::size_t pos_ = 0;
 };
 
+// A cosine from `base` at step 0 down to final_fraction x base at step `steps`, constant after
+// (steps 0: constant).
+float cosine_lr(float base, std::uint64_t step, std::uint64_t steps, float final_fraction) {
+  if (steps == 0) return base;
+  const double t = static_cast<double>(std::min(step, steps)) / static_cast<double>(steps);
+  const double f = final_fraction + (1.0 - final_fraction) * 0.5 * (1.0 + std::cos(M_PI * t));
+  return static_cast<float>(base * f);
+}
+
 std::vector<std::int32_t> shape_of(const model::GptConfig& g) {
   return {g.vocab, g.context, g.d_model, g.n_layer, g.n_head, g.d_ff, g.value_head ? 1 : 0};
 }
@@ -186,6 +195,7 @@ core::Status LearnerConfig::validate() const {
   if (!(warmstart_lr > 0.0f) || !std::isfinite(warmstart_lr)) {
     return bad("warmstart_lr must be > 0");
   }
+  if (!(lr_final > 0.0f && lr_final <= 1.0f)) return bad("lr_final must be in (0, 1]");
   if (!(value_coef >= 0.0) || !std::isfinite(value_coef)) return bad("value_coef must be >= 0");
   if (minibatch < 1) return bad("minibatch must be at least 1");
   if (epochs < 1) return bad("epochs must be at least 1");
@@ -217,6 +227,10 @@ core::Result<std::unique_ptr<Learner>> Learner::create(const LearnerConfig& conf
 
 std::uint64_t Learner::steps() const {
   return optimizer_->steps();
+}
+
+float Learner::lr_at(std::uint64_t step) const {
+  return cosine_lr(config_.adamw.lr, step, config_.lr_decay_steps, config_.lr_final);
 }
 
 core::Result<WarmStartStats> Learner::warm_start(const Progress& progress) {
@@ -425,6 +439,7 @@ core::Result<TrainStats> Learner::train(const std::vector<Sample>& batch) {
       stats.behaviour_kl = behaviour_kl / total;
     }
     have_proximal = true;
+    optimizer_->set_lr(lr_at(optimizer_->steps()));
     SLUICE_ASSIGN_OR_RETURN(float norm, optimizer_->step(*model_));
     stats.grad_norm = norm;
     stats.policy_loss = policy_loss;

@@ -54,13 +54,18 @@ struct LearnerConfig {
   std::string algorithm = "grpo";  // "grpo" or "ppo" (ppo needs gpt.value_head)
 
   // Supervised warm start on gold solutions of training prompts.
-  // Demo sizes: 250 steps of 32 at 1e-3 give about 20-25% held-out accuracy (it swings by +-10
-  // points from step to step at a constant lr).
+  // Demo sizes: 250 steps of 32 at 1e-3 give about 20-25% held-out accuracy, 500 steps about
+  // 33% (it swings by +-10 points from step to step at a constant lr; examples/grpo_arith.json
+  // uses 500).
   std::uint32_t warmstart_steps = 250;  // optimizer steps (0: no warm start)
   std::uint32_t warmstart_batch = 32;   // sequences per step, >= 1
   float warmstart_lr = 1e-3f;           // its learning rate (its own AdamW), > 0
 
   // RL.
+  // The RL learning rate follows a cosine from adamw.lr down to lr_final x adamw.lr over the
+  // first lr_decay_steps optimizer steps, and stays there (0 steps: constant).
+  std::uint32_t lr_decay_steps = 0;
+  float lr_final = 0.1f;  // in (0, 1]
   rl::SurrogateOptions clip;
   rl::GrpoOptions grpo;
   rl::GaeOptions gae;
@@ -81,6 +86,10 @@ struct LearnerConfig {
     v("warmstart_steps", warmstart_steps, "supervised warm-start steps, 0 for none (default 250)");
     v("warmstart_batch", warmstart_batch, "sequences per warm-start step (default 32)");
     v("warmstart_lr", warmstart_lr, "warm-start learning rate (default 0.001)");
+    v("lr_decay_steps", lr_decay_steps,
+      "RL steps over which the lr decays by a cosine to lr_final x adamw.lr, 0 for a constant lr "
+      "(default 0)");
+    v("lr_final", lr_final, "the RL lr's final fraction of adamw.lr (default 0.1)");
     v("clip", clip, "the clipped surrogate");
     v("grpo", grpo, "GRPO advantages");
     v("gae", gae, "PPO's generalised advantage estimation");
@@ -140,6 +149,9 @@ class Learner {
   const model::Gpt& model() const { return *model_; }
   // RL optimizer steps taken so far (warm-start steps not included).
   std::uint64_t steps() const;
+  // The learning rate of RL optimizer step `step` (0-based): adamw.lr decayed by the cosine of
+  // lr_decay_steps / lr_final.
+  float lr_at(std::uint64_t step) const;
 
   // Supervised fine-tuning on gold solutions of the training prompts (warmstart_steps steps of
   // warmstart_batch sequences, fresh prompts each step, its own AdamW at warmstart_lr). May be

@@ -51,6 +51,50 @@ core::Status JobConfig::validate() const {
 
 namespace {
 
+// The newest figures the actor has written to metrics.jsonl, for the live progress line. The file
+// grows while the job runs; each call reads only the lines added since the last one (a line still
+// being written is left for the next call).
+class MetricsTail {
+ public:
+  explicit MetricsTail(fs::path path) : path_(std::move(path)) {}
+
+  void poll() {
+    std::ifstream f(path_, std::ios::binary);
+    if (!f) return;
+    f.seekg(static_cast<std::streamoff>(offset_));
+    std::string line;
+    while (std::getline(f, line)) {
+      if (f.eof()) break;  // no newline yet: a partial line
+      offset_ += line.size() + 1;
+      json j = json::parse(line, nullptr, false);
+      if (!j.is_object()) continue;
+      if (j.contains("accuracy")) accuracy_ = j.value("accuracy", -1.0);
+      if (j.contains("reward_mean")) {
+        step_ = j.value("step", 0ull);
+        reward_ = j.value("reward_mean", 0.0);
+        tokens_per_s_ = j.value("tokens_per_s", 0.0);
+        staleness_ = j.value("staleness_mean", 0.0);
+      }
+    }
+  }
+
+  // "step 25, reward 0.41, held-out accuracy 52.0%, 4470 tokens/s, staleness 1.40", or what the
+  // actor is doing before its first step.
+  std::string describe() const {
+    std::string acc =
+        accuracy_ >= 0 ? fmt::format(", held-out accuracy {:.1f}%", 100.0 * accuracy_) : "";
+    if (step_ == 0) return accuracy_ >= 0 ? "actor ready" + acc : "actor warming up";
+    return fmt::format("step {}, reward {:.2f}{}, {:.0f} tokens/s, staleness {:.2f}", step_,
+                       reward_, acc, tokens_per_s_, staleness_);
+  }
+
+ private:
+  fs::path path_;
+  std::size_t offset_ = 0;
+  std::uint64_t step_ = 0;
+  double reward_ = 0, tokens_per_s_ = 0, staleness_ = 0, accuracy_ = -1;
+};
+
 double seconds(Clock::duration d) {
   return std::chrono::duration<double>(d).count();
 }
@@ -228,6 +272,7 @@ core::Result<JobResult> run_local_job(JobConfig job, const std::string& sluice_e
 
   auto t0 = Clock::now();
   auto next_progress = t0;
+  MetricsTail actor_metrics(dir / "metrics.jsonl");
   bool chaos_killed = false, chaos_stopped = false;
   core::Status outcome;
   Child* actor_child = &children.back();
@@ -329,11 +374,13 @@ core::Result<JobResult> run_local_job(JobConfig job, const std::string& sluice_e
         std::string total = job.manager.prompts
                                 ? fmt::format("/{}", job.manager.prompts * job.manager.group_size)
                                 : "";
+        actor_metrics.poll();
         std::fprintf(stderr,
-                     "[%6.1fs] %s: version %llu, trajectories %llu%s, rollouts %zu alive, "
-                     "repack moves %llu\n",
+                     "[%6.1fs] %s: version %llu, %s, weight-sync stall %.1f%%, trajectories "
+                     "%llu%s, rollouts %zu alive, repack moves %llu\n",
                      elapsed, job.manager.mode.c_str(),
                      static_cast<unsigned long long>(s.value("latest", 0ull)),
+                     actor_metrics.describe().c_str(), wall > 0 ? 100.0 * stall / wall : 0.0,
                      static_cast<unsigned long long>(s.value("finished", 0ull)), total.c_str(),
                      alive, static_cast<unsigned long long>(s.value("repack_moves", 0ull)));
       }

@@ -10,6 +10,7 @@
 #include "cli/bench_broadcast.hpp"
 #include "cli/bench_e2e.hpp"
 #include "cli/commands.hpp"
+#include "cli/compare.hpp"
 #include "cli/transfer_cmds.hpp"
 #include "cli/weights_cmds.hpp"
 #include "core/build_info.hpp"
@@ -91,6 +92,17 @@ int main(int argc, char** argv) {
   run_cmd->add_option("--set", run_overrides, "override a job field: key=value (repeatable)");
   std::string run_out;
   run_cmd->add_option("--out", run_out, "run folder (default runs/<name>-<time>)");
+
+  std::vector<std::string> compare_dirs;
+  double compare_within = 5.0;
+  auto* compare_cmd = app.add_subcommand(
+      "compare", "two run folders of one job side by side: held-out accuracy at equal samples");
+  compare_cmd->add_option("runs", compare_dirs, "two run folders (sluice run --out DIR)")
+      ->required()
+      ->expected(2);
+  compare_cmd->add_option("--within", compare_within, "accuracy gap, in points, that counts as "
+                                                      "comparable")
+      ->capture_default_str();
 
   auto* bench_cmd = app.add_subcommand("bench", "measure and print side-by-side tables");
   bench_cmd->require_subcommand(1);
@@ -229,6 +241,18 @@ int main(int argc, char** argv) {
   }
   if (run_cmd->parsed()) {
     return sluice::cli::run_job(job_path, run_overrides, run_out, environment());
+  }
+  if (compare_cmd->parsed()) {
+    auto a = sluice::cli::read_evals(compare_dirs[0]);
+    auto b = a.is_ok() ? sluice::cli::read_evals(compare_dirs[1]) : a;
+    auto c = b.is_ok() ? sluice::cli::compare_evals(*a, *b)
+                       : sluice::core::Result<sluice::cli::Comparison>(b.status());
+    if (!c.is_ok()) {
+      std::fprintf(stderr, "sluice compare: %s\n", c.status().to_string().c_str());
+      return 2;
+    }
+    std::fputs(sluice::cli::format_comparison(*c, compare_within).c_str(), stdout);
+    return 0;
   }
   if (bench_e2e->parsed()) return sluice::cli::run_bench_e2e(be, environment());
   if (bench_transfer->parsed()) return sluice::cli::run_bench_transfer(bt, environment());

@@ -293,6 +293,50 @@ TEST_SUITE("learner") {
     CHECK(l->response_values({t}).status().code() == core::Code::kFailedPrecondition);
   }
 
+  TEST_CASE("the RL learning rate decays by a cosine, and train() steps with it") {
+    LearnerConfig c = small_config();
+    c.adamw.lr = 1e-3f;
+    c.lr_decay_steps = 2;
+    c.lr_final = 0.1f;
+    auto l = make(c);
+    CHECK(l->lr_at(0) == doctest::Approx(1e-3));
+    CHECK(l->lr_at(1) == doctest::Approx(1e-3 * (0.1 + 0.9 * 0.5)));
+    CHECK(l->lr_at(2) == doctest::Approx(1e-4));
+    CHECK(l->lr_at(50) == doctest::Approx(1e-4));  // stays at the floor
+
+    // Two learners, one with the lr dropping to a tenth after its first step: the first steps
+    // are identical, so the second step's moments are too, and its update is a tenth as large.
+    LearnerConfig flat = small_config();
+    flat.adamw.lr = 1e-3f;
+    LearnerConfig decayed = flat;
+    decayed.lr_decay_steps = 1;
+    decayed.lr_final = 0.1f;
+    auto a = make(flat);
+    auto b = make(decayed);
+    const rl::Trajectory good = trajectory(*a, 0, gold(*a, 0), 1.0, "p0/0");
+    const rl::Trajectory bad = trajectory(*a, 0, wrong(*a, 0), 0.0, "p0/1");
+    const std::vector<Sample> batch{Sample{good, 1.0, 0}, Sample{bad, 1.0, 0}};
+    REQUIRE(a->train(batch).is_ok());
+    REQUIRE(b->train(batch).is_ok());
+    CHECK(params(*a) == params(*b));
+    const std::vector<float> before = params(*a);
+    REQUIRE(a->train(batch).is_ok());
+    REQUIRE(b->train(batch).is_ok());
+    const std::vector<float> after_a = params(*a);
+    const std::vector<float> after_b = params(*b);
+    double step_a = 0.0, step_b = 0.0;
+    for (std::size_t i = 0; i < before.size(); ++i) {
+      step_a += std::abs(after_a[i] - before[i]);
+      step_b += std::abs(after_b[i] - before[i]);
+    }
+    REQUIRE(step_a > 0.0);
+    CHECK(step_b / step_a == doctest::Approx(0.1).epsilon(1e-3));
+
+    LearnerConfig wrong_final = small_config();
+    wrong_final.lr_final = 0.0f;
+    CHECK(wrong_final.validate().code() == core::Code::kInvalidArgument);
+  }
+
   TEST_CASE("the config parses from JSON and rejects unknown keys") {
     LearnerConfig c;
     auto doc = core::config::parse_json_text(

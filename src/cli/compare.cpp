@@ -1,0 +1,109 @@
+#include "cli/compare.hpp"
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <map>
+
+namespace sluice::cli {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+core::Result<RunEvals> read_evals(const std::string& run_dir) {
+  const fs::path dir(run_dir);
+  std::ifstream f(dir / "metrics.jsonl");
+  if (!f) return core::not_found(fmt::format("compare: no metrics.jsonl in {}", run_dir));
+  RunEvals out;
+  out.label = dir.filename().empty() ? dir.parent_path().filename().string()
+                                     : dir.filename().string();
+  if (std::ifstream s(dir / "summary.json"); s) {
+    json j = json::parse(s, nullptr, false);
+    if (j.is_object() && j.contains("mode") && j["mode"].is_string()) {
+      out.label = j["mode"].get<std::string>();
+    }
+  }
+  std::string line;
+  while (std::getline(f, line)) {
+    json j = json::parse(line, nullptr, false);
+    if (!j.is_object()) continue;
+    auto number = [&](const char* key, double& v) {
+      auto it = j.find(key);
+      if (it == j.end() || !it->is_number()) return false;
+      v = it->get<double>();
+      return std::isfinite(v);
+    };
+    double acc = 0, samples = 0, t = 0;
+    if (!number("accuracy", acc) || !number("samples", samples) || !number("t", t)) continue;
+    if (samples < 0) continue;
+    out.points.push_back({static_cast<std::uint64_t>(samples), t, acc});
+  }
+  if (out.points.empty()) {
+    return core::invalid_argument(fmt::format(
+        "compare: {}/metrics.jsonl has no evaluation (a line with accuracy, samples and t); was "
+        "the job run with actor.eval_every > 0?",
+        run_dir));
+  }
+  return out;
+}
+
+core::Result<Comparison> compare_evals(const RunEvals& a, const RunEvals& b) {
+  auto first_at = [](const RunEvals& r) {
+    std::map<std::uint64_t, EvalPoint> m;
+    for (const auto& p : r.points)
+      m.emplace(p.samples, p);  // keeps the first evaluation at each count
+    return m;
+  };
+  const auto ma = first_at(a);
+  const auto mb = first_at(b);
+  Comparison c;
+  c.label_a = a.label;
+  c.label_b = b.label;
+  for (const auto& [samples, pa] : ma) {
+    auto it = mb.find(samples);
+    if (it == mb.end()) continue;
+    c.rows.push_back({samples, pa, it->second});
+    c.max_gap_points =
+        std::max(c.max_gap_points, 100.0 * std::abs(pa.accuracy - it->second.accuracy));
+  }
+  if (c.rows.empty()) {
+    return core::invalid_argument(fmt::format(
+        "compare: {} and {} were never evaluated at the same number of trained samples (same "
+        "batch_trajectories and eval_every make them line up)",
+        a.label, b.label));
+  }
+  return c;
+}
+
+std::string format_comparison(const Comparison& c, double within_points) {
+  std::string out = fmt::format("| trained samples | {0}: held-out accuracy | {0}: time | {1}: "
+                                "held-out accuracy | {1}: time | gap (points) |\n",
+                                c.label_a, c.label_b);
+  out += "| --- | --- | --- | --- | --- | --- |\n";
+  for (const auto& r : c.rows) {
+    out += fmt::format("| {} | {:.1f}% | {:.1f} s | {:.1f}% | {:.1f} s | {:+.1f} |\n", r.samples,
+                       100.0 * r.a.accuracy, r.a.t, 100.0 * r.b.accuracy, r.b.t,
+                       100.0 * (r.b.accuracy - r.a.accuracy));
+  }
+  const CompareRow& last = c.rows.back();
+  out += fmt::format("largest accuracy gap at equal samples: {:.1f} points ({} {:.1f})\n",
+                     c.max_gap_points,
+                     c.max_gap_points <= within_points ? "comparable: within" : "NOT within",
+                     within_points);
+  const char* sooner = last.a.t < last.b.t   ? c.label_a.c_str()
+                       : last.b.t < last.a.t ? c.label_b.c_str()
+                                             : "neither";
+  out += fmt::format(
+      "at {} trained samples: {} {:.1f}% after {:.1f} s, {} {:.1f}% after {:.1f} s; {} got there "
+      "sooner ({} / {} time: {:.2f})\n",
+      last.samples, c.label_a, 100.0 * last.a.accuracy, last.a.t, c.label_b,
+      100.0 * last.b.accuracy, last.b.t, sooner, c.label_b, c.label_a,
+      last.a.t > 0 ? last.b.t / last.a.t : 0.0);
+  return out;
+}
+
+}  // namespace sluice::cli
