@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include <filesystem>
+#include <sstream>
 #include <fstream>
 #include <set>
 #include <string>
@@ -164,6 +165,40 @@ TEST_CASE("a rollout that stops heartbeating is declared dead and its work resum
     if (ro.at("id") == "rollout-2") stopped_dead = !ro.at("alive").get<bool>();
   }
   CHECK(stopped_dead);
+}
+
+TEST_CASE("sluice run shows live progress from the actor and the fleet") {
+  json job = small_job("sluice");
+  job["progress_s"] = 0.2;
+  Run r = run_job("progress", job);
+  check_exactly_once(r);
+  // A progress line once training runs: the actor's step, reward, throughput and staleness,
+  // and the fleet's weight-sync stall.
+  bool seen = false;
+  std::istringstream lines(r.output);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.find("] sluice: version ") == std::string::npos) continue;
+    if (line.find(", step ") == std::string::npos) continue;
+    CHECK(line.find(", reward ") != std::string::npos);
+    CHECK(line.find(" tokens/s, staleness ") != std::string::npos);
+    CHECK(line.find("weight-sync stall ") != std::string::npos);
+    CHECK(line.find("rollouts 3 alive") != std::string::npos);
+    seen = true;
+  }
+  CHECK_MESSAGE(seen, r.output);
+}
+
+TEST_CASE("a job whose roles disagree on the task is refused before anything starts") {
+  json job = small_job("sync");
+  job["manager"]["prompt_source"] = "task";
+  job["manager"]["task"] = {{"partial_credit", 0.3}};
+  job["rollout"]["engine"] = "model";
+  Run r = run_job("task-mismatch", job);
+  CHECK(r.code == 2);
+  CHECK_MESSAGE(r.output.find("the task differs between roles: manager.task.partial_credit") !=
+                    std::string::npos,
+                r.output);
+  CHECK(r.summary.is_discarded());  // no run folder was written
 }
 
 TEST_CASE("partial-rollout mixes versions and sluice mode repacks (the checks above can fail)") {
