@@ -66,8 +66,12 @@ std::unique_ptr<core::RegisteredBuffer> Publisher::take_buffer(std::uint64_t byt
 }
 
 void Publisher::give_back(std::unique_ptr<core::RegisteredBuffer> buffer) {
-  constexpr std::size_t kMaxFree = 2;  // beyond this, drained buffers are freed
-  if (free_.size() < kMaxFree) free_.push_back(std::move(buffer));
+  constexpr std::size_t kMaxFree = 2;  // beyond this, drained buffers are freed (after a grace)
+  if (free_.size() < kMaxFree) {
+    free_.push_back(std::move(buffer));
+  } else {
+    retired_.add(std::move(buffer));
+  }
 }
 
 Status Publisher::reserve(std::uint64_t bytes, std::size_t count) {
@@ -218,6 +222,7 @@ void Publisher::retire(Held old) {
 // Runs in a loop timer, so it only sends requests and handles their replies when they come:
 // a blocking call here would run the loop from inside one of its own handlers.
 void Publisher::check_retiring() {
+  retired_.sweep();
   std::weak_ptr<bool> alive = alive_;
   for (auto& r : retiring_) {
     if (r.asking) continue;
@@ -247,7 +252,7 @@ void Publisher::check_retiring() {
         retiring_.erase(it);
         break;
       }
-      if (retiring_.empty()) drain_timer_.reset();
+      if (retiring_.empty() && retired_.empty()) drain_timer_.reset();
     });
   }
 }

@@ -123,6 +123,7 @@ class Publisher {
   std::vector<Held> held_;
   std::map<std::uint64_t, std::unique_ptr<Pending>> pending_;
   std::vector<std::unique_ptr<core::RegisteredBuffer>> free_;  // staging buffers to reuse
+  core::RetiredBuffers retired_;  // drained buffers beyond free_, freed after a grace period
   std::unique_ptr<core::HashWorker> hasher_;
   struct Retiring {
     Held held;

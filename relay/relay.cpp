@@ -59,6 +59,7 @@ struct Relay::Impl {
   std::unique_ptr<core::TransferEngine> engine;
   std::unique_ptr<weightstore::StoreClient> store;
   std::deque<Copy> copies;  // oldest first
+  core::RetiredBuffers retired;  // drained copies' memory, freed after a grace period
   bool stopping = false;
   bool joined = false;
 
@@ -251,11 +252,13 @@ struct Relay::Impl {
                  {"version", old.manifest.version}};
       auto r = store->raw().call(un, Millis(5000));
       if (r.is_ok() && !r->body.value("drained", false)) return;  // leases still out
+      retired.add(std::move(old.buffer));
       copies.pop_front();
     }
   }
 
   void tick() {
+    retired.sweep();
     if (!joined) {
       Status s = join();
       if (!s.is_ok()) {

@@ -728,6 +728,15 @@ Result<std::unique_ptr<RegisteredBuffer>> TransferEngine::wrap(void* data, std::
   return b;
 }
 
+void RetiredBuffers::add(std::unique_ptr<RegisteredBuffer> buffer) {
+  if (buffer) buffers_.emplace_back(Clock::now() + grace_, std::move(buffer));
+}
+
+void RetiredBuffers::sweep() {
+  const auto now = Clock::now();
+  std::erase_if(buffers_, [&](const auto& b) { return b.first <= now; });
+}
+
 RegisteredBuffer::~RegisteredBuffer() = default;  // unregistering frees what UCX allocated
 
 RegionDescriptor RegisteredBuffer::descriptor() const {

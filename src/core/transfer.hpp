@@ -68,6 +68,26 @@ class RegisteredBuffer {
   const TransferEngine* engine_ = nullptr;
 };
 
+// Registered memory kept for a grace period after its holder is done with it. A reader that was
+// handed a read plan naming a copy just before the copy was unpublished may unpack the copy's
+// remote key a moment later; with UCX 1.13 that reader crashes (inside ucp_ep_rkey_unpack's
+// error path) when the shared memory behind the key is already gone. Holders therefore free
+// drained copies through this list: the memory outlives the last plan that could name it.
+class RetiredBuffers {
+ public:
+  explicit RetiredBuffers(Clock::duration grace = std::chrono::seconds(5)) : grace_(grace) {}
+  // Keeps `buffer` until `grace` from now (a null buffer is ignored).
+  void add(std::unique_ptr<RegisteredBuffer> buffer);
+  // Frees the buffers whose grace has passed.
+  void sweep();
+  std::size_t size() const { return buffers_.size(); }
+  bool empty() const { return buffers_.empty(); }
+
+ private:
+  Clock::duration grace_;
+  std::vector<std::pair<Clock::time_point, std::unique_ptr<RegisteredBuffer>>> buffers_;
+};
+
 // The UCX_* settings sluice chooses when they are missing from `environment` ("K=V" entries):
 // {"UCX_TCP_TX_SEG_SIZE", "2M"}, ... Measured on loopback with 8 MiB GETs: about 0.6 GB/s with
 // UCX's default TCP segment size against about 1.6 GB/s with 2 MiB segments.

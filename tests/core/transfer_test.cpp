@@ -81,6 +81,26 @@ bool equal_bytes(const RegisteredBuffer& buf, const std::vector<std::uint8_t>& w
 }  // namespace
 
 TEST_SUITE("core.transfer") {
+  TEST_CASE("retired buffers stay registered and readable until their grace has passed") {
+    Reader rd("sm,self");
+    RetiredBuffers lasting(std::chrono::hours(1));
+    RetiredBuffers brief(std::chrono::milliseconds(0));
+    auto a = rd.engine->allocate(1 << 16).value();
+    auto b = rd.engine->allocate(1 << 16).value();
+    std::memset(a->data(), 0x5a, a->size());
+    const std::uint8_t* a_bytes = a->data();
+    lasting.add(std::move(a));
+    brief.add(std::move(b));
+    lasting.add(nullptr);  // ignored
+    lasting.sweep();
+    brief.sweep();
+    CHECK(lasting.size() == 1);
+    CHECK(brief.empty());
+    // Still owned, so still mapped: reading it is no use after free (ASAN would say so).
+    CHECK(a_bytes[0] == 0x5a);
+    CHECK(a_bytes[(1 << 16) - 1] == 0x5a);
+  }
+
   TEST_CASE("copying with a checksum gives memcpy's bytes and chunk_checksum's value") {
     // Sizes around the streaming threshold and block, at offsets that misalign the destination.
     std::vector<std::uint8_t> src((3u << 20) + 512), dst(src.size() + 64);
