@@ -58,7 +58,7 @@ struct Relay::Impl {
   RelayConfig config;
   std::unique_ptr<core::TransferEngine> engine;
   std::unique_ptr<weightstore::StoreClient> store;
-  std::deque<Copy> copies;  // oldest first
+  std::deque<Copy> copies;       // oldest first
   core::RetiredBuffers retired;  // drained copies' memory, freed after a grace period
   bool stopping = false;
   bool joined = false;

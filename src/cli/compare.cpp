@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -19,8 +20,8 @@ core::Result<RunEvals> read_evals(const std::string& run_dir) {
   std::ifstream f(dir / "metrics.jsonl");
   if (!f) return core::not_found(fmt::format("compare: no metrics.jsonl in {}", run_dir));
   RunEvals out;
-  out.label = dir.filename().empty() ? dir.parent_path().filename().string()
-                                     : dir.filename().string();
+  out.label =
+      dir.filename().empty() ? dir.parent_path().filename().string() : dir.filename().string();
   if (std::ifstream s(dir / "summary.json"); s) {
     json j = json::parse(s, nullptr, false);
     if (j.is_object() && j.contains("mode") && j["mode"].is_string()) {
@@ -80,9 +81,10 @@ core::Result<Comparison> compare_evals(const RunEvals& a, const RunEvals& b) {
 }
 
 std::string format_comparison(const Comparison& c, double within_points) {
-  std::string out = fmt::format("| trained samples | {0}: held-out accuracy | {0}: time | {1}: "
-                                "held-out accuracy | {1}: time | gap (points) |\n",
-                                c.label_a, c.label_b);
+  std::string out = fmt::format(
+      "| trained samples | {0}: held-out accuracy | {0}: time | {1}: "
+      "held-out accuracy | {1}: time | gap (points) |\n",
+      c.label_a, c.label_b);
   out += "| --- | --- | --- | --- | --- | --- |\n";
   for (const auto& r : c.rows) {
     out += fmt::format("| {} | {:.1f}% | {:.1f} s | {:.1f}% | {:.1f} s | {:+.1f} |\n", r.samples,
@@ -90,10 +92,9 @@ std::string format_comparison(const Comparison& c, double within_points) {
                        100.0 * (r.b.accuracy - r.a.accuracy));
   }
   const CompareRow& last = c.rows.back();
-  out += fmt::format("largest accuracy gap at equal samples: {:.1f} points ({} {:.1f})\n",
-                     c.max_gap_points,
-                     c.max_gap_points <= within_points ? "comparable: within" : "NOT within",
-                     within_points);
+  out += fmt::format(
+      "largest accuracy gap at equal samples: {:.1f} points ({} {:.1f})\n", c.max_gap_points,
+      c.max_gap_points <= within_points ? "comparable: within" : "NOT within", within_points);
   const char* sooner = last.a.t < last.b.t   ? c.label_a.c_str()
                        : last.b.t < last.a.t ? c.label_b.c_str()
                                              : "neither";
@@ -104,6 +105,20 @@ std::string format_comparison(const Comparison& c, double within_points) {
       100.0 * last.b.accuracy, last.b.t, sooner, c.label_b, c.label_a,
       last.a.t > 0 ? last.b.t / last.a.t : 0.0);
   return out;
+}
+
+int run_compare(const std::string& dir_a, const std::string& dir_b, double within_points) {
+  auto c = [&]() -> core::Result<Comparison> {
+    SLUICE_ASSIGN_OR_RETURN(RunEvals a, read_evals(dir_a));
+    SLUICE_ASSIGN_OR_RETURN(RunEvals b, read_evals(dir_b));
+    return compare_evals(a, b);
+  }();
+  if (!c.is_ok()) {
+    std::fprintf(stderr, "sluice compare: %s\n", c.status().to_string().c_str());
+    return 2;
+  }
+  std::fputs(format_comparison(*c, within_points).c_str(), stdout);
+  return 0;
 }
 
 }  // namespace sluice::cli

@@ -57,4 +57,8 @@ core::Result<Comparison> compare_evals(const RunEvals& a, const RunEvals& b);
 // that counts as comparable.
 std::string format_comparison(const Comparison& c, double within_points);
 
+// `sluice compare DIR_A DIR_B`: prints the comparison, or the error on stderr. Returns the
+// process exit status (0, or 2 for runs it cannot read or pair).
+int run_compare(const std::string& dir_a, const std::string& dir_b, double within_points);
+
 }  // namespace sluice::cli

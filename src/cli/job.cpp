@@ -49,24 +49,27 @@ core::Status JobConfig::validate() const {
   // The task is configured in each role that uses it: the manager draws prompts from it, the
   // rollouts score with it, the actor warms up and evaluates on it. They must agree, or rewards
   // and evaluation would silently measure different tasks.
-  std::vector<std::pair<const char*, json>> tasks;
-  if (manager.prompt_source == "task") tasks.emplace_back("manager.task", core::config::to_json(manager.task));
-  if (rollout.engine == "model") tasks.emplace_back("rollout.task", core::config::to_json(rollout.task));
+  std::vector<std::pair<std::string, json>> tasks;
+  if (manager.prompt_source == "task") {
+    tasks.emplace_back("manager.task", core::config::to_json(manager.task));
+  }
+  if (rollout.engine == "model") {
+    tasks.emplace_back("rollout.task", core::config::to_json(rollout.task));
+  }
   if (actor.policy == "gpt") {
     tasks.emplace_back("actor.learner.task", core::config::to_json(actor.learner.task));
   }
+  std::vector<std::string> roles;
+  for (const auto& t : tasks)
+    roles.push_back(t.first);
   for (std::size_t i = 1; i < tasks.size(); ++i) {
     for (const auto& [key, value] : tasks[0].second.items()) {
       const json other = tasks[i].second.value(key, json());
       if (other == value) continue;
       return core::invalid_argument(fmt::format(
           "the task differs between roles: {}.{} is {} but {}.{} is {}; set it the same in {}",
-          tasks[0].first, key, value.dump(), tasks[i].first, key, other.dump(), [&] {
-            std::string all;
-            for (const auto& t : tasks)
-              all += (all.empty() ? "" : ", ") + std::string(t.first);
-            return all;
-          }()));
+          tasks[0].first, key, value.dump(), tasks[i].first, key, other.dump(),
+          fmt::join(roles, ", ")));
     }
   }
   return {};

@@ -100,8 +100,8 @@ int main(int argc, char** argv) {
   compare_cmd->add_option("runs", compare_dirs, "two run folders (sluice run --out DIR)")
       ->required()
       ->expected(2);
-  compare_cmd->add_option("--within", compare_within, "accuracy gap, in points, that counts as "
-                                                      "comparable")
+  compare_cmd
+      ->add_option("--within", compare_within, "accuracy gap, in points, that counts as comparable")
       ->capture_default_str();
 
   auto* bench_cmd = app.add_subcommand("bench", "measure and print side-by-side tables");
@@ -243,16 +243,7 @@ int main(int argc, char** argv) {
     return sluice::cli::run_job(job_path, run_overrides, run_out, environment());
   }
   if (compare_cmd->parsed()) {
-    auto a = sluice::cli::read_evals(compare_dirs[0]);
-    auto b = a.is_ok() ? sluice::cli::read_evals(compare_dirs[1]) : a;
-    auto c = b.is_ok() ? sluice::cli::compare_evals(*a, *b)
-                       : sluice::core::Result<sluice::cli::Comparison>(b.status());
-    if (!c.is_ok()) {
-      std::fprintf(stderr, "sluice compare: %s\n", c.status().to_string().c_str());
-      return 2;
-    }
-    std::fputs(sluice::cli::format_comparison(*c, compare_within).c_str(), stdout);
-    return 0;
+    return sluice::cli::run_compare(compare_dirs[0], compare_dirs[1], compare_within);
   }
   if (bench_e2e->parsed()) return sluice::cli::run_bench_e2e(be, environment());
   if (bench_transfer->parsed()) return sluice::cli::run_bench_transfer(bt, environment());

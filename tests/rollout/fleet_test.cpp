@@ -9,9 +9,9 @@
 #include <nlohmann/json.hpp>
 
 #include <filesystem>
-#include <sstream>
 #include <fstream>
 #include <set>
+#include <sstream>
 #include <string>
 
 #include "core/event_loop.hpp"
