@@ -68,6 +68,10 @@ struct Relay::Impl {
     // Reads in flight write into the copies' buffers, and replies refer to the copies: end them
     // (their callbacks are dropped) before the copies go.
     store.reset();
+    engine->shutdown();
+    // Registered memory is freed while the UCX context still exists.
+    copies.clear();
+    retired.clear();
     engine.reset();
   }
 

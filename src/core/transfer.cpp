@@ -591,7 +591,12 @@ struct ReadState {
 TransferEngine::TransferEngine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 TransferEngine::~TransferEngine() {
+  shutdown();
+}
+
+void TransferEngine::shutdown() {
   Impl* impl = impl_.get();
+  if (impl->closing) return;
   impl->closing = true;
   impl->hasher.reset();  // results not yet delivered are dropped
   for (auto& [raw, r] : impl->reads) {
@@ -753,6 +758,7 @@ void TransferEngine::read(std::vector<ReadSource> sources, std::vector<ChunkRead
                           std::function<void(Result<ReadStats>)> done) {
   Impl* impl = impl_.get();
   auto fail_now = [&](Status s) { impl->loop.post([d = std::move(done), s] { d(s); }); };
+  if (impl->closing) return;  // shut down: reads end with their callbacks dropped
   if (sources.empty()) return fail_now(invalid_argument("read: no sources"));
   if (options.max_in_flight_per_source == 0)
     return fail_now(invalid_argument("read: max_in_flight_per_source must be at least 1"));

@@ -80,6 +80,8 @@ class RetiredBuffers {
   void add(std::unique_ptr<RegisteredBuffer> buffer);
   // Frees the buffers whose grace has passed.
   void sweep();
+  // Frees them all now (before their engine goes).
+  void clear() { buffers_.clear(); }
   std::size_t size() const { return buffers_.size(); }
   bool empty() const { return buffers_.empty(); }
 
@@ -189,6 +191,13 @@ class TransferEngine {
   ~TransferEngine();
   TransferEngine(const TransferEngine&) = delete;
   TransferEngine& operator=(const TransferEngine&) = delete;
+
+  // Ends every read (their `done` callbacks are dropped) and disconnects, keeping the UCX context
+  // alive so that the owner can free its registered buffers before the engine goes: a buffer
+  // still registered when the context is destroyed makes UCX abort the process (ucp_cleanup,
+  // "Assertion `region->refcount == 0' failed"). No read may be started afterwards. Idempotent;
+  // the destructor calls it.
+  void shutdown();
 
   // Allocates registered memory through UCX, which places it in shared memory when it can: a
   // same-host reader then maps it and copies directly (measured: ucx_perftest's 8 MiB GET over

@@ -205,5 +205,14 @@ TEST_SUITE("relay") {
     auto p2 = weightstore::pull(*engine, *client, "policy", 2, {});
     REQUIRE_MESSAGE(p2.is_ok(), p2.status().to_string());
     CHECK(std::memcmp(p2->buffer->data(), w2.data(), w2.size()) == 0);
+
+    // Relays holding versions stop cleanly on SIGTERM (they once aborted inside UCX's cleanup,
+    // their copies still registered when the UCX context went).
+    for (std::size_t i = 0; i < relays.size(); ++i) {
+      REQUIRE(relays[i]->signal(SIGTERM).is_ok());
+      auto code = relays[i]->wait(Millis(10000));
+      REQUIRE_MESSAGE(code.is_ok(), code.status().to_string());
+      CHECK_MESSAGE(*code == 0, ids[i] << " exited with " << *code << " on SIGTERM");
+    }
   }
 }
