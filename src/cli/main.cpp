@@ -130,6 +130,11 @@ int main(int argc, char** argv) {
   bench_broadcast->add_option("--chunk", bb.chunk, "chunk size")->capture_default_str();
   bench_broadcast->add_option("--link-rate", bb.link_rate, "rate of every host's link (tc)")
       ->capture_default_str();
+  bench_broadcast
+      ->add_option("--link-latency", bb.link_latency,
+                   "longest a packet may queue on a link (tc tbf latency; default: "
+                   "scripts/emuhosts.sh's)")
+      ->capture_default_str();
   bench_broadcast->add_option("--designs", bb.designs, "chain, tree, direct")
       ->capture_default_str();
   bench_broadcast->add_option("--fanout", bb.fanout, "children per relay in the tree")
