@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "core/checksum.hpp"
+#include "model/device.hpp"
 #include "model/sampling.hpp"
 #include "rl/tokenizer.hpp"
 
@@ -180,6 +181,7 @@ core::Status LearnerConfig::validate() const {
   if (algorithm != "grpo" && algorithm != "ppo") {
     return bad("algorithm must be grpo or ppo, not '" + algorithm + "'");
   }
+  SLUICE_TRY(model::parse_device(device).status().with_context("learner config"));
   if (algorithm == "ppo" && !gpt.value_head) {
     return bad("algorithm ppo needs gpt.value_head = true");
   }

@@ -52,6 +52,10 @@ struct LearnerConfig {
   model::AdamWConfig adamw{.lr = 5e-5f, .max_grad_norm = 1.0f};
   rl::TaskConfig task;             // the prompts of the warm start and of evaluation
   std::string algorithm = "grpo";  // "grpo" or "ppo" (ppo needs gpt.value_head)
+  // Where the model's matrix products run: "cpu" (OpenBLAS) or "cuda" (cuBLAS on device 0, see
+  // model/device.hpp). Process-wide: the `sluice actor` role applies it at start-up
+  // (model::use_device); Learner::create only checks the value.
+  std::string device = "cpu";
 
   // Supervised warm start on gold solutions of training prompts.
   // Demo sizes: 250 steps of 32 at 1e-3 give about 20-25% held-out accuracy, 500 steps about
@@ -83,6 +87,9 @@ struct LearnerConfig {
     v("adamw", adamw, "the RL optimizer (defaults here: lr 5e-5, max_grad_norm 1)");
     v("task", task, "the arithmetic task");
     v("algorithm", algorithm, "grpo or ppo (ppo needs gpt.value_head) (default grpo)");
+    v("device", device,
+      "where the model's matrix products run: cpu (OpenBLAS) or cuda (cuBLAS, operands copied "
+      "per product: a correctness path, not a speed path) (default cpu)");
     v("warmstart_steps", warmstart_steps, "supervised warm-start steps, 0 for none (default 250)");
     v("warmstart_batch", warmstart_batch, "sequences per warm-start step (default 32)");
     v("warmstart_lr", warmstart_lr, "warm-start learning rate (default 0.001)");

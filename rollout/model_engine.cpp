@@ -6,6 +6,7 @@
 
 #include "core/checksum.hpp"
 #include "core/log.hpp"
+#include "model/device.hpp"
 #include "model/sampling.hpp"
 #include "rl/tokenizer.hpp"
 
@@ -49,6 +50,7 @@ core::Status ModelEngineConfig::validate() const {
   if (!std::isfinite(temperature) || temperature < 0.0) {
     return core::invalid_argument("model engine: temperature must be finite and >= 0");
   }
+  SLUICE_TRY(model::parse_device(device).status().with_context("model engine"));
   return {};
 }
 

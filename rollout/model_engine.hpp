@@ -44,6 +44,10 @@ struct ModelEngineConfig {
   // KV budget (prompt + generated, summed over sequences); 0 means max_sequences x gpt.context.
   std::uint64_t max_kv_tokens = 0;
   double temperature = 1.0;  // sampling temperature, finite and >= 0 (0: greedy)
+  // Where the model's matrix products run: "cpu" (OpenBLAS) or "cuda" (cuBLAS on device 0, see
+  // model/device.hpp). Process-wide: the `sluice rollout` role applies it at start-up
+  // (model::use_device); ModelEngine::create only checks the value.
+  std::string device = "cpu";
 
   template <typename V>
   void describe(V& v) {
@@ -52,6 +56,9 @@ struct ModelEngineConfig {
     v("max_kv_tokens", max_kv_tokens,
       "KV-cache budget in tokens (default 0: max_sequences x gpt.context)");
     v("temperature", temperature, "sampling temperature (>= 0, 0 is greedy, default 1)");
+    v("device", device,
+      "where the model's matrix products run: cpu (OpenBLAS) or cuda (cuBLAS, operands copied "
+      "per product: a correctness path, not a speed path) (default cpu)");
   }
   core::Status validate() const;
   // The effective capacity (max_kv_tokens resolved).

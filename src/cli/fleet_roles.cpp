@@ -11,6 +11,7 @@
 #include "core/event_loop.hpp"
 #include "core/log.hpp"
 #include "model/blas.hpp"
+#include "model/device.hpp"
 #include "rollout/manager.hpp"
 #include "rollout/model_engine.hpp"
 #include "rollout/sim_engine.hpp"
@@ -56,6 +57,12 @@ core::Result<RoleFile<T, kSection>> load_role(const RoleArgs& args,
   return cfg;
 }
 
+// A model role's `device` setting, applied to the whole process before its model is built.
+core::Status use_model_device(const std::string& name) {
+  SLUICE_ASSIGN_OR_RETURN(model::Device device, model::parse_device(name));
+  return model::use_device(device).with_context("device '" + name + "'");
+}
+
 }  // namespace
 
 int run_rollout_manager(const RoleArgs& args, const std::vector<std::string>& overrides) {
@@ -99,6 +106,10 @@ int run_rollout(const RoleArgs& args, const std::vector<std::string>& overrides,
   std::shared_ptr<rl::ArithmeticTask> task;
   if (rc.engine == "model") {
     model::set_blas_threads(1);  // one rollout, one core's worth: OpenBLAS's pool only contends
+    if (core::Status d = use_model_device(rc.gpt.device); !d.is_ok()) {
+      std::fprintf(stderr, "sluice rollout: %s\n", d.to_string().c_str());
+      return 2;
+    }
     auto e = rollout::ModelEngine::create(rc.gpt);
     auto t = rl::ArithmeticTask::create(rc.task);
     if (!e.is_ok() || !t.is_ok()) {
@@ -147,6 +158,12 @@ int run_actor(const RoleArgs& args, const std::vector<std::string>& overrides,
   if (printed) return 0;
   log::set_process_name(cfg->section.actor_id);
   model::set_blas_threads(1);
+  if (cfg->section.policy == "gpt") {
+    if (core::Status d = use_model_device(cfg->section.learner.device); !d.is_ok()) {
+      std::fprintf(stderr, "sluice actor: %s\n", d.to_string().c_str());
+      return 1;
+    }
+  }
   auto loop = core::EventLoop::create().value();
   loop->handle_shutdown_signals();
   auto t = actor::Trainer::create(*loop, cfg->section, environment);

@@ -30,6 +30,12 @@ class DeviceBuffer {
   core::Status upload(std::span<const float> host);
   // Copies device -> host (host.size() must equal size()).
   core::Status download(std::span<float> host) const;
+  // A row-major `rows` x `cols` matrix with leading dimension `ld`, laid out alike on both sides
+  // from element 0: copies only its elements, never the gaps between rows (ld > cols), so a
+  // download into a strided view leaves the host's other columns alone. Both `host` and the
+  // buffer must hold (rows - 1) x ld + cols floats (invalid_argument otherwise).
+  core::Status upload_matrix(std::span<const float> host, int rows, int cols, int ld);
+  core::Status download_matrix(std::span<float> host, int rows, int cols, int ld) const;
 
  private:
   DeviceBuffer(float* data, std::size_t size) : data_(data), size_(size) {}
@@ -57,8 +63,25 @@ class CublasGemm {
 };
 
 namespace detail {
+// Floats spanned by a row-major `rows` x `cols` operand with leading dimension `ld`:
+// (rows - 1) x ld + cols, 0 when rows is 0 (the last row need not be padded to ld).
+std::size_t operand_floats(int rows, int cols, int ld);
 // Checks a row-major operand of `rows` x `cols` with leading dimension `ld` fits in `size`.
 core::Status check_operand(const char* name, int rows, int cols, int ld, std::size_t size);
+
+// The CUDA side of model::use_device and kernels::sgemm (device.hpp); both builds define them.
+// Whether this build has CUDA.
+bool cuda_built();
+// Starts the calling thread's cuBLAS handle for host_sgemm_on_cuda (failed_precondition without
+// CUDA or a device).
+core::Status prepare_cuda_sgemm();
+// kernels::sgemm's contract on host pointers, computed on device 0 through the calling thread's
+// cuBLAS handle and device scratch (grown to the largest product seen, never shrunk): uploads A
+// and B (and C when beta != 0), runs, downloads C, touching only the m x n elements of C. Aborts
+// the process with a logged message when CUDA or cuBLAS fails (or in a build without CUDA).
+void host_sgemm_on_cuda(bool trans_a, bool trans_b, int m, int n, int k, float alpha,
+                        const float* a, int lda, const float* b, int ldb, float beta, float* c,
+                        int ldc);
 }  // namespace detail
 
 }  // namespace sluice::model

@@ -1,7 +1,7 @@
 // The reference model: a small decoder-only transformer (GPT-2 shaped) in plain fp32, written in
-// the style of llm.c, with OpenBLAS sgemm for the matrix products. It learns on a CPU in minutes
-// and serves both sides of sluice: rollouts generate with a KV cache under continuous batching;
-// the actor trains it (GRPO/PPO, or a supervised warm start).
+// the style of llm.c, with OpenBLAS sgemm for the matrix products (or cuBLAS: model/device.hpp).
+// It learns on a CPU in minutes and serves both sides of sluice: rollouts generate with a KV cache
+// under continuous batching; the actor trains it (GRPO/PPO, or a supervised warm start).
 //
 // Architecture: token + learned position embeddings; n_layer pre-LayerNorm blocks (causal
 // multi-head self-attention, then an MLP with tanh-GELU), each added to the residual stream; a

@@ -1,6 +1,8 @@
 #include "model/kernels.hpp"
 
 #include "model/blas.hpp"
+#include "model/cuda_gemm.hpp"
+#include "model/device.hpp"
 
 #include <cblas.h>
 
@@ -10,6 +12,12 @@ namespace sluice::model::kernels {
 
 void sgemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a, int lda,
            const float* b, int ldb, float beta, float* c, int ldc) {
+  // Empty products (nothing to compute, or C = beta C) stay on the CPU whatever the device: the
+  // same result without a round trip, and no reliance on cuBLAS's k = 0 semantics.
+  if (m > 0 && n > 0 && k > 0 && current_device() == Device::kCuda) {
+    detail::host_sgemm_on_cuda(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    return;
+  }
   cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
               trans_b ? CblasTrans : CblasNoTrans, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }

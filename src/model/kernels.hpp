@@ -1,19 +1,21 @@
 // The numerical building blocks of the reference model, in the style of llm.c: plain fp32 loops
-// over row-major buffers, with OpenBLAS (cblas_sgemm) for every matrix product. Internal to
-// sluice_model; the model code calls them top to bottom.
+// over row-major buffers, with OpenBLAS (cblas_sgemm) for every matrix product (or cuBLAS, see
+// sgemm). Internal to sluice_model; the model code calls them top to bottom.
 //
 // Conventions: `n` rows of activations, `c` (or `ic`/`oc`) columns; a weight matrix is stored
 // [out, in] (row-major), so a linear layer computes out = inp @ w^T + bias. Backward functions
 // say for each output whether they overwrite it (=) or accumulate into it (+=).
 //
-// Thread safety: pure functions of their arguments.
+// Thread safety: pure functions of their arguments (sgemm also of where products run, which is
+// set at start-up).
 #pragma once
 
 #include <cstddef>
 
 namespace sluice::model::kernels {
 
-// C[m, n] = alpha * op(A) @ op(B) + beta * C, all row-major (a thin cblas_sgemm wrapper).
+// C[m, n] = alpha * op(A) @ op(B) + beta * C, all row-major (a thin cblas_sgemm wrapper). Runs on
+// cuBLAS instead, with the same contract, after model::use_device(Device::kCuda) (device.hpp).
 void sgemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a, int lda,
            const float* b, int ldb, float beta, float* c, int ldc);
 

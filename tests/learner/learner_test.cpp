@@ -353,6 +353,14 @@ TEST_SUITE("learner") {
     auto bad = core::config::parse_json_text(R"({"gpt": {"layers": 3}})", "test");
     REQUIRE(bad.is_ok());
     CHECK(core::config::parse(*bad, d).code() == core::Code::kInvalidArgument);
+    // The device is checked by name here; whether there is a GPU is the actor role's business.
+    CHECK(c.device == "cpu");
+    LearnerConfig e;
+    e.device = "cuda";
+    CHECK(e.validate().is_ok());
+    e.device = "gpu0";
+    CHECK(e.validate().code() == core::Code::kInvalidArgument);
+    CHECK(e.validate().message().find("'gpu0'") != std::string::npos);
   }
 
   TEST_CASE("a checkpoint restores weights, optimizer state and steps") {

@@ -308,6 +308,16 @@ TEST_SUITE("rollout.model_engine") {
     }
   }
 
+  TEST_CASE("the device setting is checked by name") {
+    auto c = engine_config(1.0);
+    CHECK(c.device == "cpu");
+    c.device = "cuda";
+    CHECK(c.validate().is_ok());
+    c.device = "gpu0";
+    CHECK(c.validate().code() == core::Code::kInvalidArgument);
+    CHECK(ModelEngine::create(c).status().message().find("'gpu0'") != std::string::npos);
+  }
+
   TEST_CASE("admission enforces the capacity and refuses malformed sequences") {
     auto c = engine_config(1.0, 2);
     c.max_kv_tokens = 30;
