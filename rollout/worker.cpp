@@ -11,6 +11,7 @@
 #include "core/messaging.hpp"
 #include "core/transfer.hpp"
 #include "weightstore/client.hpp"
+#include "weightstore/reader.hpp"
 
 namespace sluice::rollout {
 
@@ -29,6 +30,9 @@ core::Status RolloutConfig::validate() const {
   }
   if (report_ms == 0) return core::invalid_argument("report_ms must be at least 1");
   if (pull_in_flight == 0) return core::invalid_argument("pull_in_flight must be at least 1");
+  if (serve != "auto" && serve != "on" && serve != "off") {
+    return core::invalid_argument(fmt::format("serve must be auto, on or off, not '{}'", serve));
+  }
   if (manager_timeout_ms < report_ms) {
     return core::invalid_argument("manager_timeout_ms must be at least report_ms");
   }
@@ -70,14 +74,12 @@ struct RolloutWorker::Impl {
   std::unique_ptr<core::Client> manager;
   std::unique_ptr<core::TransferEngine> transfer;
   std::unique_ptr<weightstore::StoreClient> store;
-  std::unique_ptr<core::RegisteredBuffer> weights;  // the loaded version's bytes
-  // Background pull of the newest version while the old one's trajectories finish, so that the
-  // switch at the safe point is a swap, not a wait.
-  std::uint64_t latest = 0;      // newest published version, as the manager last said
-  std::uint64_t pulling = 0;     // version being pulled (0: none)
-  std::uint64_t prefetched = 0;  // version held in `staged`
-  std::unique_ptr<core::RegisteredBuffer> staged;
-  std::uint64_t staged_bytes = 0;
+  // Holds the loaded version (and serves it to peers) and pulls the newest one in the background
+  // while the old one's trajectories finish, so that the switch at the safe point is a swap, not
+  // a wait. Created with the first pull; goes before the transfer engine and the store client.
+  std::unique_ptr<weightstore::Reader> reader;
+  std::unique_ptr<core::EventLoop::Timer> holder_beat;  // the reader's heartbeats to the store
+  std::uint64_t latest = 0;  // newest published version, as the manager last said
   std::shared_ptr<bool> alive = std::make_shared<bool>(true);
   std::atomic<bool> stopping{false};
 
@@ -96,6 +98,8 @@ struct RolloutWorker::Impl {
   double gen_s = 0, load_s = 0, barrier_s = 0, idle_s = 0, occupancy_s = 0, reprefill_s = 0;
   std::uint64_t tokens = 0, steps = 0, loads = 0, imported = 0, exported_count = 0;
   std::uint64_t reprefill_tokens = 0, pulled_bytes = 0;
+  // Versions the store acknowledged this rollout as a holder of (it served them to peers).
+  std::uint64_t served_versions = 0, last_served = 0;
   std::uint64_t refused_version = 0;  // imports of another version (never expected)
 
   json stats() const {
@@ -115,11 +119,16 @@ struct RolloutWorker::Impl {
                 {"reprefill_tokens", reprefill_tokens},
                 {"reprefill_s", reprefill_s},
                 {"pulled_bytes", pulled_bytes},
+                {"served_versions", served_versions},
                 {"refused_version", refused_version},
                 {"max_sequences", engine->capacity().max_sequences}};
   }
 
   core::Status report() {
+    if (reader && reader->serving() && reader->current_version() != last_served) {
+      last_served = reader->current_version();
+      ++served_versions;
+    }
     json active = json::array();
     for (const auto& [id, kv] : engine->active_sequences())
       active.push_back(json::array({id, kv}));
@@ -149,7 +158,7 @@ struct RolloutWorker::Impl {
         {"id", cfg.rollout_id},
         {"version", engine->version()},
         {"loading", false},
-        {"staged", std::max(prefetched, engine->version())},
+        {"staged", std::max(reader ? reader->staged_version() : 0, engine->version())},
         {"capacity", {{"max_sequences", cap.max_sequences}, {"max_kv_tokens", cap.max_kv_tokens}}},
         {"active", std::move(active)},
         {"queued", std::move(queued)},
@@ -235,42 +244,60 @@ struct RolloutWorker::Impl {
     return {};
   }
 
-  // Starts pulling `latest` in the background when it is newer than what is loaded or staged.
-  core::Status prefetch() {
-    if (pulling != 0 || latest <= engine->version() || latest <= prefetched) return {};
-    if (!transfer) {
-      core::TransferOptions to;
-      to.environment = environment;
-      SLUICE_ASSIGN_OR_RETURN(transfer, core::TransferEngine::create(*loop, to));
-      SLUICE_ASSIGN_OR_RETURN(store, weightstore::StoreClient::create(*loop, cfg.store));
+  bool serve_peers() const {
+    if (cfg.serve == "on") return true;
+    if (cfg.serve == "off") return false;
+    // The UCX version check that covers both 1.13 faults (see RolloutConfig::serve).
+    return core::tcp_holder_survives_reader_death();
+  }
+
+  core::Status ensure_reader() {
+    if (reader) return {};
+    core::TransferOptions to;
+    to.environment = environment;
+    SLUICE_ASSIGN_OR_RETURN(transfer, core::TransferEngine::create(*loop, to));
+    SLUICE_ASSIGN_OR_RETURN(store, weightstore::StoreClient::create(*loop, cfg.store));
+    weightstore::ReaderOptions ro;
+    ro.model = cfg.model;
+    ro.holder_id = cfg.rollout_id;
+    ro.topology = weightstore::Topology{cfg.host, cfg.rack, cfg.datacenter};
+    ro.serve = serve_peers();
+    ro.read.max_in_flight_per_source = cfg.pull_in_flight;
+    // A rollout stops within seconds when its job ends; its peers fail over if it goes sooner.
+    ro.drain_timeout = Millis(2000);
+    ro.request_timeout = Millis(2000);
+    SLUICE_ASSIGN_OR_RETURN(reader, weightstore::Reader::create(*loop, *transfer, *store, ro));
+    log::info("rollout {}: {} its loaded version to peers", cfg.rollout_id,
+              ro.serve ? "serves" : "does not serve");
+    if (ro.serve) {
+      holder_beat = loop->every(Millis(1000), [this] { reader->heartbeat(); });
     }
-    core::ReadOptions ro;
-    ro.max_in_flight_per_source = cfg.pull_in_flight;
-    pulling = latest;
+    return {};
+  }
+
+  // The newest version held or staged (0: none).
+  std::uint64_t held() const {
+    return reader ? std::max(reader->staged_version(), reader->current_version()) : 0;
+  }
+
+  // Starts pulling the latest version in the background when the manager has named one newer
+  // than what is loaded or staged.
+  core::Status prefetch() {
+    if (latest <= engine->version() || latest <= held()) return {};
+    SLUICE_TRY(ensure_reader());
+    if (reader->pulling()) return {};
     log::debug("rollout {}: pulling version {} in the background", cfg.rollout_id, latest);
     std::weak_ptr<bool> guard = alive;
-    std::uint64_t v = latest;
-    weightstore::pull_async(*transfer, *store, cfg.model, v,
-                            weightstore::Topology{cfg.host, cfg.rack, cfg.datacenter}, ro,
-                            [this, guard, v](core::Result<weightstore::Pulled> pulled) {
-                              if (guard.expired()) return;
-                              log::debug("rollout {}: background pull of version {}: {}",
-                                         cfg.rollout_id, v, pulled.status().to_string());
-                              pulling = 0;
-                              if (!pulled.is_ok()) {
-                                // Not fatal: the version may have been retired meanwhile; a newer
-                                // one follows.
-                                log::warn("rollout {}: pull of version {} failed: {}",
-                                          cfg.rollout_id, v, pulled.status().to_string());
-                                return;
-                              }
-                              if (v > prefetched && v > engine->version()) {
-                                prefetched = v;
-                                staged_bytes = pulled->manifest.total_bytes;
-                                staged = std::move(pulled->buffer);
-                                pulled_bytes += staged_bytes;
-                              }
-                            });
+    std::uint64_t before = reader->staged_version();
+    reader->pull_latest([this, guard, before](core::Result<std::uint64_t> v) {
+      if (guard.expired()) return;
+      if (!v.is_ok()) {
+        // Not fatal: the version may have been retired meanwhile; a newer one follows.
+        log::warn("rollout {}: background pull failed: {}", cfg.rollout_id, v.status().to_string());
+        return;
+      }
+      if (reader->staged_version() > before) pulled_bytes += reader->last_stats().bytes;
+    });
     return {};
   }
 
@@ -280,29 +307,40 @@ struct RolloutWorker::Impl {
     auto t0 = Clock::now();
     latest = std::max(latest, version);
     auto deadline = Clock::now() + Millis(30000);
-    while (prefetched < version && Clock::now() < deadline && !stopping.load()) {
+    while (held() < version && Clock::now() < deadline && !stopping.load()) {
       SLUICE_TRY(prefetch());
-      loop->run_until([&] { return pulling == 0; }, Millis(50));
+      loop->run_until([&] { return !reader || !reader->pulling(); }, Millis(50));
     }
-    if (prefetched < version) {
+    if (held() < version) {
       load_s += seconds(Clock::now() - t0);
       log::warn("rollout {}: version {} could not be pulled yet", cfg.rollout_id, version);
       return {};
     }
-    auto st = engine->load_weights(prefetched, staged->data(), staged_bytes, allow_active);
+    // The engine copies the weights, so the reader may swap first: from here it holds (and
+    // serves) the new version and retires the old one.
+    if (reader->staged_version() > reader->current_version()) {
+      auto sw = reader->swap();
+      if (!sw.is_ok()) {
+        load_s += seconds(Clock::now() - t0);
+        log::warn("rollout {}: swap to version {} failed: {}", cfg.rollout_id, version,
+                  sw.status().to_string());
+        return {};
+      }
+    }
+    std::uint64_t v = reader->current_version();
+    std::span<const std::uint8_t> bytes = reader->current_bytes();
+    auto st = engine->load_weights(v, bytes.data(), bytes.size(), allow_active);
     if (!st.is_ok()) {
-      log::warn("rollout {}: load of version {} refused: {}", cfg.rollout_id, prefetched,
-                st.to_string());
+      log::warn("rollout {}: load of version {} refused: {}", cfg.rollout_id, v, st.to_string());
     } else {
-      if (engine->version() == prefetched && loads == 0) {
+      if (engine->version() == v && loads == 0) {
         // The first weights: the accounting starts here.
         started = Clock::now();
         barrier_s = idle_s = 0;
         t0 = started;
       }
-      weights = std::move(staged);
       ++loads;
-      log::debug("rollout {}: loaded version {}", cfg.rollout_id, prefetched);
+      log::debug("rollout {}: loaded version {}", cfg.rollout_id, v);
     }
     load_s += seconds(Clock::now() - t0);
     return {};
@@ -375,6 +413,17 @@ struct RolloutWorker::Impl {
       }
     }
     if (done) log::info("rollout {}: the job is done", cfg.rollout_id);
+    if (reader) {
+      holder_beat.reset();
+      if (done && !stopping.load() && !loop->stopped()) {
+        // The job ended: peers still reading this rollout's copy finish first (bounded by the
+        // drain timeout). Stopped by a signal instead, the rollout must exit at once (its
+        // launcher waits 3 s before it kills): the reader's destructor unpublishes without
+        // waiting, and readers of the copy fail over to another source.
+        core::Status closed = reader->close();
+        if (!closed.is_ok()) log::warn("rollout {}: {}", cfg.rollout_id, closed.to_string());
+      }
+    }
     return {};
   }
 };

@@ -41,7 +41,16 @@ struct RolloutConfig {
   std::uint32_t partial_every = 8;           // stream in-flight states every N reports
   std::uint64_t manager_timeout_ms = 20000;  // give up after the manager is silent this long
   std::uint32_t pull_in_flight = 8;          // GETs in flight per source when pulling weights
-  std::string host;                          // topology labels (nearest holder first)
+  // Serve the loaded version to peers (the design's "every receiver becomes a source"): the
+  // rollout registers it with the store as a holder, and unpublishes and drains it before freeing
+  // it. "auto" serves only with UCX newer than 1.13; "on" and "off" force it. UCX 1.13 has two
+  // faults that rollouts, which come and go, would trigger: over TCP a holder aborts when a
+  // reader dies while it answers that reader's GETs (core::tcp_holder_survives_reader_death), and
+  // a reader crashes in ucp_ep_rkey_unpack when the shared memory behind a key is already gone
+  // (seen in a fleet test: a rollout resumed after SIGSTOP unpacked the key of a peer that had
+  // exited). Relays and the publisher, which outlive their readers, serve regardless.
+  std::string serve = "auto";
+  std::string host;  // topology labels (nearest holder first)
   std::string rack;
   std::string datacenter;
 
@@ -59,6 +68,8 @@ struct RolloutConfig {
     v("partial_every", partial_every, "stream in-flight states every N reports (0: never)");
     v("manager_timeout_ms", manager_timeout_ms, "exit when the manager is silent this long");
     v("pull_in_flight", pull_in_flight, "GETs in flight per source when pulling weights");
+    v("serve", serve,
+      "serve the loaded version to peers: auto (with UCX newer than 1.13), on or off");
     v("host", host, "topology: host label");
     v("rack", rack, "topology: rack label");
     v("datacenter", datacenter, "topology: datacenter label");

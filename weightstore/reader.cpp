@@ -324,7 +324,9 @@ void Reader::free_retiring(std::vector<Retiring>::iterator it, bool confirmed,
     log::warn("{}: freeing {} after {} ms without the store confirming its leases drained ({})",
               name(), what, ms(options_.drain_timeout), why);
   }
-  retiring_.erase(it);  // frees its buffer
+  retired_.sweep();
+  retired_.add(std::move(it->held.buffer));
+  retiring_.erase(it);
   if (retiring_.empty()) drain_timer_.reset();
 }
 

@@ -150,6 +150,9 @@ class Reader {
   bool serving_ = false;
   std::uint64_t registering_ = 0;  // the version whose registration is in flight, or 0
   std::vector<Retiring> retiring_;
+  // Drained copies' memory, kept a few seconds more before it is freed: a peer handed a plan
+  // naming a copy just before it was unpublished may still unpack its key (see RetiredBuffers).
+  core::RetiredBuffers retired_;
   std::size_t unconfirmed_frees_ = 0;  // copies freed without the store confirming the drain
   std::unique_ptr<core::EventLoop::Timer> drain_timer_;
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);  // for replies after destruction

@@ -16,6 +16,7 @@
 
 #include "core/event_loop.hpp"
 #include "core/process.hpp"
+#include "core/transfer.hpp"
 
 using namespace sluice;
 using core::Millis;
@@ -142,6 +143,26 @@ TEST_CASE("a rollout killed mid-run loses nothing, in every mode") {
     check_common(r, mode);
     // The killed one (a slow survivor may be declared dead too, and its work goes back as well).
     CHECK(r.summary.at("manager").at("dead_rollouts").get<std::uint64_t>() >= 1);
+  }
+}
+
+TEST_CASE("rollouts that serve peers register what they load with the store, and lose nothing") {
+  json job = small_job("sluice");
+  job["rollout"]["serve"] = "on";
+  Run r = run_job("sluice-serve", job);
+  check_exactly_once(r);
+  check_common(r, "sluice");
+  // The store acknowledged each rollout as a holder of a version it loaded.
+  for (const auto& ro : r.summary.at("manager").at("rollouts")) {
+    CHECK_MESSAGE(ro.at("stats").value("served_versions", std::uint64_t{0}) >= 1,
+                  ro.value("id", std::string("?")) << " never served a version");
+  }
+  // By default they do not with UCX 1.13 (see RolloutConfig::serve).
+  if (!core::tcp_holder_survives_reader_death()) {
+    Run d = run_job("sluice-noserve", small_job("sluice"));
+    check_exactly_once(d);
+    for (const auto& ro : d.summary.at("manager").at("rollouts"))
+      CHECK(ro.at("stats").value("served_versions", std::uint64_t{0}) == 0);
   }
 }
 
