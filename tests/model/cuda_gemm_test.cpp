@@ -19,8 +19,9 @@
 using namespace sluice;
 using namespace sluice::model;
 using sluice::model::testing::make_model;
-using sluice::model::testing::random_tokens;
+using sluice::model::testing::perturb_and_batch;
 using sluice::model::testing::tiny_config;
+using sluice::model::testing::WeightedBatch;
 
 namespace {
 
@@ -271,22 +272,11 @@ TEST_SUITE("model.cuda") {
     GptConfig cfg = tiny_config(true);
     auto m = make_model(cfg);
     REQUIRE(m);
-    // Larger weights than the GPT-2 initialisation: every path carries signal, and greedy
-    // choices are not near-ties that rounding could flip.
     std::uint64_t rng = 31;
-    float* p = m->mutable_params();
-    for (std::size_t i = 0; i < m->param_count(); ++i)
-      p[i] += static_cast<float>(next_uniform(rng) - 0.5) * 0.3f;
-    std::vector<std::vector<std::int32_t>> seqs = {random_tokens(5, cfg.vocab, rng),
-                                                   random_tokens(12, cfg.vocab, rng),
-                                                   random_tokens(8, cfg.vocab, rng)};
-    std::vector<std::vector<float>> wl(seqs.size()), wv(seqs.size());
-    for (std::size_t i = 0; i < seqs.size(); ++i) {
-      for (std::size_t t = 0; t + 1 < seqs[i].size(); ++t)
-        wl[i].push_back(static_cast<float>(next_uniform(rng) * 2.0 - 1.0));
-      for (std::size_t t = 0; t < seqs[i].size(); ++t)
-        wv[i].push_back(static_cast<float>(next_uniform(rng) * 2.0 - 1.0));
-    }
+    WeightedBatch b = perturb_and_batch(*m, cfg.vocab, rng);
+    const auto& seqs = b.seqs;
+    const auto& wl = b.wl;
+    const auto& wv = b.wv;
     const std::vector<std::vector<std::int32_t>> prompts = {{3, 1, 4, 1}, {2, 7}, {9}};
     const int kNewTokens = 7;  // the longest prompt plus these stay within the context (12)
 

@@ -14,8 +14,10 @@
 using namespace sluice;
 using namespace sluice::model;
 using sluice::model::testing::make_model;
+using sluice::model::testing::perturb_and_batch;
 using sluice::model::testing::random_tokens;
 using sluice::model::testing::tiny_config;
+using sluice::model::testing::WeightedBatch;
 
 namespace {
 
@@ -138,21 +140,12 @@ TEST_SUITE("model.gpt") {
     GptConfig c = tiny_config(true);
     auto m = make_model(c);
     REQUIRE(m);
-    // Larger weights than the GPT-2 initialisation so that every path carries signal.
     std::uint64_t rng = 11;
+    WeightedBatch b = perturb_and_batch(*m, c.vocab, rng);
     float* p = m->mutable_params();
-    for (std::size_t i = 0; i < m->param_count(); ++i)
-      p[i] += static_cast<float>(next_uniform(rng) - 0.5) * 0.3f;
-    std::vector<std::vector<std::int32_t>> seqs = {random_tokens(5, c.vocab, rng),
-                                                   random_tokens(12, c.vocab, rng),
-                                                   random_tokens(8, c.vocab, rng)};
-    std::vector<std::vector<float>> wl(seqs.size()), wv(seqs.size());
-    for (std::size_t i = 0; i < seqs.size(); ++i) {
-      for (std::size_t t = 0; t + 1 < seqs[i].size(); ++t)
-        wl[i].push_back(static_cast<float>(next_uniform(rng) * 2.0 - 1.0));
-      for (std::size_t t = 0; t < seqs[i].size(); ++t)
-        wv[i].push_back(static_cast<float>(next_uniform(rng) * 2.0 - 1.0));
-    }
+    const auto& seqs = b.seqs;
+    const auto& wl = b.wl;
+    const auto& wv = b.wv;
     m->zero_grad();
     REQUIRE(m->forward(seqs).is_ok());
     REQUIRE(m->backward(wl, wv).is_ok());

@@ -35,4 +35,31 @@ inline std::vector<std::int32_t> random_tokens(std::size_t n, int vocab, std::ui
   return t;
 }
 
+// A tiny model's weights pushed well away from the GPT-2 initialisation (every path carries
+// signal, and greedy choices are not near-ties that rounding could flip), and a batch of three
+// random sequences with random per-token loss weights (for the log-probs and the values).
+struct WeightedBatch {
+  std::vector<std::vector<std::int32_t>> seqs;
+  std::vector<std::vector<float>> wl;  // per predicted token
+  std::vector<std::vector<float>> wv;  // per position
+};
+
+inline WeightedBatch perturb_and_batch(Gpt& m, int vocab, std::uint64_t& rng) {
+  float* p = m.mutable_params();
+  for (std::size_t i = 0; i < m.param_count(); ++i)
+    p[i] += static_cast<float>(next_uniform(rng) - 0.5) * 0.3f;
+  WeightedBatch b;
+  b.seqs = {random_tokens(5, vocab, rng), random_tokens(12, vocab, rng),
+            random_tokens(8, vocab, rng)};
+  b.wl.resize(b.seqs.size());
+  b.wv.resize(b.seqs.size());
+  for (std::size_t i = 0; i < b.seqs.size(); ++i) {
+    for (std::size_t t = 0; t + 1 < b.seqs[i].size(); ++t)
+      b.wl[i].push_back(static_cast<float>(next_uniform(rng) * 2.0 - 1.0));
+    for (std::size_t t = 0; t < b.seqs[i].size(); ++t)
+      b.wv[i].push_back(static_cast<float>(next_uniform(rng) * 2.0 - 1.0));
+  }
+  return b;
+}
+
 }  // namespace sluice::model::testing
