@@ -700,10 +700,6 @@ bool TransferEngine::uses_event_fd() const {
   return impl_->worker->event_fd() >= 0;
 }
 
-bool TransferEngine::shared_memory_only() const {
-  return impl_->shm_only;
-}
-
 Result<std::unique_ptr<RegisteredBuffer>> TransferEngine::allocate(std::size_t bytes,
                                                                    bool prefault) {
   if (bytes == 0) return invalid_argument("cannot allocate an empty buffer");

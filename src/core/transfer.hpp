@@ -225,8 +225,6 @@ class TransferEngine {
   std::string transports() const;
   // Whether the worker sleeps on its event fd when idle (else it is polled every millisecond).
   bool uses_event_fd() const;
-  // Whether UCX_TLS names shared-memory transports only (no network transport can be chosen).
-  bool shared_memory_only() const;
 
   struct Impl;
 

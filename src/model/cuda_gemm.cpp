@@ -170,10 +170,8 @@ core::Status reserve(std::unique_ptr<DeviceBuffer>& buf, std::size_t need) {
 core::Status run_host_sgemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha,
                             const float* a, int lda, const float* b, int ldb, float beta, float* c,
                             int ldc) {
+  SLUICE_TRY(prepare_cuda_sgemm());
   HostSgemm& s = host_sgemm();
-  if (s.gemm == nullptr) {
-    SLUICE_ASSIGN_OR_RETURN(s.gemm, CublasGemm::create());
-  }
   const int a_rows = trans_a ? k : m;
   const int a_cols = trans_a ? m : k;
   const int b_rows = trans_b ? n : k;
