@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Self-check for emuhosts.sh: brings up 2 hosts with a rate limit, measures one
-# TCP stream from host 0 to host 1 for about 2 s, and checks that it lands
-# between 60% and 110% of the rate; then checks that without a limit the same
+# TCP stream from host 0 to host 1 for about 2 s (up to 3 times, best counts),
+# and checks that it lands between 60% and 110% of the rate; then checks that
+# without a limit the same
 # stream is much faster (at least 2x), i.e. that the limit is what held it.
 #
 #   scripts/emuhosts_check.sh [RATE]     RATE in tc syntax, default 200mbit
@@ -128,9 +129,18 @@ measure() {
 
 fail=0
 "$emu" up 2 --rate "$rate" >/dev/null
-limited=$(measure) || exit 1
 low=$(awk -v r="$rate_mbit" 'BEGIN{print r * 0.6}')
 high=$(awk -v r="$rate_mbit" 'BEGIN{print r * 1.1}')
+# A busy or descheduled host only ever lowers a stream's rate (seen here: 55 and 85 Mbit/s at
+# 200mbit on a 2-core VM, between runs at 154-167), so up to three tries are made and the best
+# counts; a limit that lets too much through fails on the first try already.
+limited=0
+for try in 1 2 3; do
+  m=$(measure) || exit 1
+  limited=$(awk -v a="$limited" -v b="$m" 'BEGIN{print (b > a) ? b : a}')
+  if awk -v m="$limited" -v lo="$low" 'BEGIN{exit !(m >= lo)}'; then break; fi
+  echo "try $try: $m Mbit/s, below $low; measuring again" >&2
+done
 if awk -v m="$limited" -v lo="$low" -v hi="$high" 'BEGIN{exit !(m >= lo && m <= hi)}'; then
   verdict=ok
 else
