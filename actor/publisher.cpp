@@ -1,5 +1,7 @@
 #include "actor/publisher.hpp"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cstring>
 #include <optional>
@@ -190,6 +192,22 @@ Result<core::Manifest> Publisher::publish(std::uint64_t version,
                                ": not committed within 60 s");
   }
   return std::move(*out);
+}
+
+Status Publisher::close(core::Millis timeout) {
+  while (!held_.empty()) {
+    Held h = std::move(held_.back());
+    held_.pop_back();
+    retire(std::move(h));
+  }
+  if (retiring_.empty()) return {};
+  check_retiring();  // asks at once, after the unpublish requests (one socket, in order)
+  loop_->run_until([this] { return retiring_.empty(); }, timeout);
+  if (retiring_.empty()) return {};
+  std::size_t left = retiring_.size();
+  return core::timeout_error(
+      fmt::format("publisher {}: {} withdrawn copies had readers still reading after {} ms",
+                  options_.holder_id, left, timeout.count()));
 }
 
 void Publisher::retire_old() {

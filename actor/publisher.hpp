@@ -83,6 +83,13 @@ class Publisher {
   // relay holds completely. Sends and returns: the replies are handled on the loop (call it from
   // a loop timer).
   void heartbeat();
+  // Withdraws every version this publisher serves, for a process about to exit: unpublishes them
+  // and runs the loop until the store says their readers have drained (no lease, no relay still
+  // reading from it) or `timeout` passes. Until a holder unpublishes, or its heartbeats stop, the
+  // store keeps naming it, and UCX 1.13 crashes a reader that unpacks the key of a process that
+  // has exited. timeout_error if some copy had not drained (it is unpublished all the same).
+  // Not from a loop callback.
+  core::Status close(core::Millis timeout);
 
   struct Held {
     core::Manifest manifest;

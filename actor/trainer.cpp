@@ -321,7 +321,14 @@ core::Result<std::unique_ptr<Trainer>> Trainer::create(core::EventLoop& loop, Tr
 Trainer::Trainer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Trainer::~Trainer() = default;
 core::Result<nlohmann::json> Trainer::run() {
-  return impl_->run();
+  auto out = impl_->run();
+  // Relays and rollouts may be reading the last versions right now: the store stops naming this
+  // process before it exits (see Publisher::close). Stopped by a signal, the launcher waits a
+  // few seconds only.
+  Millis bound = impl_->stopping.load() ? Millis(1000) : Millis(5000);
+  if (core::Status c = impl_->publisher->close(bound); !c.is_ok())
+    log::warn("actor: {}", c.to_string());
+  return out;
 }
 void Trainer::stop() {
   impl_->stopping = true;

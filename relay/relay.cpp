@@ -261,6 +261,44 @@ struct Relay::Impl {
     }
   }
 
+  // A relay that leaves withdraws its copies first: the store stops naming it to readers, and
+  // those still reading from it finish (the store says when they have drained) before its
+  // memory goes. UCX 1.13 crashes a reader that unpacks the key of a process that exited.
+  // Bounded: a launcher waits a few seconds only after it asks a relay to stop.
+  void withdraw(Millis bound) {
+    auto deadline = Clock::now() + bound;
+    auto left_ms = [deadline] {
+      return std::max(Millis(1), std::chrono::duration_cast<Millis>(deadline - Clock::now()));
+    };
+    std::vector<std::uint64_t> undrained;
+    for (const auto& c : copies) {
+      Message un("store.unpublish");
+      un.body = {{"holder_id", config.relay_id},
+                 {"model", c.manifest.model},
+                 {"version", c.manifest.version}};
+      auto r = store->raw().call(un, std::min(Millis(1000), left_ms()));
+      if (!r.is_ok()) {
+        log::warn("relay {}: leaving without withdrawing {}@{}: {}", config.relay_id,
+                  c.manifest.model, c.manifest.version, r.status().to_string());
+        return;  // the store is gone or slow: nothing more to ask it
+      }
+      if (!r->body.value("drained", false)) undrained.push_back(c.manifest.version);
+    }
+    while (!undrained.empty() && Clock::now() < deadline) {
+      loop.run_until([] { return false; }, std::min(Millis(50), left_ms()));
+      std::erase_if(undrained, [&](std::uint64_t v) {
+        Message q("store.drained");
+        q.body = {{"holder_id", config.relay_id}, {"model", config.model}, {"version", v}};
+        auto r = store->raw().call(q, std::min(Millis(500), left_ms()));
+        return r.is_ok() && r->body.value("drained", false);
+      });
+    }
+    if (!undrained.empty()) {
+      log::warn("relay {}: leaving with {} copies still being read after {} ms", config.relay_id,
+                undrained.size(), bound.count());
+    }
+  }
+
   void tick() {
     retired.sweep();
     if (!joined) {
@@ -313,6 +351,7 @@ Status Relay::run() {
                                      : Millis(impl_->config.poll_ms);
     impl_->loop.run_until([this] { return impl_->stopping; }, wait);
   }
+  if (impl_->joined) impl_->withdraw(Millis(2000));
   return {};
 }
 

@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cstdio>
 #include <ctime>
+#include <deque>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -120,6 +121,23 @@ class MetricsTail {
   std::uint64_t step_ = 0;
   double reward_ = 0, tokens_per_s_ = 0, staleness_ = 0, accuracy_ = -1;
 };
+
+// What a crashed role's log says about the crash: from UCX's "Caught signal" report (its
+// backtrace follows) when the log's last lines have one, else its last `n` lines.
+std::vector<std::string> crash_lines(const fs::path& path, std::size_t n) {
+  std::ifstream f(path);
+  std::deque<std::string> lines;
+  for (std::string line; std::getline(f, line);) {
+    lines.push_back(std::move(line));
+    if (lines.size() > 4 * n) lines.pop_front();
+  }
+  auto from = lines.size() > n ? lines.end() - static_cast<std::ptrdiff_t>(n) : lines.begin();
+  for (auto it = lines.begin(); it != lines.end(); ++it) {
+    if (it->find("Caught signal") != std::string::npos) from = it;
+  }
+  auto to = std::min(lines.end(), from + static_cast<std::ptrdiff_t>(2 * n));
+  return {from, to};
+}
 
 double seconds(Clock::duration d) {
   return std::chrono::duration<double>(d).count();
@@ -334,20 +352,28 @@ core::Result<JobResult> run_local_job(JobConfig job, const std::string& sluice_e
       }
       chaos_stopped = true;
     }
-    // Children that died.
+    // Children that died. The actor's normal exit (status 0) ends the job below; a failed actor
+    // is named here too, beside the roles that died with it.
     bool fatal = false;
     for (auto& c : children) {
       if (c.reported || c.proc->running()) continue;
-      c.reported = true;
-      if (&c == actor_child) continue;
       auto code = c.proc->wait(Millis(0));
+      bool clean = code.is_ok() && *code == 0;
+      c.reported = true;
+      if (&c == actor_child && clean) continue;  // the job's end, handled below
       if (c.expected_dead) continue;
-      if (c.role == "rollout" && code.is_ok() && *code == 0) continue;  // the job is done
+      if (c.role == "rollout" && clean) continue;  // the job is done
+      fs::path log_path = dir / (c.name + ".log");
       std::string what = fmt::format("{:.1f}s: {} exited ({}); its log: {}", elapsed, c.name,
                                      code.is_ok() ? fmt::format("status {}", *code) : "unknown",
-                                     (dir / (c.name + ".log")).string());
+                                     log_path.string());
       result.events.push_back(what);
       std::fprintf(stderr, "sluice run: %s\n", what.c_str());
+      // A crash leaves its reason (UCX's backtrace, an assertion) at the end of the log.
+      if (code.is_ok() && *code > 128) {
+        for (const auto& line : crash_lines(log_path, 12))
+          std::fprintf(stderr, "sluice run:   | %s\n", line.c_str());
+      }
       if (c.role != "rollout") fatal = true;
     }
     if (fatal) {

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <map>
 
+#include "../support/holders.hpp"
 #include "../support/store_process.hpp"
 #include "../support/test_weights.hpp"
 #include "actor/publisher.hpp"
@@ -22,6 +23,7 @@ namespace {
 
 using Store = testing::StoreProcess;
 
+using testing::holders;
 using testing::views;
 using testing::weights;
 
@@ -56,17 +58,6 @@ std::unique_ptr<core::Subprocess> start_relay(const std::string& store, const st
     REQUIRE_MESSAGE(line.is_ok(), line.status().to_string());
     if (line->rfind("relay ", 0) == 0) return p;
   }
-}
-
-// The store's view of who holds policy@version, by holder id.
-std::map<std::string, weightstore::HolderState> holders(weightstore::StoreClient& c,
-                                                        std::uint64_t version) {
-  std::map<std::string, weightstore::HolderState> out;
-  auto hs = c.holders("policy", version);
-  REQUIRE_MESSAGE(hs.is_ok(), hs.status().to_string());
-  for (auto& h : *hs)
-    out[h.holder_id] = h;
-  return out;
 }
 
 std::vector<std::string> plan_holders(weightstore::StoreClient& c, std::uint64_t version) {
@@ -186,6 +177,29 @@ TEST_SUITE("actor.publisher") {
     CHECK(client->plan("policy", 1, {}).status().code() == core::Code::kUnavailable);
     REQUIRE(client->release(plan->lease_id).is_ok());
     CHECK(loop->run_until([&] { return pub->retiring() == 0; }, Millis(5000)));
+  }
+
+  TEST_CASE("close() withdraws every version and waits for its readers, within its bound") {
+    Setup setup;
+    auto& client = setup.client;
+    auto& pub = setup.pub;
+    auto w1 = weights(1, 256 * 1024), w2 = weights(2, 256 * 1024);
+    REQUIRE(pub->publish(1, views(w1)).is_ok());
+    REQUIRE(pub->publish(2, views(w2)).is_ok());
+    // A reader is still on version 2 (as a rollout pulling the last version when the job ends).
+    auto plan = client->plan("policy", 2, {});
+    REQUIRE(plan.is_ok());
+    core::Status closed = pub->close(Millis(600));
+    CHECK(closed.code() == core::Code::kTimeout);
+    CHECK(pub->held().empty());
+    CHECK(pub->retiring() == 1);  // the leased copy's memory stays while the process does
+    // Neither version is named to new readers any more: none would read a process that exited.
+    CHECK(client->plan("policy", 1, {}).status().code() == core::Code::kUnavailable);
+    CHECK(client->plan("policy", 2, {}).status().code() == core::Code::kUnavailable);
+    // Once the reader is done, the store confirms the drain (ok, not a timeout) and the copy goes.
+    REQUIRE(client->release(plan->lease_id).is_ok());
+    CHECK(pub->close(Millis(5000)).is_ok());
+    CHECK(pub->retiring() == 0);
   }
 
   TEST_CASE("a version a relay holds is handed off: the relay serves it, the publisher frees it") {

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <map>
 
+#include "../support/holders.hpp"
 #include "actor/publisher.hpp"
 #include "core/process.hpp"
 #include "core/units.hpp"
@@ -14,6 +15,7 @@
 
 using namespace sluice;
 using core::Millis;
+using testing::holders;
 
 namespace {
 
@@ -155,7 +157,7 @@ TEST_SUITE("relay") {
     // Killing a relay mid-broadcast: see relay_killed_mid_broadcast() above.
     std::string store_ep;
     auto store = start({SLUICE_BIN, "--log-level", "warn", "weightstore", "--set",
-                        "store.listen=tcp://127.0.0.1:*", "--set", "store.holder_ttl_ms=1500"},
+                        "store.listen=tcp://127.0.0.1:*", "--set", "store.holder_ttl_ms=5000"},
                        "endpoint ", &store_ep);
     std::vector<std::string> ids = {"relay-a", "relay-b", "relay-c"};
     std::vector<std::unique_ptr<core::Subprocess>> relays;
@@ -213,6 +215,12 @@ TEST_SUITE("relay") {
       auto code = relays[i]->wait(Millis(10000));
       REQUIRE_MESSAGE(code.is_ok(), code.status().to_string());
       CHECK_MESSAGE(*code == 0, ids[i] << " exited with " << *code << " on SIGTERM");
+      // It withdrew its copy as it left: the store, which drops a holder only after 5 s without
+      // heartbeats, still lists it but no longer names it to readers.
+      auto hs = holders(*client, 2);
+      REQUIRE(hs.count(ids[i]) == 1);
+      CHECK_MESSAGE(hs[ids[i]].unpublished, ids[i] << " left without withdrawing policy@2");
     }
+    CHECK(client->plan("policy", 2, {}).status().code() == core::Code::kUnavailable);
   }
 }
