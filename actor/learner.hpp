@@ -58,9 +58,9 @@ struct LearnerConfig {
   std::string device = "cpu";
 
   // Supervised warm start on gold solutions of training prompts.
-  // Demo sizes: 250 steps of 32 at 1e-3 give about 20-25% held-out accuracy, 500 steps about
-  // 33% (it swings by +-10 points from step to step at a constant lr; examples/grpo_arith.json
-  // uses 500).
+  // Demo sizes: 250 steps of 32 at 1e-3 give about 20-25% held-out accuracy, 400 to 550 steps
+  // 22-48%: it swings by +-10 points from step to step at a constant lr (examples/grpo_arith.json
+  // uses 450, which lands at 22.8%; docs/benchmarks.md has the sweep).
   std::uint32_t warmstart_steps = 250;  // optimizer steps (0: no warm start)
   std::uint32_t warmstart_batch = 32;   // sequences per step, >= 1
   float warmstart_lr = 1e-3f;           // its learning rate (its own AdamW), > 0
