@@ -246,15 +246,20 @@ core::Result<JobResult> run_local_job(JobConfig job, const std::string& sluice_e
   JobResult result;
   auto job_start = Clock::now();
   result.dir = dir.string();
+  // The weight store goes last: holders that leave withdraw their copies through it first.
   auto stop_all = [&] {
-    for (auto& c : children) {
-      if (c.stopped) c.proc->signal(SIGCONT).ignore();
-      if (c.proc->running()) c.proc->signal(SIGTERM).ignore();
-    }
-    for (auto& c : children) {
-      if (!c.proc->wait(Millis(3000)).is_ok()) {
-        c.proc->signal(SIGKILL).ignore();
-        c.proc->wait(Millis(2000)).ignore();
+    for (bool store : {false, true}) {
+      for (auto& c : children) {
+        if ((c.role == "weightstore") != store) continue;
+        if (c.stopped) c.proc->signal(SIGCONT).ignore();
+        if (c.proc->running()) c.proc->signal(SIGTERM).ignore();
+      }
+      for (auto& c : children) {
+        if ((c.role == "weightstore") != store) continue;
+        if (!c.proc->wait(Millis(3000)).is_ok()) {
+          c.proc->signal(SIGKILL).ignore();
+          c.proc->wait(Millis(2000)).ignore();
+        }
       }
     }
   };
