@@ -250,12 +250,8 @@ struct Relay::Impl {
     while (copies.size() > config.keep_versions && copies.front().complete &&
            !busy(copies.front()) && copies.front().unreported.empty()) {
       Copy& old = copies.front();
-      Message un("store.unpublish");
-      un.body = {{"holder_id", config.relay_id},
-                 {"model", old.manifest.model},
-                 {"version", old.manifest.version}};
-      auto r = store->raw().call(un, Millis(5000));
-      if (r.is_ok() && !r->body.value("drained", false)) return;  // leases still out
+      auto drained = store->unpublish(config.relay_id, old.manifest.model, old.manifest.version);
+      if (drained.is_ok() && !*drained) return;  // leases still out
       retired.add(std::move(old.buffer));
       copies.pop_front();
     }
@@ -272,25 +268,21 @@ struct Relay::Impl {
     };
     std::vector<std::uint64_t> undrained;
     for (const auto& c : copies) {
-      Message un("store.unpublish");
-      un.body = {{"holder_id", config.relay_id},
-                 {"model", c.manifest.model},
-                 {"version", c.manifest.version}};
-      auto r = store->raw().call(un, std::min(Millis(1000), left_ms()));
-      if (!r.is_ok()) {
+      auto drained = store->unpublish(config.relay_id, c.manifest.model, c.manifest.version,
+                                      std::min(Millis(1000), left_ms()));
+      if (!drained.is_ok()) {
         log::warn("relay {}: leaving without withdrawing {}@{}: {}", config.relay_id,
-                  c.manifest.model, c.manifest.version, r.status().to_string());
+                  c.manifest.model, c.manifest.version, drained.status().to_string());
         return;  // the store is gone or slow: nothing more to ask it
       }
-      if (!r->body.value("drained", false)) undrained.push_back(c.manifest.version);
+      if (!*drained) undrained.push_back(c.manifest.version);
     }
     while (!undrained.empty() && Clock::now() < deadline) {
       loop.run_until([] { return false; }, std::min(Millis(50), left_ms()));
       std::erase_if(undrained, [&](std::uint64_t v) {
-        Message q("store.drained");
-        q.body = {{"holder_id", config.relay_id}, {"model", config.model}, {"version", v}};
-        auto r = store->raw().call(q, std::min(Millis(500), left_ms()));
-        return r.is_ok() && r->body.value("drained", false);
+        auto drained =
+            store->drained(config.relay_id, config.model, v, std::min(Millis(500), left_ms()));
+        return drained.is_ok() && *drained;
       });
     }
     if (!undrained.empty()) {

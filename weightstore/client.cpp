@@ -59,19 +59,27 @@ Status StoreClient::release(std::uint64_t lease_id) {
   return client_->call(req, timeout_).status();
 }
 
-Status StoreClient::unpublish(const std::string& holder_id, const std::string& model,
-                              std::uint64_t version) {
-  Message req("store.unpublish");
+namespace {
+// store.unpublish and store.drained share their request and their reply.
+Result<bool> drain_request(core::Client& c, const char* type, const std::string& holder_id,
+                           const std::string& model, std::uint64_t version, Millis timeout) {
+  Message req(type);
   req.body = {{"holder_id", holder_id}, {"model", model}, {"version", version}};
-  return client_->call(req, timeout_).status();
+  SLUICE_ASSIGN_OR_RETURN(Message reply, c.call(req, timeout));
+  return reply.body.value("drained", false);
+}
+}  // namespace
+
+Result<bool> StoreClient::unpublish(const std::string& holder_id, const std::string& model,
+                                    std::uint64_t version, Millis timeout) {
+  return drain_request(*client_, "store.unpublish", holder_id, model, version,
+                       timeout > Millis(0) ? timeout : timeout_);
 }
 
 Result<bool> StoreClient::drained(const std::string& holder_id, const std::string& model,
-                                  std::uint64_t version) {
-  Message req("store.drained");
-  req.body = {{"holder_id", holder_id}, {"model", model}, {"version", version}};
-  SLUICE_ASSIGN_OR_RETURN(Message reply, client_->call(req, timeout_));
-  return reply.body.value("drained", false);
+                                  std::uint64_t version, Millis timeout) {
+  return drain_request(*client_, "store.drained", holder_id, model, version,
+                       timeout > Millis(0) ? timeout : timeout_);
 }
 
 Result<std::vector<HolderState>> StoreClient::holders(const std::string& model,

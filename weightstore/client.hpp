@@ -30,10 +30,12 @@ class StoreClient {
   core::Result<ReadPlan> plan(const std::string& model, std::uint64_t version,
                               const Topology& where);
   core::Status release(std::uint64_t lease_id);
-  core::Status unpublish(const std::string& holder_id, const std::string& model,
-                         std::uint64_t version);
+  // Both return whether the unpublished copy has drained (may be freed). `timeout` 0: the
+  // client's own.
+  core::Result<bool> unpublish(const std::string& holder_id, const std::string& model,
+                               std::uint64_t version, Millis timeout = Millis(0));
   core::Result<bool> drained(const std::string& holder_id, const std::string& model,
-                             std::uint64_t version);
+                             std::uint64_t version, Millis timeout = Millis(0));
   // Who holds `model`@`version` and how much of it (takes no lease).
   core::Result<std::vector<HolderState>> holders(const std::string& model, std::uint64_t version);
   core::Client& raw() { return *client_; }
