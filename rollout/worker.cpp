@@ -97,7 +97,7 @@ struct RolloutWorker::Impl {
   Clock::time_point started = Clock::now();
   double gen_s = 0, load_s = 0, barrier_s = 0, idle_s = 0, occupancy_s = 0, reprefill_s = 0;
   std::uint64_t tokens = 0, steps = 0, loads = 0, imported = 0, exported_count = 0;
-  std::uint64_t reprefill_tokens = 0, pulled_bytes = 0;
+  std::uint64_t reprefill_tokens = 0, pulled_bytes = 0, pulled_same_host_bytes = 0;
   // Versions the store acknowledged this rollout as a holder of (it served them to peers).
   std::uint64_t served_versions = 0, last_served = 0;
   std::uint64_t refused_version = 0;  // imports of another version (never expected)
@@ -119,6 +119,7 @@ struct RolloutWorker::Impl {
                 {"reprefill_tokens", reprefill_tokens},
                 {"reprefill_s", reprefill_s},
                 {"pulled_bytes", pulled_bytes},
+                {"pulled_same_host_bytes", pulled_same_host_bytes},
                 {"served_versions", served_versions},
                 {"refused_version", refused_version},
                 {"max_sequences", engine->capacity().max_sequences}};
@@ -263,6 +264,7 @@ struct RolloutWorker::Impl {
     ro.topology = weightstore::Topology{cfg.host, cfg.rack, cfg.datacenter};
     ro.serve = serve_peers();
     ro.read.max_in_flight_per_source = cfg.pull_in_flight;
+    ro.local_wait = Millis(cfg.local_wait_ms);
     // A rollout stops within seconds when its job ends; its peers fail over if it goes sooner.
     ro.drain_timeout = Millis(2000);
     ro.request_timeout = Millis(2000);
@@ -296,7 +298,10 @@ struct RolloutWorker::Impl {
         log::warn("rollout {}: background pull failed: {}", cfg.rollout_id, v.status().to_string());
         return;
       }
-      if (reader->staged_version() > before) pulled_bytes += reader->last_stats().bytes;
+      if (reader->staged_version() > before) {
+        pulled_bytes += reader->last_stats().bytes;
+        pulled_same_host_bytes += reader->last_same_host_bytes();
+      }
     });
     return {};
   }

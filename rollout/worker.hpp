@@ -50,6 +50,9 @@ struct RolloutConfig {
   // (seen in a fleet test: a rollout resumed after SIGSTOP unpacked the key of a peer that had
   // exited). Relays and the publisher, which outlive their readers, serve regardless.
   std::string serve = "auto";
+  // With a host label: a new version is read only from a holder on this host (its relay) once
+  // that holds all of it, for up to this long after the rollout first sees it; then from any.
+  std::uint64_t local_wait_ms = 10000;
   std::string host;  // topology labels (nearest holder first)
   std::string rack;
   std::string datacenter;
@@ -70,6 +73,9 @@ struct RolloutConfig {
     v("pull_in_flight", pull_in_flight, "GETs in flight per source when pulling weights");
     v("serve", serve,
       "serve the loaded version to peers: auto (with UCX newer than 1.13), on or off");
+    v("local_wait_ms", local_wait_ms,
+      "with a host label: read a new version from this host's holders only, once one holds all of "
+      "it, for up to this long (ms; 0: from the nearest holders at once)");
     v("host", host, "topology: host label");
     v("rack", rack, "topology: rack label");
     v("datacenter", datacenter, "topology: datacenter label");

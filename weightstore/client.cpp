@@ -127,7 +127,8 @@ Result<Pulled> pull(core::TransferEngine& engine, StoreClient& store, const std:
 
 void pull_async(core::TransferEngine& engine, StoreClient& store, const std::string& model,
                 std::uint64_t version, const Topology& where, core::ReadOptions options,
-                std::function<void(core::Result<Pulled>)> done) {
+                std::function<void(core::Result<Pulled>)> done,
+                std::function<bool(ReadPlan&)> accept) {
   Message req("store.plan");
   req.body["model"] = model;
   req.body["version"] = version;
@@ -143,12 +144,16 @@ void pull_async(core::TransferEngine& engine, StoreClient& store, const std::str
   core::log::debug("pull {}@{}: asking for a read plan", model, version);
   store.raw().request(
       std::move(req), Millis(5000),
-      [eng, model, options, done, release](Result<Message> reply) mutable {
+      [eng, model, options, done, release, accept](Result<Message> reply) mutable {
         core::log::debug("pull {}: read plan: {}", model, reply.status().to_string());
         if (!reply.is_ok()) return done(reply.status().with_context("pull " + model));
         auto plan_r = decode_plan(*reply);
         if (!plan_r.is_ok()) return done(plan_r.status().with_context("pull " + model));
         auto plan = std::make_shared<ReadPlan>(std::move(plan_r).value());
+        if (accept && !accept(*plan)) {
+          release(plan->lease_id);
+          return done(core::failed_precondition("pull " + model + ": the read plan was declined"));
+        }
         std::vector<core::ReadSource> sources;
         for (const auto& h : plan->holders) {
           auto d = core::RegionDescriptor::decode(h.descriptor);
@@ -177,10 +182,25 @@ void pull_async(core::TransferEngine& engine, StoreClient& store, const std::str
                           "pull " + model + "@" + std::to_string(plan->manifest.version)));
                     }
                     out->stats = *stats;
+                    for (std::size_t i = 0; i < stats->bytes_per_source.size(); ++i) {
+                      if (i < plan->holders.size() && plan->holders[i].distance == 0)
+                        out->same_host_bytes += stats->bytes_per_source[i];
+                    }
                     out->manifest = std::move(plan->manifest);
                     done(std::move(*out));
                   });
       });
+}
+
+bool keep_same_host_sources(ReadPlan& plan) {
+  if (plan.chunks.empty()) return false;
+  for (auto& c : plan.chunks) {
+    std::erase_if(c.holders, [&](std::uint32_t h) {
+      return h >= plan.holders.size() || plan.holders[h].distance != 0;
+    });
+    if (c.holders.empty()) return false;
+  }
+  return true;
 }
 
 }  // namespace sluice::weightstore

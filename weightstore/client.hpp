@@ -49,6 +49,7 @@ struct Pulled {
   core::Manifest manifest;
   std::unique_ptr<core::RegisteredBuffer> buffer;  // the version's bytes, verified chunk by chunk
   core::ReadStats stats;
+  std::uint64_t same_host_bytes = 0;  // of stats.bytes, read from holders on the reader's host
 };
 
 // Reads `model`@`version` (0: latest committed) from the holders the store names, nearest and
@@ -60,8 +61,15 @@ core::Result<Pulled> pull(core::TransferEngine& engine, StoreClient& store,
 // pull() without blocking: the plan request and the read run on the loop while the caller goes
 // on (a rollout keeps generating on its old version meanwhile); `done` runs once on the loop
 // thread with the version or the error. The store client and the engine must outlive the pull.
+// `accept`, when given, sees the read plan first and may narrow each chunk's sources; when it
+// returns false nothing is read, the lease is released and `done` gets failed_precondition.
 void pull_async(core::TransferEngine& engine, StoreClient& store, const std::string& model,
                 std::uint64_t version, const Topology& where, core::ReadOptions options,
-                std::function<void(core::Result<Pulled>)> done);
+                std::function<void(core::Result<Pulled>)> done,
+                std::function<bool(ReadPlan&)> accept = {});
+
+// For `accept`: keeps only the holders on the reader's own host as each chunk's sources; false
+// when some chunk has none there.
+bool keep_same_host_sources(ReadPlan& plan);
 
 }  // namespace sluice::weightstore

@@ -116,7 +116,15 @@ void Reader::pull_latest(Done done) {
         }
         // Nothing newer than what is here already: no bytes to move.
         if (*latest <= newest_held()) return finish(newest_held());
-        fetch(*latest);
+        bool local_only = false;
+        if (options_.local_wait > Millis(0) && !options_.topology.host.empty()) {
+          if (*latest != local_wait_version_) {
+            local_wait_version_ = *latest;
+            local_wait_since_ = Clock::now();
+          }
+          local_only = Clock::now() - local_wait_since_ < options_.local_wait;
+        }
+        fetch(*latest, local_only);
       });
 }
 
@@ -156,14 +164,19 @@ Result<std::uint64_t> Reader::pull(std::uint64_t version, Millis timeout) {
   return std::move(*out);
 }
 
-void Reader::fetch(std::uint64_t version) {
+void Reader::fetch(std::uint64_t version, bool local_only) {
   std::uint64_t generation = ++pull_generation_;
   std::weak_ptr<bool> alive = alive_;
   log::debug("{}: pulling {} in the background", name(), vname(options_.model, version));
   pull_async(
       *engine_, *store_, options_.model, version, options_.topology, options_.read,
-      [this, alive, generation, version](Result<Pulled> pulled) {
+      [this, alive, generation, version, local_only](Result<Pulled> pulled) {
         if (alive.expired() || generation != pull_generation_) return;
+        if (!pulled.is_ok() && local_only &&
+            pulled.status().code() == core::Code::kFailedPrecondition) {
+          // Not on this host yet: nothing new now.
+          return finish(newest_held());
+        }
         if (!pulled.is_ok()) {
           // The current and staged versions stay as they were.
           return finish(
@@ -176,11 +189,13 @@ void Reader::fetch(std::uint64_t version) {
           staged_ =
               std::make_unique<Held>(Held{std::move(pulled->manifest), std::move(pulled->buffer)});
           last_stats_ = pulled->stats;
+          last_same_host_bytes_ = pulled->same_host_bytes;
           log::info("{}: staged {} ({} bytes in {:.3f} s)", name(), vname(options_.model, got),
                     staged_->manifest.total_bytes, pulled->stats.seconds);
         }
         finish(got);
-      });
+      },
+      local_only ? std::function<bool(ReadPlan&)>(keep_same_host_sources) : nullptr);
 }
 
 void Reader::finish(Result<std::uint64_t> result) {

@@ -43,6 +43,11 @@ struct ReaderOptions {
   Millis request_timeout{5000};  // each control request to the store (> 0)
   Millis drain_timeout{30000};   // longest wait for an old copy's leases to drain (> 0)
   Millis drain_check{200};       // how often a retiring copy asks whether it has drained (> 0)
+  // With a host label: pull_latest() reads a new version only from holders on this host (its
+  // relay) until one holds all of it, for up to this long after it first saw the version; then
+  // from any holder. Many readers of one host that each read a new version from the trainer's
+  // host would each take a copy across the same links (0: read from the nearest at once).
+  Millis local_wait{0};
 };
 
 class Reader {
@@ -100,6 +105,8 @@ class Reader {
   std::size_t retiring() const { return retiring_.size(); }
   // The statistics of the last pull that staged a version (per source as the plan ordered them).
   const core::ReadStats& last_stats() const { return last_stats_; }
+  // Of the last staged version's bytes, those read from holders on this reader's host.
+  std::uint64_t last_same_host_bytes() const { return last_same_host_bytes_; }
 
   // Keeps the holder registration alive (the store expires holders that stop sending them);
   // registers the current version again when the store has forgotten this holder (after a store
@@ -128,7 +135,9 @@ class Reader {
   std::string name() const;
   std::uint64_t newest_held() const;
   // Reads `version` into staging (the reader is busy); finish() ends it.
-  void fetch(std::uint64_t version);
+  // `local_only`: only when a holder on this host has every chunk; else finish() with what is
+  // held (the next pull_latest() asks again).
+  void fetch(std::uint64_t version, bool local_only = false);
   void finish(core::Result<std::uint64_t> result);
   void register_current();
   void retire(Held old);
@@ -144,9 +153,12 @@ class Reader {
   std::unique_ptr<Held> current_;
   std::unique_ptr<Held> staged_;
   core::ReadStats last_stats_;
+  std::uint64_t last_same_host_bytes_ = 0;
   bool busy_ = false;
   std::uint64_t pull_generation_ = 0;  // a pull given up on (timeout) is ignored when it ends
   std::vector<Done> waiters_;
+  std::uint64_t local_wait_version_ = 0;  // the version waited for on this host, since when
+  Clock::time_point local_wait_since_{};
   bool serving_ = false;
   std::uint64_t registering_ = 0;  // the version whose registration is in flight, or 0
   std::vector<Retiring> retiring_;

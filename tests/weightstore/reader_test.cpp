@@ -66,7 +66,8 @@ struct Setup {
     });
   }
 
-  weightstore::Reader* reader(const std::string& id, const std::string& host, bool serve = true) {
+  weightstore::Reader* reader(const std::string& id, const std::string& host, bool serve = true,
+                              Millis local_wait = Millis(0)) {
     engines.push_back(core::TransferEngine::create(*loop, same_host()).value());
     weightstore::ReaderOptions ro;
     ro.model = "policy";
@@ -76,6 +77,7 @@ struct Setup {
     ro.serve = serve;
     ro.drain_check = Millis(50);
     ro.drain_timeout = Millis(20000);
+    ro.local_wait = local_wait;
     auto r = weightstore::Reader::create(*loop, *engines.back(), *client, ro);
     REQUIRE_MESSAGE(r.is_ok(), r.status().to_string());
     readers.push_back(std::move(r).value());
@@ -205,6 +207,55 @@ TEST_SUITE("weightstore.reader") {
     CHECK(c->last_stats().bytes_per_source[0] == w1.size());
     CHECK(a->close().is_ok());
     CHECK(s.plan_holders(1, "node-2").empty());  // nobody serves 1 any more
+  }
+
+  TEST_CASE("with local_wait, a new version is read from a holder on this host, else later") {
+    Setup s;
+    auto w1 = weights(1, 2u << 20), w2 = weights(2, 2u << 20);
+    const Millis wait(1500);
+    auto r = s.reader("rollout-0", "node-1", false, wait);
+    auto pull_latest = [&]() -> core::Result<std::uint64_t> {
+      std::optional<core::Result<std::uint64_t>> done;
+      r->pull_latest([&](core::Result<std::uint64_t> v) { done.emplace(std::move(v)); });
+      REQUIRE(s.loop->run_until([&] { return done.has_value(); }, Millis(10000)));
+      return std::move(*done);
+    };
+
+    // Version 1 is held on the trainer's host only: nothing is read until the wait has passed
+    // (each call answers at once with what is held), then it comes from there.
+    s.publish(1, w1);
+    auto t0 = core::Clock::now();
+    auto first = pull_latest();
+    REQUIRE_MESSAGE(first.is_ok(), first.status().to_string());
+    CHECK(*first == 0);
+    CHECK(r->staged_version() == 0);
+    while (r->staged_version() == 0 && core::Clock::now() - t0 < Millis(8000)) {
+      REQUIRE(pull_latest().is_ok());
+      s.loop->run_until([] { return false; }, Millis(50));
+    }
+    CHECK(core::Clock::now() - t0 >= wait);
+    REQUIRE(r->staged_version() == 1);
+    CHECK(r->last_same_host_bytes() == 0);
+    REQUIRE(r->swap().value() == 1);
+    CHECK(same(r->current_bytes(), w1));
+
+    // A peer on node-1 holds version 2: read from it at once, every byte.
+    auto peer = s.reader("rollout-peer", "node-1");
+    s.publish(2, w2);
+    REQUIRE(peer->pull(2).is_ok());
+    REQUIRE(peer->swap().is_ok());
+    REQUIRE(s.loop->run_until([&] { return peer->serving(); }, Millis(5000)));
+    REQUIRE(names(s.plan_holders(2, "node-1"), "rollout-peer"));
+    t0 = core::Clock::now();
+    auto second = pull_latest();
+    REQUIRE_MESSAGE(second.is_ok(), second.status().to_string());
+    CHECK(*second == 2);
+    CHECK(core::Clock::now() - t0 < wait);
+    CHECK(r->last_same_host_bytes() == w2.size());
+    REQUIRE(r->swap().value() == 2);
+    CHECK(same(r->current_bytes(), w2));
+    CHECK(peer->close().is_ok());
+    CHECK(r->close().is_ok());
   }
 
   TEST_CASE("after a swap the old copy is withdrawn and freed only once its readers are done") {
