@@ -103,6 +103,11 @@ struct Manager::Impl {
     std::vector<SequenceState> to_import;
     std::vector<std::string> to_export;
     json stats = json::object();
+    std::uint64_t reports = 0;  // reports received from it
+    // Work sent in a reply (assigned or imported), by trajectory id, with the report it answered:
+    // the rollout's next report names it (active, queued, finished, exported, returned or
+    // refused) unless that reply never reached it (it timed out waiting and reported again).
+    std::map<std::string, std::pair<json, std::uint64_t>> awaiting;
     std::uint64_t active_at_version(std::uint64_t v) const {
       return version < v ? active.size() + queued.size() : 0;
     }
@@ -134,6 +139,7 @@ struct Manager::Impl {
   std::uint64_t finished = 0, acked = 0;
 
   // Counters for the bench and the tests.
+  std::uint64_t lost_replies = 0;  // work re-sent because a reply never reached its rollout
   std::uint64_t duplicates = 0, mixed = 0, restarted = 0, resumed = 0, dead = 0;
   std::uint64_t repack_plans = 0, repack_moves = 0, moved_kv_tokens = 0, cross_version = 0;
   std::uint64_t move_failures = 0;
@@ -359,6 +365,38 @@ struct Manager::Impl {
     resumes.push_back(std::move(s));
   }
 
+  // Work sent to `r` that its latest report does not name although it answered that reply: the
+  // reply was lost, and the work goes back to be handed out again (else it would never finish,
+  // and the actor would wait for its batch forever; seen when the manager stalled for a second
+  // and the rollouts' reports timed out).
+  core::Status reclaim_lost(Rollout& r, const std::set<std::string>& named) {
+    for (auto it = r.awaiting.begin(); it != r.awaiting.end();) {
+      if (it->second.second >= r.reports) {
+        ++it;
+        continue;
+      }
+      if (!named.count(it->first)) {
+        auto& t = trajs[it->first];
+        if (t.state != State::kFinished && t.rollout == r.id &&
+            (t.state == State::kQueued || t.state == State::kMoving)) {
+          SLUICE_ASSIGN_OR_RETURN(SequenceState st, SequenceState::from_json(it->second.first));
+          log::warn("manager: {} never got {} (a lost reply): handed out again", r.id, it->first);
+          ++lost_replies;
+          moves.erase(it->first);
+          t.state = State::kPending;
+          t.rollout.clear();
+          if (st.generated.empty()) {
+            pending.push_front(std::move(st));
+          } else {
+            resumes.push_back(std::move(st));
+          }
+        }
+      }
+      it = r.awaiting.erase(it);
+    }
+    return {};
+  }
+
   core::Result<core::Message> on_report(const core::Message& req) {
     const json& b = req.body;
     std::string id = b.value("id", std::string());
@@ -377,6 +415,19 @@ struct Manager::Impl {
       log::info("manager: rollout {} joined", id);
     }
     r.last_seen = Clock::now();
+    ++r.reports;
+    // Every trajectory this report names, to find work sent to it that never arrived.
+    std::set<std::string> named;
+    for (const auto& a : b.at("active"))
+      named.insert(a.at(0).get<std::string>());
+    for (const auto& q : b.at("queued"))
+      named.insert(q.get<std::string>());
+    for (const auto& f : b.at("finished"))
+      named.insert(f.value("id", std::string()));
+    for (const char* key : {"exported", "returned", "refused"}) {
+      for (const auto& e : b.value(key, json::array()))
+        named.insert(e.value("trajectory_id", std::string()));
+    }
     r.version = b.value("version", std::uint64_t{0});
     r.loading = b.value("loading", false);
     r.staged = std::max(r.version, b.value("staged", std::uint64_t{0}));
@@ -443,6 +494,7 @@ struct Manager::Impl {
       }
     }
 
+    SLUICE_TRY(reclaim_lost(r, named));
     json reply = json::object();
     std::string state = "run";
     std::uint64_t load = 0;
@@ -483,6 +535,8 @@ struct Manager::Impl {
         return true;
       });
     }
+    for (const auto& item : imports)
+      r.awaiting[item.value("trajectory_id", std::string())] = {item, r.reports};
     reply["import"] = std::move(imports);
 
     // New work only for rollouts on the newest version (and, with global updates, only once
@@ -491,7 +545,8 @@ struct Manager::Impl {
     // In sluice mode a rollout keeps generating on its version while the newest one is pulled in
     // the background; once it holds it, it drains and swaps.
     bool current =
-        r.version == latest || (mode == Mode::kSluice && r.version > 0 && r.staged < latest);
+        r.version == latest || (mode == Mode::kSluice && r.version > 0 && r.staged < latest &&
+                                latest - r.version <= cfg.max_assign_lag);
     bool may_assign = latest > 0 && current && !r.loading && load == 0 &&
                       !(global_update(mode) && any_behind(latest));
     if (may_assign) {
@@ -512,6 +567,8 @@ struct Manager::Impl {
     } else if (load == 0 && r.active.empty() && r.queued.empty() && state == "run") {
       state = latest == 0 ? "barrier" : "idle";
     }
+    for (const auto& item : assign)
+      r.awaiting[item.value("trajectory_id", std::string())] = {item, r.reports};
     reply["assign"] = std::move(assign);
     // Sluice mode: a rollout that holds the newest version and is draining its old one would
     // start its queued trajectories on the old version as slots free up, making them stale and
@@ -593,6 +650,7 @@ struct Manager::Impl {
                 {"consumed", consumed},
                 {"done", is_done()},
                 {"duplicates", duplicates},
+                {"lost_replies", lost_replies},
                 {"mixed_version_trajectories", mixed},
                 {"restarted", restarted},
                 {"resumed", resumed},

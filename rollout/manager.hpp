@@ -49,7 +49,10 @@ struct ManagerConfig {
   std::uint64_t repack_interval_ms = 200;
   double ramp_down_occupancy = 0.75;  // measured: 2.54x sync against 2.46x with 0.5 (bench e2e)
   double kv_headroom = 0.1;
-  std::uint32_t prefetch = 4;         // trajectories queued at a rollout beyond what it can run now
+  std::uint32_t prefetch = 4;  // trajectories queued at a rollout beyond what it can run now
+  // Sluice mode: a rollout still pulling the newest version takes new work on its own only while
+  // it is at most this many versions behind.
+  std::uint32_t max_assign_lag = 1;
   std::string prompt_source = "sim";  // sim (token ids) or task (the arithmetic task)
   rl::TaskConfig task;                // prompt_source task
 
@@ -72,6 +75,9 @@ struct ManagerConfig {
       "queued work is in ramp-down");
     v("kv_headroom", kv_headroom, "KV room kept free on repack destinations (fraction)");
     v("prefetch", prefetch, "trajectories queued at a rollout beyond its free slots");
+    v("max_assign_lag", max_assign_lag,
+      "sluice mode: a rollout pulling the newest version takes new work only while at most this "
+      "many versions behind");
     v("prompt_source", prompt_source, "sim (token ids) or task (the arithmetic task)");
     v("task", task, "prompt_source task: the task's settings");
   }

@@ -154,6 +154,16 @@ int run_bench_e2e(const BenchE2eArgs& args, const std::vector<std::string>& envi
   }
   std::string stamp = fmt::format("runs/bench-e2e-{}", ::getpid());
   std::vector<Row> rows;
+  // Every mode on the same emulated hosts, made once.
+  std::shared_ptr<EmulatedHosts> hosts;
+  if (job.hosts.count > 0) {
+    auto h = EmulatedHosts::up(job.hosts, environment);
+    if (!h.is_ok()) {
+      std::fprintf(stderr, "sluice bench e2e: %s\n", h.status().to_string().c_str());
+      return 1;
+    }
+    hosts = std::move(h).value();
+  }
   for (const auto& m : modes) {
     JobConfig j = job;
     j.mode = m == "sluice-norepack" ? "sluice" : m;
@@ -163,7 +173,7 @@ int run_bench_e2e(const BenchE2eArgs& args, const std::vector<std::string>& envi
     if (!args.json) {
       std::fprintf(stderr, "running %s ...\n", m.c_str());
     }
-    auto r = run_local_job(j, self_exe(), environment);
+    auto r = run_local_job(j, self_exe(), environment, hosts);
     if (!r.is_ok()) {
       std::fprintf(stderr, "sluice bench e2e: %s\n", r.status().to_string().c_str());
       return 1;

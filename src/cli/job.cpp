@@ -37,6 +37,7 @@ core::Status JobConfig::validate() const {
   if (rollouts == 0) return core::invalid_argument("rollouts must be at least 1");
   if (relays == 0) return core::invalid_argument("relays must be at least 1");
   if (timeout_s <= 0) return core::invalid_argument("timeout_s must be positive");
+  SLUICE_TRY(hosts.validate());
   SLUICE_TRY(log::parse_level(log_level).status());
   if (!mode.empty()) {
     rollout::ManagerConfig m = manager;
@@ -184,15 +185,35 @@ core::Status write_role_file(const fs::path& path, const std::string& level, con
 }  // namespace
 
 core::Result<JobResult> run_local_job(JobConfig job, const std::string& sluice_exe,
-                                      const std::vector<std::string>& environment) {
+                                      const std::vector<std::string>& environment,
+                                      std::shared_ptr<EmulatedHosts> hosts) {
   // Every role of a local job runs on this host, so weights move over shared memory. Unless the
   // user chose the transports, the job's data plane uses shared memory only: with TCP enabled as
   // well, UCX 1.13 aborts a holder (a relay, the actor) when a rollout that was reading from it
   // dies (seen in the fleet test that kills a rollout), and a dead relay ends the job.
   std::vector<std::string> child_env;
-  bool user_tls = std::any_of(environment.begin(), environment.end(),
-                              [](const std::string& e) { return e.rfind("UCX_TLS=", 0) == 0; });
-  if (!user_tls && !core::tcp_holder_survives_reader_death()) {
+  auto user_set = [&](const std::string& var) {
+    return std::any_of(environment.begin(), environment.end(),
+                       [&](const std::string& e) { return e.rfind(var + "=", 0) == 0; });
+  };
+  bool user_tls = user_set("UCX_TLS");
+  SLUICE_TRY(job.hosts.validate());
+  if (job.hosts.count == 0) hosts.reset();
+  if (job.hosts.count > 0) {
+    // Weights cross the emulated links over TCP. UCX's shared-memory transports would reach a
+    // holder on another emulated host directly (one kernel), around the links.
+    if (!hosts) {
+      SLUICE_ASSIGN_OR_RETURN(hosts, EmulatedHosts::up(job.hosts, environment));
+    }
+    SLUICE_TRY(hosts->enter(0));
+    if (!user_tls) child_env.push_back("UCX_TLS=tcp");
+    if (!user_set("UCX_NET_DEVICES")) child_env.push_back("UCX_NET_DEVICES=eth0");
+    child_env.push_back("UCX_WARN_UNUSED_ENV_VARS=n");
+    if (job.relays != job.hosts.count) {
+      log::info("job: {} relays, one on each rollout host", job.hosts.count);
+      job.relays = job.hosts.count;
+    }
+  } else if (!user_tls && !core::tcp_holder_survives_reader_death()) {
     child_env.push_back("UCX_TLS=sm,self");
     // sluice's TCP defaults are unused then, and UCX would say so on the roles' standard output.
     child_env.push_back("UCX_WARN_UNUSED_ENV_VARS=n");
@@ -219,8 +240,10 @@ core::Result<JobResult> run_local_job(JobConfig job, const std::string& sluice_e
 
   SLUICE_ASSIGN_OR_RETURN(int store_port, free_port());
   SLUICE_ASSIGN_OR_RETURN(int manager_port, free_port());
-  std::string store_ep = fmt::format("tcp://127.0.0.1:{}", store_port);
-  std::string manager_ep = fmt::format("tcp://127.0.0.1:{}", manager_port);
+  // With emulated hosts, host 0's address: the other hosts reach it over their links.
+  std::string control_host = hosts ? EmulatedHosts::address(0) : "127.0.0.1";
+  std::string store_ep = fmt::format("tcp://{}:{}", control_host, store_port);
+  std::string manager_ep = fmt::format("tcp://{}:{}", control_host, manager_port);
   job.store.listen = store_ep;
   job.relay.store = store_ep;
   job.manager.listen = manager_ep;
@@ -264,9 +287,11 @@ core::Result<JobResult> run_local_job(JobConfig job, const std::string& sluice_e
     }
   };
   auto start = [&](const std::string& name, const std::string& role, const fs::path& cfg,
-                   const std::string& ready) -> core::Status {
+                   const std::string& ready, std::uint32_t host = 0) -> core::Status {
     core::Subprocess::Options o;
-    o.argv = {sluice_exe, role, "--config", cfg.string()};
+    if (hosts && host > 0) o.argv = hosts->exec_prefix(host);
+    for (const auto& a : {sluice_exe, role, std::string("--config"), cfg.string()})
+      o.argv.push_back(a);
     o.extra_env = child_env;
     o.stderr_path = (dir / (name + ".log")).string();
     SLUICE_ASSIGN_OR_RETURN(auto p, core::Subprocess::spawn(o));
@@ -286,9 +311,11 @@ core::Result<JobResult> run_local_job(JobConfig job, const std::string& sluice_e
     for (std::uint32_t i = 0; i < job.relays; ++i) {
       relay::RelayConfig rc = job.relay;
       rc.relay_id = fmt::format("relay-{}", i);
+      std::uint32_t host = hosts ? i + 1 : 0;
+      if (hosts) rc.host = EmulatedHosts::label(host);
       auto path = dir / fmt::format("relay-{}.json", i);
       SLUICE_TRY(write_role_file(path, job.log_level, "relay", rc));
-      SLUICE_TRY(start(rc.relay_id, "relay", path, "relay"));
+      SLUICE_TRY(start(rc.relay_id, "relay", path, "relay", host));
     }
     SLUICE_TRY(
         write_role_file(dir / "rollout-manager.json", job.log_level, "manager", job.manager));
@@ -298,9 +325,11 @@ core::Result<JobResult> run_local_job(JobConfig job, const std::string& sluice_e
       rollout::RolloutConfig rc = job.rollout;
       rc.rollout_id = fmt::format("rollout-{}", i);
       rc.sim.seed = job.rollout.sim.seed;  // one workload: lengths depend on the seed and id only
+      std::uint32_t host = hosts ? 1 + i % job.hosts.count : 0;
+      if (hosts) rc.host = EmulatedHosts::label(host);
       auto path = dir / fmt::format("rollout-{}.json", i);
       SLUICE_TRY(write_role_file(path, job.log_level, "rollout", rc));
-      SLUICE_TRY(start(rc.rollout_id, "rollout", path, "rollout"));
+      SLUICE_TRY(start(rc.rollout_id, "rollout", path, "rollout", host));
     }
     // The actor's metric times count from the job's start.
     job.actor.start_offset_s = seconds(Clock::now() - job_start);
@@ -323,6 +352,7 @@ core::Result<JobResult> run_local_job(JobConfig job, const std::string& sluice_e
   auto next_progress = t0;
   MetricsTail actor_metrics(dir / "metrics.jsonl");
   bool chaos_killed = false, chaos_stopped = false;
+  int manager_pause = 0;  // 0 not yet, 1 paused, 2 resumed
   core::Status outcome;
   Child* actor_child = &children.back();
   while (true) {
@@ -346,6 +376,17 @@ core::Result<JobResult> run_local_job(JobConfig job, const std::string& sluice_e
         break;
       }
       chaos_killed = true;
+    }
+    if (job.pause_manager_after_s > 0 && manager_pause < 2 &&
+        elapsed >= job.pause_manager_after_s + (manager_pause == 1 ? job.pause_manager_for_s : 0)) {
+      for (auto& c : children) {
+        if (c.role != "rollout-manager") continue;
+        c.stopped = manager_pause == 0;
+        c.proc->signal(manager_pause == 0 ? SIGSTOP : SIGCONT).ignore();
+        result.events.push_back(fmt::format("{:.1f}s: chaos {} {}", elapsed,
+                                            manager_pause == 0 ? "paused" : "resumed", c.name));
+      }
+      ++manager_pause;
     }
     if (job.stop_rollout_after_s > 0 && !chaos_stopped && elapsed >= job.stop_rollout_after_s) {
       for (auto it = children.rbegin(); it != children.rend(); ++it) {

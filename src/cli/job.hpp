@@ -13,10 +13,12 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "actor/trainer.hpp"
+#include "cli/emulated_hosts.hpp"
 #include "core/status.hpp"
 #include "relay/relay.hpp"
 #include "rollout/manager.hpp"
@@ -27,15 +29,18 @@ namespace sluice::cli {
 
 struct JobConfig {
   std::string name = "job";
-  std::string mode;                 // when set, overrides manager.mode
-  std::uint32_t rollouts = 4;       // rollout processes
-  std::uint32_t relays = 1;         // relay processes
-  std::string log_level = "warn";   // of the roles (their logs go to the run folder)
-  double timeout_s = 900;           // the job fails if the actor has not finished by then
-  double progress_s = 1.0;          // live progress period (0: quiet)
-  std::string out_dir;              // the run folder (default runs/<name>-<time>)
-  double kill_rollout_after_s = 0;  // chaos: kill -9 one rollout after this long (0: never)
-  double stop_rollout_after_s = 0;  // chaos: SIGSTOP one rollout (it stops heartbeats)
+  std::string mode;                  // when set, overrides manager.mode
+  std::uint32_t rollouts = 4;        // rollout processes
+  std::uint32_t relays = 1;          // relay processes
+  std::string log_level = "warn";    // of the roles (their logs go to the run folder)
+  double timeout_s = 900;            // the job fails if the actor has not finished by then
+  double progress_s = 1.0;           // live progress period (0: quiet)
+  std::string out_dir;               // the run folder (default runs/<name>-<time>)
+  double kill_rollout_after_s = 0;   // chaos: kill -9 one rollout after this long (0: never)
+  double stop_rollout_after_s = 0;   // chaos: SIGSTOP one rollout (it stops heartbeats)
+  double pause_manager_after_s = 0;  // chaos: SIGSTOP the rollout manager after this long,
+  double pause_manager_for_s = 0;    // and SIGCONT it this much later (its replies time out)
+  EmulatedHostsConfig hosts;         // count > 0: roles on emulated hosts behind limited links
   weightstore::ServiceConfig store;
   relay::RelayConfig relay;
   rollout::ManagerConfig manager;
@@ -55,6 +60,12 @@ struct JobConfig {
     v("out_dir", out_dir, "run folder (default runs/<name>-<time>)");
     v("kill_rollout_after_s", kill_rollout_after_s, "chaos: kill -9 one rollout after this long");
     v("stop_rollout_after_s", stop_rollout_after_s, "chaos: SIGSTOP one rollout after this long");
+    v("pause_manager_after_s", pause_manager_after_s,
+      "chaos: SIGSTOP the rollout manager after this long (0: never)");
+    v("pause_manager_for_s", pause_manager_for_s, "chaos: then SIGCONT it this much later");
+    v("hosts", hosts,
+      "emulated hosts: host 0 runs the store, manager and actor; each further host a relay and "
+      "its share of the rollouts");
     v("store", store, "the weight store");
     v("relay", relay, "every relay");
     v("manager", manager, "the rollout manager");
@@ -72,8 +83,12 @@ struct JobResult {
 };
 
 // Runs the job to the end. `sluice_exe` is the binary to start the roles with; `environment` the
-// process environment as the user gave it.
+// process environment as the user gave it. With job.hosts.count > 0 the roles run on emulated
+// hosts: `hosts` when given (made from the same hosts config; several jobs of one process must
+// share them, as the process's ZeroMQ I/O thread stays in the namespace it started in), else
+// hosts made for this job and removed after it.
 core::Result<JobResult> run_local_job(JobConfig job, const std::string& sluice_exe,
-                                      const std::vector<std::string>& environment);
+                                      const std::vector<std::string>& environment,
+                                      std::shared_ptr<EmulatedHosts> hosts = nullptr);
 
 }  // namespace sluice::cli

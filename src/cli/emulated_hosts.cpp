@@ -1,0 +1,108 @@
+#include "cli/emulated_hosts.hpp"
+
+#include <fcntl.h>
+#include <sched.h>
+#include <unistd.h>
+
+#include <fmt/format.h>
+
+#include <cerrno>
+#include <cstring>
+#include <regex>
+
+#include "cli/bench_util.hpp"
+#include "core/event_loop.hpp"
+#include "core/log.hpp"
+#include "core/process.hpp"
+
+namespace sluice::cli {
+
+namespace log = core::log;
+using core::Millis;
+
+core::Status EmulatedHostsConfig::validate() const {
+  if (count > 64) return core::invalid_argument("hosts.count must be at most 64");
+  if (count > 0 && !std::regex_match(link_rate, std::regex("[0-9]+(\\.[0-9]+)?[a-zA-Z]*"))) {
+    return core::invalid_argument(
+        fmt::format("hosts.link_rate '{}' is not a rate (tc syntax: 500mbit, 1gbit)", link_rate));
+  }
+  if (!std::regex_match(prefix, std::regex("[A-Za-z0-9_-]{1,30}"))) {
+    return core::invalid_argument("hosts.prefix must be 1-30 letters, digits, '_' or '-'");
+  }
+  return {};
+}
+
+namespace {
+
+core::Status run_script(const std::vector<std::string>& argv, Millis timeout) {
+  core::Subprocess::Options o;
+  o.argv = argv;
+  o.stderr_to_stdout = true;
+  SLUICE_ASSIGN_OR_RETURN(auto p, core::Subprocess::spawn(o));
+  std::string out = p->read_all(timeout);
+  auto code = p->wait(Millis(10000));
+  if (!code.is_ok() || *code != 0) {
+    return core::internal_error(
+        fmt::format("{} {} failed: {}", argv[0], argv.size() > 1 ? argv[1] : "", out));
+  }
+  return {};
+}
+
+}  // namespace
+
+core::Result<std::unique_ptr<EmulatedHosts>> EmulatedHosts::up(
+    const EmulatedHostsConfig& config, const std::vector<std::string>& environment) {
+  SLUICE_TRY(config.validate());
+  if (::geteuid() != 0) {
+    return core::failed_precondition(
+        "emulated hosts need root (network namespaces and tc); run as root or set hosts.count 0");
+  }
+  std::unique_ptr<EmulatedHosts> h(new EmulatedHosts());
+  h->config_ = config;
+  h->script_ = find_emuhosts(environment);
+  if (h->script_.empty()) {
+    return core::not_found("cannot find scripts/emuhosts.sh (set SLUICE_EMUHOSTS)");
+  }
+  h->home_ns_ = ::open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC);
+  if (h->home_ns_ < 0) {
+    return core::internal_error(fmt::format("open /proc/self/ns/net: {}", std::strerror(errno)));
+  }
+  log::info("job: {} emulated hosts behind {} links ({})", config.count + 1, config.link_rate,
+            h->script_);
+  SLUICE_TRY(run_script({h->script_, "up", std::to_string(config.count + 1), "--rate",
+                         config.link_rate, "--prefix", config.prefix},
+                        Millis(120000)));
+  return h;
+}
+
+EmulatedHosts::~EmulatedHosts() {
+  if (home_ns_ >= 0) {
+    if (::setns(home_ns_, CLONE_NEWNET) != 0)
+      log::warn("job: could not return to the starting network namespace: {}",
+                std::strerror(errno));
+    ::close(home_ns_);
+  }
+  auto st = run_script({script_, "down", "--prefix", config_.prefix}, Millis(60000));
+  if (!st.is_ok()) log::warn("job: removing the emulated hosts: {}", st.to_string());
+}
+
+core::Status EmulatedHosts::enter(std::uint32_t index) {
+  std::string path = fmt::format("/run/netns/{}{}", config_.prefix, index);
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return core::internal_error(fmt::format("open {}: {}", path, std::strerror(errno)));
+  int rc = ::setns(fd, CLONE_NEWNET);
+  int err = errno;
+  ::close(fd);
+  if (rc != 0) return core::internal_error(fmt::format("setns {}: {}", path, std::strerror(err)));
+  return {};
+}
+
+std::vector<std::string> EmulatedHosts::exec_prefix(std::uint32_t index) const {
+  return {script_, "exec", "--prefix", config_.prefix, std::to_string(index)};
+}
+
+std::string EmulatedHosts::address(std::uint32_t index) {
+  return fmt::format("198.18.0.{}", index + 1);
+}
+
+}  // namespace sluice::cli
