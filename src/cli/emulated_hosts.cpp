@@ -6,9 +6,10 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cstring>
-#include <regex>
 
 #include "cli/bench_util.hpp"
 #include "core/event_loop.hpp"
@@ -20,13 +21,41 @@ namespace sluice::cli {
 namespace log = core::log;
 using core::Millis;
 
+namespace {
+
+// A tc rate: digits, an optional fraction, then a unit in letters ("500mbit", "1.5gbit").
+bool is_rate(const std::string& r) {
+  std::size_t i = 0, digits = 0;
+  while (i < r.size() && std::isdigit(static_cast<unsigned char>(r[i])))
+    ++i, ++digits;
+  if (digits == 0) return false;
+  if (i < r.size() && r[i] == '.') {
+    std::size_t frac = ++i;
+    while (i < r.size() && std::isdigit(static_cast<unsigned char>(r[i])))
+      ++i;
+    if (i == frac) return false;
+  }
+  while (i < r.size() && std::isalpha(static_cast<unsigned char>(r[i])))
+    ++i;
+  return i == r.size();
+}
+
+bool is_prefix(const std::string& p) {
+  if (p.empty() || p.size() > 30) return false;
+  return std::all_of(p.begin(), p.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-';
+  });
+}
+
+}  // namespace
+
 core::Status EmulatedHostsConfig::validate() const {
   if (count > 64) return core::invalid_argument("hosts.count must be at most 64");
-  if (count > 0 && !std::regex_match(link_rate, std::regex("[0-9]+(\\.[0-9]+)?[a-zA-Z]*"))) {
+  if (count > 0 && !is_rate(link_rate)) {
     return core::invalid_argument(
         fmt::format("hosts.link_rate '{}' is not a rate (tc syntax: 500mbit, 1gbit)", link_rate));
   }
-  if (!std::regex_match(prefix, std::regex("[A-Za-z0-9_-]{1,30}"))) {
+  if (!is_prefix(prefix)) {
     return core::invalid_argument("hosts.prefix must be 1-30 letters, digits, '_' or '-'");
   }
   return {};

@@ -222,6 +222,19 @@ TEST_CASE("a job whose roles disagree on the task is refused before anything sta
   CHECK(r.summary.is_discarded());  // no run folder was written
 }
 
+TEST_CASE("a job with a bad hosts setting is refused, naming the field") {
+  json job = small_job("sluice");
+  job["hosts"] = {{"count", 2}, {"link_rate", "fast"}};
+  Run r = run_job("hosts-bad-rate", job);
+  CHECK(r.code == 2);
+  CHECK_MESSAGE(r.output.find("hosts.link_rate 'fast' is not a rate") != std::string::npos,
+                r.output);
+  job["hosts"] = {{"count", 2}, {"prefix", "no/slash"}};
+  r = run_job("hosts-bad-prefix", job);
+  CHECK(r.code == 2);
+  CHECK_MESSAGE(r.output.find("hosts.prefix must be") != std::string::npos, r.output);
+}
+
 TEST_CASE("partial-rollout mixes versions and sluice mode repacks (the checks above can fail)") {
   // Positive controls: the mixed-version count is not always zero, and repack does happen.
   json job = small_job("partial-rollout");
