@@ -365,6 +365,18 @@ struct Manager::Impl {
     resumes.push_back(std::move(s));
   }
 
+  // Work that did not start where it was sent goes back: to the front of the pool when nothing of
+  // it was generated yet, else to the resumes (it continues on a rollout of its version).
+  void send_back(Traj& t, SequenceState s) {
+    t.state = State::kPending;
+    t.rollout.clear();
+    if (s.generated.empty()) {
+      pending.push_front(std::move(s));
+    } else {
+      resumes.push_back(std::move(s));
+    }
+  }
+
   // Work sent to `r` that its latest report does not name although it answered that reply: the
   // reply was lost, and the work goes back to be handed out again (else it would never finish,
   // and the actor would wait for its batch forever; seen when the manager stalled for a second
@@ -383,13 +395,7 @@ struct Manager::Impl {
           log::warn("manager: {} never got {} (a lost reply): handed out again", r.id, it->first);
           ++lost_replies;
           moves.erase(it->first);
-          t.state = State::kPending;
-          t.rollout.clear();
-          if (st.generated.empty()) {
-            pending.push_front(std::move(st));
-          } else {
-            resumes.push_back(std::move(st));
-          }
+          send_back(t, std::move(st));
         }
       }
       it = r.awaiting.erase(it);
@@ -418,16 +424,6 @@ struct Manager::Impl {
     ++r.reports;
     // Every trajectory this report names, to find work sent to it that never arrived.
     std::set<std::string> named;
-    for (const auto& a : b.at("active"))
-      named.insert(a.at(0).get<std::string>());
-    for (const auto& q : b.at("queued"))
-      named.insert(q.get<std::string>());
-    for (const auto& f : b.at("finished"))
-      named.insert(f.value("id", std::string()));
-    for (const char* key : {"exported", "returned", "refused"}) {
-      for (const auto& e : b.value(key, json::array()))
-        named.insert(e.value("trajectory_id", std::string()));
-    }
     r.version = b.value("version", std::uint64_t{0});
     r.loading = b.value("loading", false);
     r.staged = std::max(r.version, b.value("staged", std::uint64_t{0}));
@@ -437,6 +433,7 @@ struct Manager::Impl {
     r.active.clear();
     for (const auto& a : b.at("active")) {
       std::string tid = a.at(0).get<std::string>();
+      named.insert(tid);
       r.active.push_back(SequenceView{tid, a.at(1).get<std::uint64_t>()});
       auto& t = trajs[tid];
       if (t.state != State::kFinished && t.state != State::kMoving) {
@@ -450,16 +447,20 @@ struct Manager::Impl {
       }
     }
     r.queued.clear();
-    for (const auto& q : b.at("queued"))
+    for (const auto& q : b.at("queued")) {
       r.queued.insert(q.get<std::string>());
+      named.insert(q.get<std::string>());
+    }
     if (b.contains("stats")) r.stats = b.at("stats");
 
     for (const auto& f : b.at("finished")) {
       SLUICE_ASSIGN_OR_RETURN(rl::Trajectory tr, rl::Trajectory::from_json(f));
+      named.insert(tr.id);
       on_finished(tr);
     }
     for (const auto& e : b.at("exported")) {
       SLUICE_ASSIGN_OR_RETURN(SequenceState s, SequenceState::from_json(e));
+      named.insert(s.trajectory_id);
       route_exported(std::move(s));
     }
     for (const auto& p : b.value("partial", json::array())) {
@@ -470,6 +471,7 @@ struct Manager::Impl {
     // Queued work handed back unstarted (sluice mode: see "unqueue" below) starts elsewhere.
     for (const auto& e : b.value("returned", json::array())) {
       SLUICE_ASSIGN_OR_RETURN(SequenceState s, SequenceState::from_json(e));
+      named.insert(s.trajectory_id);
       r.queued.erase(s.trajectory_id);
       ++returned;
       auto& t = trajs[s.trajectory_id];
@@ -481,17 +483,12 @@ struct Manager::Impl {
     // Refused imports (did not fit, or the version changed) come back as resumable states.
     for (const auto& e : b.value("refused", json::array())) {
       SLUICE_ASSIGN_OR_RETURN(SequenceState s, SequenceState::from_json(e));
+      named.insert(s.trajectory_id);
       moves.erase(s.trajectory_id);
       ++move_failures;
       auto& t = trajs[s.trajectory_id];
       if (t.state == State::kFinished) continue;
-      t.state = State::kPending;
-      t.rollout.clear();
-      if (s.generated.empty()) {
-        pending.push_front(std::move(s));
-      } else {
-        resumes.push_back(std::move(s));
-      }
+      send_back(t, std::move(s));
     }
 
     SLUICE_TRY(reclaim_lost(r, named));
