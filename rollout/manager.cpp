@@ -124,6 +124,7 @@ struct Manager::Impl {
   std::optional<rl::ArithmeticTask> task;  // prompt_source task
   std::unique_ptr<core::EventLoop::Timer> tick_timer;
   std::unique_ptr<core::EventLoop::Timer> repack_timer;
+  std::unique_ptr<core::EventLoop::Timer> sample_timer;
 
   std::map<std::string, Rollout> rollouts;
   std::unordered_map<std::string, Traj> trajs;
@@ -145,6 +146,13 @@ struct Manager::Impl {
   std::uint64_t move_failures = 0;
   std::uint64_t returned = 0;  // queued trajectories handed back unstarted by draining rollouts
   Clock::time_point started = Clock::now();
+  // Where free rollout slots went, in slot-seconds (sampled): a rollout loading weights, one
+  // draining an old version (given no new work), one that could take work while the pool had
+  // none for the budget ahead of the actor, or none left in the job, or anything else.
+  struct FreeSlots {
+    double loading = 0, draining = 0, budget = 0, end = 0, other = 0;
+  } free_slots;
+  Clock::time_point last_sample = Clock::now();
 
   std::uint64_t total_trajectories() const { return cfg.prompts * cfg.group_size; }
   bool all_released() const { return cfg.prompts != 0 && next_prompt >= cfg.prompts; }
@@ -282,6 +290,39 @@ struct Manager::Impl {
     });
   }
 
+  // Whether `r` is given new work on its version: on the newest one, or (sluice mode) still
+  // pulling the newest one while at most max_assign_lag behind. Otherwise it drains.
+  bool takes_work(const Rollout& r) const {
+    return r.version == latest || (mode == Mode::kSluice && r.version > 0 && r.staged < latest &&
+                                   latest - r.version <= cfg.max_assign_lag);
+  }
+
+  void sample_free_slots() {
+    auto now = Clock::now();
+    double dt = std::chrono::duration<double>(now - last_sample).count();
+    last_sample = now;
+    for (const auto& [id, r] : rollouts) {
+      if (!r.alive || r.version == 0) continue;
+      std::int64_t free = static_cast<std::int64_t>(r.capacity.max_sequences) -
+                          static_cast<std::int64_t>(r.active.size() + r.queued.size());
+      if (free <= 0) continue;
+      double slot_s = dt * static_cast<double>(free);
+      if (r.loading) {
+        free_slots.loading += slot_s;
+      } else if (!takes_work(r)) {
+        free_slots.draining += slot_s;
+      } else if (!pending.empty()) {
+        free_slots.other += slot_s;
+      } else if (all_released()) {
+        free_slots.end += slot_s;
+      } else if (!budget_left()) {
+        free_slots.budget += slot_s;
+      } else {
+        free_slots.other += slot_s;
+      }
+    }
+  }
+
   void plan_repack_now() {
     if (mode != Mode::kSluice || !cfg.repack) return;
     std::vector<RolloutView> fleet;
@@ -299,9 +340,10 @@ struct Manager::Impl {
       v.version = r.version;
       v.capacity = r.capacity;
       v.queued = static_cast<std::uint32_t>(r.queued.size());
-      // A rollout still given new work is not ramping down (sluice mode stops giving work to a
-      // rollout once it holds the newest version it is behind on; it is draining then).
-      if (r.version == latest || r.staged < latest) v.queued += 1;
+      // A rollout still given new work is not ramping down. Sluice mode stops giving work to a
+      // rollout once it holds the newest version it is behind on, or once it is more than
+      // max_assign_lag behind while still pulling it: it is draining then.
+      if (takes_work(r)) v.queued += 1;
       v.previous_active = r.previous_active;
       v.sequences = r.active;
       fleet.push_back(std::move(v));
@@ -509,6 +551,11 @@ struct Manager::Impl {
         }
       } else if (!has_work && (mode != Mode::kSluice || r.staged >= latest)) {
         load = latest;
+      } else if (!has_work && r.staged > r.version && latest - r.staged <= cfg.max_assign_lag) {
+        // Sluice mode, drained while the newest version is still on its way: the newer version
+        // it already holds lets it take work now (as a rollout that is still pulling may) rather
+        // than idle until the newest one arrives.
+        load = r.staged;
       }
     }
     // Partial states of this rollout's version resume here first.
@@ -541,10 +588,7 @@ struct Manager::Impl {
     json assign = json::array();
     // In sluice mode a rollout keeps generating on its version while the newest one is pulled in
     // the background; once it holds it, it drains and swaps.
-    bool current =
-        r.version == latest || (mode == Mode::kSluice && r.version > 0 && r.staged < latest &&
-                                latest - r.version <= cfg.max_assign_lag);
-    bool may_assign = latest > 0 && current && !r.loading && load == 0 &&
+    bool may_assign = latest > 0 && takes_work(r) && !r.loading && load == 0 &&
                       !(global_update(mode) && any_behind(latest));
     if (may_assign) {
       std::int64_t want = room() + cfg.prefetch;
@@ -658,6 +702,12 @@ struct Manager::Impl {
                 {"move_failures", move_failures},
                 {"returned", returned},
                 {"cross_version_moves", cross_version},
+                {"free_slot_s",
+                 {{"loading", free_slots.loading},
+                  {"draining", free_slots.draining},
+                  {"budget", free_slots.budget},
+                  {"end", free_slots.end},
+                  {"other", free_slots.other}}},
                 {"rollouts", rs}};
   }
 };
@@ -696,6 +746,7 @@ core::Result<std::unique_ptr<Manager>> Manager::create(core::EventLoop& loop,
     return core::Message("mgr.status", p->status_json());
   });
   impl->tick_timer = loop.every(Millis(100), [p] { p->check_heartbeats(); });
+  impl->sample_timer = loop.every(Millis(20), [p] { p->sample_free_slots(); });
   impl->repack_timer = loop.every(Millis(std::max<std::uint64_t>(10, impl->cfg.repack_interval_ms)),
                                   [p] { p->plan_repack_now(); });
   log::info("manager: mode {} listening on {}", impl->cfg.mode, impl->server->endpoint());

@@ -25,7 +25,12 @@ struct Row {
   double staleness_mean = 0;
   std::uint64_t staleness_max = 0, repacks = 0, trained_tokens = 0, dropped = 0, mixed = 0;
   double repack_overhead_s = 0, wall_s = 0;
+  // Free rollout slots by cause, as fractions of all slot time (the manager's free_slot_s).
+  std::vector<std::pair<std::string, double>> free_slots;
 };
+
+// The manager's causes of free slots, in the order the bench prints them.
+constexpr const char* kFreeCauses[] = {"loading", "draining", "budget", "end", "other"};
 
 Row summarize(const std::string& label, const JobResult& r) {
   Row row;
@@ -51,6 +56,16 @@ Row summarize(const std::string& label, const JobResult& r) {
   row.weight_stall_frac = wall > 0 ? stall / wall : 0;
   row.repacks = r.manager.value("repack_moves", 0ull);
   row.repack_overhead_s = reprefill;
+  // Slot time: each rollout's wall time times its decode slots (the manager samples free slots
+  // from the reports; occupancy and free slots then add up to about the whole).
+  double slot_s = 0;
+  for (const auto& ro : r.manager.value("rollouts", json::array())) {
+    const json& s = ro.value("stats", json::object());
+    slot_s += s.value("wall_s", 0.0) * s.value("max_sequences", 0.0);
+  }
+  const json free = r.manager.value("free_slot_s", json::object());
+  for (const char* cause : kFreeCauses)
+    row.free_slots.emplace_back(cause, slot_s > 0 ? free.value(cause, 0.0) / slot_s : 0.0);
   return row;
 }
 
@@ -203,6 +218,10 @@ int run_bench_e2e(const BenchE2eArgs& args, const std::vector<std::string>& envi
              {"trained_tokens", r.trained_tokens},
              {"dropped_stale", r.dropped},
              {"wall_s", r.wall_s}};
+      json f = json::object();
+      for (const auto& [cause, frac] : r.free_slots)
+        f[cause] = frac;
+      o["free_slots"] = f;
       if (sync) o["ratio_to_sync"] = ratio(r.tokens_per_s, sync->tokens_per_s);
       if (sl) o["sluice_ratio"] = ratio(sl->tokens_per_s, r.tokens_per_s);
       std::printf("%s\n", o.dump().c_str());
@@ -221,6 +240,20 @@ int run_bench_e2e(const BenchE2eArgs& args, const std::vector<std::string>& envi
         static_cast<unsigned long long>(r.dropped),
         sync ? fmt::format("{:.2f}", ratio(r.tokens_per_s, sync->tokens_per_s)).c_str() : "-",
         sl ? fmt::format("{:.2f}", ratio(sl->tokens_per_s, r.tokens_per_s)).c_str() : "-");
+  }
+  std::printf(
+      "\nfree rollout slots, by cause (share of all slot time): loading weights; "
+      "draining an old version;\nno work within the budget ahead of the actor; none "
+      "left in the job; other\n%-16s",
+      "mode");
+  for (const char* cause : kFreeCauses)
+    std::printf(" %9s", cause);
+  std::printf("\n");
+  for (const auto& r : rows) {
+    std::printf("%-16s", r.mode.c_str());
+    for (const auto& [cause, frac] : r.free_slots)
+      std::printf(" %8.1f%%", 100 * frac);
+    std::printf("\n");
   }
   const Row* norepack = find("sluice-norepack");
   const Row* partial = find("partial-rollout");
