@@ -21,6 +21,10 @@ std::uint64_t staleness_of(const rl::Trajectory& t, std::uint64_t actor_version)
   return actor_version > b ? actor_version - b : 0;
 }
 
+bool any_abandoned(const std::vector<rl::Trajectory>& g) {
+  return std::any_of(g.begin(), g.end(), [](const rl::Trajectory& t) { return t.abandoned; });
+}
+
 std::uint64_t group_staleness(const std::vector<rl::Trajectory>& g, std::uint64_t actor_version) {
   std::uint64_t s = 0;
   for (const auto& t : g)
@@ -43,6 +47,7 @@ core::Status ExperienceBuffer::add(rl::Trajectory t) {
                         "experience buffer: trajectory " + t.id + " was already accepted");
   }
   ++counts_.accepted;
+  if (t.abandoned) ++counts_.abandoned;
   if (options_.group_size == 1) {
     std::vector<rl::Trajectory> g;
     g.push_back(std::move(t));
@@ -60,12 +65,15 @@ core::Status ExperienceBuffer::add(rl::Trajectory t) {
 
 std::vector<Sample> ExperienceBuffer::take(std::size_t n, std::uint64_t actor_version) {
   std::vector<Sample> out;
-  if (options_.policy == StalenessPolicy::kDrop) {
+  {
     // Drop every stale group now, not only those in front: staleness only grows, so they would
-    // be dropped later anyway, and ready() then counts only what can still be taken.
+    // be dropped later anyway, and ready() then counts only what can still be taken. A group
+    // with an abandoned member goes under either policy: it is not a whole group of responses.
+    const bool drop_stale = options_.policy == StalenessPolicy::kDrop;
     std::deque<std::vector<rl::Trajectory>> keep;
     for (auto& g : ready_groups_) {
-      if (group_staleness(g, actor_version) > options_.max_staleness) {
+      if (any_abandoned(g) ||
+          (drop_stale && group_staleness(g, actor_version) > options_.max_staleness)) {
         counts_.dropped_stale += g.size();
       } else {
         keep.push_back(std::move(g));

@@ -6,6 +6,8 @@
 //   trajectories already consumed stay remembered, so a late duplicate is refused too.
 // - Groups: with group_size G > 1 (GRPO), trajectories are released only as whole groups of G
 //   sharing a prompt_id.
+// - Abandoned trajectories (stopped by the fleet because they could no longer be trained on)
+//   complete their group, which is then dropped under either policy and counted as stale.
 // - Staleness of a trajectory = actor version - behaviour version (its oldest version). Beyond
 //   `max_staleness` it is dropped (policy drop) or handed out with weight `stale_weight`
 //   (policy downweight); either way it is counted. What `take` returns never exceeds the bound
@@ -47,6 +49,7 @@ struct BufferCounts {
   std::uint64_t consumed = 0;
   std::uint64_t dropped_stale = 0;
   std::uint64_t downweighted = 0;
+  std::uint64_t abandoned = 0;  // arrived abandoned (their groups are dropped, in dropped_stale)
 };
 
 class ExperienceBuffer {

@@ -280,6 +280,7 @@ struct Trainer::Impl {
                 {"accepted", c.accepted},
                 {"duplicates", c.duplicates},
                 {"dropped_stale", c.dropped_stale},
+                {"abandoned", c.abandoned},
                 {"downweighted", c.downweighted},
                 {"accepted_ids", accepted_ids}};
   }

@@ -101,6 +101,20 @@ nlohmann::json SequenceState::to_json() const {
                         {"rng_state", rng_state}};
 }
 
+rl::Trajectory to_trajectory(const SequenceState& s, double reward, const std::string& rollout) {
+  rl::Trajectory t;
+  t.id = s.trajectory_id;
+  t.prompt_id = s.prompt_id;
+  t.versions = s.versions;
+  t.version = s.versions.empty() ? 0 : s.versions.front();
+  t.prompt_tokens = s.prompt_tokens;
+  t.response_tokens = s.generated;
+  t.logprobs = s.logprobs;
+  t.reward = reward;
+  t.rollout = rollout;
+  return t;
+}
+
 core::Result<SequenceState> SequenceState::from_json(const nlohmann::json& j) {
   if (!j.is_object()) return core::protocol_error("sequence state: not a JSON object");
   SequenceState s;

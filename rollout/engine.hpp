@@ -43,6 +43,10 @@ struct SequenceState {
   static core::Result<SequenceState> from_json(const nlohmann::json& j);
 };
 
+// A finished (or abandoned) sequence as a trajectory for the experience buffer; its behaviour
+// version is the first that generated it.
+rl::Trajectory to_trajectory(const SequenceState& s, double reward, const std::string& rollout);
+
 struct StepResult {
   std::uint32_t batch = 0;   // sequences that decoded a token in this step
   std::uint64_t tokens = 0;  // tokens produced (decode) in this step

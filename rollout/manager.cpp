@@ -102,6 +102,7 @@ struct Manager::Impl {
     std::set<std::string> queued;
     std::vector<SequenceState> to_import;
     std::vector<std::string> to_export;
+    std::vector<std::string> to_abandon;  // trajectories of doomed groups it holds
     json stats = json::object();
     std::uint64_t reports = 0;  // reports received from it
     // Work sent in a reply (assigned or imported), by trajectory id, with the report it answered:
@@ -135,6 +136,8 @@ struct Manager::Impl {
   std::uint64_t latest = 0;
   std::uint64_t consumed = 0;  // trajectories the actor has taken (trained on or dropped)
 
+  std::set<std::string> doomed;       // prompts whose group the actor will drop (abandon_stale)
+  std::uint64_t abandoned = 0;        // trajectories ended as abandoned
   std::deque<rl::Trajectory> outbox;  // finished, not yet sent to the actor
   std::map<std::string, std::pair<rl::Trajectory, Clock::time_point>> unacked;
   std::uint64_t finished = 0, acked = 0;
@@ -199,10 +202,11 @@ struct Manager::Impl {
   }
 
   std::optional<SequenceState> next_item() {
-    if (!pending.empty()) {
+    while (!pending.empty()) {
       SequenceState s = std::move(pending.front());
       pending.pop_front();
-      return s;
+      if (!doomed.count(s.prompt_id)) return s;
+      finish_abandoned(s);
     }
     if (all_released() || !budget_left()) return std::nullopt;
     std::uint64_t p = next_prompt++;
@@ -369,6 +373,39 @@ struct Manager::Impl {
                plan.freed.size());
   }
 
+  // A trajectory first generated before this version can no longer be trained on (0: none).
+  std::uint64_t abandon_before() const {
+    if (!cfg.abandon_stale || latest <= cfg.max_staleness) return 0;
+    return latest - cfg.max_staleness;
+  }
+
+  void finish_abandoned(const SequenceState& s) {
+    rl::Trajectory tr = to_trajectory(s, 0.0, std::string());
+    tr.abandoned = true;
+    on_finished(tr);
+  }
+
+  // The group of `prompt_id` will be dropped: its members still to run or running end now.
+  void doom(const std::string& prompt_id) {
+    if (!doomed.insert(prompt_id).second) return;
+    for (std::uint32_t k = 0; k < cfg.group_size; ++k) {
+      std::string id = fmt::format("{}/{}", prompt_id, k);
+      auto it = trajs.find(id);
+      if (it == trajs.end()) continue;
+      Traj& t = it->second;
+      if (t.state == State::kPending) {
+        auto same = [&](const SequenceState& s) { return s.trajectory_id == id; };
+        std::erase_if(pending, same);
+        std::erase_if(resumes, same);
+        finish_abandoned(t.partial ? *t.partial : t.initial);
+      } else if ((t.state == State::kQueued || t.state == State::kActive) && !t.rollout.empty()) {
+        auto r = rollouts.find(t.rollout);
+        if (r != rollouts.end()) r->second.to_abandon.push_back(id);
+      }
+      // A trajectory being moved is abandoned where it lands (route_exported).
+    }
+  }
+
   void on_finished(const rl::Trajectory& tr) {
     auto& t = trajs[tr.id];
     if (t.state == State::kFinished) {
@@ -381,13 +418,20 @@ struct Manager::Impl {
     moves.erase(tr.id);
     if (tr.mixed_versions()) ++mixed;
     ++finished;
+    if (tr.abandoned) ++abandoned;
     outbox.push_back(tr);
+    if (cfg.abandon_stale && (tr.abandoned || tr.version < abandon_before())) doom(tr.prompt_id);
   }
 
   void route_exported(SequenceState s) {
     auto mv = moves.find(s.trajectory_id);
     auto& t = trajs[s.trajectory_id];
     if (t.state == State::kFinished) return;
+    if (doomed.count(s.prompt_id)) {
+      if (mv != moves.end()) moves.erase(mv);
+      finish_abandoned(s);
+      return;
+    }
     t.partial = s;
     std::uint64_t v = s.versions.empty() ? 0 : s.versions.back();
     if (mv != moves.end()) {
@@ -410,6 +454,10 @@ struct Manager::Impl {
   // Work that did not start where it was sent goes back: to the front of the pool when nothing of
   // it was generated yet, else to the resumes (it continues on a rollout of its version).
   void send_back(Traj& t, SequenceState s) {
+    if (doomed.count(s.prompt_id)) {
+      finish_abandoned(s);
+      return;
+    }
     t.state = State::kPending;
     t.rollout.clear();
     if (s.generated.empty()) {
@@ -518,9 +566,7 @@ struct Manager::Impl {
       ++returned;
       auto& t = trajs[s.trajectory_id];
       if (t.state == State::kFinished) continue;
-      t.state = State::kPending;
-      t.rollout.clear();
-      pending.push_front(std::move(s));
+      send_back(t, std::move(s));
     }
     // Refused imports (did not fit, or the version changed) come back as resumable states.
     for (const auto& e : b.value("refused", json::array())) {
@@ -569,6 +615,10 @@ struct Manager::Impl {
     r.to_import.clear();
     if (!r.loading && load == 0 && r.version > 0) {
       std::erase_if(resumes, [&](SequenceState& s) {
+        if (doomed.count(s.prompt_id)) {
+          finish_abandoned(s);
+          return true;
+        }
         std::uint64_t v = s.versions.empty() ? 0 : s.versions.back();
         if (v != r.version || room() <= 0) return false;
         ++resumed;
@@ -618,6 +668,9 @@ struct Manager::Impl {
         mode == Mode::kSluice && latest > r.version && r.staged >= latest && !r.queued.empty();
     reply["export"] = r.to_export;
     r.to_export.clear();
+    reply["abandon"] = r.to_abandon;
+    r.to_abandon.clear();
+    reply["abandon_before"] = abandon_before();
     reply["load"] = load;
     // Until it reports again it is switching: nothing of its old version is routed to it.
     if (load > 0) r.loading = true;
@@ -701,6 +754,7 @@ struct Manager::Impl {
                 {"moved_kv_tokens", moved_kv_tokens},
                 {"move_failures", move_failures},
                 {"returned", returned},
+                {"abandoned", abandoned},
                 {"cross_version_moves", cross_version},
                 {"free_slot_s",
                  {{"loading", free_slots.loading},

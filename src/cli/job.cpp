@@ -224,6 +224,9 @@ core::Result<JobResult> run_local_job(JobConfig job, const std::string& sluice_e
   // One batch and group size for everyone.
   job.actor.batch_trajectories = job.manager.batch_trajectories;
   job.actor.group_size = job.manager.group_size;
+  // Work the actor would drop as too stale stops early.
+  job.manager.abandon_stale = job.actor.staleness_policy == "drop";
+  job.manager.max_staleness = job.actor.max_staleness;
   SLUICE_TRY(job.validate());
 
   if (job.out_dir.empty()) {

@@ -13,7 +13,8 @@ nlohmann::json Trajectory::to_json() const {
                         {"response_tokens", response_tokens},
                         {"logprobs", logprobs},
                         {"reward", reward},
-                        {"rollout", rollout}};
+                        {"rollout", rollout},
+                        {"abandoned", abandoned}};
 }
 
 core::Result<Trajectory> Trajectory::from_json(const nlohmann::json& j) {
@@ -28,6 +29,7 @@ core::Result<Trajectory> Trajectory::from_json(const nlohmann::json& j) {
     t.logprobs = j.at("logprobs").get<std::vector<float>>();
     t.reward = j.at("reward").get<double>();
     t.rollout = j.value("rollout", std::string());
+    t.abandoned = j.value("abandoned", false);
   } catch (const nlohmann::json::exception& e) {
     return core::protocol_error(fmt::format("trajectory: {}", e.what()));
   }

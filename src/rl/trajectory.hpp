@@ -25,6 +25,9 @@ struct Trajectory {
   std::vector<float> logprobs;  // behaviour log-probability of each response token
   double reward = 0.0;
   std::string rollout;  // which rollout finished it (for metrics)
+  // Stopped before its end because it could no longer be trained on (too stale under the drop
+  // policy): the buffer drops its group, and counts it.
+  bool abandoned = false;
   bool mixed_versions() const { return versions.size() > 1; }
 
   nlohmann::json to_json() const;

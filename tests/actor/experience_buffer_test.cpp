@@ -158,6 +158,32 @@ TEST_SUITE("actor.experience_buffer") {
     CHECK(b.counts().consumed == 2);
   }
 
+  TEST_CASE("an abandoned trajectory completes its group, which is dropped under either policy") {
+    for (auto policy : {StalenessPolicy::kDrop, StalenessPolicy::kDownweight}) {
+      CAPTURE(static_cast<int>(policy));
+      BufferOptions o;
+      o.group_size = 2;
+      o.max_staleness = 4;
+      o.policy = policy;
+      ExperienceBuffer b(o);
+      // Fresh versions: only the abandoned member makes the group go.
+      REQUIRE(b.add(traj("cut", 0, 5)).is_ok());
+      rl::Trajectory cut = traj("cut", 1, 5);
+      cut.abandoned = true;
+      REQUIRE(b.add(cut).is_ok());
+      REQUIRE(b.add(traj("whole", 0, 5)).is_ok());
+      REQUIRE(b.add(traj("whole", 1, 5)).is_ok());
+      CHECK(b.held() == 4);
+      auto got = b.take(10, 5);
+      CHECK(ids(got) == std::vector<std::string>{"whole/0", "whole/1"});
+      CHECK(b.counts().abandoned == 1);
+      CHECK(b.counts().dropped_stale == 2);
+      CHECK(b.held() == 0);
+      // Exactly once still: the abandoned id is remembered.
+      CHECK(b.add(cut).code() == core::Code::kAlreadyExists);
+    }
+  }
+
   TEST_CASE("random arrivals: take never exceeds the staleness bound under drop") {
     std::mt19937_64 rng(99);
     BufferOptions o;

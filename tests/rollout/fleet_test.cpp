@@ -118,6 +118,9 @@ void check_common(const Run& r, const std::string& mode) {
     CHECK(a.at("mixed_version_consumed").get<std::uint64_t>() == 0);
   }
   if (mode != "sluice") CHECK(m.at("repack_moves").get<std::uint64_t>() == 0);
+  // Work stopped early as too stale reached the actor, each once, and was dropped there.
+  CHECK(a.at("abandoned").get<std::uint64_t>() == m.at("abandoned").get<std::uint64_t>());
+  CHECK(a.at("abandoned").get<std::uint64_t>() <= a.at("dropped_stale").get<std::uint64_t>());
 }
 
 const char* kModes[] = {"sync", "one-step-off", "stream", "partial-rollout", "sluice"};
@@ -130,6 +133,28 @@ TEST_CASE("every prompt's trajectories reach the buffer exactly once, in every m
     Run r = run_job(mode, small_job(mode));
     check_exactly_once(r);
     check_common(r, mode);
+  }
+}
+
+TEST_CASE("trajectories too stale to train stop early; their groups still reach the buffer once") {
+  for (std::string mode : {"sluice", "partial-rollout"}) {
+    CAPTURE(mode);
+    json job = small_job(mode);
+    // Far ahead of the actor with a tight bound: long tails outlive it.
+    job["manager"]["ahead_batches"] = 6;
+    job["actor"]["max_staleness"] = 1;
+    Run r = run_job(mode + "-abandon", job);
+    check_exactly_once(r);
+    check_common(r, mode);
+    const json& a = r.summary.at("actor");
+    CHECK(a.at("staleness_max").get<std::uint64_t>() <= 1);
+    CHECK(a.at("abandoned").get<std::uint64_t>() > 0);
+    // Their rollouts stopped them (the rest of their groups the manager may end without them).
+    std::uint64_t stopped = 0;
+    for (const auto& ro : r.summary.at("manager").at("rollouts"))
+      stopped += ro.at("stats").value("abandoned", std::uint64_t{0});
+    CHECK(stopped > 0);
+    CHECK(stopped <= a.at("abandoned").get<std::uint64_t>());
   }
 }
 
