@@ -149,9 +149,9 @@ struct Manager::Impl {
   std::uint64_t move_failures = 0;
   std::uint64_t returned = 0;  // queued trajectories handed back unstarted by draining rollouts
   Clock::time_point started = Clock::now();
-  // Where free rollout slots went, in slot-seconds (sampled): a rollout loading weights, one
-  // draining an old version (given no new work), one that could take work while the pool had
-  // none for the budget ahead of the actor, or none left in the job, or anything else.
+  // Where free rollout slots went, in slot-seconds (sampled). While work waited in the pool: a
+  // rollout loading weights, one draining an old version (given no new work), anything else.
+  // While none waited: the budget ahead of the actor was used up, or none was left in the job.
   struct FreeSlots {
     double loading = 0, draining = 0, budget = 0, end = 0, other = 0;
   } free_slots;
@@ -311,16 +311,13 @@ struct Manager::Impl {
                           static_cast<std::int64_t>(r.active.size() + r.queued.size());
       if (free <= 0) continue;
       double slot_s = dt * static_cast<double>(free);
-      if (r.loading) {
+      const bool work_waits = !pending.empty() || (!all_released() && budget_left());
+      if (!work_waits) {
+        (all_released() ? free_slots.end : free_slots.budget) += slot_s;
+      } else if (r.loading) {
         free_slots.loading += slot_s;
       } else if (!takes_work(r)) {
         free_slots.draining += slot_s;
-      } else if (!pending.empty()) {
-        free_slots.other += slot_s;
-      } else if (all_released()) {
-        free_slots.end += slot_s;
-      } else if (!budget_left()) {
-        free_slots.budget += slot_s;
       } else {
         free_slots.other += slot_s;
       }

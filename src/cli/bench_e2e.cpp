@@ -242,9 +242,9 @@ int run_bench_e2e(const BenchE2eArgs& args, const std::vector<std::string>& envi
         sl ? fmt::format("{:.2f}", ratio(sl->tokens_per_s, r.tokens_per_s)).c_str() : "-");
   }
   std::printf(
-      "\nfree rollout slots, by cause (share of all slot time): loading weights; "
-      "draining an old version;\nno work within the budget ahead of the actor; none "
-      "left in the job; other\n%-16s",
+      "\nfree rollout slots (share of all slot time); while work waited: loading weights, "
+      "draining an old\nversion, other; while none waited: the budget ahead of the actor was "
+      "used up, none left in the job\n%-16s",
       "mode");
   for (const char* cause : kFreeCauses)
     std::printf(" %9s", cause);

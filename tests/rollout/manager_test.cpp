@@ -185,6 +185,34 @@ TEST_SUITE("rollout.manager") {
     }
   }
 
+  TEST_CASE(
+      "free slots count as draining while work waits, and as the job's end once none is left") {
+    rollout::ManagerConfig c = sluice_config();
+    c.prompts = 1;  // p0/0 .. p0/3
+    Harness h(c);
+    h.publish(1);
+    auto running = h.start("a", 1, 2);  // two run on a; two wait in the pool
+    h.publish(2);
+    auto free_slots = [&] { return h.call("mgr.status", json::object()).at("free_slot_s"); };
+    // a holds version 2 and drains version 1: given nothing while two trajectories wait.
+    json r = h.report("a", 1, 2, running);
+    CHECK(r.at("assign").empty());
+    h.wait_ms(300);
+    h.report("a", 1, 2, running);
+    json f = free_slots();
+    CHECK(f.at("draining").get<double>() > 6 * 0.2);  // 6 free slots for about 0.3 s
+    CHECK(f.at("end").get<double>() == 0);
+    // b, on version 2, takes the two that waited: nothing is left in the job, so a's free slots
+    // from now on are the job's end, not a cost of draining.
+    REQUIRE(h.report("b", 2, 2, {}).at("assign").size() == 2);
+    double draining = f.at("draining").get<double>();
+    h.wait_ms(300);
+    h.report("a", 1, 2, running);
+    f = free_slots();
+    CHECK(f.at("end").get<double>() > 6 * 0.2);
+    CHECK(f.at("draining").get<double>() < draining + 6 * 0.15);
+  }
+
   TEST_CASE("sluice: rollouts too far behind to be given work are repacked, within their version") {
     Harness h(sluice_config());
     h.publish(1);
