@@ -305,13 +305,13 @@ struct Manager::Impl {
     auto now = Clock::now();
     double dt = std::chrono::duration<double>(now - last_sample).count();
     last_sample = now;
+    const bool work_waits = !pending.empty() || (!all_released() && budget_left());
     for (const auto& [id, r] : rollouts) {
       if (!r.alive || r.version == 0) continue;
       std::int64_t free = static_cast<std::int64_t>(r.capacity.max_sequences) -
                           static_cast<std::int64_t>(r.active.size() + r.queued.size());
       if (free <= 0) continue;
       double slot_s = dt * static_cast<double>(free);
-      const bool work_waits = !pending.empty() || (!all_released() && budget_left());
       if (!work_waits) {
         (all_released() ? free_slots.end : free_slots.budget) += slot_s;
       } else if (r.loading) {
