@@ -47,6 +47,13 @@ struct SequenceState {
 // version is the first that generated it.
 rl::Trajectory to_trajectory(const SequenceState& s, double reward, const std::string& rollout);
 
+// What the rollout reports of each running sequence, read without copying its tokens.
+struct ActiveSequence {
+  std::string trajectory_id;
+  std::uint64_t kv_tokens = 0;
+  std::uint64_t first_version = 0;  // the version that generated its first token; 0 before any
+};
+
 struct StepResult {
   std::uint32_t batch = 0;   // sequences that decoded a token in this step
   std::uint64_t tokens = 0;  // tokens produced (decode) in this step
@@ -91,8 +98,9 @@ class Engine {
   // Copies of every active sequence's state, left in place: what the rollout streams to the
   // manager's partial-response pool so a dead rollout's work can resume elsewhere.
   virtual std::vector<SequenceState> snapshot() const = 0;
-  // Snapshot of active sequences: id and current KV tokens, for the manager's repack planner.
-  virtual std::vector<std::pair<std::string, std::uint64_t>> active_sequences() const = 0;
+  // Id, current KV tokens and first version of every active sequence: for the manager's repack
+  // planner, and for stopping work the actor will drop.
+  virtual std::vector<ActiveSequence> active_sequences() const = 0;
 };
 
 }  // namespace sluice::rollout

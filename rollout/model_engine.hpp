@@ -98,7 +98,7 @@ class ModelEngine final : public Engine {
   std::uint32_t active() const override { return static_cast<std::uint32_t>(seqs_.size()); }
   std::uint64_t kv_tokens_used() const override { return kv_used_; }
   std::vector<SequenceState> snapshot() const override;
-  std::vector<std::pair<std::string, std::uint64_t>> active_sequences() const override;
+  std::vector<ActiveSequence> active_sequences() const override;
 
   const ModelEngineConfig& config() const { return config_; }
   // The model's parameter size: what load_weights() expects.

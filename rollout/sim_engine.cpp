@@ -287,11 +287,12 @@ std::vector<SequenceState> SimEngine::snapshot() const {
   return out;
 }
 
-std::vector<std::pair<std::string, std::uint64_t>> SimEngine::active_sequences() const {
-  std::vector<std::pair<std::string, std::uint64_t>> out;
+std::vector<ActiveSequence> SimEngine::active_sequences() const {
+  std::vector<ActiveSequence> out;
   out.reserve(seqs_.size());
   for (const auto& a : seqs_)
-    out.emplace_back(a.state.trajectory_id, a.state.kv_tokens());
+    out.push_back({a.state.trajectory_id, a.state.kv_tokens(),
+                   a.state.versions.empty() ? 0 : a.state.versions.front()});
   return out;
 }
 

@@ -131,7 +131,7 @@ class SimEngine final : public Engine {
   std::uint32_t active() const override { return static_cast<std::uint32_t>(seqs_.size()); }
   std::uint64_t kv_tokens_used() const override { return kv_used_; }
   std::vector<SequenceState> snapshot() const override;
-  std::vector<std::pair<std::string, std::uint64_t>> active_sequences() const override;
+  std::vector<ActiveSequence> active_sequences() const override;
 
   // The length `trajectory_id` will stop at, before max_new_tokens (for tests and benches).
   std::uint64_t response_length(const std::string& trajectory_id) const {

@@ -341,7 +341,9 @@ TEST_SUITE("rollout.model_engine") {
     CHECK(e->active() == 2);
     auto ids = e->active_sequences();
     REQUIRE(ids.size() == 2);
-    CHECK(ids[0] == std::pair<std::string, std::uint64_t>{"a", 20});
+    CHECK(ids[0].trajectory_id == "a");
+    CHECK(ids[0].kv_tokens == 20);
+    CHECK(ids[0].first_version == 0);  // nothing generated yet
 
     auto f = make_engine(engine_config(1.0));
     CHECK(f->admit(make_seq("", {3}, 5, 1)).code() == core::Code::kInvalidArgument);

@@ -250,6 +250,11 @@ TEST_SUITE("rollout.sim_engine") {
     CHECK(refused.code() == core::Code::kFailedPrecondition);
     CHECK(e->version() == 3);
     REQUIRE(e->load_weights(4, nullptr, 0, true).is_ok());  // partial rollout
+    e->step();
+    auto running = e->active_sequences();  // still names the version that began it
+    REQUIRE(running.size() == 1);
+    CHECK(running[0].trajectory_id == id);
+    CHECK(running[0].first_version == 3);
     auto done = run_to_end(*e, id);
     CHECK(done.versions == std::vector<std::uint64_t>{3, 4});
     REQUIRE(e->load_weights(5, nullptr, 0, false).is_ok());  // idle again
