@@ -45,10 +45,14 @@ class GptPolicy final : public Policy {
 
   core::Result<nlohmann::json> evaluate() override {
     SLUICE_ASSIGN_OR_RETURN(EvalStats e, learner_->evaluate());
+    nlohmann::json by_terms = nlohmann::json::array();  // [terms, prompts, correct] each
+    for (const auto& k : e.by_terms)
+      by_terms.push_back({k.terms, k.prompts, k.correct});
     return nlohmann::json{{"accuracy", e.accuracy},
                           {"eval_reward", e.mean_reward},
                           {"eval_response_tokens", e.mean_response_tokens},
-                          {"eval_prompts", e.prompts}};
+                          {"eval_prompts", e.prompts},
+                          {"accuracy_by_terms", std::move(by_terms)}};
   }
 
   core::Status save_weights(const std::string& path) override {

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <map>
 #include <span>
 #include <utility>
 
@@ -198,6 +199,9 @@ core::Status LearnerConfig::validate() const {
     return bad("warmstart_lr must be > 0");
   }
   if (!(lr_final > 0.0f && lr_final <= 1.0f)) return bad("lr_final must be in (0, 1]");
+  if (!(warmstart_lr_final > 0.0f && warmstart_lr_final <= 1.0f)) {
+    return bad("warmstart_lr_final must be in (0, 1]");
+  }
   if (!(value_coef >= 0.0) || !std::isfinite(value_coef)) return bad("value_coef must be >= 0");
   if (minibatch < 1) return bad("minibatch must be at least 1");
   if (epochs < 1) return bad("epochs must be at least 1");
@@ -254,6 +258,8 @@ core::Result<WarmStartStats> Learner::warm_start(const Progress& progress) {
     }
     model_->zero_grad();
     SLUICE_ASSIGN_OR_RETURN(float loss, model_->sft_loss_and_grad(seqs, start));
+    opt->set_lr(cosine_lr(config_.warmstart_lr, step - 1, config_.warmstart_steps,
+                          config_.warmstart_lr_final));
     SLUICE_TRY(opt->step(*model_).status().with_context("learner: warm-start step"));
     if (step == 1) stats.first_loss = loss;
     stats.last_loss = loss;
@@ -463,6 +469,7 @@ core::Result<EvalStats> Learner::evaluate() {
   stats.prompts = n;
   std::vector<float> logits;
   double correct = 0.0, reward = 0.0, length = 0.0;
+  std::map<std::uint32_t, EvalStats::ByTerms> by_terms;
   for (std::size_t c0 = 0; c0 < n; c0 += kChunk) {
     const std::size_t c1 = std::min(n, c0 + kChunk);
     const std::size_t m = c1 - c0;
@@ -506,7 +513,13 @@ core::Result<EvalStats> Learner::evaluate() {
       active = std::move(still);
     }
     for (std::size_t i = 0; i < m; ++i) {
-      correct += task_.correct(prompts[i], responses[i]) ? 1.0 : 0.0;
+      const bool right = task_.correct(prompts[i], responses[i]);
+      correct += right ? 1.0 : 0.0;
+      const auto terms = static_cast<std::uint32_t>(prompts[i].terms.size());
+      auto& k = by_terms[terms];
+      k.terms = terms;
+      ++k.prompts;
+      k.correct += right ? 1 : 0;
       reward += task_.reward(prompts[i], responses[i]);
       length += static_cast<double>(responses[i].size());
     }
@@ -515,6 +528,8 @@ core::Result<EvalStats> Learner::evaluate() {
   stats.accuracy = correct / count;
   stats.mean_reward = reward / count;
   stats.mean_response_tokens = length / count;
+  for (const auto& [terms, k] : by_terms)
+    stats.by_terms.push_back(k);
   return stats;
 }
 

@@ -64,6 +64,9 @@ struct LearnerConfig {
   std::uint32_t warmstart_steps = 250;  // optimizer steps (0: no warm start)
   std::uint32_t warmstart_batch = 32;   // sequences per step, >= 1
   float warmstart_lr = 1e-3f;           // its learning rate (its own AdamW), > 0
+  // The warm-start lr follows a cosine from warmstart_lr down to this fraction of it over the
+  // warm start's steps (1: constant).
+  float warmstart_lr_final = 1.0f;  // in (0, 1]
 
   // RL.
   // The RL learning rate follows a cosine from adamw.lr down to lr_final x adamw.lr over the
@@ -93,6 +96,9 @@ struct LearnerConfig {
     v("warmstart_steps", warmstart_steps, "supervised warm-start steps, 0 for none (default 250)");
     v("warmstart_batch", warmstart_batch, "sequences per warm-start step (default 32)");
     v("warmstart_lr", warmstart_lr, "warm-start learning rate (default 0.001)");
+    v("warmstart_lr_final", warmstart_lr_final,
+      "the warm-start lr's final fraction of warmstart_lr, reached by a cosine over the warm "
+      "start's steps; 1 for a constant lr (default 1)");
     v("lr_decay_steps", lr_decay_steps,
       "RL steps over which the lr decays by a cosine to lr_final x adamw.lr, 0 for a constant lr "
       "(default 0)");
@@ -136,6 +142,13 @@ struct EvalStats {
   double accuracy = 0.0;     // share of prompts answered fully right (ArithmeticTask::correct)
   double mean_reward = 0.0;  // ArithmeticTask::reward
   double mean_response_tokens = 0.0;  // generated tokens, EOS included
+  // The same prompts by their number of terms (ascending): where the policy fails.
+  struct ByTerms {
+    std::uint32_t terms = 0;
+    std::size_t prompts = 0;
+    std::size_t correct = 0;
+  };
+  std::vector<ByTerms> by_terms;
 };
 
 class Learner {

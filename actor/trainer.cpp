@@ -178,6 +178,7 @@ struct Trainer::Impl {
       SLUICE_ASSIGN_OR_RETURN(json ev, policy->evaluate());
       stats.update(ev);
       if (ev.contains("accuracy")) last_accuracy = ev["accuracy"].get<double>();
+      last_by_terms = ev.value("accuracy_by_terms", json());
     }
     double since = std::max(1e-9, seconds(Clock::now() - started));
     stats["t"] = since + cfg.start_offset_s;
@@ -191,13 +192,18 @@ struct Trainer::Impl {
     return {};
   }
   double last_accuracy = -1, initial_accuracy = -1;
+  json last_by_terms, initial_by_terms;  // the evaluations' accuracy_by_terms (null: none)
 
   // Evaluates and writes a metrics line of its own (before RL and at the end).
   core::Status evaluate_now() {
     SLUICE_ASSIGN_OR_RETURN(json ev, policy->evaluate());
     if (!ev.contains("accuracy")) return {};
     last_accuracy = ev["accuracy"].get<double>();
-    if (initial_accuracy < 0) initial_accuracy = last_accuracy;
+    last_by_terms = ev.value("accuracy_by_terms", json());
+    if (initial_accuracy < 0) {
+      initial_accuracy = last_accuracy;
+      initial_by_terms = last_by_terms;
+    }
     ev["t"] = seconds(Clock::now() - started) + cfg.start_offset_s;
     ev["step"] = steps;
     ev["version"] = version;
@@ -277,6 +283,8 @@ struct Trainer::Impl {
                 {"mixed_version_consumed", mixed_consumed},
                 {"initial_accuracy", initial_accuracy},
                 {"final_accuracy", last_accuracy},
+                {"initial_accuracy_by_terms", initial_by_terms},
+                {"final_accuracy_by_terms", last_by_terms},
                 {"accepted", c.accepted},
                 {"duplicates", c.duplicates},
                 {"dropped_stale", c.dropped_stale},

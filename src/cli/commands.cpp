@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "cli/bench_util.hpp"
+#include "cli/compare.hpp"
 #include "cli/fleet_roles.hpp"
 #include "cli/job.hpp"
 #include "core/config.hpp"
@@ -182,6 +183,10 @@ int run_job(const std::string& job_path, const std::vector<std::string>& overrid
         "held-out accuracy (prompts never trained on): %.1f%% after the warm start, "
         "%.1f%% at the end (%+.1f points)\n",
         100 * before, 100 * after, 100 * (after - before));
+    std::fputs(format_by_terms(a.value("initial_accuracy_by_terms", nlohmann::json()).dump(),
+                               a.value("final_accuracy_by_terms", nlohmann::json()).dump())
+                   .c_str(),
+               stdout);
   }
   std::printf("run folder: %s (report.html, metrics.jsonl, final_weights.safetensors)\n",
               r->dir.c_str());

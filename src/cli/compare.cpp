@@ -107,6 +107,43 @@ std::string format_comparison(const Comparison& c, double within_points) {
   return out;
 }
 
+namespace {
+
+// terms -> (prompts, correct), or nothing when `text` is not an array of [terms, prompts, correct].
+bool parse_by_terms(const std::string& text,
+                    std::map<std::uint64_t, std::pair<std::uint64_t, std::uint64_t>>& out) {
+  nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
+  if (!j.is_array() || j.empty()) return false;
+  for (const auto& e : j) {
+    if (!e.is_array() || e.size() != 3) return false;
+    for (const auto& x : e)
+      if (!x.is_number_unsigned()) return false;
+    const auto prompts = e[1].get<std::uint64_t>(), correct = e[2].get<std::uint64_t>();
+    if (prompts == 0 || correct > prompts) return false;
+    out[e[0].get<std::uint64_t>()] = {prompts, correct};
+  }
+  return true;
+}
+
+}  // namespace
+
+std::string format_by_terms(const std::string& initial_json, const std::string& final_json) {
+  std::map<std::uint64_t, std::pair<std::uint64_t, std::uint64_t>> before, after;
+  if (!parse_by_terms(initial_json, before) || !parse_by_terms(final_json, after)) return "";
+  std::string out =
+      "held-out accuracy by number of terms:\n  terms  prompts  warm start      end\n";
+  for (const auto& [terms, a] : after) {
+    auto b = before.find(terms);
+    if (b == before.end()) continue;
+    auto pct = [](std::pair<std::uint64_t, std::uint64_t> p) {
+      return 100.0 * static_cast<double>(p.second) / static_cast<double>(p.first);
+    };
+    out += fmt::format("  {:>5}  {:>7}  {:>9.1f}%  {:>6.1f}%\n", terms, a.first, pct(b->second),
+                       pct(a));
+  }
+  return out;
+}
+
 int run_compare(const std::string& dir_a, const std::string& dir_b, double within_points) {
   auto c = [&]() -> core::Result<Comparison> {
     SLUICE_ASSIGN_OR_RETURN(RunEvals a, read_evals(dir_a));

@@ -57,6 +57,12 @@ core::Result<Comparison> compare_evals(const RunEvals& a, const RunEvals& b);
 // that counts as comparable.
 std::string format_comparison(const Comparison& c, double within_points);
 
+// Held-out accuracy by number of terms after the warm start and at the end of one run, as
+// `sluice run` prints it: one line per term count evaluated in both, from the actor summary's
+// initial_accuracy_by_terms and final_accuracy_by_terms ([terms, prompts, correct] each).
+// Empty when either is missing or malformed.
+std::string format_by_terms(const std::string& initial_json, const std::string& final_json);
+
 // `sluice compare DIR_A DIR_B`: prints the comparison, or the error on stderr. Returns the
 // process exit status (0, or 2 for runs it cannot read or pair).
 int run_compare(const std::string& dir_a, const std::string& dir_b, double within_points);

@@ -125,6 +125,20 @@ TEST_SUITE("learner") {
     CHECK(after->mean_reward == doctest::Approx(after->accuracy));  // binary reward
     CHECK(after->mean_response_tokens >= 1.0);
     CHECK(after->mean_response_tokens <= 6.0);
+    // The same prompts by number of terms: each counted once, in a term count the task allows.
+    std::size_t prompts = 0, right = 0;
+    std::uint32_t last_terms = 0;
+    for (const auto& k : after->by_terms) {
+      CHECK(k.terms > last_terms);  // ascending, no repeats
+      CHECK(k.terms >= c.task.min_terms);
+      CHECK(k.terms <= c.task.max_terms);
+      CHECK(k.correct <= k.prompts);
+      last_terms = k.terms;
+      prompts += k.prompts;
+      right += k.correct;
+    }
+    CHECK(prompts == after->prompts);
+    CHECK(static_cast<double>(right) == doctest::Approx(after->accuracy * 40.0));
     // Greedy evaluation is deterministic.
     auto again = l->evaluate();
     REQUIRE(again.is_ok());
@@ -335,6 +349,38 @@ TEST_SUITE("learner") {
     LearnerConfig wrong_final = small_config();
     wrong_final.lr_final = 0.0f;
     CHECK(wrong_final.validate().code() == core::Code::kInvalidArgument);
+  }
+
+  TEST_CASE("the warm-start learning rate decays by a cosine over its steps when asked") {
+    // One step, then two steps flat and two steps decaying to a tenth: the second step runs at
+    // 0.1 + 0.9 x (1 + cos(pi/2)) / 2 = 0.55 of warmstart_lr. Both see the same prompts and start
+    // from the same first step, so the decayed second update is 0.55 of the flat one.
+    LearnerConfig one = small_config();
+    one.warmstart_steps = 1;
+    LearnerConfig flat = one;
+    flat.warmstart_steps = 2;
+    LearnerConfig decayed = flat;
+    decayed.warmstart_lr_final = 0.1f;
+    auto a = make(one);
+    auto b = make(flat);
+    auto d = make(decayed);
+    REQUIRE(a->warm_start().is_ok());
+    REQUIRE(b->warm_start().is_ok());
+    REQUIRE(d->warm_start().is_ok());
+    const std::vector<float> first = params(*a), after_b = params(*b), after_d = params(*d);
+    double step_b = 0.0, step_d = 0.0;
+    for (std::size_t i = 0; i < first.size(); ++i) {
+      step_b += std::abs(after_b[i] - first[i]);
+      step_d += std::abs(after_d[i] - first[i]);
+    }
+    REQUIRE(step_b > 0.0);
+    CHECK(step_d / step_b == doctest::Approx(0.55).epsilon(1e-3));
+
+    for (float bad : {0.0f, 1.5f}) {
+      LearnerConfig c = small_config();
+      c.warmstart_lr_final = bad;
+      CHECK(c.validate().code() == core::Code::kInvalidArgument);
+    }
   }
 
   TEST_CASE("the config parses from JSON and rejects unknown keys") {

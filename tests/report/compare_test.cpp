@@ -88,3 +88,18 @@ TEST_CASE("compare refuses runs it cannot pair, with a clear error") {
   CHECK(c.status().message().find("never evaluated at the same number") != std::string::npos);
   CHECK(read_evals(x.path.string())->label.find("sluice-compare-test-") == 0);  // no summary
 }
+
+TEST_CASE("the accuracy by number of terms pairs the warm start's and the end's evaluations") {
+  // 3 terms is evaluated only at the end: left out. 2 terms: 10 of 20, then 19 of 20.
+  const std::string table = sluice::cli::format_by_terms("[[2, 20, 10], [4, 8, 0]]",
+                                                         "[[2, 20, 19], [3, 5, 5], [4, 8, 2]]");
+  CHECK(table.find("held-out accuracy by number of terms") == 0);
+  CHECK(table.find("      2       20       50.0%    95.0%\n") != std::string::npos);
+  CHECK(table.find("      4        8        0.0%    25.0%\n") != std::string::npos);
+  CHECK(table.find("      3") == std::string::npos);
+  // Missing (a policy without term counts) or malformed: nothing printed.
+  CHECK(sluice::cli::format_by_terms("null", "[[2, 20, 19]]").empty());
+  CHECK(sluice::cli::format_by_terms("[[2, 20, 10]]", "[[2, 20]]").empty());
+  CHECK(sluice::cli::format_by_terms("[[2, 20, 10]]", "[[2, 20, 21]]").empty());
+  CHECK(sluice::cli::format_by_terms("[[2, 0, 0]]", "[[2, 20, 1]]").empty());
+}
