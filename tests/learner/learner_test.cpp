@@ -93,6 +93,14 @@ std::vector<float> params(const Learner& l) {
   return {l.model().params(), l.model().params() + l.model().param_count()};
 }
 
+// How far the parameters moved from `before` (L1).
+double moved(const std::vector<float>& before, const std::vector<float>& after) {
+  double d = 0.0;
+  for (std::size_t i = 0; i < before.size(); ++i)
+    d += std::abs(after[i] - before[i]);
+  return d;
+}
+
 }  // namespace
 
 TEST_SUITE("learner") {
@@ -336,13 +344,8 @@ TEST_SUITE("learner") {
     const std::vector<float> before = params(*a);
     REQUIRE(a->train(batch).is_ok());
     REQUIRE(b->train(batch).is_ok());
-    const std::vector<float> after_a = params(*a);
-    const std::vector<float> after_b = params(*b);
-    double step_a = 0.0, step_b = 0.0;
-    for (std::size_t i = 0; i < before.size(); ++i) {
-      step_a += std::abs(after_a[i] - before[i]);
-      step_b += std::abs(after_b[i] - before[i]);
-    }
+    const double step_a = moved(before, params(*a));
+    const double step_b = moved(before, params(*b));
     REQUIRE(step_a > 0.0);
     CHECK(step_b / step_a == doctest::Approx(0.1).epsilon(1e-3));
 
@@ -367,12 +370,9 @@ TEST_SUITE("learner") {
     REQUIRE(a->warm_start().is_ok());
     REQUIRE(b->warm_start().is_ok());
     REQUIRE(d->warm_start().is_ok());
-    const std::vector<float> first = params(*a), after_b = params(*b), after_d = params(*d);
-    double step_b = 0.0, step_d = 0.0;
-    for (std::size_t i = 0; i < first.size(); ++i) {
-      step_b += std::abs(after_b[i] - first[i]);
-      step_d += std::abs(after_d[i] - first[i]);
-    }
+    const std::vector<float> first = params(*a);
+    const double step_b = moved(first, params(*b));
+    const double step_d = moved(first, params(*d));
     REQUIRE(step_b > 0.0);
     CHECK(step_d / step_b == doctest::Approx(0.55).epsilon(1e-3));
 
