@@ -4,8 +4,10 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <map>
 #include <sstream>
 
 #include "cli/bench_util.hpp"
@@ -141,6 +143,14 @@ int run_bench_e2e(const BenchE2eArgs& args, const std::vector<std::string>& envi
     return 2;
   }
   std::vector<std::string> modes = split(args.modes);
+  for (std::size_t i = 0; i < modes.size(); ++i) {
+    if (std::find(modes.begin(), modes.begin() + static_cast<std::ptrdiff_t>(i), modes[i]) !=
+        modes.begin() + static_cast<std::ptrdiff_t>(i)) {
+      std::fprintf(stderr, "sluice bench e2e: mode '%s' is named twice in --modes\n",
+                   modes[i].c_str());
+      return 2;
+    }
+  }
   for (const auto& m : modes) {
     std::string mode = m == "sluice-norepack" ? "sluice" : m;
     rollout::ManagerConfig mc;
@@ -168,7 +178,8 @@ int run_bench_e2e(const BenchE2eArgs& args, const std::vector<std::string>& envi
     std::fflush(stdout);
   }
   std::string stamp = fmt::format("runs/bench-e2e-{}", ::getpid());
-  std::vector<Row> rows;
+  // Every mode's result in every round, in round order.
+  std::map<std::string, std::vector<Row>> by_mode;
   // Every mode on the same emulated hosts, made once.
   std::shared_ptr<EmulatedHosts> hosts;
   if (job.hosts.count > 0) {
@@ -179,21 +190,37 @@ int run_bench_e2e(const BenchE2eArgs& args, const std::vector<std::string>& envi
     }
     hosts = std::move(h).value();
   }
+  const std::uint32_t rounds = std::max<std::uint32_t>(1, args.rounds);
+  for (std::uint32_t round = 1; round <= rounds; ++round) {
+    for (const auto& m : modes) {
+      JobConfig j = job;
+      j.mode = m == "sluice-norepack" ? "sluice" : m;
+      j.manager.repack = m != "sluice-norepack";
+      j.name = m;
+      j.out_dir = rounds == 1 ? fmt::format("{}/{}", stamp, m)
+                              : fmt::format("{}/round-{}/{}", stamp, round, m);
+      if (!args.json) {
+        if (rounds == 1) {
+          std::fprintf(stderr, "running %s ...\n", m.c_str());
+        } else {
+          std::fprintf(stderr, "round %u of %u: running %s ...\n", round, rounds, m.c_str());
+        }
+      }
+      auto r = run_local_job(j, self_exe(), environment, hosts);
+      if (!r.is_ok()) {
+        std::fprintf(stderr, "sluice bench e2e: %s\n", r.status().to_string().c_str());
+        return 1;
+      }
+      by_mode[m].push_back(summarize(m, *r));
+    }
+  }
+  // Each mode's median round by tokens/s (the lower of the two middle ones for an even count).
+  std::vector<Row> rows;
   for (const auto& m : modes) {
-    JobConfig j = job;
-    j.mode = m == "sluice-norepack" ? "sluice" : m;
-    j.manager.repack = m != "sluice-norepack";
-    j.name = m;
-    j.out_dir = fmt::format("{}/{}", stamp, m);
-    if (!args.json) {
-      std::fprintf(stderr, "running %s ...\n", m.c_str());
-    }
-    auto r = run_local_job(j, self_exe(), environment, hosts);
-    if (!r.is_ok()) {
-      std::fprintf(stderr, "sluice bench e2e: %s\n", r.status().to_string().c_str());
-      return 1;
-    }
-    rows.push_back(summarize(m, *r));
+    std::vector<Row> sorted = by_mode[m];
+    std::sort(sorted.begin(), sorted.end(),
+              [](const Row& a, const Row& b) { return a.tokens_per_s < b.tokens_per_s; });
+    rows.push_back(sorted[(sorted.size() - 1) / 2]);
   }
   auto find = [&](const std::string& m) -> const Row* {
     for (const auto& r : rows) {
@@ -224,6 +251,12 @@ int run_bench_e2e(const BenchE2eArgs& args, const std::vector<std::string>& envi
       o["free_slots"] = f;
       if (sync) o["ratio_to_sync"] = ratio(r.tokens_per_s, sync->tokens_per_s);
       if (sl) o["sluice_ratio"] = ratio(sl->tokens_per_s, r.tokens_per_s);
+      if (rounds > 1) {
+        json each = json::array();
+        for (const auto& x : by_mode[r.mode])
+          each.push_back(x.tokens_per_s);
+        o["tokens_per_s_rounds"] = std::move(each);
+      }
       std::printf("%s\n", o.dump().c_str());
     }
     return 0;
@@ -257,22 +290,45 @@ int run_bench_e2e(const BenchE2eArgs& args, const std::vector<std::string>& envi
   }
   const Row* norepack = find("sluice-norepack");
   const Row* partial = find("partial-rollout");
+  // Round by round: what each mode measured, and sluice's ratio to it within the same round.
+  auto spread = [&](const std::string& other) {
+    if (rounds == 1 || !sl || by_mode.count(other) == 0) return std::string();
+    std::string out = " (rounds:";
+    for (std::uint32_t i = 0; i < rounds; ++i) {
+      out += fmt::format(" {:.2f}",
+                         ratio(by_mode["sluice"][i].tokens_per_s, by_mode[other][i].tokens_per_s));
+    }
+    return out + ")";
+  };
+  if (rounds > 1) {
+    std::printf("\ntokens/s in each round (the table above shows each mode's median round)\n%-16s",
+                "mode");
+    for (std::uint32_t i = 1; i <= rounds; ++i)
+      std::printf(" %9s", fmt::format("round {}", i).c_str());
+    std::printf("\n");
+    for (const auto& m : modes) {
+      std::printf("%-16s", m.c_str());
+      for (const auto& x : by_mode[m])
+        std::printf(" %9.0f", x.tokens_per_s);
+      std::printf("\n");
+    }
+  }
   std::printf("\n");
   if (sl && sync) {
-    std::printf("sluice / sync:            %.2fx (target >= 2.5)\n",
-                ratio(sl->tokens_per_s, sync->tokens_per_s));
+    std::printf("sluice / sync:            %.2fx (target >= 2.5)%s\n",
+                ratio(sl->tokens_per_s, sync->tokens_per_s), spread("sync").c_str());
   }
   if (sl && partial) {
-    std::printf("sluice / partial-rollout: %.2fx (target >= 1.4)\n",
-                ratio(sl->tokens_per_s, partial->tokens_per_s));
+    std::printf("sluice / partial-rollout: %.2fx (target >= 1.4)%s\n",
+                ratio(sl->tokens_per_s, partial->tokens_per_s), spread("partial-rollout").c_str());
   }
   if (sl) {
     std::printf("sluice weight stall:      %.2f%% of rollout time (target < 2%%)\n",
                 100 * sl->weight_stall_frac);
   }
   if (sl && norepack) {
-    std::printf("repack on / off:          %.2fx\n",
-                ratio(sl->tokens_per_s, norepack->tokens_per_s));
+    std::printf("repack on / off:          %.2fx%s\n",
+                ratio(sl->tokens_per_s, norepack->tokens_per_s), spread("sluice-norepack").c_str());
   }
   std::printf("run folders: %s\n", stamp.c_str());
   return 0;

@@ -14,6 +14,9 @@ struct BenchE2eArgs {
   std::vector<std::string> overrides;  // --set key=value on the job
   std::uint32_t rollouts = 0;          // 0: the workload's
   std::uint64_t prompts = 0;           // 0: the workload's
+  // Every mode this many times, in turn (mode order within each round); the table shows each
+  // mode's median round and the ratios of medians, and a second table every round's tokens/s.
+  std::uint32_t rounds = 1;
   bool json = false;
 };
 

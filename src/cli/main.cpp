@@ -148,6 +148,11 @@ int main(int argc, char** argv) {
   bench_e2e->add_option("--set", be.overrides, "override a workload field: key=value");
   bench_e2e->add_option("--rollouts", be.rollouts, "rollouts (default: the workload's, 16)");
   bench_e2e->add_option("--prompts", be.prompts, "prompts per mode (default: the workload's)");
+  bench_e2e
+      ->add_option("--rounds", be.rounds,
+                   "run every mode this many times in turn; report each mode's median round")
+      ->capture_default_str()
+      ->check(CLI::Range(1u, 20u));
   bench_e2e->add_flag("--json", be.json, "one JSON object per mode");
   auto* bench_broadcast_run = bench_cmd->add_subcommand("broadcast-run", "one broadcast run");
   bench_broadcast_run->group("");
