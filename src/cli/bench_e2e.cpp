@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <map>
+#include <set>
 #include <sstream>
 
 #include "cli/bench_util.hpp"
@@ -143,15 +144,12 @@ int run_bench_e2e(const BenchE2eArgs& args, const std::vector<std::string>& envi
     return 2;
   }
   std::vector<std::string> modes = split(args.modes);
-  for (std::size_t i = 0; i < modes.size(); ++i) {
-    if (std::find(modes.begin(), modes.begin() + static_cast<std::ptrdiff_t>(i), modes[i]) !=
-        modes.begin() + static_cast<std::ptrdiff_t>(i)) {
-      std::fprintf(stderr, "sluice bench e2e: mode '%s' is named twice in --modes\n",
-                   modes[i].c_str());
+  std::set<std::string> named;
+  for (const auto& m : modes) {
+    if (!named.insert(m).second) {
+      std::fprintf(stderr, "sluice bench e2e: mode '%s' is named twice in --modes\n", m.c_str());
       return 2;
     }
-  }
-  for (const auto& m : modes) {
     std::string mode = m == "sluice-norepack" ? "sluice" : m;
     rollout::ManagerConfig mc;
     mc.mode = mode;
