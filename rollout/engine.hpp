@@ -103,4 +103,25 @@ class Engine {
   virtual std::vector<ActiveSequence> active_sequences() const = 0;
 };
 
+// snapshot() and active_sequences() for an engine that keeps its sequences as a range of entries
+// with a `state` member (a SequenceState).
+template <typename Entries>
+std::vector<SequenceState> snapshot_of(const Entries& entries) {
+  std::vector<SequenceState> out;
+  out.reserve(entries.size());
+  for (const auto& e : entries)
+    out.push_back(e.state);
+  return out;
+}
+
+template <typename Entries>
+std::vector<ActiveSequence> active_sequences_of(const Entries& entries) {
+  std::vector<ActiveSequence> out;
+  out.reserve(entries.size());
+  for (const auto& e : entries)
+    out.push_back({e.state.trajectory_id, e.state.kv_tokens(),
+                   e.state.versions.empty() ? 0 : e.state.versions.front()});
+  return out;
+}
+
 }  // namespace sluice::rollout

@@ -280,20 +280,11 @@ std::vector<SequenceState> SimEngine::export_all() {
 }
 
 std::vector<SequenceState> SimEngine::snapshot() const {
-  std::vector<SequenceState> out;
-  out.reserve(seqs_.size());
-  for (const auto& a : seqs_)
-    out.push_back(a.state);
-  return out;
+  return snapshot_of(seqs_);
 }
 
 std::vector<ActiveSequence> SimEngine::active_sequences() const {
-  std::vector<ActiveSequence> out;
-  out.reserve(seqs_.size());
-  for (const auto& a : seqs_)
-    out.push_back({a.state.trajectory_id, a.state.kv_tokens(),
-                   a.state.versions.empty() ? 0 : a.state.versions.front()});
-  return out;
+  return active_sequences_of(seqs_);
 }
 
 }  // namespace sluice::rollout
