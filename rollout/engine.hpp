@@ -114,6 +114,40 @@ std::vector<SequenceState> snapshot_of(const Entries& entries) {
   return out;
 }
 
+// export_sequence() and export_all() for such an engine: each entry taken out has its KV tokens
+// subtracted from `kv_used` and is handed to `release` (which returns what else it held, such as
+// a KV cache) before it is removed.
+template <typename Entries, typename Release>
+core::Result<SequenceState> take_sequence(Entries& entries, const std::string& trajectory_id,
+                                          std::uint64_t& kv_used, const char* engine,
+                                          Release&& release) {
+  auto it = entries.begin();
+  while (it != entries.end() && it->state.trajectory_id != trajectory_id)
+    ++it;
+  if (it == entries.end()) {
+    return core::not_found(std::string(engine) + ": sequence " + trajectory_id +
+                           " is not active here");
+  }
+  SequenceState s = std::move(it->state);
+  release(*it);
+  kv_used -= s.kv_tokens();
+  entries.erase(it);
+  return s;
+}
+
+template <typename Entries, typename Release>
+std::vector<SequenceState> take_all(Entries& entries, std::uint64_t& kv_used, Release&& release) {
+  std::vector<SequenceState> out;
+  out.reserve(entries.size());
+  for (auto& e : entries) {
+    out.push_back(std::move(e.state));
+    release(e);
+  }
+  entries.clear();
+  kv_used = 0;
+  return out;
+}
+
 template <typename Entries>
 std::vector<ActiveSequence> active_sequences_of(const Entries& entries) {
   std::vector<ActiveSequence> out;

@@ -272,28 +272,12 @@ StepResult ModelEngine::step() {
 }
 
 core::Result<SequenceState> ModelEngine::export_sequence(const std::string& trajectory_id) {
-  auto it = std::find_if(seqs_.begin(), seqs_.end(),
-                         [&](const Active& a) { return a.state.trajectory_id == trajectory_id; });
-  if (it == seqs_.end()) {
-    return core::not_found("model engine: sequence " + trajectory_id + " is not active here");
-  }
-  SequenceState s = std::move(it->state);
-  free_caches_.push_back(std::move(it->cache));
-  kv_used_ -= s.kv_tokens();
-  seqs_.erase(it);
-  return s;
+  return take_sequence(seqs_, trajectory_id, kv_used_, "model engine",
+                       [&](Active& a) { free_caches_.push_back(std::move(a.cache)); });
 }
 
 std::vector<SequenceState> ModelEngine::export_all() {
-  std::vector<SequenceState> out;
-  out.reserve(seqs_.size());
-  for (auto& a : seqs_) {
-    out.push_back(std::move(a.state));
-    free_caches_.push_back(std::move(a.cache));
-  }
-  seqs_.clear();
-  kv_used_ = 0;
-  return out;
+  return take_all(seqs_, kv_used_, [&](Active& a) { free_caches_.push_back(std::move(a.cache)); });
 }
 
 std::vector<SequenceState> ModelEngine::snapshot() const {

@@ -258,25 +258,11 @@ StepResult SimEngine::step() {
 }
 
 core::Result<SequenceState> SimEngine::export_sequence(const std::string& trajectory_id) {
-  auto it = std::find_if(seqs_.begin(), seqs_.end(),
-                         [&](const Active& a) { return a.state.trajectory_id == trajectory_id; });
-  if (it == seqs_.end()) {
-    return core::not_found("sim engine: sequence " + trajectory_id + " is not active here");
-  }
-  SequenceState s = std::move(it->state);
-  kv_used_ -= s.kv_tokens();
-  seqs_.erase(it);
-  return s;
+  return take_sequence(seqs_, trajectory_id, kv_used_, "sim engine", [](Active&) {});
 }
 
 std::vector<SequenceState> SimEngine::export_all() {
-  std::vector<SequenceState> out;
-  out.reserve(seqs_.size());
-  for (auto& a : seqs_)
-    out.push_back(std::move(a.state));
-  seqs_.clear();
-  kv_used_ = 0;
-  return out;
+  return take_all(seqs_, kv_used_, [](Active&) {});
 }
 
 std::vector<SequenceState> SimEngine::snapshot() const {
