@@ -154,10 +154,7 @@ struct Trainer::Impl {
   void wait_for(double ms) {
     auto until = Clock::now() + std::chrono::duration_cast<Clock::duration>(
                                     std::chrono::duration<double, std::milli>(ms));
-    while (Clock::now() < until) {
-      auto left = std::chrono::duration_cast<Millis>(until - Clock::now());
-      loop->run_until([] { return false; }, std::max(left, Millis(1)));
-    }
+    loop->run_until([] { return false; }, until);
   }
 
   core::Status train(const std::vector<Sample>& batch) {

