@@ -1,5 +1,7 @@
 #include <doctest/doctest.h>
 
+#include <sys/resource.h>
+
 #include <csignal>
 #include <thread>
 
@@ -70,6 +72,45 @@ TEST_SUITE("core.event_loop") {
     w.reset();
     ::close(fds[0]);
     ::close(fds[1]);
+  }
+
+  TEST_CASE("run_until a deadline waits to it without spinning -- also with nothing to do") {
+    auto loop = EventLoop::create().value();
+    auto thread_cpu = [] {
+      rusage u{};
+      ::getrusage(RUSAGE_THREAD, &u);
+      return std::chrono::seconds(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
+             std::chrono::microseconds(u.ru_utime.tv_usec + u.ru_stime.tv_usec);
+    };
+    // Waits shorter than a millisecond, as a simulated rollout makes for each modelled step: the
+    // loop once rounded them down to zero and spun through them on a whole core.
+    auto wall0 = Clock::now();
+    auto cpu0 = thread_cpu();
+    bool early = false, done_reported = false;
+    for (int i = 0; i < 100; ++i) {
+      auto deadline = Clock::now() + std::chrono::microseconds(700);
+      done_reported |= loop->run_until([] { return false; }, deadline);
+      early |= Clock::now() < deadline;
+    }
+    auto wall = Clock::now() - wall0;
+    auto cpu = thread_cpu() - cpu0;
+    CHECK_FALSE(early);
+    CHECK_FALSE(done_reported);
+    CHECK(wall >= std::chrono::microseconds(70000));
+    // Sleeping, this thread uses a small share of the wall time; spinning, it used all of it.
+    CHECK(cpu * 2 < wall);
+
+    // A stopped loop with no work left still waits out the deadline, and a deadline already past
+    // returns at once; a posted handler runs during the wait.
+    loop->stop();
+    int ran = 0;
+    loop->post([&] { ++ran; });
+    auto deadline = Clock::now() + Millis(20);
+    CHECK_FALSE(loop->run_until([] { return false; }, deadline));
+    CHECK(Clock::now() >= deadline);
+    CHECK(ran == 1);
+    CHECK_FALSE(loop->run_until([] { return false; }, Clock::now() - Millis(1)));
+    CHECK(loop->run_until([&] { return ran == 1; }, Clock::now() + Millis(5000)));
   }
 
   TEST_CASE("SIGTERM leads to an orderly shutdown of a real process") {
