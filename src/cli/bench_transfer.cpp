@@ -67,6 +67,12 @@ struct Row {
   double cold_seconds = 0;  // the first read, mapping included
   double memcpy_gbps = 0;
   std::string note;
+
+  // sluice / ucx_perftest, and sluice / the 1-GET run (0 where that run is missing).
+  double ratio() const { return perftest_gbps > 0 ? gbps / perftest_gbps : 0.0; }
+  double region_ratio() const {
+    return perftest_region_gbps > 0 ? gbps / perftest_region_gbps : 0.0;
+  }
 };
 
 // A transfer-source process serving `bytes` of test data (stopped when this object goes).
@@ -202,17 +208,15 @@ void print_table(const std::vector<Row>& rows) {
               "chunk", "seconds", "GB/s", "perftest GB/s", "sluice/perftest", "first read s",
               "memcpy GB/s", "1-GET perftest", "sluice/1-GET");
   for (const auto& r : rows) {
-    double ratio = r.perftest_gbps > 0 ? r.gbps / r.perftest_gbps : 0.0;
-    double ratio_region = r.perftest_region_gbps > 0 ? r.gbps / r.perftest_region_gbps : 0.0;
     // The 1-GET columns stay "-" where that run was skipped or failed (see the loop below).
     std::string region = "-", region_ratio = "-";
     if (r.perftest_region_gbps > 0) {
       region = fmt::format("{:.3f}", r.perftest_region_gbps);
-      region_ratio = fmt::format("{:.3f}", ratio_region);
+      region_ratio = fmt::format("{:.3f}", r.region_ratio());
     }
     std::printf("%-9s %10s %10s %9.3f %9.3f %14.3f %16.3f %12.3f %12.3f %14s %13s%s\n",
                 r.transport.c_str(), format_bytes(r.bytes).c_str(), format_bytes(r.chunk).c_str(),
-                r.seconds, r.gbps, r.perftest_gbps, ratio, r.cold_seconds, r.memcpy_gbps,
+                r.seconds, r.gbps, r.perftest_gbps, r.ratio(), r.cold_seconds, r.memcpy_gbps,
                 region.c_str(), region_ratio.c_str(), r.note.c_str());
   }
   std::printf(
@@ -471,8 +475,7 @@ int run_bench_transfer(const BenchTransferArgs& args, const std::vector<std::str
     row.gbps = (*r)["gbps"].get<double>();
     row.perftest_gbps = *p;
     row.perftest_region_gbps = best_region;
-    double ratio = row.perftest_gbps > 0 ? row.gbps / row.perftest_gbps : 0.0;
-    row.note = ratio >= 0.95 ? "  (>= 0.95 of perftest)" : "  (below 0.95 of perftest)";
+    row.note = row.ratio() >= 0.95 ? "  (>= 0.95 of perftest)" : "  (below 0.95 of perftest)";
     rows.push_back(row);
     if (args.json) {
       nlohmann::json j;
@@ -482,10 +485,10 @@ int run_bench_transfer(const BenchTransferArgs& args, const std::vector<std::str
       j["seconds"] = row.seconds;
       j["gbps"] = row.gbps;
       j["perftest_gbps"] = row.perftest_gbps;
-      j["ratio"] = ratio;
+      j["ratio"] = row.ratio();
       if (row.perftest_region_gbps > 0) {
         j["perftest_region_gbps"] = row.perftest_region_gbps;
-        j["ratio_region"] = row.gbps / row.perftest_region_gbps;
+        j["ratio_region"] = row.region_ratio();
       } else {
         j["perftest_region_gbps"] = nullptr;
         j["ratio_region"] = nullptr;
