@@ -461,42 +461,38 @@ core::Result<TrainStats> Learner::train(const std::vector<Sample>& batch) {
   return stats;
 }
 
-core::Result<EvalStats> Learner::evaluate() {
+core::Result<std::vector<Learner::Generated>> Learner::generate(
+    const std::vector<rl::Prompt>& prompts, float temperature, std::uint32_t max_new_tokens,
+    std::uint64_t& rng) {
+  if (max_new_tokens == 0) return core::invalid_argument("generate: max_new_tokens must be >= 1");
   // Caches for a chunk of prompts at a time bound the memory (about 220 KB each by default).
   constexpr std::size_t kChunk = 64;
-  const std::size_t n = config_.eval_prompts;
-  EvalStats stats;
-  stats.prompts = n;
+  const std::size_t n = prompts.size();
+  const std::size_t vocab = static_cast<std::size_t>(config_.gpt.vocab);
+  std::vector<Generated> out(n);
   std::vector<float> logits;
-  double correct = 0.0, reward = 0.0, length = 0.0;
-  std::map<std::uint32_t, EvalStats::ByTerms> by_terms;
   for (std::size_t c0 = 0; c0 < n; c0 += kChunk) {
-    const std::size_t c1 = std::min(n, c0 + kChunk);
-    const std::size_t m = c1 - c0;
-    std::vector<rl::Prompt> prompts;
+    const std::size_t m = std::min(n, c0 + kChunk) - c0;
     std::vector<model::KvCache> caches(m);
-    std::vector<std::vector<rl::Token>> responses(m);
     std::vector<std::vector<float>> next(m);  // the logits each sequence continues from
-    for (std::size_t i = 0; i < m; ++i) {
-      SLUICE_ASSIGN_OR_RETURN(rl::Prompt p, task_.heldout_prompt(c0 + i));
-      caches[i] = model_->make_cache();
-      SLUICE_TRY(model_->prefill(caches[i], p.tokens, next[i]));
-      prompts.push_back(std::move(p));
-    }
     std::vector<std::size_t> active(m);
-    for (std::size_t i = 0; i < m; ++i)
+    for (std::size_t i = 0; i < m; ++i) {
+      caches[i] = model_->make_cache();
+      SLUICE_TRY(model_->prefill(caches[i], prompts[c0 + i].tokens, next[i]));
       active[i] = i;
-    std::uint64_t rng = 0;  // untouched by greedy sampling
+    }
     while (!active.empty()) {
       std::vector<std::size_t> still;
       std::vector<model::KvCache*> feed;
       std::vector<std::int32_t> tokens;
       for (std::size_t i : active) {
-        SLUICE_ASSIGN_OR_RETURN(model::Sampled s, model::sample(next[i], 0.0f, rng));
-        responses[i].push_back(s.token);
-        const bool done = s.token == rl::Tokenizer::kEos ||
-                          responses[i].size() >= config_.eval_max_new_tokens ||
-                          caches[i].length() >= caches[i].capacity();
+        SLUICE_ASSIGN_OR_RETURN(model::Sampled s, model::sample(next[i], temperature, rng));
+        Generated& g = out[c0 + i];
+        g.tokens.push_back(s.token);
+        g.logprobs.push_back(s.logprob);
+        const bool done = s.token == rl::Tokenizer::kEos || g.tokens.size() >= max_new_tokens ||
+                          prompts[c0 + i].tokens.size() + g.tokens.size() >=
+                              static_cast<std::size_t>(caches[i].capacity());
         if (done) continue;
         still.push_back(i);
         feed.push_back(&caches[i]);
@@ -504,7 +500,6 @@ core::Result<EvalStats> Learner::evaluate() {
       }
       if (!still.empty()) {
         SLUICE_TRY(model_->decode(feed, tokens, logits));
-        const std::size_t vocab = static_cast<std::size_t>(config_.gpt.vocab);
         for (std::size_t r = 0; r < still.size(); ++r) {
           next[still[r]].assign(logits.begin() + static_cast<std::ptrdiff_t>(r * vocab),
                                 logits.begin() + static_cast<std::ptrdiff_t>((r + 1) * vocab));
@@ -512,17 +507,35 @@ core::Result<EvalStats> Learner::evaluate() {
       }
       active = std::move(still);
     }
-    for (std::size_t i = 0; i < m; ++i) {
-      const bool right = task_.correct(prompts[i], responses[i]);
-      correct += right ? 1.0 : 0.0;
-      const auto terms = static_cast<std::uint32_t>(prompts[i].terms.size());
-      auto& k = by_terms[terms];
-      k.terms = terms;
-      ++k.prompts;
-      k.correct += right ? 1 : 0;
-      reward += task_.reward(prompts[i], responses[i]);
-      length += static_cast<double>(responses[i].size());
-    }
+  }
+  return out;
+}
+
+core::Result<EvalStats> Learner::evaluate() {
+  const std::size_t n = config_.eval_prompts;
+  EvalStats stats;
+  stats.prompts = n;
+  std::vector<rl::Prompt> prompts;
+  for (std::size_t i = 0; i < n; ++i) {
+    SLUICE_ASSIGN_OR_RETURN(rl::Prompt p, task_.heldout_prompt(i));
+    prompts.push_back(std::move(p));
+  }
+  std::uint64_t rng = 0;  // untouched by greedy decoding
+  SLUICE_ASSIGN_OR_RETURN(std::vector<Generated> responses,
+                          generate(prompts, 0.0f, config_.eval_max_new_tokens, rng));
+  double correct = 0.0, reward = 0.0, length = 0.0;
+  std::map<std::uint32_t, EvalStats::ByTerms> by_terms;
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::vector<rl::Token>& r = responses[i].tokens;
+    const bool right = task_.correct(prompts[i], r);
+    correct += right ? 1.0 : 0.0;
+    const auto terms = static_cast<std::uint32_t>(prompts[i].terms.size());
+    auto& k = by_terms[terms];
+    k.terms = terms;
+    ++k.prompts;
+    k.correct += right ? 1 : 0;
+    reward += task_.reward(prompts[i], r);
+    length += static_cast<double>(r.size());
   }
   const double count = static_cast<double>(n);
   stats.accuracy = correct / count;

@@ -195,6 +195,18 @@ class Learner {
   // prompts, each up to eval_max_new_tokens tokens or EOS.
   core::Result<EvalStats> evaluate();
 
+  // One response per prompt from the current weights: KV-cache prefill, then batched decode,
+  // each response up to max_new_tokens tokens, EOS, or until prompt + response fill the context.
+  // Tokens are drawn at `temperature` (0: greedy) from `rng` (see model::sample); logprobs[j] is
+  // what model::sample reports for token j. The model's weights are not changed.
+  struct Generated {
+    std::vector<rl::Token> tokens;
+    std::vector<float> logprobs;
+  };
+  core::Result<std::vector<Generated>> generate(const std::vector<rl::Prompt>& prompts,
+                                                float temperature, std::uint32_t max_new_tokens,
+                                                std::uint64_t& rng);
+
   // A checkpoint: the config's model shape, the weights, the RL optimizer's state and the step
   // count, in one binary file (written to a temporary name, then renamed). load() needs a learner
   // with the same model shape; a file of another shape or a damaged file is an error and leaves

@@ -154,6 +154,59 @@ TEST_SUITE("learner") {
     CHECK(again->mean_response_tokens == after->mean_response_tokens);
   }
 
+  TEST_CASE("generate samples within the caps, with the training pass's log-probs") {
+    auto l = make(small_config());
+    std::vector<rl::Prompt> prompts;
+    for (std::uint64_t i = 0; i < 70; ++i) {  // more than one chunk of 64
+      auto p = l->task().train_prompt(i);
+      REQUIRE(p.is_ok());
+      prompts.push_back(*p);
+    }
+    const std::vector<float> before(l->model().params(),
+                                    l->model().params() + l->model().param_count());
+    std::uint64_t rng = 7;
+    auto out = l->generate(prompts, 1.0f, 100, rng);
+    REQUIRE_MESSAGE(out.is_ok(), out.status().to_string());
+    REQUIRE(out->size() == prompts.size());
+    std::vector<rl::Trajectory> trajs;
+    bool some_long = false;
+    for (std::size_t i = 0; i < prompts.size(); ++i) {
+      const auto& g = (*out)[i];
+      REQUIRE(!g.tokens.empty());
+      CHECK(g.logprobs.size() == g.tokens.size());
+      CHECK(prompts[i].tokens.size() + g.tokens.size() <= 16);  // the context
+      some_long = some_long || prompts[i].tokens.size() + g.tokens.size() == 16;
+      rl::Trajectory t;
+      t.prompt_tokens = prompts[i].tokens;
+      t.response_tokens = g.tokens;
+      trajs.push_back(t);
+    }
+    CHECK(some_long);  // an untrained model rarely says EOS: responses run to the context
+    // At temperature 1 the sampled log-probs are the model's own, as the training pass has them.
+    auto lp = l->response_logprobs(trajs);
+    REQUIRE(lp.is_ok());
+    for (std::size_t i = 0; i < trajs.size(); ++i) {
+      for (std::size_t j = 0; j < trajs[i].response_tokens.size(); ++j)
+        CHECK((*lp)[i][j] == doctest::Approx((*out)[i].logprobs[j]).epsilon(1e-4));
+    }
+    CHECK(std::memcmp(before.data(), l->model().params(), before.size() * sizeof(float)) == 0);
+    // The same seed draws the same tokens; another seed others; max_new_tokens caps each.
+    std::uint64_t same = 7, other = 8;
+    auto again = l->generate(prompts, 1.0f, 100, same);
+    auto different = l->generate(prompts, 1.0f, 100, other);
+    auto capped = l->generate(prompts, 1.0f, 3, other);
+    REQUIRE((again.is_ok() && different.is_ok() && capped.is_ok()));
+    bool differs = false;
+    for (std::size_t i = 0; i < prompts.size(); ++i) {
+      CHECK((*again)[i].tokens == (*out)[i].tokens);
+      differs = differs || (*different)[i].tokens != (*out)[i].tokens;
+      CHECK((*capped)[i].tokens.size() <= 3);
+    }
+    CHECK(differs);
+    std::uint64_t zero = 0;
+    CHECK_FALSE(l->generate(prompts, 1.0f, 0, zero).is_ok());
+  }
+
   TEST_CASE("a GRPO step raises the rewarded response and lowers the other") {
     auto l = make(small_config());
     const rl::Trajectory good = trajectory(*l, 0, gold(*l, 0), 1.0, "p0/0");
