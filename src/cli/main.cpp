@@ -9,6 +9,7 @@
 
 #include "cli/bench_broadcast.hpp"
 #include "cli/bench_e2e.hpp"
+#include "cli/bench_learner.hpp"
 #include "cli/commands.hpp"
 #include "cli/compare.hpp"
 #include "cli/transfer_cmds.hpp"
@@ -154,6 +155,24 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::Range(1u, 20u));
   bench_e2e->add_flag("--json", be.json, "one JSON object per mode");
+  sluice::cli::BenchLearnerArgs bl;
+  auto* bench_learner = bench_cmd->add_subcommand(
+      "learner", "variants of the RL learner side by side: on-policy updates in one process");
+  bench_learner->add_option("job", bl.job, "job file (actor.policy gpt)")->required();
+  bench_learner->add_option("--set", bl.overrides, "override a job field on every variant");
+  bench_learner->add_option("--variant", bl.variants,
+                            "'LABEL: key=value ...', job fields that this variant changes "
+                            "(repeatable; the job as given is the first row)");
+  bench_learner->add_option("--updates", bl.updates,
+                            "updates per variant (default: manager.prompts / prompts per batch)");
+  bench_learner->add_option("--eval-every", bl.eval_every,
+                            "held-out evaluation every N updates (default: actor.eval_every)");
+  bench_learner
+      ->add_option("--rounds", bl.rounds,
+                   "run every variant this many times with other samples; report the median")
+      ->capture_default_str()
+      ->check(CLI::Range(1u, 20u));
+  bench_learner->add_flag("--json", bl.json, "one JSON object per variant");
   auto* bench_broadcast_run = bench_cmd->add_subcommand("broadcast-run", "one broadcast run");
   bench_broadcast_run->group("");
   bench_broadcast_run->add_option("--design", bb.design);
@@ -256,6 +275,7 @@ int main(int argc, char** argv) {
     return sluice::cli::run_compare(compare_dirs[0], compare_dirs[1], compare_within);
   }
   if (bench_e2e->parsed()) return sluice::cli::run_bench_e2e(be, environment());
+  if (bench_learner->parsed()) return sluice::cli::run_bench_learner(bl);
   if (bench_transfer->parsed()) return sluice::cli::run_bench_transfer(bt, environment());
   if (bench_broadcast->parsed()) return sluice::cli::run_bench_broadcast(bb, environment());
   if (bench_broadcast_run->parsed()) {
