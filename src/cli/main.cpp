@@ -52,6 +52,11 @@ const std::vector<std::string>& environment() {
   return env;
 }
 
+// --rounds of a bench: how many times each row runs, 1 to 20.
+void add_rounds(CLI::App* bench, std::uint32_t& rounds, const std::string& what) {
+  bench->add_option("--rounds", rounds, what)->capture_default_str()->check(CLI::Range(1u, 20u));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -149,11 +154,8 @@ int main(int argc, char** argv) {
   bench_e2e->add_option("--set", be.overrides, "override a workload field: key=value");
   bench_e2e->add_option("--rollouts", be.rollouts, "rollouts (default: the workload's, 16)");
   bench_e2e->add_option("--prompts", be.prompts, "prompts per mode (default: the workload's)");
-  bench_e2e
-      ->add_option("--rounds", be.rounds,
-                   "run every mode this many times in turn; report each mode's median round")
-      ->capture_default_str()
-      ->check(CLI::Range(1u, 20u));
+  add_rounds(bench_e2e, be.rounds,
+             "run every mode this many times in turn; report each mode's median round");
   bench_e2e->add_flag("--json", be.json, "one JSON object per mode");
   sluice::cli::BenchLearnerArgs bl;
   auto* bench_learner = bench_cmd->add_subcommand(
@@ -167,11 +169,8 @@ int main(int argc, char** argv) {
                             "updates per variant (default: manager.prompts / prompts per batch)");
   bench_learner->add_option("--eval-every", bl.eval_every,
                             "held-out evaluation every N updates (default: actor.eval_every)");
-  bench_learner
-      ->add_option("--rounds", bl.rounds,
-                   "run every variant this many times with other samples; report the median")
-      ->capture_default_str()
-      ->check(CLI::Range(1u, 20u));
+  add_rounds(bench_learner, bl.rounds,
+             "run every variant this many times with other samples; report the median");
   bench_learner->add_flag("--json", bl.json, "one JSON object per variant");
   auto* bench_broadcast_run = bench_cmd->add_subcommand("broadcast-run", "one broadcast run");
   bench_broadcast_run->group("");
