@@ -251,7 +251,9 @@ struct Relay::Impl {
            !busy(copies.front()) && copies.front().unreported.empty()) {
       Copy& old = copies.front();
       auto drained = store->unpublish(config.relay_id, old.manifest.model, old.manifest.version);
-      if (drained.is_ok() && !*drained) return;  // leases still out
+      // Leases still out, or no answer (a store that restarted does not know this copy until
+      // the relay re-registers): freed only once the store says it drained.
+      if (!drained.is_ok() || !*drained) return;
       retired.add(std::move(old.buffer));
       copies.pop_front();
     }

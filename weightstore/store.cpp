@@ -156,6 +156,9 @@ Status WeightStore::unpublish(const std::string& holder_id, const std::string& m
 
 core::Result<bool> WeightStore::drained(const std::string& holder_id, const std::string& model,
                                         std::uint64_t version) const {
+  if (!holders_.count(holder_id)) {
+    return core::not_found("no holder '" + holder_id + "': whether its readers drained is unknown");
+  }
   for (const auto& [id, l] : leases_) {
     if (l.model != model || l.version != version) continue;
     if (std::find(l.holders.begin(), l.holders.end(), holder_id) != l.holders.end()) return false;

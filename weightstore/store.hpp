@@ -116,7 +116,9 @@ class WeightStore {
   core::Status unpublish(const std::string& holder_id, const std::string& model,
                          std::uint64_t version);
   // Whether an unpublished copy may be freed: no lease on it is still active, and no relay that
-  // is still receiving the version was last pointed at it by chain_source.
+  // is still receiving the version was last pointed at it by chain_source. not_found when the
+  // store does not know the holder (it restarted, or the holder expired): "unknown", never
+  // "drained", so that nobody frees memory a reader may still be reading on the store's word.
   core::Result<bool> drained(const std::string& holder_id, const std::string& model,
                              std::uint64_t version) const;
 

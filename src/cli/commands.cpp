@@ -146,19 +146,10 @@ int run_role(const RoleArgs& args, const std::vector<std::string>& environment) 
   return 1;
 }
 
-int run_job(const std::string& job_path, const std::vector<std::string>& overrides,
-            const std::string& out_dir, const std::vector<std::string>& environment) {
-  auto job = core::config::load<JobConfig>(job_path, overrides);
-  if (job.is_ok()) {
-    if (!out_dir.empty()) job->out_dir = out_dir;
-    core::Status v = job->validate();
-    if (!v.is_ok()) job = v.with_context(job_path);
-  }
-  if (!job.is_ok()) {
-    std::fprintf(stderr, "sluice run: %s\n", job.status().to_string().c_str());
-    return 2;
-  }
-  auto r = run_local_job(*job, self_exe(), environment);
+namespace {
+
+// Prints what a finished job did (sluice run, sluice run --resume).
+int print_job_result(const JobConfig& job, const core::Result<JobResult>& r) {
   if (!r.is_ok()) {
     std::fprintf(stderr, "sluice run: %s\n", r.status().to_string().c_str());
     return 1;
@@ -168,13 +159,17 @@ int run_job(const std::string& job_path, const std::vector<std::string>& overrid
   std::printf(
       "job %s (%s) done in %.1f s: %llu steps, %llu trained tokens (%.0f tokens/s), "
       "staleness mean %.2f max %llu, %llu duplicates refused, %llu repack moves\n",
-      job->name.c_str(), m.value("mode", std::string()).c_str(), a.value("wall_s", 0.0),
+      job.name.c_str(), m.value("mode", std::string()).c_str(), a.value("wall_s", 0.0),
       static_cast<unsigned long long>(a.value("steps", 0ull)),
       static_cast<unsigned long long>(a.value("trained_tokens", 0ull)),
       a.value("tokens_per_s", 0.0), a.value("staleness_mean", 0.0),
       static_cast<unsigned long long>(a.value("staleness_max", 0ull)),
       static_cast<unsigned long long>(a.value("duplicates", 0ull)),
       static_cast<unsigned long long>(m.value("repack_moves", 0ull)));
+  for (const auto& [name, rs] : r->restarts.items()) {
+    std::printf("restarted: %s %llu times\n", name.c_str(),
+                static_cast<unsigned long long>(rs.value("restarts", 0ull)));
+  }
   for (const auto& e : r->events)
     std::printf("event: %s\n", e.c_str());
   double before = a.value("initial_accuracy", -1.0), after = a.value("final_accuracy", -1.0);
@@ -191,6 +186,33 @@ int run_job(const std::string& job_path, const std::vector<std::string>& overrid
   std::printf("run folder: %s (report.html, metrics.jsonl, final_weights.safetensors)\n",
               r->dir.c_str());
   return 0;
+}
+
+}  // namespace
+
+int run_job(const std::string& job_path, const std::vector<std::string>& overrides,
+            const std::string& out_dir, const std::vector<std::string>& environment) {
+  auto job = core::config::load<JobConfig>(job_path, overrides);
+  if (job.is_ok()) {
+    if (!out_dir.empty()) job->out_dir = out_dir;
+    core::Status v = job->validate();
+    if (!v.is_ok()) job = v.with_context(job_path);
+  }
+  if (!job.is_ok()) {
+    std::fprintf(stderr, "sluice run: %s\n", job.status().to_string().c_str());
+    return 2;
+  }
+  return print_job_result(*job, run_local_job(*job, self_exe(), environment));
+}
+
+int resume_job(const std::string& run_dir, const std::vector<std::string>& environment) {
+  auto job = load_run_job(run_dir);
+  if (!job.is_ok()) {
+    std::fprintf(stderr, "sluice run --resume: %s\n", job.status().to_string().c_str());
+    return 2;
+  }
+  std::fprintf(stderr, "sluice run: resuming %s from %s\n", job->name.c_str(), run_dir.c_str());
+  return print_job_result(*job, run_local_job(*job, self_exe(), environment, nullptr, true));
 }
 
 int run_ping(const PingArgs& args) {

@@ -24,6 +24,8 @@ int run_role(const RoleArgs& args, const std::vector<std::string>& environment);
 // `sluice run JOB.json`: a whole job on this machine (see cli/job.hpp).
 int run_job(const std::string& job_path, const std::vector<std::string>& overrides,
             const std::string& out_dir, const std::vector<std::string>& environment);
+// `sluice run --resume RUN_DIR`: the job of that run folder, continued.
+int resume_job(const std::string& run_dir, const std::vector<std::string>& environment);
 int run_ping(const PingArgs& args);
 
 }  // namespace sluice::cli

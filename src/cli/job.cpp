@@ -15,6 +15,7 @@
 #include <deque>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <memory>
 
 #include "cli/report.hpp"
@@ -37,6 +38,9 @@ core::Status JobConfig::validate() const {
   if (rollouts == 0) return core::invalid_argument("rollouts must be at least 1");
   if (relays == 0) return core::invalid_argument("relays must be at least 1");
   if (timeout_s <= 0) return core::invalid_argument("timeout_s must be positive");
+  if (duration_s < 0) return core::invalid_argument("duration_s must not be negative");
+  SLUICE_TRY(restart.validate());
+  SLUICE_TRY(chaos.validate().with_context("chaos"));
   SLUICE_TRY(hosts.validate());
   SLUICE_TRY(log::parse_level(log_level).status());
   if (!mode.empty()) {
@@ -44,9 +48,10 @@ core::Status JobConfig::validate() const {
     m.mode = mode;
     SLUICE_TRY(m.validate().with_context("mode"));
   }
-  if (manager.prompts == 0 && actor.steps == 0) {
+  if (manager.prompts == 0 && actor.steps == 0 && duration_s == 0) {
     return core::invalid_argument(
-        "the job never ends: set manager.prompts (prompts in the job) or actor.steps");
+        "the job never ends: set manager.prompts (prompts in the job), actor.steps or "
+        "duration_s");
   }
   // The task is configured in each role that uses it: the manager draws prompts from it, the
   // rollouts score with it, the actor warms up and evaluates on it. They must agree, or rewards
@@ -123,6 +128,43 @@ class MetricsTail {
   double reward_ = 0, tokens_per_s_ = 0, staleness_ = 0, accuracy_ = -1;
 };
 
+// Versions seen going backwards, checked from the outside while the job runs: the manager's
+// newest version, and the version each rollout process has loaded (a restarted rollout is a new
+// reader; until it loads a version it reports 0, which is not counted).
+class VersionWatch {
+ public:
+  void observe(const json& status, Supervisor& sup) {
+    if (!status.is_object() || status.empty()) return;
+    std::uint64_t latest = status.value("latest", 0ull);
+    if (latest < latest_) {
+      ++backwards_;
+      log::warn("sluice run: the manager's newest version went from {} to {}", latest_, latest);
+    }
+    latest_ = std::max(latest_, latest);
+    for (const auto& r : status.value("rollouts", json::array())) {
+      std::string id = r.value("id", std::string());
+      std::uint64_t v = r.value("version", 0ull);
+      Supervisor::Proc* p = sup.find(id);
+      if (!p || v == 0 || !r.value("alive", false)) continue;
+      auto& [incarnation, seen] = readers_[id];
+      if (incarnation != p->restarts) {
+        incarnation = p->restarts;
+        seen = 0;
+      }
+      if (v < seen) {
+        ++backwards_;
+        log::warn("sluice run: {} went from version {} to {}", id, seen, v);
+      }
+      seen = std::max(seen, v);
+    }
+  }
+  json to_json() const { return json{{"versions_backwards", backwards_}, {"latest", latest_}}; }
+
+ private:
+  std::uint64_t latest_ = 0, backwards_ = 0;
+  std::map<std::string, std::pair<std::uint32_t, std::uint64_t>> readers_;
+};
+
 // What a crashed role's log says about the crash: from UCX's "Caught signal" report (its
 // backtrace follows) when the log's last lines have one, else its last `n` lines.
 std::vector<std::string> crash_lines(const fs::path& path, std::size_t n) {
@@ -163,15 +205,6 @@ core::Result<int> free_port() {
   return port;
 }
 
-struct Child {
-  std::string name;
-  std::string role;
-  std::unique_ptr<core::Subprocess> proc;
-  bool expected_dead = false;  // chaos killed it
-  bool reported = false;
-  bool stopped = false;  // SIGSTOPped by chaos
-};
-
 template <typename T>
 core::Status write_role_file(const fs::path& path, const std::string& level, const char* section,
                              const T& cfg) {
@@ -184,9 +217,20 @@ core::Status write_role_file(const fs::path& path, const std::string& level, con
 
 }  // namespace
 
+core::Result<JobConfig> load_run_job(const std::string& run_dir) {
+  fs::path path = fs::path(run_dir) / "job.json";
+  if (!fs::exists(path)) {
+    return core::not_found(
+        fmt::format("{} is not a run folder: it has no job.json (sluice run writes one)", run_dir));
+  }
+  SLUICE_ASSIGN_OR_RETURN(JobConfig job, core::config::load<JobConfig>(path.string(), {}));
+  job.out_dir = run_dir;
+  return job;
+}
+
 core::Result<JobResult> run_local_job(JobConfig job, const std::string& sluice_exe,
                                       const std::vector<std::string>& environment,
-                                      std::shared_ptr<EmulatedHosts> hosts) {
+                                      std::shared_ptr<EmulatedHosts> hosts, bool resume) {
   // Every role of a local job runs on this host, so weights move over shared memory. Unless the
   // user chose the transports, the job's data plane uses shared memory only: with TCP enabled as
   // well, UCX 1.13 aborts a holder (a relay, the actor) when a rollout that was reading from it
@@ -236,6 +280,9 @@ core::Result<JobResult> run_local_job(JobConfig job, const std::string& sluice_e
     job.out_dir = fmt::format("runs/{}-{}-{}", job.name, stamp, ::getpid());
   }
   fs::path dir(job.out_dir);
+  if (resume && !fs::exists(dir / "job.json")) {
+    return core::not_found(fmt::format("cannot resume {}: it has no job.json", dir.string()));
+  }
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec)
@@ -268,49 +315,28 @@ core::Result<JobResult> run_local_job(JobConfig job, const std::string& sluice_e
   loop->handle_shutdown_signals();
   loop->on_shutdown([&](int) { interrupted = true; });
 
-  std::vector<Child> children;
   JobResult result;
   auto job_start = Clock::now();
   result.dir = dir.string();
-  // The weight store goes last: holders that leave withdraw their copies through it first.
-  auto stop_all = [&] {
-    for (bool store : {false, true}) {
-      for (auto& c : children) {
-        if ((c.role == "weightstore") != store) continue;
-        if (c.stopped) c.proc->signal(SIGCONT).ignore();
-        if (c.proc->running()) c.proc->signal(SIGTERM).ignore();
-      }
-      for (auto& c : children) {
-        if ((c.role == "weightstore") != store) continue;
-        if (!c.proc->wait(Millis(3000)).is_ok()) {
-          c.proc->signal(SIGKILL).ignore();
-          c.proc->wait(Millis(2000)).ignore();
-        }
-      }
-    }
-  };
-  auto start = [&](const std::string& name, const std::string& role, const fs::path& cfg,
-                   const std::string& ready, std::uint32_t host = 0) -> core::Status {
-    core::Subprocess::Options o;
-    if (hosts && host > 0) o.argv = hosts->exec_prefix(host);
+  Supervisor sup(job.restart, dir / "events.jsonl", job_start);
+  if (resume) sup.event("resumed", nullptr, json{{"run_dir", dir.string()}});
+  auto spec = [&](const std::string& name, const std::string& role, const fs::path& cfg,
+                  const std::string& ready, std::uint32_t host = 0) {
+    ProcessSpec ps;
+    ps.name = name;
+    ps.role = role;
+    if (hosts && host > 0) ps.argv = hosts->exec_prefix(host);
     for (const auto& a : {sluice_exe, role, std::string("--config"), cfg.string()})
-      o.argv.push_back(a);
-    o.extra_env = child_env;
-    o.stderr_path = (dir / (name + ".log")).string();
-    SLUICE_ASSIGN_OR_RETURN(auto p, core::Subprocess::spawn(o));
-    auto line = p->read_line(Millis(30000));
-    if (!line.is_ok() || line->rfind(ready, 0) != 0) {
-      p->signal(SIGKILL).ignore();
-      return core::unavailable(fmt::format("{} did not come up ({}); see {}", name,
-                                           line.is_ok() ? *line : line.status().to_string(),
-                                           o.stderr_path));
-    }
-    children.push_back(Child{name, role, std::move(p)});
-    return {};
+      ps.argv.push_back(a);
+    ps.env = child_env;
+    ps.log_path = (dir / (name + ".log")).string();
+    ps.ready = ready;
+    ps.clean_exit_ends = role == "actor" || role == "rollout";
+    return ps;
   };
   auto started_ok = [&]() -> core::Status {
     SLUICE_TRY(write_role_file(dir / "weightstore.json", job.log_level, "store", job.store));
-    SLUICE_TRY(start("weightstore", "weightstore", dir / "weightstore.json", "endpoint"));
+    SLUICE_TRY(sup.start(spec("weightstore", "weightstore", dir / "weightstore.json", "endpoint")));
     for (std::uint32_t i = 0; i < job.relays; ++i) {
       relay::RelayConfig rc = job.relay;
       rc.relay_id = fmt::format("relay-{}", i);
@@ -318,12 +344,12 @@ core::Result<JobResult> run_local_job(JobConfig job, const std::string& sluice_e
       if (hosts) rc.host = EmulatedHosts::label(host);
       auto path = dir / fmt::format("relay-{}.json", i);
       SLUICE_TRY(write_role_file(path, job.log_level, "relay", rc));
-      SLUICE_TRY(start(rc.relay_id, "relay", path, "relay", host));
+      SLUICE_TRY(sup.start(spec(rc.relay_id, "relay", path, "relay", host)));
     }
     SLUICE_TRY(
         write_role_file(dir / "rollout-manager.json", job.log_level, "manager", job.manager));
-    SLUICE_TRY(
-        start("rollout-manager", "rollout-manager", dir / "rollout-manager.json", "endpoint"));
+    SLUICE_TRY(sup.start(
+        spec("rollout-manager", "rollout-manager", dir / "rollout-manager.json", "endpoint")));
     for (std::uint32_t i = 0; i < job.rollouts; ++i) {
       rollout::RolloutConfig rc = job.rollout;
       rc.rollout_id = fmt::format("rollout-{}", i);
@@ -332,16 +358,16 @@ core::Result<JobResult> run_local_job(JobConfig job, const std::string& sluice_e
       if (hosts) rc.host = EmulatedHosts::label(host);
       auto path = dir / fmt::format("rollout-{}.json", i);
       SLUICE_TRY(write_role_file(path, job.log_level, "rollout", rc));
-      SLUICE_TRY(start(rc.rollout_id, "rollout", path, "rollout", host));
+      SLUICE_TRY(sup.start(spec(rc.rollout_id, "rollout", path, "rollout", host)));
     }
     // The actor's metric times count from the job's start.
     job.actor.start_offset_s = seconds(Clock::now() - job_start);
     SLUICE_TRY(write_role_file(dir / "actor.json", job.log_level, "actor", job.actor));
-    SLUICE_TRY(start("actor", "actor", dir / "actor.json", "actor"));
+    SLUICE_TRY(sup.start(spec("actor", "actor", dir / "actor.json", "actor")));
     return {};
   }();
   if (!started_ok.is_ok()) {
-    stop_all();
+    sup.stop_all();
     return started_ok;
   }
 
@@ -353,11 +379,27 @@ core::Result<JobResult> run_local_job(JobConfig job, const std::string& sluice_e
 
   auto t0 = Clock::now();
   auto next_progress = t0;
+  auto next_watch = t0;
+  VersionWatch watch;
   MetricsTail actor_metrics(dir / "metrics.jsonl");
   bool chaos_killed = false, chaos_stopped = false;
   int manager_pause = 0;  // 0 not yet, 1 paused, 2 resumed
+  ChaosSchedule chaos(job.chaos, sup);
   core::Status outcome;
-  Child* actor_child = &children.back();
+  Supervisor::Proc* actor_proc = sup.find("actor");
+  auto by_role = [&](const std::string& role, bool last) -> Supervisor::Proc* {
+    Supervisor::Proc* found = nullptr;
+    for (auto& p : sup.procs()) {
+      if (p->spec.role != role || p->state != Supervisor::State::kRunning) continue;
+      found = p.get();
+      if (!last) break;
+    }
+    return found;
+  };
+  auto note = [&](const std::string& what) {
+    result.events.push_back(what);
+    std::fprintf(stderr, "sluice run: %s\n", what.c_str());
+  };
   while (true) {
     loop->run_until([&] { return interrupted; }, Millis(100));
     double elapsed = seconds(Clock::now() - t0);
@@ -369,75 +411,90 @@ core::Result<JobResult> run_local_job(JobConfig job, const std::string& sluice_e
       outcome = core::timeout_error(fmt::format("job did not finish within {} s", job.timeout_s));
       break;
     }
-    // Chaos: the first rollout.
+    if (job.duration_s > 0 && elapsed >= job.duration_s) {
+      // A job measured over a fixed time: the actor stops where it is and writes its summary.
+      if (actor_proc->state == Supervisor::State::kRunning) {
+        actor_proc->proc->signal(SIGTERM).ignore();
+        auto code = actor_proc->proc->wait(Millis(20000));
+        if (!code.is_ok()) actor_proc->proc->signal(SIGKILL).ignore();
+      }
+      std::ifstream f(job.actor.summary_path);
+      result.actor = json::parse(f, nullptr, false);
+      if (result.actor.is_discarded()) result.actor = json::object();
+      note(fmt::format("{:.1f}s: stopped after duration_s {}", elapsed, job.duration_s));
+      break;
+    }
+    // Chaos: the first rollout killed once (the older, single-kill setting).
     if (job.kill_rollout_after_s > 0 && !chaos_killed && elapsed >= job.kill_rollout_after_s) {
-      for (auto& c : children) {
-        if (c.role != "rollout") continue;
-        c.expected_dead = true;
-        c.proc->signal(SIGKILL).ignore();
-        result.events.push_back(fmt::format("{:.1f}s: chaos killed {}", elapsed, c.name));
-        break;
+      if (auto* p = by_role("rollout", false)) {
+        sup.kill(*p, "kill_rollout_after_s").ignore();
+        result.events.push_back(fmt::format("{:.1f}s: chaos killed {}", elapsed, p->spec.name));
       }
       chaos_killed = true;
     }
     if (job.pause_manager_after_s > 0 && manager_pause < 2 &&
         elapsed >= job.pause_manager_after_s + (manager_pause == 1 ? job.pause_manager_for_s : 0)) {
-      for (auto& c : children) {
-        if (c.role != "rollout-manager") continue;
-        c.stopped = manager_pause == 0;
-        c.proc->signal(manager_pause == 0 ? SIGSTOP : SIGCONT).ignore();
+      if (auto* p = sup.find("rollout-manager"); p && p->proc) {
+        p->stopped = manager_pause == 0;
+        p->proc->signal(manager_pause == 0 ? SIGSTOP : SIGCONT).ignore();
         result.events.push_back(fmt::format("{:.1f}s: chaos {} {}", elapsed,
-                                            manager_pause == 0 ? "paused" : "resumed", c.name));
+                                            manager_pause == 0 ? "paused" : "resumed",
+                                            p->spec.name));
       }
       ++manager_pause;
     }
     if (job.stop_rollout_after_s > 0 && !chaos_stopped && elapsed >= job.stop_rollout_after_s) {
-      for (auto it = children.rbegin(); it != children.rend(); ++it) {
-        if (it->role != "rollout") continue;
-        it->stopped = true;
-        it->proc->signal(SIGSTOP).ignore();
-        result.events.push_back(fmt::format("{:.1f}s: chaos stopped {}", elapsed, it->name));
-        break;
+      if (auto* p = by_role("rollout", true)) {
+        p->stopped = true;
+        p->proc->signal(SIGSTOP).ignore();
+        result.events.push_back(fmt::format("{:.1f}s: chaos stopped {}", elapsed, p->spec.name));
       }
       chaos_stopped = true;
     }
-    // Children that died. The actor's normal exit (status 0) ends the job below; a failed actor
-    // is named here too, beside the roles that died with it.
+    if (auto killed = chaos.due(elapsed); !killed.empty()) {
+      result.events.push_back(fmt::format("{:.1f}s: chaos killed {}", elapsed, killed));
+    }
+    // Children that died: restarted by the supervisor (with backoff, up to their limit). The
+    // actor's normal exit (status 0) ends the job below.
     bool fatal = false;
-    for (auto& c : children) {
-      if (c.reported || c.proc->running()) continue;
-      auto code = c.proc->wait(Millis(0));
-      bool clean = code.is_ok() && *code == 0;
-      c.reported = true;
-      if (&c == actor_child && clean) continue;  // the job's end, handled below
-      if (c.expected_dead) continue;
-      if (c.role == "rollout" && clean) continue;  // the job is done
-      fs::path log_path = dir / (c.name + ".log");
-      std::string what = fmt::format("{:.1f}s: {} exited ({}); its log: {}", elapsed, c.name,
-                                     code.is_ok() ? fmt::format("status {}", *code) : "unknown",
-                                     log_path.string());
-      result.events.push_back(what);
-      std::fprintf(stderr, "sluice run: %s\n", what.c_str());
-      // A crash leaves its reason (UCX's backtrace, an assertion) at the end of the log.
-      if (code.is_ok() && *code > 128) {
-        for (const auto& line : crash_lines(log_path, 12))
-          std::fprintf(stderr, "sluice run:   | %s\n", line.c_str());
+    for (Supervisor::Proc* p : sup.poll()) {
+      if (p == actor_proc && p->last_status == 0) continue;  // the job's end, handled below
+      if (p->spec.role == "rollout" && p->last_status == 0) continue;  // the job is done
+      fs::path log_path = p->spec.log_path;
+      std::string what = fmt::format(
+          "{:.1f}s: {} exited (status {}){}; its log: {}", elapsed, p->spec.name, p->last_status,
+          p->state == Supervisor::State::kBackoff
+              ? fmt::format(", restart {} of {}", p->restarts, job.restart.limit(p->spec.role))
+              : "",
+          log_path.string());
+      // Deaths chaos caused are expected: recorded, not shouted.
+      if (p->kills > 0 && p->last_status == 128 + SIGKILL) {
+        result.events.push_back(what);
+      } else {
+        note(what);
+        // A crash leaves its reason (UCX's backtrace, an assertion) at the end of the log.
+        if (p->last_status > 128 && p->last_status != 128 + SIGKILL) {
+          for (const auto& line : crash_lines(log_path, 12))
+            std::fprintf(stderr, "sluice run:   | %s\n", line.c_str());
+        }
       }
-      if (c.role != "rollout") fatal = true;
+      if (p->state == Supervisor::State::kGaveUp && p->spec.role != "rollout") {
+        note(fmt::format("{:.1f}s: {} is not restarted again ({} restarts)", elapsed, p->spec.name,
+                         p->restarts));
+        fatal = true;
+      }
     }
     if (fatal) {
       outcome = core::unavailable("a role the job cannot do without died (see above)");
       break;
     }
-    if (actor_child->reported) {
-      auto code = actor_child->proc->wait(Millis(1000));
-      std::string out = actor_child->proc->read_all(Millis(2000));
-      auto pos = out.rfind("summary ");
-      if (!code.is_ok() || *code != 0 || pos == std::string::npos) {
-        outcome = core::internal_error(
-            fmt::format("the actor failed ({}); its log: {}",
-                        code.is_ok() ? fmt::format("status {}", *code) : code.status().to_string(),
-                        (dir / "actor.log").string()));
+    if (actor_proc->state == Supervisor::State::kExited) {
+      bool has_summary =
+          std::any_of(actor_proc->output.begin(), actor_proc->output.end(),
+                      [](const std::string& l) { return l.rfind("summary ", 0) == 0; });
+      if (!has_summary) {
+        outcome = core::internal_error(fmt::format(
+            "the actor exited without a summary; its log: {}", (dir / "actor.log").string()));
         break;
       }
       std::ifstream f(job.actor.summary_path);
@@ -448,11 +505,16 @@ core::Result<JobResult> run_local_job(JobConfig job, const std::string& sluice_e
       }
       break;
     }
-    if (job.progress_s > 0 && Clock::now() >= next_progress) {
-      next_progress = Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                         std::chrono::duration<double>(job.progress_s));
+    bool progress_due = job.progress_s > 0 && Clock::now() >= next_progress;
+    if (progress_due || Clock::now() >= next_watch) {
+      next_watch = Clock::now() + Millis(1000);
       json s = manager_status();
-      if (!s.empty()) {
+      watch.observe(s, sup);
+      if (progress_due) {
+        next_progress = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                           std::chrono::duration<double>(job.progress_s));
+      }
+      if (!s.empty() && progress_due) {
         // The fleet's side of the metrics: rollout time stalled on weights, and occupancy.
         double wall = 0, stall = 0, occ = 0;
         for (const auto& ro : s.value("rollouts", json::array())) {
@@ -475,24 +537,30 @@ core::Result<JobResult> run_local_job(JobConfig job, const std::string& sluice_e
         std::string total = job.manager.prompts
                                 ? fmt::format("/{}", job.manager.prompts * job.manager.group_size)
                                 : "";
+        std::string restarts =
+            sup.total_restarts() > 0 ? fmt::format(", restarts {}", sup.total_restarts()) : "";
         actor_metrics.poll();
         std::fprintf(stderr,
                      "[%6.1fs] %s: version %llu, %s, weight-sync stall %.1f%%, trajectories "
-                     "%llu%s, rollouts %zu alive, repack moves %llu\n",
+                     "%llu%s, rollouts %zu alive, repack moves %llu%s\n",
                      elapsed, job.manager.mode.c_str(),
                      static_cast<unsigned long long>(s.value("latest", 0ull)),
                      actor_metrics.describe().c_str(), wall > 0 ? 100.0 * stall / wall : 0.0,
                      static_cast<unsigned long long>(s.value("finished", 0ull)), total.c_str(),
-                     alive, static_cast<unsigned long long>(s.value("repack_moves", 0ull)));
+                     alive, static_cast<unsigned long long>(s.value("repack_moves", 0ull)),
+                     restarts.c_str());
       }
     }
   }
   result.manager = manager_status();
-  stop_all();
+  watch.observe(result.manager, sup);
+  sup.stop_all();
+  result.restarts = sup.restarts_json();
   json summary{
-      {"job", job.name},         {"mode", job.manager.mode},
-      {"actor", result.actor},   {"manager", result.manager},
-      {"events", result.events}, {"outcome", outcome.is_ok() ? "ok" : outcome.to_string()}};
+      {"job", job.name},          {"mode", job.manager.mode},
+      {"actor", result.actor},    {"manager", result.manager},
+      {"events", result.events},  {"restarts", result.restarts},
+      {"watch", watch.to_json()}, {"outcome", outcome.is_ok() ? "ok" : outcome.to_string()}};
   std::ofstream(dir / "summary.json") << summary.dump(2) << "\n";
   // The report: plots of the run, in one self-contained HTML file. A job that failed early may
   // have no metrics; that is a warning, not a second failure.

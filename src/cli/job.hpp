@@ -1,11 +1,12 @@
 // A whole job on this machine (`sluice run JOB.json`, and what `sluice bench e2e` runs once per
 // mode): the weight store, relays, the rollout manager, rollouts and the actor, each its own
 // process on loopback. The launcher writes each role's configuration file into the run folder,
-// starts the roles in order and waits for each to come up, shows live progress, reports a child
-// that dies (a rollout's death is survivable, the job goes on; the store, manager or actor's is
-// not), stops everything on Ctrl-C or when the actor finishes, and writes the run folder:
-// job.json (the effective job), <role>.json (each role's configuration), <role>.log (its
-// stderr), and summary.json (the actor's summary and the manager's final status).
+// starts the roles in order and waits for each to come up, shows live progress, restarts a child
+// that died (cli/supervisor.hpp), stops everything on Ctrl-C or when the actor finishes, and
+// writes the run folder: job.json (the effective job), <role>.json (each role's configuration),
+// <role>.log (its stderr), events.jsonl (starts, deaths, restarts, kills), manager.db and
+// checkpoints/ (the durable state a restarted role recovers from), and summary.json (the actor's
+// summary, the manager's final status, restarts per process).
 //
 // Thread safety: one thread.
 #pragma once
@@ -18,7 +19,9 @@
 #include <vector>
 
 #include "actor/trainer.hpp"
+#include "cli/chaos.hpp"
 #include "cli/emulated_hosts.hpp"
+#include "cli/supervisor.hpp"
 #include "core/status.hpp"
 #include "relay/relay.hpp"
 #include "rollout/manager.hpp"
@@ -40,6 +43,9 @@ struct JobConfig {
   double stop_rollout_after_s = 0;   // chaos: SIGSTOP one rollout (it stops heartbeats)
   double pause_manager_after_s = 0;  // chaos: SIGSTOP the rollout manager after this long,
   double pause_manager_for_s = 0;    // and SIGCONT it this much later (its replies time out)
+  double duration_s = 0;             // stop the job after this long (0: run to its end)
+  RestartConfig restart;             // supervision: restarts per role, backoff
+  ChaosConfig chaos;                 // random kills (sluice chaos)
   EmulatedHostsConfig hosts;         // count > 0: roles on emulated hosts behind limited links
   weightstore::ServiceConfig store;
   relay::RelayConfig relay;
@@ -63,6 +69,10 @@ struct JobConfig {
     v("pause_manager_after_s", pause_manager_after_s,
       "chaos: SIGSTOP the rollout manager after this long (0: never)");
     v("pause_manager_for_s", pause_manager_for_s, "chaos: then SIGCONT it this much later");
+    v("duration_s", duration_s,
+      "stop the job after this long and report what it trained (0: run to the job's end)");
+    v("restart", restart, "supervision: restarts allowed per role and their backoff");
+    v("chaos", chaos, "fault injection: SIGKILL random roles at random times");
     v("hosts", hosts,
       "emulated hosts: host 0 runs the store, manager and actor; each further host a relay and "
       "its share of the rollouts");
@@ -80,15 +90,22 @@ struct JobResult {
   nlohmann::json actor;             // the actor's summary
   nlohmann::json manager;           // the manager's final status
   std::vector<std::string> events;  // children that died, chaos applied
+  nlohmann::json restarts;          // restarts and kills per process name
 };
 
 // Runs the job to the end. `sluice_exe` is the binary to start the roles with; `environment` the
 // process environment as the user gave it. With job.hosts.count > 0 the roles run on emulated
 // hosts: `hosts` when given (made from the same hosts config; several jobs of one process must
 // share them, as the process's ZeroMQ I/O thread stays in the namespace it started in), else
-// hosts made for this job and removed after it.
+// hosts made for this job and removed after it. `resume`: job.out_dir is the run folder of a job
+// that was stopped or whose launcher died; its roles recover from the durable state there (the
+// manager's database, the actor's checkpoint).
 core::Result<JobResult> run_local_job(JobConfig job, const std::string& sluice_exe,
                                       const std::vector<std::string>& environment,
-                                      std::shared_ptr<EmulatedHosts> hosts = nullptr);
+                                      std::shared_ptr<EmulatedHosts> hosts = nullptr,
+                                      bool resume = false);
+
+// Reads the effective job a run folder was started with (its job.json), for --resume.
+core::Result<JobConfig> load_run_job(const std::string& run_dir);
 
 }  // namespace sluice::cli

@@ -10,6 +10,8 @@
 #include "cli/bench_broadcast.hpp"
 #include "cli/bench_e2e.hpp"
 #include "cli/bench_learner.hpp"
+#include "cli/bench_util.hpp"
+#include "cli/chaos.hpp"
 #include "cli/commands.hpp"
 #include "cli/compare.hpp"
 #include "cli/transfer_cmds.hpp"
@@ -93,11 +95,32 @@ int main(int argc, char** argv) {
 
   std::string job_path;
   auto* run_cmd = app.add_subcommand("run", "launch a whole job locally, every role a process");
-  run_cmd->add_option("job", job_path, "job file (JSON)")->required();
+  std::string resume_dir;
+  run_cmd->add_option("job", job_path, "job file (JSON)");
+  run_cmd->add_option("--resume", resume_dir,
+                      "continue the job of this run folder from its durable state (a job that "
+                      "was stopped, or whose launcher died)");
   std::vector<std::string> run_overrides;
   run_cmd->add_option("--set", run_overrides, "override a job field: key=value (repeatable)");
   std::string run_out;
   run_cmd->add_option("--out", run_out, "run folder (default runs/<name>-<time>)");
+
+  sluice::cli::ChaosArgs ca;
+  auto* chaos_cmd = app.add_subcommand(
+      "chaos", "run a job with random kill -9s of its roles, check nothing was lost or doubled");
+  chaos_cmd->add_option("job", ca.job_path, "job file (JSON)")->required();
+  chaos_cmd->add_option("--kills", ca.kills, "SIGKILLs over the job")->capture_default_str();
+  chaos_cmd->add_option("--roles", ca.roles,
+                        "comma-separated roles that may be killed (default: all)");
+  chaos_cmd->add_option("--every", ca.every_s,
+                        "one kill every this many seconds (default: at random times)");
+  chaos_cmd->add_option("--seed", ca.seed, "seed of kill times and targets (default: printed)");
+  chaos_cmd->add_option("--duration", ca.duration_s,
+                        "stop both runs after this many seconds and compare trained tokens");
+  chaos_cmd->add_flag("!--no-baseline", ca.baseline, "skip the run without faults");
+  chaos_cmd->add_option("--set", ca.overrides, "override a job field: key=value (repeatable)");
+  chaos_cmd->add_option("--out", ca.out_dir, "folder for both run folders");
+  chaos_cmd->add_flag("--json", ca.json, "one JSON object with every figure");
 
   std::vector<std::string> compare_dirs;
   double compare_within = 5.0;
@@ -268,7 +291,23 @@ int main(int argc, char** argv) {
     if (role_cmds[i]->parsed()) return sluice::cli::run_role(role_args[i], environment());
   }
   if (run_cmd->parsed()) {
+    if (!resume_dir.empty()) {
+      if (!job_path.empty() || !run_overrides.empty() || !run_out.empty()) {
+        std::fprintf(stderr,
+                     "sluice run: --resume takes the job from the run folder; give no "
+                     "job file, --set or --out with it\n");
+        return 2;
+      }
+      return sluice::cli::resume_job(resume_dir, environment());
+    }
+    if (job_path.empty()) {
+      std::fprintf(stderr, "sluice run: name a job file (or --resume RUN_DIR)\n");
+      return 2;
+    }
     return sluice::cli::run_job(job_path, run_overrides, run_out, environment());
+  }
+  if (chaos_cmd->parsed()) {
+    return sluice::cli::run_chaos(ca, sluice::cli::self_exe(), environment());
   }
   if (compare_cmd->parsed()) {
     return sluice::cli::run_compare(compare_dirs[0], compare_dirs[1], compare_within);

@@ -145,6 +145,31 @@ std::string Subprocess::read_all(std::chrono::milliseconds timeout) {
   return out + buffer_;
 }
 
+std::vector<std::string> Subprocess::drain_lines() {
+  while (out_fd_ >= 0) {
+    pollfd pfd{out_fd_, POLLIN, 0};
+    int n = ::poll(&pfd, 1, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    char buf[4096];
+    ssize_t got = ::read(out_fd_, buf, sizeof buf);
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) {
+      ::close(out_fd_);
+      out_fd_ = -1;
+      if (!buffer_.empty() && buffer_.back() != '\n') buffer_ += '\n';
+      break;
+    }
+    buffer_.append(buf, static_cast<std::size_t>(got));
+  }
+  std::vector<std::string> lines;
+  for (auto nl = buffer_.find('\n'); nl != std::string::npos; nl = buffer_.find('\n')) {
+    lines.push_back(buffer_.substr(0, nl));
+    buffer_.erase(0, nl + 1);
+  }
+  return lines;
+}
+
 Status Subprocess::signal(int sig) {
   if (reaped_) return failed_precondition("child " + std::to_string(pid_) + " already exited");
   if (::kill(pid_, sig) != 0) return internal_error(std::string("kill: ") + std::strerror(errno));

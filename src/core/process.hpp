@@ -54,6 +54,10 @@ class Subprocess {
   Result<std::string> read_line(std::chrono::milliseconds timeout);
   // Everything the child writes until it closes stdout or `timeout` passes.
   std::string read_all(std::chrono::milliseconds timeout);
+  // The complete lines the child has written so far, without waiting (a supervisor calls it
+  // every turn so that a chatty child never blocks on a full pipe). A partial line stays for
+  // the next call.
+  std::vector<std::string> drain_lines();
 
   Status signal(int sig);
   // Waits for the child to exit: its exit status, or 128 + signal number if a signal ended it.

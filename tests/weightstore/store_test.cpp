@@ -109,6 +109,14 @@ TEST_SUITE("weightstore.store") {
     CHECK(next->holders[next->chunks[0].holders[0]].holder_id == "y");
   }
 
+  TEST_CASE("a store that does not know a holder answers unknown, never drained") {
+    // As after a restart: the holder's readers may still hold leases the new store never saw.
+    WeightStore s;
+    auto d = s.drained("gone", "m", 1);
+    REQUIRE_FALSE(d.is_ok());
+    CHECK(d.status().code() == Code::kNotFound);
+  }
+
   TEST_CASE("an unpublished copy gets no new leases and drains when its leases end") {
     WeightStore s;
     auto m = manifest(1);
