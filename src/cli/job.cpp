@@ -159,6 +159,7 @@ class VersionWatch {
     }
   }
   json to_json() const { return json{{"versions_backwards", backwards_}, {"latest", latest_}}; }
+  std::uint64_t latest() const { return latest_; }
 
  private:
   std::uint64_t latest_ = 0, backwards_ = 0;
@@ -385,6 +386,7 @@ core::Result<JobResult> run_local_job(JobConfig job, const std::string& sluice_e
   bool chaos_killed = false, chaos_stopped = false;
   int manager_pause = 0;  // 0 not yet, 1 paused, 2 resumed
   ChaosSchedule chaos(job.chaos, sup);
+  double chaos_origin = -1;  // job time of the first published version
   core::Status outcome;
   Supervisor::Proc* actor_proc = sup.find("actor");
   auto by_role = [&](const std::string& role, bool last) -> Supervisor::Proc* {
@@ -451,7 +453,10 @@ core::Result<JobResult> run_local_job(JobConfig job, const std::string& sluice_e
       }
       chaos_stopped = true;
     }
-    if (auto killed = chaos.due(elapsed); !killed.empty()) {
+    // Chaos kills count from the first published version: the job proper, after start-up and
+    // the actor's warm start.
+    if (chaos_origin < 0 && watch.latest() > 0) chaos_origin = elapsed;
+    if (auto killed = chaos_origin < 0 ? "" : chaos.due(elapsed - chaos_origin); !killed.empty()) {
       result.events.push_back(fmt::format("{:.1f}s: chaos killed {}", elapsed, killed));
     }
     // Children that died: restarted by the supervisor (with backoff, up to their limit). The
