@@ -14,6 +14,8 @@
 #include "core/messaging.hpp"
 #include "rl/trajectory.hpp"
 #include "rollout/engine.hpp"
+#include "rollout/manager_db.hpp"
+#include "rollout/protocol.hpp"
 #include "rollout/repack.hpp"
 
 namespace sluice::rollout {
@@ -91,6 +93,7 @@ struct Manager::Impl {
   };
   struct Rollout {
     std::string id;
+    std::string incarnation;  // chosen by the rollout process at start ("" from older rollouts)
     bool alive = true;
     bool loading = false;
     std::uint64_t version = 0;
@@ -136,11 +139,34 @@ struct Manager::Impl {
   std::uint64_t latest = 0;
   std::uint64_t consumed = 0;  // trajectories the actor has taken (trained on or dropped)
 
-  std::set<std::string> doomed;       // prompts whose group the actor will drop (abandon_stale)
-  std::uint64_t abandoned = 0;        // trajectories ended as abandoned
-  std::deque<rl::Trajectory> outbox;  // finished, not yet sent to the actor
-  std::map<std::string, std::pair<rl::Trajectory, Clock::time_point>> unacked;
+  std::set<std::string> doomed;  // prompts whose group the actor will drop (abandon_stale)
+  std::uint64_t abandoned = 0;   // trajectories ended as abandoned
+  // Finished trajectories the actor has not acknowledged (durable), by id; `outbox` orders those
+  // not yet sent to the actor's current epoch.
+  struct Held {
+    rl::Trajectory tr;
+    bool sent = false;  // to the current epoch
+    bool have = false;  // the actor said it received it (this epoch)
+    Clock::time_point sent_at;
+  };
+  std::map<std::string, Held> unacked;
+  std::deque<std::string> outbox;
+  std::string epoch;  // the actor's, as last seen ("" before any)
   std::uint64_t finished = 0, acked = 0;
+
+  // Durable state (state_path; see manager_db.hpp): the changes of the request being handled,
+  // committed before its reply goes out.
+  std::unique_ptr<ManagerDb> db;
+  ManagerChanges changes;
+  ManagerCounters committed;
+  // After a restart: released trajectories of which nothing is known (not finished, not named by
+  // a rollout yet). Those still unnamed when the grace period ends restart from their prompts.
+  bool recovering = false;
+  Clock::time_point recovery_deadline;
+  std::set<std::string> unclaimed;
+  std::uint64_t recovered = 0;  // in-flight trajectories accepted from rollouts after a restart
+  std::uint64_t recovery_restarted = 0;  // unnamed after the grace period: restarted
+  std::uint64_t rollout_restarts = 0;    // a known rollout id reported with a new incarnation
 
   // Counters for the bench and the tests.
   std::uint64_t lost_replies = 0;  // work re-sent because a reply never reached its rollout
@@ -160,7 +186,7 @@ struct Manager::Impl {
   std::uint64_t total_trajectories() const { return cfg.prompts * cfg.group_size; }
   bool all_released() const { return cfg.prompts != 0 && next_prompt >= cfg.prompts; }
   bool is_done() const {
-    return cfg.prompts != 0 && acked >= total_trajectories() && outbox.empty() && unacked.empty();
+    return cfg.prompts != 0 && acked >= total_trajectories() && unacked.empty();
   }
 
   std::uint64_t ahead() const {
@@ -201,6 +227,40 @@ struct Manager::Impl {
     return s;
   }
 
+  // The prompt of index `p`, deterministic from the configuration (a restarted manager rebuilds
+  // the same prompt for a trajectory it has no record of).
+  core::Result<std::vector<std::int32_t>> prompt_of(std::uint64_t p) const {
+    if (!task) return sim_prompt(cfg.seed, p, cfg.prompt_tokens);
+    SLUICE_ASSIGN_OR_RETURN(auto tp, task->train_prompt(p));
+    return std::vector<std::int32_t>(tp.tokens.begin(), tp.tokens.end());
+  }
+
+  // The trajectory "p<N>/<k>" as first assigned, rebuilt from its id.
+  core::Result<SequenceState> initial_of(const std::string& traj_id) const {
+    auto ix = parse_trajectory_id(traj_id);
+    if (!ix || ix->second >= cfg.group_size || ix->first >= next_prompt) {
+      return core::invalid_argument(
+          fmt::format("trajectory {} is not one this manager released", traj_id));
+    }
+    SLUICE_ASSIGN_OR_RETURN(auto prompt, prompt_of(ix->first));
+    return fresh(traj_id, fmt::format("p{}", ix->first), std::move(prompt));
+  }
+
+  // The record of a trajectory named by a rollout. One this manager has none of (it restarted,
+  // and the rollout kept working) is accepted: its first state is rebuilt from its id.
+  core::Result<Traj*> traj_named(const std::string& traj_id) {
+    auto it = trajs.find(traj_id);
+    if (it != trajs.end()) {
+      if (recovering) unclaimed.erase(traj_id);
+      return &it->second;
+    }
+    SLUICE_ASSIGN_OR_RETURN(SequenceState s, initial_of(traj_id));
+    unclaimed.erase(traj_id);
+    Traj& t = trajs[traj_id];
+    t.initial = std::move(s);
+    return &t;
+  }
+
   std::optional<SequenceState> next_item() {
     while (!pending.empty()) {
       SequenceState s = std::move(pending.front());
@@ -211,24 +271,18 @@ struct Manager::Impl {
     if (all_released() || !budget_left()) return std::nullopt;
     std::uint64_t p = next_prompt++;
     std::string prompt_id = fmt::format("p{}", p);
-    std::vector<std::int32_t> prompt;
-    if (task) {
-      auto tp = task->train_prompt(p);
-      if (!tp.is_ok()) {
-        log::error("manager: prompt {}: {}", p, tp.status().to_string());
-        return std::nullopt;
-      }
-      prompt.assign(tp->tokens.begin(), tp->tokens.end());
-    } else {
-      prompt = sim_prompt(cfg.seed, p, cfg.prompt_tokens);
+    auto prompt = prompt_of(p);
+    if (!prompt.is_ok()) {
+      log::error("manager: prompt {}: {}", p, prompt.status().to_string());
+      return std::nullopt;
     }
     for (std::uint32_t k = 1; k < cfg.group_size; ++k) {
       std::string id = fmt::format("{}/{}", prompt_id, k);
-      trajs[id].initial = fresh(id, prompt_id, prompt);
+      trajs[id].initial = fresh(id, prompt_id, *prompt);
       pending.push_back(trajs[id].initial);
     }
     std::string id0 = prompt_id + "/0";
-    trajs[id0].initial = fresh(id0, prompt_id, std::move(prompt));
+    trajs[id0].initial = fresh(id0, prompt_id, std::move(prompt).value());
     return trajs[id0].initial;
   }
 
@@ -272,8 +326,88 @@ struct Manager::Impl {
     pending.push_front(t.initial);
   }
 
+  ManagerCounters counters() const { return {next_prompt, latest, consumed, acked}; }
+
+  // Commits the changes made since the last commit (one transaction). On an error they stay
+  // queued for the next attempt, and the caller replies with the error.
+  core::Status persist() {
+    if (!db) return {};
+    changes.counters = counters();
+    changes.counters_changed = !(changes.counters == committed);
+    if (changes.empty()) return {};
+    core::Status st = db->commit(changes);
+    if (!st.is_ok()) {
+      log::error("manager: {}", st.to_string());
+      return st;
+    }
+    committed = changes.counters;
+    changes = ManagerChanges{};
+    return {};
+  }
+
+  // Loads the durable state of a previous run. Released trajectories that are neither finished
+  // nor named by a rollout within the grace period restart from their prompts.
+  core::Status restore() {
+    SLUICE_ASSIGN_OR_RETURN(ManagerSnapshot snap, db->load());
+    committed = snap.counters;
+    next_prompt = snap.counters.next_prompt;
+    latest = snap.counters.latest;
+    consumed = snap.counters.consumed;
+    acked = snap.counters.acked;
+    for (const auto& id : snap.finished)
+      trajs[id].state = State::kFinished;
+    finished = snap.finished.size();
+    for (const auto& [id, text] : snap.unacked) {
+      json j = json::parse(text, nullptr, false);
+      if (j.is_discarded()) return core::data_loss(fmt::format("manager db: trajectory {}", id));
+      SLUICE_ASSIGN_OR_RETURN(rl::Trajectory tr, rl::Trajectory::from_json(j));
+      unacked[id] = Held{std::move(tr), false, false, {}};
+      outbox.push_back(id);
+    }
+    doomed.insert(snap.doomed.begin(), snap.doomed.end());
+    for (std::uint64_t p = 0; p < next_prompt; ++p) {
+      for (std::uint32_t k = 0; k < cfg.group_size; ++k) {
+        std::string id = fmt::format("p{}/{}", p, k);
+        if (!trajs.count(id)) unclaimed.insert(id);
+      }
+    }
+    recovering = next_prompt > 0;
+    std::uint64_t grace =
+        cfg.recovery_grace_ms > 0 ? cfg.recovery_grace_ms : 2 * cfg.heartbeat_timeout_ms;
+    recovery_deadline = Clock::now() + Millis(grace);
+    if (recovering) {
+      log::info(
+          "manager: restored from {}: {} prompts released, {} finished ({} unacknowledged), "
+          "{} in flight or waiting; latest version {}",
+          db->path(), next_prompt, finished, unacked.size(), unclaimed.size(), latest);
+    }
+    return {};
+  }
+
+  // The grace period after a restart ended: what no rollout named restarts from its prompt.
+  void end_recovery() {
+    recovering = false;
+    for (const auto& id : unclaimed) {
+      auto s = initial_of(id);
+      if (!s.is_ok()) {
+        log::error("manager: recovery of {}: {}", id, s.status().to_string());
+        continue;
+      }
+      Traj& t = trajs[id];
+      t.initial = *s;
+      ++recovery_restarted;
+      send_back(t, std::move(s).value());
+    }
+    if (!unclaimed.empty()) {
+      log::info("manager: recovery: {} trajectories no rollout named restart from their prompts",
+                unclaimed.size());
+    }
+    unclaimed.clear();
+  }
+
   void check_heartbeats() {
     auto now = Clock::now();
+    if (recovering && now >= recovery_deadline) end_recovery();
     for (auto& [id, r] : rollouts) {
       if (!r.alive) continue;
       if (now - r.last_seen > Millis(cfg.heartbeat_timeout_ms)) {
@@ -385,6 +519,7 @@ struct Manager::Impl {
   // The group of `prompt_id` will be dropped: its members still to run or running end now.
   void doom(const std::string& prompt_id) {
     if (!doomed.insert(prompt_id).second) return;
+    if (db) changes.doomed.push_back(prompt_id);
     for (std::uint32_t k = 0; k < cfg.group_size; ++k) {
       std::string id = fmt::format("{}/{}", prompt_id, k);
       auto it = trajs.find(id);
@@ -416,7 +551,13 @@ struct Manager::Impl {
     if (tr.mixed_versions()) ++mixed;
     ++finished;
     if (tr.abandoned) ++abandoned;
-    outbox.push_back(tr);
+    unclaimed.erase(tr.id);
+    unacked[tr.id] = Held{tr, false, false, {}};
+    outbox.push_back(tr.id);
+    if (db) {
+      changes.finished.push_back(tr.id);
+      changes.unacked.emplace_back(tr.id, tr.to_json().dump());
+    }
     if (cfg.abandon_stale && (tr.abandoned || tr.version < abandon_before())) doom(tr.prompt_id);
   }
 
@@ -494,17 +635,33 @@ struct Manager::Impl {
     const json& b = req.body;
     std::string id = b.value("id", std::string());
     if (id.empty()) return core::invalid_argument("mgr.report: missing 'id'");
+    std::string incarnation = b.value("incarnation", std::string());
     auto found = rollouts.find(id);
+    bool restarted_process = found != rollouts.end() && !incarnation.empty() &&
+                             !found->second.incarnation.empty() &&
+                             incarnation != found->second.incarnation;
     if (found != rollouts.end() && !found->second.alive) {
-      // Declared dead: its work was handed out again. It starts afresh.
+      // Declared dead: its work was handed out again. It starts afresh (a new process has
+      // nothing to drop: it simply joins).
       rollouts.erase(found);
-      json reply{{"rejoin", true}};
-      return core::Message("mgr.report", reply);
+      if (!restarted_process) {
+        json reply{{"rejoin", true}};
+        return core::Message("mgr.report", reply);
+      }
+      found = rollouts.end();
+    } else if (restarted_process) {
+      // The same id from a new process: the old one's work is gone with it.
+      ++rollout_restarts;
+      reclaim(id, fmt::format("restarted (incarnation {} -> {})", found->second.incarnation,
+                              incarnation));
+      rollouts.erase(found);
+      found = rollouts.end();
     }
     bool is_new = found == rollouts.end();
     Rollout& r = rollouts[id];
     if (is_new) {
       r.id = id;
+      r.incarnation = incarnation;
       log::info("manager: rollout {} joined", id);
     }
     r.last_seen = Clock::now();
@@ -522,7 +679,10 @@ struct Manager::Impl {
       std::string tid = a.at(0).get<std::string>();
       named.insert(tid);
       r.active.push_back(SequenceView{tid, a.at(1).get<std::uint64_t>()});
-      auto& t = trajs[tid];
+      bool known = trajs.count(tid) > 0;
+      SLUICE_ASSIGN_OR_RETURN(Traj * tp, traj_named(tid));
+      Traj& t = *tp;
+      if (!known) ++recovered;
       if (t.state != State::kFinished && t.state != State::kMoving) {
         t.state = State::kActive;
         t.rollout = id;
@@ -535,25 +695,35 @@ struct Manager::Impl {
     }
     r.queued.clear();
     for (const auto& q : b.at("queued")) {
-      r.queued.insert(q.get<std::string>());
-      named.insert(q.get<std::string>());
+      std::string tid = q.get<std::string>();
+      bool known = trajs.count(tid) > 0;
+      SLUICE_ASSIGN_OR_RETURN(Traj * t, traj_named(tid));
+      if (!known) {
+        ++recovered;
+        t->state = State::kQueued;
+        t->rollout = id;
+      }
+      r.queued.insert(tid);
+      named.insert(tid);
     }
     if (b.contains("stats")) r.stats = b.at("stats");
 
     for (const auto& f : b.at("finished")) {
       SLUICE_ASSIGN_OR_RETURN(rl::Trajectory tr, rl::Trajectory::from_json(f));
+      SLUICE_TRY(traj_named(tr.id).status());
       named.insert(tr.id);
       on_finished(tr);
     }
     for (const auto& e : b.at("exported")) {
       SLUICE_ASSIGN_OR_RETURN(SequenceState s, SequenceState::from_json(e));
+      SLUICE_TRY(traj_named(s.trajectory_id).status());
       named.insert(s.trajectory_id);
       route_exported(std::move(s));
     }
     for (const auto& p : b.value("partial", json::array())) {
       SLUICE_ASSIGN_OR_RETURN(SequenceState s, SequenceState::from_json(p));
-      auto& t = trajs[s.trajectory_id];
-      if (t.state != State::kFinished) t.partial = std::move(s);
+      SLUICE_ASSIGN_OR_RETURN(Traj * t, traj_named(s.trajectory_id));
+      if (t->state != State::kFinished) t->partial = std::move(s);
     }
     // Queued work handed back unstarted (sluice mode: see "unqueue" below) starts elsewhere.
     for (const auto& e : b.value("returned", json::array())) {
@@ -561,7 +731,8 @@ struct Manager::Impl {
       named.insert(s.trajectory_id);
       r.queued.erase(s.trajectory_id);
       ++returned;
-      auto& t = trajs[s.trajectory_id];
+      SLUICE_ASSIGN_OR_RETURN(Traj * tp, traj_named(s.trajectory_id));
+      Traj& t = *tp;
       if (t.state == State::kFinished) continue;
       send_back(t, std::move(s));
     }
@@ -571,7 +742,8 @@ struct Manager::Impl {
       named.insert(s.trajectory_id);
       moves.erase(s.trajectory_id);
       ++move_failures;
-      auto& t = trajs[s.trajectory_id];
+      SLUICE_ASSIGN_OR_RETURN(Traj * tp, traj_named(s.trajectory_id));
+      Traj& t = *tp;
       if (t.state == State::kFinished) continue;
       send_back(t, std::move(s));
     }
@@ -681,7 +853,30 @@ struct Manager::Impl {
   core::Result<core::Message> on_collect(const core::Message& req) {
     const json& b = req.body;
     for (const auto& a : b.value("ack", json::array())) {
-      if (unacked.erase(a.get<std::string>()) > 0) ++acked;
+      std::string id = a.get<std::string>();
+      if (unacked.erase(id) == 0) continue;  // a repeated ack is harmless
+      ++acked;
+      if (db) changes.acked.push_back(id);
+    }
+    if (b.contains("epoch")) {
+      std::string e = b.at("epoch").get<std::string>();
+      if (e != epoch) {
+        // A restarted actor lost what it had not checkpointed: everything unacked goes again.
+        if (!epoch.empty())
+          log::info("manager: actor epoch {} -> {}: re-sending unacked", epoch, e);
+        epoch = e;
+        for (auto& [id, h] : unacked) {
+          h.have = false;
+          if (h.sent) {
+            h.sent = false;
+            outbox.push_back(id);
+          }
+        }
+      }
+    }
+    for (const auto& a : b.value("have", json::array())) {
+      auto it = unacked.find(a.get<std::string>());
+      if (it != unacked.end() && it->second.sent) it->second.have = true;
     }
     // In the batch-synchronous modes the next batch opens with the next version, not when the
     // actor takes the current one (else it would be generated with the old weights).
@@ -691,21 +886,22 @@ struct Manager::Impl {
     std::size_t max = b.value("max", std::size_t{256});
     json out = json::array();
     auto now = Clock::now();
-    // Resend what was delivered long ago and never acknowledged (a lost reply, a restarted
-    // actor); the actor's buffer refuses what it already has.
-    for (auto& [id, p] : unacked) {
+    // Resend what was delivered a while ago and neither received (`have`) nor acknowledged: the
+    // reply was lost. The actor's buffer refuses what it already has.
+    for (auto& [id, h] : unacked) {
       if (out.size() >= max) break;
-      if (now - p.second > Millis(3000)) {
-        p.second = now;
-        out.push_back(p.first.to_json());
+      if (h.sent && !h.have && now - h.sent_at > Millis(cfg.resend_ms)) {
+        h.sent_at = now;
+        out.push_back(h.tr.to_json());
       }
     }
     while (out.size() < max && !outbox.empty()) {
-      rl::Trajectory t = std::move(outbox.front());
+      auto it = unacked.find(outbox.front());
       outbox.pop_front();
-      out.push_back(t.to_json());
-      std::string tid = t.id;
-      unacked.emplace(tid, std::make_pair(std::move(t), now));
+      if (it == unacked.end() || it->second.sent) continue;  // acknowledged meanwhile
+      it->second.sent = true;
+      it->second.sent_at = now;
+      out.push_back(it->second.tr.to_json());
     }
     json reply{{"trajectories", std::move(out)}, {"done", is_done()}};
     return core::Message("mgr.collect", reply);
@@ -720,6 +916,56 @@ struct Manager::Impl {
       plan_repack_now();
     }
     return core::Message("mgr.published", json{{"latest", latest}});
+  }
+
+  // A hash over the state the manager acts on (not its clocks or metrics): equal digests before
+  // and after a request mean the request changed nothing.
+  std::string state_digest() const {
+    std::string s = fmt::format("{} {} {} {} {} {} {} {}|", next_prompt, latest, consumed, acked,
+                                finished, duplicates, epoch, recovering);
+    std::map<std::string, const Traj*> sorted;
+    for (const auto& [id, t] : trajs)
+      sorted.emplace(id, &t);
+    for (const auto& [id, t] : sorted) {
+      s += fmt::format("{}:{}:{}:{};", id, static_cast<int>(t->state), t->rollout,
+                       t->partial ? static_cast<std::int64_t>(t->partial->generated.size()) : -1);
+    }
+    s += "|";
+    for (const auto& p : pending)
+      s += p.trajectory_id + ";";
+    s += "|";
+    for (const auto& p : resumes)
+      s += p.trajectory_id + ";";
+    s += "|";
+    for (const auto& [id, h] : unacked)
+      s += fmt::format("{}:{}:{};", id, h.sent, h.have);
+    for (const auto& id : outbox)
+      s += id + ";";
+    s += "|";
+    for (const auto& id : doomed)
+      s += id + ";";
+    for (const auto& id : unclaimed)
+      s += id + ";";
+    for (const auto& [id, m] : moves)
+      s += fmt::format("{}:{}>{}@{};", id, m.from, m.to, m.version);
+    for (const auto& [id, r] : rollouts) {
+      s += fmt::format("|{} {} {} {} {} {} {} {} {}:", id, r.incarnation, r.alive, r.loading,
+                       r.version, r.staged, r.reports, r.capacity.max_sequences,
+                       r.capacity.max_kv_tokens);
+      for (const auto& a : r.active)
+        s += fmt::format("{}/{};", a.trajectory_id, a.kv_tokens);
+      for (const auto& q : r.queued)
+        s += q + ";";
+      for (const auto& [tid, w] : r.awaiting)
+        s += tid + ";";
+      for (const auto& q : r.to_import)
+        s += q.trajectory_id + ";";
+      for (const auto& q : r.to_export)
+        s += q + ";";
+      for (const auto& q : r.to_abandon)
+        s += q + ";";
+    }
+    return fmt::format("{:016x}", core::chunk_checksum(s.data(), s.size()));
   }
 
   json status_json() const {
@@ -752,6 +998,10 @@ struct Manager::Impl {
                 {"move_failures", move_failures},
                 {"returned", returned},
                 {"abandoned", abandoned},
+                {"recovering", recovering},
+                {"recovered", recovered},
+                {"recovery_restarted", recovery_restarted},
+                {"rollout_restarts", rollout_restarts},
                 {"cross_version_moves", cross_version},
                 {"free_slot_s",
                  {{"loading", free_slots.loading},
@@ -776,15 +1026,23 @@ core::Result<std::unique_ptr<Manager>> Manager::create(core::EventLoop& loop,
         std::min<std::uint64_t>(impl->cfg.max_new_tokens, t.max_response_tokens());
     impl->task.emplace(std::move(t));
   }
+  if (!impl->cfg.state_path.empty()) {
+    SLUICE_ASSIGN_OR_RETURN(impl->db, ManagerDb::open(impl->cfg.state_path));
+    SLUICE_TRY(impl->restore());
+  }
   SLUICE_ASSIGN_OR_RETURN(impl->server, core::Server::create(loop, impl->cfg.listen));
   Impl* p = impl.get();
-  auto guard = [](auto fn) {
-    return [fn](const core::Message& m) -> core::Result<core::Message> {
+  // Every request's durable changes are committed before its reply is sent.
+  auto guard = [p](auto fn) {
+    return [fn, p](const core::Message& m) -> core::Result<core::Message> {
+      core::Result<core::Message> reply = core::internal_error("unset");
       try {
-        return fn(m);
+        reply = fn(m);
       } catch (const std::exception& e) {
-        return core::protocol_error(fmt::format("{}: {}", m.type, e.what()));
+        reply = core::protocol_error(fmt::format("{}: {}", m.type, e.what()));
       }
+      SLUICE_TRY(p->persist());
+      return reply;
     };
   };
   impl->server->on_sync("mgr.report",
@@ -796,7 +1054,10 @@ core::Result<std::unique_ptr<Manager>> Manager::create(core::EventLoop& loop,
   impl->server->on_sync("mgr.status", [p](const core::Message&) -> core::Result<core::Message> {
     return core::Message("mgr.status", p->status_json());
   });
-  impl->tick_timer = loop.every(Millis(100), [p] { p->check_heartbeats(); });
+  impl->tick_timer = loop.every(Millis(100), [p] {
+    p->check_heartbeats();
+    p->persist().ignore();  // logged; retried with the next request
+  });
   impl->sample_timer = loop.every(Millis(20), [p] { p->sample_free_slots(); });
   impl->repack_timer = loop.every(Millis(std::max<std::uint64_t>(10, impl->cfg.repack_interval_ms)),
                                   [p] { p->plan_repack_now(); });
@@ -811,6 +1072,9 @@ const std::string& Manager::endpoint() const {
 }
 bool Manager::done() const {
   return impl_->is_done();
+}
+std::string Manager::state_digest() const {
+  return impl_->state_digest();
 }
 
 }  // namespace sluice::rollout

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <atomic>
 #include <deque>
+#include <random>
 #include <thread>
 
 #include "core/checksum.hpp"
@@ -34,6 +35,7 @@ core::Status RolloutConfig::validate() const {
   if (serve != "auto" && serve != "on" && serve != "off") {
     return core::invalid_argument(fmt::format("serve must be auto, on or off, not '{}'", serve));
   }
+  if (max_held_finished == 0) return core::invalid_argument("max_held_finished must be at least 1");
   if (manager_timeout_ms < report_ms) {
     return core::invalid_argument("manager_timeout_ms must be at least report_ms");
   }
@@ -76,7 +78,11 @@ struct RolloutWorker::Impl {
   std::vector<SequenceState> refused;
   std::vector<SequenceState> returned;  // queued work handed back unstarted (see apply)
   std::uint64_t reports = 0;
-  std::string state = "barrier";  // what the manager last said: run, barrier, idle
+  // This process's incarnation: the manager reclaims the work of an older process of this id.
+  std::string incarnation =
+      fmt::format("{:016x}", std::random_device{}() * 0x100000000ull ^ std::random_device{}());
+  bool manager_unreachable = false;  // the last report failed
+  std::string state = "barrier";     // what the manager last said: run, barrier, idle
   bool done = false;
   Clock::time_point last_heard = Clock::now();
 
@@ -149,6 +155,7 @@ struct RolloutWorker::Impl {
     Capacity cap = engine->capacity();
     json body{
         {"id", cfg.rollout_id},
+        {"incarnation", incarnation},
         {"version", engine->version()},
         {"loading", false},
         {"staged", std::max(reader ? reader->staged_version() : 0, engine->version())},
@@ -169,9 +176,20 @@ struct RolloutWorker::Impl {
                                              cfg.rollout_id, cfg.manager, cfg.manager_timeout_ms,
                                              reply.status().to_string()));
       }
-      log::warn("rollout {}: report failed: {}", cfg.rollout_id, reply.status().to_string());
+      if (!manager_unreachable) {
+        log::warn(
+            "rollout {}: report failed (holding {} finished trajectories until the manager "
+            "answers): {}",
+            cfg.rollout_id, finished.size(), reply.status().to_string());
+      }
+      manager_unreachable = true;
       return {};  // keep what we have; it goes with the next report
     }
+    if (manager_unreachable) {
+      log::info("rollout {}: the manager answers again ({} finished trajectories re-reported)",
+                cfg.rollout_id, finished.size());
+    }
+    manager_unreachable = false;
     last_heard = Clock::now();
     finished.clear();
     exported.clear();
@@ -383,6 +401,8 @@ struct RolloutWorker::Impl {
   }
 
   void admit_queued() {
+    // Holding as many finished trajectories as it may (the manager is away): new work waits.
+    if (finished.size() >= cfg.max_held_finished) return;
     while (!queue.empty() && engine->can_admit(queue.front().kv_tokens())) {
       SequenceState s = std::move(queue.front());
       queue.pop_front();
@@ -402,7 +422,11 @@ struct RolloutWorker::Impl {
       if (now >= next_report) {
         SLUICE_TRY(report());
         if (done) break;
-        next_report = Clock::now() + Millis(cfg.report_ms);
+        // While the manager is away each attempt blocks up to its timeout: retry less often, so
+        // that generation goes on in between.
+        next_report =
+            Clock::now() + Millis(manager_unreachable ? std::max<std::uint64_t>(cfg.report_ms, 1000)
+                                                      : cfg.report_ms);
         clock = std::max(clock, Clock::now());
       }
       admit_queued();
