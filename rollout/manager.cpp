@@ -27,6 +27,10 @@ using nlohmann::json;
 
 namespace {
 
+// A request may name a version this far above the newest the manager knows (one it has not heard
+// of yet, say after a restart of the actor); beyond it, the request is refused as malformed.
+constexpr std::uint64_t kVersionSlack = 1'000'000;
+
 enum class Mode { kSync, kOneStepOff, kStream, kPartialRollout, kSluice };
 
 core::Result<Mode> parse_mode(const std::string& s) {
@@ -111,7 +115,7 @@ struct Manager::Impl {
     // Work sent in a reply (assigned or imported), by trajectory id, with the report it answered:
     // the rollout's next report names it (active, queued, finished, exported, returned or
     // refused) unless that reply never reached it (it timed out waiting and reported again).
-    std::map<std::string, std::pair<json, std::uint64_t>> awaiting;
+    std::map<std::string, std::pair<SequenceState, std::uint64_t>> awaiting;
     std::uint64_t active_at_version(std::uint64_t v) const {
       return version < v ? active.size() + queued.size() : 0;
     }
@@ -247,18 +251,16 @@ struct Manager::Impl {
   }
 
   // The record of a trajectory named by a rollout. One this manager has none of (it restarted,
-  // and the rollout kept working) is accepted: its first state is rebuilt from its id.
-  core::Result<Traj*> traj_named(const std::string& traj_id) {
+  // and the rollout kept working) is accepted: its first state is rebuilt from its id (which
+  // check_named verified can be done).
+  Traj& traj_named(const std::string& traj_id) {
     auto it = trajs.find(traj_id);
-    if (it != trajs.end()) {
-      if (recovering) unclaimed.erase(traj_id);
-      return &it->second;
-    }
-    SLUICE_ASSIGN_OR_RETURN(SequenceState s, initial_of(traj_id));
+    if (it != trajs.end()) return it->second;
     unclaimed.erase(traj_id);
     Traj& t = trajs[traj_id];
-    t.initial = std::move(s);
-    return &t;
+    auto s = initial_of(traj_id);
+    if (s.is_ok()) t.initial = std::move(s).value();
+    return t;
   }
 
   std::optional<SequenceState> next_item() {
@@ -609,7 +611,7 @@ struct Manager::Impl {
   // reply was lost, and the work goes back to be handed out again (else it would never finish,
   // and the actor would wait for its batch forever; seen when the manager stalled for a second
   // and the rollouts' reports timed out).
-  core::Status reclaim_lost(Rollout& r, const std::set<std::string>& named) {
+  void reclaim_lost(Rollout& r, const std::set<std::string>& named) {
     for (auto it = r.awaiting.begin(); it != r.awaiting.end();) {
       if (it->second.second >= r.reports) {
         ++it;
@@ -619,7 +621,7 @@ struct Manager::Impl {
         auto& t = trajs[it->first];
         if (t.state != State::kFinished && t.rollout == r.id &&
             (t.state == State::kQueued || t.state == State::kMoving)) {
-          SLUICE_ASSIGN_OR_RETURN(SequenceState st, SequenceState::from_json(it->second.first));
+          SequenceState st = it->second.first;
           log::warn("manager: {} never got {} (a lost reply): handed out again", r.id, it->first);
           ++lost_replies;
           moves.erase(it->first);
@@ -628,14 +630,48 @@ struct Manager::Impl {
       }
       it = r.awaiting.erase(it);
     }
+  }
+
+  // Bounds for decoding a request: a version may be ahead of the newest this manager knows (it
+  // may not have heard of it yet), but not absurdly far.
+  DecodeLimits limits() const {
+    DecodeLimits l;
+    l.max_version = latest + kVersionSlack;
+    return l;
+  }
+
+  // Every trajectory a report names is one this manager knows, or one it released and can
+  // rebuild (after a restart). Checked before anything is applied.
+  core::Status check_named(const ReportRequest& q) const {
+    auto check = [&](const std::string& tid) -> core::Status {
+      if (trajs.count(tid)) return {};
+      core::Status st = initial_of(tid).status();
+      if (st.is_ok()) return {};
+      return core::protocol_error(fmt::format("mgr.report: {}", st.message()));
+    };
+    for (const auto& a : q.active)
+      SLUICE_TRY(check(a.trajectory_id));
+    for (const auto& tid : q.queued)
+      SLUICE_TRY(check(tid));
+    for (const auto& t : q.finished)
+      SLUICE_TRY(check(t.id));
+    for (const auto* l : {&q.exported, &q.partial, &q.returned, &q.refused}) {
+      for (const auto& st : *l)
+        SLUICE_TRY(check(st.trajectory_id));
+    }
     return {};
   }
 
   core::Result<core::Message> on_report(const core::Message& req) {
-    const json& b = req.body;
-    std::string id = b.value("id", std::string());
-    if (id.empty()) return core::invalid_argument("mgr.report: missing 'id'");
-    std::string incarnation = b.value("incarnation", std::string());
+    // Decoded and checked in full before anything changes.
+    SLUICE_ASSIGN_OR_RETURN(ReportRequest q, decode_report(req.body, limits()));
+    SLUICE_TRY(check_named(q));
+    return encode(apply_report(std::move(q)));
+  }
+
+  ReportReply apply_report(ReportRequest q) {
+    const std::string& id = q.id;
+    const std::string& incarnation = q.incarnation;
     auto found = rollouts.find(id);
     bool restarted_process = found != rollouts.end() && !incarnation.empty() &&
                              !found->second.incarnation.empty() &&
@@ -645,8 +681,9 @@ struct Manager::Impl {
       // nothing to drop: it simply joins).
       rollouts.erase(found);
       if (!restarted_process) {
-        json reply{{"rejoin", true}};
-        return core::Message("mgr.report", reply);
+        ReportReply reply;
+        reply.rejoin = true;
+        return reply;
       }
       found = rollouts.end();
     } else if (restarted_process) {
@@ -668,20 +705,18 @@ struct Manager::Impl {
     ++r.reports;
     // Every trajectory this report names, to find work sent to it that never arrived.
     std::set<std::string> named;
-    r.version = b.value("version", std::uint64_t{0});
-    r.loading = b.value("loading", false);
-    r.staged = std::max(r.version, b.value("staged", std::uint64_t{0}));
-    r.capacity.max_sequences = b.at("capacity").value("max_sequences", 1u);
-    r.capacity.max_kv_tokens = b.at("capacity").value("max_kv_tokens", std::uint64_t{1});
+    r.version = q.version;
+    r.loading = q.loading;
+    r.staged = std::max(r.version, q.staged);
+    r.capacity = q.capacity;
     r.previous_active = static_cast<std::uint32_t>(r.active.size());
     r.active.clear();
-    for (const auto& a : b.at("active")) {
-      std::string tid = a.at(0).get<std::string>();
+    for (const auto& a : q.active) {
+      const std::string& tid = a.trajectory_id;
       named.insert(tid);
-      r.active.push_back(SequenceView{tid, a.at(1).get<std::uint64_t>()});
+      r.active.push_back(SequenceView{tid, a.kv_tokens});
       bool known = trajs.count(tid) > 0;
-      SLUICE_ASSIGN_OR_RETURN(Traj * tp, traj_named(tid));
-      Traj& t = *tp;
+      Traj& t = traj_named(tid);
       if (!known) ++recovered;
       if (t.state != State::kFinished && t.state != State::kMoving) {
         t.state = State::kActive;
@@ -694,62 +729,54 @@ struct Manager::Impl {
       }
     }
     r.queued.clear();
-    for (const auto& q : b.at("queued")) {
-      std::string tid = q.get<std::string>();
+    for (const auto& tid : q.queued) {
       bool known = trajs.count(tid) > 0;
-      SLUICE_ASSIGN_OR_RETURN(Traj * t, traj_named(tid));
+      Traj& t = traj_named(tid);
       if (!known) {
         ++recovered;
-        t->state = State::kQueued;
-        t->rollout = id;
+        t.state = State::kQueued;
+        t.rollout = id;
       }
       r.queued.insert(tid);
       named.insert(tid);
     }
-    if (b.contains("stats")) r.stats = b.at("stats");
+    r.stats = std::move(q.stats);
 
-    for (const auto& f : b.at("finished")) {
-      SLUICE_ASSIGN_OR_RETURN(rl::Trajectory tr, rl::Trajectory::from_json(f));
-      SLUICE_TRY(traj_named(tr.id).status());
+    for (const auto& tr : q.finished) {
+      traj_named(tr.id);
       named.insert(tr.id);
       on_finished(tr);
     }
-    for (const auto& e : b.at("exported")) {
-      SLUICE_ASSIGN_OR_RETURN(SequenceState s, SequenceState::from_json(e));
-      SLUICE_TRY(traj_named(s.trajectory_id).status());
+    for (auto& s : q.exported) {
+      traj_named(s.trajectory_id);
       named.insert(s.trajectory_id);
       route_exported(std::move(s));
     }
-    for (const auto& p : b.value("partial", json::array())) {
-      SLUICE_ASSIGN_OR_RETURN(SequenceState s, SequenceState::from_json(p));
-      SLUICE_ASSIGN_OR_RETURN(Traj * t, traj_named(s.trajectory_id));
-      if (t->state != State::kFinished) t->partial = std::move(s);
+    for (auto& s : q.partial) {
+      Traj& t = traj_named(s.trajectory_id);
+      if (t.state != State::kFinished) t.partial = std::move(s);
     }
     // Queued work handed back unstarted (sluice mode: see "unqueue" below) starts elsewhere.
-    for (const auto& e : b.value("returned", json::array())) {
-      SLUICE_ASSIGN_OR_RETURN(SequenceState s, SequenceState::from_json(e));
+    for (auto& s : q.returned) {
       named.insert(s.trajectory_id);
       r.queued.erase(s.trajectory_id);
       ++returned;
-      SLUICE_ASSIGN_OR_RETURN(Traj * tp, traj_named(s.trajectory_id));
-      Traj& t = *tp;
+      Traj& t = traj_named(s.trajectory_id);
       if (t.state == State::kFinished) continue;
       send_back(t, std::move(s));
     }
     // Refused imports (did not fit, or the version changed) come back as resumable states.
-    for (const auto& e : b.value("refused", json::array())) {
-      SLUICE_ASSIGN_OR_RETURN(SequenceState s, SequenceState::from_json(e));
+    for (auto& s : q.refused) {
       named.insert(s.trajectory_id);
       moves.erase(s.trajectory_id);
       ++move_failures;
-      SLUICE_ASSIGN_OR_RETURN(Traj * tp, traj_named(s.trajectory_id));
-      Traj& t = *tp;
+      Traj& t = traj_named(s.trajectory_id);
       if (t.state == State::kFinished) continue;
       send_back(t, std::move(s));
     }
 
-    SLUICE_TRY(reclaim_lost(r, named));
-    json reply = json::object();
+    reclaim_lost(r, named);
+    ReportReply reply;
     std::string state = "run";
     std::uint64_t load = 0;
     bool allow_active = false;
@@ -774,13 +801,13 @@ struct Manager::Impl {
       }
     }
     // Partial states of this rollout's version resume here first.
-    json imports = json::array();
+    std::vector<SequenceState>& imports = reply.import;
     auto room = [&]() -> std::int64_t {
       return static_cast<std::int64_t>(r.capacity.max_sequences) -
              static_cast<std::int64_t>(r.active.size() + r.queued.size() + imports.size());
     };
     for (auto& s : r.to_import)
-      imports.push_back(s.to_json());
+      imports.push_back(std::move(s));
     r.to_import.clear();
     if (!r.loading && load == 0 && r.version > 0) {
       std::erase_if(resumes, [&](SequenceState& s) {
@@ -794,17 +821,16 @@ struct Manager::Impl {
         auto& t = trajs[s.trajectory_id];
         t.state = State::kQueued;
         t.rollout = id;
-        imports.push_back(s.to_json());
+        imports.push_back(std::move(s));
         return true;
       });
     }
     for (const auto& item : imports)
-      r.awaiting[item.value("trajectory_id", std::string())] = {item, r.reports};
-    reply["import"] = std::move(imports);
+      r.awaiting[item.trajectory_id] = {item, r.reports};
 
     // New work only for rollouts on the newest version (and, with global updates, only once
     // everyone is on it).
-    json assign = json::array();
+    std::vector<SequenceState>& assign = reply.assign;
     // In sluice mode a rollout keeps generating on its version while the newest one is pulled in
     // the background; once it holds it, it drains and swaps.
     bool may_assign = latest > 0 && takes_work(r) && !r.loading && load == 0 &&
@@ -818,7 +844,7 @@ struct Manager::Impl {
         t.state = State::kQueued;
         t.rollout = id;
         r.queued.insert(item->trajectory_id);
-        assign.push_back(item->to_json());
+        assign.push_back(std::move(*item));
       }
       if (assign.empty() && r.active.empty() && r.queued.empty()) {
         // Nothing to run: in sync-like modes the next batch waits for new weights.
@@ -828,38 +854,40 @@ struct Manager::Impl {
       state = latest == 0 ? "barrier" : "idle";
     }
     for (const auto& item : assign)
-      r.awaiting[item.value("trajectory_id", std::string())] = {item, r.reports};
-    reply["assign"] = std::move(assign);
+      r.awaiting[item.trajectory_id] = {item, r.reports};
     // Sluice mode: a rollout that holds the newest version and is draining its old one would
     // start its queued trajectories on the old version as slots free up, making them stale and
     // delaying its swap. It hands them back instead, for rollouts on the newest version.
-    reply["unqueue"] =
+    reply.unqueue =
         mode == Mode::kSluice && latest > r.version && r.staged >= latest && !r.queued.empty();
-    reply["export"] = r.to_export;
+    reply.export_ids = std::move(r.to_export);
     r.to_export.clear();
-    reply["abandon"] = r.to_abandon;
+    reply.abandon = std::move(r.to_abandon);
     r.to_abandon.clear();
-    reply["abandon_before"] = abandon_before();
-    reply["load"] = load;
+    reply.abandon_before = abandon_before();
+    reply.load = load;
     // Until it reports again it is switching: nothing of its old version is routed to it.
     if (load > 0) r.loading = true;
-    reply["allow_active"] = allow_active;
-    reply["state"] = state;
-    reply["done"] = is_done();
-    reply["latest"] = latest;
-    return core::Message("mgr.report", reply);
+    reply.allow_active = allow_active;
+    reply.state = state;
+    reply.done = is_done();
+    reply.latest = latest;
+    return reply;
   }
 
   core::Result<core::Message> on_collect(const core::Message& req) {
-    const json& b = req.body;
-    for (const auto& a : b.value("ack", json::array())) {
-      std::string id = a.get<std::string>();
+    SLUICE_ASSIGN_OR_RETURN(CollectRequest q, decode_collect(req.body, limits()));
+    return encode(apply_collect(q));
+  }
+
+  CollectReply apply_collect(const CollectRequest& q) {
+    for (const auto& id : q.ack) {
       if (unacked.erase(id) == 0) continue;  // a repeated ack is harmless
       ++acked;
       if (db) changes.acked.push_back(id);
     }
-    if (b.contains("epoch")) {
-      std::string e = b.at("epoch").get<std::string>();
+    if (q.epoch) {
+      const std::string& e = *q.epoch;
       if (e != epoch) {
         // A restarted actor lost what it had not checkpointed: everything unacked goes again.
         if (!epoch.empty())
@@ -874,17 +902,18 @@ struct Manager::Impl {
         }
       }
     }
-    for (const auto& a : b.value("have", json::array())) {
-      auto it = unacked.find(a.get<std::string>());
+    for (const auto& id : q.have.value_or(std::vector<std::string>{})) {
+      auto it = unacked.find(id);
       if (it != unacked.end() && it->second.sent) it->second.have = true;
     }
     // In the batch-synchronous modes the next batch opens with the next version, not when the
     // actor takes the current one (else it would be generated with the old weights).
     if (mode != Mode::kSync && mode != Mode::kOneStepOff) {
-      consumed = std::max(consumed, b.value("consumed", std::uint64_t{0}));
+      consumed = std::max(consumed, q.consumed);
     }
-    std::size_t max = b.value("max", std::size_t{256});
-    json out = json::array();
+    const std::size_t max = q.max;
+    CollectReply reply;
+    std::vector<rl::Trajectory>& out = reply.trajectories;
     auto now = Clock::now();
     // Resend what was delivered a while ago and neither received (`have`) nor acknowledged: the
     // reply was lost. The actor's buffer refuses what it already has.
@@ -892,7 +921,7 @@ struct Manager::Impl {
       if (out.size() >= max) break;
       if (h.sent && !h.have && now - h.sent_at > Millis(cfg.resend_ms)) {
         h.sent_at = now;
-        out.push_back(h.tr.to_json());
+        out.push_back(h.tr);
       }
     }
     while (out.size() < max && !outbox.empty()) {
@@ -901,15 +930,16 @@ struct Manager::Impl {
       if (it == unacked.end() || it->second.sent) continue;  // acknowledged meanwhile
       it->second.sent = true;
       it->second.sent_at = now;
-      out.push_back(it->second.tr.to_json());
+      out.push_back(it->second.tr);
     }
-    json reply{{"trajectories", std::move(out)}, {"done", is_done()}};
-    return core::Message("mgr.collect", reply);
+    reply.done = is_done();
+    return reply;
   }
 
   core::Result<core::Message> on_published(const core::Message& req) {
-    std::uint64_t v = req.body.value("version", std::uint64_t{0});
-    consumed = std::max(consumed, req.body.value("consumed", std::uint64_t{0}));
+    SLUICE_ASSIGN_OR_RETURN(PublishedRequest q, decode_published(req.body, limits()));
+    std::uint64_t v = q.version;  // a maximum: a repeated or older publish changes nothing
+    consumed = std::max(consumed, q.consumed);
     if (v > latest) {
       latest = v;
       log::info("manager: version {} published", v);

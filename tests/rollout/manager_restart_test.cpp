@@ -329,4 +329,94 @@ TEST_SUITE("rollout.manager_restart") {
     CHECK(old.at("trajectories")[0].at("id") == ids[2]);
     CHECK(h.status().at("acked").get<std::uint64_t>() == 2);
   }
+
+  TEST_CASE("malformed, wrong-typed and oversized requests get an error and change nothing") {
+    rollout::ManagerConfig cfg = small_config();
+    Harness h(cfg);
+    h.publish(1);
+    FakeRollout r("r0");
+    auto ids = r.report(h);
+    REQUIRE(ids.size() == 8);
+    r.start_all();
+    r.finish(ids[0]);
+    r.report(h);
+    const json good = r.body();
+    const std::string before = h.manager->state_digest();
+    // A control: the digest does see a change.
+    {
+      Harness other(cfg);
+      std::string d0 = other.manager->state_digest();
+      other.publish(1);
+      CHECK(other.manager->state_digest() != d0);
+    }
+
+    std::vector<std::pair<std::string, json>> bad;
+    auto with = [&](const char* key, json v) {
+      json b = good;
+      b[key] = std::move(v);
+      return b;
+    };
+    auto without = [&](const char* key) {
+      json b = good;
+      b.erase(key);
+      return b;
+    };
+    // A valid finished trajectory first, then a broken one: nothing of the report may apply.
+    rl::Trajectory fine;
+    fine.id = ids[1];
+    fine.prompt_id = fine.id.substr(0, fine.id.find('/'));
+    fine.version = 1;
+    fine.versions = {1};
+    json broken = fine.to_json();
+    broken["logprobs"] = json::array({0.5});  // one log-prob for no response token
+    json far = fine.to_json();
+    far["version"] = std::uint64_t{1} << 40;  // absurdly far above the newest version (1)
+    far["versions"] = json::array({std::uint64_t{1} << 40});
+    bad.emplace_back("mgr.report", json::array());
+    bad.emplace_back("mgr.report", without("id"));
+    bad.emplace_back("mgr.report", with("id", 7));
+    bad.emplace_back("mgr.report", with("id", std::string(300, 'x')));
+    bad.emplace_back("mgr.report", with("version", "1"));
+    bad.emplace_back("mgr.report", with("version", -1));
+    bad.emplace_back("mgr.report", with("version", std::uint64_t{1} << 40));
+    bad.emplace_back("mgr.report", with("capacity", "big"));
+    bad.emplace_back("mgr.report", without("active"));
+    bad.emplace_back("mgr.report", with("active", json::array({json::array({ids[1]})})));
+    bad.emplace_back("mgr.report", with("active", json::array({json::array({"nope", 5})})));
+    bad.emplace_back("mgr.report", with("active", json::array({json::array({"p99/0", 5})})));
+    bad.emplace_back("mgr.report", with("active", json::array({json::array({"p0/7", 5})})));
+    bad.emplace_back("mgr.report", with("queued", json::array({1, 2})));
+    bad.emplace_back("mgr.report", with("queued", json(std::vector<std::string>(70000, ids[2]))));
+    bad.emplace_back("mgr.report", with("finished", json::array({fine.to_json(), broken})));
+    bad.emplace_back("mgr.report", with("finished", json::array({fine.to_json(), far})));
+    bad.emplace_back("mgr.report", with("finished", "all of them"));
+    bad.emplace_back("mgr.report", with("exported", json::array({json::object()})));
+    bad.emplace_back("mgr.report", with("stats", json::array()));
+    bad.emplace_back("mgr.report", with("incarnation", json::array()));
+    bad.emplace_back("mgr.collect", json{{"ack", ids[0]}});
+    bad.emplace_back("mgr.collect", json{{"ack", json::array({ids[0], 3})}});
+    bad.emplace_back("mgr.collect", json{{"ack", json::array({ids[0]})}, {"have", "x"}});
+    bad.emplace_back("mgr.collect", json{{"ack", json::array({ids[0]})}, {"epoch", 5}});
+    bad.emplace_back("mgr.collect", json{{"ack", json::array({ids[0]})}, {"epoch", ""}});
+    bad.emplace_back("mgr.collect", json{{"ack", json::array({ids[0]})}, {"max", -3}});
+    bad.emplace_back("mgr.collect", json{{"ack", json::array({ids[0]})}, {"consumed", 1.5}});
+    bad.emplace_back("mgr.collect",
+                     json{{"ack", json::array({ids[0]})}, {"epoch", std::string(1000, 'e')}});
+    bad.emplace_back("mgr.published", json{{"version", "2"}});
+    bad.emplace_back("mgr.published", json{{"version", std::uint64_t{1} << 40}});
+    bad.emplace_back("mgr.published", json::object());
+    for (const auto& [type, body] : bad) {
+      CAPTURE(type);
+      CAPTURE(body.dump().substr(0, 200));
+      auto reply = h.try_call(type, body);
+      CHECK_FALSE(reply.is_ok());
+      if (!reply.is_ok())
+        CHECK_MESSAGE(reply.status().code() == core::Code::kProtocol, reply.status().to_string());
+      CHECK(h.manager->state_digest() == before);
+    }
+    // The same report, well formed, is applied.
+    json ok = with("finished", json::array({fine.to_json()}));
+    h.call("mgr.report", ok);
+    CHECK(h.manager->state_digest() != before);
+  }
 }
