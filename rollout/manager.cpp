@@ -14,6 +14,8 @@
 #include "core/messaging.hpp"
 #include "rl/trajectory.hpp"
 #include "rollout/engine.hpp"
+#include "rollout/manager_db.hpp"
+#include "rollout/protocol.hpp"
 #include "rollout/repack.hpp"
 
 namespace sluice::rollout {
@@ -24,6 +26,10 @@ using core::Millis;
 using nlohmann::json;
 
 namespace {
+
+// A request may name a version this far above the newest the manager knows (one it has not heard
+// of yet, say after a restart of the actor); beyond it, the request is refused as malformed.
+constexpr std::uint64_t kVersionSlack = 1'000'000;
 
 enum class Mode { kSync, kOneStepOff, kStream, kPartialRollout, kSluice };
 
@@ -91,6 +97,7 @@ struct Manager::Impl {
   };
   struct Rollout {
     std::string id;
+    std::string incarnation;  // chosen by the rollout process at start ("" from older rollouts)
     bool alive = true;
     bool loading = false;
     std::uint64_t version = 0;
@@ -108,7 +115,7 @@ struct Manager::Impl {
     // Work sent in a reply (assigned or imported), by trajectory id, with the report it answered:
     // the rollout's next report names it (active, queued, finished, exported, returned or
     // refused) unless that reply never reached it (it timed out waiting and reported again).
-    std::map<std::string, std::pair<json, std::uint64_t>> awaiting;
+    std::map<std::string, std::pair<SequenceState, std::uint64_t>> awaiting;
     std::uint64_t active_at_version(std::uint64_t v) const {
       return version < v ? active.size() + queued.size() : 0;
     }
@@ -136,11 +143,34 @@ struct Manager::Impl {
   std::uint64_t latest = 0;
   std::uint64_t consumed = 0;  // trajectories the actor has taken (trained on or dropped)
 
-  std::set<std::string> doomed;       // prompts whose group the actor will drop (abandon_stale)
-  std::uint64_t abandoned = 0;        // trajectories ended as abandoned
-  std::deque<rl::Trajectory> outbox;  // finished, not yet sent to the actor
-  std::map<std::string, std::pair<rl::Trajectory, Clock::time_point>> unacked;
+  std::set<std::string> doomed;  // prompts whose group the actor will drop (abandon_stale)
+  std::uint64_t abandoned = 0;   // trajectories ended as abandoned
+  // Finished trajectories the actor has not acknowledged (durable), by id; `outbox` orders those
+  // not yet sent to the actor's current epoch.
+  struct Held {
+    rl::Trajectory tr;
+    bool sent = false;  // to the current epoch
+    bool have = false;  // the actor said it received it (this epoch)
+    Clock::time_point sent_at;
+  };
+  std::map<std::string, Held> unacked;
+  std::deque<std::string> outbox;
+  std::string epoch;  // the actor's, as last seen ("" before any)
   std::uint64_t finished = 0, acked = 0;
+
+  // Durable state (state_path; see manager_db.hpp): the changes of the request being handled,
+  // committed before its reply goes out.
+  std::unique_ptr<ManagerDb> db;
+  ManagerChanges changes;
+  ManagerCounters committed;
+  // After a restart: released trajectories of which nothing is known (not finished, not named by
+  // a rollout yet). Those still unnamed when the grace period ends restart from their prompts.
+  bool recovering = false;
+  Clock::time_point recovery_deadline;
+  std::set<std::string> unclaimed;
+  std::uint64_t recovered = 0;  // in-flight trajectories accepted from rollouts after a restart
+  std::uint64_t recovery_restarted = 0;  // unnamed after the grace period: restarted
+  std::uint64_t rollout_restarts = 0;    // a known rollout id reported with a new incarnation
 
   // Counters for the bench and the tests.
   std::uint64_t lost_replies = 0;  // work re-sent because a reply never reached its rollout
@@ -160,7 +190,7 @@ struct Manager::Impl {
   std::uint64_t total_trajectories() const { return cfg.prompts * cfg.group_size; }
   bool all_released() const { return cfg.prompts != 0 && next_prompt >= cfg.prompts; }
   bool is_done() const {
-    return cfg.prompts != 0 && acked >= total_trajectories() && outbox.empty() && unacked.empty();
+    return cfg.prompts != 0 && acked >= total_trajectories() && unacked.empty();
   }
 
   std::uint64_t ahead() const {
@@ -201,6 +231,38 @@ struct Manager::Impl {
     return s;
   }
 
+  // The prompt of index `p`, deterministic from the configuration (a restarted manager rebuilds
+  // the same prompt for a trajectory it has no record of).
+  core::Result<std::vector<std::int32_t>> prompt_of(std::uint64_t p) const {
+    if (!task) return sim_prompt(cfg.seed, p, cfg.prompt_tokens);
+    SLUICE_ASSIGN_OR_RETURN(auto tp, task->train_prompt(p));
+    return std::vector<std::int32_t>(tp.tokens.begin(), tp.tokens.end());
+  }
+
+  // The trajectory "p<N>/<k>" as first assigned, rebuilt from its id.
+  core::Result<SequenceState> initial_of(const std::string& traj_id) const {
+    auto ix = parse_trajectory_id(traj_id);
+    if (!ix || ix->second >= cfg.group_size || ix->first >= next_prompt) {
+      return core::invalid_argument(
+          fmt::format("trajectory {} is not one this manager released", traj_id));
+    }
+    SLUICE_ASSIGN_OR_RETURN(auto prompt, prompt_of(ix->first));
+    return fresh(traj_id, fmt::format("p{}", ix->first), std::move(prompt));
+  }
+
+  // The record of a trajectory named by a rollout. One this manager has none of (it restarted,
+  // and the rollout kept working) is accepted: its first state is rebuilt from its id (which
+  // check_named verified can be done).
+  Traj& traj_named(const std::string& traj_id) {
+    auto it = trajs.find(traj_id);
+    if (it != trajs.end()) return it->second;
+    unclaimed.erase(traj_id);
+    Traj& t = trajs[traj_id];
+    auto s = initial_of(traj_id);
+    if (s.is_ok()) t.initial = std::move(s).value();
+    return t;
+  }
+
   std::optional<SequenceState> next_item() {
     while (!pending.empty()) {
       SequenceState s = std::move(pending.front());
@@ -211,24 +273,18 @@ struct Manager::Impl {
     if (all_released() || !budget_left()) return std::nullopt;
     std::uint64_t p = next_prompt++;
     std::string prompt_id = fmt::format("p{}", p);
-    std::vector<std::int32_t> prompt;
-    if (task) {
-      auto tp = task->train_prompt(p);
-      if (!tp.is_ok()) {
-        log::error("manager: prompt {}: {}", p, tp.status().to_string());
-        return std::nullopt;
-      }
-      prompt.assign(tp->tokens.begin(), tp->tokens.end());
-    } else {
-      prompt = sim_prompt(cfg.seed, p, cfg.prompt_tokens);
+    auto prompt = prompt_of(p);
+    if (!prompt.is_ok()) {
+      log::error("manager: prompt {}: {}", p, prompt.status().to_string());
+      return std::nullopt;
     }
     for (std::uint32_t k = 1; k < cfg.group_size; ++k) {
       std::string id = fmt::format("{}/{}", prompt_id, k);
-      trajs[id].initial = fresh(id, prompt_id, prompt);
+      trajs[id].initial = fresh(id, prompt_id, *prompt);
       pending.push_back(trajs[id].initial);
     }
     std::string id0 = prompt_id + "/0";
-    trajs[id0].initial = fresh(id0, prompt_id, std::move(prompt));
+    trajs[id0].initial = fresh(id0, prompt_id, std::move(prompt).value());
     return trajs[id0].initial;
   }
 
@@ -272,8 +328,88 @@ struct Manager::Impl {
     pending.push_front(t.initial);
   }
 
+  ManagerCounters counters() const { return {next_prompt, latest, consumed, acked}; }
+
+  // Commits the changes made since the last commit (one transaction). On an error they stay
+  // queued for the next attempt, and the caller replies with the error.
+  core::Status persist() {
+    if (!db) return {};
+    changes.counters = counters();
+    changes.counters_changed = !(changes.counters == committed);
+    if (changes.empty()) return {};
+    core::Status st = db->commit(changes);
+    if (!st.is_ok()) {
+      log::error("manager: {}", st.to_string());
+      return st;
+    }
+    committed = changes.counters;
+    changes = ManagerChanges{};
+    return {};
+  }
+
+  // Loads the durable state of a previous run. Released trajectories that are neither finished
+  // nor named by a rollout within the grace period restart from their prompts.
+  core::Status restore() {
+    SLUICE_ASSIGN_OR_RETURN(ManagerSnapshot snap, db->load());
+    committed = snap.counters;
+    next_prompt = snap.counters.next_prompt;
+    latest = snap.counters.latest;
+    consumed = snap.counters.consumed;
+    acked = snap.counters.acked;
+    for (const auto& id : snap.finished)
+      trajs[id].state = State::kFinished;
+    finished = snap.finished.size();
+    for (const auto& [id, text] : snap.unacked) {
+      json j = json::parse(text, nullptr, false);
+      if (j.is_discarded()) return core::data_loss(fmt::format("manager db: trajectory {}", id));
+      SLUICE_ASSIGN_OR_RETURN(rl::Trajectory tr, rl::Trajectory::from_json(j));
+      unacked[id] = Held{std::move(tr), false, false, {}};
+      outbox.push_back(id);
+    }
+    doomed.insert(snap.doomed.begin(), snap.doomed.end());
+    for (std::uint64_t p = 0; p < next_prompt; ++p) {
+      for (std::uint32_t k = 0; k < cfg.group_size; ++k) {
+        std::string id = fmt::format("p{}/{}", p, k);
+        if (!trajs.count(id)) unclaimed.insert(id);
+      }
+    }
+    recovering = next_prompt > 0;
+    std::uint64_t grace =
+        cfg.recovery_grace_ms > 0 ? cfg.recovery_grace_ms : 2 * cfg.heartbeat_timeout_ms;
+    recovery_deadline = Clock::now() + Millis(grace);
+    if (recovering) {
+      log::info(
+          "manager: restored from {}: {} prompts released, {} finished ({} unacknowledged), "
+          "{} in flight or waiting; latest version {}",
+          db->path(), next_prompt, finished, unacked.size(), unclaimed.size(), latest);
+    }
+    return {};
+  }
+
+  // The grace period after a restart ended: what no rollout named restarts from its prompt.
+  void end_recovery() {
+    recovering = false;
+    for (const auto& id : unclaimed) {
+      auto s = initial_of(id);
+      if (!s.is_ok()) {
+        log::error("manager: recovery of {}: {}", id, s.status().to_string());
+        continue;
+      }
+      Traj& t = trajs[id];
+      t.initial = *s;
+      ++recovery_restarted;
+      send_back(t, std::move(s).value());
+    }
+    if (!unclaimed.empty()) {
+      log::info("manager: recovery: {} trajectories no rollout named restart from their prompts",
+                unclaimed.size());
+    }
+    unclaimed.clear();
+  }
+
   void check_heartbeats() {
     auto now = Clock::now();
+    if (recovering && now >= recovery_deadline) end_recovery();
     for (auto& [id, r] : rollouts) {
       if (!r.alive) continue;
       if (now - r.last_seen > Millis(cfg.heartbeat_timeout_ms)) {
@@ -385,6 +521,7 @@ struct Manager::Impl {
   // The group of `prompt_id` will be dropped: its members still to run or running end now.
   void doom(const std::string& prompt_id) {
     if (!doomed.insert(prompt_id).second) return;
+    if (db) changes.doomed.push_back(prompt_id);
     for (std::uint32_t k = 0; k < cfg.group_size; ++k) {
       std::string id = fmt::format("{}/{}", prompt_id, k);
       auto it = trajs.find(id);
@@ -416,7 +553,13 @@ struct Manager::Impl {
     if (tr.mixed_versions()) ++mixed;
     ++finished;
     if (tr.abandoned) ++abandoned;
-    outbox.push_back(tr);
+    unclaimed.erase(tr.id);
+    unacked[tr.id] = Held{tr, false, false, {}};
+    outbox.push_back(tr.id);
+    if (db) {
+      changes.finished.push_back(tr.id);
+      changes.unacked.emplace_back(tr.id, tr.to_json().dump());
+    }
     if (cfg.abandon_stale && (tr.abandoned || tr.version < abandon_before())) doom(tr.prompt_id);
   }
 
@@ -468,7 +611,7 @@ struct Manager::Impl {
   // reply was lost, and the work goes back to be handed out again (else it would never finish,
   // and the actor would wait for its batch forever; seen when the manager stalled for a second
   // and the rollouts' reports timed out).
-  core::Status reclaim_lost(Rollout& r, const std::set<std::string>& named) {
+  void reclaim_lost(Rollout& r, const std::set<std::string>& named) {
     for (auto it = r.awaiting.begin(); it != r.awaiting.end();) {
       if (it->second.second >= r.reports) {
         ++it;
@@ -478,7 +621,7 @@ struct Manager::Impl {
         auto& t = trajs[it->first];
         if (t.state != State::kFinished && t.rollout == r.id &&
             (t.state == State::kQueued || t.state == State::kMoving)) {
-          SLUICE_ASSIGN_OR_RETURN(SequenceState st, SequenceState::from_json(it->second.first));
+          SequenceState st = it->second.first;
           log::warn("manager: {} never got {} (a lost reply): handed out again", r.id, it->first);
           ++lost_replies;
           moves.erase(it->first);
@@ -487,42 +630,94 @@ struct Manager::Impl {
       }
       it = r.awaiting.erase(it);
     }
+  }
+
+  // Bounds for decoding a request: a version may be ahead of the newest this manager knows (it
+  // may not have heard of it yet), but not absurdly far.
+  DecodeLimits limits() const {
+    DecodeLimits l;
+    l.max_version = latest + kVersionSlack;
+    return l;
+  }
+
+  // Every trajectory a report names is one this manager knows, or one it released and can
+  // rebuild (after a restart). Checked before anything is applied.
+  core::Status check_named(const ReportRequest& q) const {
+    auto check = [&](const std::string& tid) -> core::Status {
+      if (trajs.count(tid)) return {};
+      core::Status st = initial_of(tid).status();
+      if (st.is_ok()) return {};
+      return core::protocol_error(fmt::format("mgr.report: {}", st.message()));
+    };
+    for (const auto& a : q.active)
+      SLUICE_TRY(check(a.trajectory_id));
+    for (const auto& tid : q.queued)
+      SLUICE_TRY(check(tid));
+    for (const auto& t : q.finished)
+      SLUICE_TRY(check(t.id));
+    for (const auto* l : {&q.exported, &q.partial, &q.returned, &q.refused}) {
+      for (const auto& st : *l)
+        SLUICE_TRY(check(st.trajectory_id));
+    }
     return {};
   }
 
   core::Result<core::Message> on_report(const core::Message& req) {
-    const json& b = req.body;
-    std::string id = b.value("id", std::string());
-    if (id.empty()) return core::invalid_argument("mgr.report: missing 'id'");
+    // Decoded and checked in full before anything changes.
+    SLUICE_ASSIGN_OR_RETURN(ReportRequest q, decode_report(req.body, limits()));
+    SLUICE_TRY(check_named(q));
+    return encode(apply_report(std::move(q)));
+  }
+
+  ReportReply apply_report(ReportRequest q) {
+    const std::string& id = q.id;
+    const std::string& incarnation = q.incarnation;
     auto found = rollouts.find(id);
+    bool restarted_process = found != rollouts.end() && !incarnation.empty() &&
+                             !found->second.incarnation.empty() &&
+                             incarnation != found->second.incarnation;
     if (found != rollouts.end() && !found->second.alive) {
-      // Declared dead: its work was handed out again. It starts afresh.
+      // Declared dead: its work was handed out again. It starts afresh (a new process has
+      // nothing to drop: it simply joins).
       rollouts.erase(found);
-      json reply{{"rejoin", true}};
-      return core::Message("mgr.report", reply);
+      if (!restarted_process) {
+        ReportReply reply;
+        reply.rejoin = true;
+        return reply;
+      }
+      found = rollouts.end();
+    } else if (restarted_process) {
+      // The same id from a new process: the old one's work is gone with it.
+      ++rollout_restarts;
+      reclaim(id, fmt::format("restarted (incarnation {} -> {})", found->second.incarnation,
+                              incarnation));
+      rollouts.erase(found);
+      found = rollouts.end();
     }
     bool is_new = found == rollouts.end();
     Rollout& r = rollouts[id];
     if (is_new) {
       r.id = id;
+      r.incarnation = incarnation;
       log::info("manager: rollout {} joined", id);
     }
     r.last_seen = Clock::now();
     ++r.reports;
     // Every trajectory this report names, to find work sent to it that never arrived.
     std::set<std::string> named;
-    r.version = b.value("version", std::uint64_t{0});
-    r.loading = b.value("loading", false);
-    r.staged = std::max(r.version, b.value("staged", std::uint64_t{0}));
-    r.capacity.max_sequences = b.at("capacity").value("max_sequences", 1u);
-    r.capacity.max_kv_tokens = b.at("capacity").value("max_kv_tokens", std::uint64_t{1});
+    r.version = q.version;
+    r.loading = q.loading;
+    r.staged = std::max(r.version, q.staged);
+    r.capacity = q.capacity;
     r.previous_active = static_cast<std::uint32_t>(r.active.size());
     r.active.clear();
-    for (const auto& a : b.at("active")) {
-      std::string tid = a.at(0).get<std::string>();
+    for (const auto& a : q.active) {
+      const std::string& tid = a.trajectory_id;
       named.insert(tid);
-      r.active.push_back(SequenceView{tid, a.at(1).get<std::uint64_t>()});
-      auto& t = trajs[tid];
+      r.active.push_back(SequenceView{tid, a.kv_tokens});
+      bool known = trajs.count(tid) > 0;
+      Traj& t = traj_named(tid);
+      if (!known) ++recovered;
       if (t.state != State::kFinished && t.state != State::kMoving) {
         t.state = State::kActive;
         t.rollout = id;
@@ -534,50 +729,54 @@ struct Manager::Impl {
       }
     }
     r.queued.clear();
-    for (const auto& q : b.at("queued")) {
-      r.queued.insert(q.get<std::string>());
-      named.insert(q.get<std::string>());
+    for (const auto& tid : q.queued) {
+      bool known = trajs.count(tid) > 0;
+      Traj& t = traj_named(tid);
+      if (!known) {
+        ++recovered;
+        t.state = State::kQueued;
+        t.rollout = id;
+      }
+      r.queued.insert(tid);
+      named.insert(tid);
     }
-    if (b.contains("stats")) r.stats = b.at("stats");
+    r.stats = std::move(q.stats);
 
-    for (const auto& f : b.at("finished")) {
-      SLUICE_ASSIGN_OR_RETURN(rl::Trajectory tr, rl::Trajectory::from_json(f));
+    for (const auto& tr : q.finished) {
+      traj_named(tr.id);
       named.insert(tr.id);
       on_finished(tr);
     }
-    for (const auto& e : b.at("exported")) {
-      SLUICE_ASSIGN_OR_RETURN(SequenceState s, SequenceState::from_json(e));
+    for (auto& s : q.exported) {
+      traj_named(s.trajectory_id);
       named.insert(s.trajectory_id);
       route_exported(std::move(s));
     }
-    for (const auto& p : b.value("partial", json::array())) {
-      SLUICE_ASSIGN_OR_RETURN(SequenceState s, SequenceState::from_json(p));
-      auto& t = trajs[s.trajectory_id];
+    for (auto& s : q.partial) {
+      Traj& t = traj_named(s.trajectory_id);
       if (t.state != State::kFinished) t.partial = std::move(s);
     }
     // Queued work handed back unstarted (sluice mode: see "unqueue" below) starts elsewhere.
-    for (const auto& e : b.value("returned", json::array())) {
-      SLUICE_ASSIGN_OR_RETURN(SequenceState s, SequenceState::from_json(e));
+    for (auto& s : q.returned) {
       named.insert(s.trajectory_id);
       r.queued.erase(s.trajectory_id);
       ++returned;
-      auto& t = trajs[s.trajectory_id];
+      Traj& t = traj_named(s.trajectory_id);
       if (t.state == State::kFinished) continue;
       send_back(t, std::move(s));
     }
     // Refused imports (did not fit, or the version changed) come back as resumable states.
-    for (const auto& e : b.value("refused", json::array())) {
-      SLUICE_ASSIGN_OR_RETURN(SequenceState s, SequenceState::from_json(e));
+    for (auto& s : q.refused) {
       named.insert(s.trajectory_id);
       moves.erase(s.trajectory_id);
       ++move_failures;
-      auto& t = trajs[s.trajectory_id];
+      Traj& t = traj_named(s.trajectory_id);
       if (t.state == State::kFinished) continue;
       send_back(t, std::move(s));
     }
 
-    SLUICE_TRY(reclaim_lost(r, named));
-    json reply = json::object();
+    reclaim_lost(r, named);
+    ReportReply reply;
     std::string state = "run";
     std::uint64_t load = 0;
     bool allow_active = false;
@@ -602,13 +801,13 @@ struct Manager::Impl {
       }
     }
     // Partial states of this rollout's version resume here first.
-    json imports = json::array();
+    std::vector<SequenceState>& imports = reply.import;
     auto room = [&]() -> std::int64_t {
       return static_cast<std::int64_t>(r.capacity.max_sequences) -
              static_cast<std::int64_t>(r.active.size() + r.queued.size() + imports.size());
     };
     for (auto& s : r.to_import)
-      imports.push_back(s.to_json());
+      imports.push_back(std::move(s));
     r.to_import.clear();
     if (!r.loading && load == 0 && r.version > 0) {
       std::erase_if(resumes, [&](SequenceState& s) {
@@ -622,17 +821,16 @@ struct Manager::Impl {
         auto& t = trajs[s.trajectory_id];
         t.state = State::kQueued;
         t.rollout = id;
-        imports.push_back(s.to_json());
+        imports.push_back(std::move(s));
         return true;
       });
     }
     for (const auto& item : imports)
-      r.awaiting[item.value("trajectory_id", std::string())] = {item, r.reports};
-    reply["import"] = std::move(imports);
+      r.awaiting[item.trajectory_id] = {item, r.reports};
 
     // New work only for rollouts on the newest version (and, with global updates, only once
     // everyone is on it).
-    json assign = json::array();
+    std::vector<SequenceState>& assign = reply.assign;
     // In sluice mode a rollout keeps generating on its version while the newest one is pulled in
     // the background; once it holds it, it drains and swaps.
     bool may_assign = latest > 0 && takes_work(r) && !r.loading && load == 0 &&
@@ -646,7 +844,7 @@ struct Manager::Impl {
         t.state = State::kQueued;
         t.rollout = id;
         r.queued.insert(item->trajectory_id);
-        assign.push_back(item->to_json());
+        assign.push_back(std::move(*item));
       }
       if (assign.empty() && r.active.empty() && r.queued.empty()) {
         // Nothing to run: in sync-like modes the next batch waits for new weights.
@@ -656,70 +854,148 @@ struct Manager::Impl {
       state = latest == 0 ? "barrier" : "idle";
     }
     for (const auto& item : assign)
-      r.awaiting[item.value("trajectory_id", std::string())] = {item, r.reports};
-    reply["assign"] = std::move(assign);
+      r.awaiting[item.trajectory_id] = {item, r.reports};
     // Sluice mode: a rollout that holds the newest version and is draining its old one would
     // start its queued trajectories on the old version as slots free up, making them stale and
     // delaying its swap. It hands them back instead, for rollouts on the newest version.
-    reply["unqueue"] =
+    reply.unqueue =
         mode == Mode::kSluice && latest > r.version && r.staged >= latest && !r.queued.empty();
-    reply["export"] = r.to_export;
+    reply.export_ids = std::move(r.to_export);
     r.to_export.clear();
-    reply["abandon"] = r.to_abandon;
+    reply.abandon = std::move(r.to_abandon);
     r.to_abandon.clear();
-    reply["abandon_before"] = abandon_before();
-    reply["load"] = load;
+    reply.abandon_before = abandon_before();
+    reply.load = load;
     // Until it reports again it is switching: nothing of its old version is routed to it.
     if (load > 0) r.loading = true;
-    reply["allow_active"] = allow_active;
-    reply["state"] = state;
-    reply["done"] = is_done();
-    reply["latest"] = latest;
-    return core::Message("mgr.report", reply);
+    reply.allow_active = allow_active;
+    reply.state = state;
+    reply.done = is_done();
+    reply.latest = latest;
+    return reply;
   }
 
   core::Result<core::Message> on_collect(const core::Message& req) {
-    const json& b = req.body;
-    for (const auto& a : b.value("ack", json::array())) {
-      if (unacked.erase(a.get<std::string>()) > 0) ++acked;
+    SLUICE_ASSIGN_OR_RETURN(CollectRequest q, decode_collect(req.body, limits()));
+    return encode(apply_collect(q));
+  }
+
+  CollectReply apply_collect(const CollectRequest& q) {
+    for (const auto& id : q.ack) {
+      if (unacked.erase(id) == 0) continue;  // a repeated ack is harmless
+      ++acked;
+      if (db) changes.acked.push_back(id);
+    }
+    if (q.epoch) {
+      const std::string& e = *q.epoch;
+      if (e != epoch) {
+        // A restarted actor lost what it had not checkpointed: everything unacked goes again.
+        if (!epoch.empty())
+          log::info("manager: actor epoch {} -> {}: re-sending unacked", epoch, e);
+        epoch = e;
+        for (auto& [id, h] : unacked) {
+          h.have = false;
+          if (h.sent) {
+            h.sent = false;
+            outbox.push_back(id);
+          }
+        }
+      }
+    }
+    for (const auto& id : q.have.value_or(std::vector<std::string>{})) {
+      auto it = unacked.find(id);
+      if (it != unacked.end() && it->second.sent) it->second.have = true;
     }
     // In the batch-synchronous modes the next batch opens with the next version, not when the
     // actor takes the current one (else it would be generated with the old weights).
     if (mode != Mode::kSync && mode != Mode::kOneStepOff) {
-      consumed = std::max(consumed, b.value("consumed", std::uint64_t{0}));
+      consumed = std::max(consumed, q.consumed);
     }
-    std::size_t max = b.value("max", std::size_t{256});
-    json out = json::array();
+    const std::size_t max = q.max;
+    CollectReply reply;
+    std::vector<rl::Trajectory>& out = reply.trajectories;
     auto now = Clock::now();
-    // Resend what was delivered long ago and never acknowledged (a lost reply, a restarted
-    // actor); the actor's buffer refuses what it already has.
-    for (auto& [id, p] : unacked) {
+    // Resend what was delivered a while ago and neither received (`have`) nor acknowledged: the
+    // reply was lost. The actor's buffer refuses what it already has.
+    for (auto& [id, h] : unacked) {
       if (out.size() >= max) break;
-      if (now - p.second > Millis(3000)) {
-        p.second = now;
-        out.push_back(p.first.to_json());
+      if (h.sent && !h.have && now - h.sent_at > Millis(cfg.resend_ms)) {
+        h.sent_at = now;
+        out.push_back(h.tr);
       }
     }
     while (out.size() < max && !outbox.empty()) {
-      rl::Trajectory t = std::move(outbox.front());
+      auto it = unacked.find(outbox.front());
       outbox.pop_front();
-      out.push_back(t.to_json());
-      std::string tid = t.id;
-      unacked.emplace(tid, std::make_pair(std::move(t), now));
+      if (it == unacked.end() || it->second.sent) continue;  // acknowledged meanwhile
+      it->second.sent = true;
+      it->second.sent_at = now;
+      out.push_back(it->second.tr);
     }
-    json reply{{"trajectories", std::move(out)}, {"done", is_done()}};
-    return core::Message("mgr.collect", reply);
+    reply.done = is_done();
+    return reply;
   }
 
   core::Result<core::Message> on_published(const core::Message& req) {
-    std::uint64_t v = req.body.value("version", std::uint64_t{0});
-    consumed = std::max(consumed, req.body.value("consumed", std::uint64_t{0}));
+    SLUICE_ASSIGN_OR_RETURN(PublishedRequest q, decode_published(req.body, limits()));
+    std::uint64_t v = q.version;  // a maximum: a repeated or older publish changes nothing
+    consumed = std::max(consumed, q.consumed);
     if (v > latest) {
       latest = v;
       log::info("manager: version {} published", v);
       plan_repack_now();
     }
     return core::Message("mgr.published", json{{"latest", latest}});
+  }
+
+  // A hash over the state the manager acts on (not its clocks or metrics): equal digests before
+  // and after a request mean the request changed nothing.
+  std::string state_digest() const {
+    std::string s = fmt::format("{} {} {} {} {} {} {} {}|", next_prompt, latest, consumed, acked,
+                                finished, duplicates, epoch, recovering);
+    std::map<std::string, const Traj*> sorted;
+    for (const auto& [id, t] : trajs)
+      sorted.emplace(id, &t);
+    for (const auto& [id, t] : sorted) {
+      s += fmt::format("{}:{}:{}:{};", id, static_cast<int>(t->state), t->rollout,
+                       t->partial ? static_cast<std::int64_t>(t->partial->generated.size()) : -1);
+    }
+    s += "|";
+    for (const auto& p : pending)
+      s += p.trajectory_id + ";";
+    s += "|";
+    for (const auto& p : resumes)
+      s += p.trajectory_id + ";";
+    s += "|";
+    for (const auto& [id, h] : unacked)
+      s += fmt::format("{}:{}:{};", id, h.sent, h.have);
+    for (const auto& id : outbox)
+      s += id + ";";
+    s += "|";
+    for (const auto& id : doomed)
+      s += id + ";";
+    for (const auto& id : unclaimed)
+      s += id + ";";
+    for (const auto& [id, m] : moves)
+      s += fmt::format("{}:{}>{}@{};", id, m.from, m.to, m.version);
+    for (const auto& [id, r] : rollouts) {
+      s += fmt::format("|{} {} {} {} {} {} {} {} {}:", id, r.incarnation, r.alive, r.loading,
+                       r.version, r.staged, r.reports, r.capacity.max_sequences,
+                       r.capacity.max_kv_tokens);
+      for (const auto& a : r.active)
+        s += fmt::format("{}/{};", a.trajectory_id, a.kv_tokens);
+      for (const auto& q : r.queued)
+        s += q + ";";
+      for (const auto& [tid, w] : r.awaiting)
+        s += tid + ";";
+      for (const auto& q : r.to_import)
+        s += q.trajectory_id + ";";
+      for (const auto& q : r.to_export)
+        s += q + ";";
+      for (const auto& q : r.to_abandon)
+        s += q + ";";
+    }
+    return fmt::format("{:016x}", core::chunk_checksum(s.data(), s.size()));
   }
 
   json status_json() const {
@@ -752,6 +1028,10 @@ struct Manager::Impl {
                 {"move_failures", move_failures},
                 {"returned", returned},
                 {"abandoned", abandoned},
+                {"recovering", recovering},
+                {"recovered", recovered},
+                {"recovery_restarted", recovery_restarted},
+                {"rollout_restarts", rollout_restarts},
                 {"cross_version_moves", cross_version},
                 {"free_slot_s",
                  {{"loading", free_slots.loading},
@@ -776,15 +1056,23 @@ core::Result<std::unique_ptr<Manager>> Manager::create(core::EventLoop& loop,
         std::min<std::uint64_t>(impl->cfg.max_new_tokens, t.max_response_tokens());
     impl->task.emplace(std::move(t));
   }
+  if (!impl->cfg.state_path.empty()) {
+    SLUICE_ASSIGN_OR_RETURN(impl->db, ManagerDb::open(impl->cfg.state_path));
+    SLUICE_TRY(impl->restore());
+  }
   SLUICE_ASSIGN_OR_RETURN(impl->server, core::Server::create(loop, impl->cfg.listen));
   Impl* p = impl.get();
-  auto guard = [](auto fn) {
-    return [fn](const core::Message& m) -> core::Result<core::Message> {
+  // Every request's durable changes are committed before its reply is sent.
+  auto guard = [p](auto fn) {
+    return [fn, p](const core::Message& m) -> core::Result<core::Message> {
+      core::Result<core::Message> reply = core::internal_error("unset");
       try {
-        return fn(m);
+        reply = fn(m);
       } catch (const std::exception& e) {
-        return core::protocol_error(fmt::format("{}: {}", m.type, e.what()));
+        reply = core::protocol_error(fmt::format("{}: {}", m.type, e.what()));
       }
+      SLUICE_TRY(p->persist());
+      return reply;
     };
   };
   impl->server->on_sync("mgr.report",
@@ -796,7 +1084,10 @@ core::Result<std::unique_ptr<Manager>> Manager::create(core::EventLoop& loop,
   impl->server->on_sync("mgr.status", [p](const core::Message&) -> core::Result<core::Message> {
     return core::Message("mgr.status", p->status_json());
   });
-  impl->tick_timer = loop.every(Millis(100), [p] { p->check_heartbeats(); });
+  impl->tick_timer = loop.every(Millis(100), [p] {
+    p->check_heartbeats();
+    p->persist().ignore();  // logged; retried with the next request
+  });
   impl->sample_timer = loop.every(Millis(20), [p] { p->sample_free_slots(); });
   impl->repack_timer = loop.every(Millis(std::max<std::uint64_t>(10, impl->cfg.repack_interval_ms)),
                                   [p] { p->plan_repack_now(); });
@@ -811,6 +1102,9 @@ const std::string& Manager::endpoint() const {
 }
 bool Manager::done() const {
   return impl_->is_done();
+}
+std::string Manager::state_digest() const {
+  return impl_->state_digest();
 }
 
 }  // namespace sluice::rollout

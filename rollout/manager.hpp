@@ -61,6 +61,15 @@ struct ManagerConfig {
   std::uint64_t max_staleness = 4;
   std::string prompt_source = "sim";  // sim (token ids) or task (the arithmetic task)
   rl::TaskConfig task;                // prompt_source task
+  // Durable state (an SQLite file; `sluice run` puts it in the run folder). Empty: in memory
+  // only, lost with the process. An existing file is restored: the job continues.
+  std::string state_path;
+  // After a restart, released trajectories that no rollout names within this long restart from
+  // their prompts. 0: 2 x heartbeat_timeout_ms.
+  std::uint64_t recovery_grace_ms = 0;
+  // A trajectory sent to the actor and neither received (`have`) nor acknowledged is sent again
+  // after this long (a lost reply).
+  std::uint64_t resend_ms = 3000;
 
   template <typename V>
   void describe(V& v) {
@@ -89,6 +98,12 @@ struct ManagerConfig {
       "many versions behind");
     v("prompt_source", prompt_source, "sim (token ids) or task (the arithmetic task)");
     v("task", task, "prompt_source task: the task's settings");
+    v("state_path", state_path,
+      "durable state file (SQLite; empty: in memory only); an existing one is restored");
+    v("recovery_grace_ms", recovery_grace_ms,
+      "after a restart, released work no rollout names within this long restarts (0: 2 x "
+      "heartbeat_timeout_ms)");
+    v("resend_ms", resend_ms, "re-send to the actor what it did not confirm within this long");
   }
   core::Status validate() const;
 };
@@ -102,6 +117,9 @@ class Manager {
   const std::string& endpoint() const;
   // True once every prompt's trajectories were finished and acknowledged by the actor.
   bool done() const;
+  // A hash over the state the manager acts on (trajectories, rollouts, queues, counters; not its
+  // clocks or metrics), as hex: unchanged by a request that was refused.
+  std::string state_digest() const;
   struct Impl;
 
  private:

@@ -5,12 +5,14 @@
 #include <algorithm>
 #include <atomic>
 #include <deque>
+#include <random>
 #include <thread>
 
 #include "core/checksum.hpp"
 #include "core/log.hpp"
 #include "core/messaging.hpp"
 #include "core/transfer.hpp"
+#include "rollout/protocol.hpp"
 #include "weightstore/client.hpp"
 #include "weightstore/reader.hpp"
 
@@ -34,6 +36,7 @@ core::Status RolloutConfig::validate() const {
   if (serve != "auto" && serve != "on" && serve != "off") {
     return core::invalid_argument(fmt::format("serve must be auto, on or off, not '{}'", serve));
   }
+  if (max_held_finished == 0) return core::invalid_argument("max_held_finished must be at least 1");
   if (manager_timeout_ms < report_ms) {
     return core::invalid_argument("manager_timeout_ms must be at least report_ms");
   }
@@ -76,7 +79,11 @@ struct RolloutWorker::Impl {
   std::vector<SequenceState> refused;
   std::vector<SequenceState> returned;  // queued work handed back unstarted (see apply)
   std::uint64_t reports = 0;
-  std::string state = "barrier";  // what the manager last said: run, barrier, idle
+  // This process's incarnation: the manager reclaims the work of an older process of this id.
+  std::string incarnation =
+      fmt::format("{:016x}", std::random_device{}() * 0x100000000ull ^ std::random_device{}());
+  bool manager_unreachable = false;  // the last report failed
+  std::string state = "barrier";     // what the manager last said: run, barrier, idle
   bool done = false;
   Clock::time_point last_heard = Clock::now();
 
@@ -122,66 +129,57 @@ struct RolloutWorker::Impl {
       last_served = reader->current_version();
       ++served_versions;
     }
-    json active = json::array();
+    ReportRequest req;
+    req.id = cfg.rollout_id;
+    req.incarnation = incarnation;
+    req.version = engine->version();
+    req.staged = std::max(reader ? reader->staged_version() : 0, engine->version());
+    req.capacity = engine->capacity();
     for (const auto& a : engine->active_sequences())
-      active.push_back(json::array({a.trajectory_id, a.kv_tokens}));
-    json queued = json::array();
+      req.active.push_back({a.trajectory_id, a.kv_tokens});
     for (const auto& s : queue)
-      queued.push_back(s.trajectory_id);
-    json fin = json::array();
-    for (const auto& t : finished)
-      fin.push_back(t.to_json());
-    json exp = json::array();
-    for (const auto& s : exported)
-      exp.push_back(s.to_json());
-    json ref = json::array();
-    for (const auto& s : refused)
-      ref.push_back(s.to_json());
-    json ret = json::array();
-    for (const auto& s : returned)
-      ret.push_back(s.to_json());
-    json partial = json::array();
-    if (cfg.partial_every > 0 && reports % cfg.partial_every == 0) {
-      for (const auto& s : engine->snapshot())
-        partial.push_back(s.to_json());
-    }
+      req.queued.push_back(s.trajectory_id);
+    // Copies: what is sent stays held until the manager answers.
+    req.finished = finished;
+    req.exported = exported;
+    req.refused = refused;
+    req.returned = returned;
+    if (cfg.partial_every > 0 && reports % cfg.partial_every == 0) req.partial = engine->snapshot();
     ++reports;
-    Capacity cap = engine->capacity();
-    json body{
-        {"id", cfg.rollout_id},
-        {"version", engine->version()},
-        {"loading", false},
-        {"staged", std::max(reader ? reader->staged_version() : 0, engine->version())},
-        {"capacity", {{"max_sequences", cap.max_sequences}, {"max_kv_tokens", cap.max_kv_tokens}}},
-        {"active", std::move(active)},
-        {"queued", std::move(queued)},
-        {"finished", std::move(fin)},
-        {"exported", std::move(exp)},
-        {"refused", std::move(ref)},
-        {"returned", std::move(ret)},
-        {"partial", std::move(partial)},
-        {"stats", stats()}};
-    auto reply = manager->call(core::Message("mgr.report", std::move(body)),
-                               Millis(std::max<std::uint64_t>(1000, cfg.report_ms * 40)));
+    req.stats = stats();
+    auto reply =
+        manager->call(encode(req), Millis(std::max<std::uint64_t>(1000, cfg.report_ms * 40)));
     if (!reply.is_ok()) {
       if (seconds(Clock::now() - last_heard) * 1000 > static_cast<double>(cfg.manager_timeout_ms)) {
         return core::unavailable(fmt::format("rollout {}: manager {} silent for {} ms: {}",
                                              cfg.rollout_id, cfg.manager, cfg.manager_timeout_ms,
                                              reply.status().to_string()));
       }
-      log::warn("rollout {}: report failed: {}", cfg.rollout_id, reply.status().to_string());
+      if (!manager_unreachable) {
+        log::warn(
+            "rollout {}: report failed (holding {} finished trajectories until the manager "
+            "answers): {}",
+            cfg.rollout_id, finished.size(), reply.status().to_string());
+      }
+      manager_unreachable = true;
       return {};  // keep what we have; it goes with the next report
     }
+    if (manager_unreachable) {
+      log::info("rollout {}: the manager answers again ({} finished trajectories re-reported)",
+                cfg.rollout_id, finished.size());
+    }
+    manager_unreachable = false;
     last_heard = Clock::now();
     finished.clear();
     exported.clear();
     refused.clear();
     returned.clear();
-    return apply(reply->body);
+    SLUICE_ASSIGN_OR_RETURN(ReportReply r, decode_report_reply(reply->body));
+    return apply(std::move(r));
   }
 
-  core::Status apply(const json& r) {
-    if (r.value("rejoin", false)) {
+  core::Status apply(ReportReply r) {
+    if (r.rejoin) {
       // The manager declared this rollout dead and handed its work out again.
       log::warn("rollout {}: the manager declared it dead; dropping its work and rejoining",
                 cfg.rollout_id);
@@ -189,27 +187,26 @@ struct RolloutWorker::Impl {
       queue.clear();
       return {};
     }
-    done = r.value("done", false);
-    state = r.value("state", std::string("run"));
-    if (r.value("unqueue", false)) {
+    done = r.done;
+    state = r.state;
+    if (r.unqueue) {
       // Work not started here goes back to the manager, to start on a newer version elsewhere.
       for (auto& s : queue)
         returned.push_back(std::move(s));
       queue.clear();
     }
-    abandon_before = r.value("abandon_before", std::uint64_t{0});
-    for (const auto& e : r.value("abandon", json::array()))
-      abandon(e.get<std::string>());
+    abandon_before = r.abandon_before;
+    for (const auto& e : r.abandon)
+      abandon(e);
     abandon_stale();
-    for (const auto& e : r.value("export", json::array())) {
-      auto s = engine->export_sequence(e.get<std::string>());
+    for (const auto& e : r.export_ids) {
+      auto s = engine->export_sequence(e);
       if (s.is_ok()) {
         ++exported_count;
         exported.push_back(std::move(s).value());
       }
     }
-    for (const auto& i : r.value("import", json::array())) {
-      SLUICE_ASSIGN_OR_RETURN(SequenceState s, SequenceState::from_json(i));
+    for (auto& s : r.import) {
       std::uint64_t v = s.versions.empty() ? engine->version() : s.versions.back();
       // A migrated sequence continues only on the version that generated it.
       if (v != engine->version() || !engine->can_admit(s.kv_tokens())) {
@@ -228,16 +225,11 @@ struct RolloutWorker::Impl {
             static_cast<double>(kv) * cfg.sim.prefill_ms_per_token * cfg.sim.time_scale / 1000.0;
       }
     }
-    for (const auto& a : r.value("assign", json::array())) {
-      SLUICE_ASSIGN_OR_RETURN(SequenceState s, SequenceState::from_json(a));
+    for (auto& s : r.assign)
       queue.push_back(std::move(s));
-    }
-    latest = std::max(latest, r.value("latest", std::uint64_t{0}));
+    latest = std::max(latest, r.latest);
     SLUICE_TRY(prefetch());
-    std::uint64_t load = r.value("load", std::uint64_t{0});
-    if (load > engine->version()) {
-      SLUICE_TRY(load_version(load, r.value("allow_active", false)));
-    }
+    if (r.load > engine->version()) SLUICE_TRY(load_version(r.load, r.allow_active));
     return {};
   }
 
@@ -383,6 +375,8 @@ struct RolloutWorker::Impl {
   }
 
   void admit_queued() {
+    // Holding as many finished trajectories as it may (the manager is away): new work waits.
+    if (finished.size() >= cfg.max_held_finished) return;
     while (!queue.empty() && engine->can_admit(queue.front().kv_tokens())) {
       SequenceState s = std::move(queue.front());
       queue.pop_front();
@@ -402,7 +396,11 @@ struct RolloutWorker::Impl {
       if (now >= next_report) {
         SLUICE_TRY(report());
         if (done) break;
-        next_report = Clock::now() + Millis(cfg.report_ms);
+        // While the manager is away each attempt blocks up to its timeout: retry less often, so
+        // that generation goes on in between.
+        next_report =
+            Clock::now() + Millis(manager_unreachable ? std::max<std::uint64_t>(cfg.report_ms, 1000)
+                                                      : cfg.report_ms);
         clock = std::max(clock, Clock::now());
       }
       admit_queued();

@@ -5,6 +5,11 @@
 // queue new trajectories, import migrated ones, export ones being repacked away, or pull a newer
 // version through the weight store (from the nearest relay) and load it.
 //
+// While the manager cannot be reached (it restarts: its state is durable) the rollout keeps
+// generating, holds its finished trajectories (up to max_held_finished) and reports them when the
+// manager answers again; every report names the process's incarnation (random, chosen at start),
+// so the manager tells a restarted process under the same id from the old one.
+//
 // Time is accounted as generating (at least one active sequence), loading weights, waiting at a
 // weight barrier, or idle; the totals go to the manager with every report.
 //
@@ -35,12 +40,17 @@ struct RolloutConfig {
   std::string rollout_id;      // unique; default rollout-<pid>
   std::string engine = "sim";  // sim (the simulated engine)
   SimEngineConfig sim;
-  ModelEngineConfig gpt;                     // engine model: the reference GPT
-  rl::TaskConfig task;                       // engine model: the task whose reward scores responses
-  std::uint64_t report_ms = 25;              // report (and heartbeat) period
-  std::uint32_t partial_every = 8;           // stream in-flight states every N reports
-  std::uint64_t manager_timeout_ms = 20000;  // give up after the manager is silent this long
-  std::uint32_t pull_in_flight = 8;          // GETs in flight per source when pulling weights
+  ModelEngineConfig gpt;            // engine model: the reference GPT
+  rl::TaskConfig task;              // engine model: the task whose reward scores responses
+  std::uint64_t report_ms = 25;     // report (and heartbeat) period
+  std::uint32_t partial_every = 8;  // stream in-flight states every N reports
+  // Give up after the manager is silent this long. Long enough for a manager restart: meanwhile
+  // the rollout keeps generating and holds what it finishes (see max_held_finished).
+  std::uint64_t manager_timeout_ms = 60000;
+  // Finished trajectories held while the manager cannot be reached; when full, no new work is
+  // admitted (nothing is dropped).
+  std::uint32_t max_held_finished = 4096;
+  std::uint32_t pull_in_flight = 8;  // GETs in flight per source when pulling weights
   // Serve the loaded version to peers (the design's "every receiver becomes a source"): the
   // rollout registers it with the store as a holder, and unpublishes and drains it before freeing
   // it. "auto" serves only with UCX newer than 1.13; "on" and "off" force it. UCX 1.13 has two
@@ -70,6 +80,8 @@ struct RolloutConfig {
     v("report_ms", report_ms, "report and heartbeat period in ms");
     v("partial_every", partial_every, "stream in-flight states every N reports (0: never)");
     v("manager_timeout_ms", manager_timeout_ms, "exit when the manager is silent this long");
+    v("max_held_finished", max_held_finished,
+      "finished trajectories held while the manager is unreachable; when full, no new work starts");
     v("pull_in_flight", pull_in_flight, "GETs in flight per source when pulling weights");
     v("serve", serve,
       "serve the loaded version to peers: auto (with UCX newer than 1.13), on or off");

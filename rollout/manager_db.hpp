@@ -1,0 +1,86 @@
+// The rollout manager's durable state: an embedded SQLite database (WAL mode) in the run folder.
+//
+// What is kept is what cannot be rebuilt from the other roles after a manager restart: the prompt
+// cursor, the newest published version, what the actor consumed and acknowledged, the ids of
+// every finished trajectory (a re-reported copy is a duplicate), every finished trajectory the
+// actor has not acknowledged yet (its full JSON), and the prompts whose group is doomed. In-flight
+// work is not kept: the rollouts name it in their next reports (see Manager).
+//
+// Why a database rather than rebuilding everything from the others' soft state: rollouts could
+// re-report in-flight work and the actor its consumed ids, but finished-not-yet-acknowledged
+// trajectories live only here between a rollout's report and the actor's checkpoint, and the
+// prompt cursor would need a scan of every role to recover. One small transaction per request
+// is cheap (see the commit-cost figures in rollout/manager_db_test.cpp) and keeps recovery local.
+//
+// Durability: journal_mode=WAL with synchronous=NORMAL. A committed transaction survives the
+// process being killed (kill -9): it is in the WAL file, which the OS holds. It may be lost on
+// power loss or a kernel crash (the WAL is not fsynced at each commit), which the job accepts:
+// rollouts and the actor then redo a little work, and nothing is counted twice.
+//
+// Thread safety: one thread (the manager's loop).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/status.hpp"
+
+struct sqlite3;
+
+namespace sluice::rollout {
+
+// The counters kept across restarts.
+struct ManagerCounters {
+  std::uint64_t next_prompt = 0;
+  std::uint64_t latest = 0;
+  std::uint64_t consumed = 0;
+  std::uint64_t acked = 0;
+  bool operator==(const ManagerCounters&) const = default;
+};
+
+// One request's changes, committed as one transaction.
+struct ManagerChanges {
+  ManagerCounters counters;
+  std::vector<std::string> finished;                         // ids newly finished
+  std::vector<std::pair<std::string, std::string>> unacked;  // id, trajectory JSON
+  std::vector<std::string> acked;                            // ids no longer kept
+  std::vector<std::string> doomed;                           // prompt ids
+  bool counters_changed = false;
+  bool empty() const {
+    return !counters_changed && finished.empty() && unacked.empty() && acked.empty() &&
+           doomed.empty();
+  }
+};
+
+// Everything the database holds, as read at start-up.
+struct ManagerSnapshot {
+  ManagerCounters counters;
+  std::vector<std::string> finished;
+  std::vector<std::pair<std::string, std::string>> unacked;  // id, trajectory JSON, in id order
+  std::vector<std::string> doomed;
+};
+
+class ManagerDb {
+ public:
+  // Opens (creating when absent) the database at `path`.
+  static core::Result<std::unique_ptr<ManagerDb>> open(const std::string& path);
+  ~ManagerDb();
+  ManagerDb(const ManagerDb&) = delete;
+  ManagerDb& operator=(const ManagerDb&) = delete;
+
+  core::Result<ManagerSnapshot> load();
+  // Applies `c` in one transaction; on an error nothing of it is applied.
+  core::Status commit(const ManagerChanges& c);
+  const std::string& path() const { return path_; }
+
+ private:
+  ManagerDb(sqlite3* db, std::string path);
+  core::Status exec(const char* sql);
+  sqlite3* db_ = nullptr;
+  std::string path_;
+};
+
+}  // namespace sluice::rollout

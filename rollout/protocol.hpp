@@ -1,0 +1,118 @@
+// The rollout manager's messages, as typed structs over JSON bodies on the core messaging layer
+// (the envelope carries the protocol version). Encoded and decoded here only: the manager, the
+// rollout worker and the actor's trajectory client share these.
+//
+//   mgr.report     ReportRequest  -> ReportReply      (a rollout, every report_ms)
+//   mgr.collect    CollectRequest -> CollectReply     (the actor)
+//   mgr.published  PublishedRequest -> {latest}       (the actor)
+//
+// Decoding validates everything before anything is used: required fields and their types, list
+// sizes (checked before elements are read), id lengths and forms, versions within a bound. A
+// message that fails gets an error naming the offending field and changes nothing.
+//
+// Idempotence: every state-changing field is keyed by id (a finished id reported twice counts
+// once, a repeated ack is harmless, a published version is a maximum).
+//
+// Thread safety: pure functions.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/messaging.hpp"
+#include "rl/trajectory.hpp"
+#include "rollout/engine.hpp"
+
+namespace sluice::rollout {
+
+// Bounds a decoder checks; the manager sets max_version from the newest version it knows.
+struct DecodeLimits {
+  std::size_t max_list = 65536;      // entries in any one list
+  std::size_t max_id_bytes = 256;    // a rollout, trajectory or epoch id
+  std::size_t max_tokens = 1 << 20;  // tokens in one sequence
+  // Versions named in a request may exceed the newest the manager knows by at most this much (a
+  // version it has not heard of yet); anything further is absurd.
+  std::uint64_t max_version = UINT64_MAX;
+};
+
+struct ActiveEntry {
+  std::string trajectory_id;
+  std::uint64_t kv_tokens = 0;
+};
+
+struct ReportRequest {
+  std::string id;           // the rollout
+  std::string incarnation;  // random per rollout process ("" from older rollouts)
+  std::uint64_t version = 0;
+  std::uint64_t staged = 0;
+  bool loading = false;
+  Capacity capacity;
+  std::vector<ActiveEntry> active;
+  std::vector<std::string> queued;
+  std::vector<rl::Trajectory> finished;
+  std::vector<SequenceState> exported;
+  std::vector<SequenceState> partial;
+  std::vector<SequenceState> returned;
+  std::vector<SequenceState> refused;
+  nlohmann::json stats = nlohmann::json::object();
+};
+
+struct ReportReply {
+  bool rejoin = false;  // declared dead: drop all work and report afresh (nothing else is set)
+  std::vector<SequenceState> import;
+  std::vector<SequenceState> assign;
+  bool unqueue = false;
+  std::vector<std::string> export_ids;
+  std::vector<std::string> abandon;
+  std::uint64_t abandon_before = 0;
+  std::uint64_t load = 0;
+  bool allow_active = false;
+  std::string state = "run";  // run, barrier or idle
+  bool done = false;
+  std::uint64_t latest = 0;
+};
+
+struct CollectRequest {
+  std::vector<std::string> ack;  // durable at the actor: forget them
+  // Received by the actor: not re-sent to this epoch. Absent: the old protocol (re-sent after
+  // resend_ms until acknowledged).
+  std::optional<std::vector<std::string>> have;
+  std::uint64_t consumed = 0;
+  std::uint64_t max = 256;
+  std::optional<std::string> epoch;  // a change means a restarted actor: re-send all unacked
+};
+
+struct CollectReply {
+  std::vector<rl::Trajectory> trajectories;
+  bool done = false;
+};
+
+struct PublishedRequest {
+  std::uint64_t version = 0;
+  std::uint64_t consumed = 0;
+};
+
+core::Message encode(const ReportRequest& m);
+core::Message encode(const ReportReply& m);
+core::Message encode(const CollectRequest& m);
+core::Message encode(const CollectReply& m);
+core::Message encode(const PublishedRequest& m);
+
+core::Result<ReportRequest> decode_report(const nlohmann::json& body, const DecodeLimits& lim = {});
+core::Result<ReportReply> decode_report_reply(const nlohmann::json& body,
+                                              const DecodeLimits& lim = {});
+core::Result<CollectRequest> decode_collect(const nlohmann::json& body,
+                                            const DecodeLimits& lim = {});
+core::Result<CollectReply> decode_collect_reply(const nlohmann::json& body,
+                                                const DecodeLimits& lim = {});
+core::Result<PublishedRequest> decode_published(const nlohmann::json& body,
+                                                const DecodeLimits& lim = {});
+
+// "p<N>/<k>" -> (N, k); nullopt for anything else.
+std::optional<std::pair<std::uint64_t, std::uint64_t>> parse_trajectory_id(const std::string& id);
+
+}  // namespace sluice::rollout
