@@ -284,6 +284,13 @@ core::Result<JobResult> run_local_job(JobConfig job, const std::string& sluice_e
   if (resume && !fs::exists(dir / "job.json")) {
     return core::not_found(fmt::format("cannot resume {}: it has no job.json", dir.string()));
   }
+  // A new job never picks up another job's durable state by accident.
+  if (!resume && (fs::exists(dir / "manager.db") || fs::exists(dir / "checkpoints"))) {
+    return core::failed_precondition(fmt::format(
+        "{} holds the durable state of an earlier job: continue it with sluice run --resume {}, "
+        "or choose another run folder",
+        dir.string(), dir.string()));
+  }
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec)
@@ -305,6 +312,8 @@ core::Result<JobResult> run_local_job(JobConfig job, const std::string& sluice_e
   job.actor.summary_path = (dir / "actor-summary.json").string();
   job.actor.metrics_path = (dir / "metrics.jsonl").string();
   job.actor.weights_path = (dir / "final_weights.safetensors").string();
+  // The durable state a restarted role recovers from (and `sluice run --resume` continues from).
+  if (job.manager.state_path.empty()) job.manager.state_path = (dir / "manager.db").string();
   job.relay.model = job.rollout.model = job.actor.model;
   {
     std::ofstream f(dir / "job.json");
