@@ -10,6 +10,7 @@
 #include "actor/gpt_policy.hpp"
 #include "actor/policy.hpp"
 #include "actor/publisher.hpp"
+#include "actor/sim_policy.hpp"
 #include "core/log.hpp"
 #include "core/messaging.hpp"
 #include "core/transfer.hpp"
@@ -51,37 +52,6 @@ double seconds(Clock::duration d) {
   return std::chrono::duration<double>(d).count();
 }
 }  // namespace
-
-// The simulated policy: training sleeps for a time proportional to the batch's tokens; each
-// version stamps its number into the weight bytes so versions differ.
-class SimPolicy final : public Policy {
- public:
-  explicit SimPolicy(const TrainerConfig& cfg) : cfg_(cfg), weights_(cfg.weight_bytes) {
-    core::fill_pseudo_random(weights_.data(), weights_.size(), 7);
-  }
-  core::Result<json> train(const std::vector<Sample>& batch,
-                           const std::function<void(double)>& wait) override {
-    std::uint64_t tokens = 0;
-    double reward = 0;
-    for (const auto& s : batch) {
-      reward += s.trajectory.reward;
-      if (s.weight <= 0) continue;
-      tokens += s.trajectory.response_tokens.size();
-    }
-    wait(cfg_.train_ms_fixed + cfg_.train_ms_per_token * static_cast<double>(tokens));
-    ++updates_;
-    std::memcpy(weights_.data(), &updates_, sizeof(updates_));
-    return json{{"reward_mean", batch.empty() ? 0.0 : reward / static_cast<double>(batch.size())}};
-  }
-  std::vector<TensorView> tensors() override {
-    return {{"sim.weights", "U8", {weights_.size()}, weights_.data(), weights_.size()}};
-  }
-
- private:
-  TrainerConfig cfg_;
-  std::vector<std::uint8_t> weights_;
-  std::uint64_t updates_ = 0;
-};
 
 struct Trainer::Impl {
   core::EventLoop* loop = nullptr;
@@ -319,7 +289,11 @@ core::Result<std::unique_ptr<Trainer>> Trainer::create(core::EventLoop& loop, Tr
   if (impl->cfg.policy == "gpt") {
     SLUICE_ASSIGN_OR_RETURN(impl->policy, make_gpt_policy(impl->cfg.learner));
   } else {
-    impl->policy = std::make_unique<SimPolicy>(impl->cfg);
+    SimPolicyOptions so;
+    so.weight_bytes = impl->cfg.weight_bytes;
+    so.train_ms_fixed = impl->cfg.train_ms_fixed;
+    so.train_ms_per_token = impl->cfg.train_ms_per_token;
+    impl->policy = make_sim_policy(so);
   }
   return std::unique_ptr<Trainer>(new Trainer(std::move(impl)));
 }
