@@ -55,6 +55,9 @@ core::Status TrainerConfig::validate() const {
   if (!(checkpoint_every_s >= 0) || !std::isfinite(checkpoint_every_s)) {
     return core::invalid_argument("checkpoint_every_s must be a finite number >= 0");
   }
+  if (!(checkpoint_idle_s >= 0) || !std::isfinite(checkpoint_idle_s)) {
+    return core::invalid_argument("checkpoint_idle_s must be a finite number >= 0");
+  }
   if (heartbeat_ms == 0) return core::invalid_argument("heartbeat_ms must be at least 1");
   return {};
 }
@@ -116,6 +119,7 @@ struct Trainer::Impl {
   std::string policy_file;  // of the newest checkpoint (empty: none)
   std::uint64_t checkpoint_steps = 0, checkpoint_version = 0;
   Clock::time_point last_checkpoint = Clock::now();
+  Clock::time_point last_progress = Clock::now();  // the last step or arrival
 
   // Accounting.
   Clock::time_point started;
@@ -136,12 +140,12 @@ struct Trainer::Impl {
     last_beat = Clock::now();
   }
 
-  // A consumed trajectory: acknowledged now without checkpoints, else after the next one.
+  // A consumed trajectory: acknowledged after the next checkpoint (without checkpoints, it was
+  // acknowledged on receipt).
   void consume(const std::string& id, bool trained) {
     consumed_ids.push_back(id);
     if (trained) trained_ids.push_back(id);
     if (cfg.checkpoint_dir.empty()) {
-      ack.push_back(id);
       durable.insert(id);
     } else {
       unsynced.push_back(id);
@@ -199,9 +203,15 @@ struct Trainer::Impl {
     }
     last_heard = Clock::now();
     manager_done = r->body.value("done", false);
+    if (!r->body.at("trajectories").empty()) last_progress = Clock::now();
     for (const auto& j : r->body.at("trajectories")) {
       SLUICE_ASSIGN_OR_RETURN(rl::Trajectory t, rl::Trajectory::from_json(j));
       have.push_back(t.id);
+      // Without checkpoints nothing survives this process, so waiting for durability gains
+      // nothing: acknowledged on receipt, as before. (Acknowledging on consumption instead
+      // would hold back the ids of a partial last batch, which is trained only once the
+      // manager says done - and the manager says done only once everything is acknowledged.)
+      if (cfg.checkpoint_dir.empty()) ack.push_back(t.id);
       std::string id = t.id;
       auto st = buffer->add(std::move(t));
       // A copy of one already durable (its acknowledgement was lost, or the actor restarted
@@ -233,6 +243,7 @@ struct Trainer::Impl {
     trained_tokens += tokens;
     trained_samples += batch.size();
     ++steps;
+    last_progress = Clock::now();
     for (const auto& s : batch)
       consume(s.trajectory.id, true);
     if (cfg.eval_every > 0 && steps % cfg.eval_every == 0) {
@@ -291,6 +302,13 @@ struct Trainer::Impl {
                          seconds(Clock::now() - last_checkpoint) >= cfg.checkpoint_every_s;
     if (!force && !by_steps && !by_time) return {};
     return write_checkpoint_now();
+  }
+
+  // Idle for checkpoint_idle_s with consumed trajectories not yet acknowledged: a checkpoint
+  // now lets them go (a manager may wait for them before it says done).
+  bool idle_flush_due() const {
+    return !cfg.checkpoint_dir.empty() && !unsynced.empty() && cfg.checkpoint_idle_s > 0 &&
+           seconds(Clock::now() - last_progress) >= cfg.checkpoint_idle_s;
   }
 
   core::Status write_checkpoint_now() {
@@ -486,7 +504,7 @@ struct Trainer::Impl {
       consumed = taken + buffer->counts().dropped_stale;
       if (batch.size() < cfg.batch_trajectories) {
         if (manager_done && buffer->held() == 0) break;
-        if (batch.empty()) SLUICE_TRY(maybe_checkpoint(false));  // drops only, by time
+        if (batch.empty()) SLUICE_TRY(maybe_checkpoint(idle_flush_due()));
         wait_for(static_cast<double>(cfg.collect_ms));
         idle_s += seconds(Clock::now() - wait0);
         continue;

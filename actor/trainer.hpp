@@ -19,7 +19,7 @@
 // incarnation trained on after its last checkpoint is not in the weights and is not listed.
 //
 // With the manager (mgr.collect): `have` lists ids received since the last collect, `ack` ids
-// whose effect is durable (in a checkpoint; without checkpoint_dir, as soon as consumed), and
+// whose effect is durable (in a checkpoint; without checkpoint_dir, on receipt, as before), and
 // `epoch` is random per process start, so that a changed epoch tells the manager to send again
 // everything not acknowledged. Acknowledgements not yet delivered go with the next call.
 //
@@ -67,7 +67,8 @@ struct TrainerConfig {
   std::string checkpoint_dir;    // checkpoints go here, resumed from at start (empty: none)
   std::uint64_t checkpoint_every_steps = 10;  // a checkpoint every N steps (0: not by steps)
   double checkpoint_every_s = 0;              // and every S seconds (0: not by time), >= 0
-  std::uint64_t heartbeat_ms = 1000;          // store heartbeats at least this often, >= 1
+  double checkpoint_idle_s = 1.0;     // idle this long with unacknowledged work: checkpoint (0: no)
+  std::uint64_t heartbeat_ms = 1000;  // store heartbeats at least this often, >= 1
 
   template <typename V>
   void describe(V& v) {
@@ -103,6 +104,9 @@ struct TrainerConfig {
     v("checkpoint_every_s", checkpoint_every_s,
       "a checkpoint every S seconds, whichever of steps and seconds comes first; 0 for none by "
       "time (default 0)");
+    v("checkpoint_idle_s", checkpoint_idle_s,
+      "a checkpoint once idle this long (no arrival, no step) with consumed trajectories not yet "
+      "acknowledged, so the manager gets their acknowledgements; 0 for none (default 1)");
     v("heartbeat_ms", heartbeat_ms,
       "store heartbeats at least this often, also during a training step; well under the "
       "store's holder_ttl_ms (default 1000)");
