@@ -75,6 +75,8 @@ std::vector<Sample> ExperienceBuffer::take(std::size_t n, std::uint64_t actor_ve
       if (any_abandoned(g) ||
           (drop_stale && group_staleness(g, actor_version) > options_.max_staleness)) {
         counts_.dropped_stale += g.size();
+        for (const auto& t : g)
+          dropped_ids_.push_back(t.id);
       } else {
         keep.push_back(std::move(g));
       }
@@ -103,6 +105,25 @@ std::size_t ExperienceBuffer::ready() const {
   for (const auto& g : ready_groups_)
     n += g.size();
   return n;
+}
+
+std::vector<std::string> ExperienceBuffer::drain_dropped_ids() {
+  return std::exchange(dropped_ids_, {});
+}
+
+BufferCounts ExperienceBuffer::counts_without_held() const {
+  BufferCounts c = counts_;
+  auto forget = [&](const std::vector<rl::Trajectory>& g) {
+    for (const auto& t : g) {
+      --c.accepted;
+      if (t.abandoned) --c.abandoned;
+    }
+  };
+  for (const auto& g : ready_groups_)
+    forget(g);
+  for (const auto& [prompt, g] : partial_groups_)
+    forget(g);
+  return c;
 }
 
 std::size_t ExperienceBuffer::held() const {

@@ -73,11 +73,20 @@ class ExperienceBuffer {
   const std::set<std::string>& seen_ids() const { return seen_; }
   // Restores the seen set from a checkpoint.
   void restore_seen(std::set<std::string> ids) { seen_ = std::move(ids); }
+  // Ids of the trajectories take() dropped (stale, or in a group with an abandoned member) since
+  // the last call, in the order dropped.
+  std::vector<std::string> drain_dropped_ids();
+  // The counts less what is held and not consumed yet (for a checkpoint: a restarted actor gets
+  // those trajectories again and counts them then).
+  BufferCounts counts_without_held() const;
+  // Restores counts from a checkpoint.
+  void restore_counts(const BufferCounts& c) { counts_ = c; }
 
  private:
   BufferOptions options_;
   BufferCounts counts_;
   std::set<std::string> seen_;
+  std::vector<std::string> dropped_ids_;  // since the last drain_dropped_ids()
   std::map<std::string, std::vector<rl::Trajectory>> partial_groups_;  // by prompt_id
   std::deque<std::vector<rl::Trajectory>> ready_groups_;               // arrival order
 };

@@ -2,12 +2,74 @@
 
 #include <fmt/format.h>
 
+#include <chrono>
+#include <condition_variable>
+#include <future>
+#include <mutex>
+#include <thread>
+
 #include "core/log.hpp"
 #include "core/safetensors.hpp"
 
 namespace sluice::actor {
 
 namespace {
+
+// One thread that runs the learner's updates, so the actor's loop (heartbeats, serving reads of
+// published versions) keeps running during a step that takes seconds. A single long-lived
+// thread, not one per step: with device cuda each thread gets its own cuBLAS handle and scratch.
+class Worker {
+ public:
+  Worker() : thread_([this] { loop(); }) {}
+  ~Worker() {
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      quit_ = true;
+    }
+    cv_.notify_one();
+    thread_.join();
+  }
+  Worker(const Worker&) = delete;
+  Worker& operator=(const Worker&) = delete;
+
+  // Runs `fn` on the worker; the future is ready when it returns.
+  std::future<void> run(std::function<void()> fn) {
+    std::packaged_task<void()> task(std::move(fn));
+    auto f = task.get_future();
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      task_ = std::move(task);
+      has_task_ = true;
+    }
+    cv_.notify_one();
+    return f;
+  }
+
+ private:
+  void loop() {
+    while (true) {
+      std::packaged_task<void()> task;
+      {
+        std::unique_lock<std::mutex> l(mu_);
+        cv_.wait(l, [this] { return quit_ || has_task_; });
+        if (!has_task_) return;
+        task = std::move(task_);
+        has_task_ = false;
+      }
+      task();
+    }
+  }
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::packaged_task<void()> task_;
+  bool has_task_ = false;
+  bool quit_ = false;
+  std::thread thread_;  // last: started once the members above exist
+};
+
+// How long the actor's loop runs between looks at a training step in progress.
+constexpr double kTrainPollMs = 20.0;
 
 class GptPolicy final : public Policy {
  public:
@@ -25,8 +87,14 @@ class GptPolicy final : public Policy {
   }
 
   core::Result<nlohmann::json> train(const std::vector<Sample>& batch,
-                                     const std::function<void(double)>&) override {
-    SLUICE_ASSIGN_OR_RETURN(TrainStats s, learner_->train(batch));
+                                     const std::function<void(double)>& wait) override {
+    // The model is touched by the worker only until the future is ready; tensors() is read after.
+    core::Result<TrainStats> r = core::internal_error("learner: train did not run");
+    auto done = worker_.run([&] { r = learner_->train(batch); });
+    while (done.wait_for(std::chrono::seconds(0)) != std::future_status::ready)
+      wait(kTrainPollMs);
+    done.get();
+    SLUICE_ASSIGN_OR_RETURN(TrainStats s, std::move(r));
     return nlohmann::json{{"loss", s.loss},
                           {"reward_mean", s.mean_reward},
                           {"clip_fraction", s.clip_fraction},
@@ -55,6 +123,9 @@ class GptPolicy final : public Policy {
                           {"accuracy_by_terms", std::move(by_terms)}};
   }
 
+  core::Status save_state(const std::string& path) override { return learner_->save(path); }
+  core::Status load_state(const std::string& path) override { return learner_->load(path); }
+
   core::Status save_weights(const std::string& path) override {
     std::vector<core::SafetensorsInput> in;
     for (const auto& t : tensors())
@@ -64,6 +135,7 @@ class GptPolicy final : public Policy {
 
  private:
   std::unique_ptr<Learner> learner_;
+  Worker worker_;  // after learner_: joined before the learner goes
 };
 
 }  // namespace

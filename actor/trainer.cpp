@@ -2,14 +2,23 @@
 
 #include <fmt/format.h>
 
+#include <unistd.h>
+
 #include <atomic>
+#include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
+#include <optional>
+#include <random>
+#include <set>
 #include <thread>
 
+#include "actor/checkpoint.hpp"
 #include "actor/gpt_policy.hpp"
 #include "actor/policy.hpp"
 #include "actor/publisher.hpp"
+#include "actor/sim_policy.hpp"
 #include "core/log.hpp"
 #include "core/messaging.hpp"
 #include "core/transfer.hpp"
@@ -43,6 +52,13 @@ core::Status TrainerConfig::validate() const {
   if (train_ms_per_token < 0 || train_ms_fixed < 0) {
     return core::invalid_argument("training times must not be negative");
   }
+  if (!(checkpoint_every_s >= 0) || !std::isfinite(checkpoint_every_s)) {
+    return core::invalid_argument("checkpoint_every_s must be a finite number >= 0");
+  }
+  if (!(checkpoint_idle_s >= 0) || !std::isfinite(checkpoint_idle_s)) {
+    return core::invalid_argument("checkpoint_idle_s must be a finite number >= 0");
+  }
+  if (heartbeat_ms == 0) return core::invalid_argument("heartbeat_ms must be at least 1");
   return {};
 }
 
@@ -50,38 +66,25 @@ namespace {
 double seconds(Clock::duration d) {
   return std::chrono::duration<double>(d).count();
 }
+
+// This process's epoch for the manager: random per start, so a restart reads as a new epoch.
+std::string random_epoch() {
+  std::random_device rd;
+  std::uint64_t x = (static_cast<std::uint64_t>(rd()) << 32) ^ rd();
+  x ^= static_cast<std::uint64_t>(Clock::now().time_since_epoch().count());
+  x ^= static_cast<std::uint64_t>(::getpid()) << 16;
+  return fmt::format("{:016x}", x);
+}
+
+// A resumed actor asks the store for its latest version for this long (it may be restarting).
+constexpr Millis kStoreLatestWait{10000};
+// The last acknowledgement to the manager: this many tries, each waiting this long.
+constexpr int kFinalAckTries = 3;
+constexpr Millis kFinalAckTimeout{2000};
+// A version the store already knows (put by a killed incarnation that died before it was
+// committed) is skipped; this many times at most.
+constexpr int kPublishSkips = 4;
 }  // namespace
-
-// The simulated policy: training sleeps for a time proportional to the batch's tokens; each
-// version stamps its number into the weight bytes so versions differ.
-class SimPolicy final : public Policy {
- public:
-  explicit SimPolicy(const TrainerConfig& cfg) : cfg_(cfg), weights_(cfg.weight_bytes) {
-    core::fill_pseudo_random(weights_.data(), weights_.size(), 7);
-  }
-  core::Result<json> train(const std::vector<Sample>& batch,
-                           const std::function<void(double)>& wait) override {
-    std::uint64_t tokens = 0;
-    double reward = 0;
-    for (const auto& s : batch) {
-      reward += s.trajectory.reward;
-      if (s.weight <= 0) continue;
-      tokens += s.trajectory.response_tokens.size();
-    }
-    wait(cfg_.train_ms_fixed + cfg_.train_ms_per_token * static_cast<double>(tokens));
-    ++updates_;
-    std::memcpy(weights_.data(), &updates_, sizeof(updates_));
-    return json{{"reward_mean", batch.empty() ? 0.0 : reward / static_cast<double>(batch.size())}};
-  }
-  std::vector<TensorView> tensors() override {
-    return {{"sim.weights", "U8", {weights_.size()}, weights_.data(), weights_.size()}};
-  }
-
- private:
-  TrainerConfig cfg_;
-  std::vector<std::uint8_t> weights_;
-  std::uint64_t updates_ = 0;
-};
 
 struct Trainer::Impl {
   core::EventLoop* loop = nullptr;
@@ -97,10 +100,26 @@ struct Trainer::Impl {
   std::atomic<bool> stopping{false};
 
   std::uint64_t version = 0;
-  std::vector<std::string> ack;
-  std::vector<std::string> accepted_ids;
   bool manager_done = false;
   Clock::time_point last_heard = Clock::now();
+
+  // The manager protocol (see trainer.hpp).
+  std::string epoch = random_epoch();
+  std::vector<std::string> have;      // received since the last collect that got through
+  std::vector<std::string> ack;       // durable, not acknowledged yet
+  std::vector<std::string> unsynced;  // consumed, not in a checkpoint yet (checkpoint_dir only)
+  std::set<std::string> durable;      // consumed and durable: a re-sent copy is acknowledged
+
+  // Consumed ids (the summary's accepted_ids) and, of those, the trained ones.
+  std::vector<std::string> consumed_ids, trained_ids;
+
+  // Checkpoints.
+  std::uint64_t sequence = 0, restarts = 0;
+  std::optional<std::uint64_t> resumed_from_step;
+  std::string policy_file;  // of the newest checkpoint (empty: none)
+  std::uint64_t checkpoint_steps = 0, checkpoint_version = 0;
+  Clock::time_point last_checkpoint = Clock::now();
+  Clock::time_point last_progress = Clock::now();  // the last step or arrival
 
   // Accounting.
   Clock::time_point started;
@@ -108,13 +127,48 @@ struct Trainer::Impl {
   std::uint64_t steps = 0, trained_tokens = 0, trained_samples = 0, consumed = 0, taken = 0;
   double staleness_sum = 0;
   std::uint64_t staleness_max = 0, mixed_consumed = 0;
+  double last_accuracy = -1, initial_accuracy = -1;
+  json last_by_terms, initial_by_terms;  // the evaluations' accuracy_by_terms (null: none)
+
+  // Store heartbeats: from collect() and, so that a long training step or weight load does not
+  // starve them, from a loop timer (see beat()). Last member: destroyed first.
+  Clock::time_point last_beat{};
+  std::unique_ptr<core::EventLoop::Timer> beat_timer;
+
+  void beat() {
+    publisher->heartbeat();
+    last_beat = Clock::now();
+  }
+
+  // A consumed trajectory: acknowledged after the next checkpoint (without checkpoints, it was
+  // acknowledged on receipt).
+  void consume(const std::string& id, bool trained) {
+    consumed_ids.push_back(id);
+    if (trained) trained_ids.push_back(id);
+    if (cfg.checkpoint_dir.empty()) {
+      durable.insert(id);
+    } else {
+      unsynced.push_back(id);
+    }
+  }
 
   core::Status publish_next() {
-    ++version;
-    auto t0 = Clock::now();
-    auto m = publisher->publish(version, policy->tensors());
-    publish_s += seconds(Clock::now() - t0);
-    if (!m.is_ok()) return m.status().with_context(fmt::format("publish version {}", version));
+    for (int skip = 0;; ++skip) {
+      ++version;
+      auto t0 = Clock::now();
+      auto m = publisher->publish(version, policy->tensors());
+      publish_s += seconds(Clock::now() - t0);
+      if (m.is_ok()) break;
+      const core::Code code = m.status().code();
+      if (skip < kPublishSkips &&
+          (code == core::Code::kAlreadyExists || code == core::Code::kFailedPrecondition)) {
+        // A killed incarnation put this version's manifest and died before it was committed.
+        log::warn("actor: version {} is taken in the store ({}); skipping it", version,
+                  m.status().message());
+        continue;
+      }
+      return m.status().with_context(fmt::format("publish version {}", version));
+    }
     auto r = manager->call(
         core::Message("mgr.published", json{{"version", version}, {"consumed", consumed}}),
         Millis(5000));
@@ -125,10 +179,21 @@ struct Trainer::Impl {
     return {};
   }
 
+  // One mgr.collect; `max` trajectories at most. Acknowledgements and `have` are dropped only
+  // once a call got through.
+  core::Result<core::Message> call_collect(std::size_t max, Millis timeout) {
+    json body{{"ack", ack}, {"have", have}, {"consumed", consumed}, {"max", max}, {"epoch", epoch}};
+    auto r = manager->call(core::Message("mgr.collect", body), timeout);
+    if (r.is_ok()) {
+      ack.clear();
+      have.clear();
+    }
+    return r;
+  }
+
   core::Status collect() {
-    publisher->heartbeat();
-    json body{{"ack", ack}, {"consumed", consumed}, {"max", 512}};
-    auto r = manager->call(core::Message("mgr.collect", body), Millis(5000));
+    beat();
+    auto r = call_collect(512, Millis(5000));
     if (!r.is_ok()) {
       if (seconds(Clock::now() - last_heard) * 1000 > static_cast<double>(cfg.manager_timeout_ms)) {
         return core::unavailable(fmt::format("actor: manager {} silent for {} ms: {}", cfg.manager,
@@ -137,14 +202,21 @@ struct Trainer::Impl {
       return {};
     }
     last_heard = Clock::now();
-    ack.clear();
     manager_done = r->body.value("done", false);
+    if (!r->body.at("trajectories").empty()) last_progress = Clock::now();
     for (const auto& j : r->body.at("trajectories")) {
       SLUICE_ASSIGN_OR_RETURN(rl::Trajectory t, rl::Trajectory::from_json(j));
-      ack.push_back(t.id);
+      have.push_back(t.id);
+      // Without checkpoints nothing survives this process, so waiting for durability gains
+      // nothing: acknowledged on receipt, as before. (Acknowledging on consumption instead
+      // would hold back the ids of a partial last batch, which is trained only once the
+      // manager says done - and the manager says done only once everything is acknowledged.)
+      if (cfg.checkpoint_dir.empty()) ack.push_back(t.id);
       std::string id = t.id;
       auto st = buffer->add(std::move(t));
-      if (st.is_ok()) accepted_ids.push_back(std::move(id));
+      // A copy of one already durable (its acknowledgement was lost, or the actor restarted
+      // before sending it): acknowledge it again.
+      if (st.code() == core::Code::kAlreadyExists && durable.count(id) > 0) ack.push_back(id);
     }
     return {};
   }
@@ -171,6 +243,9 @@ struct Trainer::Impl {
     trained_tokens += tokens;
     trained_samples += batch.size();
     ++steps;
+    last_progress = Clock::now();
+    for (const auto& s : batch)
+      consume(s.trajectory.id, true);
     if (cfg.eval_every > 0 && steps % cfg.eval_every == 0) {
       SLUICE_ASSIGN_OR_RETURN(json ev, policy->evaluate());
       stats.update(ev);
@@ -188,8 +263,6 @@ struct Trainer::Impl {
     log::info("actor: step {}: {}", steps, stats.dump());
     return {};
   }
-  double last_accuracy = -1, initial_accuracy = -1;
-  json last_by_terms, initial_by_terms;  // the evaluations' accuracy_by_terms (null: none)
 
   // Evaluates and writes a metrics line of its own (before RL and at the end).
   core::Status evaluate_now() {
@@ -210,14 +283,207 @@ struct Trainer::Impl {
     return {};
   }
 
+  // ---- checkpoints ----
+
+  std::string in_checkpoint_dir(const std::string& name) const {
+    return (std::filesystem::path(cfg.checkpoint_dir) / name).string();
+  }
+
+  // Writes a checkpoint when one is due (`force`: at the end), if anything changed since the
+  // last. Call with no partial batch in hand: what was taken is then trained on.
+  core::Status maybe_checkpoint(bool force) {
+    if (cfg.checkpoint_dir.empty()) return {};
+    const bool changed = policy_file.empty() || steps != checkpoint_steps ||
+                         version != checkpoint_version || !unsynced.empty();
+    if (!changed) return {};
+    const bool by_steps =
+        cfg.checkpoint_every_steps > 0 && steps - checkpoint_steps >= cfg.checkpoint_every_steps;
+    const bool by_time = cfg.checkpoint_every_s > 0 &&
+                         seconds(Clock::now() - last_checkpoint) >= cfg.checkpoint_every_s;
+    if (!force && !by_steps && !by_time) return {};
+    return write_checkpoint_now();
+  }
+
+  // Idle for checkpoint_idle_s with consumed trajectories not yet acknowledged: a checkpoint
+  // now lets them go (a manager may wait for them before it says done).
+  bool idle_flush_due() const {
+    return !cfg.checkpoint_dir.empty() && !unsynced.empty() && cfg.checkpoint_idle_s > 0 &&
+           seconds(Clock::now() - last_progress) >= cfg.checkpoint_idle_s;
+  }
+
+  core::Status write_checkpoint_now() {
+    auto t0 = Clock::now();
+    CheckpointState s;
+    s.sequence = sequence + 1;
+    s.policy = cfg.policy;
+    s.policy_file = fmt::format("policy-{:06}.state", s.sequence);
+    s.steps = steps;
+    s.version = version;
+    s.restarts = restarts;
+    s.trained_tokens = trained_tokens;
+    s.trained_samples = trained_samples;
+    s.taken = taken;
+    s.staleness_sum = staleness_sum;
+    s.staleness_max = staleness_max;
+    s.mixed_consumed = mixed_consumed;
+    s.idle_s = idle_s;
+    s.train_s = train_s;
+    s.publish_s = publish_s;
+    s.initial_accuracy = initial_accuracy;
+    s.last_accuracy = last_accuracy;
+    s.initial_by_terms = initial_by_terms.dump();
+    s.last_by_terms = last_by_terms.dump();
+    const BufferCounts c = buffer->counts_without_held();
+    s.accepted = c.accepted;
+    s.duplicates = c.duplicates;
+    s.consumed = c.consumed;
+    s.dropped_stale = c.dropped_stale;
+    s.downweighted = c.downweighted;
+    s.abandoned = c.abandoned;
+    s.consumed_ids = consumed_ids;
+    s.trained_ids = trained_ids;
+
+    const std::string path = in_checkpoint_dir(s.policy_file);
+    SLUICE_TRY(policy->save_state(path).with_context("actor checkpoint"));
+    SLUICE_TRY(sync_file(path).with_context("actor checkpoint"));
+    SLUICE_TRY(write_checkpoint(cfg.checkpoint_dir, s));
+    // actor.ckpt names the new policy file now; the old one may go.
+    if (!policy_file.empty() && policy_file != s.policy_file) {
+      std::error_code ec;
+      std::filesystem::remove(in_checkpoint_dir(policy_file), ec);
+    }
+    sequence = s.sequence;
+    policy_file = s.policy_file;
+    checkpoint_steps = steps;
+    checkpoint_version = version;
+    last_checkpoint = Clock::now();
+    for (auto& id : unsynced) {
+      durable.insert(id);
+      ack.push_back(std::move(id));
+    }
+    unsynced.clear();
+    log::info("actor: checkpoint {} at step {}, version {} ({} consumed ids, {:.3f} s)", sequence,
+              steps, version, consumed_ids.size(), seconds(Clock::now() - t0));
+    return {};
+  }
+
+  // The store's latest committed version of the model (0: none), asked for a while: a restarting
+  // store answers once its holders have registered again.
+  core::Result<std::uint64_t> store_latest() {
+    const auto deadline = Clock::now() + kStoreLatestWait;
+    while (true) {
+      auto r = store->latest(cfg.model);
+      if (r.is_ok()) return *r;
+      if (r.status().code() == core::Code::kNotFound) return std::uint64_t{0};
+      if (Clock::now() >= deadline) {
+        return r.status().with_context("actor: the store's latest version, to publish above it");
+      }
+      log::warn("actor: asking the store for its latest version: {}", r.status().to_string());
+      wait_for(500);
+    }
+  }
+
+  // Resumes from checkpoint_dir/actor.ckpt if there is one. Returns whether it did. Nothing is
+  // changed unless the checkpoint and the policy's state both load.
+  core::Result<bool> resume() {
+    if (cfg.checkpoint_dir.empty()) return false;
+    std::error_code ec;
+    std::filesystem::create_directories(cfg.checkpoint_dir, ec);
+    if (ec) {
+      return core::unavailable("actor: cannot create checkpoint_dir '" + cfg.checkpoint_dir +
+                               "': " + ec.message());
+    }
+    const std::string path = in_checkpoint_dir(kCheckpointFile);
+    if (!std::filesystem::exists(path)) return false;
+    SLUICE_ASSIGN_OR_RETURN(CheckpointState s, read_checkpoint(path));
+    if (s.policy != cfg.policy) {
+      return core::invalid_argument(fmt::format(
+          "actor checkpoint '{}' is of policy {}, this actor's is {}", path, s.policy, cfg.policy));
+    }
+    auto by_terms = [&](const std::string& text) -> core::Result<json> {
+      json j = json::parse(text, nullptr, false);
+      if (j.is_discarded()) return core::data_loss("actor checkpoint '" + path + "': bad by_terms");
+      return j;
+    };
+    SLUICE_ASSIGN_OR_RETURN(json initial_terms, by_terms(s.initial_by_terms));
+    SLUICE_ASSIGN_OR_RETURN(json last_terms, by_terms(s.last_by_terms));
+    SLUICE_TRY(policy->load_state(in_checkpoint_dir(s.policy_file))
+                   .with_context("actor checkpoint '" + path + "'"));
+    SLUICE_ASSIGN_OR_RETURN(std::uint64_t latest, store_latest());
+
+    sequence = s.sequence;
+    policy_file = s.policy_file;
+    restarts = s.restarts + 1;
+    resumed_from_step = s.steps;
+    steps = checkpoint_steps = s.steps;
+    version = std::max(s.version, latest);
+    checkpoint_version = s.version;
+    trained_tokens = s.trained_tokens;
+    trained_samples = s.trained_samples;
+    taken = s.taken;
+    staleness_sum = s.staleness_sum;
+    staleness_max = s.staleness_max;
+    mixed_consumed = s.mixed_consumed;
+    idle_s = s.idle_s;
+    train_s = s.train_s;
+    publish_s = s.publish_s;
+    initial_accuracy = s.initial_accuracy;
+    last_accuracy = s.last_accuracy;
+    initial_by_terms = std::move(initial_terms);
+    last_by_terms = std::move(last_terms);
+    BufferCounts c;
+    c.accepted = s.accepted;
+    c.duplicates = s.duplicates;
+    c.consumed = s.consumed;
+    c.dropped_stale = s.dropped_stale;
+    c.downweighted = s.downweighted;
+    c.abandoned = s.abandoned;
+    buffer->restore_counts(c);
+    buffer->restore_seen(std::set<std::string>(s.consumed_ids.begin(), s.consumed_ids.end()));
+    durable = std::set<std::string>(s.consumed_ids.begin(), s.consumed_ids.end());
+    consumed_ids = std::move(s.consumed_ids);
+    trained_ids = std::move(s.trained_ids);
+    consumed = taken + c.dropped_stale;
+    log::info("actor: resumed from checkpoint at step {}, version {} (store latest {}; restart {})",
+              steps, s.version, latest, restarts);
+    return true;
+  }
+
+  // The last acknowledgement, after the last checkpoint: a few bounded tries.
+  void final_ack() {
+    for (int i = 0; i < kFinalAckTries && (!ack.empty() || !have.empty()); ++i) {
+      auto r = call_collect(0, kFinalAckTimeout);
+      if (r.is_ok()) return;
+      log::warn("actor: final acknowledgement (try {} of {}): {}", i + 1, kFinalAckTries,
+                r.status().to_string());
+    }
+    if (!ack.empty()) {
+      log::warn("actor: {} acknowledgements not delivered; the manager sends them again",
+                ack.size());
+    }
+  }
+
   core::Result<json> run() {
     if (!cfg.metrics_path.empty()) {
       metrics = std::make_unique<std::ofstream>(cfg.metrics_path, std::ios::app);
     }
-    SLUICE_TRY(policy->prepare([this] { loop->run_until([] { return false; }, Millis(1)); }));
+    beat_timer = loop->every(Millis(cfg.heartbeat_ms), [this] {
+      if (Clock::now() - last_beat >= Millis(cfg.heartbeat_ms)) beat();
+    });
+    auto out = run_job();
+    beat_timer.reset();
+    return out;
+  }
+
+  core::Result<json> run_job() {
+    SLUICE_ASSIGN_OR_RETURN(bool resumed, resume());
+    // A resumed policy has its warm start and first evaluation behind it (in the checkpoint).
+    if (!resumed) {
+      SLUICE_TRY(policy->prepare([this] { loop->run_until([] { return false; }, Millis(1)); }));
+    }
     started = Clock::now();
-    if (cfg.eval_every > 0) SLUICE_TRY(evaluate_now());
-    SLUICE_TRY(publish_next());  // version 1: the initial weights
+    if (cfg.eval_every > 0 && !resumed) SLUICE_TRY(evaluate_now());
+    SLUICE_TRY(publish_next());  // the initial (or restored) weights
     std::vector<Sample> batch;
     while (!stopping.load() && !loop->stopped()) {
       if (cfg.steps > 0 && steps >= cfg.steps) break;
@@ -225,6 +491,8 @@ struct Trainer::Impl {
       SLUICE_TRY(collect());
       std::size_t need = cfg.batch_trajectories - batch.size();
       auto got = buffer->take(need, version);
+      for (const auto& id : buffer->drain_dropped_ids())
+        consume(id, false);
       for (auto& s : got) {
         ++taken;
         staleness_sum += static_cast<double>(s.staleness);
@@ -236,6 +504,7 @@ struct Trainer::Impl {
       consumed = taken + buffer->counts().dropped_stale;
       if (batch.size() < cfg.batch_trajectories) {
         if (manager_done && buffer->held() == 0) break;
+        if (batch.empty()) SLUICE_TRY(maybe_checkpoint(idle_flush_due()));
         wait_for(static_cast<double>(cfg.collect_ms));
         idle_s += seconds(Clock::now() - wait0);
         continue;
@@ -244,19 +513,14 @@ struct Trainer::Impl {
       SLUICE_TRY(train(batch));
       batch.clear();
       SLUICE_TRY(publish_next());
+      SLUICE_TRY(maybe_checkpoint(false));
     }
     // A last partial batch is trained on too, so every trajectory is used.
     if (!batch.empty()) SLUICE_TRY(train(batch));
     if (cfg.eval_every > 0 && steps % cfg.eval_every != 0) SLUICE_TRY(evaluate_now());
     if (!cfg.weights_path.empty()) SLUICE_TRY(policy->save_weights(cfg.weights_path));
-    // Acknowledge what was received last.
-    if (!ack.empty()) {
-      manager
-          ->call(
-              core::Message("mgr.collect", json{{"ack", ack}, {"consumed", consumed}, {"max", 0}}),
-              Millis(2000))
-          .ignore();
-    }
+    SLUICE_TRY(maybe_checkpoint(true));
+    final_ack();
     return summary();
   }
 
@@ -287,7 +551,11 @@ struct Trainer::Impl {
                 {"dropped_stale", c.dropped_stale},
                 {"abandoned", c.abandoned},
                 {"downweighted", c.downweighted},
-                {"accepted_ids", accepted_ids}};
+                {"restarts", restarts},
+                {"resumed_from_step", resumed_from_step ? json(*resumed_from_step) : json()},
+                {"checkpoints", sequence},
+                {"accepted_ids", consumed_ids},
+                {"trained_ids", trained_ids}};
   }
 };
 
@@ -319,7 +587,11 @@ core::Result<std::unique_ptr<Trainer>> Trainer::create(core::EventLoop& loop, Tr
   if (impl->cfg.policy == "gpt") {
     SLUICE_ASSIGN_OR_RETURN(impl->policy, make_gpt_policy(impl->cfg.learner));
   } else {
-    impl->policy = std::make_unique<SimPolicy>(impl->cfg);
+    SimPolicyOptions so;
+    so.weight_bytes = impl->cfg.weight_bytes;
+    so.train_ms_fixed = impl->cfg.train_ms_fixed;
+    so.train_ms_per_token = impl->cfg.train_ms_per_token;
+    impl->policy = make_sim_policy(so);
   }
   return std::unique_ptr<Trainer>(new Trainer(std::move(impl)));
 }

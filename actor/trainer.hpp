@@ -7,7 +7,21 @@
 //
 // At exit it writes a summary (JSON): trained tokens and samples, time idle waiting for data,
 // time training, time blocked in publish, staleness of what it consumed, the buffer's counts and
-// the ids of every accepted trajectory (so tests can check exactly-once).
+// the ids of every consumed trajectory (accepted_ids: trained on or dropped; trained_ids: trained
+// on), so tests can check exactly-once.
+//
+// Surviving kill -9 (checkpoint_dir set): every checkpoint_every_steps steps or
+// checkpoint_every_s seconds, whichever first, and at the end, the trainer writes an atomic
+// checkpoint (actor/checkpoint.hpp) of the policy's state, its version counter, step, accounting
+// and the ids it consumed. A restarted actor resumes from it: it refuses ids it already consumed,
+// and publishes above both the checkpoint's version and the store's latest. After a resume the
+// summary's accepted_ids are the checkpoint's plus those consumed since; what a killed
+// incarnation trained on after its last checkpoint is not in the weights and is not listed.
+//
+// With the manager (mgr.collect): `have` lists ids received since the last collect, `ack` ids
+// whose effect is durable (in a checkpoint; without checkpoint_dir, on receipt, as before), and
+// `epoch` is random per process start, so that a changed epoch tells the manager to send again
+// everything not acknowledged. Acknowledgements not yet delivered go with the next call.
 //
 // Thread safety: one thread; run() is a driver loop making blocking control-plane calls.
 #pragma once
@@ -50,6 +64,11 @@ struct TrainerConfig {
   std::uint64_t eval_every = 0;  // held-out evaluation every N steps (0: never)
   std::string policy = "sim";    // sim (simulated trainer) or gpt (the reference model)
   LearnerConfig learner;         // policy gpt: model, task, warm start, GRPO/PPO
+  std::string checkpoint_dir;    // checkpoints go here, resumed from at start (empty: none)
+  std::uint64_t checkpoint_every_steps = 10;  // a checkpoint every N steps (0: not by steps)
+  double checkpoint_every_s = 0;              // and every S seconds (0: not by time), >= 0
+  double checkpoint_idle_s = 1.0;     // idle this long with unacknowledged work: checkpoint (0: no)
+  std::uint64_t heartbeat_ms = 1000;  // store heartbeats at least this often, >= 1
 
   template <typename V>
   void describe(V& v) {
@@ -76,6 +95,21 @@ struct TrainerConfig {
     v("eval_every", eval_every, "held-out evaluation every N steps (0: never)");
     v("policy", policy, "sim (simulated trainer) or gpt (the reference model)");
     v("learner", learner, "policy gpt: model, task, warm start, GRPO/PPO settings");
+    v("checkpoint_dir", checkpoint_dir,
+      "folder of the actor's checkpoint (actor.ckpt), resumed from at start if there; empty for "
+      "no checkpoints (default empty)");
+    v("checkpoint_every_steps", checkpoint_every_steps,
+      "a checkpoint every N training steps, 0 for none by steps; one is always written at the "
+      "end (default 10)");
+    v("checkpoint_every_s", checkpoint_every_s,
+      "a checkpoint every S seconds, whichever of steps and seconds comes first; 0 for none by "
+      "time (default 0)");
+    v("checkpoint_idle_s", checkpoint_idle_s,
+      "a checkpoint once idle this long (no arrival, no step) with consumed trajectories not yet "
+      "acknowledged, so the manager gets their acknowledgements; 0 for none (default 1)");
+    v("heartbeat_ms", heartbeat_ms,
+      "store heartbeats at least this often, also during a training step; well under the "
+      "store's holder_ttl_ms (default 1000)");
   }
   core::Status validate() const;
 };

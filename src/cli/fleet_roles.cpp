@@ -184,6 +184,7 @@ int run_actor(const RoleArgs& args, const std::vector<std::string>& overrides,
   }
   // On stdout without the (long) list of ids, so a pipe never fills up.
   summary->erase("accepted_ids");
+  summary->erase("trained_ids");
   std::printf("summary %s\n", summary->dump().c_str());
   std::fflush(stdout);
   return 0;

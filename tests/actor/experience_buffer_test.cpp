@@ -184,6 +184,35 @@ TEST_SUITE("actor.experience_buffer") {
     }
   }
 
+  TEST_CASE("dropped ids are reported once, a checkpoint's counts leave out what is held") {
+    BufferOptions o;
+    o.group_size = 2;
+    o.max_staleness = 1;
+    ExperienceBuffer b(o);
+    REQUIRE(b.add(traj("old", 0, 1)).is_ok());
+    REQUIRE(b.add(traj("old", 1, 1)).is_ok());
+    REQUIRE(b.add(traj("new", 0, 5)).is_ok());
+    REQUIRE(b.add(traj("new", 1, 5)).is_ok());
+    auto abandoned = traj("half", 0, 5);
+    abandoned.abandoned = true;
+    REQUIRE(b.add(abandoned).is_ok());  // held: its group is not complete
+    CHECK(b.take(0, 5).empty());        // "old" is 4 versions stale: dropped
+    CHECK(b.drain_dropped_ids() == std::vector<std::string>{"old/0", "old/1"});
+    CHECK(b.drain_dropped_ids().empty());
+    // Held: new/0, new/1 (ready) and half/0 (partial); a restarted actor receives them again.
+    BufferCounts c = b.counts_without_held();
+    CHECK(c.accepted == 2);
+    CHECK(c.abandoned == 0);
+    CHECK(c.dropped_stale == 2);
+    ExperienceBuffer r(o);
+    r.restore_counts(c);
+    r.restore_seen({"old/0", "old/1"});
+    CHECK(r.add(traj("old", 0, 1)).code() == core::Code::kAlreadyExists);
+    REQUIRE(r.add(traj("new", 0, 5)).is_ok());
+    CHECK(r.counts().accepted == 3);
+    CHECK(r.counts().duplicates == 1);
+  }
+
   TEST_CASE("random arrivals: take never exceeds the staleness bound under drop") {
     std::mt19937_64 rng(99);
     BufferOptions o;
