@@ -178,8 +178,8 @@ rollout::ManagerConfig small_config() {
   c.ahead_batches = 2;  // 8 trajectories (4 prompts) ahead of what the actor consumed
   c.repack = false;
   c.heartbeat_timeout_ms = 60000;
-  c.recovery_grace_ms = 300;
-  c.resend_ms = 100;
+  c.recovery_grace_ms = 1000;
+  c.resend_ms = 300;  // margins for a loaded machine: each step below takes milliseconds
   return c;
 }
 
@@ -239,7 +239,7 @@ TEST_SUITE("rollout.manager_restart") {
     CHECK(st.at("recovered").get<std::uint64_t>() == 3);
 
     // After the grace period the work nobody named comes back, rebuilt exactly as first assigned.
-    h.wait_ms(500);
+    h.wait_ms(1300);
     FakeRollout r1("r1");
     r1.incarnation = "0000000000000002";
     auto back = r1.report(h);
@@ -312,7 +312,7 @@ TEST_SUITE("rollout.manager_restart") {
     FakeActor actor;
     CHECK(actor.collect(h).size() == 3);
     // Received (`have`): not re-sent to this epoch, however long it waits.
-    h.wait_ms(250);
+    h.wait_ms(500);
     CHECK(actor.collect(h, {ids[0]}).empty());
     // A restarted actor: everything unacknowledged again, acknowledged not.
     actor.epoch = "e2";
@@ -323,7 +323,7 @@ TEST_SUITE("rollout.manager_restart") {
     // The old protocol (no `have`, no `epoch`): re-sent after resend_ms until acknowledged.
     json old = h.call("mgr.collect", json{{"ack", {ids[1]}}, {"consumed", 0}, {"max", 16}});
     CHECK(old.at("trajectories").empty());
-    h.wait_ms(250);
+    h.wait_ms(500);
     old = h.call("mgr.collect", json{{"consumed", 0}, {"max", 16}});
     REQUIRE(old.at("trajectories").size() == 1);
     CHECK(old.at("trajectories")[0].at("id") == ids[2]);
