@@ -275,6 +275,43 @@ TEST_SUITE("rollout.manager_restart") {
     CHECK(h.status().at("acked").get<std::uint64_t>() == cfg.prompts * cfg.group_size);
   }
 
+  TEST_CASE("a group doomed before a restart stays doomed: its members end as abandoned") {
+    rollout::ManagerConfig cfg = small_config();
+    cfg.state_path = temp_state("doomed").string();
+    cfg.prompts = 1;
+    cfg.group_size = 4;
+    cfg.batch_trajectories = 4;
+    cfg.abandon_stale = true;
+    cfg.max_staleness = 1;
+    FakeRollout r("r0");
+    {
+      Harness h(cfg);
+      h.publish(1);
+      REQUIRE(r.report(h).size() == 4);
+      r.start_all();
+      r.report(h);
+      h.publish(2);
+      h.publish(3);
+      // p0/0 is stopped as too stale: the whole group is doomed.
+      r.finish("p0/0");
+      r.finished.back().abandoned = true;
+      r.finished.back().version = 1;
+      json reply = h.call("mgr.report", r.body());
+      r.finished.clear();
+      CHECK(reply.at("abandon").size() == 3);
+    }
+    // Restarted: the rollout still runs p0/1 and p0/2; p0/3 is gone.
+    r.active = {"p0/1", "p0/2"};
+    Harness h(cfg);
+    json reply = h.call("mgr.report", r.body());
+    CHECK(reply.at("abandon") == json::array({"p0/1", "p0/2"}));
+    h.wait_ms(1300);
+    h.status();  // the grace period ended: p0/3 ends as abandoned at once
+    FakeActor actor;
+    auto got = actor.collect(h);
+    CHECK(std::set<std::string>(got.begin(), got.end()) == std::set<std::string>{"p0/0", "p0/3"});
+  }
+
   TEST_CASE("a rollout restarted under the same id gives the old process's work back") {
     rollout::ManagerConfig cfg = small_config();
     Harness h(cfg);
