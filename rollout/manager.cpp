@@ -263,6 +263,13 @@ struct Manager::Impl {
     return t;
   }
 
+  // A trajectory this manager had no record of (it restarted) runs on `r`: it is accepted; when
+  // its group was doomed before the restart, the rollout is told to stop it.
+  void recover(Rollout& r, const std::string& tid, const Traj& t) {
+    ++recovered;
+    if (doomed.count(t.initial.prompt_id)) r.to_abandon.push_back(tid);
+  }
+
   std::optional<SequenceState> next_item() {
     while (!pending.empty()) {
       SequenceState s = std::move(pending.front());
@@ -389,7 +396,10 @@ struct Manager::Impl {
   // The grace period after a restart ended: what no rollout named restarts from its prompt.
   void end_recovery() {
     recovering = false;
-    for (const auto& id : unclaimed) {
+    // Taken out first: a doomed one finishes at once, which erases it from `unclaimed`.
+    std::set<std::string> left = std::move(unclaimed);
+    unclaimed.clear();
+    for (const auto& id : left) {
       auto s = initial_of(id);
       if (!s.is_ok()) {
         log::error("manager: recovery of {}: {}", id, s.status().to_string());
@@ -400,11 +410,10 @@ struct Manager::Impl {
       ++recovery_restarted;
       send_back(t, std::move(s).value());
     }
-    if (!unclaimed.empty()) {
+    if (!left.empty()) {
       log::info("manager: recovery: {} trajectories no rollout named restart from their prompts",
-                unclaimed.size());
+                left.size());
     }
-    unclaimed.clear();
   }
 
   void check_heartbeats() {
@@ -717,7 +726,7 @@ struct Manager::Impl {
       r.active.push_back(SequenceView{tid, a.kv_tokens});
       bool known = trajs.count(tid) > 0;
       Traj& t = traj_named(tid);
-      if (!known) ++recovered;
+      if (!known) recover(r, tid, t);
       if (t.state != State::kFinished && t.state != State::kMoving) {
         t.state = State::kActive;
         t.rollout = id;
@@ -733,9 +742,9 @@ struct Manager::Impl {
       bool known = trajs.count(tid) > 0;
       Traj& t = traj_named(tid);
       if (!known) {
-        ++recovered;
         t.state = State::kQueued;
         t.rollout = id;
+        recover(r, tid, t);
       }
       r.queued.insert(tid);
       named.insert(tid);

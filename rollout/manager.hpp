@@ -21,6 +21,17 @@
 // trajectories resume from their last streamed state on a live rollout of the same version (or
 // restart from the prompt when none has that version).
 //
+// Durability (state_path set): what cannot be rebuilt from the others (prompt cursor, versions,
+// finished ids, finished trajectories the actor has not acknowledged, doomed prompts) is in an
+// SQLite file (rollout/manager_db.hpp); every request's changes are committed before its reply.
+// A manager restarted on the file continues the job: unacknowledged trajectories go to the actor
+// again, a re-reported finished id is a duplicate, prompts continue from the cursor, and in-flight
+// work is rebuilt from the rollouts' next reports (a released trajectory a rollout names is
+// accepted as running there); released trajectories nobody names within recovery_grace_ms
+// restart from their prompts. A rollout id reporting a new incarnation is a restarted process:
+// the old one's work is reclaimed as for a dead rollout. Every request is decoded and checked in
+// full (rollout/protocol.hpp) before anything changes.
+//
 // Thread safety: loop thread only.
 #pragma once
 

@@ -10,7 +10,11 @@
 // re-report in-flight work and the actor its consumed ids, but finished-not-yet-acknowledged
 // trajectories live only here between a rollout's report and the actor's checkpoint, and the
 // prompt cursor would need a scan of every role to recover. One small transaction per request
-// is cheap (see the commit-cost figures in rollout/manager_db_test.cpp) and keeps recovery local.
+// is cheap and keeps recovery local: measured (tests/rollout/manager_db_test.cpp, "commit cost",
+// on a shared, loaded 2-core machine) 0.04-0.1 ms for a commit of counters only, 0.1-0.3 ms for a
+// report with one finished trajectory (~5 KB of JSON), 3-5 ms for one with 64 (0.05-0.08 ms each),
+// alike with 100,000 finished ids already held. A request that changes nothing durable commits
+// nothing.
 //
 // Durability: journal_mode=WAL with synchronous=NORMAL. A committed transaction survives the
 // process being killed (kill -9): it is in the WAL file, which the OS holds. It may be lost on

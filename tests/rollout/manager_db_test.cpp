@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <string>
+#include <vector>
 
 #include "rl/trajectory.hpp"
 #include "rollout/manager_db.hpp"
@@ -41,7 +42,8 @@ std::string trajectory_json(const std::string& id, std::size_t tokens) {
 }  // namespace
 
 TEST_SUITE("rollout.manager_db") {
-  TEST_CASE("what is committed is what a reopened database holds; acked trajectories are gone") {
+  TEST_CASE(
+      "what is committed is what a reopened database holds, and acked trajectories are gone") {
     fs::path path = fresh_db("roundtrip");
     {
       auto db = rollout::ManagerDb::open(path.string()).value();
@@ -76,30 +78,46 @@ TEST_SUITE("rollout.manager_db") {
     CHECK(db.status().message().find("manager db") != std::string::npos);
   }
 
-  // Figures: see the final lines of the test log ("manager db commit"). One report's commit holds
-  // N finished trajectories (JSON of 64 prompt + 512 response tokens each, about 6 KB).
+  // Figures: printed as "manager db commit: ...". One report's commit holds N finished
+  // trajectories (JSON of 64 prompt + 512 response tokens with log-probs, about 6 KB each), into a
+  // database that already holds `held` finished ids. The JSON is made before the clock starts
+  // (the manager makes it once per trajectory in any case).
   TEST_CASE("commit cost per report, by finished trajectories per report (printed)") {
     fs::path path = fresh_db("bench");
     auto db = rollout::ManagerDb::open(path.string()).value();
+    const std::string traj = trajectory_json("p0/0", 512);
+    std::printf("manager db commit: trajectory JSON %zu bytes\n", traj.size());
     std::uint64_t next = 0;
-    for (std::size_t n : {0, 1, 8, 64}) {
-      constexpr int kReports = 50;
-      auto t0 = std::chrono::steady_clock::now();
-      for (int r = 0; r < kReports; ++r) {
+    for (std::uint64_t held : {0, 100000}) {
+      if (held > 0) {  // grow the finished set (acknowledged: no JSON kept)
         rollout::ManagerChanges c;
-        c.counters = {next, 1, next, 0};
-        c.counters_changed = true;
-        for (std::size_t i = 0; i < n; ++i) {
-          std::string id = "p" + std::to_string(next++) + "/0";
-          c.finished.push_back(id);
-          c.unacked.emplace_back(id, trajectory_json(id, 512));
-        }
+        while (next < held)
+          c.finished.push_back("p" + std::to_string(next++) + "/1");
         REQUIRE(db->commit(c).is_ok());
       }
-      double us =
-          std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() /
-          kReports;
-      std::printf("manager db commit: %zu finished per report: %.0f us per commit\n", n, us);
+      for (std::size_t n : {0, 1, 8, 64}) {
+        constexpr int kReports = 40;
+        std::vector<rollout::ManagerChanges> reports(kReports);
+        for (auto& c : reports) {
+          c.counters = {next, 1, next, 0};
+          c.counters_changed = true;
+          for (std::size_t i = 0; i < n; ++i) {
+            std::string id = "p" + std::to_string(next++) + "/0";
+            c.finished.push_back(id);
+            c.unacked.emplace_back(id, traj);
+          }
+        }
+        auto t0 = std::chrono::steady_clock::now();
+        for (const auto& c : reports)
+          REQUIRE(db->commit(c).is_ok());
+        double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0)
+                        .count() /
+                    kReports;
+        std::printf(
+            "manager db commit: %zu finished per report, %llu ids held: %.0f us per commit (%.0f "
+            "us per trajectory)\n",
+            n, static_cast<unsigned long long>(held), us, n ? us / static_cast<double>(n) : us);
+      }
     }
   }
 }

@@ -178,8 +178,8 @@ rollout::ManagerConfig small_config() {
   c.ahead_batches = 2;  // 8 trajectories (4 prompts) ahead of what the actor consumed
   c.repack = false;
   c.heartbeat_timeout_ms = 60000;
-  c.recovery_grace_ms = 300;
-  c.resend_ms = 100;
+  c.recovery_grace_ms = 1000;
+  c.resend_ms = 300;  // margins for a loaded machine: each step below takes milliseconds
   return c;
 }
 
@@ -239,7 +239,7 @@ TEST_SUITE("rollout.manager_restart") {
     CHECK(st.at("recovered").get<std::uint64_t>() == 3);
 
     // After the grace period the work nobody named comes back, rebuilt exactly as first assigned.
-    h.wait_ms(500);
+    h.wait_ms(1300);
     FakeRollout r1("r1");
     r1.incarnation = "0000000000000002";
     auto back = r1.report(h);
@@ -273,6 +273,43 @@ TEST_SUITE("rollout.manager_restart") {
     CHECK(released == all_ids(cfg.prompts, cfg.group_size));
     CHECK(actor.after_ack == 0);
     CHECK(h.status().at("acked").get<std::uint64_t>() == cfg.prompts * cfg.group_size);
+  }
+
+  TEST_CASE("a group doomed before a restart stays doomed: its members end as abandoned") {
+    rollout::ManagerConfig cfg = small_config();
+    cfg.state_path = temp_state("doomed").string();
+    cfg.prompts = 1;
+    cfg.group_size = 4;
+    cfg.batch_trajectories = 4;
+    cfg.abandon_stale = true;
+    cfg.max_staleness = 1;
+    FakeRollout r("r0");
+    {
+      Harness h(cfg);
+      h.publish(1);
+      REQUIRE(r.report(h).size() == 4);
+      r.start_all();
+      r.report(h);
+      h.publish(2);
+      h.publish(3);
+      // p0/0 is stopped as too stale: the whole group is doomed.
+      r.finish("p0/0");
+      r.finished.back().abandoned = true;
+      r.finished.back().version = 1;
+      json reply = h.call("mgr.report", r.body());
+      r.finished.clear();
+      CHECK(reply.at("abandon").size() == 3);
+    }
+    // Restarted: the rollout still runs p0/1 and p0/2; p0/3 is gone.
+    r.active = {"p0/1", "p0/2"};
+    Harness h(cfg);
+    json reply = h.call("mgr.report", r.body());
+    CHECK(reply.at("abandon") == json::array({"p0/1", "p0/2"}));
+    h.wait_ms(1300);
+    h.status();  // the grace period ended: p0/3 ends as abandoned at once
+    FakeActor actor;
+    auto got = actor.collect(h);
+    CHECK(std::set<std::string>(got.begin(), got.end()) == std::set<std::string>{"p0/0", "p0/3"});
   }
 
   TEST_CASE("a rollout restarted under the same id gives the old process's work back") {
@@ -312,7 +349,7 @@ TEST_SUITE("rollout.manager_restart") {
     FakeActor actor;
     CHECK(actor.collect(h).size() == 3);
     // Received (`have`): not re-sent to this epoch, however long it waits.
-    h.wait_ms(250);
+    h.wait_ms(500);
     CHECK(actor.collect(h, {ids[0]}).empty());
     // A restarted actor: everything unacknowledged again, acknowledged not.
     actor.epoch = "e2";
@@ -323,7 +360,7 @@ TEST_SUITE("rollout.manager_restart") {
     // The old protocol (no `have`, no `epoch`): re-sent after resend_ms until acknowledged.
     json old = h.call("mgr.collect", json{{"ack", {ids[1]}}, {"consumed", 0}, {"max", 16}});
     CHECK(old.at("trajectories").empty());
-    h.wait_ms(250);
+    h.wait_ms(500);
     old = h.call("mgr.collect", json{{"consumed", 0}, {"max", 16}});
     REQUIRE(old.at("trajectories").size() == 1);
     CHECK(old.at("trajectories")[0].at("id") == ids[2]);
