@@ -941,8 +941,20 @@ struct Manager::Impl {
       it->second.sent_at = now;
       out.push_back(it->second.tr);
     }
-    reply.done = is_done();
+    // Done, for the actor: nothing more will come to this epoch (every trajectory of the job
+    // finished and received). The actor acknowledges the last of them only after its final
+    // checkpoint, which it writes once it hears this; is_done() (everything acknowledged) is the
+    // manager's own end.
+    reply.done = is_done() || all_received();
     return reply;
+  }
+
+  bool all_received() const {
+    if (cfg.prompts == 0 || acked + unacked.size() < total_trajectories() || !outbox.empty()) {
+      return false;
+    }
+    return std::all_of(unacked.begin(), unacked.end(),
+                       [](const auto& u) { return u.second.sent && u.second.have; });
   }
 
   core::Result<core::Message> on_published(const core::Message& req) {
