@@ -314,6 +314,7 @@ core::Result<JobResult> run_local_job(JobConfig job, const std::string& sluice_e
   job.actor.weights_path = (dir / "final_weights.safetensors").string();
   // The durable state a restarted role recovers from (and `sluice run --resume` continues from).
   if (job.manager.state_path.empty()) job.manager.state_path = (dir / "manager.db").string();
+  if (job.actor.checkpoint_dir.empty()) job.actor.checkpoint_dir = (dir / "checkpoints").string();
   job.relay.model = job.rollout.model = job.actor.model;
   {
     std::ofstream f(dir / "job.json");
