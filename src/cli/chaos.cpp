@@ -132,30 +132,26 @@ json chaos_checks(const std::string& run_dir, std::uint64_t expected) {
     roles[role] = json{{"kills", kr.first}, {"restarts", kr.second}};
   out["roles"] = roles;
 
-  // Trajectories: the ids whose effect is in the final weights (trained), and those consumed
-  // without training (dropped as stale, abandoned). Each expected id must be one of those
-  // exactly once.
-  std::vector<std::string> trained =
-      actor.value("trained_ids", actor.value("accepted_ids", std::vector<std::string>{}));
-  std::vector<std::string> dropped = actor.value("dropped_ids", std::vector<std::string>{});
-  std::map<std::string, std::uint32_t> seen;
-  for (const auto& id : trained)
-    ++seen[id];
-  for (const auto& id : dropped)
-    ++seen[id];
-  std::uint64_t twice = 0;
-  for (const auto& [id, n] : seen)
-    twice += n > 1 ? n - 1 : 0;
+  // Trajectories: every id the actor consumed (accepted_ids: trained, its effect in the final
+  // weights, or dropped as too stale) must be an expected id exactly once; trained_ids are the
+  // trained ones, none of them twice either.
+  auto ids = [&](const char* key) { return actor.value(key, std::vector<std::string>{}); };
+  std::vector<std::string> consumed = ids("accepted_ids"), trained = ids("trained_ids");
+  auto twice_in = [](const std::vector<std::string>& v) {
+    std::map<std::string, std::uint32_t> seen;
+    std::uint64_t n = 0;
+    for (const auto& id : v)
+      n += seen[id]++ > 0 ? 1 : 0;
+    return std::make_pair(n, seen.size());
+  };
+  auto [twice, unique] = twice_in(consumed);
   out["generated"] = mgr.value("finished", 0ull);
-  out["consumed"] = seen.size();
-  out["consumed_twice"] = twice;
+  out["consumed"] = unique;
+  out["trained"] = trained.size();
+  out["consumed_twice"] = twice + twice_in(trained).first;
   out["duplicates_refused"] = actor.value("duplicates", 0ull) + mgr.value("duplicates", 0ull);
   if (expected > 0) {
-    // A dropped id the actor did not list (an older summary) is counted from its counters.
-    std::uint64_t unlisted =
-        dropped.empty() ? actor.value("dropped_stale", 0ull) + actor.value("abandoned", 0ull) : 0;
-    std::uint64_t have = seen.size() + unlisted;
-    out["lost"] = have >= expected ? 0 : expected - have;
+    out["lost"] = unique >= expected ? 0 : expected - unique;
   } else {
     out["lost"] = nullptr;  // an open-ended job: nothing to count against
   }
