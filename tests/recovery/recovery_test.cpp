@@ -135,6 +135,17 @@ void check_restarted(const Run& r, const std::string& role) {
   CHECK(restarts >= kills);
 }
 
+bool can_emulate_hosts() {
+  if (::geteuid() != 0) return false;
+  std::string ns = "sluice-probe-" + std::to_string(::getpid());
+  core::Subprocess::Options o;
+  o.argv = {"/bin/sh", "-c", "ip netns add " + ns + " && ip netns del " + ns};
+  auto p = core::Subprocess::spawn(o);
+  if (!p.is_ok()) return false;
+  auto code = (*p)->wait(Millis(10000));
+  return code.is_ok() && *code == 0;
+}
+
 }  // namespace
 
 TEST_CASE("the rollout manager killed mid-run: restarted from its database, nothing lost") {
@@ -155,6 +166,22 @@ TEST_CASE("the weight store killed mid-run under load: holders re-register, noth
 TEST_CASE("a relay killed mid-chain over shared memory: cut out, restarted, nothing lost") {
   constexpr std::uint64_t kPrompts = 96;
   Run r = run_job("relay", kill_one(job(kPrompts), "relay", 2.0));
+  check_exactly_once(r, kPrompts);
+  check_restarted(r, "relay");
+}
+
+TEST_CASE("a relay killed mid-chain over tcp between emulated hosts: nothing lost") {
+  if (!can_emulate_hosts()) {
+    MESSAGE("skipped: needs root and network namespaces");
+    return;
+  }
+  constexpr std::uint64_t kPrompts = 96;
+  json j = kill_one(job(kPrompts), "relay", 2.0);
+  j["rollouts"] = 4;
+  // Two rollout hosts, a relay on each, behind 200 Mbit/s links; weights cross them over TCP.
+  j["hosts"] = {
+      {"count", 2}, {"link_rate", "200mbit"}, {"prefix", "srt" + std::to_string(::getpid())}};
+  Run r = run_job("relay-tcp", j);
   check_exactly_once(r, kPrompts);
   check_restarted(r, "relay");
 }
