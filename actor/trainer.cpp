@@ -153,6 +153,7 @@ struct Trainer::Impl {
   }
 
   core::Status publish_next() {
+    const auto give_up = Clock::now() + Millis(cfg.store_timeout_ms);
     for (int skip = 0;; ++skip) {
       ++version;
       auto t0 = Clock::now();
@@ -160,6 +161,17 @@ struct Trainer::Impl {
       publish_s += seconds(Clock::now() - t0);
       if (m.is_ok()) break;
       const core::Code code = m.status().code();
+      if ((code == core::Code::kTimeout || code == core::Code::kUnavailable) &&
+          Clock::now() < give_up && !stopping.load()) {
+        // The store is away (restarting, say): the same version again once it answers. A
+        // manifest that did reach it makes the retry find the version taken, and skip it below.
+        log::warn("actor: publish of version {} failed ({}); retrying", version,
+                  m.status().to_string());
+        --version;
+        --skip;
+        wait_for(500);
+        continue;
+      }
       if (skip < kPublishSkips &&
           (code == core::Code::kAlreadyExists || code == core::Code::kFailedPrecondition)) {
         // A killed incarnation put this version's manifest and died before it was committed.

@@ -57,7 +57,8 @@ struct TrainerConfig {
   std::uint64_t steps = 0;        // stop after this many steps (0: when the manager is done)
   std::uint64_t collect_ms = 10;  // poll period when waiting for trajectories
   std::uint64_t manager_timeout_ms = 20000;
-  std::string summary_path;      // where the JSON summary goes (empty: stdout only)
+  std::uint64_t store_timeout_ms = 60000;  // a publish retries this long while the store is away
+  std::string summary_path;                // where the JSON summary goes (empty: stdout only)
   std::string metrics_path;      // metrics.jsonl: one line per training step (empty: none)
   std::string weights_path;      // final weights as safetensors (empty: none)
   double start_offset_s = 0;     // added to metric times (the job's clock started earlier)
@@ -88,6 +89,8 @@ struct TrainerConfig {
     v("steps", steps, "stop after this many steps (0: when the manager says done)");
     v("collect_ms", collect_ms, "poll period while waiting for trajectories");
     v("manager_timeout_ms", manager_timeout_ms, "fail when the manager is silent this long");
+    v("store_timeout_ms", store_timeout_ms,
+      "a publish retries this long while the weight store does not answer (it may be restarting)");
     v("summary_path", summary_path, "file for the JSON summary at exit");
     v("metrics_path", metrics_path, "file for metrics, one JSON line per step");
     v("weights_path", weights_path, "file for the final weights (safetensors)");

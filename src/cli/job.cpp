@@ -571,11 +571,15 @@ core::Result<JobResult> run_local_job(JobConfig job, const std::string& sluice_e
   watch.observe(result.manager, sup);
   sup.stop_all();
   result.restarts = sup.restarts_json();
-  json summary{
-      {"job", job.name},          {"mode", job.manager.mode},
-      {"actor", result.actor},    {"manager", result.manager},
-      {"events", result.events},  {"restarts", result.restarts},
-      {"watch", watch.to_json()}, {"outcome", outcome.is_ok() ? "ok" : outcome.to_string()}};
+  json summary{{"job", job.name},
+               {"mode", job.manager.mode},
+               {"actor", result.actor},
+               {"manager", result.manager},
+               {"events", result.events},
+               {"restarts", result.restarts},
+               {"watch", watch.to_json()},
+               {"outcome", outcome.is_ok() ? "ok" : outcome.to_string()},
+               {"wall_s", seconds(Clock::now() - t0)}};
   std::ofstream(dir / "summary.json") << summary.dump(2) << "\n";
   // The report: plots of the run, in one self-contained HTML file. A job that failed early may
   // have no metrics; that is a warning, not a second failure.

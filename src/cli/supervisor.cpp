@@ -67,6 +67,8 @@ core::Status Supervisor::spawn(Proc& p) {
   SLUICE_ASSIGN_OR_RETURN(p.proc, core::Subprocess::spawn(o));
   p.state = State::kStarting;
   p.stopped = false;
+  p.dying = false;
+  p.started_at = Clock::now();
   p.output.clear();
   p.deadline = Clock::now() + Millis(cfg_.ready_timeout_ms);
   return {};
@@ -98,10 +100,11 @@ Supervisor::Proc* Supervisor::find(const std::string& name) {
 }
 
 core::Status Supervisor::kill(Proc& p, const std::string& why) {
-  if (p.state != State::kRunning && p.state != State::kStarting) {
+  if ((p.state != State::kRunning && p.state != State::kStarting) || p.dying) {
     return core::failed_precondition(p.spec.name + " is not running");
   }
   SLUICE_TRY(p.proc->signal(SIGKILL));
+  p.dying = true;
   ++p.kills;
   event("killed", &p, json{{"why", why}});
   return {};
@@ -155,10 +158,13 @@ std::vector<Supervisor::Proc*> Supervisor::poll() {
       event("gave_up", &p, json{{"status", p.last_status}, {"limit", limit}});
       continue;
     }
-    // Backoff: 200 ms, 400 ms, ... up to the cap, so a role that dies at once does not spin.
+    // Backoff: 200 ms, 400 ms, ... up to the cap, so a role that dies at once does not spin;
+    // one that ran a good while before it died comes back at once again.
+    if (Clock::now() - p.started_at > Millis(2 * cfg_.backoff_max_ms)) p.streak = 0;
     std::uint64_t delay = cfg_.backoff_ms;
-    for (std::uint32_t i = 0; i < p.restarts && delay < cfg_.backoff_max_ms; ++i)
+    for (std::uint32_t i = 0; i < p.streak && delay < cfg_.backoff_max_ms; ++i)
       delay *= 2;
+    ++p.streak;
     delay = std::min(delay, cfg_.backoff_max_ms);
     ++p.restarts;
     p.state = State::kBackoff;

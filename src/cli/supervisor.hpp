@@ -52,7 +52,9 @@ struct RestartConfig {
     v("rollout_manager", rollout_manager, "restarts allowed for the rollout manager");
     v("rollout", rollout, "restarts allowed per rollout");
     v("actor", actor, "restarts allowed for the actor");
-    v("backoff_ms", backoff_ms, "delay before the first restart, doubled with each restart");
+    v("backoff_ms", backoff_ms,
+      "delay before a restart, doubled with each death soon after a start (reset once a role "
+      "ran 2 x backoff_max_ms)");
     v("backoff_max_ms", backoff_max_ms, "largest delay before a restart");
     v("ready_timeout_ms", ready_timeout_ms, "a (re)started role must be ready within this");
   }
@@ -78,7 +80,10 @@ class Supervisor {
     std::unique_ptr<core::Subprocess> proc;
     State state = State::kStarting;
     std::uint32_t restarts = 0;
-    std::uint32_t kills = 0;  // by chaos
+    std::uint32_t kills = 0;   // by chaos
+    std::uint32_t streak = 0;  // deaths in a row, each soon after its start (sets the backoff)
+    bool dying = false;        // killed, its exit not yet seen
+    core::Clock::time_point started_at;
     int last_status = 0;
     core::Clock::time_point deadline;  // kStarting: ready by then; kBackoff: start then
     std::vector<std::string> output;   // stdout lines after the ready line (the actor's summary)
