@@ -53,7 +53,7 @@ for i in $(seq 1 "$kills"); do
   rm -f "$tmp"/reader*.err
   for r in $(seq 1 "${READERS:-1}"); do
     # debug: the reader logs its progress, which tells when its GETs are flowing.
-    "$sluice" --log-level debug transfer-read --from "$ep" --repeat 1000 >/dev/null \
+    "$sluice" --log-level debug transfer-read --from "$ep" --repeat 1000 ${READ_ARGS:-} >/dev/null \
       2>"$tmp/reader$r.err" &
     rds="$rds $!"
   done
