@@ -320,7 +320,8 @@ TEST_SUITE("core.transfer") {
     // continued, as on a loaded host where the holder is not scheduled while its reader dies:
     // it wakes to GET requests from a reader that is gone. The holder must keep running and
     // still serve a complete, correct read. tests/cli/reader_death.sh does the same at a larger
-    // scale and prints the figures (UCX 1.13.1: the holder aborted in 6 of 10 kills).
+    // scale and prints the figures (UCX 1.13.1: the holder aborted in 6 of 10 and 6 of 30
+    // kills; with this skip removed, this test failed there on its first kill).
     if (!tcp_holder_survives_reader_death()) {
       auto v = ucx_version();
       MESSAGE("skipped: UCX " << v.major << "." << v.minor << "." << v.release
@@ -328,7 +329,9 @@ TEST_SUITE("core.transfer") {
       return;
     }
     const std::uint64_t bytes = 64u << 20, chunk = 1u << 20, seed = 18;
-    const int kills = 6;
+    // About one kill in five brought UCX 1.13.1 down (6 of 30 in reader_death.sh): 20 kills
+    // miss it with a chance of about 1 in 100.
+    const int kills = 20;
     Source a("tcp", bytes, chunk, seed);
     for (int i = 0; i < kills; ++i) {
       CAPTURE(i);
@@ -346,6 +349,7 @@ TEST_SUITE("core.transfer") {
         reading = line->find("transfer-read: ") != std::string::npos &&
                   line->find(" chunks)") != std::string::npos;
       }
+      std::this_thread::sleep_for(Millis(50 * (i % 4)));  // at different points of a read
       REQUIRE(a.proc->signal(SIGSTOP).is_ok());
       std::this_thread::sleep_for(Millis(100));  // the reader sends GET requests that wait
       REQUIRE(reader->signal(SIGKILL).is_ok());
