@@ -4,6 +4,7 @@
 
 #include <csignal>
 #include <cstring>
+#include <thread>
 
 #include "core/checksum.hpp"
 #include "core/event_loop.hpp"
@@ -310,6 +311,62 @@ TEST_SUITE("core.transfer") {
         rd.engine->read_sync({{"a", ra.descriptor}}, whole_region_chunks(ra.layout), *dst, opt);
     REQUIRE_FALSE(again.is_ok());
     CHECK(again.status().code() == Code::kUnavailable);
+  }
+
+  TEST_CASE("a reader killed mid-read over tcp leaves its holder alive") {
+    // Issue 18: the holder side of a reader's death. Each reader is a `sluice transfer-read`
+    // process reading the whole region again and again; once its GETs are flowing (its first
+    // progress line) the holder is stopped (SIGSTOP), the reader is SIGKILLed and the holder
+    // continued, as on a loaded host where the holder is not scheduled while its reader dies:
+    // it wakes to GET requests from a reader that is gone. The holder must keep running and
+    // still serve a complete, correct read. tests/cli/reader_death.sh does the same at a larger
+    // scale and prints the figures (UCX 1.13.1: the holder aborted in 6 of 10 and 6 of 30
+    // kills; with this skip removed, this test failed there on its first kill).
+    if (!tcp_holder_survives_reader_death()) {
+      auto v = ucx_version();
+      MESSAGE("skipped: UCX " << v.major << "." << v.minor << "." << v.release
+                              << " aborts a tcp holder whose reader dies mid-GET (issue 18)");
+      return;
+    }
+    const std::uint64_t bytes = 64u << 20, chunk = 1u << 20, seed = 18;
+    // About one kill in five brought UCX 1.13.1 down (6 of 30 in reader_death.sh): 20 kills
+    // miss it with a chance of about 1 in 100.
+    const int kills = 20;
+    Source a("tcp", bytes, chunk, seed);
+    for (int i = 0; i < kills; ++i) {
+      CAPTURE(i);
+      Subprocess::Options o;
+      o.argv = {SLUICE_BIN, "--log-level", "debug", "transfer-read", "--from",
+                a.endpoint, "--name",      "r",     "--repeat",      "1000"};
+      o.extra_env = tls_env("tcp");
+      o.stderr_to_stdout = true;
+      auto reader = Subprocess::spawn(o).value();
+      bool reading = false;
+      while (!reading) {
+        auto line = reader->read_line(Millis(30000));
+        REQUIRE_MESSAGE(line.is_ok(),
+                        "the reader never started reading: " << line.status().to_string());
+        reading = line->find("transfer-read: ") != std::string::npos &&
+                  line->find(" chunks)") != std::string::npos;
+      }
+      std::this_thread::sleep_for(Millis(50 * (i % 4)));  // at different points of a read
+      REQUIRE(a.proc->signal(SIGSTOP).is_ok());
+      std::this_thread::sleep_for(Millis(100));  // the reader sends GET requests that wait
+      REQUIRE(reader->signal(SIGKILL).is_ok());
+      REQUIRE(reader->wait(Millis(5000)).is_ok());
+      REQUIRE(a.proc->signal(SIGCONT).is_ok());
+      std::this_thread::sleep_for(Millis(300));  // the holder reads them and the reset
+      REQUIRE_MESSAGE(a.proc->running(), "the holder died after reader " << i << " was killed");
+    }
+    Reader rd("tcp");
+    auto ra = rd.describe(a);
+    auto dst = rd.engine->allocate(bytes).value();
+    auto st =
+        rd.engine->read_sync({{"a", ra.descriptor}}, whole_region_chunks(ra.layout), *dst, {});
+    REQUIRE_MESSAGE(st.is_ok(), st.status().to_string());
+    CHECK(st->bytes == bytes);
+    CHECK(equal_bytes(*dst, expected(bytes, seed)));
+    CHECK(a.proc->running());
   }
 
   TEST_CASE("over shared memory, a source that died before the read began fails it cleanly") {
