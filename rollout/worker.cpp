@@ -92,6 +92,7 @@ struct RolloutWorker::Impl {
   double gen_s = 0, load_s = 0, barrier_s = 0, idle_s = 0, occupancy_s = 0, reprefill_s = 0;
   std::uint64_t tokens = 0, steps = 0, loads = 0, imported = 0, exported_count = 0;
   std::uint64_t reprefill_tokens = 0, pulled_bytes = 0, pulled_same_host_bytes = 0;
+  std::uint64_t checksum_failures = 0;  // chunks that failed verification (each read again)
   // Versions the store acknowledged this rollout as a holder of (it served them to peers).
   std::uint64_t served_versions = 0, last_served = 0;
   std::uint64_t refused_version = 0;  // imports of another version (never expected)
@@ -117,6 +118,7 @@ struct RolloutWorker::Impl {
                 {"reprefill_tokens", reprefill_tokens},
                 {"reprefill_s", reprefill_s},
                 {"pulled_bytes", pulled_bytes},
+                {"checksum_failures", checksum_failures},
                 {"pulled_same_host_bytes", pulled_same_host_bytes},
                 {"served_versions", served_versions},
                 {"refused_version", refused_version},
@@ -318,6 +320,7 @@ struct RolloutWorker::Impl {
       }
       if (reader->staged_version() > before) {
         pulled_bytes += reader->last_stats().bytes;
+        checksum_failures += reader->last_stats().checksum_failures;
         pulled_same_host_bytes += reader->last_same_host_bytes();
       }
     });

@@ -160,9 +160,10 @@ json chaos_checks(const std::string& run_dir, std::uint64_t expected) {
   }
   out["expected"] = expected;
 
-  // Readers: versions that went backwards, chunks accepted that failed verification or came from
-  // another version (the launcher watched each rollout's loaded version; rollouts count their
-  // checksum failures, every one of them refused and read again).
+  // Readers: versions that went backwards (the launcher watched each rollout's loaded version),
+  // chunks that failed verification against the version's manifest (a torn chunk or one of
+  // another version; the rollouts count them, each refused and read again), and repacked work
+  // offered to a rollout of another version (refused, counted).
   const json& watch = summary.value("watch", json::object());
   out["versions_backwards"] = watch.value("versions_backwards", 0ull);
   std::uint64_t refused = 0, wrong_version = 0;
@@ -172,7 +173,6 @@ json chaos_checks(const std::string& run_dir, std::uint64_t expected) {
     wrong_version += st.value("refused_version", 0ull);
   }
   out["chunks_refused_by_verification"] = refused;
-  out["bad_chunks_accepted"] = 0;  // a chunk is used only after its checksum matched
   out["imports_of_another_version"] = wrong_version;
 
   // The job's time from its roles' start to the actor's end (a resumed actor's own wall_s
@@ -201,9 +201,9 @@ void print_table(const json& base, const json& chaos, bool have_base) {
     return v.dump();
   };
   std::printf("%-34s %14s %14s\n", "", have_base ? "without faults" : "", "with kills");
-  for (const char* k :
-       {"completed", "generated", "consumed", "lost", "consumed_twice", "versions_backwards",
-        "chunks_refused_by_verification", "bad_chunks_accepted", "wall_s", "trained_tokens"}) {
+  for (const char* k : {"completed", "generated", "consumed", "trained", "lost", "consumed_twice",
+                        "versions_backwards", "chunks_refused_by_verification",
+                        "imports_of_another_version", "wall_s", "trained_tokens"}) {
     std::printf("%-34s %14s %14s\n", k, have_base ? num(base, k).c_str() : "",
                 num(chaos, k).c_str());
   }
