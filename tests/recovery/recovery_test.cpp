@@ -16,6 +16,7 @@
 #include <string>
 #include <thread>
 
+#include "../support/jobs.hpp"
 #include "core/event_loop.hpp"
 #include "core/process.hpp"
 
@@ -69,35 +70,10 @@ fs::path work_dir() {
   return dir;
 }
 
-struct Run {
-  json summary;
-  int code = -1;
-  std::string output;
-  fs::path dir;
-};
-
-Run read_run(const fs::path& out, int code, std::string output) {
-  Run r;
-  r.code = code;
-  r.output = std::move(output);
-  r.dir = out;
-  std::ifstream f(out / "summary.json");
-  r.summary = json::parse(f, nullptr, false);
-  return r;
-}
+using Run = testing::JobRun;
 
 Run run_job(const std::string& name, const json& j) {
-  fs::path file = work_dir() / (name + ".json");
-  std::ofstream(file) << j.dump(2);
-  fs::path out = work_dir() / name;
-  fs::remove_all(out);
-  core::Subprocess::Options o;
-  o.argv = {SLUICE_BIN, "run", file.string(), "--out", out.string()};
-  o.stderr_to_stdout = true;
-  auto p = core::Subprocess::spawn(o).value();
-  std::string output = p->read_all(Millis(300000));
-  auto code = p->wait(Millis(5000));
-  return read_run(out, code.is_ok() ? *code : -1, std::move(output));
+  return testing::run_sluice_job(work_dir(), name, j, Millis(300000));
 }
 
 // Every expected trajectory id consumed once: trained (its effect in the final weights) or
@@ -135,17 +111,6 @@ void check_restarted(const Run& r, const std::string& role) {
   CHECK(restarts >= kills);
 }
 
-bool can_emulate_hosts() {
-  if (::geteuid() != 0) return false;
-  std::string ns = "sluice-probe-" + std::to_string(::getpid());
-  core::Subprocess::Options o;
-  o.argv = {"/bin/sh", "-c", "ip netns add " + ns + " && ip netns del " + ns};
-  auto p = core::Subprocess::spawn(o);
-  if (!p.is_ok()) return false;
-  auto code = (*p)->wait(Millis(10000));
-  return code.is_ok() && *code == 0;
-}
-
 }  // namespace
 
 TEST_CASE("the rollout manager killed mid-run: restarted from its database, nothing lost") {
@@ -171,7 +136,7 @@ TEST_CASE("a relay killed mid-chain over shared memory: cut out, restarted, noth
 }
 
 TEST_CASE("a relay killed mid-chain over tcp between emulated hosts: nothing lost") {
-  if (!can_emulate_hosts()) {
+  if (!testing::can_emulate_hosts()) {
     MESSAGE("skipped: needs root and network namespaces");
     return;
   }
@@ -234,7 +199,7 @@ TEST_CASE("sluice run --resume continues a job whose launcher was killed") {
   auto p = core::Subprocess::spawn(o).value();
   std::string output = p->read_all(Millis(300000));
   auto code = p->wait(Millis(5000));
-  Run r = read_run(out, code.is_ok() ? *code : -1, std::move(output));
+  Run r = testing::read_job_run(out, code.is_ok() ? *code : -1, std::move(output));
   check_exactly_once(r, kPrompts);
   CHECK(r.summary.at("actor").value("restarts", 0ull) >= 1);
 }

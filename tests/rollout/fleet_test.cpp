@@ -14,6 +14,7 @@
 #include <sstream>
 #include <string>
 
+#include "../support/jobs.hpp"
 #include "core/event_loop.hpp"
 #include "core/process.hpp"
 #include "core/transfer.hpp"
@@ -57,30 +58,11 @@ json small_job(const std::string& mode) {
                 {"max_staleness", kBound}}}};
 }
 
-struct Run {
-  json summary;
-  int code = -1;
-  std::string output;
-};
+using Run = testing::JobRun;
 
 Run run_job(const std::string& name, const json& job) {
   fs::path dir = fs::temp_directory_path() / ("sluice-fleet-" + std::to_string(::getpid()));
-  fs::create_directories(dir);
-  fs::path file = dir / (name + ".json");
-  std::ofstream(file) << job.dump(2);
-  fs::path out = dir / name;
-  fs::remove_all(out);
-  core::Subprocess::Options o;
-  o.argv = {SLUICE_BIN, "run", file.string(), "--out", out.string()};
-  o.stderr_to_stdout = true;
-  auto p = core::Subprocess::spawn(o).value();
-  Run r;
-  r.output = p->read_all(Millis(150000));
-  auto code = p->wait(Millis(5000));
-  r.code = code.is_ok() ? *code : -1;
-  std::ifstream f(out / "summary.json");
-  r.summary = json::parse(f, nullptr, false);
-  return r;
+  return testing::run_sluice_job(dir, name, job, Millis(150000));
 }
 
 // Every expected trajectory id, once.
@@ -283,21 +265,10 @@ TEST_CASE("partial-rollout mixes versions and sluice mode repacks (the checks ab
 namespace {
 
 // Root, iproute2 and network namespaces, as scripts/emuhosts.sh needs.
-bool can_emulate_hosts() {
-  if (::geteuid() != 0) return false;
-  std::string ns = "sluice-probe-" + std::to_string(::getpid());
-  core::Subprocess::Options o;
-  o.argv = {"/bin/sh", "-c", "ip netns add " + ns + " && ip netns del " + ns};
-  auto p = core::Subprocess::spawn(o);
-  if (!p.is_ok()) return false;
-  auto code = (*p)->wait(Millis(10000));
-  return code.is_ok() && *code == 0;
-}
-
 }  // namespace
 
 TEST_CASE("on emulated hosts each rollout reads new versions from its own host's relay") {
-  if (!can_emulate_hosts()) {
+  if (!testing::can_emulate_hosts()) {
     MESSAGE("skipped: needs root and network namespaces");
     return;
   }
