@@ -78,28 +78,36 @@ ChaosSchedule::ChaosSchedule(const ChaosConfig& config, Supervisor& supervisor)
 
 std::string ChaosSchedule::due(double elapsed) {
   if (next_ >= times_.size() || elapsed < times_[next_]) return "";
-  // The processes that may be killed, in a fixed order; the seed's draw picks one. If it is down
-  // (restarting), the next one up in that order goes instead, so that every kill lands.
-  auto roles = cfg_.role_list();
-  std::vector<Supervisor::Proc*> eligible;
-  for (auto& p : sup_->procs()) {
-    if (std::find(roles.begin(), roles.end(), p->spec.role) != roles.end()) {
-      eligible.push_back(p.get());
+  // A random role first (each allowed role that the job has, equally likely), then a random
+  // process of it: with 16 rollouts a process-uniform draw would kill almost only rollouts. If
+  // the one drawn is down (restarting), the next one of that role goes instead, then the next
+  // role's, so that every kill lands.
+  std::vector<std::vector<Supervisor::Proc*>> by_role;
+  for (const auto& role : cfg_.role_list()) {
+    std::vector<Supervisor::Proc*> procs;
+    for (auto& p : sup_->procs()) {
+      if (p->spec.role == role) procs.push_back(p.get());
     }
+    if (!procs.empty()) by_role.push_back(std::move(procs));
   }
-  if (eligible.empty()) {
+  if (by_role.empty()) {
     next_ = times_.size();
     return "";
   }
-  std::size_t first = picks_[next_] % eligible.size();
-  for (std::size_t i = 0; i < eligible.size(); ++i) {
-    Supervisor::Proc* p = eligible[(first + i) % eligible.size()];
-    if (p->state != Supervisor::State::kRunning || p->dying) continue;
-    if (!sup_->kill(*p, fmt::format("chaos kill {} of {}", next_ + 1, times_.size())).is_ok()) {
-      continue;
+  std::uint64_t draw = picks_[next_];
+  std::size_t first_role = draw % by_role.size();
+  for (std::size_t r = 0; r < by_role.size(); ++r) {
+    const auto& procs = by_role[(first_role + r) % by_role.size()];
+    std::size_t first = (draw / by_role.size()) % procs.size();
+    for (std::size_t i = 0; i < procs.size(); ++i) {
+      Supervisor::Proc* p = procs[(first + i) % procs.size()];
+      if (p->state != Supervisor::State::kRunning || p->dying) continue;
+      if (!sup_->kill(*p, fmt::format("chaos kill {} of {}", next_ + 1, times_.size())).is_ok()) {
+        continue;
+      }
+      ++next_;
+      return p->spec.name;
     }
-    ++next_;
-    return p->spec.name;
   }
   return "";  // nothing up right now: the kill waits for the next turn
 }
