@@ -1,6 +1,10 @@
 #include "weightstore/store.hpp"
 
+#include <fmt/format.h>
+
 #include <algorithm>
+
+#include "core/checksum.hpp"
 
 namespace sluice::weightstore {
 
@@ -173,6 +177,41 @@ core::Result<bool> WeightStore::drained(const std::string& holder_id, const std:
     if (c && !all_set(c->chunks)) return false;
   }
   return true;
+}
+
+std::string WeightStore::state_digest() const {
+  // A canonical text of the state (maps iterate in order), hashed.
+  std::string t;
+  auto add = [&t](const auto&... parts) { ((t += fmt::format("{}|", parts)), ...); };
+  for (const auto& [name, m] : models_) {
+    add("model", name, m.latest);
+    for (const auto& [v, ver] : m.versions) {
+      add(v, ver.committed, ver.manifest.total_bytes, ver.manifest.chunk_bytes);
+      for (auto c : ver.manifest.checksums)
+        add(c);
+      for (const auto& p : ver.pins)
+        add("pin", p);
+    }
+  }
+  for (const auto& [id, h] : holders_) {
+    add("holder", id, h.topology.host, h.topology.rack, h.topology.datacenter);
+    for (const auto& [key, c] : h.copies) {
+      add(key.first, key.second, c.endpoint, c.descriptor, c.unpublished);
+      for (bool b : c.chunks)
+        add(b);
+    }
+  }
+  for (const auto& [id, l] : leases_) {
+    add("lease", id, l.model, l.version);
+    for (const auto& h : l.holders)
+      add(h);
+  }
+  for (const auto& [id, n] : relay_order_)
+    add("relay", id, n);
+  for (const auto& [key, src] : chain_reads_)
+    add("chain", std::get<0>(key), std::get<1>(key), std::get<2>(key), src);
+  add(next_relay_, next_lease_);
+  return fmt::format("{:016x}", core::chunk_checksum(t.data(), t.size()));
 }
 
 core::Result<std::uint64_t> WeightStore::latest(const std::string& model) const {

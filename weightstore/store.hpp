@@ -122,6 +122,10 @@ class WeightStore {
   core::Result<bool> drained(const std::string& holder_id, const std::string& model,
                              std::uint64_t version) const;
 
+  // A hash of everything the store acts on (versions, holders and their chunks, leases, the
+  // relay chain): equal before and after a request means the request changed nothing.
+  std::string state_digest() const;
+
   // The highest committed version; not_found before the first commit.
   core::Result<std::uint64_t> latest(const std::string& model) const;
   bool committed(const std::string& model, std::uint64_t version) const;

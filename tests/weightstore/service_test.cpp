@@ -7,6 +7,7 @@
 #include "core/messaging.hpp"
 #include "core/process.hpp"
 #include "weightstore/protocol.hpp"
+#include "weightstore/service.hpp"
 
 using namespace sluice;
 using namespace sluice::weightstore;
@@ -65,6 +66,65 @@ Message latest_req() {
 }  // namespace
 
 TEST_SUITE("weightstore.service") {
+  TEST_CASE("a request that fails validation gets an error and leaves the store unchanged") {
+    auto loop = core::EventLoop::create().value();
+    ServiceConfig cfg;
+    cfg.listen = "tcp://127.0.0.1:*";
+    auto svc = StoreService::create(*loop, cfg).value();
+    auto c = core::Client::create(*loop, svc->endpoint()).value();
+    // Some state first: a committed version, a partial holder, a lease.
+    REQUIRE(call(*c, encode_registration(reg("actor", 2))).is_ok());
+    REQUIRE(call(*c, encode_registration(reg("relay-1", 2, {true, false, false, false}))).is_ok());
+    Message plan("store.plan");
+    plan.body = {{"model", "policy"}, {"version", 2}, {"topology", nlohmann::json::object()}};
+    REQUIRE(call(*c, plan).is_ok());
+    const std::string before = svc->store().state_digest();
+
+    std::vector<Message> bad;
+    Message m("store.register");
+    m.body = {{"endpoint", "tcp://x"}};  // no holder_id, no manifest
+    bad.push_back(m);
+    Message wrong_chunks = encode_registration(reg("relay-2", 2, {true, true}));  // 2 of 4 chunks
+    bad.push_back(wrong_chunks);
+    m = Message("store.add_chunks");
+    m.body = {{"holder_id", "relay-1"}, {"model", "policy"}, {"version", 2}, {"chunks", {1, 99}}};
+    bad.push_back(m);  // chunk 99 does not exist (and chunk 1 must not be set either)
+    m.body = {{"holder_id", "nobody"}, {"model", "policy"}, {"version", 2}, {"chunks", {1}}};
+    bad.push_back(m);
+    m = Message("store.unpublish");
+    m.body = {{"holder_id", "relay-1"}, {"model", "policy"}, {"version", 7}};
+    bad.push_back(m);
+    m = Message("store.plan");
+    m.body = {{"model", "policy"}, {"version", "two"}};
+    bad.push_back(m);
+    m = Message("store.put_manifest");
+    m.body = {{"manifest", manifest(1).to_json()}};  // below the committed one
+    bad.push_back(m);
+    m = Message("store.renew");
+    m.body = {{"lease_id", 424242}};
+    bad.push_back(m);
+    bad.push_back(Message("store.no_such_request"));
+    nlohmann::json deep = 1;
+    for (int i = 0; i < 500; ++i)
+      deep = nlohmann::json::array({deep});
+    m = Message("store.register");
+    m.body = {{"holder_id", deep}};
+    bad.push_back(m);
+
+    for (const auto& req : bad) {
+      CAPTURE(req.type);
+      CAPTURE(req.body.dump().substr(0, 200));
+      auto r = call(*c, req);
+      CHECK_FALSE(r.is_ok());
+      CHECK(svc->store().state_digest() == before);
+    }
+    // A valid request still changes it: the digest is not blind.
+    m = Message("store.add_chunks");
+    m.body = {{"holder_id", "relay-1"}, {"model", "policy"}, {"version", 2}, {"chunks", {1}}};
+    REQUIRE(call(*c, m).is_ok());
+    CHECK(svc->store().state_digest() != before);
+  }
+
   TEST_CASE("publish, commit, latest and a ranked read plan through a store process") {
     StoreProcess store("tcp://127.0.0.1:*");
     auto loop = core::EventLoop::create().value();
