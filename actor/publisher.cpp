@@ -292,16 +292,21 @@ void Publisher::check_handoff(std::uint64_t version) {
       return;
     }
     const weightstore::HolderState* taker = nullptr;
+    std::size_t takers = 0;
     for (const auto& h : *holders) {
       if (h.holder_id != options_.holder_id && h.relay && h.complete && !h.unpublished) {
-        taker = &h;
-        break;
+        if (!taker) taker = &h;
+        ++takers;
       }
     }
     if (!taker) return;
     auto it = std::find_if(held_.begin(), held_.end(),
                            [version](const Held& h) { return h.manifest.version == version; });
     if (it == held_.end()) return;  // already retired meanwhile
+    // The newest version is handed off only once two relays hold it (see the header).
+    bool newest = std::all_of(held_.begin(), held_.end(),
+                              [version](const Held& h) { return h.manifest.version <= version; });
+    if (newest && takers < 2) return;
     log::info("publisher {}: relay {} holds {}@{}; handing it off", options_.holder_id,
               taker->holder_id, options_.model, version);
     Held h = std::move(*it);

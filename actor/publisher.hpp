@@ -3,10 +3,14 @@
 // to the store and registers this process as the version's first holder, which commits it.
 // The publisher then serves the version to readers (relays, rollouts) until it drops it.
 //
-// Hand-off (options.handoff, on by default): the publisher serves a version only until a relay
-// holds all of it. Each heartbeat() asks the store who holds the versions it serves; once a relay
-// has a complete, published copy, the publisher withdraws its own. With no relay, it keeps
-// serving its newest keep_versions copies, so a job without relays still works.
+// Hand-off (options.handoff, on by default): the publisher serves a version only until relays
+// hold all of it. Each heartbeat() asks the store who holds the versions it serves; once a relay
+// has a complete, published copy of an older version, or two relays have one of its newest, the
+// publisher withdraws its own. The newest version stays on one relay's word only: were that
+// relay killed, readers still receiving it (the next relay in the chain, the rollouts) would have
+// no source left for the chunks they lack, and the job would wait for a version nobody holds
+// (seen in a recovery test: a relay killed mid-chain over tcp). With no relay, it keeps serving
+// its newest keep_versions copies, so a job without relays still works.
 //
 // A withdrawn copy (handed off, or beyond the newest keep_versions) is unpublished first and freed
 // only once the store says it has drained - no reader's lease and no relay still reading from it -

@@ -222,8 +222,20 @@ TEST_SUITE("actor.publisher") {
 
     // Heartbeats (as the actor sends them) are where the publisher learns who else holds it.
     auto beat = loop->every(Millis(100), [&] { pub->heartbeat(); });
-    REQUIRE(loop->run_until([&] { return pub->held().empty(); }, Millis(20000)));
-    CHECK(pub->handed_off() == 1);
+    REQUIRE(
+        loop->run_until([&] { return holders(*client, 1)["relay-a"].complete; }, Millis(20000)));
+    // The newest version stays with the publisher while only one relay holds it: were that relay
+    // killed, nobody would hold it whole.
+    loop->run_until([] { return false; }, Millis(1000));
+    CHECK(pub->handed_off() == 0);
+    CHECK(pub->held().size() == 1);
+
+    // Once a newer version is out, the older one goes to the relay.
+    auto w2 = weights(2, (1u << 20) + 12);
+    REQUIRE(pub->publish(2, views(w2)).is_ok());
+    REQUIRE(loop->run_until([&] { return pub->handed_off() == 1; }, Millis(20000)));
+    REQUIRE(pub->held().size() == 1);
+    CHECK(pub->held().front().manifest.version == 2);
     auto hs = holders(*client, 1);
     REQUIRE(hs.count("relay-a") == 1);
     CHECK(hs["relay-a"].complete);
@@ -236,19 +248,18 @@ TEST_SUITE("actor.publisher") {
     REQUIRE(client->release(early->lease_id).is_ok());
     CHECK(loop->run_until([&] { return pub->retiring() == 0; }, Millis(5000)));
 
-    // New readers are sent to the relay alone and get the published bytes.
+    // New readers of version 1 are sent to the relay alone and get the published bytes.
     CHECK(plan_holders(*client, 1) == std::vector<std::string>{"relay-a"});
     auto pulled = weightstore::pull(*setup.engine, *client, "policy", 1, {});
     REQUIRE_MESSAGE(pulled.is_ok(), pulled.status().to_string());
     REQUIRE(pulled->manifest.total_bytes == w1.size());
     CHECK(std::memcmp(pulled->buffer->data(), w1.data(), w1.size()) == 0);
 
-    // The next version goes the same way.
-    auto w2 = weights(2, (1u << 20) + 12);
-    REQUIRE(pub->publish(2, views(w2)).is_ok());
-    REQUIRE(loop->run_until([&] { return pub->held().empty() && pub->retiring() == 0; },
+    // The next version goes the same way once a third is out.
+    auto w3 = weights(3, (1u << 20) + 12);
+    REQUIRE(pub->publish(3, views(w3)).is_ok());
+    REQUIRE(loop->run_until([&] { return pub->handed_off() == 2 && pub->retiring() == 0; },
                             Millis(20000)));
-    CHECK(pub->handed_off() == 2);
     CHECK(plan_holders(*client, 2) == std::vector<std::string>{"relay-a"});
     auto p2 = weightstore::pull(*setup.engine, *client, "policy", 2, {});
     REQUIRE_MESSAGE(p2.is_ok(), p2.status().to_string());
