@@ -309,6 +309,16 @@ int run_chaos(const ChaosArgs& args, const std::string& sluice_exe,
   }
   if (chaos.value("consumed_twice", 0ull) > 0) failed.push_back("trajectories consumed twice");
   if (chaos.value("versions_backwards", 0ull) > 0) failed.push_back("a version went backwards");
+  std::uint64_t landed = 0;
+  const json killed_roles = chaos.value("roles", json::object());
+  for (const auto& [role, kr] : killed_roles.items())
+    landed += kr.value("kills", 0ull);
+  verdict["kills_landed"] = landed;
+  if (landed < args.kills) {
+    failed.push_back(fmt::format(
+        "only {} of {} kills landed before the job ended (use --every, or a longer job)", landed,
+        args.kills));
+  }
   if (args.baseline) {
     double ta = base.value("trained_tokens", 0.0), tb = chaos.value("trained_tokens", 0.0);
     verdict["trained_tokens_ratio"] = ta > 0 ? tb / ta : 0.0;
