@@ -198,6 +198,9 @@ TEST_CASE("a rollout that stops heartbeating is declared dead and its work resum
 TEST_CASE("sluice run shows live progress from the actor and the fleet") {
   json job = small_job("sluice");
   job["progress_s"] = 0.2;
+  // A patient timeout: on a loaded machine (sanitizers, parallel tests) a live rollout that misses
+  // a beat must not show up as dead in the progress line checked below.
+  job["manager"]["heartbeat_timeout_ms"] = 1500;
   Run r = run_job("progress", job);
   check_exactly_once(r);
   // A progress line once training runs: the actor's step, reward, throughput and staleness,
