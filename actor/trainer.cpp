@@ -23,6 +23,7 @@
 #include "core/messaging.hpp"
 #include "core/transfer.hpp"
 #include "core/units.hpp"
+#include "rollout/protocol.hpp"
 #include "weightstore/client.hpp"
 
 namespace sluice::actor {
@@ -59,6 +60,7 @@ core::Status TrainerConfig::validate() const {
     return core::invalid_argument("checkpoint_idle_s must be a finite number >= 0");
   }
   if (heartbeat_ms == 0) return core::invalid_argument("heartbeat_ms must be at least 1");
+  if (manager_call_ms == 0) return core::invalid_argument("manager_call_ms must be at least 1");
   return {};
 }
 
@@ -181,9 +183,8 @@ struct Trainer::Impl {
       }
       return m.status().with_context(fmt::format("publish version {}", version));
     }
-    auto r = manager->call(
-        core::Message("mgr.published", json{{"version", version}, {"consumed", consumed}}),
-        Millis(5000));
+    auto r = manager->call(rollout::encode(rollout::PublishedRequest{version, consumed}),
+                           Millis(cfg.manager_call_ms));
     if (!r.is_ok()) {
       log::warn("actor: telling the manager about version {} failed: {}", version,
                 r.status().to_string());
@@ -193,19 +194,22 @@ struct Trainer::Impl {
 
   // One mgr.collect; `max` trajectories at most. Acknowledgements and `have` are dropped only
   // once a call got through.
-  core::Result<core::Message> call_collect(std::size_t max, Millis timeout) {
-    json body{{"ack", ack}, {"have", have}, {"consumed", consumed}, {"max", max}, {"epoch", epoch}};
-    auto r = manager->call(core::Message("mgr.collect", body), timeout);
-    if (r.is_ok()) {
-      ack.clear();
-      have.clear();
-    }
-    return r;
+  core::Result<rollout::CollectReply> call_collect(std::size_t max, Millis timeout) {
+    rollout::CollectRequest q;
+    q.ack = ack;
+    q.have = have;
+    q.consumed = consumed;
+    q.max = max;
+    q.epoch = epoch;
+    SLUICE_ASSIGN_OR_RETURN(core::Message m, manager->call(rollout::encode(q), timeout));
+    ack.clear();
+    have.clear();
+    return rollout::decode_collect_reply(m.body);
   }
 
   core::Status collect() {
     beat();
-    auto r = call_collect(512, Millis(5000));
+    auto r = call_collect(512, Millis(cfg.manager_call_ms));
     if (!r.is_ok()) {
       if (seconds(Clock::now() - last_heard) * 1000 > static_cast<double>(cfg.manager_timeout_ms)) {
         return core::unavailable(fmt::format("actor: manager {} silent for {} ms: {}", cfg.manager,
@@ -214,10 +218,9 @@ struct Trainer::Impl {
       return {};
     }
     last_heard = Clock::now();
-    manager_done = r->body.value("done", false);
-    if (!r->body.at("trajectories").empty()) last_progress = Clock::now();
-    for (const auto& j : r->body.at("trajectories")) {
-      SLUICE_ASSIGN_OR_RETURN(rl::Trajectory t, rl::Trajectory::from_json(j));
+    manager_done = r->done;
+    if (!r->trajectories.empty()) last_progress = Clock::now();
+    for (auto& t : r->trajectories) {
       have.push_back(t.id);
       // Without checkpoints nothing survives this process, so waiting for durability gains
       // nothing: acknowledged on receipt, as before. (Acknowledging on consumption instead

@@ -57,6 +57,7 @@ struct TrainerConfig {
   std::uint64_t steps = 0;        // stop after this many steps (0: when the manager is done)
   std::uint64_t collect_ms = 10;  // poll period when waiting for trajectories
   std::uint64_t manager_timeout_ms = 20000;
+  std::uint64_t manager_call_ms = 5000;    // one request to the manager waits this long, >= 1
   std::uint64_t store_timeout_ms = 60000;  // a publish retries this long while the store is away
   std::string summary_path;                // where the JSON summary goes (empty: stdout only)
   std::string metrics_path;      // metrics.jsonl: one line per training step (empty: none)
@@ -89,6 +90,8 @@ struct TrainerConfig {
     v("steps", steps, "stop after this many steps (0: when the manager says done)");
     v("collect_ms", collect_ms, "poll period while waiting for trajectories");
     v("manager_timeout_ms", manager_timeout_ms, "fail when the manager is silent this long");
+    v("manager_call_ms", manager_call_ms,
+      "one request to the manager waits this long for its reply, >= 1 (default 5000)");
     v("store_timeout_ms", store_timeout_ms,
       "a publish retries this long while the weight store does not answer (it may be restarting)");
     v("summary_path", summary_path, "file for the JSON summary at exit");

@@ -966,7 +966,7 @@ struct Manager::Impl {
       log::info("manager: version {} published", v);
       plan_repack_now();
     }
-    return core::Message("mgr.published", json{{"latest", latest}});
+    return encode(PublishedReply{latest});
   }
 
   // A hash over the state the manager acts on (not its clocks or metrics): equal digests before
@@ -1103,7 +1103,11 @@ core::Result<std::unique_ptr<Manager>> Manager::create(core::EventLoop& loop,
   impl->server->on_sync("mgr.published",
                         guard([p](const core::Message& m) { return p->on_published(m); }));
   impl->server->on_sync("mgr.status", [p](const core::Message&) -> core::Result<core::Message> {
-    return core::Message("mgr.status", p->status_json());
+    ManagerStatus st;
+    st.fields = p->status_json();
+    st.done = st.fields.value("done", false);
+    st.latest = st.fields.value("latest", std::uint64_t{0});
+    return encode(st);
   });
   impl->tick_timer = loop.every(Millis(100), [p] {
     p->check_heartbeats();

@@ -334,4 +334,37 @@ core::Result<PublishedRequest> decode_published(const json& body, const DecodeLi
   return m;
 }
 
+core::Message encode(const PublishedReply& m) {
+  return core::Message("mgr.published", json{{"latest", m.latest}});
+}
+
+core::Result<PublishedReply> decode_published_reply(const json& body, const DecodeLimits& lim) {
+  Fields f(body, "mgr.published reply", lim);
+  SLUICE_TRY(f.object());
+  PublishedReply m;
+  SLUICE_ASSIGN_OR_RETURN(m.latest, f.u64("latest", std::nullopt));
+  return m;
+}
+
+core::Message encode(const StatusRequest&) {
+  return core::Message("mgr.status", json::object());
+}
+
+core::Message encode(const ManagerStatus& m) {
+  json body = m.fields.is_object() ? m.fields : json::object();
+  body["done"] = m.done;
+  body["latest"] = m.latest;
+  return core::Message("mgr.status", std::move(body));
+}
+
+core::Result<ManagerStatus> decode_status(const json& body, const DecodeLimits& lim) {
+  Fields f(body, "mgr.status reply", lim);
+  SLUICE_TRY(f.object());
+  ManagerStatus m;
+  SLUICE_ASSIGN_OR_RETURN(m.done, f.boolean("done", false));
+  SLUICE_ASSIGN_OR_RETURN(m.latest, f.u64("latest", 0));
+  m.fields = body;
+  return m;
+}
+
 }  // namespace sluice::rollout

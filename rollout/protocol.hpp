@@ -4,7 +4,8 @@
 //
 //   mgr.report     ReportRequest  -> ReportReply      (a rollout, every report_ms)
 //   mgr.collect    CollectRequest -> CollectReply     (the actor)
-//   mgr.published  PublishedRequest -> {latest}       (the actor)
+//   mgr.published  PublishedRequest -> PublishedReply (the actor)
+//   mgr.status     StatusRequest  -> ManagerStatus    (the launcher's progress line; read-only)
 //
 // Decoding validates everything before anything is used: required fields and their types, list
 // sizes (checked before elements are read), id lengths and forms, versions within a bound. A
@@ -96,11 +97,28 @@ struct PublishedRequest {
   std::uint64_t consumed = 0;
 };
 
+struct PublishedReply {
+  std::uint64_t latest = 0;  // the newest version the manager knows after this one
+};
+
+struct StatusRequest {};
+
+// The manager's counters and per-rollout view, for progress lines and reports. Only `done` and
+// `latest` are read by code; the rest is shown as it is.
+struct ManagerStatus {
+  bool done = false;
+  std::uint64_t latest = 0;
+  nlohmann::json fields = nlohmann::json::object();  // everything, `done` and `latest` included
+};
+
 core::Message encode(const ReportRequest& m);
 core::Message encode(const ReportReply& m);
 core::Message encode(const CollectRequest& m);
 core::Message encode(const CollectReply& m);
 core::Message encode(const PublishedRequest& m);
+core::Message encode(const PublishedReply& m);
+core::Message encode(const StatusRequest& m);
+core::Message encode(const ManagerStatus& m);
 
 core::Result<ReportRequest> decode_report(const nlohmann::json& body, const DecodeLimits& lim = {});
 core::Result<ReportReply> decode_report_reply(const nlohmann::json& body,
@@ -111,6 +129,9 @@ core::Result<CollectReply> decode_collect_reply(const nlohmann::json& body,
                                                 const DecodeLimits& lim = {});
 core::Result<PublishedRequest> decode_published(const nlohmann::json& body,
                                                 const DecodeLimits& lim = {});
+core::Result<PublishedReply> decode_published_reply(const nlohmann::json& body,
+                                                    const DecodeLimits& lim = {});
+core::Result<ManagerStatus> decode_status(const nlohmann::json& body, const DecodeLimits& lim = {});
 
 // "p<N>/<k>" -> (N, k); nullopt for anything else.
 std::optional<std::pair<std::uint64_t, std::uint64_t>> parse_trajectory_id(const std::string& id);

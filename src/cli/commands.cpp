@@ -229,7 +229,7 @@ int run_ping(const PingArgs& args) {
   int failures = 0;
   for (int i = 0; i < args.count; ++i) {
     auto t0 = core::Clock::now();
-    auto reply = (*client)->call(core::Message("sys.ping"), core::Millis(args.timeout_ms));
+    auto reply = (*client)->ping(core::Millis(args.timeout_ms));
     double ms = std::chrono::duration<double, std::milli>(core::Clock::now() - t0).count();
     if (!reply.is_ok()) {
       std::printf("ping %s: %s\n", args.endpoint.c_str(), reply.status().to_string().c_str());

@@ -25,6 +25,7 @@
 #include "core/messaging.hpp"
 #include "core/process.hpp"
 #include "core/transfer.hpp"
+#include "rollout/protocol.hpp"
 
 namespace sluice::cli {
 
@@ -77,6 +78,34 @@ core::Status JobConfig::validate() const {
           "the task differs between roles: {}.{} is {} but {}.{} is {}; set it the same in {}",
           tasks[0].first, key, value.dump(), tasks[i].first, key, other.dump(),
           fmt::join(roles, ", ")));
+    }
+  }
+  return check_liveness_timing();
+}
+
+// A role is declared dead when it is silent for a time-out set in another role's section. Each
+// beat must fit into its time-out at least twice, or one late beat (a loaded host, a long step)
+// makes a live role look dead.
+core::Status JobConfig::check_liveness_timing() const {
+  struct Pair {
+    const char* beat_key;
+    std::uint64_t beat_ms;
+    const char* timeout_key;
+    std::uint64_t timeout_ms;
+  };
+  const Pair pairs[] = {
+      {"actor.heartbeat_ms", actor.heartbeat_ms, "store.holder_ttl_ms", store.holder_ttl_ms},
+      {"rollout.report_ms", rollout.report_ms, "manager.heartbeat_timeout_ms",
+       manager.heartbeat_timeout_ms},
+      {"actor.manager_call_ms", actor.manager_call_ms, "actor.manager_timeout_ms",
+       actor.manager_timeout_ms},
+  };
+  for (const auto& p : pairs) {
+    if (p.beat_ms * 2 > p.timeout_ms) {
+      return core::invalid_argument(
+          fmt::format("{} ({} ms) must be at most half of {} ({} ms): a live role would look dead "
+                      "after one late beat",
+                      p.beat_key, p.beat_ms, p.timeout_key, p.timeout_ms));
     }
   }
   return {};
@@ -384,8 +413,10 @@ core::Result<JobResult> run_local_job(JobConfig job, const std::string& sluice_e
 
   SLUICE_ASSIGN_OR_RETURN(auto status_client, core::Client::create(*loop, manager_ep));
   auto manager_status = [&]() -> json {
-    auto r = status_client->call(core::Message("mgr.status"), Millis(3000));
-    return r.is_ok() ? r->body : json::object();
+    auto r = status_client->call(rollout::encode(rollout::StatusRequest{}), Millis(3000));
+    if (!r.is_ok()) return json::object();
+    auto st = rollout::decode_status(r->body);
+    return st.is_ok() ? st->fields : json::object();
   };
 
   auto t0 = Clock::now();

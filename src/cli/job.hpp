@@ -83,6 +83,8 @@ struct JobConfig {
     v("actor", actor, "the actor");
   }
   core::Status validate() const;
+  // Each heartbeat or report interval is at most half the time-out another role judges it by.
+  core::Status check_liveness_timing() const;
 };
 
 struct JobResult {

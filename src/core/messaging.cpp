@@ -516,6 +516,10 @@ Status Client::send(Message msg) {
   return s.with_context("message '" + msg.type + "' to " + impl_->endpoint);
 }
 
+Result<Message> Client::ping(Millis timeout) {
+  return call(Message("sys.ping"), timeout);
+}
+
 Result<Message> Client::call(Message msg, Millis timeout) {
   std::optional<Result<Message>> out;
   std::uint64_t id = impl_->next_id;  // the id request() is about to use

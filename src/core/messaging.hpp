@@ -118,6 +118,9 @@ class Client {
   // timeout. Never call it from a loop callback.
   Result<Message> call(Message msg, Millis timeout);
 
+  // The built-in sys.ping, blocking as call(): the peer's reply (its pid and protocol version).
+  Result<Message> ping(Millis timeout);
+
   std::size_t pending() const;
 
   struct Impl;

@@ -232,6 +232,17 @@ TEST_CASE("a job whose roles disagree on the task is refused before anything sta
   CHECK(r.summary.is_discarded());  // no run folder was written
 }
 
+TEST_CASE("a job whose heartbeats do not fit their time-outs is refused, naming both fields") {
+  json job = small_job("sync");
+  job["rollout"]["report_ms"] = 400;  // the manager's time-out in small_job is 500 ms
+  Run r = run_job("liveness-timing", job);
+  CHECK(r.code == 2);
+  CHECK_MESSAGE(r.output.find("rollout.report_ms (400 ms) must be at most half of "
+                              "manager.heartbeat_timeout_ms (500 ms)") != std::string::npos,
+                r.output);
+  CHECK(r.summary.is_discarded());
+}
+
 TEST_CASE("a job with a bad hosts setting is refused, naming the field") {
   json job = small_job("sluice");
   job["hosts"] = {{"count", 2}, {"link_rate", "fast"}};
