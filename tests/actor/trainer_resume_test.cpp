@@ -18,6 +18,8 @@
 #include "actor/trainer.hpp"
 #include "core/messaging.hpp"
 #include "core/transfer.hpp"
+#include "rl/trajectory.hpp"
+#include "rollout/protocol.hpp"
 #include "weightstore/client.hpp"
 
 using namespace sluice;
@@ -26,8 +28,9 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// The manager's side of mgr.collect as the actor sees it: trajectories t0..t(n-1) of version 1,
-// each sent once per epoch unless acknowledged; `have` and `ack` recorded.
+// The manager's side of mgr.collect as the actor sees it, in the manager's typed messages:
+// trajectories p0/0 .. p(n-1)/0 of version 1, each sent once per epoch unless acknowledged;
+// `have` and `ack` recorded.
 struct FakeManager {
   std::unique_ptr<core::Server> server;
   std::size_t n = 0;
@@ -39,33 +42,33 @@ struct FakeManager {
   FakeManager(core::EventLoop& loop, std::size_t count) : n(count) {
     server = core::Server::create(loop, "tcp://127.0.0.1:*").value();
     server->on_sync("mgr.collect", [this](const core::Message& m) -> core::Result<core::Message> {
-      const json& b = m.body;
-      const std::string epoch = b.at("epoch").get<std::string>();
-      if (epochs.empty() || epochs.back() != epoch) epochs.push_back(epoch);
-      for (const auto& a : b.at("ack"))
-        acked.insert(a.get<std::string>());
-      REQUIRE(b.at("have").is_array());
-      json out = json::array();
-      auto& to_epoch = sent[epoch];
-      for (std::size_t i = 0; i < n && out.size() < b.at("max").get<std::size_t>(); ++i) {
-        std::string id = "t" + std::to_string(i);
+      SLUICE_ASSIGN_OR_RETURN(rollout::CollectRequest q, rollout::decode_collect(m.body));
+      REQUIRE(q.epoch.has_value());
+      REQUIRE(q.have.has_value());
+      if (epochs.empty() || epochs.back() != *q.epoch) epochs.push_back(*q.epoch);
+      acked.insert(q.ack.begin(), q.ack.end());
+      rollout::CollectReply out;
+      auto& to_epoch = sent[*q.epoch];
+      for (std::size_t i = 0; i < n && out.trajectories.size() < q.max; ++i) {
+        std::string id = "p" + std::to_string(i) + "/0";
         if (acked.count(id) > 0 || to_epoch.count(id) > 0) continue;
         rl::Trajectory t;
         t.id = id;
-        t.prompt_id = id;
+        t.prompt_id = "p" + std::to_string(i);
         t.version = 1;
         t.prompt_tokens = {1, 2};
         t.response_tokens = {3, 4, 5};
         t.logprobs = {-1.0f, -1.0f, -1.0f};
-        out.push_back(t.to_json());
+        out.trajectories.push_back(std::move(t));
         to_epoch.insert(id);
       }
-      return core::Message("mgr.collect", json{{"trajectories", out},
-                                               {"done", to_epoch.size() + acked.size() >= n}});
+      out.done = to_epoch.size() + acked.size() >= n;
+      return rollout::encode(out);
     });
     server->on_sync("mgr.published", [this](const core::Message& m) -> core::Result<core::Message> {
-      published.push_back(m.body.at("version").get<std::uint64_t>());
-      return core::Message("mgr.published", json::object());
+      SLUICE_ASSIGN_OR_RETURN(rollout::PublishedRequest q, rollout::decode_published(m.body));
+      published.push_back(q.version);
+      return rollout::encode(rollout::PublishedReply{q.version});
     });
   }
 };
@@ -111,9 +114,9 @@ TEST_SUITE("actor.trainer") {
       CHECK(s->at("steps") == 2);
       CHECK(s->at("version") == 3);
       CHECK(s->at("restarts") == 0);
-      CHECK(as_set(s->at("accepted_ids")) == std::set<std::string>{"t0", "t1", "t2", "t3"});
+      CHECK(as_set(s->at("accepted_ids")) == std::set<std::string>{"p0/0", "p1/0", "p2/0", "p3/0"});
     }
-    CHECK(mgr.acked == std::set<std::string>{"t0", "t1", "t2", "t3"});
+    CHECK(mgr.acked == std::set<std::string>{"p0/0", "p1/0", "p2/0", "p3/0"});
     CHECK(mgr.published == std::vector<std::uint64_t>{1, 2, 3});
 
     // Meanwhile versions up to 12 were committed (the killed incarnation published past its
@@ -147,7 +150,7 @@ TEST_SUITE("actor.trainer") {
     CHECK(s->at("trained_samples") == 6);
     CHECK(s->at("duplicates") == 4);  // t0..t3, refused
     CHECK(s->at("accepted") == 6);
-    const std::set<std::string> all{"t0", "t1", "t2", "t3", "t4", "t5"};
+    const std::set<std::string> all{"p0/0", "p1/0", "p2/0", "p3/0", "p4/0", "p5/0"};
     CHECK(s->at("accepted_ids").size() == 6);
     CHECK(as_set(s->at("accepted_ids")) == all);
     CHECK(as_set(s->at("trained_ids")) == all);
