@@ -8,7 +8,9 @@
 namespace sluice::core {
 
 std::uint64_t Manifest::chunk_count() const {
-  return chunk_bytes == 0 ? 0 : (total_bytes + chunk_bytes - 1) / chunk_bytes;
+  // Not (total + chunk - 1) / chunk: that wraps for a total near 2^64 and undercounts.
+  if (chunk_bytes == 0) return 0;
+  return total_bytes / chunk_bytes + (total_bytes % chunk_bytes != 0 ? 1 : 0);
 }
 
 RegionLayout Manifest::layout() const {
