@@ -1,5 +1,7 @@
 #include "core/transfer.hpp"
 
+#include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <deque>
 #include <map>
@@ -147,6 +149,9 @@ namespace {
 
 struct Peer {
   std::unique_ptr<ucx::Endpoint> ep;
+  // GETs this reader keeps in flight to the peer at most, over ReadOptions' bound (see
+  // get_window()).
+  std::uint32_t get_window = UINT32_MAX;
   bool failed = false;
   std::string why;
   // Unpacked remote keys by their packed bytes. Kept across reads: unpacking a shared-memory
@@ -174,6 +179,33 @@ struct Peer {
     rkeys.clear();  // before the endpoint closes
   }
 };
+
+// Issue 18. UCX 1.13's tcp transport has no GET, so a GET to a tcp-only peer is emulated: the
+// holder's worker receives a GET request message and sends the bytes back as an active message
+// (ucp_get_req_handler, rma/rma_sw.c). When that reply cannot be sent at once (the socket's send
+// buffer is busy with an earlier reply), it waits on the tcp endpoint's pending queue. If the
+// reader has died, sending it from there fails, the failure synchronously discards the endpoint
+// (ucp_ep_set_failed -> ucp_worker_discard_uct_ep), and the pending dispatcher puts the failed
+// reply back on the discarded endpoint's queue (uct_pending_queue_dispatch re-queues on any
+// error); destroying the endpoint then finds it there: "Assertion `0' failed" in
+// uct_tcp_ep_pending_purge, the holder aborts. (A reply whose first send attempt fails outright
+// ends in ucs_fatal("unexpected error") in ucp_request_try_send the same way.) No UCX setting
+// avoids it; one GET in flight per holder does: a holder then never has a second reply to this
+// reader queued behind the first, and a reader dies only after consuming its previous reply, so
+// its socket closes gracefully (FIN) and the one reply still owed is accepted by the kernel.
+// Measured with tests/cli/reader_death.sh (see the commit and docs/architecture.md). The cost
+// is throughput to tcp-only peers. Replies must fit one active message (the holder's
+// UCX_TCP_TX_SEG_SIZE, 2 MiB by default here): a larger GET is sent in fragments, and the
+// second one waits on the pending queue again.
+std::uint32_t get_window(const ucx::Endpoint& ep) {
+  UcxVersion v = ucx_version();
+  if (v.major > 1 || (v.major == 1 && v.minor > 13)) return UINT32_MAX;
+  auto tls = ep.lane_transports();
+  if (tls.empty()) return UINT32_MAX;
+  for (const auto& t : tls)
+    if (t != "tcp") return UINT32_MAX;
+  return 1;
+}
 
 struct ReadState;
 
@@ -261,6 +293,10 @@ struct TransferEngine::Impl {
         p.get(), !shm_only);
     if (!ep.is_ok()) return ep.status();
     p->ep = std::move(ep).value();
+    p->get_window = get_window(*p->ep);
+    if (p->get_window != UINT32_MAX)
+      log::debug("transfer: {} GET in flight to a tcp-only peer (UCX 1.13, issue 18)",
+                 p->get_window);
     peers[address] = p;
     return p;
   }
@@ -524,7 +560,9 @@ struct ReadState {
     }
     for (std::uint32_t s = 0; s < sources.size() && !failure; ++s) {
       auto& src = sources[s];
-      while (!src.dead && src.in_flight < opt.max_in_flight_per_source && !failure) {
+      const std::uint32_t window =
+          std::min(opt.max_in_flight_per_source, src.peer ? src.peer->get_window : UINT32_MAX);
+      while (!src.dead && src.in_flight < window && !failure) {
         auto it = pending.begin();
         for (; it != pending.end(); ++it) {
           const auto& ch = chunks[*it];
@@ -694,18 +732,13 @@ UcxVersion ucx_version() {
   return v;
 }
 
-// Measured with tests/cli/reader_death.sh (UCX 1.13.1, 64-256 MiB in 1 MiB chunks, readers
-// SIGKILLed after their first progress line): a holder that keeps running while its reader dies
-// survived 132 of 132 kills, loaded host or not; one stopped (SIGSTOP) around the kill, so that
-// it wakes to GET requests from a reader that is gone, aborted in 6 of 10 ("Assertion `0'
-// failed" in uct_tcp_ep_pending_purge, from the tcp endpoint's destructor that
-// ucp_worker_discard_uct_ep_destroy_progress runs: a GET reply was left queued on the endpoint
-// that UCX was discarding). UCX settings tried there did not avoid it: UCX_PROTO_ENABLE=y 1 of
-// 8, UCX_KEEPALIVE_INTERVAL=inf 1 of 8, UCX_TCP_TX/RX_SEG_SIZE at UCX's defaults 3 of 5,
-// UCX_NET_DEVICES=lo (one lane) 1 of 2. So this stays a version check.
+// Before the containment (UCX 1.13.1, tests/cli/reader_death.sh, holder stopped around each
+// kill): the holder aborted in 6 of 10 and 6 of 30 kills; UCX settings tried did not avoid it
+// (UCX_PROTO_ENABLE=y 1 of 8, UCX_KEEPALIVE_INTERVAL=inf 1 of 8, UCX's default TCP segment
+// sizes 3 of 5, UCX_NET_DEVICES=lo 1 of 2). With get_window(), see there.
 bool tcp_holder_survives_reader_death() {
-  UcxVersion v = ucx_version();
-  return v.major > 1 || (v.major == 1 && v.minor > 13);
+  // Contained on the reader side by get_window() for UCX 1.13 (issue 18).
+  return true;
 }
 
 std::vector<std::string> TransferEngine::defaults_applied() const {

@@ -108,8 +108,11 @@ UcxVersion ucx_version();
 // TCP a GET is emulated with messages that the holder answers; UCX 1.13 aborts the holder when
 // such an answer meets the dead reader's closed connection (ucp_request_try_send: "Fatal:
 // unexpected error: Endpoint timeout", or "Assertion `0' failed" under uct_tcp_ep_pending_purge),
-// and no UCX setting avoids it. Shared-memory and cma GETs do not involve the holder.
-// false for UCX 1.13 and older; newer versions are assumed to have it fixed, untested.
+// and no UCX setting avoids it. Shared-memory and cma GETs do not involve the holder. sluice's
+// readers contain it: with UCX 1.13 they keep one GET in flight to a peer reached over tcp only
+// (whatever ReadOptions::max_in_flight_per_source says), which keeps the holder off that path.
+// true: the holder survives readers that are sluice TransferEngines. A foreign UCX client that
+// keeps several GETs in flight can still bring a UCX 1.13 holder down.
 bool tcp_holder_survives_reader_death();
 
 struct TransferOptions {

@@ -1,12 +1,14 @@
 #include "core/ucx.hpp"
 
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <set>
+#include <sstream>
 
 #include "core/log.hpp"
 
 namespace sluice::core::ucx {
-
-namespace {}  // namespace
 
 Status to_status(ucs_status_t s, const std::string& what) {
   if (s == UCS_OK) return {};
@@ -203,6 +205,29 @@ Result<std::unique_ptr<Endpoint>> Endpoint::connect(Worker& worker, const std::s
   }
   SLUICE_TRY(to_status(s, "ucx: connect"));
   return e;
+}
+
+std::vector<std::string> Endpoint::lane_transports() const {
+  char* text = nullptr;
+  std::size_t len = 0;
+  FILE* f = open_memstream(&text, &len);
+  if (!f) return {};
+  ucp_ep_print_info(h_, f);
+  std::fclose(f);
+  std::string info(text ? text : "", len);
+  std::free(text);
+  // Lines look like "#   lane[0]:  1:tcp/lo.0 md[0]  -> md[0]/tcp/sysdev[255] am am_bw#0".
+  std::set<std::string> names;
+  std::istringstream in(info);
+  for (std::string line; std::getline(in, line);) {
+    auto lane = line.find("lane[");
+    if (lane == std::string::npos) continue;
+    auto colon = line.find(':', line.find("]:", lane) + 2);
+    auto slash = line.find('/', colon);
+    if (colon == std::string::npos || slash == std::string::npos) continue;
+    names.insert(line.substr(colon + 1, slash - colon - 1));
+  }
+  return {names.begin(), names.end()};
 }
 
 Endpoint::~Endpoint() {

@@ -122,6 +122,9 @@ class Endpoint {
   bool failed() const { return failed_; }
   bool peer_error_handling() const { return peer_mode_; }
   ucs_status_t failure() const { return failure_; }
+  // The UCT transports of the endpoint's lanes ("tcp", "posix", "cma", ...), read from
+  // ucp_ep_print_info (UCX 1.13 has no query for them). Empty when it cannot be read.
+  std::vector<std::string> lane_transports() const;
 
  private:
   Endpoint() = default;
