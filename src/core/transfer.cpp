@@ -736,9 +736,13 @@ UcxVersion ucx_version() {
 // kill): the holder aborted in 6 of 10 and 6 of 30 kills; UCX settings tried did not avoid it
 // (UCX_PROTO_ENABLE=y 1 of 8, UCX_KEEPALIVE_INTERVAL=inf 1 of 8, UCX's default TCP segment
 // sizes 3 of 5, UCX_NET_DEVICES=lo 1 of 2). With get_window(), see there.
+//
+// With get_window() the holder still aborted in 1 of 60 kills (the ucs_fatal path: a GET
+// request already received when the reader's socket was reset), so this stays false for 1.13:
+// jobs on one host keep shared memory, and the tests that need a surviving tcp holder skip.
 bool tcp_holder_survives_reader_death() {
-  // Contained on the reader side by get_window() for UCX 1.13 (issue 18).
-  return true;
+  UcxVersion v = ucx_version();
+  return v.major > 1 || (v.major == 1 && v.minor > 13);
 }
 
 std::vector<std::string> TransferEngine::defaults_applied() const {
