@@ -16,6 +16,7 @@ packages=(
   libsqlite3-dev                  # the rollout manager's durable state
   libopenblas-dev                 # reference model matrix products
   iproute2                        # emulated hosts: ip netns, veth, tc
+  clang libclang-rt-14-dev        # libFuzzer targets (scripts/fuzz.sh)
 )
 
 missing=()

@@ -2,6 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
+#include <limits>
+
 namespace sluice::core {
 
 std::size_t json_depth(std::string_view text, std::size_t stop_at) {
@@ -53,5 +56,113 @@ Result<nlohmann::json> parse_json_bounded(std::string_view text, const JsonLimit
   if (j.is_discarded()) return invalid_argument("malformed JSON");
   return j;
 }
+
+namespace json_field {
+namespace {
+
+Status bad(std::string_view what, const char* key, const char* expected) {
+  return protocol_error(fmt::format("{}: '{}' must be {}", what, key, expected));
+}
+
+const nlohmann::json* find(const nlohmann::json& j, const char* key) {
+  if (!j.is_object()) return nullptr;
+  auto it = j.find(key);
+  return it == j.end() ? nullptr : &*it;
+}
+
+bool non_negative_integer(const nlohmann::json& v) {
+  if (v.is_number_unsigned()) return true;
+  return v.is_number_integer() && v.get<std::int64_t>() >= 0;
+}
+
+bool int32(const nlohmann::json& v) {
+  if (v.is_number_unsigned()) {
+    return v.get<std::uint64_t>() <=
+           static_cast<std::uint64_t>(std::numeric_limits<std::int32_t>::max());
+  }
+  if (!v.is_number_integer()) return false;
+  auto x = v.get<std::int64_t>();
+  return x >= std::numeric_limits<std::int32_t>::min() &&
+         x <= std::numeric_limits<std::int32_t>::max();
+}
+
+bool finite_float(const nlohmann::json& v) {
+  if (!v.is_number()) return false;
+  double x = v.get<double>();
+  return std::isfinite(x) && std::fabs(x) <= static_cast<double>(std::numeric_limits<float>::max());
+}
+
+}  // namespace
+
+Status string(const nlohmann::json& j, std::string_view what, const char* key, std::string& out) {
+  const auto* v = find(j, key);
+  if (v == nullptr || !v->is_string()) return bad(what, key, "a string");
+  out = v->get<std::string>();
+  return {};
+}
+
+Status u64(const nlohmann::json& j, std::string_view what, const char* key, std::uint64_t& out) {
+  const auto* v = find(j, key);
+  if (v == nullptr || !non_negative_integer(*v)) return bad(what, key, "a non-negative integer");
+  out = v->get<std::uint64_t>();
+  return {};
+}
+
+Status u64_array(const nlohmann::json& j, std::string_view what, const char* key,
+                 std::vector<std::uint64_t>& out) {
+  const auto* v = find(j, key);
+  if (v == nullptr || !v->is_array()) return bad(what, key, "an array of non-negative integers");
+  out.clear();
+  out.reserve(v->size());
+  for (const auto& e : *v) {
+    if (!non_negative_integer(e)) return bad(what, key, "an array of non-negative integers");
+    out.push_back(e.get<std::uint64_t>());
+  }
+  return {};
+}
+
+Status i32_array(const nlohmann::json& j, std::string_view what, const char* key,
+                 std::vector<std::int32_t>& out) {
+  const auto* v = find(j, key);
+  if (v == nullptr || !v->is_array()) return bad(what, key, "an array of 32-bit integers");
+  out.clear();
+  out.reserve(v->size());
+  for (const auto& e : *v) {
+    if (!int32(e)) return bad(what, key, "an array of 32-bit integers");
+    out.push_back(static_cast<std::int32_t>(e.get<std::int64_t>()));
+  }
+  return {};
+}
+
+Status f32_array(const nlohmann::json& j, std::string_view what, const char* key,
+                 std::vector<float>& out) {
+  const auto* v = find(j, key);
+  if (v == nullptr || !v->is_array()) return bad(what, key, "an array of finite numbers");
+  out.clear();
+  out.reserve(v->size());
+  for (const auto& e : *v) {
+    if (!finite_float(e)) return bad(what, key, "an array of finite numbers within float's range");
+    out.push_back(static_cast<float>(e.get<double>()));
+  }
+  return {};
+}
+
+Status f64(const nlohmann::json& j, std::string_view what, const char* key, double& out) {
+  const auto* v = find(j, key);
+  if (v == nullptr || !v->is_number() || !std::isfinite(v->get<double>())) {
+    return bad(what, key, "a finite number");
+  }
+  out = v->get<double>();
+  return {};
+}
+
+Status boolean(const nlohmann::json& j, std::string_view what, const char* key, bool& out) {
+  const auto* v = find(j, key);
+  if (v == nullptr || !v->is_boolean()) return bad(what, key, "true or false");
+  out = v->get<bool>();
+  return {};
+}
+
+}  // namespace json_field
 
 }  // namespace sluice::core

@@ -8,7 +8,10 @@
 #include <nlohmann/json.hpp>
 
 #include <cstddef>
+#include <cstdint>
+#include <string>
 #include <string_view>
+#include <vector>
 
 #include "core/status.hpp"
 
@@ -25,5 +28,24 @@ std::size_t json_depth(std::string_view text, std::size_t stop_at);
 
 // Parses `text` after checking it against `limits`; errors say which bound or what syntax.
 Result<nlohmann::json> parse_json_bounded(std::string_view text, const JsonLimits& limits);
+
+// Strict readers of one field of a JSON object, for decoders of peer input. A missing field, a
+// wrong type or a value outside the C++ type's range is a protocol error "<what>: '<key>' must
+// be ..." - never an exception and never a conversion with undefined behaviour (nlohmann's
+// get<std::uint64_t>() of -1.0, or get<float>() of 1e300, is one).
+namespace json_field {
+Status string(const nlohmann::json& j, std::string_view what, const char* key, std::string& out);
+Status u64(const nlohmann::json& j, std::string_view what, const char* key, std::uint64_t& out);
+Status u64_array(const nlohmann::json& j, std::string_view what, const char* key,
+                 std::vector<std::uint64_t>& out);
+Status i32_array(const nlohmann::json& j, std::string_view what, const char* key,
+                 std::vector<std::int32_t>& out);
+// Finite, and within float's range.
+Status f32_array(const nlohmann::json& j, std::string_view what, const char* key,
+                 std::vector<float>& out);
+// Finite.
+Status f64(const nlohmann::json& j, std::string_view what, const char* key, double& out);
+Status boolean(const nlohmann::json& j, std::string_view what, const char* key, bool& out);
+}  // namespace json_field
 
 }  // namespace sluice::core

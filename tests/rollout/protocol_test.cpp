@@ -77,4 +77,49 @@ TEST_SUITE("rollout.protocol") {
     CHECK(bad_done.status().message().find("done") != std::string::npos);
     CHECK(rollout::encode(rollout::StatusRequest{}).type == "mgr.status");
   }
+
+  TEST_CASE(
+      "numbers out of a field's range are refused by name, not converted (found by fuzzing)") {
+    // fuzz_rollout_protocol: a finished trajectory with "versions": [-1.0] reached nlohmann's
+    // get<std::uint64_t>(), a conversion with undefined behaviour.
+    rl::Trajectory t;
+    t.id = "p0/0";
+    t.prompt_id = "p0";
+    t.version = 1;
+    t.versions = {1};
+    t.response_tokens = {5};
+    t.logprobs = {-0.5f};
+    json good = t.to_json();
+    REQUIRE(rl::Trajectory::from_json(good).is_ok());
+    auto refused = [&](const char* key, json value, const char* expected) {
+      json j = good;
+      j[key] = std::move(value);
+      auto r = rl::Trajectory::from_json(j);
+      REQUIRE_FALSE(r.is_ok());
+      CHECK_MESSAGE(r.status().message().find(std::string("'") + key + "' must be " + expected) !=
+                        std::string::npos,
+                    r.status().message());
+    };
+    refused("versions", json::array({-1.0}), "an array of non-negative integers");
+    refused("versions", json::array({-1}), "an array of non-negative integers");
+    refused("version", 1.5, "a non-negative integer");
+    refused("response_tokens", json::array({4294967296LL}), "an array of 32-bit integers");
+    refused("logprobs", json::array({1e300}), "an array of finite numbers within float's range");
+    refused("reward", "1", "a finite number");
+    refused("abandoned", 1, "true or false");
+
+    json report{{"id", "r0"},
+                {"version", 1},
+                {"staged", 1},
+                {"capacity", {{"max_sequences", 8}, {"max_kv_tokens", 1024}}},
+                {"active", json::array()},
+                {"queued", json::array()},
+                {"finished", json::array({good})},
+                {"exported", json::array()}};
+    REQUIRE(rollout::decode_report(report).is_ok());
+    report["finished"][0]["versions"] = json::array({-1.0});
+    auto r = rollout::decode_report(report);
+    REQUIRE_FALSE(r.is_ok());
+    CHECK(r.status().message().find("finished[0]") != std::string::npos);
+  }
 }
