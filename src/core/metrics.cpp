@@ -180,4 +180,9 @@ std::string MetricsRegistry::json_line(std::int64_t ts_ms) const {
   return line.dump();
 }
 
+MetricsRegistry& process_metrics() {
+  static MetricsRegistry registry;
+  return registry;
+}
+
 }  // namespace sluice::core

@@ -90,4 +90,8 @@ class MetricsRegistry {
   std::map<std::string, Family> families_;
 };
 
+// The process's registry: every component of a role counts into it, and the role's /metrics
+// endpoint (metrics_http.hpp) exports it.
+MetricsRegistry& process_metrics();
+
 }  // namespace sluice::core
