@@ -21,6 +21,7 @@
 #include "actor/sim_policy.hpp"
 #include "core/log.hpp"
 #include "core/messaging.hpp"
+#include "core/metrics.hpp"
 #include "core/transfer.hpp"
 #include "core/units.hpp"
 #include "rollout/protocol.hpp"
@@ -89,6 +90,13 @@ constexpr int kPublishSkips = 4;
 }  // namespace
 
 struct Trainer::Impl {
+  // Exported on the role's /metrics (core::process_metrics()).
+  core::Counter& m_steps =
+      core::process_metrics().counter("sluice_actor_steps_total", "training steps taken");
+  core::Counter& m_tokens = core::process_metrics().counter("sluice_actor_trained_tokens_total",
+                                                            "response tokens trained on");
+  core::Gauge& m_version =
+      core::process_metrics().gauge("sluice_actor_version", "the newest version published");
   core::EventLoop* loop = nullptr;
   TrainerConfig cfg;
   std::vector<std::string> environment;
@@ -161,7 +169,10 @@ struct Trainer::Impl {
       auto t0 = Clock::now();
       auto m = publisher->publish(version, policy->tensors());
       publish_s += seconds(Clock::now() - t0);
-      if (m.is_ok()) break;
+      if (m.is_ok()) {
+        m_version.set(static_cast<double>(version));
+        break;
+      }
       const core::Code code = m.status().code();
       if ((code == core::Code::kTimeout || code == core::Code::kUnavailable) &&
           Clock::now() < give_up && !stopping.load()) {
@@ -256,6 +267,8 @@ struct Trainer::Impl {
     SLUICE_ASSIGN_OR_RETURN(json stats, policy->train(batch, [this](double ms) { wait_for(ms); }));
     train_s += seconds(Clock::now() - t0);
     trained_tokens += tokens;
+    m_tokens.inc(static_cast<double>(tokens));
+    m_steps.inc();
     trained_samples += batch.size();
     ++steps;
     last_progress = Clock::now();

@@ -12,6 +12,7 @@
 #include "core/checksum.hpp"
 #include "core/log.hpp"
 #include "core/messaging.hpp"
+#include "core/metrics.hpp"
 #include "rl/trajectory.hpp"
 #include "rollout/engine.hpp"
 #include "rollout/manager_db.hpp"
@@ -88,6 +89,16 @@ core::Status ManagerConfig::validate() const {
 }
 
 struct Manager::Impl {
+  // Exported on the role's /metrics (core::process_metrics()).
+  core::Counter& m_finished = core::process_metrics().counter(
+      "sluice_manager_trajectories_finished_total", "trajectories finished by rollouts, each once");
+  core::Counter& m_acked = core::process_metrics().counter(
+      "sluice_manager_trajectories_acked_total", "trajectories the actor acknowledged as durable");
+  core::Counter& m_duplicates = core::process_metrics().counter(
+      "sluice_manager_duplicates_total", "finished trajectories reported again (counted once)");
+  core::Gauge& m_latest =
+      core::process_metrics().gauge("sluice_manager_latest_version", "newest version published");
+
   enum class State { kPending, kQueued, kActive, kMoving, kFinished };
   struct Traj {
     State state = State::kPending;
@@ -553,6 +564,7 @@ struct Manager::Impl {
     auto& t = trajs[tr.id];
     if (t.state == State::kFinished) {
       ++duplicates;
+      m_duplicates.inc();
       return;
     }
     t.state = State::kFinished;
@@ -561,6 +573,7 @@ struct Manager::Impl {
     moves.erase(tr.id);
     if (tr.mixed_versions()) ++mixed;
     ++finished;
+    m_finished.inc();
     if (tr.abandoned) ++abandoned;
     unclaimed.erase(tr.id);
     unacked[tr.id] = Held{tr, false, false, {}};
@@ -893,6 +906,7 @@ struct Manager::Impl {
     for (const auto& id : q.ack) {
       if (unacked.erase(id) == 0) continue;  // a repeated ack is harmless
       ++acked;
+      m_acked.inc();
       if (db) changes.acked.push_back(id);
     }
     if (q.epoch) {
@@ -963,6 +977,7 @@ struct Manager::Impl {
     consumed = std::max(consumed, q.consumed);
     if (v > latest) {
       latest = v;
+      m_latest.set(static_cast<double>(v));
       log::info("manager: version {} published", v);
       plan_repack_now();
     }

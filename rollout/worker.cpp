@@ -11,6 +11,7 @@
 #include "core/checksum.hpp"
 #include "core/log.hpp"
 #include "core/messaging.hpp"
+#include "core/metrics.hpp"
 #include "core/transfer.hpp"
 #include "rollout/protocol.hpp"
 #include "weightstore/client.hpp"
@@ -56,6 +57,15 @@ double seconds(Clock::duration d) {
 }  // namespace
 
 struct RolloutWorker::Impl {
+  // Exported on the role's /metrics (core::process_metrics()).
+  core::Counter& m_tokens =
+      core::process_metrics().counter("sluice_rollout_tokens_generated_total", "tokens generated");
+  core::Counter& m_finished = core::process_metrics().counter(
+      "sluice_rollout_trajectories_finished_total", "trajectories finished here");
+  core::Counter& m_loaded_bytes = core::process_metrics().counter(
+      "sluice_rollout_weight_bytes_loaded_total", "weight bytes loaded into the engine");
+  core::Gauge& m_version =
+      core::process_metrics().gauge("sluice_rollout_version", "the version the engine runs");
   core::EventLoop* loop = nullptr;
   RolloutConfig cfg;
   std::unique_ptr<Engine> engine;
@@ -253,6 +263,7 @@ struct RolloutWorker::Impl {
     rl::Trajectory t = to_trajectory(s, 0.0, cfg.rollout_id);
     t.abandoned = true;
     ++abandoned;
+    m_finished.inc();
     finished.push_back(std::move(t));
   }
 
@@ -366,6 +377,8 @@ struct RolloutWorker::Impl {
         t0 = started;
       }
       ++loads;
+      m_version.set(static_cast<double>(engine->version()));
+      m_loaded_bytes.inc(static_cast<double>(bytes.size()));
       log::debug("rollout {}: loaded version {}", cfg.rollout_id, v);
     }
     load_s += seconds(Clock::now() - t0);
@@ -411,6 +424,7 @@ struct RolloutWorker::Impl {
         StepResult res = engine->step();
         ++steps;
         tokens += res.tokens;
+        m_tokens.inc(static_cast<double>(res.tokens));
         double step_s = res.wait_s;
         auto before = Clock::now();
         clock += std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(step_s));
@@ -420,6 +434,7 @@ struct RolloutWorker::Impl {
         occupancy_s += took * res.batch / engine->capacity().max_sequences;
         for (auto& s : res.finished) {
           double reward = scorer ? scorer(s) : 0.0;
+          m_finished.inc();
           finished.push_back(to_trajectory(s, reward, cfg.rollout_id));
         }
         // Finished work and exports go out at once: the manager may be waiting for them.
