@@ -8,6 +8,7 @@
 #include "cli/compare.hpp"
 #include "cli/fleet_roles.hpp"
 #include "cli/job.hpp"
+#include "cli/role_metrics.hpp"
 #include "core/config.hpp"
 #include "core/event_loop.hpp"
 #include "core/log.hpp"
@@ -37,9 +38,11 @@ struct WeightstoreRoleConfig {
   std::string log_level = "info";
   weightstore::ServiceConfig store;
 
+  std::string metrics_listen;
   template <typename V>
   void describe(V& v) {
     v("log_level", log_level, "log level: trace, debug, info, warn, error or off");
+    v("metrics_listen", metrics_listen, kMetricsListenHelp);
     v("store", store, "the weight store service");
   }
   core::Status validate() const { return log::parse_level(log_level).status(); }
@@ -60,6 +63,11 @@ int run_weightstore(const RoleArgs& args, const std::vector<std::string>& overri
   log::info("effective configuration:\n{}", effective);
   auto loop = core::EventLoop::create().value();
   loop->handle_shutdown_signals();
+  auto metrics = start_role_metrics(*loop, cfg->metrics_listen, "weightstore", "store");
+  if (!metrics.is_ok()) {
+    std::fprintf(stderr, "sluice weightstore: %s\n", metrics.status().to_string().c_str());
+    return 2;
+  }
   auto service = weightstore::StoreService::create(*loop, cfg->store);
   if (!service.is_ok()) {
     std::fprintf(stderr, "sluice weightstore: %s\n", service.status().to_string().c_str());
@@ -68,6 +76,7 @@ int run_weightstore(const RoleArgs& args, const std::vector<std::string>& overri
   std::unique_ptr<weightstore::StoreService> svc = std::move(service).value();
   std::printf("endpoint %s\n", svc->endpoint().c_str());
   std::fflush(stdout);
+  announce_metrics(metrics->get());
   loop->on_shutdown([&](int) {
     svc.reset();
     loop->stop();
@@ -82,9 +91,11 @@ struct RelayRoleConfig {
   std::string log_level = "info";
   relay::RelayConfig relay;
 
+  std::string metrics_listen;
   template <typename V>
   void describe(V& v) {
     v("log_level", log_level, "log level: trace, debug, info, warn, error or off");
+    v("metrics_listen", metrics_listen, kMetricsListenHelp);
     v("relay", relay, "the relay");
   }
   core::Status validate() const { return log::parse_level(log_level).status(); }
@@ -108,6 +119,11 @@ int run_relay(const RoleArgs& args, const std::vector<std::string>& overrides,
   log::info("effective configuration:\n{}", effective);
   auto loop = core::EventLoop::create().value();
   loop->handle_shutdown_signals();
+  auto metrics = start_role_metrics(*loop, cfg->metrics_listen, "relay", cfg->relay.relay_id);
+  if (!metrics.is_ok()) {
+    std::fprintf(stderr, "sluice relay: %s\n", metrics.status().to_string().c_str());
+    return 2;
+  }
   auto r = relay::Relay::create(*loop, cfg->relay, environment);
   if (!r.is_ok()) {
     std::fprintf(stderr, "sluice relay: %s\n", r.status().to_string().c_str());
@@ -116,6 +132,7 @@ int run_relay(const RoleArgs& args, const std::vector<std::string>& overrides,
   loop->on_shutdown([&](int) { (*r)->stop(); });
   std::printf("relay %s\n", cfg->relay.relay_id.c_str());
   std::fflush(stdout);
+  announce_metrics(metrics->get());
   (*r)->run().ignore();
   return 0;
 }

@@ -7,6 +7,7 @@
 
 #include "actor/trainer.hpp"
 #include "cli/fleet_roles.hpp"
+#include "cli/role_metrics.hpp"
 #include "core/config.hpp"
 #include "core/event_loop.hpp"
 #include "core/log.hpp"
@@ -31,10 +32,12 @@ inline constexpr char kActorSection[] = "actor";
 template <typename T, const char* kSection>
 struct RoleFile {
   std::string log_level = "info";
+  std::string metrics_listen;
   T section;
   template <typename V>
   void describe(V& v) {
     v("log_level", log_level, "log level: trace, debug, info, warn, error or off");
+    v("metrics_listen", metrics_listen, kMetricsListenHelp);
     v(kSection, section, "the role's settings");
   }
   core::Status validate() const { return log::parse_level(log_level).status(); }
@@ -75,6 +78,11 @@ int run_rollout_manager(const RoleArgs& args, const std::vector<std::string>& ov
   if (printed) return 0;
   auto loop = core::EventLoop::create().value();
   loop->handle_shutdown_signals();
+  auto metrics = start_role_metrics(*loop, cfg->metrics_listen, "rollout-manager", "manager");
+  if (!metrics.is_ok()) {
+    std::fprintf(stderr, "sluice rollout-manager: %s\n", metrics.status().to_string().c_str());
+    return 2;
+  }
   auto m = rollout::Manager::create(*loop, cfg->section);
   if (!m.is_ok()) {
     std::fprintf(stderr, "sluice rollout-manager: %s\n", m.status().to_string().c_str());
@@ -82,6 +90,7 @@ int run_rollout_manager(const RoleArgs& args, const std::vector<std::string>& ov
   }
   std::printf("endpoint %s\n", (*m)->endpoint().c_str());
   std::fflush(stdout);
+  announce_metrics(metrics->get());
   loop->on_shutdown([&](int) { loop->stop(); });
   loop->run().ignore();
   return 0;
@@ -101,6 +110,11 @@ int run_rollout(const RoleArgs& args, const std::vector<std::string>& overrides,
   log::set_process_name(rc.rollout_id);
   auto loop = core::EventLoop::create().value();
   loop->handle_shutdown_signals();
+  auto metrics = start_role_metrics(*loop, cfg->metrics_listen, "rollout", rc.rollout_id);
+  if (!metrics.is_ok()) {
+    std::fprintf(stderr, "sluice rollout: %s\n", metrics.status().to_string().c_str());
+    return 2;
+  }
   std::unique_ptr<rollout::Engine> engine;
   rollout::Scorer scorer = rollout::sim_reward;
   std::shared_ptr<rl::ArithmeticTask> task;
@@ -139,6 +153,7 @@ int run_rollout(const RoleArgs& args, const std::vector<std::string>& overrides,
   loop->on_shutdown([&](int) { (*w)->stop(); });
   std::printf("rollout %s\n", rc.rollout_id.c_str());
   std::fflush(stdout);
+  announce_metrics(metrics->get());
   core::Status s = (*w)->run();
   if (!s.is_ok()) {
     std::fprintf(stderr, "sluice rollout: %s\n", s.to_string().c_str());
@@ -166,6 +181,11 @@ int run_actor(const RoleArgs& args, const std::vector<std::string>& overrides,
   }
   auto loop = core::EventLoop::create().value();
   loop->handle_shutdown_signals();
+  auto metrics = start_role_metrics(*loop, cfg->metrics_listen, "actor", cfg->section.actor_id);
+  if (!metrics.is_ok()) {
+    std::fprintf(stderr, "sluice actor: %s\n", metrics.status().to_string().c_str());
+    return 2;
+  }
   auto t = actor::Trainer::create(*loop, cfg->section, environment);
   if (!t.is_ok()) {
     std::fprintf(stderr, "sluice actor: %s\n", t.status().to_string().c_str());
@@ -174,6 +194,7 @@ int run_actor(const RoleArgs& args, const std::vector<std::string>& overrides,
   loop->on_shutdown([&](int) { (*t)->stop(); });
   std::printf("actor %s\n", cfg->section.actor_id.c_str());
   std::fflush(stdout);
+  announce_metrics(metrics->get());
   auto summary = (*t)->run();
   if (!summary.is_ok()) {
     std::fprintf(stderr, "sluice actor: %s\n", summary.status().to_string().c_str());

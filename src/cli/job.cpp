@@ -236,13 +236,40 @@ core::Result<int> free_port() {
 }
 
 template <typename T>
-core::Status write_role_file(const fs::path& path, const std::string& level, const char* section,
+core::Status write_role_file(const fs::path& path, const JobConfig& job, const char* section,
                              const T& cfg) {
-  json doc{{"log_level", level}, {section, json::parse(core::config::to_json(cfg).dump())}};
+  json doc{{"log_level", job.log_level},
+           {"metrics_listen", job.metrics_listen},
+           {section, json::parse(core::config::to_json(cfg).dump())}};
   std::ofstream f(path);
   f << doc.dump(2) << "\n";
   if (!f) return core::internal_error(fmt::format("cannot write {}", path.string()));
   return {};
+}
+
+// The roles' /metrics addresses in Prometheus's file-based service discovery format
+// (file_sd_configs), rewritten when a restarted role announces a new one: a Prometheus pointed at
+// this file scrapes the job without further configuration. Written to a temporary name and
+// renamed, so a reader never sees half a file.
+void write_prometheus_targets(const fs::path& path, const Supervisor& sup) {
+  json targets = json::array();
+  for (const auto& p : sup.procs()) {
+    if (p->metrics_url.empty()) continue;
+    std::string hostport = p->metrics_url.substr(std::string("http://").size());
+    hostport = hostport.substr(0, hostport.find('/'));
+    targets.push_back(
+        json{{"targets", json::array({hostport})},
+             {"labels", {{"job", "sluice"}, {"role", p->spec.role}, {"name", p->spec.name}}}});
+  }
+  fs::path tmp = path;
+  tmp += ".tmp";
+  {
+    std::ofstream f(tmp);
+    f << targets.dump(2) << "\n";
+  }
+  std::error_code ec;
+  fs::rename(tmp, path, ec);
+  if (ec) log::warn("sluice run: cannot write {}: {}", path.string(), ec.message());
 }
 
 }  // namespace
@@ -375,7 +402,7 @@ core::Result<JobResult> run_local_job(JobConfig job, const std::string& sluice_e
     return ps;
   };
   auto started_ok = [&]() -> core::Status {
-    SLUICE_TRY(write_role_file(dir / "weightstore.json", job.log_level, "store", job.store));
+    SLUICE_TRY(write_role_file(dir / "weightstore.json", job, "store", job.store));
     SLUICE_TRY(sup.start(spec("weightstore", "weightstore", dir / "weightstore.json", "endpoint")));
     for (std::uint32_t i = 0; i < job.relays; ++i) {
       relay::RelayConfig rc = job.relay;
@@ -383,11 +410,10 @@ core::Result<JobResult> run_local_job(JobConfig job, const std::string& sluice_e
       std::uint32_t host = hosts ? i + 1 : 0;
       if (hosts) rc.host = EmulatedHosts::label(host);
       auto path = dir / fmt::format("relay-{}.json", i);
-      SLUICE_TRY(write_role_file(path, job.log_level, "relay", rc));
+      SLUICE_TRY(write_role_file(path, job, "relay", rc));
       SLUICE_TRY(sup.start(spec(rc.relay_id, "relay", path, "relay", host)));
     }
-    SLUICE_TRY(
-        write_role_file(dir / "rollout-manager.json", job.log_level, "manager", job.manager));
+    SLUICE_TRY(write_role_file(dir / "rollout-manager.json", job, "manager", job.manager));
     SLUICE_TRY(sup.start(
         spec("rollout-manager", "rollout-manager", dir / "rollout-manager.json", "endpoint")));
     for (std::uint32_t i = 0; i < job.rollouts; ++i) {
@@ -397,12 +423,12 @@ core::Result<JobResult> run_local_job(JobConfig job, const std::string& sluice_e
       std::uint32_t host = hosts ? 1 + i % job.hosts.count : 0;
       if (hosts) rc.host = EmulatedHosts::label(host);
       auto path = dir / fmt::format("rollout-{}.json", i);
-      SLUICE_TRY(write_role_file(path, job.log_level, "rollout", rc));
+      SLUICE_TRY(write_role_file(path, job, "rollout", rc));
       SLUICE_TRY(sup.start(spec(rc.rollout_id, "rollout", path, "rollout", host)));
     }
     // The actor's metric times count from the job's start.
     job.actor.start_offset_s = seconds(Clock::now() - job_start);
-    SLUICE_TRY(write_role_file(dir / "actor.json", job.log_level, "actor", job.actor));
+    SLUICE_TRY(write_role_file(dir / "actor.json", job, "actor", job.actor));
     SLUICE_TRY(sup.start(spec("actor", "actor", dir / "actor.json", "actor")));
     return {};
   }();
@@ -503,7 +529,9 @@ core::Result<JobResult> run_local_job(JobConfig job, const std::string& sluice_e
     // Children that died: restarted by the supervisor (with backoff, up to their limit). The
     // actor's normal exit (status 0) ends the job below.
     bool fatal = false;
-    for (Supervisor::Proc* p : sup.poll()) {
+    auto exited = sup.poll();
+    if (sup.take_metrics_changed()) write_prometheus_targets(dir / "prometheus_targets.json", sup);
+    for (Supervisor::Proc* p : exited) {
       if (p == actor_proc && p->last_status == 0) continue;  // the job's end, handled below
       if (p->spec.role == "rollout" && p->last_status == 0) continue;  // the job is done
       fs::path log_path = p->spec.log_path;

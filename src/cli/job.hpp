@@ -32,10 +32,11 @@ namespace sluice::cli {
 
 struct JobConfig {
   std::string name = "job";
-  std::string mode;                  // when set, overrides manager.mode
-  std::uint32_t rollouts = 4;        // rollout processes
-  std::uint32_t relays = 1;          // relay processes
-  std::string log_level = "warn";    // of the roles (their logs go to the run folder)
+  std::string mode;                            // when set, overrides manager.mode
+  std::uint32_t rollouts = 4;                  // rollout processes
+  std::uint32_t relays = 1;                    // relay processes
+  std::string log_level = "warn";              // of the roles (their logs go to the run folder)
+  std::string metrics_listen = "127.0.0.1:0";  // every role's /metrics (empty: none)
   double timeout_s = 900;            // the job fails if the actor has not finished by then
   double progress_s = 1.0;           // live progress period (0: quiet)
   std::string out_dir;               // the run folder (default runs/<name>-<time>)
@@ -61,6 +62,9 @@ struct JobConfig {
     v("rollouts", rollouts, "rollout processes");
     v("relays", relays, "relay processes");
     v("log_level", log_level, "log level of the roles");
+    v("metrics_listen", metrics_listen,
+      "where every role serves GET /metrics (HOST:PORT, port 0: any free one; empty: none); the "
+      "run folder's prometheus_targets.json lists them (default 127.0.0.1:0)");
     v("timeout_s", timeout_s, "fail when the job has not finished after this long");
     v("progress_s", progress_s, "live progress period in seconds (0: quiet)");
     v("out_dir", out_dir, "run folder (default runs/<name>-<time>)");

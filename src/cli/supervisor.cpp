@@ -70,6 +70,8 @@ core::Status Supervisor::spawn(Proc& p) {
   p.dying = false;
   p.started_at = Clock::now();
   p.output.clear();
+  if (!p.metrics_url.empty()) metrics_changed_ = true;
+  p.metrics_url.clear();
   p.deadline = Clock::now() + Millis(cfg_.ready_timeout_ms);
   return {};
 }
@@ -128,6 +130,11 @@ std::vector<Supervisor::Proc*> Supervisor::poll() {
       if (p.state == State::kStarting && line.rfind(p.spec.ready, 0) == 0) {
         p.state = State::kRunning;
         event("ready", &p);
+        continue;
+      }
+      if (line.rfind("metrics http://", 0) == 0) {
+        p.metrics_url = line.substr(8);
+        metrics_changed_ = true;
         continue;
       }
       // Kept for the caller (the actor's summary line); bounded.

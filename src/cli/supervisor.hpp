@@ -88,6 +88,7 @@ class Supervisor {
     core::Clock::time_point deadline;  // kStarting: ready by then; kBackoff: start then
     std::vector<std::string> output;   // stdout lines after the ready line (the actor's summary)
     bool stopped = false;              // SIGSTOPped (chaos)
+    std::string metrics_url;           // from its "metrics <url>" line ("" until then)
   };
 
   Supervisor(RestartConfig config, std::filesystem::path events_path,
@@ -95,6 +96,13 @@ class Supervisor {
   ~Supervisor();
   Supervisor(const Supervisor&) = delete;
   Supervisor& operator=(const Supervisor&) = delete;
+
+  // True once after any role announced a new /metrics address (a restart picks a new port).
+  bool take_metrics_changed() {
+    bool c = metrics_changed_;
+    metrics_changed_ = false;
+    return c;
+  }
 
   // Starts a role and waits for its ready line (at the job's start, in order).
   core::Status start(ProcessSpec spec);
@@ -111,6 +119,7 @@ class Supervisor {
   void event(const std::string& what, const Proc* p, nlohmann::json fields = {});
 
   std::vector<std::unique_ptr<Proc>>& procs() { return procs_; }
+  const std::vector<std::unique_ptr<Proc>>& procs() const { return procs_; }
   Proc* find(const std::string& name);
   // Stops everything: SIGTERM, then SIGKILL after a grace; the store last.
   void stop_all();
@@ -126,6 +135,7 @@ class Supervisor {
   std::ofstream events_;
   core::Clock::time_point job_start_;
   std::vector<std::unique_ptr<Proc>> procs_;
+  bool metrics_changed_ = false;
 };
 
 }  // namespace sluice::cli

@@ -4,16 +4,20 @@
 // heartbeating mid-run; what the actor consumes respects the staleness bound; in sluice mode no
 // trajectory mixes versions and repack never moves one across versions.
 #include <doctest/doctest.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <nlohmann/json.hpp>
 
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <set>
 #include <sstream>
 #include <string>
+#include <thread>
 
+#include "../support/http.hpp"
 #include "../support/jobs.hpp"
 #include "core/event_loop.hpp"
 #include "core/process.hpp"
@@ -331,4 +335,58 @@ TEST_CASE("work whose reply was lost while the manager stalled is handed out aga
     lost += r.summary.at("manager").value("lost_replies", std::uint64_t{0});
   }
   MESSAGE("work re-sent after lost replies: " << lost);
+}
+
+TEST_CASE("while a job runs, every role serves valid Prometheus text on /metrics") {
+  json job = small_job("sluice");
+  job["manager"]["prompts"] = 4000;  // long enough to scrape; stopped below
+  job["timeout_s"] = 300;
+  fs::path dir = fs::temp_directory_path() / ("sluice-fleet-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  fs::path file = dir / "metrics.json";
+  std::ofstream(file) << job.dump(2);
+  fs::path out = dir / "metrics";
+  fs::remove_all(out);
+  core::Subprocess::Options o;
+  o.argv = {SLUICE_BIN, "run", file.string(), "--out", out.string()};
+  o.stderr_to_stdout = true;
+  auto launcher = core::Subprocess::spawn(o).value();
+
+  // The run folder lists every role's address for Prometheus (file_sd format) once they are up.
+  const std::set<std::string> roles{"weightstore", "relay", "rollout-manager", "rollout", "actor"};
+  json targets;
+  std::set<std::string> seen;
+  auto deadline = core::Clock::now() + Millis(60000);
+  while (core::Clock::now() < deadline && (seen != roles || targets.size() < 6)) {
+    std::this_thread::sleep_for(Millis(200));
+    launcher->drain_lines();
+    std::ifstream f(out / "prometheus_targets.json");
+    targets = json::parse(f, nullptr, false);
+    seen.clear();
+    if (!targets.is_array()) continue;
+    for (const auto& t : targets)
+      seen.insert(t.at("labels").at("role").get<std::string>());
+  }
+  REQUIRE_MESSAGE(seen == roles, targets.dump());
+  std::this_thread::sleep_for(Millis(2000));  // some work done, so counters have moved
+
+  const std::map<std::string, std::string> expect{
+      {"rollout", "sluice_rollout_tokens_generated_total"},
+      {"actor", "sluice_actor_version"},
+      {"rollout-manager", "sluice_manager_trajectories_finished_total"},
+      {"weightstore", "sluice_role_info"},
+      {"relay", "sluice_role_info"}};
+  for (const auto& t : targets) {
+    const std::string role = t.at("labels").at("role").get<std::string>();
+    const std::string url = "http://" + t.at("targets").at(0).get<std::string>() + "/metrics";
+    CAPTURE(url);
+    auto r = testing::http_get(url);
+    REQUIRE(r.status == 200);
+    CHECK_MESSAGE(testing::prometheus_text_error(r.body) == "", r.body);
+    CHECK_MESSAGE(r.body.find("role=\"" + role + "\"") != std::string::npos, r.body);
+    CHECK_MESSAGE(r.body.find(expect.at(role)) != std::string::npos, r.body);
+  }
+  REQUIRE(launcher->signal(SIGTERM).is_ok());
+  launcher->read_all(Millis(60000));
+  CHECK(launcher->wait(Millis(10000)).is_ok());
 }
