@@ -508,6 +508,19 @@ struct Trainer::Impl {
     // A resumed policy has its warm start and first evaluation behind it (in the checkpoint).
     if (!resumed) {
       SLUICE_TRY(policy->prepare([this] { loop->run_until([] { return false; }, Millis(1)); }));
+      if (!cfg.checkpoint_dir.empty()) {
+        // No checkpoint, but maybe not the job's first actor: one killed before its first
+        // checkpoint published versions that the rollouts now run. Publishing 1 again would sit
+        // below them (every trajectory "from the future", the job stalled: seen in sluice chaos),
+        // so this one starts above the store's latest. Its consumed ids died with it and the
+        // manager sends them again.
+        SLUICE_ASSIGN_OR_RETURN(std::uint64_t latest, store_latest());
+        if (latest > 0) {
+          log::warn("actor: no checkpoint, but the store has version {}: publishing above it",
+                    latest);
+        }
+        version = std::max(version, latest);
+      }
     }
     started = Clock::now();
     if (cfg.eval_every > 0 && !resumed) SLUICE_TRY(evaluate_now());

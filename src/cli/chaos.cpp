@@ -324,6 +324,14 @@ int run_chaos(const ChaosArgs& args, const std::string& sluice_exe,
     verdict["trained_tokens_ratio"] = ta > 0 ? tb / ta : 0.0;
     double wa = base.value("wall_s", 0.0), wb = chaos.value("wall_s", 0.0);
     verdict["wall_ratio"] = wa > 0 ? wb / wa : 0.0;
+    // Over a fixed time the kills may cost throughput, not the job: the ratio is the check.
+    if (args.duration_s > 0 &&
+        verdict["trained_tokens_ratio"].get<double>() < args.min_token_ratio) {
+      failed.push_back(
+          fmt::format("trained tokens with kills are {:.3f} of those without (at least "
+                      "{:.2f} expected)",
+                      verdict["trained_tokens_ratio"].get<double>(), args.min_token_ratio));
+    }
     double aa = base.value("final_accuracy", -1.0), ab = chaos.value("final_accuracy", -1.0);
     if (aa >= 0 && ab >= 0) {
       verdict["accuracy_gap_points"] = 100 * (ab - aa);

@@ -70,7 +70,9 @@ struct ChaosArgs {
   double every_s = 0;
   std::uint64_t seed = 0;  // 0: drawn from the clock (and printed)
   double duration_s = 0;   // both runs stop after this long (trained tokens compared)
-  bool baseline = true;    // also run the job without faults, for the comparison
+  // With duration_s: the least trained tokens with kills / without that passes.
+  double min_token_ratio = 0.95;
+  bool baseline = true;  // also run the job without faults, for the comparison
   bool json = false;
   std::string out_dir;  // default runs/chaos-<time>
 };

@@ -117,6 +117,11 @@ int main(int argc, char** argv) {
   chaos_cmd->add_option("--seed", ca.seed, "seed of kill times and targets (default: printed)");
   chaos_cmd->add_option("--duration", ca.duration_s,
                         "stop both runs after this many seconds and compare trained tokens");
+  chaos_cmd
+      ->add_option("--min-token-ratio", ca.min_token_ratio,
+                   "with --duration: fail when trained tokens with kills / without is below this "
+                   "(default 0.95)")
+      ->check(CLI::Range(0.0, 10.0));
   chaos_cmd->add_flag("!--no-baseline", ca.baseline, "skip the run without faults");
   chaos_cmd->add_option("--set", ca.overrides, "override a job field: key=value (repeatable)");
   chaos_cmd->add_option("--out", ca.out_dir, "folder for both run folders");

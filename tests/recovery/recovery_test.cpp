@@ -162,6 +162,20 @@ TEST_CASE("the actor killed between checkpoints resumes from its newest one, not
   CHECK(r.summary.at("watch").value("versions_backwards", 1ull) == 0);
 }
 
+TEST_CASE("the actor killed before its first checkpoint starts above the store's latest") {
+  // Found by sluice chaos: an actor restarted without a checkpoint published version 1 again,
+  // below what the rollouts ran, and the job stalled.
+  constexpr std::uint64_t kPrompts = 96;
+  json j = kill_one(job(kPrompts), "actor", 0.5);
+  j["actor"]["checkpoint_every_steps"] = 1000;  // no checkpoint before the kill
+  j["actor"]["checkpoint_idle_s"] = 0;
+  Run r = run_job("actor-early", j);
+  check_exactly_once(r, kPrompts);
+  check_restarted(r, "actor");
+  CHECK(r.summary.at("watch").value("versions_backwards", 1ull) == 0);
+  CHECK(r.summary.at("actor").value("resumed_from_step", json()).is_null());  // no checkpoint
+}
+
 TEST_CASE("a rollout killed mid-run is restarted and its work finishes elsewhere") {
   constexpr std::uint64_t kPrompts = 96;
   Run r = run_job("rollout", kill_one(job(kPrompts), "rollout", 1.5));
