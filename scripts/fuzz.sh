@@ -6,6 +6,7 @@
 # Prints one line per target: executions, seconds, crashes. New inputs go to build-fuzz/corpus/,
 # crashing inputs to build-fuzz/crashes/ (replay one: build-fuzz/tests/fuzz/TARGET FILE).
 # Exits non-zero when a target crashed, leaked, timed out or ran out of memory.
+# FUZZ_SEED=N fixes libFuzzer's random seed (CI does, so that a run is repeatable); default random.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds=${1:-60}
@@ -29,7 +30,7 @@ run_one() {
   # -rss_limit_mb: a decoder that allocates what an input claims shows up as an out-of-memory
   # crash. -timeout: one input taking more than 10 s is a hang.
   "$build/tests/fuzz/$t" -max_total_time="$seconds" -runs=10000000 -rss_limit_mb=2048 \
-    -timeout=10 -print_final_stats=1 -artifact_prefix="$crashes/$t-" "$work" \
+    -timeout=10 -seed="${FUZZ_SEED:-0}" -print_final_stats=1 -artifact_prefix="$crashes/$t-" "$work" \
     "tests/fuzz/corpus/$t" >"$log" 2>&1 || rc=$?
   local execs found
   execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
