@@ -19,7 +19,7 @@ namespace {
 // How often retiring copies ask whether they have drained, and how long they wait at most (a
 // store that is gone cannot answer; leases expire on its side after their ttl anyway).
 constexpr core::Millis kDrainCheck{200};
-constexpr auto kDrainLimit = std::chrono::seconds(30);
+constexpr auto kDrainWarn = std::chrono::seconds(60);
 }  // namespace
 
 Publisher::~Publisher() {
@@ -231,7 +231,10 @@ void Publisher::retire(Held old) {
         if (!r.is_ok())
           log::warn("publisher {}: unpublish {}: {}", id, what, r.status().to_string());
       });
-  retiring_.push_back({std::move(old), Clock::now()});
+  Retiring r;
+  r.held = std::move(old);
+  r.since = Clock::now();
+  retiring_.push_back(std::move(r));
   if (!drain_timer_) {
     drain_timer_ = loop_->every(kDrainCheck, [this] { check_retiring(); });
   }
@@ -256,16 +259,25 @@ void Publisher::check_retiring() {
         if (it->held.manifest.version != version) continue;
         it->asking = false;
         bool drained = rep.is_ok() && rep->body.value("drained", false);
-        bool overdue = Clock::now() - it->since > kDrainLimit;
-        if (!drained && !overdue) return;
-        if (!drained) {
-          log::warn(
-              "publisher {}: freeing {}@{} after {} s without the store confirming its "
-              "leases drained ({})",
-              options_.holder_id, it->held.manifest.model, version,
-              std::chrono::duration_cast<std::chrono::seconds>(kDrainLimit).count(),
-              rep.is_ok() ? "still leased" : rep.status().to_string());
+        if (!drained && !rep.is_ok() && rep.status().code() == core::Code::kNotFound) {
+          // A store restarted since: it knows no lease on this copy, and those the old one
+          // granted expire within its lease time-to-live.
+          if (!it->unknown_since) it->unknown_since = Clock::now();
+          drained = Clock::now() - *it->unknown_since >= options_.lease_ttl;
+        } else if (!drained) {
+          it->unknown_since.reset();
+          // Still leased, or the store is away: kept. Said once a minute, so a reader that
+          // holds a lease for long (or a store that stays away) shows in the log.
+          if (Clock::now() - it->since > kDrainWarn * (1 + it->warned)) {
+            ++it->warned;
+            log::warn(
+                "publisher {}: {}@{} retired {} s ago and not drained yet ({}); kept",
+                options_.holder_id, it->held.manifest.model, version,
+                std::chrono::duration_cast<std::chrono::seconds>(Clock::now() - it->since).count(),
+                rep.is_ok() ? "still leased" : rep.status().to_string());
+          }
         }
+        if (!drained) return;
         give_back(std::move(it->held.buffer));  // reused for a later version, or freed
         retiring_.erase(it);
         break;

@@ -26,6 +26,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -60,6 +61,11 @@ struct PublisherOptions {
   // leave nobody serving it. Off for the "direct" broadcast, where every relay is sent its copy
   // by the publisher itself. Default true.
   bool handoff = true;
+  // The store's lease_ttl_ms. A retired copy is freed only once the store says its leases
+  // drained, or once the store has not known this holder for this long (a restarted store
+  // grants no leases on a copy it does not know, and the old store's leases have expired by
+  // then). Never on a timer while the store may still hold a lease. Default 10000, >= 1.
+  core::Millis lease_ttl{10000};
 };
 
 class Publisher {
@@ -139,7 +145,9 @@ class Publisher {
   struct Retiring {
     Held held;
     Clock::time_point since;
-    bool asking = false;  // a drained? request is out
+    bool asking = false;                             // a drained? request is out
+    std::optional<Clock::time_point> unknown_since;  // the store first said it does not know it
+    int warned = 0;                                  // "not drained yet" warnings so far
   };
   std::vector<Retiring> retiring_;
   std::set<std::uint64_t> asking_holders_;  // versions with a store.holders request out

@@ -62,6 +62,9 @@ core::Status TrainerConfig::validate() const {
   }
   if (heartbeat_ms == 0) return core::invalid_argument("heartbeat_ms must be at least 1");
   if (manager_call_ms == 0) return core::invalid_argument("manager_call_ms must be at least 1");
+  if (store_lease_ttl_ms == 0) {
+    return core::invalid_argument("store_lease_ttl_ms must be at least 1");
+  }
   return {};
 }
 
@@ -623,6 +626,7 @@ core::Result<std::unique_ptr<Trainer>> Trainer::create(core::EventLoop& loop, Tr
   po.model = impl->cfg.model;
   po.holder_id = impl->cfg.actor_id;
   po.chunk_bytes = impl->cfg.chunk_bytes;
+  po.lease_ttl = Millis(impl->cfg.store_lease_ttl_ms);
   SLUICE_ASSIGN_OR_RETURN(impl->publisher,
                           Publisher::create(loop, *impl->transfer, *impl->store, po));
   if (impl->cfg.policy == "gpt") {

@@ -57,9 +57,10 @@ struct TrainerConfig {
   std::uint64_t steps = 0;        // stop after this many steps (0: when the manager is done)
   std::uint64_t collect_ms = 10;  // poll period when waiting for trajectories
   std::uint64_t manager_timeout_ms = 20000;
-  std::uint64_t manager_call_ms = 5000;    // one request to the manager waits this long, >= 1
-  std::uint64_t store_timeout_ms = 60000;  // a publish retries this long while the store is away
-  std::string summary_path;                // where the JSON summary goes (empty: stdout only)
+  std::uint64_t manager_call_ms = 5000;      // one request to the manager waits this long, >= 1
+  std::uint64_t store_timeout_ms = 60000;    // a publish retries this long while the store is away
+  std::uint64_t store_lease_ttl_ms = 10000;  // the store's lease_ttl_ms (sluice run copies it)
+  std::string summary_path;                  // where the JSON summary goes (empty: stdout only)
   std::string metrics_path;      // metrics.jsonl: one line per training step (empty: none)
   std::string weights_path;      // final weights as safetensors (empty: none)
   double start_offset_s = 0;     // added to metric times (the job's clock started earlier)
@@ -94,6 +95,9 @@ struct TrainerConfig {
       "one request to the manager waits this long for its reply, >= 1 (default 5000)");
     v("store_timeout_ms", store_timeout_ms,
       "a publish retries this long while the weight store does not answer (it may be restarting)");
+    v("store_lease_ttl_ms", store_lease_ttl_ms,
+      "the weight store's lease_ttl_ms (sluice run copies it): a retired copy the store no longer "
+      "knows (it restarted) is freed after this long, >= 1 (default 10000)");
     v("summary_path", summary_path, "file for the JSON summary at exit");
     v("metrics_path", metrics_path, "file for metrics, one JSON line per step");
     v("weights_path", weights_path, "file for the final weights (safetensors)");

@@ -371,6 +371,7 @@ core::Result<JobResult> run_local_job(JobConfig job, const std::string& sluice_e
   // The durable state a restarted role recovers from (and `sluice run --resume` continues from).
   if (job.manager.state_path.empty()) job.manager.state_path = (dir / "manager.db").string();
   if (job.actor.checkpoint_dir.empty()) job.actor.checkpoint_dir = (dir / "checkpoints").string();
+  job.actor.store_lease_ttl_ms = job.store.lease_ttl_ms;  // the one the store uses
   job.relay.model = job.rollout.model = job.actor.model;
   {
     std::ofstream f(dir / "job.json");
