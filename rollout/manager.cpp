@@ -164,6 +164,17 @@ struct Manager::Impl {
     bool have = false;  // the actor said it received it (this epoch)
     Clock::time_point sent_at;
   };
+  // A collect reply carries trajectories up to about this many bytes of JSON: the messaging
+  // layer refuses a header over MessagingLimits::max_header_bytes (1 MiB), and a restarted
+  // actor is owed every unacknowledged trajectory at once. Without this bound such a reply was
+  // refused whole, sent again, refused again: the job stalled (seen under sluice chaos).
+  static constexpr std::size_t kCollectReplyBytes = 256u << 10;
+  static std::size_t json_bytes(const rl::Trajectory& t) {
+    // About 20 bytes per number in nlohmann's output, plus ids and keys.
+    return 256 + t.id.size() + t.prompt_id.size() + t.rollout.size() +
+           20 * (t.prompt_tokens.size() + t.response_tokens.size() + t.logprobs.size() +
+                 t.versions.size());
+  }
   std::map<std::string, Held> unacked;
   std::deque<std::string> outbox;
   std::string epoch;  // the actor's, as last seen ("" before any)
@@ -940,17 +951,29 @@ struct Manager::Impl {
     auto now = Clock::now();
     // Resend what was delivered a while ago and neither received (`have`) nor acknowledged: the
     // reply was lost. The actor's buffer refuses what it already has.
+    std::size_t bytes = 0;
+    auto fits = [&](const rl::Trajectory& t) {
+      std::size_t b = json_bytes(t);
+      if (!out.empty() && bytes + b > kCollectReplyBytes) return false;
+      bytes += b;
+      return true;
+    };
     for (auto& [id, h] : unacked) {
       if (out.size() >= max) break;
       if (h.sent && !h.have && now - h.sent_at > Millis(cfg.resend_ms)) {
+        if (!fits(h.tr)) break;
         h.sent_at = now;
         out.push_back(h.tr);
       }
     }
     while (out.size() < max && !outbox.empty()) {
       auto it = unacked.find(outbox.front());
+      if (it == unacked.end() || it->second.sent) {  // acknowledged meanwhile
+        outbox.pop_front();
+        continue;
+      }
+      if (!fits(it->second.tr)) break;  // the rest in the next reply
       outbox.pop_front();
-      if (it == unacked.end() || it->second.sent) continue;  // acknowledged meanwhile
       it->second.sent = true;
       it->second.sent_at = now;
       out.push_back(it->second.tr);

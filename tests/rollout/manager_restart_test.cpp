@@ -107,7 +107,8 @@ struct FakeRollout {
   }
 
   // Finishes `tid` (active or queued here).
-  void finish(const std::string& tid) {
+  // `tokens` response tokens (3 by default; thousands make a trajectory of many KiB of JSON).
+  void finish(const std::string& tid, std::size_t tokens = 3) {
     std::erase(active, tid);
     std::erase(queued, tid);
     rl::Trajectory t;
@@ -115,8 +116,8 @@ struct FakeRollout {
     t.prompt_id = tid.substr(0, tid.find('/'));
     t.version = version;
     t.versions = {version};
-    t.response_tokens = {1, 2, 3};
-    t.logprobs = {-0.1f, -0.2f, -0.3f};
+    t.response_tokens.assign(tokens, 1234567);
+    t.logprobs.assign(tokens, -0.123456789f);
     t.rollout = id;
     finished.push_back(t);
   }
@@ -365,6 +366,37 @@ TEST_SUITE("rollout.manager_restart") {
     REQUIRE(old.at("trajectories").size() == 1);
     CHECK(old.at("trajectories")[0].at("id") == ids[2]);
     CHECK(h.status().at("acked").get<std::uint64_t>() == 2);
+  }
+
+  TEST_CASE("a restarted actor owed more than one message can carry gets it over several") {
+    // Found by sluice chaos: every unacknowledged trajectory went into one collect reply, whose
+    // header passed the messaging layer's 1 MiB limit; refused whole and sent again, the job
+    // stalled. 8 trajectories of 3,000 tokens are about 1.4 MiB of JSON.
+    rollout::ManagerConfig cfg = small_config();
+    Harness h(cfg);
+    h.publish(1);
+    FakeRollout r("r0");
+    std::vector<std::string> ids;
+    for (int round = 0; round < 4 && ids.size() < 8; ++round) {
+      auto got = r.report(h);
+      r.start_all();
+      for (const auto& id : got) {
+        r.finish(id, 3000);
+        ids.push_back(id);
+      }
+      r.report(h);  // at most 4 finished per report: each report stays under the limit itself
+    }
+    REQUIRE(ids.size() >= 8);
+    FakeActor actor;
+    actor.epoch = "e2";  // a new epoch: everything unacknowledged is owed at once
+    std::set<std::string> got;
+    for (int i = 0; i < 20 && got.size() < ids.size(); ++i) {
+      auto reply = actor.collect(h);
+      CHECK(reply.size() < ids.size());  // more than one reply
+      got.insert(reply.begin(), reply.end());
+    }
+    CHECK(got == std::set<std::string>(ids.begin(), ids.end()));
+    CHECK(actor.after_ack == 0);
   }
 
   TEST_CASE("malformed, wrong-typed and oversized requests get an error and change nothing") {
