@@ -164,17 +164,6 @@ struct Manager::Impl {
     bool have = false;  // the actor said it received it (this epoch)
     Clock::time_point sent_at;
   };
-  // A collect reply carries trajectories up to about this many bytes of JSON: the messaging
-  // layer refuses a header over MessagingLimits::max_header_bytes (1 MiB), and a restarted
-  // actor is owed every unacknowledged trajectory at once. Without this bound such a reply was
-  // refused whole, sent again, refused again: the job stalled (seen under sluice chaos).
-  static constexpr std::size_t kCollectReplyBytes = 256u << 10;
-  static std::size_t json_bytes(const rl::Trajectory& t) {
-    // About 20 bytes per number in nlohmann's output, plus ids and keys.
-    return 256 + t.id.size() + t.prompt_id.size() + t.rollout.size() +
-           20 * (t.prompt_tokens.size() + t.response_tokens.size() + t.logprobs.size() +
-                 t.versions.size());
-  }
   std::map<std::string, Held> unacked;
   std::deque<std::string> outbox;
   std::string epoch;  // the actor's, as last seen ("" before any)
@@ -951,10 +940,13 @@ struct Manager::Impl {
     auto now = Clock::now();
     // Resend what was delivered a while ago and neither received (`have`) nor acknowledged: the
     // reply was lost. The actor's buffer refuses what it already has.
+    // Bounded by bytes (kTrajectoryBytesPerMessage): a restarted actor is owed every
+    // unacknowledged trajectory at once, and one reply with all of them was refused whole and
+    // sent again forever (the job stalled under sluice chaos).
     std::size_t bytes = 0;
     auto fits = [&](const rl::Trajectory& t) {
-      std::size_t b = json_bytes(t);
-      if (!out.empty() && bytes + b > kCollectReplyBytes) return false;
+      std::size_t b = approx_json_bytes(t);
+      if (!out.empty() && bytes + b > kTrajectoryBytesPerMessage) return false;
       bytes += b;
       return true;
     };

@@ -367,4 +367,20 @@ core::Result<ManagerStatus> decode_status(const json& body, const DecodeLimits& 
   return m;
 }
 
+std::size_t approx_json_bytes(const rl::Trajectory& t) {
+  return 256 + t.id.size() + t.prompt_id.size() + t.rollout.size() +
+         20 * (t.prompt_tokens.size() + t.response_tokens.size() + t.logprobs.size() +
+               t.versions.size());
+}
+
+std::size_t fitting_prefix(const std::vector<rl::Trajectory>& ts) {
+  std::size_t bytes = 0, n = 0;
+  for (const auto& t : ts) {
+    bytes += approx_json_bytes(t);
+    if (n > 0 && bytes > kTrajectoryBytesPerMessage) break;
+    ++n;
+  }
+  return n;
+}
+
 }  // namespace sluice::rollout

@@ -133,6 +133,16 @@ core::Result<PublishedReply> decode_published_reply(const nlohmann::json& body,
                                                     const DecodeLimits& lim = {});
 core::Result<ManagerStatus> decode_status(const nlohmann::json& body, const DecodeLimits& lim = {});
 
+// Trajectories per message: a report or a collect reply carries finished trajectories up to about
+// this many bytes of JSON, the rest in the next one. The messaging layer refuses a header over
+// core::MessagingLimits::max_header_bytes (1 MiB), and after an outage a rollout holds (or an
+// actor is owed) far more than that: sent in one message, it was refused whole, again and again.
+inline constexpr std::size_t kTrajectoryBytesPerMessage = 256u << 10;
+// About the size of `t` as JSON (20 bytes a number, plus ids and keys): cheap, never exact.
+std::size_t approx_json_bytes(const rl::Trajectory& t);
+// How many of `ts`, from the front, fit into kTrajectoryBytesPerMessage (at least one).
+std::size_t fitting_prefix(const std::vector<rl::Trajectory>& ts);
+
 // "p<N>/<k>" -> (N, k); nullopt for anything else.
 std::optional<std::pair<std::uint64_t, std::uint64_t>> parse_trajectory_id(const std::string& id);
 

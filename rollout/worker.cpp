@@ -151,8 +151,11 @@ struct RolloutWorker::Impl {
       req.active.push_back({a.trajectory_id, a.kv_tokens});
     for (const auto& s : queue)
       req.queued.push_back(s.trajectory_id);
-    // Copies: what is sent stays held until the manager answers.
-    req.finished = finished;
+    // Copies: what is sent stays held until the manager answers. A bounded prefix: after an
+    // outage thousands may be held, more than one message carries (the rest go next time).
+    const std::size_t sent_finished = fitting_prefix(finished);
+    req.finished.assign(finished.begin(),
+                        finished.begin() + static_cast<std::ptrdiff_t>(sent_finished));
     req.exported = exported;
     req.refused = refused;
     req.returned = returned;
@@ -182,7 +185,7 @@ struct RolloutWorker::Impl {
     }
     manager_unreachable = false;
     last_heard = Clock::now();
-    finished.clear();
+    finished.erase(finished.begin(), finished.begin() + static_cast<std::ptrdiff_t>(sent_finished));
     exported.clear();
     refused.clear();
     returned.clear();
