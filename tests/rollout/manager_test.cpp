@@ -193,13 +193,14 @@ TEST_SUITE("rollout.manager") {
     h.publish(1);
     auto running = h.start("a", 1, 2);  // two run on a; two wait in the pool
     auto free_slots = [&] { return h.call("mgr.status", json::object()).at("free_slot_s"); };
-    // Between start()'s two reports a held all four and nothing waited: a sample that fell there
-    // (a slow or loaded host) counted as the job's end. From here on work waits.
-    const double end0 = free_slots().at("end").get<double>();
     h.publish(2);
     // a holds version 2 and drains version 1: given nothing while two trajectories wait.
     json r = h.report("a", 1, 2, running);
     CHECK(r.at("assign").empty());
+    // Until that report the manager may believe a holds all four (start()'s second reply can hand
+    // the two back to a, and only this report shows a never took them), so nothing waited and a
+    // sample that fell there counted as the job's end. From here on work waits.
+    const double end0 = free_slots().at("end").get<double>();
     h.wait_ms(300);
     h.report("a", 1, 2, running);
     json f = free_slots();
