@@ -135,11 +135,9 @@ void Publisher::checksummed(std::uint64_t version) {
   Status valid = p.manifest.validate();
   if (!valid.is_ok()) return finish(version, valid);
   std::weak_ptr<bool> alive = alive_;
-  core::Message put("store.put_manifest");
-  put.body["manifest"] = p.manifest.to_json();
-  store_->raw().request(put, core::Millis(10000), [this, alive, version](Result<core::Message> r) {
+  store_->put_manifest_async(p.manifest, core::Millis(10000), [this, alive, version](Status r) {
     if (alive.expired()) return;
-    if (!r.is_ok()) return finish(version, r.status());
+    if (!r.is_ok()) return finish(version, r);
     auto it = pending_.find(version);
     if (it == pending_.end()) return;
     weightstore::HolderRegistration reg;
@@ -148,12 +146,11 @@ void Publisher::checksummed(std::uint64_t version) {
     reg.descriptor = it->second->buffer->descriptor().encode();
     reg.topology = options_.topology;
     reg.manifest = it->second->manifest;
-    store_->raw().request(
-        weightstore::encode_registration(reg), core::Millis(10000),
-        [this, alive, version](Result<core::Message> rr) {
+    store_->register_async(
+        reg, core::Millis(10000), [this, alive, version](Result<weightstore::Committed> rr) {
           if (alive.expired()) return;
           if (!rr.is_ok()) return finish(version, rr.status());
-          if (!rr->body.value("committed", false)) {
+          if (!rr->committed) {
             return finish(version,
                           core::internal_error("the store did not commit a complete version"));
           }
@@ -221,13 +218,10 @@ void Publisher::retire_old() {
 void Publisher::retire(Held old) {
   // A request, not a blocking call: this runs from loop callbacks too. The drain checks that
   // follow are answered only after the store has handled this (one socket, in order).
-  core::Message un("store.unpublish");
-  un.body = {{"holder_id", options_.holder_id},
-             {"model", old.manifest.model},
-             {"version", old.manifest.version}};
   std::string what = old.manifest.model + "@" + std::to_string(old.manifest.version);
-  store_->raw().request(
-      un, core::Millis(5000), [id = options_.holder_id, what](Result<core::Message> r) {
+  store_->unpublish_async(
+      {options_.holder_id, old.manifest.model, old.manifest.version}, core::Millis(5000),
+      [id = options_.holder_id, what](Result<weightstore::Drained> r) {
         if (!r.is_ok())
           log::warn("publisher {}: unpublish {}: {}", id, what, r.status().to_string());
       });
@@ -248,84 +242,85 @@ void Publisher::check_retiring() {
   for (auto& r : retiring_) {
     if (r.asking) continue;
     r.asking = true;
-    core::Message req("store.drained");
-    req.body = {{"holder_id", options_.holder_id},
-                {"model", r.held.manifest.model},
-                {"version", r.held.manifest.version}};
     std::uint64_t version = r.held.manifest.version;
-    store_->raw().request(req, kDrainCheck * 5, [this, alive, version](Result<core::Message> rep) {
-      if (alive.expired()) return;
-      for (auto it = retiring_.begin(); it != retiring_.end(); ++it) {
-        if (it->held.manifest.version != version) continue;
-        it->asking = false;
-        bool drained = rep.is_ok() && rep->body.value("drained", false);
-        if (!drained && !rep.is_ok() && rep.status().code() == core::Code::kNotFound) {
-          // A store restarted since: it knows no lease on this copy, and those the old one
-          // granted expire within its lease time-to-live.
-          if (!it->unknown_since) it->unknown_since = Clock::now();
-          drained = Clock::now() - *it->unknown_since >= options_.lease_ttl;
-        } else if (!drained) {
-          it->unknown_since.reset();
-          // Still leased, or the store is away: kept. Said once a minute, so a reader that
-          // holds a lease for long (or a store that stays away) shows in the log.
-          if (Clock::now() - it->since > kDrainWarn * (1 + it->warned)) {
-            ++it->warned;
-            log::warn(
-                "publisher {}: {}@{} retired {} s ago and not drained yet ({}); kept",
-                options_.holder_id, it->held.manifest.model, version,
-                std::chrono::duration_cast<std::chrono::seconds>(Clock::now() - it->since).count(),
-                rep.is_ok() ? "still leased" : rep.status().to_string());
+    weightstore::CopyRef copy{options_.holder_id, r.held.manifest.model, version};
+    store_->drained_async(
+        copy, kDrainCheck * 5, [this, alive, version](Result<weightstore::Drained> rep) {
+          if (alive.expired()) return;
+          for (auto it = retiring_.begin(); it != retiring_.end(); ++it) {
+            if (it->held.manifest.version != version) continue;
+            it->asking = false;
+            bool drained = rep.is_ok() && rep->drained;
+            if (!drained && !rep.is_ok() && rep.status().code() == core::Code::kNotFound) {
+              // A store restarted since: it knows no lease on this copy, and those the old one
+              // granted expire within its lease time-to-live.
+              if (!it->unknown_since) it->unknown_since = Clock::now();
+              drained = Clock::now() - *it->unknown_since >= options_.lease_ttl;
+            } else if (!drained) {
+              it->unknown_since.reset();
+              // Still leased, or the store is away: kept. Said once a minute, so a reader that
+              // holds a lease for long (or a store that stays away) shows in the log.
+              if (Clock::now() - it->since > kDrainWarn * (1 + it->warned)) {
+                ++it->warned;
+                log::warn("publisher {}: {}@{} retired {} s ago and not drained yet ({}); kept",
+                          options_.holder_id, it->held.manifest.model, version,
+                          std::chrono::duration_cast<std::chrono::seconds>(Clock::now() - it->since)
+                              .count(),
+                          rep.is_ok() ? "still leased" : rep.status().to_string());
+              }
+            }
+            if (!drained) return;
+            give_back(std::move(it->held.buffer));  // reused for a later version, or freed
+            retiring_.erase(it);
+            break;
           }
-        }
-        if (!drained) return;
-        give_back(std::move(it->held.buffer));  // reused for a later version, or freed
-        retiring_.erase(it);
-        break;
-      }
-      if (retiring_.empty() && retired_.empty()) drain_timer_.reset();
-    });
+          if (retiring_.empty() && retired_.empty()) drain_timer_.reset();
+        });
   }
 }
 
 void Publisher::check_handoff(std::uint64_t version) {
   if (!asking_holders_.insert(version).second) return;  // the last question is still out
   std::weak_ptr<bool> alive = alive_;
-  core::Message req("store.holders");
-  req.body = {{"model", options_.model}, {"version", version}};
-  store_->raw().request(req, core::Millis(2000), [this, alive, version](Result<core::Message> r) {
-    if (alive.expired()) return;
-    asking_holders_.erase(version);
-    // No answer means no hand-off yet: keep serving and ask again at the next heartbeat.
-    if (!r.is_ok()) return;
-    auto holders = weightstore::decode_holders(*r);
-    if (!holders.is_ok()) {
-      log::warn("publisher {}: holders of {}@{}: {}", options_.holder_id, options_.model, version,
-                holders.status().to_string());
-      return;
-    }
-    const weightstore::HolderState* taker = nullptr;
-    std::size_t takers = 0;
-    for (const auto& h : *holders) {
-      if (h.holder_id != options_.holder_id && h.relay && h.complete && !h.unpublished) {
-        if (!taker) taker = &h;
-        ++takers;
-      }
-    }
-    if (!taker) return;
-    auto it = std::find_if(held_.begin(), held_.end(),
-                           [version](const Held& h) { return h.manifest.version == version; });
-    if (it == held_.end()) return;  // already retired meanwhile
-    // The newest version is handed off only once two relays hold it (see the header).
-    bool newest = std::all_of(held_.begin(), held_.end(),
-                              [version](const Held& h) { return h.manifest.version <= version; });
-    if (newest && takers < 2) return;
-    log::info("publisher {}: relay {} holds {}@{}; handing it off", options_.holder_id,
-              taker->holder_id, options_.model, version);
-    Held h = std::move(*it);
-    held_.erase(it);
-    ++handed_off_;
-    retire(std::move(h));
-  });
+  weightstore::HoldersRequest req;
+  req.model = options_.model;
+  req.version = version;
+  store_->holders_async(
+      req, core::Millis(2000), [this, alive, version](Result<weightstore::Holders> holders) {
+        if (alive.expired()) return;
+        asking_holders_.erase(version);
+        // No answer means no hand-off yet: keep serving and ask again at the next heartbeat.
+        if (!holders.is_ok()) {
+          if (holders.status().code() == core::Code::kProtocol) {
+            log::warn("publisher {}: holders of {}@{}: {}", options_.holder_id, options_.model,
+                      version, holders.status().to_string());
+          }
+          return;
+        }
+        const weightstore::HolderState* taker = nullptr;
+        std::size_t takers = 0;
+        for (const auto& h : holders->holders) {
+          if (h.holder_id != options_.holder_id && h.relay && h.complete && !h.unpublished) {
+            if (!taker) taker = &h;
+            ++takers;
+          }
+        }
+        if (!taker) return;
+        auto it = std::find_if(held_.begin(), held_.end(),
+                               [version](const Held& h) { return h.manifest.version == version; });
+        if (it == held_.end()) return;  // already retired meanwhile
+        // The newest version is handed off only once two relays hold it (see the header).
+        bool newest = std::all_of(held_.begin(), held_.end(), [version](const Held& h) {
+          return h.manifest.version <= version;
+        });
+        if (newest && takers < 2) return;
+        log::info("publisher {}: relay {} holds {}@{}; handing it off", options_.holder_id,
+                  taker->holder_id, options_.model, version);
+        Held h = std::move(*it);
+        held_.erase(it);
+        ++handed_off_;
+        retire(std::move(h));
+      });
 }
 
 void Publisher::heartbeat() {
@@ -334,25 +329,25 @@ void Publisher::heartbeat() {
     for (const auto& h : held_)
       check_handoff(h.manifest.version);
   }
-  core::Message req("store.heartbeat");
-  req.body["holder_id"] = options_.holder_id;
-  store_->raw().request(req, core::Millis(2000), [this, alive](Result<core::Message> rep) {
+  store_->heartbeat_async(options_.holder_id, core::Millis(2000), [this, alive](Status rep) {
     if (alive.expired() || rep.is_ok()) return;
-    if (rep.status().code() != core::Code::kNotFound) {
-      log::warn("publisher {}: heartbeat: {}", options_.holder_id, rep.status().to_string());
+    if (rep.code() != core::Code::kNotFound) {
+      log::warn("publisher {}: heartbeat: {}", options_.holder_id, rep.to_string());
       return;
     }
     // The store restarted and lost its soft state: bring back what this holder holds.
     log::info("publisher {}: the store does not know this holder; registering again",
               options_.holder_id);
     for (const auto& h : held_) {
-      store_->raw().request(weightstore::encode_registration(registration(h)), core::Millis(5000),
-                            [this, alive](Result<core::Message> r) {
-                              if (!alive.expired() && !r.is_ok()) {
-                                log::warn("publisher {}: register again: {}", options_.holder_id,
-                                          r.status().to_string());
-                              }
-                            });
+      weightstore::HolderRegistration again = registration(h);
+      again.again = true;  // readers of the old store may still hold leases on it
+      store_->register_async(again, core::Millis(5000),
+                             [this, alive](Result<weightstore::Committed> r) {
+                               if (!alive.expired() && !r.is_ok()) {
+                                 log::warn("publisher {}: register again: {}", options_.holder_id,
+                                           r.status().to_string());
+                               }
+                             });
     }
   });
 }

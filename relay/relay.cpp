@@ -12,7 +12,6 @@ namespace sluice::relay {
 
 namespace log = core::log;
 using core::Clock;
-using core::Message;
 using core::Millis;
 using core::Result;
 using core::Status;
@@ -78,13 +77,10 @@ struct Relay::Impl {
   weightstore::Topology topology() const { return {config.host, config.rack, config.datacenter}; }
 
   Status join() {
-    Message req("store.join_relay");
-    req.body["relay_id"] = config.relay_id;
-    req.body["topology"] = weightstore::topology_to_json(topology());
-    SLUICE_TRY(store->raw().call(req, Millis(5000)).status());
+    SLUICE_TRY(store->join_relay({config.relay_id, topology()}));
     // After a store restart: bring back what this relay holds.
     for (const auto& c : copies)
-      SLUICE_TRY(register_copy(c));
+      SLUICE_TRY(register_copy(c, /*again=*/true));
     joined = true;
     return {};
   }
@@ -100,7 +96,12 @@ struct Relay::Impl {
     return r;
   }
 
-  Status register_copy(const Copy& c) { return store->register_holder(registration(c)).status(); }
+  // `again`: after a store restart, when readers of the old store may still hold leases on it.
+  Status register_copy(const Copy& c, bool again = false) {
+    weightstore::HolderRegistration r = registration(c);
+    r.again = again;
+    return store->register_holder(r).status();
+  }
 
   core::ReadOptions read_options() const {
     core::ReadOptions ro;
@@ -137,13 +138,13 @@ struct Relay::Impl {
   void ask_source(Copy& c) {
     c.asking = true;
     c.asked = Clock::now();
-    Message req("store.chain_source");
-    req.body = {{"model", c.manifest.model},
-                {"version", c.manifest.version},
-                {"relay_id", config.relay_id},
-                {"exclude", c.failed_sources}};
+    weightstore::ChainSourceRequest req;
+    req.model = c.manifest.model;
+    req.version = c.manifest.version;
+    req.relay_id = config.relay_id;
+    req.exclude = c.failed_sources;
     Copy* cp = &c;
-    store->raw().request(req, Millis(5000), [this, cp](Result<Message> r) {
+    store->chain_source_async(req, Millis(5000), [this, cp](Result<weightstore::ChainSource> r) {
       cp->asking = false;
       if (!r.is_ok()) {
         // No usable predecessor yet (or a slow store): asked again on a later tick.
@@ -151,17 +152,15 @@ struct Relay::Impl {
                    cp->manifest.version, r.status().to_string());
         return;
       }
-      auto desc = core::RegionDescriptor::decode(r->blobs.empty() ? "" : r->blobs[0]);
+      auto desc = core::RegionDescriptor::decode(r->descriptor);
       if (!desc.is_ok()) {
         log::warn("relay {}: bad descriptor from the store: {}", config.relay_id,
                   desc.status().to_string());
         return;
       }
-      cp->source = r->body.value("holder_id", "");
+      cp->source = r->holder_id;
       cp->source_desc = std::move(desc).value();
-      cp->source_has.clear();
-      for (const auto& b : r->body.value("chunks", nlohmann::json::array()))
-        cp->source_has.push_back(b.get<bool>());
+      cp->source_has = std::move(r->chunks);
       pump(*cp);
     });
   }
@@ -205,15 +204,12 @@ struct Relay::Impl {
   void report(Copy& c) {
     if (c.reporting || c.unreported.empty()) return;
     c.reporting = true;
-    Message add("store.add_chunks");
-    add.body = {{"holder_id", config.relay_id},
-                {"model", c.manifest.model},
-                {"version", c.manifest.version},
-                {"chunks", c.unreported}};
-    std::vector<std::uint32_t> sent = std::move(c.unreported);
+    weightstore::AddChunks add{config.relay_id, c.manifest.model, c.manifest.version,
+                               std::move(c.unreported)};
+    std::vector<std::uint32_t> sent = add.chunks;
     c.unreported.clear();
     Copy* cp = &c;
-    store->raw().request(add, Millis(5000), [this, cp, sent](Result<Message> r) {
+    store->add_chunks_async(add, Millis(5000), [this, cp, sent](Result<weightstore::Committed> r) {
       cp->reporting = false;
       if (!r.is_ok()) {
         log::warn("relay {}: reporting chunks of {}@{}: {}", config.relay_id, cp->manifest.model,

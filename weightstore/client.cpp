@@ -15,79 +15,169 @@ Result<std::unique_ptr<StoreClient>> StoreClient::create(core::EventLoop& loop,
                                                          Millis timeout) {
   auto c = std::unique_ptr<StoreClient>(new StoreClient());
   SLUICE_ASSIGN_OR_RETURN(c->client_, core::Client::create(loop, endpoint));
+  c->loop_ = &loop;
   c->timeout_ = timeout;
   return c;
 }
 
+template <class T, class Decode>
+void StoreClient::ask(Message req, Millis timeout, Decode decode, Done<T> done) {
+  client_->request(std::move(req), or_default(timeout),
+                   [decode, done = std::move(done)](Result<Message> reply) {
+                     if (!done) return;
+                     if (!reply.is_ok()) return done(reply.status());
+                     done(decode(*reply));
+                   });
+}
+
+void StoreClient::ask_status(Message req, Millis timeout, StatusDone done) {
+  client_->request(std::move(req), or_default(timeout),
+                   [done = std::move(done)](Result<Message> reply) {
+                     if (done) done(reply.status());
+                   });
+}
+
+template <class T, class Decode>
+Result<T> StoreClient::call(Message req, Millis timeout, Decode decode) {
+  SLUICE_ASSIGN_OR_RETURN(Message reply, client_->call(std::move(req), or_default(timeout)));
+  return decode(reply);
+}
+
+namespace {
+auto decode_plain = [](const Message& m) { return decode_plan(m); };
+auto decode_holder_list = [](const Message& m) { return decode_holders(m); };
+auto decode_source = [](const Message& m) { return decode_chain_source(m); };
+}  // namespace
+
 Status StoreClient::put_manifest(const core::Manifest& m) {
-  Message req("store.put_manifest");
-  req.body["manifest"] = m.to_json();
-  return client_->call(req, timeout_).status();
+  return client_->call(encode(PutManifest{m}), timeout_).status();
 }
 
 Result<bool> StoreClient::register_holder(const HolderRegistration& r) {
-  SLUICE_ASSIGN_OR_RETURN(Message reply, client_->call(encode_registration(r), timeout_));
-  return reply.body.value("committed", false);
+  SLUICE_ASSIGN_OR_RETURN(auto c, call<Committed>(encode(r), timeout_, decode_committed));
+  return c.committed;
 }
 
 Status StoreClient::heartbeat(const std::string& holder_id) {
-  Message req("store.heartbeat");
-  req.body["holder_id"] = holder_id;
-  return client_->call(req, timeout_).status();
+  return client_->call(encode(Heartbeat{holder_id}), timeout_).status();
 }
 
 Result<std::uint64_t> StoreClient::latest(const std::string& model) {
-  Message req("store.latest");
-  req.body["model"] = model;
-  SLUICE_ASSIGN_OR_RETURN(Message reply, client_->call(req, timeout_));
-  return body_u64(reply.body, "version");
+  SLUICE_ASSIGN_OR_RETURN(auto l,
+                          call<Latest>(encode(LatestRequest{model}), timeout_, decode_latest));
+  return l.version;
 }
 
 Result<ReadPlan> StoreClient::plan(const std::string& model, std::uint64_t version,
                                    const Topology& where) {
-  Message req("store.plan");
-  req.body["model"] = model;
-  req.body["version"] = version;
-  req.body["topology"] = topology_to_json(where);
-  SLUICE_ASSIGN_OR_RETURN(Message reply, client_->call(req, timeout_));
-  return decode_plan(reply);
+  return call<ReadPlan>(encode(PlanRequest{model, version, where}), timeout_, decode_plain);
 }
 
 Status StoreClient::release(std::uint64_t lease_id) {
-  Message req("store.release");
-  req.body["lease_id"] = lease_id;
-  return client_->call(req, timeout_).status();
+  Release r;
+  r.lease_id = lease_id;
+  return client_->call(encode(r), timeout_).status();
 }
-
-namespace {
-// store.unpublish and store.drained share their request and their reply.
-Result<bool> drain_request(core::Client& c, const char* type, const std::string& holder_id,
-                           const std::string& model, std::uint64_t version, Millis timeout) {
-  Message req(type);
-  req.body = {{"holder_id", holder_id}, {"model", model}, {"version", version}};
-  SLUICE_ASSIGN_OR_RETURN(Message reply, c.call(req, timeout));
-  return reply.body.value("drained", false);
-}
-}  // namespace
 
 Result<bool> StoreClient::unpublish(const std::string& holder_id, const std::string& model,
                                     std::uint64_t version, Millis timeout) {
-  return drain_request(*client_, "store.unpublish", holder_id, model, version,
-                       timeout > Millis(0) ? timeout : timeout_);
+  Unpublish u;
+  u.holder_id = holder_id;
+  u.model = model;
+  u.version = version;
+  SLUICE_ASSIGN_OR_RETURN(auto d, call<Drained>(encode(u), timeout, decode_drained));
+  return d.drained;
 }
 
 Result<bool> StoreClient::drained(const std::string& holder_id, const std::string& model,
                                   std::uint64_t version, Millis timeout) {
-  return drain_request(*client_, "store.drained", holder_id, model, version,
-                       timeout > Millis(0) ? timeout : timeout_);
+  DrainedQuery q;
+  q.holder_id = holder_id;
+  q.model = model;
+  q.version = version;
+  SLUICE_ASSIGN_OR_RETURN(auto d, call<Drained>(encode(q), timeout, decode_drained));
+  return d.drained;
 }
 
 Result<std::vector<HolderState>> StoreClient::holders(const std::string& model,
                                                       std::uint64_t version) {
-  Message req("store.holders");
-  req.body = {{"model", model}, {"version", version}};
-  SLUICE_ASSIGN_OR_RETURN(Message reply, client_->call(req, timeout_));
-  return decode_holders(reply);
+  HoldersRequest h;
+  h.model = model;
+  h.version = version;
+  SLUICE_ASSIGN_OR_RETURN(auto hs, call<Holders>(encode(h), timeout_, decode_holder_list));
+  return std::move(hs.holders);
+}
+
+Status StoreClient::join_relay(const JoinRelay& j) {
+  return client_->call(encode(j), timeout_).status();
+}
+
+Result<std::map<std::string, std::uint64_t>> StoreClient::copies(const std::string& model,
+                                                                 std::uint64_t version) {
+  CopiesRequest c;
+  c.model = model;
+  c.version = version;
+  SLUICE_ASSIGN_OR_RETURN(auto cs, call<Copies>(encode(c), timeout_,
+                                                [](const Message& m) { return decode_copies(m); }));
+  return std::move(cs.chunks);
+}
+
+void StoreClient::put_manifest_async(const core::Manifest& m, Millis timeout, StatusDone done) {
+  ask_status(encode(PutManifest{m}), timeout, std::move(done));
+}
+
+void StoreClient::register_async(const HolderRegistration& r, Millis timeout,
+                                 Done<Committed> done) {
+  ask<Committed>(encode(r), timeout, decode_committed, std::move(done));
+}
+
+void StoreClient::add_chunks_async(const AddChunks& a, Millis timeout, Done<Committed> done) {
+  ask<Committed>(encode(a), timeout, decode_committed, std::move(done));
+}
+
+void StoreClient::heartbeat_async(const std::string& holder_id, Millis timeout, StatusDone done) {
+  ask_status(encode(Heartbeat{holder_id}), timeout, std::move(done));
+}
+
+void StoreClient::latest_async(const std::string& model, Millis timeout, Done<Latest> done) {
+  ask<Latest>(encode(LatestRequest{model}), timeout, decode_latest, std::move(done));
+}
+
+void StoreClient::plan_async(const PlanRequest& p, Millis timeout, Done<ReadPlan> done) {
+  ask<ReadPlan>(encode(p), timeout, decode_plain, std::move(done));
+}
+
+void StoreClient::renew_async(std::uint64_t lease_id, Millis timeout, StatusDone done) {
+  Renew r;
+  r.lease_id = lease_id;
+  ask_status(encode(r), timeout, std::move(done));
+}
+
+void StoreClient::release_async(std::uint64_t lease_id, Millis timeout, StatusDone done) {
+  Release r;
+  r.lease_id = lease_id;
+  ask_status(encode(r), timeout, std::move(done));
+}
+
+void StoreClient::unpublish_async(const CopyRef& c, Millis timeout, Done<Drained> done) {
+  Unpublish u;
+  static_cast<CopyRef&>(u) = c;
+  ask<Drained>(encode(u), timeout, decode_drained, std::move(done));
+}
+
+void StoreClient::drained_async(const CopyRef& c, Millis timeout, Done<Drained> done) {
+  DrainedQuery q;
+  static_cast<CopyRef&>(q) = c;
+  ask<Drained>(encode(q), timeout, decode_drained, std::move(done));
+}
+
+void StoreClient::holders_async(const HoldersRequest& h, Millis timeout, Done<Holders> done) {
+  ask<Holders>(encode(h), timeout, decode_holder_list, std::move(done));
+}
+
+void StoreClient::chain_source_async(const ChainSourceRequest& c, Millis timeout,
+                                     Done<ChainSource> done) {
+  ask<ChainSource>(encode(c), timeout, decode_source, std::move(done));
 }
 
 Result<Pulled> pull(core::TransferEngine& engine, StoreClient& store, const std::string& model,
@@ -128,28 +218,18 @@ Result<Pulled> pull(core::TransferEngine& engine, StoreClient& store, const std:
 void pull_async(core::TransferEngine& engine, StoreClient& store, const std::string& model,
                 std::uint64_t version, const Topology& where, core::ReadOptions options,
                 std::function<void(core::Result<Pulled>)> done,
-                std::function<bool(ReadPlan&)> accept) {
-  Message req("store.plan");
-  req.body["model"] = model;
-  req.body["version"] = version;
-  req.body["topology"] = topology_to_json(where);
+                std::function<bool(ReadPlan&)> accept, Millis lease_renew) {
   StoreClient* sc = &store;
   core::TransferEngine* eng = &engine;
-  auto release = [sc](std::uint64_t lease) {
-    Message r("store.release");
-    r.body["lease_id"] = lease;
-    // Fire and forget: a lease that is not released expires on the store.
-    sc->raw().request(std::move(r), Millis(5000), [](Result<Message>) {});
-  };
   core::log::debug("pull {}@{}: asking for a read plan", model, version);
-  store.raw().request(
-      std::move(req), Millis(5000),
-      [eng, model, options, done, release, accept](Result<Message> reply) mutable {
-        core::log::debug("pull {}: read plan: {}", model, reply.status().to_string());
-        if (!reply.is_ok()) return done(reply.status().with_context("pull " + model));
-        auto plan_r = decode_plan(*reply);
+  store.plan_async(
+      PlanRequest{model, version, where}, Millis(5000),
+      [sc, eng, model, options, done, accept, lease_renew](Result<ReadPlan> plan_r) mutable {
+        core::log::debug("pull {}: read plan: {}", model, plan_r.status().to_string());
         if (!plan_r.is_ok()) return done(plan_r.status().with_context("pull " + model));
         auto plan = std::make_shared<ReadPlan>(std::move(plan_r).value());
+        // Fire and forget: a lease that is not released expires on the store.
+        auto release = [sc](std::uint64_t lease) { sc->release_async(lease, Millis(5000)); };
         if (accept && !accept(*plan)) {
           release(plan->lease_id);
           return done(core::failed_precondition("pull " + model + ": the read plan was declined"));
@@ -174,8 +254,23 @@ void pull_async(core::TransferEngine& engine, StoreClient& store, const std::str
         auto out = std::make_shared<Pulled>();
         out->buffer = std::move(buf).value();
         core::RegisteredBuffer& dst = *out->buffer;
+        // Renewed while the read runs; a renewal the store refuses (it restarted, or the lease
+        // expired) is said once: the holders then wait out the lease time-to-live themselves.
+        std::shared_ptr<core::EventLoop::Timer> renew;
+        if (lease_renew > Millis(0)) {
+          std::uint64_t lease = plan->lease_id;
+          auto warned = std::make_shared<bool>(false);
+          renew = sc->loop().every(lease_renew, [sc, lease, lease_renew, warned, model] {
+            sc->renew_async(lease, lease_renew, [lease, warned, model](Status s) {
+              if (s.is_ok() || *warned) return;
+              *warned = true;
+              core::log::warn("pull {}: lease {} not renewed: {}", model, lease, s.to_string());
+            });
+          });
+        }
         eng->read(std::move(sources), std::move(chunks), dst, options,
-                  [plan, out, done, release, model](Result<core::ReadStats> stats) {
+                  [plan, out, done, release, model, renew](Result<core::ReadStats> stats) mutable {
+                    renew.reset();
                     release(plan->lease_id);
                     if (!stats.is_ok()) {
                       return done(stats.status().with_context(

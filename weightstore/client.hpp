@@ -6,6 +6,7 @@
 #pragma once
 
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 
@@ -13,15 +14,24 @@
 #include "core/manifest.hpp"
 #include "core/messaging.hpp"
 #include "core/transfer.hpp"
+#include "weightstore/protocol.hpp"
 #include "weightstore/store.hpp"
 
 namespace sluice::weightstore {
 
 class StoreClient {
  public:
+  template <class T>
+  using Done = std::function<void(core::Result<T>)>;
+  using StatusDone = std::function<void(core::Status)>;
+
   static core::Result<std::unique_ptr<StoreClient>> create(core::EventLoop& loop,
                                                            const std::string& endpoint,
                                                            Millis timeout = Millis(5000));
+  core::EventLoop& loop() const { return *loop_; }
+
+  // Blocking calls: they run the loop until the reply (see the thread-safety note). A `timeout`
+  // of 0 means the client's own.
   core::Status put_manifest(const core::Manifest& m);
   // Returns whether the version is committed after this registration.
   core::Result<bool> register_holder(const HolderRegistration& r);
@@ -30,17 +40,44 @@ class StoreClient {
   core::Result<ReadPlan> plan(const std::string& model, std::uint64_t version,
                               const Topology& where);
   core::Status release(std::uint64_t lease_id);
-  // Both return whether the unpublished copy has drained (may be freed). `timeout` 0: the
-  // client's own.
+  // Both return whether the unpublished copy has drained (may be freed); not_found when the
+  // store does not know the copy (it restarted): unknown, not drained.
   core::Result<bool> unpublish(const std::string& holder_id, const std::string& model,
                                std::uint64_t version, Millis timeout = Millis(0));
   core::Result<bool> drained(const std::string& holder_id, const std::string& model,
                              std::uint64_t version, Millis timeout = Millis(0));
   // Who holds `model`@`version` and how much of it (takes no lease).
   core::Result<std::vector<HolderState>> holders(const std::string& model, std::uint64_t version);
-  core::Client& raw() { return *client_; }
+  core::Status join_relay(const JoinRelay& j);
+  // Every registered copy of a version: holder id -> verified chunks.
+  core::Result<std::map<std::string, std::uint64_t>> copies(const std::string& model,
+                                                            std::uint64_t version);
+
+  // The same requests without blocking: `done` runs once on the loop thread with the reply or
+  // the error (a time-out included). A `timeout` of 0 means the client's own.
+  void put_manifest_async(const core::Manifest& m, Millis timeout, StatusDone done);
+  void register_async(const HolderRegistration& r, Millis timeout, Done<Committed> done);
+  void add_chunks_async(const AddChunks& a, Millis timeout, Done<Committed> done);
+  void heartbeat_async(const std::string& holder_id, Millis timeout, StatusDone done);
+  void latest_async(const std::string& model, Millis timeout, Done<Latest> done);
+  void plan_async(const PlanRequest& p, Millis timeout, Done<ReadPlan> done);
+  void renew_async(std::uint64_t lease_id, Millis timeout, StatusDone done);
+  // `done` may be empty: fire and forget (a lease that is not released expires on the store).
+  void release_async(std::uint64_t lease_id, Millis timeout, StatusDone done = {});
+  void unpublish_async(const CopyRef& c, Millis timeout, Done<Drained> done = {});
+  void drained_async(const CopyRef& c, Millis timeout, Done<Drained> done);
+  void holders_async(const HoldersRequest& h, Millis timeout, Done<Holders> done);
+  void chain_source_async(const ChainSourceRequest& c, Millis timeout, Done<ChainSource> done);
 
  private:
+  Millis or_default(Millis t) const { return t > Millis(0) ? t : timeout_; }
+  template <class T, class Decode>
+  void ask(core::Message req, Millis timeout, Decode decode, Done<T> done);
+  void ask_status(core::Message req, Millis timeout, StatusDone done);
+  template <class T, class Decode>
+  core::Result<T> call(core::Message req, Millis timeout, Decode decode);
+
+  core::EventLoop* loop_ = nullptr;
   std::unique_ptr<core::Client> client_;
   Millis timeout_{5000};
 };
@@ -63,10 +100,13 @@ core::Result<Pulled> pull(core::TransferEngine& engine, StoreClient& store,
 // thread with the version or the error. The store client and the engine must outlive the pull.
 // `accept`, when given, sees the read plan first and may narrow each chunk's sources; when it
 // returns false nothing is read, the lease is released and `done` gets failed_precondition.
+// The lease is renewed every `lease_renew` while the read runs (keep it well under the store's
+// lease_ttl): a holder frees a copy only once the store says its leases drained, so a long read
+// that let its lease lapse could have the memory under it freed.
 void pull_async(core::TransferEngine& engine, StoreClient& store, const std::string& model,
                 std::uint64_t version, const Topology& where, core::ReadOptions options,
                 std::function<void(core::Result<Pulled>)> done,
-                std::function<bool(ReadPlan&)> accept = {});
+                std::function<bool(ReadPlan&)> accept = {}, Millis lease_renew = Millis(3000));
 
 // For `accept`: keeps only the holders on the reader's own host as each chunk's sources; false
 // when some chunk has none there.

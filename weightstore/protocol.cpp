@@ -1,30 +1,98 @@
 #include "weightstore/protocol.hpp"
 
+#include "core/json_limits.hpp"
+
 namespace sluice::weightstore {
 
+using core::Message;
 using core::Result;
+using core::Status;
+using json = nlohmann::json;
+namespace field = core::json_field;
 
-Result<std::string> body_string(const nlohmann::json& body, const char* key) {
-  auto it = body.find(key);
-  if (it == body.end() || !it->is_string()) {
-    return core::invalid_argument(std::string("'") + key + "' must be a string");
+namespace {
+
+// A required id-like string: present, a string, not empty, within the bound.
+Status id_field(const json& body, std::string_view what, const char* key, const Limits& lim,
+                std::string& out) {
+  SLUICE_TRY(field::string(body, what, key, out));
+  if (out.empty() || out.size() > lim.max_id_bytes) {
+    return core::invalid_argument(std::string(what) + ": '" + key + "' must be 1 to " +
+                                  std::to_string(lim.max_id_bytes) + " bytes");
   }
-  return it->get<std::string>();
+  return {};
 }
 
-Result<std::uint64_t> body_u64(const nlohmann::json& body, const char* key) {
-  auto it = body.find(key);
-  if (it == body.end() || !it->is_number_unsigned()) {
-    return core::invalid_argument(std::string("'") + key + "' must be a non-negative integer");
-  }
-  return it->get<std::uint64_t>();
+Status u64_field(const json& body, std::string_view what, const char* key, std::uint64_t& out) {
+  return field::u64(body, what, key, out);
 }
 
-nlohmann::json topology_to_json(const Topology& t) {
+// An optional field's value, or null.
+const json& optional(const json& body, const char* key) {
+  static const json null;
+  auto it = body.find(key);
+  return it == body.end() ? null : *it;
+}
+
+// A list's size is checked before any element is read.
+Status list_field(const json& body, std::string_view what, const char* key, const Limits& lim,
+                  const json*& out) {
+  auto it = body.find(key);
+  if (it == body.end() || !it->is_array()) {
+    return core::invalid_argument(std::string(what) + ": '" + key + "' must be an array");
+  }
+  if (it->size() > lim.max_list) {
+    return core::invalid_argument(std::string(what) + ": '" + key + "' has more than " +
+                                  std::to_string(lim.max_list) + " entries");
+  }
+  out = &*it;
+  return {};
+}
+
+Status bool_list(const json& body, std::string_view what, const char* key, const Limits& lim,
+                 std::vector<bool>& out) {
+  const json* l = nullptr;
+  SLUICE_TRY(list_field(body, what, key, lim, l));
+  out.clear();
+  out.reserve(l->size());
+  for (const auto& b : *l) {
+    if (!b.is_boolean()) {
+      return core::invalid_argument(std::string(what) + ": '" + key +
+                                    "' must be an array of booleans");
+    }
+    out.push_back(b.get<bool>());
+  }
+  return {};
+}
+
+Status manifest_field(const json& body, std::string_view what, core::Manifest& out) {
+  auto it = body.find("manifest");
+  if (it == body.end())
+    return core::invalid_argument(std::string(what) + ": 'manifest' is missing");
+  SLUICE_ASSIGN_OR_RETURN(out, core::Manifest::from_json(*it));
+  return {};
+}
+
+Message with_body(const char* type, json body) {
+  Message m(type);
+  m.body = std::move(body);
+  return m;
+}
+
+json copy_body(const CopyRef& c) {
+  return {{"holder_id", c.holder_id}, {"model", c.model}, {"version", c.version}};
+}
+json pin_body(const PinRef& p) {
+  return {{"model", p.model}, {"version", p.version}, {"owner", p.owner}};
+}
+
+}  // namespace
+
+json topology_to_json(const Topology& t) {
   return {{"host", t.host}, {"rack", t.rack}, {"datacenter", t.datacenter}};
 }
 
-Result<Topology> topology_from_json(const nlohmann::json& j) {
+Result<Topology> topology_from_json(const json& j) {
   Topology t;
   if (j.is_null()) return t;
   if (!j.is_object()) return core::invalid_argument("'topology' must be an object");
@@ -43,122 +111,386 @@ Result<Topology> topology_from_json(const nlohmann::json& j) {
   return t;
 }
 
-core::Message encode_registration(const HolderRegistration& r) {
-  core::Message m("store.register");
+// ---- encoding
+
+Message encode(const PutManifest& m) {
+  return with_body("store.put_manifest", {{"manifest", m.manifest.to_json()}});
+}
+
+Message encode(const HolderRegistration& r) {
+  Message m("store.register");
   m.body["holder_id"] = r.holder_id;
   m.body["endpoint"] = r.endpoint;
   m.body["topology"] = topology_to_json(r.topology);
   m.body["manifest"] = r.manifest.to_json();
   if (!r.chunks.empty()) m.body["chunks"] = r.chunks;
+  if (r.again) m.body["again"] = true;
   m.blobs.push_back(r.descriptor);
   return m;
 }
 
-Result<HolderRegistration> decode_registration(const core::Message& m) {
-  HolderRegistration r;
-  SLUICE_ASSIGN_OR_RETURN(r.holder_id, body_string(m.body, "holder_id"));
-  SLUICE_ASSIGN_OR_RETURN(r.endpoint, body_string(m.body, "endpoint"));
-  SLUICE_ASSIGN_OR_RETURN(r.topology,
-                          topology_from_json(m.body.value("topology", nlohmann::json())));
-  if (!m.body.contains("manifest")) return core::invalid_argument("'manifest' is missing");
-  SLUICE_ASSIGN_OR_RETURN(r.manifest, core::Manifest::from_json(m.body["manifest"]));
-  if (auto c = m.body.find("chunks"); c != m.body.end()) {
-    if (!c->is_array()) return core::invalid_argument("'chunks' must be an array of booleans");
-    for (const auto& b : *c) {
-      if (!b.is_boolean()) return core::invalid_argument("'chunks' must be an array of booleans");
-      r.chunks.push_back(b.get<bool>());
-    }
-  }
-  if (m.blobs.size() != 1) return core::invalid_argument("expected one descriptor frame");
-  r.descriptor = m.blobs[0];
+Message encode(const AddChunks& m) {
+  return with_body("store.add_chunks", {{"holder_id", m.holder_id},
+                                        {"model", m.model},
+                                        {"version", m.version},
+                                        {"chunks", m.chunks}});
+}
+
+Message encode(const Heartbeat& m) {
+  return with_body("store.heartbeat", {{"holder_id", m.holder_id}});
+}
+Message encode(const Unpublish& m) {
+  return with_body("store.unpublish", copy_body(m));
+}
+Message encode(const DrainedQuery& m) {
+  return with_body("store.drained", copy_body(m));
+}
+Message encode(const LatestRequest& m) {
+  return with_body("store.latest", {{"model", m.model}});
+}
+Message encode(const PlanRequest& m) {
+  return with_body(
+      "store.plan",
+      {{"model", m.model}, {"version", m.version}, {"topology", topology_to_json(m.topology)}});
+}
+Message encode(const Renew& m) {
+  return with_body("store.renew", {{"lease_id", m.lease_id}});
+}
+Message encode(const Release& m) {
+  return with_body("store.release", {{"lease_id", m.lease_id}});
+}
+Message encode(const Pin& m) {
+  return with_body("store.pin", pin_body(m));
+}
+Message encode(const Unpin& m) {
+  return with_body("store.unpin", pin_body(m));
+}
+Message encode(const RetainedRequest& m) {
+  return with_body("store.retained", {{"model", m.model}});
+}
+Message encode(const JoinRelay& m) {
+  return with_body("store.join_relay",
+                   {{"relay_id", m.relay_id}, {"topology", topology_to_json(m.topology)}});
+}
+Message encode(const ChainSourceRequest& m) {
+  return with_body("store.chain_source", {{"model", m.model},
+                                          {"version", m.version},
+                                          {"relay_id", m.relay_id},
+                                          {"exclude", m.exclude}});
+}
+Message encode(const CopiesRequest& m) {
+  return with_body("store.copies", {{"model", m.model}, {"version", m.version}});
+}
+Message encode(const HoldersRequest& m) {
+  return with_body("store.holders", {{"model", m.model}, {"version", m.version}});
+}
+
+Message encode_ok() {
+  return Message("store.ok");
+}
+Message encode(const Committed& m) {
+  return with_body("store.ok", {{"committed", m.committed}});
+}
+Message encode(const Drained& m) {
+  return with_body("store.drained", {{"drained", m.drained}});
+}
+Message encode(const Latest& m) {
+  return with_body("store.latest", {{"version", m.version}});
+}
+Message encode(const Retained& m) {
+  return with_body("store.retained", {{"versions", m.versions}});
+}
+Message encode(const ChainSource& m) {
+  Message r =
+      with_body("store.chain_source",
+                {{"holder_id", m.holder_id}, {"endpoint", m.endpoint}, {"chunks", m.chunks}});
+  r.blobs.push_back(m.descriptor);
   return r;
 }
-
-core::Message encode_holders(const std::vector<HolderState>& holders) {
-  core::Message m("store.holders");
-  m.body["holders"] = nlohmann::json::array();
-  for (const auto& h : holders) {
-    m.body["holders"].push_back({{"holder_id", h.holder_id},
-                                 {"chunks", h.chunks},
-                                 {"complete", h.complete},
-                                 {"unpublished", h.unpublished},
-                                 {"relay", h.relay}});
-  }
-  return m;
+Message encode(const Copies& m) {
+  json c = json::object();
+  for (const auto& [id, n] : m.chunks)
+    c[id] = n;
+  return with_body("store.copies", {{"copies", std::move(c)}});
 }
-
-Result<std::vector<HolderState>> decode_holders(const core::Message& m) {
-  auto hs = m.body.find("holders");
-  if (hs == m.body.end() || !hs->is_array()) {
-    return core::protocol_error("holders reply without a 'holders' array");
+Message encode(const Holders& m) {
+  json hs = json::array();
+  for (const auto& h : m.holders) {
+    hs.push_back({{"holder_id", h.holder_id},
+                  {"chunks", h.chunks},
+                  {"complete", h.complete},
+                  {"unpublished", h.unpublished},
+                  {"relay", h.relay}});
   }
-  std::vector<HolderState> out;
-  for (const auto& j : *hs) {
-    if (!j.is_object()) return core::protocol_error("a holder in the reply is not an object");
-    HolderState h;
-    SLUICE_ASSIGN_OR_RETURN(h.holder_id, body_string(j, "holder_id"));
-    SLUICE_ASSIGN_OR_RETURN(h.chunks, body_u64(j, "chunks"));
-    for (auto [key, field] :
-         {std::pair{"complete", &h.complete}, std::pair{"unpublished", &h.unpublished},
-          std::pair{"relay", &h.relay}}) {
-      auto it = j.find(key);
-      if (it == j.end() || !it->is_boolean()) {
-        return core::protocol_error(std::string("holder '") + h.holder_id + "': '" + key +
-                                    "' must be a boolean");
-      }
-      *field = it->get<bool>();
-    }
-    out.push_back(std::move(h));
-  }
-  return out;
+  return with_body("store.holders", {{"holders", std::move(hs)}});
 }
-
-core::Message encode_plan(const ReadPlan& p) {
-  core::Message m("store.plan");
+Message encode(const ReadPlan& p) {
+  Message m("store.plan");
   m.body["manifest"] = p.manifest.to_json();
   m.body["lease_id"] = p.lease_id;
-  m.body["holders"] = nlohmann::json::array();
+  m.body["holders"] = json::array();
   for (const auto& h : p.holders) {
     m.body["holders"].push_back(
         {{"holder_id", h.holder_id}, {"endpoint", h.endpoint}, {"distance", h.distance}});
     m.blobs.push_back(h.descriptor);
   }
-  m.body["chunks"] = nlohmann::json::array();
+  m.body["chunks"] = json::array();
   for (const auto& c : p.chunks)
     m.body["chunks"].push_back(c.holders);
   return m;
 }
 
-Result<ReadPlan> decode_plan(const core::Message& m) {
+// ---- decoding requests
+
+Result<PutManifest> decode_put_manifest(const Message& m, const Limits&) {
+  PutManifest r;
+  SLUICE_TRY(manifest_field(m.body, "store.put_manifest", r.manifest));
+  return r;
+}
+
+Result<HolderRegistration> decode_registration(const Message& m, const Limits& lim) {
+  constexpr std::string_view what = "store.register";
+  HolderRegistration r;
+  SLUICE_TRY(id_field(m.body, what, "holder_id", lim, r.holder_id));
+  SLUICE_TRY(field::string(m.body, what, "endpoint", r.endpoint));
+  SLUICE_ASSIGN_OR_RETURN(r.topology, topology_from_json(optional(m.body, "topology")));
+  SLUICE_TRY(manifest_field(m.body, what, r.manifest));
+  if (m.body.contains("chunks")) SLUICE_TRY(bool_list(m.body, what, "chunks", lim, r.chunks));
+  if (m.body.contains("again")) SLUICE_TRY(field::boolean(m.body, what, "again", r.again));
+  if (m.blobs.size() != 1) return core::invalid_argument("store.register: expected one descriptor");
+  r.descriptor = m.blobs[0];
+  return r;
+}
+
+Result<AddChunks> decode_add_chunks(const Message& m, const Limits& lim) {
+  constexpr std::string_view what = "store.add_chunks";
+  AddChunks r;
+  SLUICE_TRY(id_field(m.body, what, "holder_id", lim, r.holder_id));
+  SLUICE_TRY(id_field(m.body, what, "model", lim, r.model));
+  SLUICE_TRY(u64_field(m.body, what, "version", r.version));
+  const json* l = nullptr;
+  SLUICE_TRY(list_field(m.body, what, "chunks", lim, l));
+  r.chunks.reserve(l->size());
+  for (const auto& i : *l) {
+    if (!i.is_number_unsigned() || i.get<std::uint64_t>() > UINT32_MAX) {
+      return core::invalid_argument("store.add_chunks: 'chunks' must hold chunk indices");
+    }
+    r.chunks.push_back(static_cast<std::uint32_t>(i.get<std::uint64_t>()));
+  }
+  return r;
+}
+
+Result<Heartbeat> decode_heartbeat(const Message& m, const Limits& lim) {
+  Heartbeat r;
+  SLUICE_TRY(id_field(m.body, "store.heartbeat", "holder_id", lim, r.holder_id));
+  return r;
+}
+
+Result<CopyRef> decode_copy_ref(const Message& m, const Limits& lim) {
+  CopyRef r;
+  SLUICE_TRY(id_field(m.body, m.type, "holder_id", lim, r.holder_id));
+  SLUICE_TRY(id_field(m.body, m.type, "model", lim, r.model));
+  SLUICE_TRY(u64_field(m.body, m.type, "version", r.version));
+  return r;
+}
+
+Result<LatestRequest> decode_latest_request(const Message& m, const Limits& lim) {
+  LatestRequest r;
+  SLUICE_TRY(id_field(m.body, "store.latest", "model", lim, r.model));
+  return r;
+}
+
+Result<PlanRequest> decode_plan_request(const Message& m, const Limits& lim) {
+  constexpr std::string_view what = "store.plan";
+  PlanRequest r;
+  SLUICE_TRY(id_field(m.body, what, "model", lim, r.model));
+  if (m.body.contains("version")) SLUICE_TRY(u64_field(m.body, what, "version", r.version));
+  SLUICE_ASSIGN_OR_RETURN(r.topology, topology_from_json(optional(m.body, "topology")));
+  return r;
+}
+
+Result<LeaseRef> decode_lease_ref(const Message& m) {
+  LeaseRef r;
+  SLUICE_TRY(u64_field(m.body, m.type, "lease_id", r.lease_id));
+  return r;
+}
+
+Result<PinRef> decode_pin_ref(const Message& m, const Limits& lim) {
+  PinRef r;
+  SLUICE_TRY(id_field(m.body, m.type, "model", lim, r.model));
+  SLUICE_TRY(u64_field(m.body, m.type, "version", r.version));
+  SLUICE_TRY(id_field(m.body, m.type, "owner", lim, r.owner));
+  return r;
+}
+
+Result<RetainedRequest> decode_retained_request(const Message& m, const Limits& lim) {
+  RetainedRequest r;
+  SLUICE_TRY(id_field(m.body, "store.retained", "model", lim, r.model));
+  return r;
+}
+
+Result<JoinRelay> decode_join_relay(const Message& m, const Limits& lim) {
+  JoinRelay r;
+  SLUICE_TRY(id_field(m.body, "store.join_relay", "relay_id", lim, r.relay_id));
+  SLUICE_ASSIGN_OR_RETURN(r.topology, topology_from_json(optional(m.body, "topology")));
+  return r;
+}
+
+Result<ChainSourceRequest> decode_chain_source_request(const Message& m, const Limits& lim) {
+  constexpr std::string_view what = "store.chain_source";
+  ChainSourceRequest r;
+  SLUICE_TRY(id_field(m.body, what, "model", lim, r.model));
+  SLUICE_TRY(u64_field(m.body, what, "version", r.version));
+  SLUICE_TRY(id_field(m.body, what, "relay_id", lim, r.relay_id));
+  if (m.body.contains("exclude")) {
+    const json* l = nullptr;
+    SLUICE_TRY(list_field(m.body, what, "exclude", lim, l));
+    for (const auto& x : *l) {
+      if (!x.is_string() || x.get_ref<const std::string&>().size() > lim.max_id_bytes) {
+        return core::invalid_argument("store.chain_source: 'exclude' must hold holder ids");
+      }
+      r.exclude.insert(x.get<std::string>());
+    }
+  }
+  return r;
+}
+
+Result<VersionRef> decode_version_ref(const Message& m, const Limits& lim) {
+  VersionRef r;
+  SLUICE_TRY(id_field(m.body, m.type, "model", lim, r.model));
+  SLUICE_TRY(u64_field(m.body, m.type, "version", r.version));
+  return r;
+}
+
+// ---- decoding replies (a malformed reply is a protocol error, not the caller's mistake)
+
+namespace {
+Status reply_error(const Status& s) {
+  return core::protocol_error(s.message());
+}
+}  // namespace
+
+Result<Committed> decode_committed(const Message& m) {
+  Committed r;
+  if (Status s = field::boolean(m.body, "store reply", "committed", r.committed); !s.is_ok())
+    return reply_error(s);
+  return r;
+}
+
+Result<Drained> decode_drained(const Message& m) {
+  Drained r;
+  if (Status s = field::boolean(m.body, "store.drained reply", "drained", r.drained); !s.is_ok())
+    return reply_error(s);
+  return r;
+}
+
+Result<Latest> decode_latest(const Message& m) {
+  Latest r;
+  if (Status s = u64_field(m.body, "store.latest reply", "version", r.version); !s.is_ok())
+    return reply_error(s);
+  return r;
+}
+
+Result<Retained> decode_retained(const Message& m, const Limits& lim) {
+  const json* l = nullptr;
+  if (Status s = list_field(m.body, "store.retained reply", "versions", lim, l); !s.is_ok())
+    return reply_error(s);
+  Retained r;
+  for (const auto& v : *l) {
+    if (!v.is_number_unsigned())
+      return core::protocol_error("store.retained reply: 'versions' must hold versions");
+    r.versions.push_back(v.get<std::uint64_t>());
+  }
+  return r;
+}
+
+Result<ChainSource> decode_chain_source(const Message& m, const Limits& lim) {
+  constexpr std::string_view what = "store.chain_source reply";
+  ChainSource r;
+  Status s = id_field(m.body, what, "holder_id", lim, r.holder_id);
+  if (s.is_ok()) s = field::string(m.body, what, "endpoint", r.endpoint);
+  if (s.is_ok()) s = bool_list(m.body, what, "chunks", lim, r.chunks);
+  if (!s.is_ok()) return reply_error(s);
+  if (m.blobs.size() != 1) return core::protocol_error("store.chain_source reply: no descriptor");
+  r.descriptor = m.blobs[0];
+  return r;
+}
+
+Result<Copies> decode_copies(const Message& m, const Limits& lim) {
+  auto it = m.body.find("copies");
+  if (it == m.body.end() || !it->is_object() || it->size() > lim.max_list) {
+    return core::protocol_error("store.copies reply: 'copies' must be an object");
+  }
+  Copies r;
+  for (auto c = it->begin(); c != it->end(); ++c) {
+    if (!c->is_number_unsigned())
+      return core::protocol_error("store.copies reply: a count is not a non-negative integer");
+    r.chunks[c.key()] = c->get<std::uint64_t>();
+  }
+  return r;
+}
+
+Result<Holders> decode_holders(const Message& m, const Limits& lim) {
+  constexpr std::string_view what = "store.holders reply";
+  const json* hs = nullptr;
+  if (Status s = list_field(m.body, what, "holders", lim, hs); !s.is_ok()) return reply_error(s);
+  Holders out;
+  for (const auto& j : *hs) {
+    if (!j.is_object())
+      return core::protocol_error("store.holders reply: a holder is not an object");
+    HolderState h;
+    std::uint64_t chunks = 0;
+    Status s = id_field(j, what, "holder_id", lim, h.holder_id);
+    if (s.is_ok()) s = u64_field(j, what, "chunks", chunks);
+    if (s.is_ok()) s = field::boolean(j, what, "complete", h.complete);
+    if (s.is_ok()) s = field::boolean(j, what, "unpublished", h.unpublished);
+    if (s.is_ok()) s = field::boolean(j, what, "relay", h.relay);
+    if (!s.is_ok()) return reply_error(s);
+    h.chunks = static_cast<std::size_t>(chunks);
+    out.holders.push_back(std::move(h));
+  }
+  return out;
+}
+
+Result<ReadPlan> decode_plan(const Message& m, const Limits& lim) {
+  constexpr std::string_view what = "store.plan reply";
   ReadPlan p;
   if (!m.body.contains("manifest")) return core::protocol_error("plan without a manifest");
   SLUICE_ASSIGN_OR_RETURN(p.manifest, core::Manifest::from_json(m.body["manifest"]));
-  SLUICE_ASSIGN_OR_RETURN(p.lease_id, body_u64(m.body, "lease_id"));
-  const auto& hs = m.body.value("holders", nlohmann::json::array());
-  if (!hs.is_array() || hs.size() != m.blobs.size()) {
+  if (Status s = u64_field(m.body, what, "lease_id", p.lease_id); !s.is_ok()) return reply_error(s);
+  const json* hs = nullptr;
+  if (Status s = list_field(m.body, what, "holders", lim, hs); !s.is_ok()) return reply_error(s);
+  if (hs->size() != m.blobs.size()) {
     return core::protocol_error("plan holders and descriptor frames do not match");
   }
-  for (std::size_t i = 0; i < hs.size(); ++i) {
+  for (std::size_t i = 0; i < hs->size(); ++i) {
+    const json& hj = (*hs)[i];
     ReadPlan::Holder h;
-    SLUICE_ASSIGN_OR_RETURN(h.holder_id, body_string(hs[i], "holder_id"));
-    SLUICE_ASSIGN_OR_RETURN(h.endpoint, body_string(hs[i], "endpoint"));
-    h.distance = hs[i].value("distance", 3);
+    std::uint64_t distance = 3;
+    Status s = hj.is_object() ? Status() : core::protocol_error("a plan holder is not an object");
+    if (s.is_ok()) s = id_field(hj, what, "holder_id", lim, h.holder_id);
+    if (s.is_ok()) s = field::string(hj, what, "endpoint", h.endpoint);
+    if (s.is_ok() && hj.contains("distance")) s = u64_field(hj, what, "distance", distance);
+    if (!s.is_ok()) return reply_error(s);
+    h.distance = static_cast<int>(std::min<std::uint64_t>(distance, 3));
     h.descriptor = m.blobs[i];
     p.holders.push_back(std::move(h));
   }
-  const auto& cs = m.body.value("chunks", nlohmann::json::array());
-  if (!cs.is_array() || cs.size() != p.manifest.chunk_count()) {
-    return core::protocol_error("plan has sources for " + std::to_string(cs.size()) + " of " +
+  const json* cs = nullptr;
+  if (Status s = list_field(m.body, what, "chunks", lim, cs); !s.is_ok()) return reply_error(s);
+  if (cs->size() != p.manifest.chunk_count()) {
+    return core::protocol_error("plan has sources for " + std::to_string(cs->size()) + " of " +
                                 std::to_string(p.manifest.chunk_count()) + " chunks");
   }
-  for (const auto& c : cs) {
+  for (const auto& c : *cs) {
     ChunkSources src;
-    if (!c.is_array() || c.empty()) return core::protocol_error("a chunk has no sources");
+    if (!c.is_array() || c.empty() || c.size() > p.holders.size())
+      return core::protocol_error("a chunk has no sources");
     for (const auto& i : c) {
       if (!i.is_number_unsigned() || i.get<std::uint64_t>() >= p.holders.size()) {
         return core::protocol_error("a chunk names a holder that is not in the plan");
       }
-      src.holders.push_back(i.get<std::uint32_t>());
+      src.holders.push_back(static_cast<std::uint32_t>(i.get<std::uint64_t>()));
     }
     p.chunks.push_back(std::move(src));
   }

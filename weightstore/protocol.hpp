@@ -1,49 +1,190 @@
-// The weight store's control messages, as JSON bodies on the core messaging layer. Shared by
-// the service and its client so that both sides encode and decode the same way.
+// The weight store's control messages, as typed structs over JSON bodies on the core messaging
+// layer. Encoded and decoded here only: the service, its client (StoreClient) and every holder
+// share these, and no other file builds a store message by hand.
 //
-// Message types (requests, each answered with a reply or an error reply):
-//   store.put_manifest  {manifest}
-//   store.register      {holder_id, endpoint, topology, manifest, chunks?} + blob: descriptor
-//   store.add_chunks    {holder_id, model, version, chunks: [i...]}
-//   store.heartbeat     {holder_id}
-//   store.unpublish     {holder_id, model, version}         -> {drained}
-//   store.drained       {holder_id, model, version}         -> {drained}
-//   store.latest        {model}                             -> {version}
-//   store.plan          {model, version (0: latest), topology}
-//                       -> {manifest, lease_id, holders: [{holder_id, endpoint, distance}],
-//                           chunks: [[holder index...]...]} + one blob per holder: descriptor
-//   store.renew / store.release  {lease_id}
-//   store.pin / store.unpin      {model, version, owner}
-//   store.retained      {model}                             -> {versions: [...]}
-//   store.holders       {model, version}
-//                       -> {holders: [{holder_id, chunks, complete, unpublished, relay}]}
-//                          (no lease: a publisher asks it to learn a relay holds its version)
+//   store.put_manifest  PutManifest                 -> ok
+//   store.register      HolderRegistration + blob   -> Committed
+//   store.add_chunks    AddChunks                   -> Committed
+//   store.heartbeat     Heartbeat                   -> ok (not_found: register again)
+//   store.unpublish     Unpublish                   -> Drained
+//   store.drained       DrainedQuery                -> Drained (not_found: unknown, never drained)
+//   store.latest        LatestRequest               -> Latest
+//   store.plan          PlanRequest                 -> ReadPlan (+ one descriptor blob per holder)
+//   store.renew         Renew                       -> ok
+//   store.release       Release                     -> ok
+//   store.pin / unpin   Pin / Unpin                 -> ok
+//   store.retained      RetainedRequest             -> Retained
+//   store.join_relay    JoinRelay                   -> ok
+//   store.chain_source  ChainSourceRequest          -> ChainSource (+ its descriptor blob)
+//   store.copies        CopiesRequest               -> Copies
+//   store.holders       HoldersRequest              -> Holders (no lease: a publisher asks it to
+//                                                      learn that a relay holds its version)
+//
+// Decoding checks everything before anything is used: required fields and their types, id
+// lengths, list sizes (before their elements are read), chunk indices within 32 bits. A message
+// that fails gets an error naming the field and changes nothing.
 //
 // Thread safety: pure functions.
 #pragma once
 
 #include <nlohmann/json.hpp>
 
+#include <cstdint>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
 #include "core/messaging.hpp"
 #include "weightstore/store.hpp"
 
 namespace sluice::weightstore {
 
+struct StoreDecodeLimits {
+  std::size_t max_id_bytes = 256;  // a holder, relay, model or pin owner id
+  std::size_t max_list = 1 << 20;  // entries in any list (chunks, holders, exclusions)
+};
+
+// Requests.
+struct PutManifest {
+  core::Manifest manifest;
+};
+struct AddChunks {
+  std::string holder_id;
+  std::string model;
+  std::uint64_t version = 0;
+  std::vector<std::uint32_t> chunks;
+};
+struct Heartbeat {
+  std::string holder_id;
+};
+// One holder's copy of one version: what unpublish and drained? name.
+struct CopyRef {
+  std::string holder_id;
+  std::string model;
+  std::uint64_t version = 0;
+};
+struct Unpublish : CopyRef {};
+struct DrainedQuery : CopyRef {};
+struct LatestRequest {
+  std::string model;
+};
+struct PlanRequest {
+  std::string model;
+  std::uint64_t version = 0;  // 0: the latest committed
+  Topology topology;
+};
+struct LeaseRef {
+  std::uint64_t lease_id = 0;
+};
+struct Renew : LeaseRef {};
+struct Release : LeaseRef {};
+struct PinRef {
+  std::string model;
+  std::uint64_t version = 0;
+  std::string owner;
+};
+struct Pin : PinRef {};
+struct Unpin : PinRef {};
+struct RetainedRequest {
+  std::string model;
+};
+struct JoinRelay {
+  std::string relay_id;
+  Topology topology;
+};
+struct ChainSourceRequest {
+  std::string model;
+  std::uint64_t version = 0;
+  std::string relay_id;
+  std::set<std::string> exclude;  // holders that just failed this relay
+};
+struct VersionRef {
+  std::string model;
+  std::uint64_t version = 0;
+};
+struct CopiesRequest : VersionRef {};
+struct HoldersRequest : VersionRef {};
+
+// Replies.
+struct Committed {
+  bool committed = false;  // the version is committed after this request
+};
+struct Drained {
+  bool drained = false;  // the copy may be freed
+};
+struct Latest {
+  std::uint64_t version = 0;
+};
+struct Retained {
+  std::vector<std::uint64_t> versions;
+};
+using ChainSource = WeightStore::CopyInfo;  // its descriptor travels as the one blob
+struct Copies {
+  std::map<std::string, std::uint64_t> chunks;  // holder id -> verified chunks
+};
+struct Holders {
+  std::vector<HolderState> holders;
+};
+
 nlohmann::json topology_to_json(const Topology& t);
 core::Result<Topology> topology_from_json(const nlohmann::json& j);
 
-core::Message encode_registration(const HolderRegistration& r);
-core::Result<HolderRegistration> decode_registration(const core::Message& m);
+core::Message encode(const PutManifest& m);
+core::Message encode(const HolderRegistration& m);
+core::Message encode(const AddChunks& m);
+core::Message encode(const Heartbeat& m);
+core::Message encode(const Unpublish& m);
+core::Message encode(const DrainedQuery& m);
+core::Message encode(const LatestRequest& m);
+core::Message encode(const PlanRequest& m);
+core::Message encode(const Renew& m);
+core::Message encode(const Release& m);
+core::Message encode(const Pin& m);
+core::Message encode(const Unpin& m);
+core::Message encode(const RetainedRequest& m);
+core::Message encode(const JoinRelay& m);
+core::Message encode(const ChainSourceRequest& m);
+core::Message encode(const CopiesRequest& m);
+core::Message encode(const HoldersRequest& m);
+// The empty reply to a request that only succeeds or fails.
+core::Message encode_ok();
+core::Message encode(const Committed& m);
+core::Message encode(const Drained& m);
+core::Message encode(const Latest& m);
+core::Message encode(const Retained& m);
+core::Message encode(const ChainSource& m);
+core::Message encode(const Copies& m);
+core::Message encode(const Holders& m);
+core::Message encode(const ReadPlan& m);
 
-// The reply to store.holders, and its checked reading.
-core::Message encode_holders(const std::vector<HolderState>& holders);
-core::Result<std::vector<HolderState>> decode_holders(const core::Message& m);
+// Requests, as the service reads them (the envelope's type picks the decoder).
+using Limits = StoreDecodeLimits;
+core::Result<PutManifest> decode_put_manifest(const core::Message& m, const Limits& lim = {});
+core::Result<HolderRegistration> decode_registration(const core::Message& m,
+                                                     const Limits& lim = {});
+core::Result<AddChunks> decode_add_chunks(const core::Message& m, const Limits& lim = {});
+core::Result<Heartbeat> decode_heartbeat(const core::Message& m, const Limits& lim = {});
+core::Result<CopyRef> decode_copy_ref(const core::Message& m, const Limits& lim = {});
+core::Result<LatestRequest> decode_latest_request(const core::Message& m, const Limits& lim = {});
+core::Result<PlanRequest> decode_plan_request(const core::Message& m, const Limits& lim = {});
+core::Result<LeaseRef> decode_lease_ref(const core::Message& m);
+core::Result<PinRef> decode_pin_ref(const core::Message& m, const Limits& lim = {});
+core::Result<RetainedRequest> decode_retained_request(const core::Message& m,
+                                                      const Limits& lim = {});
+core::Result<JoinRelay> decode_join_relay(const core::Message& m, const Limits& lim = {});
+core::Result<ChainSourceRequest> decode_chain_source_request(const core::Message& m,
+                                                             const Limits& lim = {});
+core::Result<VersionRef> decode_version_ref(const core::Message& m, const Limits& lim = {});
 
-core::Message encode_plan(const ReadPlan& p);
-core::Result<ReadPlan> decode_plan(const core::Message& m);
-
-// Reads a required field of a request body with a clear error naming it.
-core::Result<std::string> body_string(const nlohmann::json& body, const char* key);
-core::Result<std::uint64_t> body_u64(const nlohmann::json& body, const char* key);
+// Replies, as clients read them.
+core::Result<Committed> decode_committed(const core::Message& m);
+core::Result<Drained> decode_drained(const core::Message& m);
+core::Result<Latest> decode_latest(const core::Message& m);
+core::Result<Retained> decode_retained(const core::Message& m, const Limits& lim = {});
+core::Result<ChainSource> decode_chain_source(const core::Message& m, const Limits& lim = {});
+core::Result<Copies> decode_copies(const core::Message& m, const Limits& lim = {});
+core::Result<Holders> decode_holders(const core::Message& m, const Limits& lim = {});
+core::Result<ReadPlan> decode_plan(const core::Message& m, const Limits& lim = {});
 
 }  // namespace sluice::weightstore

@@ -50,11 +50,8 @@ Reader::~Reader() {
     // this copy, and readers still on it fail over to another source when its memory goes.
     log::warn("{}: destroyed without close(); {} unpublished without waiting for its readers",
               name(), vname(options_.model, current_->manifest.version));
-    Message un("store.unpublish");
-    un.body = {{"holder_id", options_.holder_id},
-               {"model", options_.model},
-               {"version", current_->manifest.version}};
-    store_->raw().request(std::move(un), options_.request_timeout, [](Result<Message>) {});
+    store_->unpublish_async({options_.holder_id, options_.model, current_->manifest.version},
+                            options_.request_timeout);
   }
   if (!retiring_.empty()) {
     log::warn("{}: destroyed without close(); {} retiring copies freed before they drained", name(),
@@ -102,18 +99,13 @@ void Reader::pull_latest(Done done) {
   if (busy_) return;  // joins the pull in flight
   busy_ = true;
   std::weak_ptr<bool> alive = alive_;
-  Message req("store.latest");
-  req.body["model"] = options_.model;
-  store_->raw().request(
-      std::move(req), options_.request_timeout, [this, alive](Result<Message> reply) {
+  store_->latest_async(
+      options_.model, options_.request_timeout, [this, alive](Result<Latest> reply) {
         if (alive.expired()) return;
         if (!reply.is_ok()) {
           return finish(reply.status().with_context(name() + ": latest " + options_.model));
         }
-        auto latest = body_u64(reply->body, "version");
-        if (!latest.is_ok()) {
-          return finish(latest.status().with_context(name() + ": latest"));
-        }
+        const std::uint64_t* latest = &reply->version;
         // Nothing newer than what is here already: no bytes to move.
         if (*latest <= newest_held()) return finish(newest_held());
         bool local_only = false;
@@ -195,7 +187,8 @@ void Reader::fetch(std::uint64_t version, bool local_only) {
         }
         finish(got);
       },
-      local_only ? std::function<bool(ReadPlan&)>(keep_same_host_sources) : nullptr);
+      local_only ? std::function<bool(ReadPlan&)>(keep_same_host_sources) : nullptr,
+      options_.lease_renew);
 }
 
 void Reader::finish(Result<std::uint64_t> result) {
@@ -223,9 +216,10 @@ Result<std::uint64_t> Reader::swap() {
   return v;
 }
 
-void Reader::register_current() {
+void Reader::register_current(bool again) {
   if (!options_.serve || !current_) return;
   HolderRegistration r;
+  r.again = again;
   r.holder_id = options_.holder_id;
   r.endpoint = options_.endpoint;
   r.descriptor = current_->buffer->descriptor().encode();
@@ -234,46 +228,43 @@ void Reader::register_current() {
   std::uint64_t v = r.manifest.version;
   registering_ = v;
   std::weak_ptr<bool> alive = alive_;
-  store_->raw().request(encode_registration(r), options_.request_timeout,
-                        [this, alive, v](Result<Message> reply) {
-                          if (alive.expired()) return;
-                          if (registering_ == v) registering_ = 0;
-                          if (current_version() != v) return;  // swapped again meanwhile
-                          if (!reply.is_ok()) {
-                            // heartbeat() tries again.
-                            log::warn("{}: registering {} as a holder: {}", name(),
-                                      vname(options_.model, v), reply.status().to_string());
-                            return;
-                          }
-                          serving_ = true;
-                          log::debug("{}: serves {}", name(), vname(options_.model, v));
-                        });
+  store_->register_async(r, options_.request_timeout, [this, alive, v](Result<Committed> reply) {
+    if (alive.expired()) return;
+    if (registering_ == v) registering_ = 0;
+    if (current_version() != v) return;  // swapped again meanwhile
+    if (!reply.is_ok()) {
+      // heartbeat() tries again.
+      log::warn("{}: registering {} as a holder: {}", name(), vname(options_.model, v),
+                reply.status().to_string());
+      return;
+    }
+    serving_ = true;
+    log::debug("{}: serves {}", name(), vname(options_.model, v));
+  });
 }
 
 void Reader::heartbeat() {
   if (!options_.serve) return;
   if (current_ && !serving_ && registering_ == 0) register_current();  // an earlier one failed
   std::weak_ptr<bool> alive = alive_;
-  Message req("store.heartbeat");
-  req.body["holder_id"] = options_.holder_id;
-  store_->raw().request(std::move(req), options_.request_timeout,
-                        [this, alive](Result<Message> reply) {
-                          if (alive.expired() || reply.is_ok()) return;
-                          if (reply.status().code() != core::Code::kNotFound) {
-                            log::warn("{}: heartbeat: {}", name(), reply.status().to_string());
-                            return;
-                          }
-                          // The store restarted (or expired this holder): its state is soft,
-                          // so the holder brings back what it serves.
-                          if (current_ && registering_ == 0) {
-                            log::info(
-                                "{}: the store does not know this holder; registering {} "
-                                "again",
-                                name(), vname(options_.model, current_->manifest.version));
-                            serving_ = false;
-                            register_current();
-                          }
-                        });
+  store_->heartbeat_async(options_.holder_id, options_.request_timeout,
+                          [this, alive](Status reply) {
+                            if (alive.expired() || reply.is_ok()) return;
+                            if (reply.code() != core::Code::kNotFound) {
+                              log::warn("{}: heartbeat: {}", name(), reply.to_string());
+                              return;
+                            }
+                            // The store restarted (or expired this holder): its state is soft,
+                            // so the holder brings back what it serves.
+                            if (current_ && registering_ == 0) {
+                              log::info(
+                                  "{}: the store does not know this holder; registering {} "
+                                  "again",
+                                  name(), vname(options_.model, current_->manifest.version));
+                              serving_ = false;
+                              register_current(/*again=*/true);
+                            }
+                          });
 }
 
 void Reader::retire(Held old) {
@@ -283,13 +274,11 @@ void Reader::retire(Held old) {
   // A request, not a blocking call: swap() may run inside a loop callback. The store's reply
   // says whether the copy has drained already; if not, the drain timer asks again.
   std::weak_ptr<bool> alive = alive_;
-  Message un("store.unpublish");
-  un.body = {{"holder_id", options_.holder_id}, {"model", options_.model}, {"version", v}};
-  store_->raw().request(std::move(un), options_.request_timeout,
-                        [this, alive, v](Result<Message> reply) {
-                          if (alive.expired()) return;
-                          drain_reply(v, reply);
-                        });
+  store_->unpublish_async({options_.holder_id, options_.model, v}, options_.request_timeout,
+                          [this, alive, v](Result<Drained> reply) {
+                            if (alive.expired()) return;
+                            drain_reply(v, reply);
+                          });
   if (!drain_timer_) {
     drain_timer_ = loop_->every(options_.drain_check, [this] { check_retiring(); });
   }
@@ -302,17 +291,15 @@ void Reader::check_retiring() {
     if (r.asking) continue;
     r.asking = true;
     std::uint64_t v = r.held.manifest.version;
-    Message req("store.drained");
-    req.body = {{"holder_id", options_.holder_id}, {"model", options_.model}, {"version", v}};
-    store_->raw().request(std::move(req), options_.request_timeout,
-                          [this, alive, v](Result<Message> reply) {
+    store_->drained_async({options_.holder_id, options_.model, v}, options_.request_timeout,
+                          [this, alive, v](Result<Drained> reply) {
                             if (alive.expired()) return;
                             drain_reply(v, reply);
                           });
   }
 }
 
-void Reader::drain_reply(std::uint64_t version, const Result<Message>& reply) {
+void Reader::drain_reply(std::uint64_t version, const Result<Drained>& reply) {
   auto it = std::find_if(retiring_.begin(), retiring_.end(), [version](const Retiring& r) {
     return r.held.manifest.version == version && r.asking;
   });
@@ -320,7 +307,7 @@ void Reader::drain_reply(std::uint64_t version, const Result<Message>& reply) {
   it->asking = false;
   // An error (the store restarted and forgot this holder, or cannot be reached) is not a drain:
   // leases taken before may still be out, so the copy waits, up to drain_timeout.
-  if (reply.is_ok() && reply->body.value("drained", false)) {
+  if (reply.is_ok() && reply->drained) {
     return free_retiring(it, true, "drained");
   }
   if (Clock::now() - it->since > options_.drain_timeout) {

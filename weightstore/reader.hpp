@@ -48,6 +48,8 @@ struct ReaderOptions {
   // from any holder. Many readers of one host that each read a new version from the trainer's
   // host would each take a copy across the same links (0: read from the nearest at once).
   Millis local_wait{0};
+  // How often a pull renews its lease while it reads (well under the store's lease_ttl).
+  Millis lease_renew{3000};
 };
 
 class Reader {
@@ -139,11 +141,12 @@ class Reader {
   // held (the next pull_latest() asks again).
   void fetch(std::uint64_t version, bool local_only = false);
   void finish(core::Result<std::uint64_t> result);
-  void register_current();
+  // `again`: the store forgot this holder (it restarted); see HolderRegistration::again.
+  void register_current(bool again = false);
   void retire(Held old);
   void check_retiring();
   // Handles an unpublish or drained? reply for the retiring copy of `version`.
-  void drain_reply(std::uint64_t version, const core::Result<core::Message>& reply);
+  void drain_reply(std::uint64_t version, const core::Result<Drained>& reply);
   void free_retiring(std::vector<Retiring>::iterator it, bool confirmed, const std::string& why);
 
   core::EventLoop* loop_ = nullptr;

@@ -35,9 +35,6 @@ StoreConfig store_config(const ServiceConfig& c) {
   s.fanout = c.fanout;
   return s;
 }
-Message ok_reply(const char* type) {
-  return Message(type);
-}
 }  // namespace
 
 StoreService::StoreService(core::EventLoop& loop, const ServiceConfig& config)
@@ -74,141 +71,99 @@ void StoreService::install_handlers() {
   WeightStore& st = store_;
 
   srv.on_sync("store.put_manifest", [&st](const Message& req) -> Result<Message> {
-    if (!req.body.contains("manifest")) return core::invalid_argument("'manifest' is missing");
-    SLUICE_ASSIGN_OR_RETURN(auto m, core::Manifest::from_json(req.body["manifest"]));
+    SLUICE_ASSIGN_OR_RETURN(auto r, decode_put_manifest(req));
+    const core::Manifest& m = r.manifest;
     SLUICE_TRY(st.put_manifest(m));
     log::info("weightstore: manifest {}@{} ({} bytes, {} chunks)", m.model, m.version,
               m.total_bytes, m.chunk_count());
-    return ok_reply("store.ok");
+    return encode_ok();
   });
   srv.on_sync("store.register", [&st](const Message& req) -> Result<Message> {
     SLUICE_ASSIGN_OR_RETURN(auto r, decode_registration(req));
     bool was = st.committed(r.manifest.model, r.manifest.version);
     SLUICE_TRY(st.register_holder(r, Clock::now()));
-    if (!was && st.committed(r.manifest.model, r.manifest.version)) {
+    bool now = st.committed(r.manifest.model, r.manifest.version);
+    if (!was && now) {
       log::info("weightstore: {}@{} committed (holder {})", r.manifest.model, r.manifest.version,
                 r.holder_id);
     }
-    Message reply("store.ok");
-    reply.body["committed"] = st.committed(r.manifest.model, r.manifest.version);
-    return reply;
+    return encode(Committed{now});
   });
   srv.on_sync("store.add_chunks", [&st](const Message& req) -> Result<Message> {
-    SLUICE_ASSIGN_OR_RETURN(auto holder, body_string(req.body, "holder_id"));
-    SLUICE_ASSIGN_OR_RETURN(auto model, body_string(req.body, "model"));
-    SLUICE_ASSIGN_OR_RETURN(auto version, body_u64(req.body, "version"));
-    std::vector<std::uint32_t> chunks;
-    const auto& c = req.body.value("chunks", nlohmann::json::array());
-    if (!c.is_array()) return core::invalid_argument("'chunks' must be an array");
-    for (const auto& i : c) {
-      if (!i.is_number_unsigned()) return core::invalid_argument("'chunks' must hold indices");
-      chunks.push_back(i.get<std::uint32_t>());
-    }
-    SLUICE_TRY(st.add_chunks(holder, model, version, chunks, Clock::now()));
-    Message reply("store.ok");
-    reply.body["committed"] = st.committed(model, version);
-    return reply;
+    SLUICE_ASSIGN_OR_RETURN(auto r, decode_add_chunks(req));
+    SLUICE_TRY(st.add_chunks(r.holder_id, r.model, r.version, r.chunks, Clock::now()));
+    return encode(Committed{st.committed(r.model, r.version)});
   });
   srv.on_sync("store.heartbeat", [&st](const Message& req) -> Result<Message> {
-    SLUICE_ASSIGN_OR_RETURN(auto holder, body_string(req.body, "holder_id"));
-    SLUICE_TRY(st.heartbeat(holder, Clock::now()));
-    return ok_reply("store.ok");
+    SLUICE_ASSIGN_OR_RETURN(auto r, decode_heartbeat(req));
+    SLUICE_TRY(st.heartbeat(r.holder_id, Clock::now()));
+    return encode_ok();
   });
   auto drained_reply = [&st](const Message& req, bool unpublish) -> Result<Message> {
-    SLUICE_ASSIGN_OR_RETURN(auto holder, body_string(req.body, "holder_id"));
-    SLUICE_ASSIGN_OR_RETURN(auto model, body_string(req.body, "model"));
-    SLUICE_ASSIGN_OR_RETURN(auto version, body_u64(req.body, "version"));
-    if (unpublish) SLUICE_TRY(st.unpublish(holder, model, version));
-    SLUICE_ASSIGN_OR_RETURN(bool drained, st.drained(holder, model, version));
-    Message reply("store.drained");
-    reply.body["drained"] = drained;
-    return reply;
+    SLUICE_ASSIGN_OR_RETURN(auto c, decode_copy_ref(req));
+    if (unpublish) SLUICE_TRY(st.unpublish(c.holder_id, c.model, c.version));
+    SLUICE_ASSIGN_OR_RETURN(bool drained, st.drained(c.holder_id, c.model, c.version));
+    return encode(Drained{drained});
   };
   srv.on_sync("store.unpublish",
               [drained_reply](const Message& req) { return drained_reply(req, true); });
   srv.on_sync("store.drained",
               [drained_reply](const Message& req) { return drained_reply(req, false); });
   srv.on_sync("store.latest", [&st](const Message& req) -> Result<Message> {
-    SLUICE_ASSIGN_OR_RETURN(auto model, body_string(req.body, "model"));
-    SLUICE_ASSIGN_OR_RETURN(auto v, st.latest(model));
-    Message reply("store.latest");
-    reply.body["version"] = v;
-    return reply;
+    SLUICE_ASSIGN_OR_RETURN(auto r, decode_latest_request(req));
+    SLUICE_ASSIGN_OR_RETURN(auto v, st.latest(r.model));
+    return encode(Latest{v});
   });
   srv.on_sync("store.plan", [&st](const Message& req) -> Result<Message> {
-    SLUICE_ASSIGN_OR_RETURN(auto model, body_string(req.body, "model"));
-    std::uint64_t version = req.body.value("version", std::uint64_t{0});
-    SLUICE_ASSIGN_OR_RETURN(auto where,
-                            topology_from_json(req.body.value("topology", nlohmann::json())));
-    SLUICE_ASSIGN_OR_RETURN(auto plan, st.plan(model, version, where, Clock::now()));
-    return encode_plan(plan);
+    SLUICE_ASSIGN_OR_RETURN(auto r, decode_plan_request(req));
+    SLUICE_ASSIGN_OR_RETURN(auto plan, st.plan(r.model, r.version, r.topology, Clock::now()));
+    return encode(plan);
   });
   srv.on_sync("store.renew", [&st](const Message& req) -> Result<Message> {
-    SLUICE_ASSIGN_OR_RETURN(auto lease, body_u64(req.body, "lease_id"));
-    SLUICE_TRY(st.renew(lease, Clock::now()));
-    return ok_reply("store.ok");
+    SLUICE_ASSIGN_OR_RETURN(auto r, decode_lease_ref(req));
+    SLUICE_TRY(st.renew(r.lease_id, Clock::now()));
+    return encode_ok();
   });
   srv.on_sync("store.release", [&st](const Message& req) -> Result<Message> {
-    SLUICE_ASSIGN_OR_RETURN(auto lease, body_u64(req.body, "lease_id"));
-    SLUICE_TRY(st.release(lease));
-    return ok_reply("store.ok");
+    SLUICE_ASSIGN_OR_RETURN(auto r, decode_lease_ref(req));
+    SLUICE_TRY(st.release(r.lease_id));
+    return encode_ok();
   });
   srv.on_sync("store.pin", [&st](const Message& req) -> Result<Message> {
-    SLUICE_ASSIGN_OR_RETURN(auto model, body_string(req.body, "model"));
-    SLUICE_ASSIGN_OR_RETURN(auto version, body_u64(req.body, "version"));
-    SLUICE_ASSIGN_OR_RETURN(auto owner, body_string(req.body, "owner"));
-    SLUICE_TRY(st.pin(model, version, owner));
-    return ok_reply("store.ok");
+    SLUICE_ASSIGN_OR_RETURN(auto r, decode_pin_ref(req));
+    SLUICE_TRY(st.pin(r.model, r.version, r.owner));
+    return encode_ok();
   });
   srv.on_sync("store.unpin", [&st](const Message& req) -> Result<Message> {
-    SLUICE_ASSIGN_OR_RETURN(auto model, body_string(req.body, "model"));
-    SLUICE_ASSIGN_OR_RETURN(auto version, body_u64(req.body, "version"));
-    SLUICE_ASSIGN_OR_RETURN(auto owner, body_string(req.body, "owner"));
-    st.unpin(model, version, owner);
-    return ok_reply("store.ok");
+    SLUICE_ASSIGN_OR_RETURN(auto r, decode_pin_ref(req));
+    st.unpin(r.model, r.version, r.owner);
+    return encode_ok();
   });
   srv.on_sync("store.join_relay", [&st](const Message& req) -> Result<Message> {
-    SLUICE_ASSIGN_OR_RETURN(auto relay, body_string(req.body, "relay_id"));
-    SLUICE_ASSIGN_OR_RETURN(auto where,
-                            topology_from_json(req.body.value("topology", nlohmann::json())));
-    SLUICE_TRY(st.join_relay(relay, where, Clock::now()));
-    return ok_reply("store.ok");
+    SLUICE_ASSIGN_OR_RETURN(auto r, decode_join_relay(req));
+    SLUICE_TRY(st.join_relay(r.relay_id, r.topology, Clock::now()));
+    return encode_ok();
   });
   srv.on_sync("store.chain_source", [&st](const Message& req) -> Result<Message> {
-    SLUICE_ASSIGN_OR_RETURN(auto model, body_string(req.body, "model"));
-    SLUICE_ASSIGN_OR_RETURN(auto version, body_u64(req.body, "version"));
-    SLUICE_ASSIGN_OR_RETURN(auto relay, body_string(req.body, "relay_id"));
-    std::set<std::string> exclude;
-    for (const auto& x : req.body.value("exclude", nlohmann::json::array())) {
-      if (x.is_string()) exclude.insert(x.get<std::string>());
-    }
-    SLUICE_ASSIGN_OR_RETURN(auto src, st.chain_source(model, version, relay, exclude));
-    Message reply("store.chain_source");
-    reply.body["holder_id"] = src.holder_id;
-    reply.body["endpoint"] = src.endpoint;
-    reply.body["chunks"] = src.chunks;
-    reply.blobs.push_back(src.descriptor);
-    return reply;
+    SLUICE_ASSIGN_OR_RETURN(auto r, decode_chain_source_request(req));
+    SLUICE_ASSIGN_OR_RETURN(auto src, st.chain_source(r.model, r.version, r.relay_id, r.exclude));
+    return encode(src);
   });
   srv.on_sync("store.copies", [&st](const Message& req) -> Result<Message> {
-    SLUICE_ASSIGN_OR_RETURN(auto model, body_string(req.body, "model"));
-    SLUICE_ASSIGN_OR_RETURN(auto version, body_u64(req.body, "version"));
-    Message reply("store.copies");
-    reply.body["copies"] = nlohmann::json::object();
-    for (const auto& [id, n] : st.copies(model, version))
-      reply.body["copies"][id] = n;
-    return reply;
+    SLUICE_ASSIGN_OR_RETURN(auto r, decode_version_ref(req));
+    Copies c;
+    for (const auto& [id, n] : st.copies(r.model, r.version))
+      c.chunks[id] = n;
+    return encode(c);
   });
   srv.on_sync("store.holders", [&st](const Message& req) -> Result<Message> {
-    SLUICE_ASSIGN_OR_RETURN(auto model, body_string(req.body, "model"));
-    SLUICE_ASSIGN_OR_RETURN(auto version, body_u64(req.body, "version"));
-    return encode_holders(st.holders(model, version));
+    SLUICE_ASSIGN_OR_RETURN(auto r, decode_version_ref(req));
+    return encode(Holders{st.holders(r.model, r.version)});
   });
   srv.on_sync("store.retained", [&st](const Message& req) -> Result<Message> {
-    SLUICE_ASSIGN_OR_RETURN(auto model, body_string(req.body, "model"));
-    Message reply("store.retained");
-    reply.body["versions"] = st.retained(model);
-    return reply;
+    SLUICE_ASSIGN_OR_RETURN(auto r, decode_retained_request(req));
+    auto kept = st.retained(r.model);
+    return encode(Retained{{kept.begin(), kept.end()}});
   });
 }
 

@@ -106,6 +106,7 @@ Status WeightStore::register_holder(const HolderRegistration& r, Clock::time_poi
   c.descriptor = r.descriptor;
   c.chunks = r.chunks.empty() ? std::vector<bool>(n, true) : r.chunks;
   c.unpublished = false;
+  if (r.again) c.leases_unknown_until = now + config_.lease_ttl;
   // A complete relay reads from nobody: what it was last pointed at may drain.
   if (all_set(c.chunks)) chain_reads_.erase({r.holder_id, man.model, man.version});
   maybe_commit(man.model, man.version, c);
@@ -163,6 +164,12 @@ core::Result<bool> WeightStore::drained(const std::string& holder_id, const std:
   if (!holders_.count(holder_id)) {
     return core::not_found("no holder '" + holder_id + "': whether its readers drained is unknown");
   }
+  const Copy* copy = find_copy(holder_id, model, version);
+  if (!copy) {
+    return core::not_found("holder '" + holder_id + "' has not registered " +
+                           vname(model, version) + ": whether its readers drained is unknown");
+  }
+  if (copy->leases_unknown_until) return false;  // leases a restarted store never saw
   for (const auto& [id, l] : leases_) {
     if (l.model != model || l.version != version) continue;
     if (std::find(l.holders.begin(), l.holders.end(), holder_id) != l.holders.end()) return false;
@@ -196,7 +203,8 @@ std::string WeightStore::state_digest() const {
   for (const auto& [id, h] : holders_) {
     add("holder", id, h.topology.host, h.topology.rack, h.topology.datacenter);
     for (const auto& [key, c] : h.copies) {
-      add(key.first, key.second, c.endpoint, c.descriptor, c.unpublished);
+      add(key.first, key.second, c.endpoint, c.descriptor, c.unpublished,
+          c.leases_unknown_until.has_value());
       for (bool b : c.chunks)
         add(b);
     }
@@ -460,6 +468,11 @@ std::vector<std::string> WeightStore::expire(Clock::time_point now) {
       it = holders_.erase(it);
     } else {
       ++it;
+    }
+  }
+  for (auto& [id, h] : holders_) {
+    for (auto& [key, c] : h.copies) {
+      if (c.leases_unknown_until && now >= *c.leases_unknown_until) c.leases_unknown_until.reset();
     }
   }
   for (auto it = leases_.begin(); it != leases_.end();) {

@@ -66,6 +66,10 @@ struct HolderRegistration {
   Topology topology;
   core::Manifest manifest;   // the version it holds
   std::vector<bool> chunks;  // verified chunks; empty means all of them
+  // Registered again because this store did not know the holder (it restarted): readers may
+  // hold leases on the copy that this store never granted, so it does not count as drained
+  // for one lease time-to-live.
+  bool again = false;
 };
 
 // One holder's copy of a version, as holders() reports it (cheap, takes no lease): a publisher
@@ -115,10 +119,11 @@ class WeightStore {
   // The holder will drop or overwrite this version: no new leases on it from now on.
   core::Status unpublish(const std::string& holder_id, const std::string& model,
                          std::uint64_t version);
-  // Whether an unpublished copy may be freed: no lease on it is still active, and no relay that
-  // is still receiving the version was last pointed at it by chain_source. not_found when the
-  // store does not know the holder (it restarted, or the holder expired): "unknown", never
-  // "drained", so that nobody frees memory a reader may still be reading on the store's word.
+  // Whether an unpublished copy may be freed: no lease on it is still active, no relay that is
+  // still receiving the version was last pointed at it by chain_source, and it was not
+  // registered again (after a restart) less than one lease time-to-live ago. not_found when the
+  // store does not know the holder or the copy (it restarted, or the holder expired): "unknown",
+  // never "drained", so that nobody frees memory a reader may still be reading on its word.
   core::Result<bool> drained(const std::string& holder_id, const std::string& model,
                              std::uint64_t version) const;
 
@@ -183,6 +188,8 @@ class WeightStore {
     std::string descriptor;
     std::vector<bool> chunks;
     bool unpublished = false;
+    // Registered again after a restart: leases from before may be out until then (see again).
+    std::optional<Clock::time_point> leases_unknown_until;
   };
   struct Holder {
     Topology topology;

@@ -266,14 +266,11 @@ int run_bench_broadcast_inside(const BenchBroadcastArgs& args,
   }
   const Manifest* m = &committed->value();
   auto complete = [&] {
-    Message req("store.copies");
-    req.body = {{"model", "policy"}, {"version", 1}};
-    auto r = client->raw().call(req, Millis(5000));
+    auto r = client->copies("policy", 1);
     if (!r.is_ok()) return false;
     for (const auto& id : ids) {
-      auto it = r->body["copies"].find(id);
-      if (it == r->body["copies"].end() || it->get<std::uint64_t>() != m->chunk_count())
-        return false;
+      auto it = r->find(id);
+      if (it == r->end() || it->second != m->chunk_count()) return false;
     }
     return true;
   };

@@ -281,9 +281,7 @@ TEST_SUITE("actor.publisher") {
 
     // A relay holding part of it, and a complete holder that is not a relay (another publisher
     // of the same bytes), are not enough: neither takes the publisher's place.
-    core::Message join("store.join_relay");
-    join.body = {{"relay_id", "relay-p"}};
-    REQUIRE(client->raw().call(join, Millis(5000)).is_ok());
+    REQUIRE(client->join_relay({"relay-p", {}}).is_ok());
     weightstore::HolderRegistration partial;
     partial.holder_id = "relay-p";
     partial.endpoint = "relay:relay-p";

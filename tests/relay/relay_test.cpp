@@ -38,13 +38,11 @@ std::unique_ptr<core::Subprocess> start(std::vector<std::string> args, const cha
 
 // Chunks held per holder of policy@version, from the store.
 std::map<std::string, std::size_t> copies(weightstore::StoreClient& c, std::uint64_t version) {
-  core::Message req("store.copies");
-  req.body = {{"model", "policy"}, {"version", version}};
-  auto r = c.raw().call(req, Millis(5000));
+  auto r = c.copies("policy", version);
   std::map<std::string, std::size_t> out;
   if (!r.is_ok()) return out;
-  for (auto it = r->body["copies"].begin(); it != r->body["copies"].end(); ++it)
-    out[it.key()] = it.value().get<std::size_t>();
+  for (const auto& [id, n] : *r)
+    out[id] = n;
   return out;
 }
 

@@ -73,8 +73,8 @@ TEST_SUITE("weightstore.service") {
     auto svc = StoreService::create(*loop, cfg).value();
     auto c = core::Client::create(*loop, svc->endpoint()).value();
     // Some state first: a committed version, a partial holder, a lease.
-    REQUIRE(call(*c, encode_registration(reg("actor", 2))).is_ok());
-    REQUIRE(call(*c, encode_registration(reg("relay-1", 2, {true, false, false, false}))).is_ok());
+    REQUIRE(call(*c, encode(reg("actor", 2))).is_ok());
+    REQUIRE(call(*c, encode(reg("relay-1", 2, {true, false, false, false}))).is_ok());
     Message plan("store.plan");
     plan.body = {{"model", "policy"}, {"version", 2}, {"topology", nlohmann::json::object()}};
     REQUIRE(call(*c, plan).is_ok());
@@ -84,12 +84,24 @@ TEST_SUITE("weightstore.service") {
     Message m("store.register");
     m.body = {{"endpoint", "tcp://x"}};  // no holder_id, no manifest
     bad.push_back(m);
-    Message wrong_chunks = encode_registration(reg("relay-2", 2, {true, true}));  // 2 of 4 chunks
+    Message wrong_chunks = encode(reg("relay-2", 2, {true, true}));  // 2 of 4 chunks
     bad.push_back(wrong_chunks);
     m = Message("store.add_chunks");
     m.body = {{"holder_id", "relay-1"}, {"model", "policy"}, {"version", 2}, {"chunks", {1, 99}}};
     bad.push_back(m);  // chunk 99 does not exist (and chunk 1 must not be set either)
     m.body = {{"holder_id", "nobody"}, {"model", "policy"}, {"version", 2}, {"chunks", {1}}};
+    bad.push_back(m);
+    // 2^32 + 1 is not chunk 1 (a 32-bit cast would have made it one).
+    m.body = {{"holder_id", "relay-1"},
+              {"model", "policy"},
+              {"version", 2},
+              {"chunks", {std::uint64_t{1} << 32 | 1}}};
+    bad.push_back(m);
+    m.body = {{"holder_id", std::string(300, 'x')}, {"model", "policy"}, {"version", 2}};
+    m.type = "store.drained";
+    bad.push_back(m);  // an id longer than any holder's
+    m = Message("store.chain_source");
+    m.body = {{"model", "policy"}, {"version", 2}, {"relay_id", "relay-1"}, {"exclude", {1, 2}}};
     bad.push_back(m);
     m = Message("store.unpublish");
     m.body = {{"holder_id", "relay-1"}, {"model", "policy"}, {"version", 7}};
@@ -135,7 +147,7 @@ TEST_SUITE("weightstore.service") {
     REQUIRE(call(*c, put).is_ok());
     CHECK(call(*c, latest_req()).status().code() == Code::kNotFound);
 
-    auto partial = call(*c, encode_registration(reg("relay-1", 1, {true, true, false, false})));
+    auto partial = call(*c, encode(reg("relay-1", 1, {true, true, false, false})));
     REQUIRE(partial.is_ok());
     CHECK(partial->body["committed"] == false);
     Message plan_req("store.plan");
@@ -152,7 +164,7 @@ TEST_SUITE("weightstore.service") {
     REQUIRE(latest.is_ok());
     CHECK(latest->body["version"] == 1);
 
-    REQUIRE(call(*c, encode_registration(reg("relay-2", 1))).is_ok());
+    REQUIRE(call(*c, encode(reg("relay-2", 1))).is_ok());
     plan_req.body["version"] = 0;
     plan_req.body["topology"] = {
         {"host", "host-relay-2"}, {"rack", "rack-1"}, {"datacenter", "dc-1"}};
@@ -188,8 +200,8 @@ TEST_SUITE("weightstore.service") {
       endpoint = first.endpoint;
       auto loop = core::EventLoop::create().value();
       auto c = core::Client::create(*loop, endpoint).value();
-      REQUIRE(call(*c, encode_registration(reg("relay-1", 3))).is_ok());
-      REQUIRE(call(*c, encode_registration(reg("relay-1", 4))).is_ok());
+      REQUIRE(call(*c, encode(reg("relay-1", 3))).is_ok());
+      REQUIRE(call(*c, encode(reg("relay-1", 4))).is_ok());
       CHECK(call(*c, latest_req())->body["version"] == 4);
       REQUIRE(first.proc->signal(SIGKILL).is_ok());
       REQUIRE(first.proc->wait(Millis(10000)).is_ok());
@@ -202,8 +214,8 @@ TEST_SUITE("weightstore.service") {
     Message hb("store.heartbeat");
     hb.body["holder_id"] = "relay-1";
     CHECK(call(*c, hb).status().code() == Code::kNotFound);
-    REQUIRE(call(*c, encode_registration(reg("relay-1", 4))).is_ok());
-    REQUIRE(call(*c, encode_registration(reg("relay-1", 3))).is_ok());
+    REQUIRE(call(*c, encode(reg("relay-1", 4))).is_ok());
+    REQUIRE(call(*c, encode(reg("relay-1", 3))).is_ok());
     auto latest = call(*c, latest_req());
     REQUIRE(latest.is_ok());
     CHECK(latest->body["version"] == 4);

@@ -117,6 +117,32 @@ TEST_SUITE("weightstore.store") {
     CHECK(d.status().code() == Code::kNotFound);
   }
 
+  TEST_CASE(
+      "a restarted store: an unknown copy is unknown, a re-registered one waits a lease ttl") {
+    StoreConfig cfg;
+    cfg.lease_ttl = Millis(1000);
+    WeightStore s(cfg);
+    auto m2 = manifest(2);
+    // The holder comes back with version 2 only; version 1 is the copy it is retiring.
+    auto again = holder("a", m2);
+    again.again = true;
+    REQUIRE(s.register_holder(again, t0).is_ok());
+    auto d1 = s.drained("a", "m", 1);
+    REQUIRE_FALSE(d1.is_ok());
+    CHECK(d1.status().code() == Code::kNotFound);
+    // The copy it registered again: readers of the old store may hold leases on it.
+    REQUIRE(s.unpublish("a", "m", 2).is_ok());
+    CHECK(s.drained("a", "m", 2).value() == false);
+    s.expire(t0 + Millis(900));
+    CHECK(s.drained("a", "m", 2).value() == false);
+    s.expire(t0 + Millis(1000));
+    CHECK(s.drained("a", "m", 2).value() == true);
+    // A first registration (not again) drains at once when it has no leases.
+    REQUIRE(s.register_holder(holder("b", m2), t0 + Millis(1000)).is_ok());
+    REQUIRE(s.unpublish("b", "m", 2).is_ok());
+    CHECK(s.drained("b", "m", 2).value() == true);
+  }
+
   TEST_CASE("an unpublished copy gets no new leases and drains when its leases end") {
     WeightStore s;
     auto m = manifest(1);
