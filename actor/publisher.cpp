@@ -25,7 +25,6 @@ constexpr auto kDrainWarn = std::chrono::seconds(60);
 Publisher::~Publisher() {
   alive_.reset();
   hasher_.reset();
-  drain_timer_.reset();
 }
 
 Result<std::unique_ptr<Publisher>> Publisher::create(core::EventLoop& loop,
@@ -42,17 +41,22 @@ Result<std::unique_ptr<Publisher>> Publisher::create(core::EventLoop& loop,
   p->store_ = &store;
   p->options_ = std::move(options);
   p->hasher_ = std::make_unique<core::HashWorker>(loop);
+  weightstore::HolderOptions ho;
+  ho.holder_id = p->options_.holder_id;
+  ho.endpoint = p->options_.endpoint;
+  ho.topology = p->options_.topology;
+  ho.request_timeout = core::Millis(10000);
+  ho.drain_check = kDrainCheck;
+  ho.lease_ttl = p->options_.lease_ttl;
+  ho.drain_warn = kDrainWarn;
+  ho.log_name = "publisher " + p->options_.holder_id;
+  Publisher* raw = p.get();
+  SLUICE_ASSIGN_OR_RETURN(
+      p->holder_, weightstore::Holder::create(loop, store, std::move(ho),
+                                              [raw](std::unique_ptr<core::RegisteredBuffer> b) {
+                                                raw->give_back(std::move(b));
+                                              }));
   return p;
-}
-
-weightstore::HolderRegistration Publisher::registration(const Held& h) const {
-  weightstore::HolderRegistration r;
-  r.holder_id = options_.holder_id;
-  r.endpoint = options_.endpoint;
-  r.descriptor = h.buffer->descriptor().encode();
-  r.topology = options_.topology;
-  r.manifest = h.manifest;
-  return r;
 }
 
 std::unique_ptr<core::RegisteredBuffer> Publisher::take_buffer(std::uint64_t bytes) {
@@ -140,24 +144,18 @@ void Publisher::checksummed(std::uint64_t version) {
     if (!r.is_ok()) return finish(version, r);
     auto it = pending_.find(version);
     if (it == pending_.end()) return;
-    weightstore::HolderRegistration reg;
-    reg.holder_id = options_.holder_id;
-    reg.endpoint = options_.endpoint;
-    reg.descriptor = it->second->buffer->descriptor().encode();
-    reg.topology = options_.topology;
-    reg.manifest = it->second->manifest;
-    store_->register_async(
-        reg, core::Millis(10000), [this, alive, version](Result<weightstore::Committed> rr) {
-          if (alive.expired()) return;
-          if (!rr.is_ok()) return finish(version, rr.status());
-          if (!rr->committed) {
-            return finish(version,
-                          core::internal_error("the store did not commit a complete version"));
-          }
-          auto it2 = pending_.find(version);
-          if (it2 == pending_.end()) return;
-          finish(version, it2->second->manifest);
-        });
+    holder_->serve(it->second->manifest, it->second->buffer->descriptor().encode(),
+                   [this, alive, version](Result<weightstore::Committed> rr) {
+                     if (alive.expired()) return;
+                     if (!rr.is_ok()) return finish(version, rr.status());
+                     if (!rr->committed) {
+                       return finish(version, core::internal_error(
+                                                  "the store did not commit a complete version"));
+                     }
+                     auto it2 = pending_.find(version);
+                     if (it2 == pending_.end()) return;
+                     finish(version, it2->second->manifest);
+                   });
   });
 }
 
@@ -172,7 +170,9 @@ void Publisher::finish(std::uint64_t version, Result<core::Manifest> result) {
               options_.model, version, p->manifest.total_bytes, p->manifest.chunk_count());
     retire_old();
   } else {
-    give_back(std::move(p->buffer));
+    // The registration may have reached the store even when its reply did not: the memory goes
+    // the way of any retired copy (at once if it was never offered).
+    holder_->retire(version, std::move(p->buffer));
   }
   if (p->committed) p->committed(std::move(result));
 }
@@ -197,14 +197,7 @@ Status Publisher::close(core::Millis timeout) {
     held_.pop_back();
     retire(std::move(h));
   }
-  if (retiring_.empty()) return {};
-  check_retiring();  // asks at once, after the unpublish requests (one socket, in order)
-  loop_->run_until([this] { return retiring_.empty(); }, timeout);
-  if (retiring_.empty()) return {};
-  std::size_t left = retiring_.size();
-  return core::timeout_error(
-      fmt::format("publisher {}: {} withdrawn copies had readers still reading after {} ms",
-                  options_.holder_id, left, timeout.count()));
+  return holder_->close(timeout);
 }
 
 void Publisher::retire_old() {
@@ -216,67 +209,7 @@ void Publisher::retire_old() {
 }
 
 void Publisher::retire(Held old) {
-  // A request, not a blocking call: this runs from loop callbacks too. The drain checks that
-  // follow are answered only after the store has handled this (one socket, in order).
-  std::string what = old.manifest.model + "@" + std::to_string(old.manifest.version);
-  store_->unpublish_async(
-      {options_.holder_id, old.manifest.model, old.manifest.version}, core::Millis(5000),
-      [id = options_.holder_id, what](Result<weightstore::Drained> r) {
-        if (!r.is_ok())
-          log::warn("publisher {}: unpublish {}: {}", id, what, r.status().to_string());
-      });
-  Retiring r;
-  r.held = std::move(old);
-  r.since = Clock::now();
-  retiring_.push_back(std::move(r));
-  if (!drain_timer_) {
-    drain_timer_ = loop_->every(kDrainCheck, [this] { check_retiring(); });
-  }
-}
-
-// Runs in a loop timer, so it only sends requests and handles their replies when they come:
-// a blocking call here would run the loop from inside one of its own handlers.
-void Publisher::check_retiring() {
-  retired_.sweep();
-  std::weak_ptr<bool> alive = alive_;
-  for (auto& r : retiring_) {
-    if (r.asking) continue;
-    r.asking = true;
-    std::uint64_t version = r.held.manifest.version;
-    weightstore::CopyRef copy{options_.holder_id, r.held.manifest.model, version};
-    store_->drained_async(
-        copy, kDrainCheck * 5, [this, alive, version](Result<weightstore::Drained> rep) {
-          if (alive.expired()) return;
-          for (auto it = retiring_.begin(); it != retiring_.end(); ++it) {
-            if (it->held.manifest.version != version) continue;
-            it->asking = false;
-            bool drained = rep.is_ok() && rep->drained;
-            if (!drained && !rep.is_ok() && rep.status().code() == core::Code::kNotFound) {
-              // A store restarted since: it knows no lease on this copy, and those the old one
-              // granted expire within its lease time-to-live.
-              if (!it->unknown_since) it->unknown_since = Clock::now();
-              drained = Clock::now() - *it->unknown_since >= options_.lease_ttl;
-            } else if (!drained) {
-              it->unknown_since.reset();
-              // Still leased, or the store is away: kept. Said once a minute, so a reader that
-              // holds a lease for long (or a store that stays away) shows in the log.
-              if (Clock::now() - it->since > kDrainWarn * (1 + it->warned)) {
-                ++it->warned;
-                log::warn("publisher {}: {}@{} retired {} s ago and not drained yet ({}); kept",
-                          options_.holder_id, it->held.manifest.model, version,
-                          std::chrono::duration_cast<std::chrono::seconds>(Clock::now() - it->since)
-                              .count(),
-                          rep.is_ok() ? "still leased" : rep.status().to_string());
-              }
-            }
-            if (!drained) return;
-            give_back(std::move(it->held.buffer));  // reused for a later version, or freed
-            retiring_.erase(it);
-            break;
-          }
-          if (retiring_.empty() && retired_.empty()) drain_timer_.reset();
-        });
-  }
+  holder_->retire(old.manifest.version, std::move(old.buffer));
 }
 
 void Publisher::check_handoff(std::uint64_t version) {
@@ -324,32 +257,11 @@ void Publisher::check_handoff(std::uint64_t version) {
 }
 
 void Publisher::heartbeat() {
-  std::weak_ptr<bool> alive = alive_;
   if (options_.handoff) {
     for (const auto& h : held_)
       check_handoff(h.manifest.version);
   }
-  store_->heartbeat_async(options_.holder_id, core::Millis(2000), [this, alive](Status rep) {
-    if (alive.expired() || rep.is_ok()) return;
-    if (rep.code() != core::Code::kNotFound) {
-      log::warn("publisher {}: heartbeat: {}", options_.holder_id, rep.to_string());
-      return;
-    }
-    // The store restarted and lost its soft state: bring back what this holder holds.
-    log::info("publisher {}: the store does not know this holder; registering again",
-              options_.holder_id);
-    for (const auto& h : held_) {
-      weightstore::HolderRegistration again = registration(h);
-      again.again = true;  // readers of the old store may still hold leases on it
-      store_->register_async(again, core::Millis(5000),
-                             [this, alive](Result<weightstore::Committed> r) {
-                               if (!alive.expired() && !r.is_ok()) {
-                                 log::warn("publisher {}: register again: {}", options_.holder_id,
-                                           r.status().to_string());
-                               }
-                             });
-    }
-  });
+  holder_->heartbeat();
 }
 
 }  // namespace sluice::actor

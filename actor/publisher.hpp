@@ -36,6 +36,7 @@
 #include "core/manifest.hpp"
 #include "core/transfer.hpp"
 #include "weightstore/client.hpp"
+#include "weightstore/holder.hpp"
 
 namespace sluice::actor {
 
@@ -107,18 +108,16 @@ class Publisher {
   };
   const std::vector<Held>& held() const { return held_; }
   // Copies unpublished and waiting for their readers' leases to drain before they are freed.
-  std::size_t retiring() const { return retiring_.size(); }
+  std::size_t retiring() const { return holder_->retiring(); }
   // Versions withdrawn because a relay held them (for logs and tests).
   std::uint64_t handed_off() const { return handed_off_; }
 
  private:
   Publisher() = default;
-  weightstore::HolderRegistration registration(const Held& h) const;
   // Unpublishes the oldest copies beyond keep_versions; frees each once drained.
   void retire_old();
-  // Unpublishes a copy and queues it to be freed once drained.
+  // Unpublishes a copy; its buffer comes back for reuse once drained (see weightstore::Holder).
   void retire(Held old);
-  void check_retiring();
   // Asks the store whether a relay holds `version` completely; withdraws it if one does.
   void check_handoff(std::uint64_t version);
 
@@ -142,17 +141,10 @@ class Publisher {
   std::vector<std::unique_ptr<core::RegisteredBuffer>> free_;  // staging buffers to reuse
   core::RetiredBuffers retired_;  // drained buffers beyond free_, freed after a grace period
   std::unique_ptr<core::HashWorker> hasher_;
-  struct Retiring {
-    Held held;
-    Clock::time_point since;
-    bool asking = false;                             // a drained? request is out
-    std::optional<Clock::time_point> unknown_since;  // the store first said it does not know it
-    int warned = 0;                                  // "not drained yet" warnings so far
-  };
-  std::vector<Retiring> retiring_;
   std::set<std::uint64_t> asking_holders_;  // versions with a store.holders request out
   std::uint64_t handed_off_ = 0;
-  std::unique_ptr<core::EventLoop::Timer> drain_timer_;
+  // Registration, heartbeats, re-registration and the drain of retired copies.
+  std::unique_ptr<weightstore::Holder> holder_;
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);  // for replies after destruction
 };
 

@@ -6,6 +6,7 @@
 #include "core/log.hpp"
 #include "core/transfer.hpp"
 #include "weightstore/client.hpp"
+#include "weightstore/holder.hpp"
 #include "weightstore/protocol.hpp"
 
 namespace sluice::relay {
@@ -20,6 +21,7 @@ Status RelayConfig::validate() const {
   if (keep_versions == 0) return core::invalid_argument("keep_versions must be at least 1");
   if (poll_ms == 0) return core::invalid_argument("poll_ms must be positive");
   if (in_flight == 0) return core::invalid_argument("in_flight must be positive");
+  if (store_lease_ttl_ms == 0) return core::invalid_argument("store_lease_ttl_ms must be positive");
   if (model.empty()) return core::invalid_argument("model must not be empty");
   return {};
 }
@@ -31,6 +33,8 @@ namespace {
 // transfer plus this), which is what keeps a long chain close to the time of one hop.
 constexpr Millis kFollowPoll{3};
 constexpr Millis kReask{10};
+// How often the relay tells the store it is alive (well within the store's holder_ttl).
+constexpr Millis kHeartbeat{250};
 
 struct Copy {
   core::Manifest manifest;
@@ -57,20 +61,24 @@ struct Relay::Impl {
   RelayConfig config;
   std::unique_ptr<core::TransferEngine> engine;
   std::unique_ptr<weightstore::StoreClient> store;
-  std::deque<Copy> copies;       // oldest first
-  core::RetiredBuffers retired;  // drained copies' memory, freed after a grace period
+  std::deque<Copy> copies;  // oldest first
+  // Registration of each copy (partial from the start), re-registration after a store restart,
+  // and the drain of retired copies before their memory goes.
+  std::unique_ptr<weightstore::Holder> holder;
   bool stopping = false;
   bool joined = false;
+  Clock::time_point last_heartbeat{};
 
   Impl(core::EventLoop& l, RelayConfig c) : loop(l), config(std::move(c)) {}
   ~Impl() {
     // Reads in flight write into the copies' buffers, and replies refer to the copies: end them
-    // (their callbacks are dropped) before the copies go.
+    // (their callbacks are dropped) before the copies go. The holder goes first: it speaks
+    // through the store client, and keeps retired copies' memory.
+    holder.reset();
     store.reset();
     engine->shutdown();
     // Registered memory is freed while the UCX context still exists.
     copies.clear();
-    retired.clear();
     engine.reset();
   }
 
@@ -78,29 +86,8 @@ struct Relay::Impl {
 
   Status join() {
     SLUICE_TRY(store->join_relay({config.relay_id, topology()}));
-    // After a store restart: bring back what this relay holds.
-    for (const auto& c : copies)
-      SLUICE_TRY(register_copy(c, /*again=*/true));
     joined = true;
     return {};
-  }
-
-  weightstore::HolderRegistration registration(const Copy& c) const {
-    weightstore::HolderRegistration r;
-    r.holder_id = config.relay_id;
-    r.endpoint = "relay:" + config.relay_id;
-    r.descriptor = c.buffer->descriptor().encode();
-    r.topology = topology();
-    r.manifest = c.manifest;
-    r.chunks = c.have;
-    return r;
-  }
-
-  // `again`: after a store restart, when readers of the old store may still hold leases on it.
-  Status register_copy(const Copy& c, bool again = false) {
-    weightstore::HolderRegistration r = registration(c);
-    r.again = again;
-    return store->register_holder(r).status();
   }
 
   core::ReadOptions read_options() const {
@@ -188,6 +175,7 @@ struct Relay::Impl {
             if (cp->source == from) cp->source.clear();
           } else {
             cp->have[i] = true;
+            holder->update_chunks(cp->manifest.version, cp->have);
             cp->unreported.push_back(i);
             cp->complete = std::all_of(cp->have.begin(), cp->have.end(), [](bool b) { return b; });
             if (cp->complete) {
@@ -236,21 +224,21 @@ struct Relay::Impl {
     c.manifest = plan.manifest;
     SLUICE_ASSIGN_OR_RETURN(c.buffer, engine->allocate(c.manifest.total_bytes, false));
     c.have.assign(c.manifest.chunk_count(), false);
-    SLUICE_TRY(register_copy(c));  // a partial holder from the start: the next relay can follow
+    // A partial holder from the start: the next relay can follow. Sent before any chain_source
+    // question about the version (one socket, in order); one that fails is sent again by the
+    // holder's next heartbeat.
+    holder->serve(c.manifest, c.buffer->descriptor().encode(), {}, c.have);
     copies.push_back(std::move(c));
     return {};
   }
 
   void retire_old() {
-    // Unpublish beyond keep_versions and free once drained (checked on later ticks).
+    // Beyond keep_versions: unpublished, and the holder frees the memory once the store says
+    // its readers drained.
     while (copies.size() > config.keep_versions && copies.front().complete &&
            !busy(copies.front()) && copies.front().unreported.empty()) {
       Copy& old = copies.front();
-      auto drained = store->unpublish(config.relay_id, old.manifest.model, old.manifest.version);
-      // Leases still out, or no answer (a store that restarted does not know this copy until
-      // the relay re-registers): freed only once the store says it drained.
-      if (!drained.is_ok() || !*drained) return;
-      retired.add(std::move(old.buffer));
+      holder->retire(old.manifest.version, std::move(old.buffer));
       copies.pop_front();
     }
   }
@@ -260,37 +248,14 @@ struct Relay::Impl {
   // memory goes. UCX 1.13 crashes a reader that unpacks the key of a process that exited.
   // Bounded: a launcher waits a few seconds only after it asks a relay to stop.
   void withdraw(Millis bound) {
-    auto deadline = Clock::now() + bound;
-    auto left_ms = [deadline] {
-      return std::max(Millis(1), std::chrono::duration_cast<Millis>(deadline - Clock::now()));
-    };
-    std::vector<std::uint64_t> undrained;
-    for (const auto& c : copies) {
-      auto drained = store->unpublish(config.relay_id, c.manifest.model, c.manifest.version,
-                                      std::min(Millis(1000), left_ms()));
-      if (!drained.is_ok()) {
-        log::warn("relay {}: leaving without withdrawing {}@{}: {}", config.relay_id,
-                  c.manifest.model, c.manifest.version, drained.status().to_string());
-        return;  // the store is gone or slow: nothing more to ask it
-      }
-      if (!*drained) undrained.push_back(c.manifest.version);
-    }
-    while (!undrained.empty() && Clock::now() < deadline) {
-      loop.run_until([] { return false; }, std::min(Millis(50), left_ms()));
-      std::erase_if(undrained, [&](std::uint64_t v) {
-        auto drained =
-            store->drained(config.relay_id, config.model, v, std::min(Millis(500), left_ms()));
-        return drained.is_ok() && *drained;
-      });
-    }
-    if (!undrained.empty()) {
-      log::warn("relay {}: leaving with {} copies still being read after {} ms", config.relay_id,
-                undrained.size(), bound.count());
-    }
+    for (auto& c : copies)
+      holder->retire(c.manifest.version, std::move(c.buffer));
+    copies.clear();
+    Status s = holder->close(bound);
+    if (!s.is_ok()) log::warn("relay {}: leaving: {}", config.relay_id, s.to_string());
   }
 
   void tick() {
-    retired.sweep();
     if (!joined) {
       Status s = join();
       if (!s.is_ok()) {
@@ -299,10 +264,9 @@ struct Relay::Impl {
       }
       log::info("relay {}: joined {}", config.relay_id, config.store);
     }
-    Status hb = store->heartbeat(config.relay_id);
-    if (hb.code() == core::Code::kNotFound) {
-      joined = false;  // the store restarted: join again next tick
-      return;
+    if (Clock::now() - last_heartbeat >= kHeartbeat) {
+      last_heartbeat = Clock::now();
+      holder->heartbeat();  // a store that restarted: join again, then register again
     }
     auto latest = store->latest(config.model);
     if (latest.is_ok() && (copies.empty() || copies.back().manifest.version < *latest)) {
@@ -329,6 +293,23 @@ Result<std::unique_ptr<Relay>> Relay::create(core::EventLoop& loop, RelayConfig 
   to.environment = std::move(environment);
   SLUICE_ASSIGN_OR_RETURN(impl->engine, core::TransferEngine::create(loop, to));
   SLUICE_ASSIGN_OR_RETURN(impl->store, weightstore::StoreClient::create(loop, impl->config.store));
+  weightstore::HolderOptions ho;
+  ho.holder_id = impl->config.relay_id;
+  ho.endpoint = "relay:" + impl->config.relay_id;
+  ho.topology = impl->topology();
+  ho.lease_ttl = Millis(impl->config.store_lease_ttl_ms);
+  ho.log_name = "relay " + impl->config.relay_id;
+  SLUICE_ASSIGN_OR_RETURN(impl->holder,
+                          weightstore::Holder::create(loop, *impl->store, std::move(ho)));
+  Relay::Impl* raw = impl.get();
+  impl->holder->on_forgotten([raw] {
+    // Before the copies are registered again (the same socket keeps the order).
+    raw->store->join_relay_async(
+        {raw->config.relay_id, raw->topology()}, Millis(5000), [raw](Status st) {
+          if (!st.is_ok())
+            log::warn("relay {}: joining again: {}", raw->config.relay_id, st.to_string());
+        });
+  });
   return std::unique_ptr<Relay>(new Relay(std::move(impl)));
 }
 

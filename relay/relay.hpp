@@ -34,6 +34,9 @@ struct RelayConfig {
   std::string host;  // topology labels
   std::string rack;
   std::string datacenter;
+  // The store's lease_ttl_ms (sluice run copies it): a retired copy the store does not know
+  // (it restarted) is freed only after this long.
+  std::uint64_t store_lease_ttl_ms = 10000;
 
   template <typename V>
   void describe(V& v) {
@@ -46,6 +49,8 @@ struct RelayConfig {
     v("host", host, "topology: host label");
     v("rack", rack, "topology: rack label");
     v("datacenter", datacenter, "topology: datacenter label");
+    v("store_lease_ttl_ms", store_lease_ttl_ms,
+      "the store's lease_ttl_ms: how long a copy the store does not know waits to be freed");
   }
   core::Status validate() const;
 };

@@ -175,6 +175,10 @@ void StoreClient::holders_async(const HoldersRequest& h, Millis timeout, Done<Ho
   ask<Holders>(encode(h), timeout, decode_holder_list, std::move(done));
 }
 
+void StoreClient::join_relay_async(const JoinRelay& j, Millis timeout, StatusDone done) {
+  ask_status(encode(j), timeout, std::move(done));
+}
+
 void StoreClient::chain_source_async(const ChainSourceRequest& c, Millis timeout,
                                      Done<ChainSource> done) {
   ask<ChainSource>(encode(c), timeout, decode_source, std::move(done));

@@ -68,6 +68,7 @@ class StoreClient {
   void drained_async(const CopyRef& c, Millis timeout, Done<Drained> done);
   void holders_async(const HoldersRequest& h, Millis timeout, Done<Holders> done);
   void chain_source_async(const ChainSourceRequest& c, Millis timeout, Done<ChainSource> done);
+  void join_relay_async(const JoinRelay& j, Millis timeout, StatusDone done);
 
  private:
   Millis or_default(Millis t) const { return t > Millis(0) ? t : timeout_; }

@@ -39,23 +39,28 @@ Result<std::unique_ptr<Reader>> Reader::create(core::EventLoop& loop, core::Tran
   r->engine_ = &engine;
   r->store_ = &store;
   r->options_ = std::move(options);
+  if (r->options_.serve) {
+    HolderOptions ho;
+    ho.holder_id = r->options_.holder_id;
+    ho.endpoint = r->options_.endpoint;
+    ho.topology = r->options_.topology;
+    ho.request_timeout = r->options_.request_timeout;
+    ho.drain_check = r->options_.drain_check;
+    ho.lease_ttl = r->options_.lease_ttl;
+    ho.drain_timeout = r->options_.drain_timeout;
+    ho.log_name = r->name();
+    SLUICE_ASSIGN_OR_RETURN(r->holder_, Holder::create(loop, store, std::move(ho)));
+  }
   return r;
 }
 
 Reader::~Reader() {
   alive_.reset();
-  drain_timer_.reset();
-  if (options_.serve && current_) {
-    // No waiting here (a destructor may run inside a loop callback): the store stops naming
-    // this copy, and readers still on it fail over to another source when its memory goes.
+  if (holder_ && current_) {
+    // The holder unpublishes it without waiting (a destructor may run inside a loop callback):
+    // the store stops naming this copy, and readers still on it fail over when its memory goes.
     log::warn("{}: destroyed without close(); {} unpublished without waiting for its readers",
               name(), vname(options_.model, current_->manifest.version));
-    store_->unpublish_async({options_.holder_id, options_.model, current_->manifest.version},
-                            options_.request_timeout);
-  }
-  if (!retiring_.empty()) {
-    log::warn("{}: destroyed without close(); {} retiring copies freed before they drained", name(),
-              retiring_.size());
   }
 }
 
@@ -205,131 +210,27 @@ Result<std::uint64_t> Reader::swap() {
   if (!staged_) return core::failed_precondition(name() + ": nothing staged to swap in");
   std::unique_ptr<Held> old = std::move(current_);
   current_ = std::move(staged_);
-  serving_ = false;
   std::uint64_t v = current_->manifest.version;
   log::info("{}: now on {}{}", name(), vname(options_.model, v),
             old ? " (was " + std::to_string(old->manifest.version) + ")" : std::string());
+  if (!holder_) return v;  // not serving: `old` is freed on return, never named to anyone
   // Registered before the old copy is unpublished, on the same socket and so in this order:
   // the store never sees this holder with neither version when peers ask for a plan.
-  register_current();
-  if (old) retire(std::move(*old));
+  holder_->serve(current_->manifest, current_->buffer->descriptor().encode());
+  if (old) holder_->retire(old->manifest.version, std::move(old->buffer));
   return v;
 }
 
-void Reader::register_current(bool again) {
-  if (!options_.serve || !current_) return;
-  HolderRegistration r;
-  r.again = again;
-  r.holder_id = options_.holder_id;
-  r.endpoint = options_.endpoint;
-  r.descriptor = current_->buffer->descriptor().encode();
-  r.topology = options_.topology;
-  r.manifest = current_->manifest;
-  std::uint64_t v = r.manifest.version;
-  registering_ = v;
-  std::weak_ptr<bool> alive = alive_;
-  store_->register_async(r, options_.request_timeout, [this, alive, v](Result<Committed> reply) {
-    if (alive.expired()) return;
-    if (registering_ == v) registering_ = 0;
-    if (current_version() != v) return;  // swapped again meanwhile
-    if (!reply.is_ok()) {
-      // heartbeat() tries again.
-      log::warn("{}: registering {} as a holder: {}", name(), vname(options_.model, v),
-                reply.status().to_string());
-      return;
-    }
-    serving_ = true;
-    log::debug("{}: serves {}", name(), vname(options_.model, v));
-  });
+bool Reader::serving() const {
+  return holder_ && current_ && holder_->registered(current_->manifest.version);
+}
+
+std::size_t Reader::retiring() const {
+  return holder_ ? holder_->retiring() : 0;
 }
 
 void Reader::heartbeat() {
-  if (!options_.serve) return;
-  if (current_ && !serving_ && registering_ == 0) register_current();  // an earlier one failed
-  std::weak_ptr<bool> alive = alive_;
-  store_->heartbeat_async(options_.holder_id, options_.request_timeout,
-                          [this, alive](Status reply) {
-                            if (alive.expired() || reply.is_ok()) return;
-                            if (reply.code() != core::Code::kNotFound) {
-                              log::warn("{}: heartbeat: {}", name(), reply.to_string());
-                              return;
-                            }
-                            // The store restarted (or expired this holder): its state is soft,
-                            // so the holder brings back what it serves.
-                            if (current_ && registering_ == 0) {
-                              log::info(
-                                  "{}: the store does not know this holder; registering {} "
-                                  "again",
-                                  name(), vname(options_.model, current_->manifest.version));
-                              serving_ = false;
-                              register_current(/*again=*/true);
-                            }
-                          });
-}
-
-void Reader::retire(Held old) {
-  if (!options_.serve) return;  // never named to anyone: `old` is freed on return
-  std::uint64_t v = old.manifest.version;
-  retiring_.push_back({std::move(old), Clock::now(), true});
-  // A request, not a blocking call: swap() may run inside a loop callback. The store's reply
-  // says whether the copy has drained already; if not, the drain timer asks again.
-  std::weak_ptr<bool> alive = alive_;
-  store_->unpublish_async({options_.holder_id, options_.model, v}, options_.request_timeout,
-                          [this, alive, v](Result<Drained> reply) {
-                            if (alive.expired()) return;
-                            drain_reply(v, reply);
-                          });
-  if (!drain_timer_) {
-    drain_timer_ = loop_->every(options_.drain_check, [this] { check_retiring(); });
-  }
-}
-
-// Runs in a loop timer, so it only sends requests; their replies are handled as they come.
-void Reader::check_retiring() {
-  std::weak_ptr<bool> alive = alive_;
-  for (auto& r : retiring_) {
-    if (r.asking) continue;
-    r.asking = true;
-    std::uint64_t v = r.held.manifest.version;
-    store_->drained_async({options_.holder_id, options_.model, v}, options_.request_timeout,
-                          [this, alive, v](Result<Drained> reply) {
-                            if (alive.expired()) return;
-                            drain_reply(v, reply);
-                          });
-  }
-}
-
-void Reader::drain_reply(std::uint64_t version, const Result<Drained>& reply) {
-  auto it = std::find_if(retiring_.begin(), retiring_.end(), [version](const Retiring& r) {
-    return r.held.manifest.version == version && r.asking;
-  });
-  if (it == retiring_.end()) return;  // freed meanwhile (close())
-  it->asking = false;
-  // An error (the store restarted and forgot this holder, or cannot be reached) is not a drain:
-  // leases taken before may still be out, so the copy waits, up to drain_timeout.
-  if (reply.is_ok() && reply->drained) {
-    return free_retiring(it, true, "drained");
-  }
-  if (Clock::now() - it->since > options_.drain_timeout) {
-    free_retiring(it, false,
-                  reply.is_ok() ? std::string("still leased") : reply.status().to_string());
-  }
-}
-
-void Reader::free_retiring(std::vector<Retiring>::iterator it, bool confirmed,
-                           const std::string& why) {
-  std::string what = vname(options_.model, it->held.manifest.version);
-  if (confirmed) {
-    log::debug("{}: freeing {} ({})", name(), what, why);
-  } else {
-    ++unconfirmed_frees_;
-    log::warn("{}: freeing {} after {} ms without the store confirming its leases drained ({})",
-              name(), what, ms(options_.drain_timeout), why);
-  }
-  retired_.sweep();
-  retired_.add(std::move(it->held.buffer));
-  retiring_.erase(it);
-  if (retiring_.empty()) drain_timer_.reset();
+  if (holder_) holder_->heartbeat();
 }
 
 Status Reader::close() {
@@ -339,24 +240,12 @@ Status Reader::close() {
     finish(core::cancelled(name() + ": closed while pulling"));
   }
   staged_.reset();
-  if (current_) {
-    std::unique_ptr<Held> cur = std::move(current_);
-    serving_ = false;
-    retire(std::move(*cur));
-  }
-  std::size_t before = unconfirmed_frees_;
-  // drain_reply() frees a copy that is overdue when its next reply comes, at most one request
-  // timeout after drain_timeout; the margin covers that and one drain check.
-  loop_->run_until([this] { return retiring_.empty(); },
-                   options_.drain_timeout + options_.request_timeout + 2 * options_.drain_check);
-  while (!retiring_.empty())
-    free_retiring(retiring_.begin(), false, "the store did not answer");
-  if (unconfirmed_frees_ > before) {
-    return core::timeout_error(name() + ": closed; " + std::to_string(unconfirmed_frees_ - before) +
-                               " copies freed without the store confirming that their leases "
-                               "drained");
-  }
-  return {};
+  std::unique_ptr<Held> cur = std::move(current_);
+  if (!holder_) return {};
+  if (cur) holder_->retire(cur->manifest.version, std::move(cur->buffer));
+  // Waits at most drain_timeout (plus a request and two checks); what has not drained by then is
+  // freed without the store's word, and said so.
+  return holder_->close();
 }
 
 }  // namespace sluice::weightstore

@@ -29,6 +29,7 @@
 #include "core/manifest.hpp"
 #include "core/transfer.hpp"
 #include "weightstore/client.hpp"
+#include "weightstore/holder.hpp"
 #include "weightstore/store.hpp"
 
 namespace sluice::weightstore {
@@ -43,6 +44,8 @@ struct ReaderOptions {
   Millis request_timeout{5000};  // each control request to the store (> 0)
   Millis drain_timeout{30000};   // longest wait for an old copy's leases to drain (> 0)
   Millis drain_check{200};       // how often a retiring copy asks whether it has drained (> 0)
+  // The store's lease_ttl_ms: a copy the store does not know (it restarted) waits this long.
+  Millis lease_ttl{10000};
   // With a host label: pull_latest() reads a new version only from holders on this host (its
   // relay) until one holds all of it, for up to this long after it first saw the version; then
   // from any holder. Many readers of one host that each read a new version from the trainer's
@@ -102,9 +105,9 @@ class Reader {
   // Whether a pull (or its question for the latest version) is in flight.
   bool pulling() const { return busy_; }
   // Whether the store has acknowledged this reader as a holder of its current version.
-  bool serving() const { return serving_; }
+  bool serving() const;
   // Old copies unpublished and waiting for their leases to drain before they are freed.
-  std::size_t retiring() const { return retiring_.size(); }
+  std::size_t retiring() const;
   // The statistics of the last pull that staged a version (per source as the plan ordered them).
   const core::ReadStats& last_stats() const { return last_stats_; }
   // Of the last staged version's bytes, those read from holders on this reader's host.
@@ -127,12 +130,6 @@ class Reader {
     core::Manifest manifest;
     std::unique_ptr<core::RegisteredBuffer> buffer;
   };
-  struct Retiring {
-    Held held;
-    Clock::time_point since;
-    bool asking = false;  // an unpublish or drained? request is out
-  };
-
   Reader() = default;
   std::string name() const;
   std::uint64_t newest_held() const;
@@ -141,13 +138,6 @@ class Reader {
   // held (the next pull_latest() asks again).
   void fetch(std::uint64_t version, bool local_only = false);
   void finish(core::Result<std::uint64_t> result);
-  // `again`: the store forgot this holder (it restarted); see HolderRegistration::again.
-  void register_current(bool again = false);
-  void retire(Held old);
-  void check_retiring();
-  // Handles an unpublish or drained? reply for the retiring copy of `version`.
-  void drain_reply(std::uint64_t version, const core::Result<Drained>& reply);
-  void free_retiring(std::vector<Retiring>::iterator it, bool confirmed, const std::string& why);
 
   core::EventLoop* loop_ = nullptr;
   core::TransferEngine* engine_ = nullptr;
@@ -162,14 +152,8 @@ class Reader {
   std::vector<Done> waiters_;
   std::uint64_t local_wait_version_ = 0;  // the version waited for on this host, since when
   Clock::time_point local_wait_since_{};
-  bool serving_ = false;
-  std::uint64_t registering_ = 0;  // the version whose registration is in flight, or 0
-  std::vector<Retiring> retiring_;
-  // Drained copies' memory, kept a few seconds more before it is freed: a peer handed a plan
-  // naming a copy just before it was unpublished may still unpack its key (see RetiredBuffers).
-  core::RetiredBuffers retired_;
-  std::size_t unconfirmed_frees_ = 0;  // copies freed without the store confirming the drain
-  std::unique_ptr<core::EventLoop::Timer> drain_timer_;
+  // Registration, heartbeats and the drain of retired copies (a reader that serves).
+  std::unique_ptr<Holder> holder_;
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);  // for replies after destruction
 };
 

@@ -372,6 +372,7 @@ core::Result<JobResult> run_local_job(JobConfig job, const std::string& sluice_e
   if (job.manager.state_path.empty()) job.manager.state_path = (dir / "manager.db").string();
   if (job.actor.checkpoint_dir.empty()) job.actor.checkpoint_dir = (dir / "checkpoints").string();
   job.actor.store_lease_ttl_ms = job.store.lease_ttl_ms;  // the one the store uses
+  job.relay.store_lease_ttl_ms = job.store.lease_ttl_ms;
   job.relay.model = job.rollout.model = job.actor.model;
   {
     std::ofstream f(dir / "job.json");
@@ -439,12 +440,32 @@ core::Result<JobResult> run_local_job(JobConfig job, const std::string& sluice_e
   }
 
   SLUICE_ASSIGN_OR_RETURN(auto status_client, core::Client::create(*loop, manager_ep));
-  auto manager_status = [&]() -> json {
-    auto r = status_client->call(rollout::encode(rollout::StatusRequest{}), Millis(3000));
+  auto status_fields = [](const core::Result<core::Message>& r) -> json {
     if (!r.is_ok()) return json::object();
     auto st = rollout::decode_status(r->body);
     return st.is_ok() ? st->fields : json::object();
   };
+  // Blocking, for the end of the job only.
+  auto manager_status = [&]() -> json {
+    return status_fields(
+        status_client->call(rollout::encode(rollout::StatusRequest{}), Millis(3000)));
+  };
+  // While the job runs the question is asked without waiting for its answer: a dead manager's
+  // 3 s time-out would otherwise hold up the launcher, and with it every restart (a killed
+  // manager came back 6 s after its death, a store 3 s).
+  json status_reply;
+  bool status_asking = false, status_fresh = false;
+  auto ask_status = [&] {
+    if (status_asking) return;
+    status_asking = true;
+    status_client->request(rollout::encode(rollout::StatusRequest{}), Millis(3000),
+                           [&](core::Result<core::Message> r) {
+                             status_asking = false;
+                             status_reply = status_fields(r);
+                             status_fresh = true;
+                           });
+  };
+  bool progress_wanted = false;
 
   auto t0 = Clock::now();
   auto next_progress = t0;
@@ -583,13 +604,20 @@ core::Result<JobResult> run_local_job(JobConfig job, const std::string& sluice_e
     bool progress_due = job.progress_s > 0 && Clock::now() >= next_progress;
     if (progress_due || Clock::now() >= next_watch) {
       next_watch = Clock::now() + Millis(1000);
-      json s = manager_status();
-      watch.observe(s, sup);
+      ask_status();
       if (progress_due) {
+        progress_wanted = true;
         next_progress = Clock::now() + std::chrono::duration_cast<Clock::duration>(
                                            std::chrono::duration<double>(job.progress_s));
       }
-      if (!s.empty() && progress_due) {
+    }
+    if (status_fresh) {
+      status_fresh = false;
+      const json& s = status_reply;
+      watch.observe(s, sup);
+      const bool print = progress_wanted;
+      progress_wanted = false;
+      if (!s.empty() && print) {
         // The fleet's side of the metrics: rollout time stalled on weights, and occupancy.
         double wall = 0, stall = 0, occ = 0;
         for (const auto& ro : s.value("rollouts", json::array())) {

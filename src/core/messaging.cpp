@@ -1,5 +1,7 @@
 #include "core/messaging.hpp"
 
+#include "core/json_limits.hpp"
+
 #include <unistd.h>
 #include <cstring>
 #include <map>
@@ -130,12 +132,14 @@ Result<Message> decode_message(const std::vector<std::string>& frames, const Mes
     return protocol_error("header of " + std::to_string(h.size()) + " bytes exceeds the limit of " +
                           std::to_string(lim.max_header_bytes));
   }
-  nlohmann::json header;
-  try {
-    header = nlohmann::json::parse(h);
-  } catch (const nlohmann::json::parse_error& e) {
-    return protocol_error(std::string("header is not valid JSON: ") + e.what());
-  }
+  // Depth is checked on the text before a node is built: a deeply nested body would otherwise be
+  // built, copied and destroyed recursively.
+  JsonLimits jl;
+  jl.max_bytes = lim.max_header_bytes;
+  jl.max_depth = lim.max_json_depth;
+  auto parsed = parse_json_bounded(h, jl);
+  if (!parsed.is_ok()) return protocol_error("header: " + parsed.status().message());
+  nlohmann::json header = std::move(parsed).value();
   if (!header.is_object()) return protocol_error("header is not a JSON object");
   auto t = header.find("type");
   if (t == header.end() || !t->is_string() || t->get<std::string>().empty()) {

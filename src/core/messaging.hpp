@@ -43,6 +43,7 @@ struct MessagingLimits {
   std::size_t max_message_bytes = 64u << 20;  // all frames together; larger gets an error reply
   std::size_t max_header_bytes = 1u << 20;    // the JSON header frame
   std::size_t max_frames = 64;                // envelope + header + blobs
+  std::size_t max_json_depth = 64;            // nesting of the header's arrays and objects
 };
 
 // Replies to one request. Copyable; the first respond() sends, later ones are ignored. Dropping

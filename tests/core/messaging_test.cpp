@@ -187,7 +187,13 @@ TEST_SUITE("core.messaging") {
     SUBCASE("header that is not JSON") {
       auto frames = good_frames(9, "echo");
       frames[1] = "{\"type\": \"echo\", ";
-      check_error_reply(raw_exchange(server.endpoint, frames), "not valid JSON", 9);
+      check_error_reply(raw_exchange(server.endpoint, frames), "malformed JSON", 9);
+    }
+    SUBCASE("a header nested deeper than the limit (refused before it is built)") {
+      auto frames = good_frames(13, "echo");
+      frames[1] = "{\"type\": \"echo\", \"body\": {\"x\": " + std::string(100000, '[') +
+                  std::string(100000, ']') + "}}";
+      check_error_reply(raw_exchange(server.endpoint, frames), "nested deeper", 13);
     }
     SUBCASE("header without a type") {
       auto frames = good_frames(10, "echo");

@@ -123,3 +123,46 @@ TEST_SUITE("rollout.protocol") {
     CHECK(r.status().message().find("finished[0]") != std::string::npos);
   }
 }
+
+TEST_SUITE("rollout.protocol") {
+  TEST_CASE(
+      "reports carry held trajectories in bounded prefixes: each under the header limit, "
+      "all of them in the end") {
+    // As after a manager outage: a rollout holds 300 finished trajectories of 1,000 tokens each,
+    // about 9 MB as JSON, far more than one message's 1 MiB header.
+    std::vector<rl::Trajectory> held;
+    for (int i = 0; i < 300; ++i) {
+      rl::Trajectory t;
+      t.id = "p" + std::to_string(i) + "/0";
+      t.prompt_id = "p" + std::to_string(i);
+      t.version = 3;
+      t.versions = {3};
+      t.prompt_tokens.assign(24, 7);
+      t.response_tokens.assign(1000, 123456);
+      t.logprobs.assign(1000, -1.2345678f);
+      t.rollout = "rollout-0";
+      held.push_back(std::move(t));
+    }
+    std::size_t reports = 0, sent = 0;
+    while (!held.empty()) {
+      std::size_t n = rollout::fitting_prefix(held);
+      REQUIRE(n >= 1);
+      rollout::ReportRequest r;
+      r.id = "rollout-0";
+      r.finished.assign(held.begin(), held.begin() + static_cast<std::ptrdiff_t>(n));
+      const std::string header = rollout::encode(r).body.dump();
+      CHECK(header.size() < (1u << 20));
+      sent += n;
+      held.erase(held.begin(), held.begin() + static_cast<std::ptrdiff_t>(n));
+      ++reports;
+    }
+    CHECK(sent == 300);
+    CHECK(reports > 1);
+    // One trajectory larger than the bound still goes (alone), never stuck.
+    rl::Trajectory big;
+    big.id = "p9/0";
+    big.response_tokens.assign(40000, 1);
+    std::vector<rl::Trajectory> one{big, big};
+    CHECK(rollout::fitting_prefix(one) == 1);
+  }
+}
