@@ -22,6 +22,7 @@ Status RelayConfig::validate() const {
   if (poll_ms == 0) return core::invalid_argument("poll_ms must be positive");
   if (in_flight == 0) return core::invalid_argument("in_flight must be positive");
   if (store_lease_ttl_ms == 0) return core::invalid_argument("store_lease_ttl_ms must be positive");
+  if (max_version_bytes == 0) return core::invalid_argument("max_version_bytes must be positive");
   if (model.empty()) return core::invalid_argument("model must not be empty");
   return {};
 }
@@ -220,6 +221,11 @@ struct Relay::Impl {
     // The manifest comes with a read plan; the lease is not needed and is released at once.
     SLUICE_ASSIGN_OR_RETURN(auto plan, store->plan(config.model, version, topology()));
     store->release(plan.lease_id).ignore();
+    if (plan.manifest.total_bytes > config.max_version_bytes) {
+      return core::invalid_argument(std::to_string(plan.manifest.total_bytes) +
+                                    " bytes exceed max_version_bytes " +
+                                    std::to_string(config.max_version_bytes));
+    }
     Copy c;
     c.manifest = plan.manifest;
     SLUICE_ASSIGN_OR_RETURN(c.buffer, engine->allocate(c.manifest.total_bytes, false));

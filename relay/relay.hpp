@@ -37,6 +37,8 @@ struct RelayConfig {
   // The store's lease_ttl_ms (sluice run copies it): a retired copy the store does not know
   // (it restarted) is freed only after this long.
   std::uint64_t store_lease_ttl_ms = 10000;
+  // A version larger than this is not taken (nothing allocated for it).
+  std::uint64_t max_version_bytes = 256ull << 30;
 
   template <typename V>
   void describe(V& v) {
@@ -51,6 +53,7 @@ struct RelayConfig {
     v("datacenter", datacenter, "topology: datacenter label");
     v("store_lease_ttl_ms", store_lease_ttl_ms,
       "the store's lease_ttl_ms: how long a copy the store does not know waits to be freed");
+    v("max_version_bytes", max_version_bytes, "largest version this relay takes, in bytes");
   }
   core::Status validate() const;
 };

@@ -298,6 +298,7 @@ struct RolloutWorker::Impl {
     ro.topology = weightstore::Topology{cfg.host, cfg.rack, cfg.datacenter};
     ro.serve = serve_peers();
     ro.read.max_in_flight_per_source = cfg.pull_in_flight;
+    ro.read.max_total_bytes = cfg.max_version_bytes;
     ro.local_wait = Millis(cfg.local_wait_ms);
     // A rollout stops within seconds when its job ends; its peers fail over if it goes sooner.
     ro.drain_timeout = Millis(2000);

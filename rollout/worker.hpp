@@ -50,7 +50,8 @@ struct RolloutConfig {
   // Finished trajectories held while the manager cannot be reached; when full, no new work is
   // admitted (nothing is dropped).
   std::uint32_t max_held_finished = 4096;
-  std::uint32_t pull_in_flight = 8;  // GETs in flight per source when pulling weights
+  std::uint32_t pull_in_flight = 8;                // GETs in flight per source when pulling weights
+  std::uint64_t max_version_bytes = 256ull << 30;  // a larger version is refused unread
   // Serve the loaded version to peers (the design's "every receiver becomes a source"): the
   // rollout registers it with the store as a holder, and unpublishes and drains it before freeing
   // it. "auto" serves only with UCX newer than 1.13; "on" and "off" force it. UCX 1.13 has two
@@ -83,6 +84,7 @@ struct RolloutConfig {
     v("max_held_finished", max_held_finished,
       "finished trajectories held while the manager is unreachable; when full, no new work starts");
     v("pull_in_flight", pull_in_flight, "GETs in flight per source when pulling weights");
+    v("max_version_bytes", max_version_bytes, "largest version this rollout pulls, in bytes");
     v("serve", serve,
       "serve the loaded version to peers: auto (with UCX newer than 1.13), on or off");
     v("local_wait_ms", local_wait_ms,

@@ -184,9 +184,22 @@ void StoreClient::chain_source_async(const ChainSourceRequest& c, Millis timeout
   ask<ChainSource>(encode(c), timeout, decode_source, std::move(done));
 }
 
+namespace {
+core::Status too_large(const std::string& model, const core::Manifest& m,
+                       const core::ReadOptions& options) {
+  return core::invalid_argument(
+      "pull " + model + "@" + std::to_string(m.version) + ": " + std::to_string(m.total_bytes) +
+      " bytes exceed this reader's limit of " + std::to_string(options.max_total_bytes));
+}
+}  // namespace
+
 Result<Pulled> pull(core::TransferEngine& engine, StoreClient& store, const std::string& model,
                     std::uint64_t version, const Topology& where, core::ReadOptions options) {
   SLUICE_ASSIGN_OR_RETURN(ReadPlan plan, store.plan(model, version, where));
+  if (plan.manifest.total_bytes > options.max_total_bytes) {
+    store.release(plan.lease_id).ignore();
+    return too_large(model, plan.manifest, options);
+  }
   std::vector<core::ReadSource> sources;
   for (const auto& h : plan.holders) {
     auto d = core::RegionDescriptor::decode(h.descriptor);
@@ -234,6 +247,10 @@ void pull_async(core::TransferEngine& engine, StoreClient& store, const std::str
         auto plan = std::make_shared<ReadPlan>(std::move(plan_r).value());
         // Fire and forget: a lease that is not released expires on the store.
         auto release = [sc](std::uint64_t lease) { sc->release_async(lease, Millis(5000)); };
+        if (plan->manifest.total_bytes > options.max_total_bytes) {
+          release(plan->lease_id);
+          return done(too_large(model, plan->manifest, options));
+        }
         if (accept && !accept(*plan)) {
           release(plan->lease_id);
           return done(core::failed_precondition("pull " + model + ": the read plan was declined"));

@@ -65,12 +65,21 @@ Status bool_list(const json& body, std::string_view what, const char* key, const
   return {};
 }
 
-Status manifest_field(const json& body, std::string_view what, core::Manifest& out) {
+Status manifest_field(const json& body, std::string_view what, const Limits& lim,
+                      core::Manifest& out) {
   auto it = body.find("manifest");
   if (it == body.end())
     return core::invalid_argument(std::string(what) + ": 'manifest' is missing");
+  // The tensor list's size is checked before from_json reads it.
+  if (it->is_object()) {
+    auto t = it->find("tensors");
+    if (t != it->end() && t->is_array() && t->size() > lim.max_tensors) {
+      return core::invalid_argument(std::string(what) + ": the manifest has more than " +
+                                    std::to_string(lim.max_tensors) + " tensors");
+    }
+  }
   SLUICE_ASSIGN_OR_RETURN(out, core::Manifest::from_json(*it));
-  return {};
+  return check_manifest_limits(out, lim).with_context(std::string(what));
 }
 
 Message with_body(const char* type, json body) {
@@ -87,6 +96,23 @@ json pin_body(const PinRef& p) {
 }
 
 }  // namespace
+
+Status check_manifest_limits(const core::Manifest& m, const StoreDecodeLimits& lim) {
+  if (m.total_bytes > lim.max_version_bytes) {
+    return core::invalid_argument("a version of " + std::to_string(m.total_bytes) +
+                                  " bytes exceeds max_version_bytes " +
+                                  std::to_string(lim.max_version_bytes));
+  }
+  if (m.tensors.size() > lim.max_tensors) {
+    return core::invalid_argument(std::to_string(m.tensors.size()) +
+                                  " tensors exceed max_tensors " + std::to_string(lim.max_tensors));
+  }
+  if (m.chunk_count() > lim.max_chunks) {
+    return core::invalid_argument(std::to_string(m.chunk_count()) + " chunks exceed max_chunks " +
+                                  std::to_string(lim.max_chunks));
+  }
+  return {};
+}
 
 json topology_to_json(const Topology& t) {
   return {{"host", t.host}, {"rack", t.rack}, {"datacenter", t.datacenter}};
@@ -242,9 +268,9 @@ Message encode(const ReadPlan& p) {
 
 // ---- decoding requests
 
-Result<PutManifest> decode_put_manifest(const Message& m, const Limits&) {
+Result<PutManifest> decode_put_manifest(const Message& m, const Limits& lim) {
   PutManifest r;
-  SLUICE_TRY(manifest_field(m.body, "store.put_manifest", r.manifest));
+  SLUICE_TRY(manifest_field(m.body, "store.put_manifest", lim, r.manifest));
   return r;
 }
 
@@ -254,7 +280,7 @@ Result<HolderRegistration> decode_registration(const Message& m, const Limits& l
   SLUICE_TRY(id_field(m.body, what, "holder_id", lim, r.holder_id));
   SLUICE_TRY(field::string(m.body, what, "endpoint", r.endpoint));
   SLUICE_ASSIGN_OR_RETURN(r.topology, topology_from_json(optional(m.body, "topology")));
-  SLUICE_TRY(manifest_field(m.body, what, r.manifest));
+  SLUICE_TRY(manifest_field(m.body, what, lim, r.manifest));
   if (m.body.contains("chunks")) SLUICE_TRY(bool_list(m.body, what, "chunks", lim, r.chunks));
   if (m.body.contains("again")) SLUICE_TRY(field::boolean(m.body, what, "again", r.again));
   if (m.blobs.size() != 1) return core::invalid_argument("store.register: expected one descriptor");

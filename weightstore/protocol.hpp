@@ -43,7 +43,14 @@ namespace sluice::weightstore {
 struct StoreDecodeLimits {
   std::size_t max_id_bytes = 256;  // a holder, relay, model or pin owner id
   std::size_t max_list = 1 << 20;  // entries in any list (chunks, holders, exclusions)
+  // A manifest's size, tensors and chunks (the store's configuration sets them).
+  std::uint64_t max_version_bytes = 256ull << 30;
+  std::size_t max_tensors = 1 << 16;
+  std::uint64_t max_chunks = 1 << 20;
 };
+
+// Whether `m` is within the limits; invalid_argument naming the bound it passes.
+core::Status check_manifest_limits(const core::Manifest& m, const StoreDecodeLimits& lim);
 
 // Requests.
 struct PutManifest {

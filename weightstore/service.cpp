@@ -21,6 +21,9 @@ Status ServiceConfig::validate() const {
                                   "'");
   }
   if (fanout == 0) return core::invalid_argument("fanout must be positive");
+  if (max_version_bytes == 0 || max_tensors == 0 || max_chunks == 0) {
+    return core::invalid_argument("max_version_bytes, max_tensors and max_chunks must be positive");
+  }
   return {};
 }
 
@@ -69,17 +72,21 @@ const std::string& StoreService::endpoint() const {
 void StoreService::install_handlers() {
   auto& srv = *server_;
   WeightStore& st = store_;
+  StoreDecodeLimits lim;
+  lim.max_version_bytes = config_.max_version_bytes;
+  lim.max_tensors = static_cast<std::size_t>(config_.max_tensors);
+  lim.max_chunks = config_.max_chunks;
 
-  srv.on_sync("store.put_manifest", [&st](const Message& req) -> Result<Message> {
-    SLUICE_ASSIGN_OR_RETURN(auto r, decode_put_manifest(req));
+  srv.on_sync("store.put_manifest", [&st, lim](const Message& req) -> Result<Message> {
+    SLUICE_ASSIGN_OR_RETURN(auto r, decode_put_manifest(req, lim));
     const core::Manifest& m = r.manifest;
     SLUICE_TRY(st.put_manifest(m));
     log::info("weightstore: manifest {}@{} ({} bytes, {} chunks)", m.model, m.version,
               m.total_bytes, m.chunk_count());
     return encode_ok();
   });
-  srv.on_sync("store.register", [&st](const Message& req) -> Result<Message> {
-    SLUICE_ASSIGN_OR_RETURN(auto r, decode_registration(req));
+  srv.on_sync("store.register", [&st, lim](const Message& req) -> Result<Message> {
+    SLUICE_ASSIGN_OR_RETURN(auto r, decode_registration(req, lim));
     bool was = st.committed(r.manifest.model, r.manifest.version);
     SLUICE_TRY(st.register_holder(r, Clock::now()));
     bool now = st.committed(r.manifest.model, r.manifest.version);

@@ -23,6 +23,11 @@ struct ServiceConfig {
   std::uint32_t sources_per_chunk = 4;          // ranked sources per chunk in a read plan
   std::string broadcast = "chain";              // chain, tree or direct (see StoreConfig)
   std::uint32_t fanout = 2;                     // children per relay in a tree
+  // Refused before anything is kept: a version larger than this, or with more tensors or
+  // chunks (a manifest that claims 2^64 bytes would otherwise reach every relay and reader).
+  std::uint64_t max_version_bytes = 256ull << 30;
+  std::uint64_t max_tensors = 1 << 16;
+  std::uint64_t max_chunks = 1 << 20;
 
   template <typename V>
   void describe(V& v) {
@@ -34,6 +39,9 @@ struct ServiceConfig {
     v("sources_per_chunk", sources_per_chunk, "ranked sources per chunk in a read plan");
     v("broadcast", broadcast, "how relays receive a version: chain, tree or direct");
     v("fanout", fanout, "children per relay when broadcast is tree");
+    v("max_version_bytes", max_version_bytes, "largest version accepted, in bytes");
+    v("max_tensors", max_tensors, "most tensors in a version");
+    v("max_chunks", max_chunks, "most chunks in a version");
   }
   core::Status validate() const;
 };

@@ -176,6 +176,8 @@ struct ReadOptions {
   // Called on the loop thread after each chunk, at most every progress_interval.
   std::function<void(const ReadProgress&)> on_progress;
   Millis progress_interval{200};
+  // A pull refuses a version larger than this before it allocates anything for it.
+  std::uint64_t max_total_bytes = 256ull << 30;
 };
 
 struct ReadStats {

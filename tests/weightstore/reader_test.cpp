@@ -343,6 +343,20 @@ TEST_SUITE("weightstore.reader") {
     CHECK(other->staged_version() == 0);
     CHECK(core::Clock::now() - t0 < std::chrono::seconds(10));  // answered, not timed out
 
+    // A version larger than the reader's limit is refused before anything is allocated; what
+    // it holds stays as it was.
+    weightstore::ReaderOptions small;
+    small.model = "policy";
+    small.serve = false;
+    small.read.max_total_bytes = w1.size() - 1;
+    auto capped = weightstore::Reader::create(*s.loop, *s.engine, *s.client, small).value();
+    auto refused = capped->pull(1);
+    CHECK(refused.status().code() == core::Code::kInvalidArgument);
+    CHECK_MESSAGE(refused.status().message().find("limit") != std::string::npos,
+                  refused.status().to_string());
+    CHECK(capped->staged_version() == 0);
+    CHECK(capped->current_version() == 0);
+
     // Options that cannot work are refused up front.
     weightstore::ReaderOptions bad;
     bad.model = "policy";  // serves, but has no holder id

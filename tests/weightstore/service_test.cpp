@@ -66,6 +66,34 @@ Message latest_req() {
 }  // namespace
 
 TEST_SUITE("weightstore.service") {
+  TEST_CASE("a manifest past the configured size, tensor or chunk limits is refused when decoded") {
+    core::Manifest m = manifest(1);  // 4096 bytes, 1 tensor, 4 chunks
+    Message put = encode(PutManifest{m});
+    StoreDecodeLimits lim;
+    CHECK(decode_put_manifest(put, lim).is_ok());
+    lim.max_version_bytes = m.total_bytes - 1;
+    CHECK(decode_put_manifest(put, lim).status().message().find("max_version_bytes") !=
+          std::string::npos);
+    lim = {};
+    lim.max_chunks = m.chunk_count() - 1;
+    CHECK(decode_put_manifest(put, lim).status().message().find("max_chunks") != std::string::npos);
+    // A registration carries a manifest too.
+    lim = {};
+    lim.max_version_bytes = 1;
+    CHECK_FALSE(decode_registration(encode(reg("relay-1", 1)), lim).is_ok());
+    // A long tensor list is refused by its length, before its entries are read.
+    lim = {};
+    Message many("store.put_manifest");
+    many.body["manifest"] = m.to_json();
+    many.body["manifest"]["tensors"] = nlohmann::json::array();
+    for (std::size_t i = 0; i <= lim.max_tensors; ++i)
+      many.body["manifest"]["tensors"].push_back(nullptr);
+    auto r = decode_put_manifest(many, lim);
+    REQUIRE_FALSE(r.is_ok());
+    CHECK_MESSAGE(r.status().message().find("more than") != std::string::npos,
+                  r.status().to_string());
+  }
+
   TEST_CASE("a request that fails validation gets an error and leaves the store unchanged") {
     auto loop = core::EventLoop::create().value();
     ServiceConfig cfg;
