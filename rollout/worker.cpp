@@ -282,8 +282,9 @@ struct RolloutWorker::Impl {
   bool serve_peers() const {
     if (cfg.serve == "on") return true;
     if (cfg.serve == "off") return false;
-    // The UCX version check that covers both 1.13 faults (see RolloutConfig::serve).
-    return core::tcp_holder_survives_reader_death();
+    // The UCX version check that covers the 1.13 faults (see RolloutConfig::serve).
+    auto v = core::ucx_version();
+    return v.major > 1 || (v.major == 1 && v.minor > 13);
   }
 
   core::Status ensure_reader() {
@@ -300,8 +301,11 @@ struct RolloutWorker::Impl {
     ro.read.max_in_flight_per_source = cfg.pull_in_flight;
     ro.read.max_total_bytes = cfg.max_version_bytes;
     ro.local_wait = Millis(cfg.local_wait_ms);
-    // A rollout stops within seconds when its job ends; its peers fail over if it goes sooner.
-    ro.drain_timeout = Millis(2000);
+    // A served copy is freed when the store says its leases drained, or one lease ttl after a
+    // restarted store first said it does not know it: never on a timer of its own while a lease
+    // may be live (close() at the end of the job waits a bounded time, then the process goes).
+    ro.drain_timeout = Millis(0);
+    ro.lease_ttl = Millis(cfg.store_lease_ttl_ms);
     ro.request_timeout = Millis(2000);
     SLUICE_ASSIGN_OR_RETURN(reader, weightstore::Reader::create(*loop, *transfer, *store, ro));
     log::info("rollout {}: {} its loaded version to peers", cfg.rollout_id,

@@ -52,14 +52,17 @@ struct RolloutConfig {
   std::uint32_t max_held_finished = 4096;
   std::uint32_t pull_in_flight = 8;                // GETs in flight per source when pulling weights
   std::uint64_t max_version_bytes = 256ull << 30;  // a larger version is refused unread
+  // The store's lease_ttl_ms (sluice run copies it): a served copy the store does not know (it
+  // restarted) is freed this long after the store first says so.
+  std::uint64_t store_lease_ttl_ms = 10000;
   // Serve the loaded version to peers (the design's "every receiver becomes a source"): the
   // rollout registers it with the store as a holder, and unpublishes and drains it before freeing
-  // it. "auto" serves only with UCX newer than 1.13; "on" and "off" force it. UCX 1.13 has two
-  // faults that rollouts, which come and go, would trigger: over TCP a holder aborts when a
-  // reader dies while it answers that reader's GETs (core::tcp_holder_survives_reader_death), and
-  // a reader crashes in ucp_ep_rkey_unpack when the shared memory behind a key is already gone
-  // (seen in a fleet test: a rollout resumed after SIGSTOP unpacked the key of a peer that had
-  // exited). Relays and the publisher, which outlive their readers, serve regardless.
+  // it. "auto" serves only with UCX newer than 1.13; "on" and "off" force it. UCX 1.13 crashes a
+  // reader in ucp_ep_rkey_unpack when the shared memory behind a key is already gone (seen in a
+  // fleet test: a rollout resumed after SIGSTOP unpacked the key of a peer that had exited), and
+  // rollouts come and go. (Its other fault, a tcp holder aborting when its reader dies, chunk
+  // streams avoid: core::tcp_holder_survives_reader_death.) Relays and the publisher, which
+  // outlive their readers, serve regardless.
   std::string serve = "auto";
   // With a host label: a new version is read only from a holder on this host (its relay) once
   // that holds all of it, for up to this long after the rollout first sees it; then from any.
@@ -85,6 +88,8 @@ struct RolloutConfig {
       "finished trajectories held while the manager is unreachable; when full, no new work starts");
     v("pull_in_flight", pull_in_flight, "GETs in flight per source when pulling weights");
     v("max_version_bytes", max_version_bytes, "largest version this rollout pulls, in bytes");
+    v("store_lease_ttl_ms", store_lease_ttl_ms,
+      "the store's lease_ttl_ms: how long a served copy the store does not know waits to be freed");
     v("serve", serve,
       "serve the loaded version to peers: auto (with UCX newer than 1.13), on or off");
     v("local_wait_ms", local_wait_ms,

@@ -28,11 +28,11 @@ Result<std::unique_ptr<Reader>> Reader::create(core::EventLoop& loop, core::Tran
   if (options.serve && options.holder_id.empty()) {
     return core::invalid_argument("reader: a reader that serves needs a holder id");
   }
-  if (options.request_timeout <= Millis(0) || options.drain_timeout <= Millis(0) ||
-      options.drain_check <= Millis(0)) {
+  if (options.request_timeout <= Millis(0) || options.drain_timeout < Millis(0) ||
+      options.drain_check <= Millis(0) || options.lease_ttl <= Millis(0)) {
     return core::invalid_argument(
-        "reader: request_timeout, drain_timeout and drain_check must be "
-        "positive");
+        "reader: request_timeout, drain_check and lease_ttl must be positive, drain_timeout not "
+        "negative");
   }
   std::unique_ptr<Reader> r(new Reader());
   r->loop_ = &loop;
@@ -243,8 +243,8 @@ Status Reader::close() {
   std::unique_ptr<Held> cur = std::move(current_);
   if (!holder_) return {};
   if (cur) holder_->retire(cur->manifest.version, std::move(cur->buffer));
-  // Waits at most drain_timeout (plus a request and two checks); what has not drained by then is
-  // freed without the store's word, and said so.
+  // Waits at most drain_timeout (plus a request and two checks; 30 s without one); what has not
+  // drained by then is freed without the store's word, and said so.
   return holder_->close();
 }
 

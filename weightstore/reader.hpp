@@ -42,8 +42,10 @@ struct ReaderOptions {
   bool serve = true;             // register the current version as a holder for peers
   core::ReadOptions read;        // how versions are read (GETs in flight, timeouts)
   Millis request_timeout{5000};  // each control request to the store (> 0)
-  Millis drain_timeout{30000};   // longest wait for an old copy's leases to drain (> 0)
-  Millis drain_check{200};       // how often a retiring copy asks whether it has drained (> 0)
+  // Longest wait for an old copy's leases to drain before it is freed without the store's word;
+  // 0: none, a copy waits for the store (close() still ends within 30 s).
+  Millis drain_timeout{30000};
+  Millis drain_check{200};  // how often a retiring copy asks whether it has drained (> 0)
   // The store's lease_ttl_ms: a copy the store does not know (it restarted) waits this long.
   Millis lease_ttl{10000};
   // With a host label: pull_latest() reads a new version only from holders on this host (its

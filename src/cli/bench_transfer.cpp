@@ -88,11 +88,12 @@ struct SourceProcess {
 
 Result<std::unique_ptr<SourceProcess>> start_source(const std::vector<std::string>& extra_env,
                                                     const BenchTransferArgs& args,
-                                                    std::uint64_t bytes) {
+                                                    std::uint64_t bytes, bool ucx_get = false) {
   auto sp = std::make_unique<SourceProcess>();
   Subprocess::Options so;
   so.argv = {self_exe(), "--log-level",         "warn",    "transfer-source",
              "--bytes",  std::to_string(bytes), "--chunk", args.chunk};
+  if (ucx_get) so.argv.push_back("--ucx-get");
   so.extra_env = extra_env;
   SLUICE_ASSIGN_OR_RETURN(sp->proc, Subprocess::spawn(so));
   std::string line;
@@ -107,11 +108,13 @@ Result<std::unique_ptr<SourceProcess>> start_source(const std::vector<std::strin
 // pays for mapping the holder's memory (page faults on first touch), which later pulls from the
 // same holder do not; ucx_perftest likewise reports after its warm-up iterations.
 Result<nlohmann::json> sluice_read(const std::vector<std::string>& extra_env,
-                                   const BenchTransferArgs& args, const std::string& endpoint) {
+                                   const BenchTransferArgs& args, const std::string& endpoint,
+                                   bool ucx_get = false) {
   Subprocess::Options ro;
   ro.argv = {self_exe(),     "--log-level", "warn",        "transfer-read",
              "--from",       endpoint,      "--in-flight", std::to_string(args.in_flight),
              "--timeout-ms", "600000",      "--repeat",    "3"};
+  if (ucx_get) ro.argv.push_back("--ucx-get");
   ro.extra_env = extra_env;
   SLUICE_ASSIGN_OR_RETURN(auto reader, Subprocess::spawn(ro));
   auto out = reader->read_line(Millis(600000));
@@ -408,18 +411,22 @@ int run_bench_transfer(const BenchTransferArgs& args, const std::vector<std::str
   }
   auto transports = split_commas(args.transports);
   for (const auto& t : transports) {
-    if (t != "tcp" && t != "sm") {
-      std::fprintf(stderr, "bench transfer: unknown transport '%s' (tcp or sm)\n", t.c_str());
+    if (t != "tcp" && t != "sm" && t != "tcp-ucx") {
+      std::fprintf(stderr, "bench transfer: unknown transport '%s' (tcp, tcp-ucx or sm)\n",
+                   t.c_str());
       return 2;
     }
   }
   std::vector<Row> rows;
   for (const auto& t : transports) {
-    auto extra = transport_env(t, env);
+    // tcp reads go over chunk streams; tcp-ucx over UCX's GET, as before them (one GET in
+    // flight with UCX 1.13, see core/transfer.cpp).
+    const bool ucx_get = t == "tcp-ucx";
+    auto extra = transport_env(ucx_get ? "tcp" : t, env);
     if (!args.json) std::fprintf(stderr, "bench transfer: %s: sluice reader...\n", t.c_str());
     // Rounds alternate sluice and ucx_perftest, so that both see the same machine (these
     // machines are shared and noisy); each side's best round is reported.
-    auto source = start_source(extra, args, *size);
+    auto source = start_source(extra, args, *size, ucx_get);
     if (!source.is_ok()) {
       std::fprintf(stderr, "bench transfer: %s: %s\n", t.c_str(),
                    source.status().to_string().c_str());
@@ -438,7 +445,7 @@ int run_bench_transfer(const BenchTransferArgs& args, const std::vector<std::str
     for (int round = 0; round < kRounds; ++round) {
       if (!args.json)
         std::fprintf(stderr, "bench transfer: %s: round %d of %d\n", t.c_str(), round + 1, kRounds);
-      auto r = sluice_read(extra, args, (*source)->endpoint);
+      auto r = sluice_read(extra, args, (*source)->endpoint, ucx_get);
       if (!r.is_ok()) {
         std::fprintf(stderr, "bench transfer: %s: %s\n", t.c_str(), r.status().to_string().c_str());
         return 1;

@@ -289,9 +289,9 @@ core::Result<JobResult> run_local_job(JobConfig job, const std::string& sluice_e
                                       const std::vector<std::string>& environment,
                                       std::shared_ptr<EmulatedHosts> hosts, bool resume) {
   // Every role of a local job runs on this host, so weights move over shared memory. Unless the
-  // user chose the transports, the job's data plane uses shared memory only: with TCP enabled as
-  // well, UCX 1.13 aborts a holder (a relay, the actor) when a rollout that was reading from it
-  // dies (seen in the fleet test that kills a rollout), and a dead relay ends the job.
+  // user chose the transports, the job's data plane uses shared memory only: it is the fastest
+  // path on one host, and it keeps UCX 1.13's tcp transport out of the job altogether (reads over
+  // tcp go through chunk streams; see core::TransferOptions::tcp_stream).
   std::vector<std::string> child_env;
   auto user_set = [&](const std::string& var) {
     return std::any_of(environment.begin(), environment.end(),
@@ -314,7 +314,7 @@ core::Result<JobResult> run_local_job(JobConfig job, const std::string& sluice_e
       log::info("job: {} relays, one on each rollout host", job.hosts.count);
       job.relays = job.hosts.count;
     }
-  } else if (!user_tls && !core::tcp_holder_survives_reader_death()) {
+  } else if (!user_tls) {
     child_env.push_back("UCX_TLS=sm,self");
     // sluice's TCP defaults are unused then, and UCX would say so on the roles' standard output.
     child_env.push_back("UCX_WARN_UNUSED_ENV_VARS=n");
@@ -373,6 +373,7 @@ core::Result<JobResult> run_local_job(JobConfig job, const std::string& sluice_e
   if (job.actor.checkpoint_dir.empty()) job.actor.checkpoint_dir = (dir / "checkpoints").string();
   job.actor.store_lease_ttl_ms = job.store.lease_ttl_ms;  // the one the store uses
   job.relay.store_lease_ttl_ms = job.store.lease_ttl_ms;
+  job.rollout.store_lease_ttl_ms = job.store.lease_ttl_ms;
   job.relay.model = job.rollout.model = job.actor.model;
   {
     std::ofstream f(dir / "job.json");

@@ -143,7 +143,9 @@ int main(int argc, char** argv) {
   sluice::cli::BenchTransferArgs bt;
   auto* bench_transfer = bench_cmd->add_subcommand(
       "transfer", "one-sided chunked reads between processes, against ucx_perftest");
-  bench_transfer->add_option("--transport", bt.transports, "comma-separated: tcp, sm")
+  bench_transfer
+      ->add_option("--transport", bt.transports,
+                   "comma-separated: tcp (chunk streams), tcp-ucx (UCX GET), sm")
       ->capture_default_str();
   bench_transfer->add_option("--size", bt.size, "bytes to move (e.g. 1GiB)")->capture_default_str();
   bench_transfer->add_option("--chunk", bt.chunk, "chunk size (e.g. 8MiB)")->capture_default_str();
@@ -221,6 +223,7 @@ int main(int argc, char** argv) {
   source_cmd->add_option("--seed", ts.seed, "data pattern seed")->capture_default_str();
   source_cmd->add_option("--corrupt-chunk", ts.corrupt_chunk,
                          "fault injection: corrupt this chunk after checksumming");
+  source_cmd->add_flag("--ucx-get", ts.ucx_get, "serve tcp readers through UCX's GET, no stream");
   sluice::cli::TransferReadArgs tr;
   auto* read_cmd = app.add_subcommand("transfer-read", "read a region from sources, print JSON");
   read_cmd->group("");
@@ -232,6 +235,7 @@ int main(int argc, char** argv) {
   read_cmd->add_option("--verify-seed", tr.verify_seed, "compare with the seeded pattern");
   read_cmd->add_flag("!--no-warmup", tr.warmup, "skip the one-chunk warm-up read");
   read_cmd->add_option("--repeat", tr.repeat, "timed reads of the whole region");
+  read_cmd->add_flag("--ucx-get", tr.ucx_get, "read over UCX's GET, not a chunk stream");
 
   sluice::cli::PublishArgs pub;
   auto* publish_cmd = app.add_subcommand(

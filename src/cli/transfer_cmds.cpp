@@ -29,6 +29,7 @@ int run_transfer_source(const TransferSourceArgs& args, const std::vector<std::s
   loop->handle_shutdown_signals();
   TransferOptions topts;
   topts.environment = env;
+  topts.tcp_stream = !args.ucx_get;
   auto engine = TransferEngine::create(*loop, topts);
   if (!engine.is_ok()) {
     std::fprintf(stderr, "transfer-source: %s\n", engine.status().to_string().c_str());
@@ -83,6 +84,7 @@ int run_transfer_read(const TransferReadArgs& args, const std::vector<std::strin
   auto loop = EventLoop::create().value();
   TransferOptions topts;
   topts.environment = env;
+  topts.tcp_stream = !args.ucx_get;
   auto engine_r = TransferEngine::create(*loop, topts);
   if (!engine_r.is_ok()) {
     std::fprintf(stderr, "transfer-read: %s\n", engine_r.status().to_string().c_str());

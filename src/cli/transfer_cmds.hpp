@@ -14,7 +14,8 @@ struct TransferSourceArgs {
   std::string name = "bench";
   std::uint64_t seed = 1;
   long corrupt_chunk =
-      -1;  // fault injection for tests: flip a byte of this chunk after checksumming
+      -1;                // fault injection for tests: flip a byte of this chunk after checksumming
+  bool ucx_get = false;  // serve no chunk stream: tcp readers use UCX's GET (for comparison)
 };
 
 struct TransferReadArgs {
@@ -26,6 +27,7 @@ struct TransferReadArgs {
   bool warmup = true;
   unsigned repeat = 1;  // timed reads of the whole region; the JSON reports each and the best
   std::uint64_t verify_seed = 0;  // when non-zero: compare every byte with the seeded pattern
+  bool ucx_get = false;           // read over UCX's GET even where a chunk stream is offered
 };
 
 struct BenchTransferArgs {

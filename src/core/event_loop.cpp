@@ -1,5 +1,11 @@
 #include "core/event_loop.hpp"
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/posix/stream_descriptor.hpp>
 #include <boost/asio/post.hpp>
@@ -72,6 +78,8 @@ struct WatchState {
   asio::posix::stream_descriptor sd;
   std::function<void()> fn;
   bool cancelled = false;
+  bool write_once = false;  // wait_writable: one call, for writability
+  int owned_fd = -1;        // a duplicate this watch closes (wait_writable)
 };
 
 class FdWatchImpl final : public EventLoop::FdWatch {
@@ -83,6 +91,7 @@ class FdWatchImpl final : public EventLoop::FdWatch {
     boost::system::error_code ec;
     s_->sd.cancel(ec);
     s_->sd.release();  // the descriptor belongs to its owner (ZeroMQ, UCX): never close it here
+    if (s_->owned_fd >= 0) ::close(s_->owned_fd);  // ...but a duplicate of it made here
   }
 
  private:
@@ -90,13 +99,20 @@ class FdWatchImpl final : public EventLoop::FdWatch {
 };
 
 void arm_watch(const std::shared_ptr<WatchState>& s) {
-  s->sd.async_wait(asio::posix::stream_descriptor::wait_read,
-                   [s](const boost::system::error_code& ec) {
-                     if (ec || s->cancelled) return;
-                     arm_watch(s);
-                     auto fn = s->fn;
-                     if (fn) fn();
-                   });
+  const auto what = s->write_once ? asio::posix::stream_descriptor::wait_write
+                                  : asio::posix::stream_descriptor::wait_read;
+  s->sd.async_wait(what, [s](const boost::system::error_code& ec) {
+    if (ec || s->cancelled) return;
+    if (s->write_once) {
+      auto fn = std::move(s->fn);
+      s->fn = nullptr;
+      if (fn) fn();
+      return;
+    }
+    arm_watch(s);
+    auto fn = s->fn;
+    if (fn) fn();
+  });
 }
 
 }  // namespace
@@ -195,6 +211,23 @@ std::unique_ptr<EventLoop::FdWatch> EventLoop::watch_readable(int fd,
                                                               std::function<void()> on_readable) {
   auto s = std::make_shared<WatchState>(impl_->io, fd);
   s->fn = std::move(on_readable);
+  arm_watch(s);
+  return std::make_unique<FdWatchImpl>(s);
+}
+
+std::unique_ptr<EventLoop::FdWatch> EventLoop::wait_writable(int fd,
+                                                             std::function<void()> on_writable) {
+  // epoll takes one registration per descriptor, and the owner may watch fd for reading too, so
+  // this waits on a duplicate of it (closed with the watch).
+  int dup_fd = ::fcntl(fd, F_DUPFD_CLOEXEC, 0);
+  if (dup_fd < 0) {
+    log::error("event loop: cannot duplicate descriptor {}: {}", fd, std::strerror(errno));
+    dup_fd = fd;  // the registration fails below only if fd is watched already
+  }
+  auto s = std::make_shared<WatchState>(impl_->io, dup_fd);
+  s->owned_fd = dup_fd == fd ? -1 : dup_fd;
+  s->fn = std::move(on_writable);
+  s->write_once = true;
   arm_watch(s);
   return std::make_unique<FdWatchImpl>(s);
 }

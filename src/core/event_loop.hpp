@@ -65,6 +65,8 @@ class EventLoop {
   // Calls on_readable each time fd becomes readable (edge semantics: on_readable must consume
   // everything that is ready, e.g. drain a ZeroMQ socket until ZMQ_EVENTS has no POLLIN).
   [[nodiscard]] std::unique_ptr<FdWatch> watch_readable(int fd, std::function<void()> on_readable);
+  // Calls on_writable once, the next time fd is writable (a socket whose send buffer was full).
+  [[nodiscard]] std::unique_ptr<FdWatch> wait_writable(int fd, std::function<void()> on_writable);
 
   // Catches SIGINT and SIGTERM. On the first signal, every registered handler runs (in order of
   // registration) and run() returns cancelled once the handlers have called stop() or there is

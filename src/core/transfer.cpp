@@ -8,6 +8,7 @@
 #include <optional>
 
 #include "core/checksum.hpp"
+#include "core/chunk_stream.hpp"
 #include "core/hash_worker.hpp"
 #include "core/log.hpp"
 #include "core/ucx.hpp"
@@ -62,6 +63,16 @@ bool shm_allowed(const std::string& tls) {
   return negated ? !named : named;
 }
 
+// Whether a UCX_TLS value lets UCX use tcp.
+bool tcp_allowed(const std::string& tls) {
+  if (tls == "default" || tls.empty() || tls == "all") return true;
+  bool negated = tls[0] == '^';
+  bool named = false;
+  for (const auto& t : split_tls(negated ? tls.substr(1) : tls))
+    if (t == "tcp") named = true;
+  return negated ? !named : named;
+}
+
 // Whether every transport in a UCX_TLS value can wake a sleeping worker. Shared-memory ones
 // (cma above all, which carries same-host GETs) cannot, and "all"/unset/negated lists may
 // include them.
@@ -97,8 +108,55 @@ std::string RegionDescriptor::encode() const {
   out += worker_address;
   put_le(out, rkey.size(), 4);
   out += rkey;
+  put_le(out, host.size(), 2);
+  out += host;
+  put_le(out, stream.size(), 1);
+  for (const auto& a : stream) {
+    put_le(out, a.size(), 2);
+    out += a;
+  }
+  put_le(out, stream_token.size(), 1);
+  out += stream_token;
   return out;
 }
+
+namespace {
+
+// Reads the descriptor's fields in order; every read checks what is left first.
+struct DescReader {
+  const std::string& in;
+  std::size_t at = 0;
+  std::optional<Status> error;
+
+  std::uint64_t number(int bytes, const char* what) {
+    if (error) return 0;
+    if (in.size() - at < static_cast<std::size_t>(bytes)) {
+      error = protocol_error(std::string("region descriptor truncated before its ") + what);
+      return 0;
+    }
+    auto v = get_le(in, at, bytes);
+    at += static_cast<std::size_t>(bytes);
+    return v;
+  }
+  std::string text(std::uint64_t n, std::uint64_t max, const char* what) {
+    if (error) return {};
+    if (n > max || n > in.size() - at) {
+      error = protocol_error(std::string("region descriptor: ") + what + " of " +
+                             std::to_string(n) + " bytes does not fit (at most " +
+                             std::to_string(std::min<std::uint64_t>(max, in.size() - at)) + ")");
+      return {};
+    }
+    std::string s = in.substr(at, n);
+    at += n;
+    return s;
+  }
+};
+
+constexpr std::uint64_t kMaxHostId = 256;
+constexpr std::uint64_t kMaxStreamAddresses = 8;
+constexpr std::uint64_t kMaxStreamAddress = 64;
+
+}  // namespace
 
 Result<RegionDescriptor> RegionDescriptor::decode(const std::string& in) {
   constexpr std::size_t kFixed = 4 + 2 + 2 + 8 + 8 + 4;
@@ -116,26 +174,32 @@ Result<RegionDescriptor> RegionDescriptor::decode(const std::string& in) {
                           std::to_string(kRegionDescriptorVersion) + ")");
   }
   RegionDescriptor d;
-  d.base = get_le(in, 8, 8);
-  d.length = get_le(in, 16, 8);
-  std::size_t at = 24;
-  auto addr_len = get_le(in, at, 4);
-  at += 4;
-  if (addr_len == 0 || addr_len > in.size() - at) {
-    return protocol_error("region descriptor truncated: worker address of " +
-                          std::to_string(addr_len) + " bytes does not fit");
+  DescReader r{in, 8, std::nullopt};
+  d.base = r.number(8, "base");
+  d.length = r.number(8, "length");
+  d.worker_address = r.text(r.number(4, "worker address"), in.size(), "worker address");
+  d.rkey = r.text(r.number(4, "rkey"), in.size(), "rkey");
+  d.host = r.text(r.number(2, "host"), kMaxHostId, "host");
+  auto n = r.number(1, "stream addresses");
+  if (!r.error && n > kMaxStreamAddresses)
+    return protocol_error("region descriptor: " + std::to_string(n) +
+                          " stream addresses (at most " + std::to_string(kMaxStreamAddresses) +
+                          ")");
+  for (std::uint64_t i = 0; i < n && !r.error; ++i)
+    d.stream.push_back(r.text(r.number(2, "stream address"), kMaxStreamAddress, "stream address"));
+  d.stream_token = r.text(r.number(1, "stream token"), kStreamTokenBytes, "stream token");
+  if (r.error) return *r.error;
+  if (d.worker_address.empty()) return protocol_error("region descriptor: empty worker address");
+  if (d.rkey.empty()) return protocol_error("region descriptor: empty rkey");
+  if (d.stream.empty() != d.stream_token.empty() ||
+      (!d.stream_token.empty() && d.stream_token.size() != kStreamTokenBytes)) {
+    return protocol_error("region descriptor: a chunk stream needs addresses and a " +
+                          std::to_string(kStreamTokenBytes) + "-byte token");
   }
-  d.worker_address = in.substr(at, addr_len);
-  at += addr_len;
-  if (in.size() - at < 4) return protocol_error("region descriptor truncated before the rkey");
-  auto rkey_len = get_le(in, at, 4);
-  at += 4;
-  if (rkey_len == 0 || rkey_len != in.size() - at) {
-    return protocol_error("region descriptor truncated or padded: rkey of " +
-                          std::to_string(rkey_len) + " bytes, " + std::to_string(in.size() - at) +
-                          " left");
+  if (r.at != in.size()) {
+    return protocol_error("region descriptor: " + std::to_string(in.size() - r.at) +
+                          " bytes after its last field");
   }
-  d.rkey = in.substr(at, rkey_len);
   return d;
 }
 
@@ -143,6 +207,11 @@ Result<RegionDescriptor> RegionDescriptor::decode(const std::string& in) {
 
 struct RegisteredBuffer::Registration {
   std::unique_ptr<ucx::MemoryRegion> mr;
+  ChunkServer* server = nullptr;  // the engine's, when it serves this memory over a chunk stream
+  std::string stream_token;
+  ~Registration() {
+    if (server) server->withdraw(stream_token);  // before the memory goes
+  }
 };
 
 namespace {
@@ -216,6 +285,7 @@ struct Op {
   void* request = nullptr;
   bool mapped = false;       // a direct copy from mapped memory, not a GET
   bool get_pending = false;  // counted in Impl::gets_in_flight until complete()
+  std::string error;         // why a chunk stream get failed
   std::unique_ptr<EventLoop::Timer> timer;
 };
 
@@ -231,6 +301,8 @@ struct TransferEngine::Impl {
   std::string tls;
   std::vector<std::string> defaults;
   std::unique_ptr<HashWorker> hasher;                  // null: verify on the loop thread
+  std::unique_ptr<ChunkServer> chunk_server;           // null: this engine serves no stream
+  bool tcp_stream = false;                             // TransferOptions::tcp_stream
   std::map<std::string, std::shared_ptr<Peer>> peers;  // by worker address
   std::map<ReadState*, std::shared_ptr<ReadState>> reads;
   std::uint64_t in_flight = 0;
@@ -316,7 +388,8 @@ namespace {
 struct SourceState {
   ReadSource src;
   std::shared_ptr<Peer> peer;
-  ucp_rkey_h rkey = nullptr;  // owned by the peer's cache
+  std::unique_ptr<ChunkStream> stream;  // reads go here instead of the peer when set
+  ucp_rkey_h rkey = nullptr;            // owned by the peer's cache
   std::uint32_t in_flight = 0;
   bool dead = false;
   std::string why;
@@ -374,6 +447,8 @@ struct ReadState {
     for (auto& [raw, op] : ops) {
       if (op->request) ucp_request_cancel(impl->worker->get(), op->request);
     }
+    for (auto& src : sources)
+      if (src.stream && !src.stream->failed()) src.stream->close(cancelled("read cancelled"));
     if (!ops.empty() && !grace_timer) {
       // Cancelled GETs normally return at once; if one does not, closing its endpoint ends it.
       grace_timer = impl->loop.after(kCancelGrace, [this] {
@@ -404,6 +479,7 @@ struct ReadState {
     // Its other in-flight GETs come back with errors (or are cancelled here).
     for (auto& [raw, op] : ops)
       if (op->source == s && op->request) ucp_request_cancel(impl->worker->get(), op->request);
+    if (src.stream) src.stream->close(unavailable(why));
   }
 
   void issue(std::uint32_t ci, std::uint32_t s) {
@@ -417,6 +493,20 @@ struct ReadState {
     ops.emplace(op, std::move(owned));
     ++src.in_flight;
     ++impl->in_flight;
+
+    if (src.stream) {
+      src.stream->get(ch.c.src_offset, ch.c.bytes, dst->data() + ch.c.dst_offset,
+                      [this, op](Status st) {
+                        if (!st.is_ok()) op->error = st.message();
+                        complete(op, st.is_ok() ? UCS_OK : UCS_ERR_IO_ERROR);
+                      });
+      op->timer = impl->loop.after(opt.op_timeout, [this, op] {
+        mark_dead(op->source, "a chunk stream read did not finish within " +
+                                  std::to_string(opt.op_timeout.count()) + " ms");
+        pump();
+      });
+      return;
+    }
 
     void* mapped = nullptr;
     if (impl->copy_mapped &&
@@ -511,7 +601,9 @@ struct ReadState {
         report_progress(false);
       }
     } else if (status != UCS_OK) {
-      std::string why = src.peer && src.peer->failed ? src.peer->why : ucs_status_string(status);
+      std::string why = !op->error.empty()             ? op->error
+                        : src.peer && src.peer->failed ? src.peer->why
+                                                       : ucs_status_string(status);
       ch.errors += src.src.name + ": " + why + "; ";
       mark_dead(op->source, why);
     }
@@ -614,6 +706,7 @@ struct ReadState {
     for (auto& src : sources) {
       src.rkey = nullptr;
       src.peer.reset();
+      src.stream.reset();
     }
     impl->forget_failed_peers();
     if (self) impl->loop.post([self] {});
@@ -679,6 +772,12 @@ Result<std::unique_ptr<TransferEngine>> TransferEngine::create(EventLoop& loop,
   if (opts.verify_on_thread)
     impl->hasher = std::make_unique<HashWorker>(loop, std::max(1u, opts.verify_threads));
   impl->copy_mapped = opts.copy_mapped && impl->hasher && shm_allowed(impl->tls);
+  impl->tcp_stream = opts.tcp_stream;
+  if (opts.tcp_stream && tcp_allowed(impl->tls)) {
+    auto server = ChunkServer::create(loop, opts.stream_host);
+    if (!server.is_ok()) return server.status().with_context("transfer engine");
+    impl->chunk_server = std::move(server).value();
+  }
   bool wakeup = opts.progress == TransferOptions::Progress::kEventFd;
   if (opts.progress == TransferOptions::Progress::kAuto) wakeup = event_capable(impl->tls);
   SLUICE_ASSIGN_OR_RETURN(impl->ctx, ucx::Context::create(wakeup, opts.ucx_config));
@@ -705,9 +804,11 @@ Result<std::unique_ptr<TransferEngine>> TransferEngine::create(EventLoop& loop,
   std::string applied;
   for (const auto& a : engine->defaults_applied())
     applied += (applied.empty() ? "" : ", ") + a;
-  log::info("transfer: ucx transports {}, progress by {}; sluice defaults: {}", raw->tls,
-            wakeup ? "event fd" : "polling",
-            applied.empty() ? "none (all set by the user)" : applied);
+  log::info("transfer: ucx transports {}, progress by {}; sluice defaults: {}; chunk streams {}",
+            raw->tls, wakeup ? "event fd" : "polling",
+            applied.empty() ? "none (all set by the user)" : applied,
+            raw->chunk_server ? "on " + raw->chunk_server->addresses().front()
+                              : std::string(raw->tcp_stream ? "off (no tcp)" : "off"));
   return engine;
 }
 
@@ -740,7 +841,8 @@ UcxVersion ucx_version() {
 // With get_window() the holder still aborted in 1 of 60 kills (the ucs_fatal path: a GET
 // request already received when the reader's socket was reset), so this stays false for 1.13:
 // jobs on one host keep shared memory, and the tests that need a surviving tcp holder skip.
-bool tcp_holder_survives_reader_death() {
+bool tcp_holder_survives_reader_death(const TransferOptions& opts) {
+  if (opts.tcp_stream) return true;
   UcxVersion v = ucx_version();
   return v.major > 1 || (v.major == 1 && v.minor > 13);
 }
@@ -757,6 +859,13 @@ bool TransferEngine::uses_event_fd() const {
   return impl_->worker->event_fd() >= 0;
 }
 
+Status TransferEngine::serve_over_stream(Impl& impl, RegisteredBuffer& b) {
+  if (!impl.chunk_server) return {};
+  SLUICE_ASSIGN_OR_RETURN(b.reg_->stream_token, impl.chunk_server->expose(b.data_, b.size_));
+  b.reg_->server = impl.chunk_server.get();
+  return {};
+}
+
 Result<std::unique_ptr<RegisteredBuffer>> TransferEngine::allocate(std::size_t bytes,
                                                                    bool prefault) {
   if (bytes == 0) return invalid_argument("cannot allocate an empty buffer");
@@ -767,6 +876,7 @@ Result<std::unique_ptr<RegisteredBuffer>> TransferEngine::allocate(std::size_t b
   b->size_ = bytes;
   b->engine_ = this;
   if (prefault) std::memset(b->data_, 0, bytes);
+  SLUICE_TRY(serve_over_stream(*impl_, *b));
   return b;
 }
 
@@ -778,6 +888,7 @@ Result<std::unique_ptr<RegisteredBuffer>> TransferEngine::wrap(void* data, std::
   b->data_ = static_cast<std::uint8_t*>(data);
   b->size_ = bytes;
   b->engine_ = this;
+  SLUICE_TRY(serve_over_stream(*impl_, *b));
   return b;
 }
 
@@ -798,6 +909,11 @@ RegionDescriptor RegisteredBuffer::descriptor() const {
   d.base = reinterpret_cast<std::uint64_t>(data_);
   d.length = size_;
   d.rkey = reg_->mr->packed_rkey();
+  d.host = local_host_id();
+  if (reg_->server) {
+    d.stream = reg_->server->addresses();
+    d.stream_token = reg_->stream_token;
+  }
   return d;
 }
 
@@ -858,12 +974,33 @@ void TransferEngine::read(std::vector<ReadSource> sources, std::vector<ChunkRead
   impl->reads[rs.get()] = rs;
   for (std::uint32_t s = 0; s < rs->sources.size(); ++s) {
     auto& st = rs->sources[s];
-    auto peer = impl->peer(st.src.region.worker_address);
-    if (!peer.is_ok()) {
-      rs->mark_dead(s, peer.status().to_string());
+    const auto& region = st.src.region;
+    const bool streamable = impl->tcp_stream && !region.stream.empty();
+    // Another machine, or no shared memory here: the holder is reached over tcp, and tcp reads
+    // go over its chunk stream (see TransferOptions::tcp_stream).
+    bool use_stream = streamable && (!shm_allowed(impl->tls) || region.host != local_host_id());
+    if (!use_stream) {
+      auto peer = impl->peer(region.worker_address);
+      if (!peer.is_ok()) {
+        rs->mark_dead(s, peer.status().to_string());
+        continue;
+      }
+      st.peer = *peer;
+      // Same machine, but UCX chose tcp to it all the same (the holder may not use shared
+      // memory): the chunk stream is the safe way there too.
+      use_stream = streamable && st.peer->get_window != UINT32_MAX;
+      if (use_stream) st.peer.reset();
+    }
+    if (use_stream) {
+      auto stream = ChunkStream::connect(impl->loop, region.stream, region.stream_token,
+                                         std::min(rs->opt.op_timeout, Millis(5000)));
+      if (!stream.is_ok()) {
+        rs->mark_dead(s, stream.status().to_string());
+        continue;
+      }
+      st.stream = std::move(stream).value();
       continue;
     }
-    st.peer = *peer;
     auto key = st.peer->rkey(st.src.region.rkey);
     if (!key.is_ok()) {
       rs->mark_dead(s, key.status().to_string());

@@ -29,7 +29,7 @@
 
 namespace sluice::core {
 
-inline constexpr std::uint16_t kRegionDescriptorVersion = 1;
+inline constexpr std::uint16_t kRegionDescriptorVersion = 2;
 
 // Where a region lives and how to read it. Serialized with a format version; decode rejects a
 // truncated descriptor or one of another version.
@@ -38,6 +38,13 @@ struct RegionDescriptor {
   std::uint64_t base = 0;      // remote virtual address of byte 0
   std::uint64_t length = 0;
   std::string rkey;  // packed UCX remote key
+  // The holder's machine (core::local_host_id()): a reader on another one, or one whose UCX may
+  // not use shared memory, reads over the chunk stream below when there is one.
+  std::string host;
+  // The holder's chunk server ("ip:port", in the order to try them; at most 8) and this region's
+  // token there (kStreamTokenBytes); both empty when the holder serves no chunk stream.
+  std::vector<std::string> stream;
+  std::string stream_token;
 
   std::string encode() const;
   static Result<RegionDescriptor> decode(const std::string& bytes);
@@ -104,16 +111,18 @@ struct UcxVersion {
 };
 UcxVersion ucx_version();
 
-// Whether a holder survives a reader that dies while the holder answers its GETs over TCP. Over
-// TCP a GET is emulated with messages that the holder answers; UCX 1.13 aborts the holder when
-// such an answer meets the dead reader's closed connection (ucp_request_try_send: "Fatal:
-// unexpected error: Endpoint timeout", or "Assertion `0' failed" under uct_tcp_ep_pending_purge),
-// and no UCX setting avoids it. Shared-memory and cma GETs do not involve the holder. sluice's
-// readers make it rarer: with UCX 1.13 they keep one GET in flight to a peer reached over tcp
-// only (whatever ReadOptions::max_in_flight_per_source says), which took holder deaths from 14
-// of 40 to 1 of 60 reader kills. false for UCX 1.13 and older all the same (a holder can still
-// die); newer versions are assumed to have it fixed, untested.
-bool tcp_holder_survives_reader_death();
+struct TransferOptions;
+
+// Whether a holder made with `opts` survives a reader that dies while the holder answers its
+// reads over TCP. Over TCP a UCX GET is emulated with messages that the holder answers; UCX 1.13
+// aborts the holder when such an answer meets the dead reader's closed connection
+// (ucp_request_try_send: "Fatal: unexpected error: Endpoint timeout", or "Assertion `0' failed"
+// under uct_tcp_ep_pending_purge), and no UCX setting avoids it. With chunk streams
+// (TransferOptions::tcp_stream, on by default) TCP reads never take that path: true. Without them,
+// false for UCX 1.13 and older (readers keep one GET in flight to a tcp-only peer, which took
+// holder deaths from 14 of 40 to 1 of 60 reader kills, but a holder can still die); newer
+// versions are assumed to have it fixed, untested.
+bool tcp_holder_survives_reader_death(const TransferOptions& opts);
 
 struct TransferOptions {
   // The process environment as the user gave it ("K=V"), before any defaults were added, passed
@@ -145,6 +154,15 @@ struct TransferOptions {
   // UCX_TLS allowing shared memory. Measured reading 1 GiB over sm: about 6 GB/s by GET against
   // about 11 GB/s this way (docs/benchmarks.md).
   bool copy_mapped = true;
+
+  // Reads over TCP go through chunk streams (core/chunk_stream.hpp) instead of UCX's emulated
+  // GET: the engine serves what it registers on a chunk server of its own (when UCX may use
+  // tcp), and reads a source over its chunk stream when the source is on another machine or UCX
+  // may not use shared memory here. See tcp_holder_survives_reader_death().
+  bool tcp_stream = true;
+  // The IPv4 address the chunk server listens on; 0.0.0.0 is every interface (descriptors then
+  // list each interface's address, loopback last).
+  std::string stream_host = "0.0.0.0";
 };
 
 struct ReadSource {
@@ -236,6 +254,8 @@ class TransferEngine {
  private:
   friend class RegisteredBuffer;
   explicit TransferEngine(std::unique_ptr<Impl> impl);
+  // Exposes b on the engine's chunk server, when it has one.
+  static Status serve_over_stream(Impl& impl, RegisteredBuffer& b);
   std::unique_ptr<Impl> impl_;
 };
 

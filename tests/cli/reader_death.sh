@@ -19,20 +19,23 @@
 # survived every kill and the last read was complete and correct.
 #
 # Extra environment (UCX_*, SLUICE_*) passes through to every process, so UCX settings can be
-# compared: `UCX_TCP_KEEPINTVL=... reader_death.sh build/sluice 30`.
+# compared: `UCX_TCP_KEEPINTVL=... reader_death.sh build/sluice 30`. UCX_GET=1 makes source and
+# readers use UCX's GET over tcp instead of chunk streams (the path that aborted holders).
 set -u
 sluice=${1:?usage: reader_death.sh SLUICE [KILLS] [BYTES] [TLS]}
 kills=${2:-30}
 bytes=${3:-256MiB}
 tls=${4:-tcp}
 seed=4242
+get_flag=
+[ "${UCX_GET:-0}" = 1 ] && get_flag=--ucx-get
 if [ "$tls" = default ]; then unset UCX_TLS; else export UCX_TLS=$tls; fi
 tmp=$(mktemp -d)
 trap 'kill -9 $src_pid 2>/dev/null; rm -rf "$tmp"' EXIT
 
 start_source() {
   : >"$tmp/source.out"
-  "$sluice" --log-level warn transfer-source --bytes "$bytes" --chunk "${CHUNK:-1MiB}" --seed $seed \
+  "$sluice" --log-level warn transfer-source --bytes "$bytes" --chunk "${CHUNK:-1MiB}" --seed $seed $get_flag \
     --listen 'tcp://127.0.0.1:*' >"$tmp/source.out" 2>>"$tmp/source.err" &
   src_pid=$!
   for _ in $(seq 1 300); do
@@ -53,7 +56,7 @@ for i in $(seq 1 "$kills"); do
   rm -f "$tmp"/reader*.err
   for r in $(seq 1 "${READERS:-1}"); do
     # debug: the reader logs its progress, which tells when its GETs are flowing.
-    "$sluice" --log-level debug transfer-read --from "$ep" --repeat 1000 ${READ_ARGS:-} >/dev/null \
+    "$sluice" --log-level debug transfer-read --from "$ep" --repeat 1000 $get_flag ${READ_ARGS:-} >/dev/null \
       2>"$tmp/reader$r.err" &
     rds="$rds $!"
   done
@@ -87,9 +90,9 @@ for i in $(seq 1 "$kills"); do
     start_source
   fi
 done
-echo "source died in $died of $kills kills (UCX_TLS=$tls, $bytes in 1 MiB chunks)"
+echo "source died in $died of $kills kills (UCX_TLS=$tls, $bytes in 1 MiB chunks, ${get_flag:-chunk streams})"
 
-out=$("$sluice" --log-level warn transfer-read --from "$ep" --verify-seed $seed 2>&1)
+out=$("$sluice" --log-level warn transfer-read --from "$ep" --verify-seed $seed $get_flag 2>&1)
 rc=$?
 echo "final read: $out"
 if [ $rc -ne 0 ] || ! echo "$out" | grep -q '"bytes_equal":true'; then

@@ -1,0 +1,644 @@
+#include "core/chunk_stream.hpp"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <deque>
+#include <fstream>
+#include <map>
+#include <optional>
+#include <set>
+
+#include "core/log.hpp"
+
+namespace sluice::core {
+
+namespace {
+
+constexpr char kRequestMagic[4] = {'S', 'L', 'C', 'Q'};
+constexpr char kReplyMagic[4] = {'S', 'L', 'C', 'P'};
+constexpr std::size_t kRequestBytes = 48;
+constexpr std::size_t kReplyBytes = 32;
+constexpr std::uint16_t kOk = 0;
+constexpr std::uint16_t kUnknownRegion = 1;
+constexpr std::uint16_t kOutOfRange = 2;
+// Replies queued per connection before the server stops reading that connection's requests
+// (readers keep ReadOptions::max_in_flight_per_source, 8 by default, in flight).
+constexpr std::size_t kMaxQueuedReplies = 64;
+// Requests a reader may have sent and not yet had answered; more wait in its own queue.
+constexpr std::size_t kMaxReaderPipeline = 64;
+
+void put_u(std::uint8_t* p, std::uint64_t v, int bytes) {
+  for (int i = 0; i < bytes; ++i)
+    p[i] = static_cast<std::uint8_t>(v >> (8 * i));
+}
+std::uint64_t get_u(const std::uint8_t* p, int bytes) {
+  std::uint64_t v = 0;
+  for (int i = 0; i < bytes; ++i)
+    v |= static_cast<std::uint64_t>(p[i]) << (8 * i);
+  return v;
+}
+
+std::string errno_text() {
+  return std::strerror(errno);
+}
+
+bool would_block(int e) {
+  return e == EAGAIN || e == EWOULDBLOCK || e == EINTR;
+}
+
+void set_nodelay(int fd) {
+  int one = 1;
+  (void)::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+}
+
+Result<std::pair<std::string, std::uint16_t>> split_address(const std::string& a) {
+  auto colon = a.rfind(':');
+  if (colon == std::string::npos || colon == 0 || colon + 1 == a.size())
+    return invalid_argument("chunk stream address '" + a + "' is not ip:port");
+  unsigned long port = 0;
+  for (std::size_t i = colon + 1; i < a.size(); ++i) {
+    if (a[i] < '0' || a[i] > '9' || port > 65535)
+      return invalid_argument("chunk stream address '" + a + "' has a bad port");
+    port = port * 10 + static_cast<unsigned long>(a[i] - '0');
+  }
+  if (port == 0 || port > 65535)
+    return invalid_argument("chunk stream address '" + a + "' has a bad port");
+  return std::make_pair(a.substr(0, colon), static_cast<std::uint16_t>(port));
+}
+
+std::string read_first_line(const char* path) {
+  std::ifstream in(path);
+  std::string line;
+  std::getline(in, line);
+  return line;
+}
+
+}  // namespace
+
+const std::string& local_host_id() {
+  static const std::string id = [] {
+    std::string boot = read_first_line("/proc/sys/kernel/random/boot_id");
+    struct stat st {};
+    std::string ipc = ::stat("/proc/self/ns/ipc", &st) == 0 ? std::to_string(st.st_ino) : "?";
+    return boot + "/" + ipc;
+  }();
+  return id;
+}
+
+// ---------------------------------------------------------------- server
+
+namespace {
+
+struct Region {
+  const std::uint8_t* data = nullptr;
+  std::uint64_t size = 0;
+};
+
+struct Reply {
+  std::uint8_t header[kReplyBytes];
+  const std::uint8_t* data = nullptr;
+  std::uint64_t length = 0;  // payload bytes
+  std::string token;         // the region the payload comes from (empty: none)
+  std::uint64_t sent = 0;    // of header and payload together
+};
+
+}  // namespace
+
+struct ChunkServer::Impl {
+  explicit Impl(EventLoop& l) : loop(l) {}
+  EventLoop& loop;
+  int listen_fd = -1;
+  std::unique_ptr<EventLoop::FdWatch> accept_watch;
+  std::vector<std::string> addresses;
+  std::map<std::string, Region> regions;
+  Stats stats;
+
+  struct Conn {
+    int fd = -1;
+    std::string peer;
+    std::unique_ptr<EventLoop::FdWatch> read_watch;
+    std::unique_ptr<EventLoop::FdWatch> write_wait;
+    std::uint8_t in[kRequestBytes];
+    std::size_t in_have = 0;
+    std::deque<Reply> out;
+    bool throttled = false;  // stopped reading requests while kMaxQueuedReplies were queued
+    ~Conn() {
+      write_wait.reset();
+      read_watch.reset();
+      if (fd >= 0) ::close(fd);
+    }
+  };
+  std::map<Conn*, std::unique_ptr<Conn>> conns;
+
+  void drop(Conn* c, bool lost) {
+    if (lost) ++stats.connections_lost;
+    // The watch that called us is destroyed with the connection; its callback does not run
+    // again. Destroy on a later turn: we may be inside that callback now.
+    auto it = conns.find(c);
+    if (it == conns.end()) return;
+    std::shared_ptr<Conn> dying(std::move(it->second));
+    conns.erase(it);
+    dying->read_watch.reset();
+    dying->write_wait.reset();
+    ::shutdown(dying->fd, SHUT_RDWR);
+    loop.post([dying] {});
+  }
+
+  void on_accept() {
+    for (;;) {
+      sockaddr_in addr{};
+      socklen_t len = sizeof addr;
+      int fd = ::accept4(listen_fd, reinterpret_cast<sockaddr*>(&addr), &len,
+                         SOCK_NONBLOCK | SOCK_CLOEXEC);
+      if (fd < 0) {
+        if (!would_block(errno) && errno != ECONNABORTED)
+          log::warn("chunk server: accept: {}", errno_text());
+        if (errno == ECONNABORTED || errno == EINTR) continue;
+        return;
+      }
+      set_nodelay(fd);
+      auto c = std::make_unique<Conn>();
+      c->fd = fd;
+      char ip[INET_ADDRSTRLEN] = "?";
+      ::inet_ntop(AF_INET, &addr.sin_addr, ip, sizeof ip);
+      c->peer = std::string(ip) + ":" + std::to_string(ntohs(addr.sin_port));
+      Conn* raw = c.get();
+      conns.emplace(raw, std::move(c));
+      raw->read_watch = loop.watch_readable(fd, [this, raw] { on_readable(raw); });
+      on_readable(raw);  // anything that arrived before the watch
+    }
+  }
+
+  // Reads requests while there is room for their replies, queues a reply for each.
+  void on_readable(Conn* c) {
+    while (c->out.size() < kMaxQueuedReplies) {
+      ssize_t n = ::recv(c->fd, c->in + c->in_have, kRequestBytes - c->in_have, 0);
+      if (n == 0) return drop(c, !c->out.empty() || c->in_have > 0);
+      if (n < 0) {
+        if (would_block(errno)) break;
+        return drop(c, true);
+      }
+      c->in_have += static_cast<std::size_t>(n);
+      if (c->in_have < kRequestBytes) continue;
+      c->in_have = 0;
+      if (!queue_reply(c)) return;  // malformed: dropped
+    }
+    if (c->out.size() >= kMaxQueuedReplies) c->throttled = true;
+    flush(c);
+  }
+
+  bool queue_reply(Conn* c) {
+    const std::uint8_t* r = c->in;
+    if (std::memcmp(r, kRequestMagic, 4) != 0 || get_u(r + 4, 2) != kChunkStreamVersion) {
+      ++stats.refused;
+      log::warn("chunk server: {} sent a malformed request (magic or version): closing", c->peer);
+      drop(c, false);
+      return false;
+    }
+    std::string token(reinterpret_cast<const char*>(r + 8), kStreamTokenBytes);
+    const std::uint64_t offset = get_u(r + 24, 8);
+    const std::uint64_t length = get_u(r + 32, 8);
+    const std::uint64_t id = get_u(r + 40, 8);
+    ++stats.requests;
+    Reply rep;
+    std::uint16_t status = kOk;
+    auto it = regions.find(token);
+    if (it == regions.end()) {
+      status = kUnknownRegion;
+    } else if (offset > it->second.size || length > it->second.size - offset || length == 0) {
+      status = kOutOfRange;
+    }
+    if (status != kOk) ++stats.refused;
+    std::memcpy(rep.header, kReplyMagic, 4);
+    put_u(rep.header + 4, kChunkStreamVersion, 2);
+    put_u(rep.header + 6, status, 2);
+    put_u(rep.header + 8, id, 8);
+    put_u(rep.header + 16, status == kOk ? length : 0, 8);
+    put_u(rep.header + 24, 0, 8);
+    if (status == kOk) {
+      rep.data = it->second.data + offset;
+      rep.length = length;
+      rep.token = std::move(token);
+    }
+    c->out.push_back(std::move(rep));
+    return true;
+  }
+
+  // Writes queued replies until the socket's send buffer is full (then waits for room).
+  void flush(Conn* c) {
+    if (c->write_wait) return;  // a wait for room is armed; it flushes
+    while (!c->out.empty()) {
+      Reply& rep = c->out.front();
+      iovec iov[2];
+      int n_iov = 0;
+      if (rep.sent < kReplyBytes) {
+        iov[n_iov++] = {rep.header + rep.sent, kReplyBytes - rep.sent};
+        if (rep.length > 0) iov[n_iov++] = {const_cast<std::uint8_t*>(rep.data), rep.length};
+      } else {
+        std::uint64_t at = rep.sent - kReplyBytes;
+        iov[n_iov++] = {const_cast<std::uint8_t*>(rep.data + at), rep.length - at};
+      }
+      msghdr mh{};
+      mh.msg_iov = iov;
+      mh.msg_iovlen = static_cast<std::size_t>(n_iov);
+      // MSG_NOSIGNAL: a reader that died is EPIPE here, not a SIGPIPE that ends the holder.
+      ssize_t n = ::sendmsg(c->fd, &mh, MSG_NOSIGNAL);
+      if (n < 0) {
+        if (would_block(errno)) {
+          c->write_wait = loop.wait_writable(c->fd, [this, c] {
+            c->write_wait.reset();
+            flush(c);
+          });
+          return;
+        }
+        return drop(c, true);
+      }
+      rep.sent += static_cast<std::uint64_t>(n);
+      stats.bytes += static_cast<std::uint64_t>(n);
+      if (rep.sent == kReplyBytes + rep.length) c->out.pop_front();
+    }
+    // Room for more replies: take the requests that waited (edge-triggered: nothing else would
+    // tell us they are there).
+    if (c->throttled) {
+      c->throttled = false;
+      on_readable(c);
+    }
+  }
+};
+
+ChunkServer::ChunkServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+ChunkServer::~ChunkServer() {
+  impl_->conns.clear();
+  impl_->accept_watch.reset();
+  if (impl_->listen_fd >= 0) ::close(impl_->listen_fd);
+}
+
+Result<std::unique_ptr<ChunkServer>> ChunkServer::create(EventLoop& loop, const std::string& host) {
+  auto impl = std::make_unique<Impl>(loop);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  if (::inet_pton(AF_INET, host.c_str(), &addr.sin_addr) != 1)
+    return invalid_argument("chunk server: '" + host + "' is not an IPv4 address");
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) return unavailable("chunk server: socket: " + errno_text());
+  impl->listen_fd = fd;
+  std::unique_ptr<ChunkServer> server(new ChunkServer(std::move(impl)));
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0)
+    return unavailable("chunk server: bind " + host + ": " + errno_text());
+  if (::listen(fd, 128) != 0) return unavailable("chunk server: listen: " + errno_text());
+  socklen_t len = sizeof addr;
+  if (::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0)
+    return unavailable("chunk server: getsockname: " + errno_text());
+  const std::string port = std::to_string(ntohs(addr.sin_port));
+  auto& addrs = server->impl_->addresses;
+  if (host != "0.0.0.0") {
+    addrs.push_back(host + ":" + port);
+  } else {
+    ifaddrs* list = nullptr;
+    if (::getifaddrs(&list) != 0) return unavailable("chunk server: getifaddrs: " + errno_text());
+    std::vector<std::string> loopback;
+    std::set<std::string> seen;
+    for (ifaddrs* i = list; i; i = i->ifa_next) {
+      if (!i->ifa_addr || i->ifa_addr->sa_family != AF_INET || !(i->ifa_flags & IFF_UP)) continue;
+      char ip[INET_ADDRSTRLEN];
+      auto* sin = reinterpret_cast<sockaddr_in*>(i->ifa_addr);
+      if (!::inet_ntop(AF_INET, &sin->sin_addr, ip, sizeof ip) || !seen.insert(ip).second) continue;
+      ((i->ifa_flags & IFF_LOOPBACK) ? loopback : addrs).push_back(std::string(ip) + ":" + port);
+    }
+    ::freeifaddrs(list);
+    addrs.insert(addrs.end(), loopback.begin(), loopback.end());
+    // A reader tries these in order; a descriptor carries at most a few of them.
+    if (addrs.size() > 8) addrs.resize(8);
+  }
+  if (addrs.empty()) return unavailable("chunk server: no IPv4 interface is up");
+  Impl* raw = server->impl_.get();
+  raw->accept_watch = loop.watch_readable(fd, [raw] { raw->on_accept(); });
+  log::debug("chunk server: listening on {}", addrs.front());
+  return server;
+}
+
+const std::vector<std::string>& ChunkServer::addresses() const {
+  return impl_->addresses;
+}
+
+Result<std::string> ChunkServer::expose(const std::uint8_t* data, std::uint64_t size) {
+  if (!data || size == 0) return invalid_argument("chunk server: cannot expose empty memory");
+  std::string token(kStreamTokenBytes, '\0');
+  std::size_t got = 0;
+  while (got < token.size()) {
+    ssize_t n = ::getrandom(token.data() + got, token.size() - got, 0);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return internal_error("chunk server: getrandom: " + errno_text());
+    }
+    got += static_cast<std::size_t>(n);
+  }
+  impl_->regions[token] = Region{data, size};
+  return token;
+}
+
+void ChunkServer::withdraw(const std::string& token) {
+  if (impl_->regions.erase(token) == 0) return;
+  std::vector<Impl::Conn*> doomed;
+  for (auto& [raw, c] : impl_->conns)
+    for (const auto& rep : c->out)
+      if (rep.token == token) {
+        doomed.push_back(raw);
+        break;
+      }
+  for (auto* c : doomed) {
+    log::debug("chunk server: closing {}: its reply's memory was withdrawn", c->peer);
+    impl_->drop(c, false);
+  }
+}
+
+ChunkServer::Stats ChunkServer::stats() const {
+  return impl_->stats;
+}
+
+// ---------------------------------------------------------------- reader
+
+namespace {
+
+struct Get {
+  std::uint64_t id = 0;
+  std::uint64_t offset = 0;
+  std::uint64_t length = 0;
+  std::uint8_t* dst = nullptr;
+  ChunkStream::Done done;
+};
+
+}  // namespace
+
+struct ChunkStream::Impl {
+  explicit Impl(EventLoop& l) : loop(l) {}
+  EventLoop& loop;
+  std::vector<std::string> addresses;
+  std::size_t next_address = 0;
+  std::string token;
+  Millis connect_timeout{0};
+  int fd = -1;
+  bool connected = false;
+  std::optional<Status> failure;
+  std::unique_ptr<EventLoop::FdWatch> read_watch;
+  std::unique_ptr<EventLoop::FdWatch> write_wait;
+  std::unique_ptr<EventLoop::Timer> connect_timer;
+  std::deque<Get> waiting;  // not yet sent
+  std::deque<Get> sent;     // sent, answered in this order
+  std::string out;          // request bytes not yet written
+  std::uint64_t next_id = 1;
+  std::uint8_t header[kReplyBytes];
+  std::size_t header_have = 0;
+  bool in_payload = false;
+  std::uint64_t payload_have = 0;
+  std::string last_error;
+  std::shared_ptr<bool> alive = std::make_shared<bool>(true);
+
+  ~Impl() {
+    *alive = false;
+    close_fd();
+  }
+
+  void close_fd() {
+    connect_timer.reset();
+    write_wait.reset();
+    read_watch.reset();
+    if (fd >= 0) ::close(fd);
+    fd = -1;
+    connected = false;
+  }
+
+  // Runs `done` on a later loop turn unless the stream has been destroyed by then.
+  void later(Done done, Status s) {
+    std::weak_ptr<bool> a = alive;
+    loop.post([a, done = std::move(done), s = std::move(s)] {
+      if (!a.expired()) done(s);
+    });
+  }
+
+  void fail(Status s) {
+    if (!failure) failure = s;
+    close_fd();
+    for (auto* q : {&sent, &waiting}) {
+      for (auto& g : *q)
+        later(std::move(g.done), *failure);
+      q->clear();
+    }
+  }
+
+  void try_next_address() {
+    close_fd();
+    while (next_address < addresses.size()) {
+      const std::string& a = addresses[next_address++];
+      auto hp = split_address(a);
+      if (!hp.is_ok()) {
+        last_error = hp.status().message();
+        continue;
+      }
+      sockaddr_in addr{};
+      addr.sin_family = AF_INET;
+      addr.sin_port = htons(hp->second);
+      if (::inet_pton(AF_INET, hp->first.c_str(), &addr.sin_addr) != 1) {
+        last_error = "'" + a + "' is not an IPv4 address";
+        continue;
+      }
+      fd = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+      if (fd < 0) return fail(unavailable("chunk stream: socket: " + errno_text()));
+      set_nodelay(fd);
+      int rc = ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+      if (rc == 0) return on_connected();
+      if (errno != EINPROGRESS) {
+        last_error = a + ": " + errno_text();
+        close_fd();
+        continue;
+      }
+      write_wait = loop.wait_writable(fd, [this, a] {
+        write_wait.reset();
+        int err = 0;
+        socklen_t len = sizeof err;
+        if (::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0) err = errno;
+        if (err != 0) {
+          last_error = a + ": " + std::strerror(err);
+          return try_next_address();
+        }
+        on_connected();
+      });
+      connect_timer = loop.after(connect_timeout, [this, a] {
+        last_error = a + ": no answer within " + std::to_string(connect_timeout.count()) + " ms";
+        try_next_address();
+      });
+      return;
+    }
+    fail(unavailable("chunk stream: cannot connect to the holder (" + last_error + ")"));
+  }
+
+  void on_connected() {
+    connect_timer.reset();
+    connected = true;
+    read_watch = loop.watch_readable(fd, [this] { on_readable(); });
+    send_waiting();
+  }
+
+  void send_waiting() {
+    if (!connected || failure) return;
+    while (!waiting.empty() && sent.size() < kMaxReaderPipeline) {
+      Get& g = waiting.front();
+      std::uint8_t r[kRequestBytes];
+      std::memcpy(r, kRequestMagic, 4);
+      put_u(r + 4, kChunkStreamVersion, 2);
+      put_u(r + 6, 0, 2);
+      std::memcpy(r + 8, token.data(), kStreamTokenBytes);
+      put_u(r + 24, g.offset, 8);
+      put_u(r + 32, g.length, 8);
+      put_u(r + 40, g.id, 8);
+      out.append(reinterpret_cast<const char*>(r), kRequestBytes);
+      sent.push_back(std::move(g));
+      waiting.pop_front();
+    }
+    flush();
+  }
+
+  void flush() {
+    if (write_wait || fd < 0) return;
+    while (!out.empty()) {
+      ssize_t n = ::send(fd, out.data(), out.size(), MSG_NOSIGNAL);
+      if (n < 0) {
+        if (would_block(errno)) {
+          write_wait = loop.wait_writable(fd, [this] {
+            write_wait.reset();
+            flush();
+          });
+          return;
+        }
+        return fail(unavailable("chunk stream: send to the holder: " + errno_text()));
+      }
+      out.erase(0, static_cast<std::size_t>(n));
+    }
+  }
+
+  void on_readable() {
+    while (fd >= 0 && !failure) {
+      if (!in_payload) {
+        ssize_t n = ::recv(fd, header + header_have, kReplyBytes - header_have, 0);
+        if (n == 0) return fail(unavailable("chunk stream: the holder closed the connection"));
+        if (n < 0) {
+          if (would_block(errno)) return;
+          return fail(unavailable("chunk stream: receive from the holder: " + errno_text()));
+        }
+        header_have += static_cast<std::size_t>(n);
+        if (header_have < kReplyBytes) continue;
+        header_have = 0;
+        if (!take_header()) return;
+        continue;
+      }
+      Get& g = sent.front();
+      ssize_t n = ::recv(fd, g.dst + payload_have, g.length - payload_have, 0);
+      if (n == 0) return fail(unavailable("chunk stream: the holder closed the connection"));
+      if (n < 0) {
+        if (would_block(errno)) return;
+        return fail(unavailable("chunk stream: receive from the holder: " + errno_text()));
+      }
+      payload_have += static_cast<std::uint64_t>(n);
+      if (payload_have == g.length) {
+        in_payload = false;
+        finish_front(Status());
+      }
+    }
+  }
+
+  // Checks a reply header against the oldest request; false when the stream failed.
+  bool take_header() {
+    if (std::memcmp(header, kReplyMagic, 4) != 0 || get_u(header + 4, 2) != kChunkStreamVersion) {
+      fail(protocol_error("chunk stream: the holder's reply is malformed (magic or version)"));
+      return false;
+    }
+    if (sent.empty()) {
+      fail(protocol_error("chunk stream: a reply to no request"));
+      return false;
+    }
+    const auto status = get_u(header + 6, 2);
+    const auto id = get_u(header + 8, 8);
+    const auto length = get_u(header + 16, 8);
+    const Get& g = sent.front();
+    if (id != g.id) {
+      fail(protocol_error("chunk stream: reply " + std::to_string(id) + " out of order (expected " +
+                          std::to_string(g.id) + ")"));
+      return false;
+    }
+    if (status == kUnknownRegion) {
+      finish_front(not_found("the holder does not serve this region (withdrawn or never exposed)"));
+      return true;
+    }
+    if (status == kOutOfRange) {
+      finish_front(invalid_argument("the holder refused a range outside its region"));
+      return true;
+    }
+    if (status != kOk || length != g.length) {
+      fail(protocol_error("chunk stream: reply of status " + std::to_string(status) + " and " +
+                          std::to_string(length) + " bytes to a request for " +
+                          std::to_string(g.length)));
+      return false;
+    }
+    in_payload = true;
+    payload_have = 0;
+    return true;
+  }
+
+  void finish_front(Status s) {
+    Get g = std::move(sent.front());
+    sent.pop_front();
+    later(std::move(g.done), std::move(s));
+    send_waiting();
+  }
+};
+
+ChunkStream::ChunkStream(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+ChunkStream::~ChunkStream() = default;
+
+Result<std::unique_ptr<ChunkStream>> ChunkStream::connect(EventLoop& loop,
+                                                          std::vector<std::string> addresses,
+                                                          std::string token,
+                                                          Millis connect_timeout) {
+  if (addresses.empty()) return invalid_argument("chunk stream: no address to connect to");
+  if (token.size() != kStreamTokenBytes)
+    return invalid_argument("chunk stream: a region token is " + std::to_string(kStreamTokenBytes) +
+                            " bytes");
+  auto impl = std::make_unique<Impl>(loop);
+  impl->addresses = std::move(addresses);
+  impl->token = std::move(token);
+  impl->connect_timeout = connect_timeout;
+  std::unique_ptr<ChunkStream> s(new ChunkStream(std::move(impl)));
+  s->impl_->try_next_address();
+  return s;
+}
+
+void ChunkStream::get(std::uint64_t offset, std::uint64_t length, std::uint8_t* dst, Done done) {
+  Impl* impl = impl_.get();
+  if (impl->failure) return impl->later(std::move(done), *impl->failure);
+  if (length == 0 || !dst) return impl->later(std::move(done), invalid_argument("empty get"));
+  impl->waiting.push_back(Get{impl->next_id++, offset, length, dst, std::move(done)});
+  impl->send_waiting();
+}
+
+void ChunkStream::close(Status why) {
+  impl_->fail(std::move(why));
+}
+
+bool ChunkStream::failed() const {
+  return impl_->failure.has_value();
+}
+
+}  // namespace sluice::core

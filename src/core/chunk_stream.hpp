@@ -1,0 +1,110 @@
+// Chunk streams: reads of a holder's registered memory over a plain TCP connection, for readers
+// that reach the holder over TCP only.
+//
+// Why (issue 18): UCX 1.13's tcp transport has no GET. The holder's own UCX worker answers each
+// GET request with an active message, and when the reader dies while such answers are queued, UCX
+// aborts the holder (see get_window() in transfer.cpp for the two paths). A chunk stream keeps the
+// same shape, a reader-driven request for (region, offset, length) answered from registered
+// memory by the holder's event loop, on a socket sluice owns: a reader that dies is a closed
+// connection, and the holder drops it and goes on serving everyone else.
+//
+// Wire format, little-endian, one TCP connection per reader and holder; requests are pipelined
+// and answered in order:
+//   request (48 bytes): "SLCQ", u16 version, u16 0, 16-byte region token, u64 offset,
+//                       u64 length, u64 request id
+//   reply   (32 bytes): "SLCP", u16 version, u16 status (0 ok, 1 unknown region, 2 range
+//                       outside the region), u64 request id, u64 length, u64 0; then `length`
+//                       bytes when the status is 0.
+// The token is 16 random bytes per exposed region, handed to readers in the region's descriptor
+// (so only those given a read plan can name it); a range is checked against what the holder
+// exposed, overflow-safe. Nothing a peer sends can write to the holder's memory.
+//
+// Thread safety: loop thread only. Neither class is copyable or movable (both hand `this` to loop
+// callbacks).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/event_loop.hpp"
+#include "core/status.hpp"
+
+namespace sluice::core {
+
+inline constexpr std::uint16_t kChunkStreamVersion = 1;
+inline constexpr std::size_t kStreamTokenBytes = 16;
+
+// This machine's identity for choosing a transport: the kernel's boot id and the IPC namespace
+// (shared memory reaches exactly the processes that share both).
+const std::string& local_host_id();
+
+class ChunkServer {
+ public:
+  // Listens on `host` (an IPv4 address; "0.0.0.0" for every interface) on a free port.
+  static Result<std::unique_ptr<ChunkServer>> create(EventLoop& loop, const std::string& host);
+  ~ChunkServer();
+  ChunkServer(const ChunkServer&) = delete;
+  ChunkServer& operator=(const ChunkServer&) = delete;
+
+  // "ip:port" entries a reader may connect to, in the order to try them: the bound address, or
+  // for 0.0.0.0 every IPv4 interface address that is up, loopback last.
+  const std::vector<std::string>& addresses() const;
+
+  // Serves [data, data + size) under a new random token (kStreamTokenBytes) until withdraw().
+  // The memory must stay valid until then.
+  Result<std::string> expose(const std::uint8_t* data, std::uint64_t size);
+  // Stops serving `token`. A connection with a reply from that memory still being written is
+  // closed first: once this returns, nothing reads the memory.
+  void withdraw(const std::string& token);
+
+  struct Stats {
+    std::uint64_t requests = 0;
+    std::uint64_t bytes = 0;
+    std::uint64_t refused = 0;           // unknown region, range outside it, malformed request
+    std::uint64_t connections_lost = 0;  // closed by the reader mid-stream, or reset
+  };
+  Stats stats() const;
+
+  struct Impl;
+
+ private:
+  explicit ChunkServer(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// The reader's end: one connection to one holder.
+class ChunkStream {
+ public:
+  using Done = std::function<void(Status)>;
+
+  // Starts connecting to the first of `addresses` that accepts (each within connect_timeout).
+  // Gets may be issued at once; they are sent once connected.
+  static Result<std::unique_ptr<ChunkStream>> connect(EventLoop& loop,
+                                                      std::vector<std::string> addresses,
+                                                      std::string token, Millis connect_timeout);
+  // Drops every pending get without calling it.
+  ~ChunkStream();
+  ChunkStream(const ChunkStream&) = delete;
+  ChunkStream& operator=(const ChunkStream&) = delete;
+
+  // Reads `length` bytes at `offset` of the holder's region into dst (which must stay valid
+  // until `done` runs). `done` runs exactly once, on a later loop turn: ok once every byte is in
+  // dst; not_found or out_of_range when the holder refused the request; unavailable when the
+  // connection failed (every pending get fails with it).
+  void get(std::uint64_t offset, std::uint64_t length, std::uint8_t* dst, Done done);
+  // Closes the connection: every pending get fails with `why`, on a later loop turn. No byte is
+  // written to any dst afterwards.
+  void close(Status why);
+  bool failed() const;
+
+  struct Impl;
+
+ private:
+  explicit ChunkStream(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace sluice::core
