@@ -18,6 +18,7 @@
 #include "core/event_loop.hpp"
 #include "core/log.hpp"
 #include "core/process.hpp"
+#include "core/transfer.hpp"
 #include "core/units.hpp"
 
 namespace sluice::cli {
@@ -41,12 +42,17 @@ bool user_set(const std::vector<std::string>& env, const std::string& var) {
   return false;
 }
 
-// The UCX environment for one transport: UCX_TLS from --transport. sluice's own UCX defaults
-// are already in this process's environment (main sets them), so sluice's processes and
-// ucx_perftest inherit the same settings. What the user set stays as they set it.
+// The UCX environment for one transport: UCX_TLS from --transport, and for tcp sluice's UCX tcp
+// defaults (core::ucx_env_defaults), so that ucx_perftest and sluice's --ucx-get readers run with
+// the measured better segment size (chunk-stream readers have no UCX tcp to tune). What the user
+// set stays as they set it.
 std::vector<std::string> transport_env(const std::string& transport,
                                        const std::vector<std::string>& env) {
   std::vector<std::string> out = {"UCX_TLS=" + transport};
+  if (transport == "tcp") {
+    for (const auto& [var, value] : ucx_env_defaults(env, true))
+      out.push_back(var + "=" + value);
+  }
   // Loopback only: the machine's other interfaces stay out of a local measurement.
   if (!user_set(env, "UCX_NET_DEVICES")) out.push_back("UCX_NET_DEVICES=lo");
   // UCX prints this warning on stdout, where the children's results go.

@@ -64,11 +64,6 @@ void add_rounds(CLI::App* bench, std::uint32_t& rounds, const std::string& what)
 int main(int argc, char** argv) {
   // A sluice process started by another (a bench, a test, the job launcher) ends with it.
   sluice::core::die_with_parent(environment());
-  // UCX reads its settings from the environment: sluice's measured defaults go there, before
-  // any UCX context exists, for what the user has not set (and never over what they set).
-  for (const auto& [var, value] : sluice::core::ucx_env_defaults(environment())) {
-    ::setenv(var.c_str(), value.c_str(), 0);
-  }
   CLI::App app{"sluice: asynchronous RL post-training runtime (weights out, trajectories in)",
                "sluice"};
   app.require_subcommand(1);
@@ -280,6 +275,14 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
+  }
+  // UCX reads its settings from the environment: sluice's measured defaults go there, before
+  // any UCX context exists, for what the user has not set (and never over what they set). Only
+  // the --ucx-get commands give UCX tcp to use; everything else reads tcp over chunk streams.
+  const bool ucx_tcp = (app.got_subcommand("transfer-source") && ts.ucx_get) ||
+                       (app.got_subcommand("transfer-read") && tr.ucx_get);
+  for (const auto& [var, value] : sluice::core::ucx_env_defaults(environment(), ucx_tcp)) {
+    ::setenv(var.c_str(), value.c_str(), 0);
   }
 
   auto level = sluice::core::log::parse_level(log_level);

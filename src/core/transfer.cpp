@@ -73,6 +73,30 @@ bool tcp_allowed(const std::string& tls) {
   return negated ? !named : named;
 }
 
+// The UCX_TLS value for an engine whose tcp reads are chunk streams: `tls` without tcp.
+std::string without_tcp(const std::string& tls) {
+  if (tls == "default" || tls.empty() || tls == "all") return "^tcp";
+  if (tls[0] == '^') {
+    for (const auto& t : split_tls(tls.substr(1)))
+      if (t == "tcp") return tls;
+    return tls + ",tcp";
+  }
+  std::string out;
+  for (const auto& t : split_tls(tls))
+    if (t != "tcp" && !t.empty()) out += (out.empty() ? "" : ",") + t;
+  return out.empty() ? "self" : out;
+}
+
+// Whether UCX opened a network transport other than tcp (RDMA): then a holder on another host is
+// read by UCX GET, which such hardware does one-sidedly.
+bool network_rdma(const std::vector<std::string>& transports) {
+  for (const auto& t : transports)
+    if (t != "self" && t != "tcp" && !is_shm_transport(t) && t.rfind("cuda", 0) != 0 &&
+        t.rfind("rocm", 0) != 0)
+      return true;
+  return false;
+}
+
 // Whether every transport in a UCX_TLS value can wake a sleeping worker. Shared-memory ones
 // (cma above all, which carries same-host GETs) cannot, and "all"/unset/negated lists may
 // include them.
@@ -300,9 +324,10 @@ struct TransferEngine::Impl {
   std::unique_ptr<EventLoop::Timer> idle_poll;
   std::string tls;
   std::vector<std::string> defaults;
-  std::unique_ptr<HashWorker> hasher;                  // null: verify on the loop thread
-  std::unique_ptr<ChunkServer> chunk_server;           // null: this engine serves no stream
-  bool tcp_stream = false;                             // TransferOptions::tcp_stream
+  std::unique_ptr<HashWorker> hasher;         // null: verify on the loop thread
+  std::unique_ptr<ChunkServer> chunk_server;  // null: this engine serves no stream
+  bool tcp_stream = false;                    // TransferOptions::tcp_stream
+  bool net_rdma = false;  // UCX reaches other hosts without tcp (see network_rdma())
   std::map<std::string, std::shared_ptr<Peer>> peers;  // by worker address
   std::map<ReadState*, std::shared_ptr<ReadState>> reads;
   std::uint64_t in_flight = 0;
@@ -766,21 +791,28 @@ Result<std::unique_ptr<TransferEngine>> TransferEngine::create(EventLoop& loop,
     if (e.rfind("UCX_TLS=", 0) == 0) impl->tls = e.substr(8);
   for (const auto& [name, value] : opts.ucx_config)
     if (name == "TLS") impl->tls = value;
-  for (const auto& [k, v] : ucx_env_defaults(opts.environment))
+  for (const auto& [k, v] : ucx_env_defaults(opts.environment, !opts.tcp_stream))
     impl->defaults.push_back(k + "=" + v);
   impl->shm_only = shm_only_transports(impl->tls);
   if (opts.verify_on_thread)
     impl->hasher = std::make_unique<HashWorker>(loop, std::max(1u, opts.verify_threads));
   impl->copy_mapped = opts.copy_mapped && impl->hasher && shm_allowed(impl->tls);
   impl->tcp_stream = opts.tcp_stream;
+  auto ucx_config = opts.ucx_config;
   if (opts.tcp_stream && tcp_allowed(impl->tls)) {
     auto server = ChunkServer::create(loop, opts.stream_host);
     if (!server.is_ok()) return server.status().with_context("transfer engine");
     impl->chunk_server = std::move(server).value();
+    // tcp reads are chunk streams, so UCX goes without tcp: over it UCX 1.13 aborts a holder
+    // whose reader dies (get_window()), and lets a peer write into memory registered for remote
+    // reads only (ucx.cpp). impl->tls stays what the user chose; it decides what reaches what.
+    std::erase_if(ucx_config, [](const auto& kv) { return kv.first == "TLS"; });
+    ucx_config.emplace_back("TLS", without_tcp(impl->tls));
   }
   bool wakeup = opts.progress == TransferOptions::Progress::kEventFd;
   if (opts.progress == TransferOptions::Progress::kAuto) wakeup = event_capable(impl->tls);
-  SLUICE_ASSIGN_OR_RETURN(impl->ctx, ucx::Context::create(wakeup, opts.ucx_config));
+  SLUICE_ASSIGN_OR_RETURN(impl->ctx, ucx::Context::create(wakeup, ucx_config));
+  impl->net_rdma = network_rdma(impl->ctx->transport_names());
   SLUICE_ASSIGN_OR_RETURN(impl->worker, ucx::Worker::create(*impl->ctx));
   Impl* raw = impl.get();
   std::unique_ptr<TransferEngine> engine(new TransferEngine(std::move(impl)));
@@ -813,7 +845,8 @@ Result<std::unique_ptr<TransferEngine>> TransferEngine::create(EventLoop& loop,
 }
 
 std::vector<std::pair<std::string, std::string>> ucx_env_defaults(
-    const std::vector<std::string>& environment) {
+    const std::vector<std::string>& environment, bool ucx_tcp) {
+  if (!ucx_tcp) return {};
   auto user_set = [&](const std::string& var) {
     for (const auto& e : environment)
       if (e.size() > var.size() && e.compare(0, var.size(), var) == 0 && e[var.size()] == '=')

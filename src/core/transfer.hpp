@@ -97,11 +97,13 @@ class RetiredBuffers {
   std::vector<std::pair<Clock::time_point, std::unique_ptr<RegisteredBuffer>>> buffers_;
 };
 
-// The UCX_* settings sluice chooses when they are missing from `environment` ("K=V" entries):
-// {"UCX_TCP_TX_SEG_SIZE", "2M"}, ... Measured on loopback with 8 MiB GETs: about 0.6 GB/s with
-// UCX's default TCP segment size against about 1.6 GB/s with 2 MiB segments.
+// The UCX_* settings sluice chooses when they are missing from `environment` ("K=V" entries),
+// for a process whose UCX carries tcp (`ucx_tcp`: engines with TransferOptions::tcp_stream off;
+// with it on UCX has no tcp and there is nothing to choose): {"UCX_TCP_TX_SEG_SIZE", "2M"}, ...
+// Measured on loopback with 8 MiB GETs: about 0.6 GB/s with UCX's default TCP segment size
+// against about 1.6 GB/s with 2 MiB segments.
 std::vector<std::pair<std::string, std::string>> ucx_env_defaults(
-    const std::vector<std::string>& environment);
+    const std::vector<std::string>& environment, bool ucx_tcp);
 
 // The version of the UCX library this process runs with (ucp_get_version).
 struct UcxVersion {

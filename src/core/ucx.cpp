@@ -1,5 +1,6 @@
 #include "core/ucx.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -67,6 +68,29 @@ Context::~Context() {
   if (h_) ucp_cleanup(h_);
 }
 
+std::vector<std::string> Context::transport_names() const {
+  char* text = nullptr;
+  std::size_t len = 0;
+  FILE* f = open_memstream(&text, &len);
+  if (!f) return {};
+  ucp_context_print_info(h_, f);
+  std::fclose(f);
+  std::string info(text, len);
+  std::free(text);
+  // "#      resource 1  :  md 1  dev 1  flags -- tcp/lo"
+  std::vector<std::string> names;
+  std::size_t at = 0;
+  while ((at = info.find("flags -- ", at)) != std::string::npos) {
+    at += 9;
+    auto end = info.find_first_of("/\n", at);
+    if (end == std::string::npos) break;
+    std::string name = info.substr(at, end - at);
+    if (std::find(names.begin(), names.end(), name) == names.end()) names.push_back(name);
+    at = end;
+  }
+  return names;
+}
+
 // ---------------------------------------------------------------- worker
 
 Result<std::unique_ptr<Worker>> Worker::create(Context& ctx) {
@@ -111,14 +135,25 @@ bool Worker::progress_and_arm() {
 
 // ---------------------------------------------------------------- memory
 
+namespace {
+// Peers read registered memory and never write it. RDMA hardware enforces a registration without
+// remote write; UCX 1.13's tcp transport does not (measured: a PUT over tcp into memory
+// registered this way landed), which is one reason the transfer engine leaves tcp out of UCX and
+// serves tcp readers over chunk streams, which have no write at all (see transfer.cpp).
+constexpr unsigned kPeersReadOnly =
+    UCP_MEM_MAP_PROT_LOCAL_READ | UCP_MEM_MAP_PROT_LOCAL_WRITE | UCP_MEM_MAP_PROT_REMOTE_READ;
+}  // namespace
+
 Result<std::unique_ptr<MemoryRegion>> MemoryRegion::map(Context& ctx, void* addr,
                                                         std::size_t bytes) {
   std::unique_ptr<MemoryRegion> m(new MemoryRegion());
   m->ctx_ = ctx.get();
   ucp_mem_map_params_t params{};
-  params.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH;
+  params.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH |
+                      UCP_MEM_MAP_PARAM_FIELD_PROT;
   params.address = addr;
   params.length = bytes;
+  params.prot = kPeersReadOnly;
   SLUICE_TRY(to_status(ucp_mem_map(ctx.get(), &params, &m->h_), "ucx: register memory"));
   m->address_ = addr;
   SLUICE_TRY(m->pack());
@@ -130,10 +165,11 @@ Result<std::unique_ptr<MemoryRegion>> MemoryRegion::allocate(Context& ctx, std::
   m->ctx_ = ctx.get();
   ucp_mem_map_params_t params{};
   params.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH |
-                      UCP_MEM_MAP_PARAM_FIELD_FLAGS;
+                      UCP_MEM_MAP_PARAM_FIELD_FLAGS | UCP_MEM_MAP_PARAM_FIELD_PROT;
   params.address = nullptr;
   params.length = bytes;
   params.flags = UCP_MEM_MAP_ALLOCATE;
+  params.prot = kPeersReadOnly;
   SLUICE_TRY(to_status(ucp_mem_map(ctx.get(), &params, &m->h_),
                        "ucx: allocate " + std::to_string(bytes) + " bytes"));
   ucp_mem_attr_t attr{};

@@ -35,6 +35,10 @@ class Context {
 
   ucp_context_h get() const { return h_; }
 
+  // The names of the transports UCX opened ("self", "tcp", "posix", "rc_mlx5", ...), from
+  // ucp_context_print_info (UCX 1.13 has no query for them).
+  std::vector<std::string> transport_names() const;
+
  private:
   Context() = default;
   ucp_context_h h_ = nullptr;

@@ -19,7 +19,7 @@
 # survived every kill and the last read was complete and correct.
 #
 # Extra environment (UCX_*, SLUICE_*) passes through to every process, so UCX settings can be
-# compared: `UCX_TCP_KEEPINTVL=... reader_death.sh build/sluice 30`. UCX_GET=1 makes source and
+# compared: `UCX_TCP_KEEPINTVL=... reader_death.sh build/sluice 30`. VIA=ucx-get makes source and
 # readers use UCX's GET over tcp instead of chunk streams (the path that aborted holders).
 set -u
 sluice=${1:?usage: reader_death.sh SLUICE [KILLS] [BYTES] [TLS]}
@@ -28,7 +28,7 @@ bytes=${3:-256MiB}
 tls=${4:-tcp}
 seed=4242
 get_flag=
-[ "${UCX_GET:-0}" = 1 ] && get_flag=--ucx-get
+[ "${VIA:-stream}" = ucx-get ] && get_flag=--ucx-get
 if [ "$tls" = default ]; then unset UCX_TLS; else export UCX_TLS=$tls; fi
 tmp=$(mktemp -d)
 trap 'kill -9 $src_pid 2>/dev/null; rm -rf "$tmp"' EXIT

@@ -13,6 +13,7 @@
 #include "core/process.hpp"
 #include "core/region_server.hpp"
 #include "core/transfer.hpp"
+#include "core/ucx.hpp"
 #include "core/units.hpp"
 
 using namespace sluice::core;
@@ -428,5 +429,52 @@ TEST_SUITE("core.transfer") {
     CHECK(r.status().message().find("outside the region of source a") != std::string::npos);
     r = rd.engine->read_sync({}, chunks, *dst, {});
     CHECK(r.status().message().find("no sources") != std::string::npos);
+  }
+
+  TEST_CASE("a peer cannot write into a holder's memory over the network") {
+    // Issue 19: remote memory is readable, never writable. A holder serves tcp readers over its
+    // chunk stream, which has no write, and gives UCX no tcp: UCX 1.13 over tcp lets a peer with
+    // the key PUT into memory registered for remote reads only (measured before this design).
+    // Here a peer with the holder's worker address and key tries a UCX PUT over tcp.
+    const std::uint64_t bytes = 1u << 20, chunk = 256u << 10, seed = 19;
+    Source a("tcp", bytes, chunk, seed);
+    Reader rd("tcp");
+    auto ra = rd.describe(a);
+    REQUIRE_FALSE(ra.descriptor.stream.empty());
+
+    auto ctx = ucx::Context::create(false, {{"TLS", "tcp"}, {"NET_DEVICES", "lo"}}).value();
+    auto worker = ucx::Worker::create(*ctx).value();
+    std::string refused;
+    auto ep = ucx::Endpoint::connect(*worker, ra.descriptor.worker_address, nullptr, nullptr, true);
+    if (!ep.is_ok()) {
+      refused = ep.status().to_string();
+    } else {
+      auto key = ucx::RemoteKey::unpack((*ep)->get(), ra.descriptor.rkey);
+      if (!key.is_ok()) {
+        refused = key.status().to_string();
+      } else {
+        std::string junk(4096, 'W');
+        ucp_request_param_t p{};
+        ucs_status_ptr_t r = ucp_put_nbx((*ep)->get(), junk.data(), junk.size(), ra.descriptor.base,
+                                         (*key)->get(), &p);
+        ucs_status_t st = UCS_PTR_IS_ERR(r) ? UCS_PTR_STATUS(r) : UCS_OK;
+        if (r && !UCS_PTR_IS_ERR(r)) {
+          for (int i = 0; i < 1000000 && ucp_request_check_status(r) == UCS_INPROGRESS; ++i)
+            worker->progress();
+          st = ucp_request_check_status(r);
+          ucp_request_free(r);
+        }
+        if (st != UCS_OK) refused = ucs_status_string(st);
+      }
+    }
+    MESSAGE("the write was refused: " << refused);
+    CHECK_FALSE(refused.empty());
+
+    // Whatever the attempt did, the holder's bytes are still its own.
+    auto dst = rd.engine->allocate(bytes).value();
+    auto st =
+        rd.engine->read_sync({{"a", ra.descriptor}}, whole_region_chunks(ra.layout), *dst, {});
+    REQUIRE_MESSAGE(st.is_ok(), st.status().to_string());
+    CHECK(equal_bytes(*dst, expected(bytes, seed)));
   }
 }
