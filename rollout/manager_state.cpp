@@ -1,0 +1,544 @@
+// The manager's state machine: lifecycle and durability, the prompt pool, failures, repack and
+// the actor's side. A rollout's report is in manager_state_report.cpp.
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "core/checksum.hpp"
+#include "core/log.hpp"
+#include "rollout/manager_state.hpp"
+
+namespace sluice::rollout {
+
+namespace log = core::log;
+using Millis = std::chrono::milliseconds;
+using nlohmann::json;
+
+namespace {
+
+// A request may name a version this far above the newest the manager knows (one it has not heard
+// of yet, say after a restart of the actor); beyond it, the request is refused as malformed.
+constexpr std::uint64_t kVersionSlack = 1'000'000;
+
+// A deterministic prompt for the simulated workload: token ids in [0, 32).
+std::vector<std::int32_t> sim_prompt(std::uint64_t seed, std::uint64_t index, std::uint32_t n) {
+  std::vector<std::int32_t> tokens(n);
+  std::uint64_t x = seed * 0x9e3779b97f4a7c15ull + index + 1;
+  for (auto& t : tokens) {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    t = static_cast<std::int32_t>(x % 32);
+  }
+  return tokens;
+}
+
+std::uint64_t last_version(const SequenceState& s) {
+  return s.versions.empty() ? 0 : s.versions.back();
+}
+
+}  // namespace
+
+ManagerState::ManagerState(ManagerConfig config, Mode mode, Clock::time_point now)
+    : m_finished_(core::process_metrics().counter("sluice_manager_trajectories_finished_total",
+                                                  "trajectories finished by rollouts, each once")),
+      m_acked_(core::process_metrics().counter("sluice_manager_trajectories_acked_total",
+                                               "trajectories the actor acknowledged as durable")),
+      m_duplicates_(
+          core::process_metrics().counter("sluice_manager_duplicates_total",
+                                          "finished trajectories reported again (counted once)")),
+      m_latest_(core::process_metrics().gauge("sluice_manager_latest_version",
+                                              "newest version published")),
+      cfg_(std::move(config)),
+      mode_(mode),
+      started_(now),
+      last_sample_(now) {}
+
+core::Result<std::unique_ptr<ManagerState>> ManagerState::create(ManagerConfig config,
+                                                                 std::unique_ptr<ManagerDb> db,
+                                                                 Clock::time_point now) {
+  SLUICE_ASSIGN_OR_RETURN(Mode mode, parse_mode(config.mode));
+  std::unique_ptr<ManagerState> s(new ManagerState(std::move(config), mode, now));
+  if (s->cfg_.prompt_source == "task") {
+    SLUICE_ASSIGN_OR_RETURN(rl::ArithmeticTask t, rl::ArithmeticTask::create(s->cfg_.task));
+    s->cfg_.max_new_tokens =
+        std::min<std::uint64_t>(s->cfg_.max_new_tokens, t.max_response_tokens());
+    s->task_.emplace(std::move(t));
+  }
+  if (db) {
+    s->db_ = std::move(db);
+    SLUICE_TRY(s->restore(now));
+  }
+  return s;
+}
+
+// Loads the durable state of a previous run. Released trajectories that are neither finished nor
+// named by a rollout within the grace period restart from their prompts.
+core::Status ManagerState::restore(Clock::time_point now) {
+  SLUICE_ASSIGN_OR_RETURN(ManagerSnapshot snap, db_->load());
+  committed_ = snap.counters;
+  next_prompt_ = snap.counters.next_prompt;
+  latest_ = snap.counters.latest;
+  consumed_ = snap.counters.consumed;
+  counts_.acked = snap.counters.acked;
+  for (const auto& id : snap.finished)
+    trajs_[id].state = TrajState::kFinished;
+  counts_.finished = snap.finished.size();
+  for (const auto& [id, text] : snap.unacked) {
+    json j = json::parse(text, nullptr, false);
+    if (j.is_discarded()) return core::data_loss(fmt::format("manager db: trajectory {}", id));
+    SLUICE_ASSIGN_OR_RETURN(rl::Trajectory tr, rl::Trajectory::from_json(j));
+    unacked_[id] = Held{std::move(tr), false, false, {}};
+    outbox_.push_back(id);
+  }
+  doomed_.insert(snap.doomed.begin(), snap.doomed.end());
+  for (std::uint64_t p = 0; p < next_prompt_; ++p) {
+    for (std::uint32_t k = 0; k < cfg_.group_size; ++k) {
+      std::string id = fmt::format("p{}/{}", p, k);
+      if (!trajs_.count(id)) unclaimed_.insert(id);
+    }
+  }
+  recovering_ = next_prompt_ > 0;
+  std::uint64_t grace =
+      cfg_.recovery_grace_ms > 0 ? cfg_.recovery_grace_ms : 2 * cfg_.heartbeat_timeout_ms;
+  recovery_deadline_ = now + Millis(grace);
+  if (recovering_) {
+    log::info(
+        "manager: restored from {}: {} prompts released, {} finished ({} unacknowledged), {} in "
+        "flight or waiting; latest version {}",
+        db_->path(), next_prompt_, counts_.finished, unacked_.size(), unclaimed_.size(), latest_);
+  }
+  return {};
+}
+
+core::Status ManagerState::commit() {
+  if (!db_) return {};
+  changes_.counters = counters();
+  changes_.counters_changed = !(changes_.counters == committed_);
+  if (changes_.empty()) return {};
+  core::Status st = db_->commit(changes_);
+  if (!st.is_ok()) {
+    log::error("manager: {}", st.to_string());
+    return st;
+  }
+  committed_ = changes_.counters;
+  changes_ = ManagerChanges{};
+  return {};
+}
+
+DecodeLimits ManagerState::decode_limits() const {
+  DecodeLimits l;
+  l.max_version = latest_ + kVersionSlack;
+  return l;
+}
+
+bool ManagerState::done() const {
+  return cfg_.prompts != 0 && counts_.acked >= total_trajectories() && unacked_.empty();
+}
+
+std::optional<ManagerState::Where> ManagerState::where(const std::string& id) const {
+  auto it = trajs_.find(id);
+  if (it == trajs_.end()) return std::nullopt;
+  return Where{it->second.state, it->second.rollout};
+}
+
+// ---- The prompt pool.
+
+// New trajectories may be released while fewer than this many are unconsumed.
+bool ManagerState::budget_left() const {
+  std::uint64_t released = next_prompt_ * cfg_.group_size;
+  return released + cfg_.group_size <=
+         consumed_ + batches_ahead(mode_, cfg_.ahead_batches) * cfg_.batch_trajectories;
+}
+
+SequenceState ManagerState::fresh(const std::string& traj_id, const std::string& prompt_id,
+                                  std::vector<std::int32_t> prompt) const {
+  SequenceState s;
+  s.trajectory_id = traj_id;
+  s.prompt_id = prompt_id;
+  s.prompt_tokens = std::move(prompt);
+  s.max_new_tokens = cfg_.max_new_tokens;
+  s.rng_state = core::chunk_checksum(traj_id.data(), traj_id.size()) ^ cfg_.seed;
+  return s;
+}
+
+// The prompt of index `p`, deterministic from the configuration (a restarted manager rebuilds the
+// same prompt for a trajectory it has no record of).
+core::Result<std::vector<std::int32_t>> ManagerState::prompt_of(std::uint64_t p) const {
+  if (!task_) return sim_prompt(cfg_.seed, p, cfg_.prompt_tokens);
+  SLUICE_ASSIGN_OR_RETURN(auto tp, task_->train_prompt(p));
+  return std::vector<std::int32_t>(tp.tokens.begin(), tp.tokens.end());
+}
+
+// The trajectory "p<N>/<k>" as first assigned, rebuilt from its id.
+core::Result<SequenceState> ManagerState::initial_of(const std::string& traj_id) const {
+  auto ix = parse_trajectory_id(traj_id);
+  if (!ix || ix->second >= cfg_.group_size || ix->first >= next_prompt_) {
+    return core::invalid_argument(
+        fmt::format("trajectory {} is not one this manager released", traj_id));
+  }
+  SLUICE_ASSIGN_OR_RETURN(auto prompt, prompt_of(ix->first));
+  return fresh(traj_id, fmt::format("p{}", ix->first), std::move(prompt));
+}
+
+// The next trajectory to hand out: one sent back, else the first of a newly released group (the
+// rest of the group waits in the pool), else none (the job or the budget ahead is used up).
+std::optional<SequenceState> ManagerState::next_item() {
+  while (!pending_.empty()) {
+    SequenceState s = std::move(pending_.front());
+    pending_.pop_front();
+    if (!doomed_.count(s.prompt_id)) return s;
+    finish_abandoned(s);
+  }
+  if (all_released() || !budget_left()) return std::nullopt;
+  std::uint64_t p = next_prompt_++;
+  std::string prompt_id = fmt::format("p{}", p);
+  auto prompt = prompt_of(p);
+  if (!prompt.is_ok()) {
+    log::error("manager: prompt {}: {}", p, prompt.status().to_string());
+    return std::nullopt;
+  }
+  for (std::uint32_t k = 1; k < cfg_.group_size; ++k) {
+    std::string id = fmt::format("{}/{}", prompt_id, k);
+    trajs_[id].initial = fresh(id, prompt_id, *prompt);
+    pending_.push_back(trajs_[id].initial);
+  }
+  std::string id0 = prompt_id + "/0";
+  trajs_[id0].initial = fresh(id0, prompt_id, std::move(prompt).value());
+  return trajs_[id0].initial;
+}
+
+// ---- Failures and hand-backs.
+
+// Work of a dead or departing rollout goes back: partial states resume on the same version, the
+// rest restarts from the prompt.
+void ManagerState::reclaim(const std::string& rollout_id, const std::string& why) {
+  std::uint64_t back = 0;
+  for (auto& [id, t] : trajs_) {
+    bool mine =
+        t.rollout == rollout_id && (t.state == TrajState::kQueued ||
+                                    t.state == TrajState::kActive || t.state == TrajState::kMoving);
+    auto mv = moves_.find(id);
+    if (mv != moves_.end() && (mv->second.to == rollout_id || mv->second.from == rollout_id) &&
+        t.state == TrajState::kMoving) {
+      mine = true;
+    }
+    if (!mine) continue;
+    if (mv != moves_.end()) moves_.erase(mv);
+    ++back;
+    if (t.partial && !t.partial->generated.empty()) {
+      resumes_.push_back(*t.partial);
+      t.state = TrajState::kPending;
+      t.rollout.clear();
+    } else {
+      restart(t);
+    }
+  }
+  for (auto& [id, r] : rollouts_) {
+    std::erase_if(r.to_import, [&](const SequenceState& s) {
+      return trajs_[s.trajectory_id].rollout == rollout_id;
+    });
+  }
+  log::warn("manager: rollout {} {}: {} trajectories go back to the pool", rollout_id, why, back);
+}
+
+void ManagerState::restart(Traj& t) {
+  if (t.partial) ++counts_.restarted;
+  t.partial.reset();
+  t.state = TrajState::kPending;
+  t.rollout.clear();
+  pending_.push_front(t.initial);
+}
+
+// Work that did not start where it was sent goes back: to the front of the pool when nothing of
+// it was generated yet, else to the resumes (it continues on a rollout of its version).
+void ManagerState::send_back(Traj& t, SequenceState s) {
+  if (doomed_.count(s.prompt_id)) {
+    finish_abandoned(s);
+    return;
+  }
+  t.state = TrajState::kPending;
+  t.rollout.clear();
+  if (s.generated.empty()) {
+    pending_.push_front(std::move(s));
+  } else {
+    resumes_.push_back(std::move(s));
+  }
+}
+
+// The grace period after a restart ended: what no rollout named restarts from its prompt.
+void ManagerState::end_recovery() {
+  recovering_ = false;
+  // Taken out first: a doomed one finishes at once, which erases it from `unclaimed_`.
+  std::set<std::string> left = std::move(unclaimed_);
+  unclaimed_.clear();
+  for (const auto& id : left) {
+    auto s = initial_of(id);
+    if (!s.is_ok()) {
+      log::error("manager: recovery of {}: {}", id, s.status().to_string());
+      continue;
+    }
+    Traj& t = trajs_[id];
+    t.initial = *s;
+    ++counts_.recovery_restarted;
+    send_back(t, std::move(s).value());
+  }
+  if (!left.empty()) {
+    log::info("manager: recovery: {} trajectories no rollout named restart from their prompts",
+              left.size());
+  }
+}
+
+void ManagerState::check_heartbeats(Clock::time_point now) {
+  if (recovering_ && now >= recovery_deadline_) end_recovery();
+  for (auto& [id, r] : rollouts_) {
+    if (!r.alive) continue;
+    if (now - r.last_seen > Millis(cfg_.heartbeat_timeout_ms)) {
+      r.alive = false;
+      ++counts_.dead;
+      reclaim(id, fmt::format("missed heartbeats for {} ms", cfg_.heartbeat_timeout_ms));
+    }
+  }
+  // Resumable states whose version no live rollout has (and none will get again: everyone is
+  // newer) restart from the prompt.
+  std::erase_if(resumes_, [&](const SequenceState& s) {
+    std::uint64_t v = last_version(s);
+    for (const auto& [rid, r] : rollouts_) {
+      if (r.alive && r.version <= v) return false;
+    }
+    restart(trajs_[s.trajectory_id]);
+    return true;
+  });
+}
+
+// ---- Repack and the free-slot account.
+
+bool ManagerState::takes_work(const Rollout& r) const {
+  return rollout::takes_work(mode_, r.versions(), latest_, cfg_.max_assign_lag);
+}
+
+void ManagerState::sample_free_slots(Clock::time_point now) {
+  double dt = std::chrono::duration<double>(now - last_sample_).count();
+  last_sample_ = now;
+  const bool work_waits = !pending_.empty() || (!all_released() && budget_left());
+  for (const auto& [id, r] : rollouts_) {
+    if (!r.alive || r.version == 0) continue;
+    std::int64_t free = static_cast<std::int64_t>(r.capacity.max_sequences) -
+                        static_cast<std::int64_t>(r.active.size() + r.queued.size());
+    if (free <= 0) continue;
+    double slot_s = dt * static_cast<double>(free);
+    if (!work_waits) {
+      (all_released() ? free_slots_.end : free_slots_.budget) += slot_s;
+    } else if (r.loading) {
+      free_slots_.loading += slot_s;
+    } else if (!takes_work(r)) {
+      free_slots_.draining += slot_s;
+    } else {
+      free_slots_.other += slot_s;
+    }
+  }
+}
+
+void ManagerState::plan_repack() {
+  if (!repacks(mode_) || !cfg_.repack) return;
+  std::vector<RolloutView> fleet;
+  for (const auto& [id, r] : rollouts_) {
+    if (!r.alive || r.loading || r.version == 0 || !r.to_export.empty() || !r.to_import.empty()) {
+      continue;
+    }
+    bool busy_moving = false;
+    for (const auto& [tid, mv] : moves_) {
+      if (mv.from == id || mv.to == id) busy_moving = true;
+    }
+    if (busy_moving) continue;
+    RolloutView v;
+    v.id = id;
+    v.version = r.version;
+    v.capacity = r.capacity;
+    v.queued = static_cast<std::uint32_t>(r.queued.size());
+    // A rollout still given new work is not ramping down. Sluice mode stops giving work to a
+    // rollout once it holds the newest version it is behind on, or once it is more than
+    // max_assign_lag behind while still pulling it: it is draining then.
+    if (takes_work(r)) v.queued += 1;
+    v.previous_active = r.previous_active;
+    v.sequences = r.active;
+    fleet.push_back(std::move(v));
+  }
+  RepackPlan plan =
+      rollout::plan_repack(fleet, RepackPolicy{cfg_.ramp_down_occupancy, cfg_.kv_headroom});
+  if (plan.moves.empty()) return;
+  ++counts_.repack_plans;
+  for (const auto& m : plan.moves) {
+    auto& src = rollouts_[m.from];
+    auto& dst = rollouts_[m.to];
+    if (src.version != dst.version) {
+      ++counts_.cross_version;  // the planner must never do this; counted so tests can check
+      continue;
+    }
+    src.to_export.push_back(m.trajectory_id);
+    moves_[m.trajectory_id] = Move{m.from, m.to, src.version};
+    auto& t = trajs_[m.trajectory_id];
+    t.state = TrajState::kMoving;
+    t.rollout = m.from;
+    ++counts_.repack_moves;
+  }
+  log::debug("manager: repack moves {} trajectories, frees {} rollouts", plan.moves.size(),
+             plan.freed.size());
+}
+
+// ---- Finishing and abandoning.
+
+// A trajectory first generated before this version can no longer be trained on (0: none).
+std::uint64_t ManagerState::abandon_before() const {
+  if (!cfg_.abandon_stale || latest_ <= cfg_.max_staleness) return 0;
+  return latest_ - cfg_.max_staleness;
+}
+
+void ManagerState::finish_abandoned(const SequenceState& s) {
+  rl::Trajectory tr = to_trajectory(s, 0.0, std::string());
+  tr.abandoned = true;
+  on_finished(tr);
+}
+
+// The group of `prompt_id` will be dropped: its members still to run or running end now.
+void ManagerState::doom(const std::string& prompt_id) {
+  if (!doomed_.insert(prompt_id).second) return;
+  if (db_) changes_.doomed.push_back(prompt_id);
+  for (std::uint32_t k = 0; k < cfg_.group_size; ++k) {
+    std::string id = fmt::format("{}/{}", prompt_id, k);
+    auto it = trajs_.find(id);
+    if (it == trajs_.end()) continue;
+    Traj& t = it->second;
+    if (t.state == TrajState::kPending) {
+      auto same = [&](const SequenceState& s) { return s.trajectory_id == id; };
+      std::erase_if(pending_, same);
+      std::erase_if(resumes_, same);
+      finish_abandoned(t.partial ? *t.partial : t.initial);
+    } else if ((t.state == TrajState::kQueued || t.state == TrajState::kActive) &&
+               !t.rollout.empty()) {
+      auto r = rollouts_.find(t.rollout);
+      if (r != rollouts_.end()) r->second.to_abandon.push_back(id);
+    }
+    // A trajectory being moved is abandoned where it lands (route_exported).
+  }
+}
+
+// Exactly once: the first report of a finished id counts; later copies (a resumed trajectory
+// whose first rollout also finished it) are counted as duplicates and dropped.
+void ManagerState::on_finished(const rl::Trajectory& tr) {
+  auto& t = trajs_[tr.id];
+  if (t.state == TrajState::kFinished) {
+    ++counts_.duplicates;
+    m_duplicates_.inc();
+    return;
+  }
+  t.state = TrajState::kFinished;
+  t.partial.reset();
+  t.rollout.clear();
+  moves_.erase(tr.id);
+  if (tr.mixed_versions()) ++counts_.mixed;
+  ++counts_.finished;
+  m_finished_.inc();
+  if (tr.abandoned) ++counts_.abandoned;
+  unclaimed_.erase(tr.id);
+  unacked_[tr.id] = Held{tr, false, false, {}};
+  outbox_.push_back(tr.id);
+  if (db_) {
+    changes_.finished.push_back(tr.id);
+    changes_.unacked.emplace_back(tr.id, tr.to_json().dump());
+  }
+  if (cfg_.abandon_stale && (tr.abandoned || tr.version < abandon_before())) doom(tr.prompt_id);
+}
+
+// ---- The actor's side.
+
+CollectReply ManagerState::collect(const CollectRequest& q, Clock::time_point now) {
+  for (const auto& id : q.ack) {
+    if (unacked_.erase(id) == 0) continue;  // a repeated ack is harmless
+    ++counts_.acked;
+    m_acked_.inc();
+    if (db_) changes_.acked.push_back(id);
+  }
+  if (q.epoch && *q.epoch != epoch_) {
+    // A restarted actor lost what it had not checkpointed: everything unacked goes again.
+    if (!epoch_.empty())
+      log::info("manager: actor epoch {} -> {}: re-sending unacked", epoch_, *q.epoch);
+    epoch_ = *q.epoch;
+    for (auto& [id, h] : unacked_) {
+      h.have = false;
+      if (h.sent) {
+        h.sent = false;
+        outbox_.push_back(id);
+      }
+    }
+  }
+  for (const auto& id : q.have.value_or(std::vector<std::string>{})) {
+    auto it = unacked_.find(id);
+    if (it != unacked_.end() && it->second.sent) it->second.have = true;
+  }
+  if (collect_opens_budget(mode_)) consumed_ = std::max(consumed_, q.consumed);
+  const std::size_t max = q.max;
+  CollectReply reply;
+  std::vector<rl::Trajectory>& out = reply.trajectories;
+  // Resend what was delivered a while ago and neither received (`have`) nor acknowledged: the
+  // reply was lost. The actor's buffer refuses what it already has.
+  // Bounded by bytes (kTrajectoryBytesPerMessage): a restarted actor is owed every unacknowledged
+  // trajectory at once, and one reply with all of them was refused whole and sent again forever
+  // (the job stalled under sluice chaos).
+  std::size_t bytes = 0;
+  auto fits = [&](const rl::Trajectory& t) {
+    std::size_t b = approx_json_bytes(t);
+    if (!out.empty() && bytes + b > kTrajectoryBytesPerMessage) return false;
+    bytes += b;
+    return true;
+  };
+  for (auto& [id, h] : unacked_) {
+    if (out.size() >= max) break;
+    if (h.sent && !h.have && now - h.sent_at > Millis(cfg_.resend_ms)) {
+      if (!fits(h.tr)) break;
+      h.sent_at = now;
+      out.push_back(h.tr);
+    }
+  }
+  while (out.size() < max && !outbox_.empty()) {
+    auto it = unacked_.find(outbox_.front());
+    if (it == unacked_.end() || it->second.sent) {  // acknowledged meanwhile
+      outbox_.pop_front();
+      continue;
+    }
+    if (!fits(it->second.tr)) break;  // the rest in the next reply
+    outbox_.pop_front();
+    it->second.sent = true;
+    it->second.sent_at = now;
+    out.push_back(it->second.tr);
+  }
+  // Done, for the actor: nothing more will come to this epoch (every trajectory of the job
+  // finished and received). The actor acknowledges the last of them only after its final
+  // checkpoint, which it writes once it hears this; done() (everything acknowledged) is the
+  // manager's own end.
+  reply.done = done() || all_received();
+  return reply;
+}
+
+bool ManagerState::all_received() const {
+  if (cfg_.prompts == 0 || counts_.acked + unacked_.size() < total_trajectories() ||
+      !outbox_.empty()) {
+    return false;
+  }
+  return std::all_of(unacked_.begin(), unacked_.end(),
+                     [](const auto& u) { return u.second.sent && u.second.have; });
+}
+
+PublishedReply ManagerState::published(const PublishedRequest& q) {
+  std::uint64_t v = q.version;  // a maximum: a repeated or older publish changes nothing
+  consumed_ = std::max(consumed_, q.consumed);
+  if (v > latest_) {
+    latest_ = v;
+    m_latest_.set(static_cast<double>(v));
+    log::info("manager: version {} published", v);
+    plan_repack();
+  }
+  return PublishedReply{latest_};
+}
+
+}  // namespace sluice::rollout

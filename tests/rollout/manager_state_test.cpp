@@ -1,0 +1,376 @@
+// The rollout manager's state machine driven directly: synthetic time, no sockets, no sleeps. The
+// test plays the rollouts and the actor and checks what a user would: nothing lost, nothing
+// twice, versions monotonic, work moved only between rollouts of one version.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "rollout/manager_state.hpp"
+
+using namespace sluice;
+using rollout::Clock;
+using rollout::ManagerState;
+using rollout::SequenceState;
+using rollout::TrajState;
+using std::chrono::milliseconds;
+
+namespace {
+
+// Synthetic time: an arbitrary origin, moved by hand.
+const Clock::time_point kT0 = Clock::time_point{} + std::chrono::hours(1);
+Clock::time_point at(int ms) {
+  return kT0 + milliseconds(ms);
+}
+
+std::unique_ptr<ManagerState> make_state(rollout::ManagerConfig cfg) {
+  REQUIRE(cfg.validate().is_ok());
+  auto s = ManagerState::create(std::move(cfg), nullptr, kT0);
+  REQUIRE_MESSAGE(s.is_ok(), s.status().to_string());
+  return std::move(s).value();
+}
+
+// A rollout played by the test. Everything it is handed runs at once (the test's engine has
+// room); `step` generates a token for each sequence on the version it has loaded.
+struct FakeRollout {
+  explicit FakeRollout(std::string name, std::uint64_t v = 1) : id(std::move(name)), version(v) {}
+  std::string id;
+  std::uint64_t version = 1;
+  std::uint64_t staged = 0;
+  rollout::Capacity capacity{4, 65536};
+  std::map<std::string, SequenceState> running;
+  std::vector<rl::Trajectory> finished;
+  std::vector<SequenceState> exported, partial;
+  std::vector<std::string> received;  // every trajectory id handed to it, in order
+
+  rollout::ReportReply report(ManagerState& m, Clock::time_point now) {
+    rollout::ReportRequest q;
+    q.id = id;
+    q.incarnation = "0000000000000001";
+    q.version = version;
+    q.staged = std::max(staged, version);
+    q.capacity = capacity;
+    for (const auto& [tid, s] : running)
+      q.active.push_back({tid, s.kv_tokens()});
+    q.finished = std::exchange(finished, {});
+    q.exported = std::exchange(exported, {});
+    q.partial = std::exchange(partial, {});
+    REQUIRE(m.decode_limits().max_version >= version);
+    core::Status valid = m.check_report(q);
+    REQUIRE_MESSAGE(valid.is_ok(), valid.to_string());
+    rollout::ReportReply reply = m.report(std::move(q), now);
+    for (const auto* list : {&reply.assign, &reply.import}) {
+      for (const auto& s : *list) {
+        received.push_back(s.trajectory_id);
+        running[s.trajectory_id] = s;
+      }
+    }
+    for (const auto& tid : reply.export_ids) {
+      auto it = running.find(tid);
+      REQUIRE(it != running.end());
+      exported.push_back(it->second);
+      running.erase(it);
+    }
+    if (reply.rejoin) running.clear();
+    return reply;
+  }
+  void step() {
+    for (auto& [tid, s] : running) {
+      s.generated.push_back(7);
+      s.logprobs.push_back(-1.0f);
+      if (s.versions.empty() || s.versions.back() != version) s.versions.push_back(version);
+    }
+  }
+  void stream(const std::string& tid) { partial.push_back(running.at(tid)); }
+  void finish(const std::string& tid) {
+    finished.push_back(rollout::to_trajectory(running.at(tid), 1.0, id));
+    running.erase(tid);
+  }
+  void finish_all() {
+    while (!running.empty())
+      finish(running.begin()->first);
+  }
+};
+
+rollout::ManagerConfig small_job() {
+  rollout::ManagerConfig cfg;
+  cfg.mode = "sluice";
+  cfg.prompts = 2;
+  cfg.group_size = 2;
+  cfg.batch_trajectories = 4;
+  cfg.heartbeat_timeout_ms = 1000;
+  cfg.prefetch = 0;
+  cfg.repack = false;
+  return cfg;
+}
+
+std::vector<std::string> ids_of(const std::vector<rl::Trajectory>& ts) {
+  std::vector<std::string> out;
+  for (const auto& t : ts)
+    out.push_back(t.id);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("manager state: a silent rollout's work goes to another rollout exactly once") {
+  auto m = make_state(small_job());
+  m->published({1, 0});
+  FakeRollout a("a"), b("b");
+  a.report(*m, at(0));
+  REQUIRE(a.running.size() == 4);  // the whole job: 2 prompts x 2
+  a.step();
+  a.step();
+  const std::string streamed = a.running.begin()->first;
+  a.stream(streamed);  // one trajectory's progress reaches the partial-response pool
+  a.report(*m, at(100));
+  CHECK(m->where(streamed)->state == TrajState::kActive);
+
+  // b joins with nothing to take; a falls silent.
+  CHECK(b.report(*m, at(900)).assign.empty());
+  m->check_heartbeats(at(1050));  // a silent 950 ms: alive
+  CHECK(m->counts().dead == 0);
+  b.report(*m, at(1150));
+  m->check_heartbeats(at(1150));  // a silent 1050 ms: dead
+  CHECK(m->counts().dead == 1);
+  for (const auto& tid : a.received)
+    CHECK(m->where(tid)->state == TrajState::kPending);
+
+  // b takes all of it: the streamed trajectory resumes where it was, the rest restart.
+  rollout::ReportReply r = b.report(*m, at(1200));
+  REQUIRE(r.import.size() == 1);
+  CHECK(r.import[0].trajectory_id == streamed);
+  CHECK(r.import[0].generated.size() == 2);
+  CHECK(r.assign.size() == 3);
+  for (const auto& s : r.assign)
+    CHECK(s.generated.empty());
+
+  // Time goes on, b heartbeats: nothing is handed out again.
+  for (int t = 1300; t <= 3000; t += 100) {
+    b.step();
+    b.report(*m, at(t));
+    m->check_heartbeats(at(t));
+  }
+  std::vector<std::string> got = b.received;
+  std::sort(got.begin(), got.end());
+  std::vector<std::string> want = a.received;
+  std::sort(want.begin(), want.end());
+  CHECK(got == want);  // each once
+  CHECK(m->counts().dead == 1);
+  for (const auto& tid : want) {
+    CHECK(m->where(tid)->state == TrajState::kActive);
+    CHECK(m->where(tid)->rollout == "b");
+  }
+
+  // a comes back: told to rejoin, given nothing.
+  FakeRollout late("a");
+  late.running = a.running;
+  rollout::ReportReply back = late.report(*m, at(3050));
+  CHECK(back.rejoin);
+  CHECK(back.assign.empty());
+  CHECK(back.import.empty());
+
+  // b finishes; a copy the old a finished as well counts once.
+  b.finish_all();
+  b.report(*m, at(3100));
+  late.running = {{streamed, a.running.at(streamed)}};
+  late.finish(streamed);
+  late.report(*m, at(3150));
+  CHECK(m->counts().finished == 4);
+  CHECK(m->counts().duplicates == 1);
+  rollout::CollectRequest c;
+  c.epoch = "e1";
+  CHECK(ids_of(m->collect(c, at(3200)).trajectories) == want);
+}
+
+TEST_CASE("manager state: a finished trajectory is held until the actor acknowledges it") {
+  rollout::ManagerConfig cfg = small_job();
+  cfg.resend_ms = 3000;
+  auto m = make_state(cfg);
+  m->published({1, 0});
+  FakeRollout a("a");
+  a.report(*m, at(0));
+  a.step();
+  a.finish_all();
+  a.report(*m, at(100));
+  REQUIRE(m->counts().finished == 4);
+  const std::vector<std::string> all = {"p0/0", "p0/1", "p1/0", "p1/1"};
+
+  rollout::CollectRequest c;
+  c.epoch = "e1";
+  c.have = std::vector<std::string>{};
+  CHECK(ids_of(m->collect(c, at(200)).trajectories) == all);
+  CHECK_FALSE(m->done());
+  // Sent, not confirmed: not sent again before resend_ms, then sent again (a lost reply).
+  CHECK(m->collect(c, at(1000)).trajectories.empty());
+  CHECK(ids_of(m->collect(c, at(3300)).trajectories) == all);
+  // Received (`have`), not acknowledged: kept, not re-sent however long it takes.
+  c.have = all;
+  m->collect(c, at(3400));
+  c.have = std::vector<std::string>{};
+  CHECK(m->collect(c, at(60000)).trajectories.empty());
+  CHECK_FALSE(m->done());
+  // The actor restarts before its checkpoint (a new epoch): everything unacknowledged again.
+  c.epoch = "e2";
+  CHECK(ids_of(m->collect(c, at(60100)).trajectories) == all);
+  // Acknowledged (durable at the actor): forgotten, and the job is done. Twice is harmless.
+  c.ack = {"p0/0", "p0/1"};
+  m->collect(c, at(60200));
+  CHECK(m->counts().acked == 2);
+  CHECK_FALSE(m->done());
+  c.ack = all;
+  CHECK(m->collect(c, at(60300)).trajectories.empty());
+  CHECK(m->counts().acked == 4);
+  CHECK(m->done());
+  const std::string d = m->digest();
+  m->collect(c, at(60400));
+  CHECK(m->counts().acked == 4);
+  CHECK(m->digest() == d);
+}
+
+TEST_CASE("manager state: repack moves trajectories only between rollouts of one version") {
+  rollout::ManagerConfig cfg;
+  cfg.mode = "sluice";
+  cfg.prompts = 16;
+  cfg.group_size = 1;
+  cfg.batch_trajectories = 8;
+  cfg.ahead_batches = 2;
+  cfg.prefetch = 0;
+  cfg.repack = true;
+  cfg.ramp_down_occupancy = 0.75;
+  cfg.heartbeat_timeout_ms = 1000;
+  auto m = make_state(cfg);
+
+  // a and b generate on version 1, c and d on version 2.
+  FakeRollout a("a", 1), b("b", 1), c("c", 2), d("d", 2);
+  m->published({1, 0});
+  a.report(*m, at(0));
+  b.report(*m, at(0));
+  m->published({2, 0});
+  c.report(*m, at(10));
+  d.report(*m, at(10));
+  for (auto* r : {&a, &b, &c, &d})
+    REQUIRE(r->running.size() == 4);
+  // Version 3 arrives: everyone holds it and drains what it runs (no new work).
+  m->published({3, 0});
+  int t = 20;
+  for (auto* r : {&a, &b, &c, &d}) {
+    r->staged = 3;
+    r->step();
+    CHECK(r->report(*m, at(t)).assign.empty());
+  }
+  // Their long tails: three of four finish on each.
+  for (auto* r : {&a, &b, &c, &d}) {
+    while (r->running.size() > 1)
+      r->finish(r->running.begin()->first);
+    r->report(*m, at(t += 10));
+  }
+  const std::uint64_t finished_before = m->counts().finished;
+  CHECK(finished_before == 12);
+
+  m->plan_repack();
+  CHECK(m->counts().repack_moves == 2);  // one per version
+  CHECK(m->counts().cross_version == 0);
+
+  // The sources export, the destinations import; each landing rollout has the version that
+  // generated what lands on it.
+  std::map<std::string, std::string> landed;  // trajectory -> rollout
+  for (int round = 0; round < 3; ++round) {
+    for (auto* r : {&a, &b, &c, &d}) {
+      rollout::ReportReply reply = r->report(*m, at(t += 10));
+      for (const auto& s : reply.import) {
+        landed[s.trajectory_id] = r->id;
+        REQUIRE_FALSE(s.versions.empty());
+        CHECK(s.versions.back() == r->version);
+        CHECK(s.generated.size() == 1);  // it continues where it was
+      }
+    }
+  }
+  CHECK(landed.size() == 2);
+  std::set<std::string> emptied;
+  for (auto* r : {&a, &b, &c, &d}) {
+    if (r->running.empty()) emptied.insert(r->id);
+  }
+  CHECK(emptied.size() == 2);
+  CHECK((emptied.count("a") + emptied.count("b")) == 1);
+  CHECK((emptied.count("c") + emptied.count("d")) == 1);
+
+  // Everything finishes once, on the version it started on.
+  for (auto* r : {&a, &b, &c, &d}) {
+    for (const auto& [tid, s] : r->running) {
+      CHECK(s.versions.size() == 1);
+      CHECK(s.versions.front() == r->version);
+    }
+    r->finish_all();
+    r->report(*m, at(t += 10));
+  }
+  CHECK(m->counts().finished == 16);
+  CHECK(m->counts().duplicates == 0);
+  CHECK(m->counts().mixed == 0);
+  CHECK(m->counts().move_failures == 0);
+}
+
+TEST_CASE("manager state: a refused report changes nothing") {
+  auto m = make_state(small_job());
+  m->published({1, 0});
+  FakeRollout a("a");
+  a.report(*m, at(0));
+  const std::string before = m->digest();
+  rollout::ReportRequest q;
+  q.id = "a";
+  q.version = 1;
+  q.queued = {"p9/0"};  // never released
+  CHECK_FALSE(m->check_report(q).is_ok());
+  q.queued = {"p0/7"};  // beyond the group
+  CHECK_FALSE(m->check_report(q).is_ok());
+  CHECK(m->digest() == before);
+}
+
+TEST_CASE("manager state: versions a rollout is told to load never go backwards") {
+  for (const char* mode : {"sync", "one-step-off", "stream", "partial-rollout", "sluice"}) {
+    CAPTURE(mode);
+    rollout::ManagerConfig cfg = small_job();
+    cfg.mode = mode;
+    cfg.prompts = 8;
+    auto m = make_state(cfg);
+    FakeRollout a("a", 0), b("b", 0);
+    std::map<std::string, std::uint64_t> loaded;
+    int t = 0;
+    for (std::uint64_t v = 1; v <= 4; ++v) {
+      m->published({v, 2 * v});
+      for (int round = 0; round < 4; ++round) {
+        for (auto* r : {&a, &b}) {
+          rollout::ReportReply reply = r->report(*m, at(t += 10));
+          CHECK(reply.latest == v);
+          r->staged = std::max(r->staged, reply.latest);  // pulled in the background
+          if (reply.load > 0) {
+            CHECK(reply.load >= r->version);
+            CHECK(reply.load <= v);
+            r->version = reply.load;
+          }
+          r->step();
+          if (!r->running.empty()) r->finish(r->running.begin()->first);
+        }
+      }
+    }
+    // Whatever finished was generated by versions in increasing order, and is delivered once.
+    rollout::CollectRequest c;
+    c.epoch = "e1";
+    std::set<std::string> seen;
+    for (const auto& tr : m->collect(c, at(t += 10)).trajectories) {
+      CHECK(seen.insert(tr.id).second);
+      CHECK(std::is_sorted(tr.versions.begin(), tr.versions.end()));
+      CHECK(std::adjacent_find(tr.versions.begin(), tr.versions.end()) == tr.versions.end());
+    }
+    CHECK(seen.size() == m->counts().finished);
+    CHECK(m->counts().finished > 0);
+    CHECK(m->counts().duplicates == 0);
+  }
+}
