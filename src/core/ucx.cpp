@@ -68,15 +68,24 @@ Context::~Context() {
   if (h_) ucp_cleanup(h_);
 }
 
-std::vector<std::string> Context::transport_names() const {
+namespace {
+// What one of UCX's print_info functions writes, as a string ("" when it cannot be captured).
+template <typename Print>
+std::string printed(Print print) {
   char* text = nullptr;
   std::size_t len = 0;
   FILE* f = open_memstream(&text, &len);
   if (!f) return {};
-  ucp_context_print_info(h_, f);
+  print(f);
   std::fclose(f);
-  std::string info(text, len);
+  std::string out(text ? text : "", len);
   std::free(text);
+  return out;
+}
+}  // namespace
+
+std::vector<std::string> Context::transport_names() const {
+  const std::string info = printed([this](FILE* f) { ucp_context_print_info(h_, f); });
   // "#      resource 1  :  md 1  dev 1  flags -- tcp/lo"
   std::vector<std::string> names;
   std::size_t at = 0;
@@ -244,14 +253,7 @@ Result<std::unique_ptr<Endpoint>> Endpoint::connect(Worker& worker, const std::s
 }
 
 std::vector<std::string> Endpoint::lane_transports() const {
-  char* text = nullptr;
-  std::size_t len = 0;
-  FILE* f = open_memstream(&text, &len);
-  if (!f) return {};
-  ucp_ep_print_info(h_, f);
-  std::fclose(f);
-  std::string info(text ? text : "", len);
-  std::free(text);
+  const std::string info = printed([this](FILE* f) { ucp_ep_print_info(h_, f); });
   // Lines look like "#   lane[0]:  1:tcp/lo.0 md[0]  -> md[0]/tcp/sysdev[255] am am_bw#0".
   std::set<std::string> names;
   std::istringstream in(info);
