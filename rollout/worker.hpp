@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "core/event_loop.hpp"
+#include "core/security.hpp"
 #include "core/status.hpp"
 #include "rl/task.hpp"
 #include "rollout/engine.hpp"
@@ -67,11 +68,15 @@ struct RolloutConfig {
   std::string host;  // topology labels (nearest holder first)
   std::string rack;
   std::string datacenter;
+  // The rollout's key and the job's members (core/security.hpp). Curve by default; plain only
+  // when set.
+  core::SecurityConfig security;
 
   template <typename V>
   void describe(V& v) {
     v("manager", manager, "rollout manager endpoint");
     v("store", store, "weight store endpoint");
+    v("security", security, "control-plane authentication: mode, key_file, members_file");
     v("model", model, "model whose versions this rollout pulls");
     v("rollout_id", rollout_id, "unique rollout name (default rollout-<pid>)");
     v("engine", engine, "engine: sim or model");
