@@ -246,13 +246,15 @@ struct Server::Impl {
   std::unique_ptr<zmq::context_t> own_ctx;
   EventLoop& loop;
   zmq::socket_t sock;
-  std::optional<zmq::socket_t> zap;  // curve: the ZAP handler (REP)
+  std::optional<zmq::socket_t> zap;      // curve: the ZAP handler (REP)
+  std::optional<zmq::socket_t> monitor;  // curve: handshake failures that never reach ZAP
   Security security;
   std::string endpoint;
   MessagingLimits limits;
   std::map<std::string, Entry> handlers;
   Stats stats;
   std::unique_ptr<EventLoop::FdWatch> zap_watch;
+  std::unique_ptr<EventLoop::FdWatch> monitor_watch;
   std::shared_ptr<bool> alive = std::make_shared<bool>(true);
   std::unique_ptr<EventLoop::FdWatch> watch;
   std::unique_ptr<EventLoop::Timer> safety;
@@ -261,6 +263,7 @@ struct Server::Impl {
 
   void drain();
   void drain_zap();
+  void drain_monitor();
   void dispatch(std::vector<zmq::message_t>& msgs);
   void reply(const std::string& routing, std::uint64_t id, const Result<Message>& r);
   void reject(const std::string& routing, std::uint64_t id, const Status& why,
@@ -472,6 +475,36 @@ void Server::Impl::drain_zap() {
   }
 }
 
+// A peer that fails the CURVE handshake before ZAP is asked (a client in plain mode, or one that
+// holds another server's public key, whose HELLO this server cannot open) is refused inside
+// libzmq; the socket monitor reports it, and it is counted as unauthenticated. Refusals at ZAP
+// are counted there (ZMQ_EVENT_HANDSHAKE_FAILED_AUTH is not watched).
+void Server::Impl::drain_monitor() {
+  if (!monitor) return;
+  try {
+    while (monitor->get(zmq::sockopt::events) & ZMQ_POLLIN) {
+      std::vector<zmq::message_t> ev;
+      if (!zmq::recv_multipart(*monitor, std::back_inserter(ev), zmq::recv_flags::dontwait)) {
+        break;
+      }
+      if (ev.empty() || ev[0].size() < 2) continue;
+      std::uint16_t event = 0;
+      std::memcpy(&event, ev[0].data(), sizeof event);  // host order, as libzmq writes it
+      if (event != ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL &&
+          event != ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL) {
+        continue;
+      }
+      ++stats.refused;
+      count_refusal("unauthenticated", "a peer of " + endpoint + " that failed the handshake",
+                    "server " + endpoint +
+                        ": CURVE handshake failed (a client without keys, or one that expects "
+                        "another server's key)");
+    }
+  } catch (const zmq::error_t& e) {
+    log::error("server {}: socket monitor failed: {}", endpoint, e.what());
+  }
+}
+
 Server::Server(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 Server::~Server() {
@@ -480,6 +513,7 @@ Server::~Server() {
   impl_->safety.reset();
   impl_->watch.reset();
   impl_->zap_watch.reset();
+  impl_->monitor_watch.reset();
 }
 
 Result<std::unique_ptr<Server>> Server::create(EventLoop& loop, const std::string& endpoint,
@@ -495,6 +529,16 @@ Result<std::unique_ptr<Server>> Server::create(EventLoop& loop, const std::strin
       impl->sock.set(zmq::sockopt::curve_server, true);
       set_curve_keys(impl->sock, security.keys);
       impl->sock.set(zmq::sockopt::zap_domain, kZapDomain);
+      // The context is this server's own, so one fixed inproc name serves.
+      constexpr const char* kMonitor = "inproc://sluice-server-monitor";
+      if (zmq_socket_monitor(
+              impl->sock.handle(), kMonitor,
+              ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL) != 0) {
+        throw zmq::error_t();
+      }
+      impl->monitor.emplace(*impl->own_ctx, zmq::socket_type::pair);
+      impl->monitor->set(zmq::sockopt::linger, 0);
+      impl->monitor->connect(kMonitor);
     } else {
       warn_plain("server " + endpoint);
     }
@@ -522,9 +566,12 @@ Result<std::unique_ptr<Server>> Server::create(EventLoop& loop, const std::strin
   if (raw->zap) {
     int zfd = raw->zap->get(zmq::sockopt::fd);
     raw->zap_watch = loop.watch_readable(zfd, [raw] { raw->drain_zap(); });
+    int mfd = raw->monitor->get(zmq::sockopt::fd);
+    raw->monitor_watch = loop.watch_readable(mfd, [raw] { raw->drain_monitor(); });
   }
   raw->safety = loop.every(kSafetyDrain, [raw] {
     raw->drain_zap();
+    raw->drain_monitor();
     raw->drain();
   });
   raw->post_drain();

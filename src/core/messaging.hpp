@@ -119,7 +119,9 @@ class Server {
     std::uint64_t requests = 0;
     std::uint64_t oneway = 0;
     std::uint64_t rejected = 0;  // malformed, oversized, unknown type
-    std::uint64_t refused = 0;   // a key that is not a member (at ZAP), a role not allowed
+    // A key that is not a member (at ZAP), a failed handshake (no keys, or another server's
+    // key), a role not allowed.
+    std::uint64_t refused = 0;
   };
   const Stats& stats() const;
 
