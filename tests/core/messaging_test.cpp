@@ -7,6 +7,7 @@
 
 #include "core/event_loop.hpp"
 #include "core/messaging.hpp"
+#include "core/metrics.hpp"
 #include "core/process.hpp"
 
 using namespace sluice::core;
@@ -258,6 +259,12 @@ TEST_SUITE("core.messaging") {
       return Message("ok");
     });
     auto client = Client::create(*loop, server->endpoint(), Security::plain()).value();
+    auto oversized = [] {
+      return process_metrics()
+          .counter("sluice_refused_total", "requests refused, by reason", {{"reason", "oversized"}})
+          .value();
+    };
+    const double oversized_before = oversized();
     Message big("put");
     big.blobs = {std::string(5000, 'a')};
     auto r = client->call(big, Millis(5000));
@@ -269,6 +276,7 @@ TEST_SUITE("core.messaging") {
     CHECK(r2.status().message().find("frames, limit 4") != std::string::npos);
     CHECK(handled == 0);
     CHECK(server->stats().rejected == 2);
+    CHECK(oversized() == oversized_before + 2);  // counted by reason, for /metrics
     CHECK(client->call(Message("put"), Millis(5000)).is_ok());
     CHECK(handled == 1);
   }
