@@ -617,11 +617,15 @@ core::Result<std::unique_ptr<Trainer>> Trainer::create(core::EventLoop& loop, Tr
       impl->cfg.staleness_policy == "drop" ? StalenessPolicy::kDrop : StalenessPolicy::kDownweight;
   bo.stale_weight = impl->cfg.stale_weight;
   impl->buffer = std::make_unique<ExperienceBuffer>(bo);
-  SLUICE_ASSIGN_OR_RETURN(impl->manager, core::Client::create(loop, impl->cfg.manager));
+  SLUICE_ASSIGN_OR_RETURN(core::Security security,
+                          core::load_security(impl->cfg.security, "actor " + impl->cfg.actor_id));
+  SLUICE_ASSIGN_OR_RETURN(core::Security to_manager, security.for_server(core::kRoleManager));
+  SLUICE_ASSIGN_OR_RETURN(impl->manager, core::Client::create(loop, impl->cfg.manager, to_manager));
   core::TransferOptions to;
   to.environment = impl->environment;
   SLUICE_ASSIGN_OR_RETURN(impl->transfer, core::TransferEngine::create(loop, to));
-  SLUICE_ASSIGN_OR_RETURN(impl->store, weightstore::StoreClient::create(loop, impl->cfg.store));
+  SLUICE_ASSIGN_OR_RETURN(impl->store,
+                          weightstore::StoreClient::create(loop, impl->cfg.store, security));
   PublisherOptions po;
   po.model = impl->cfg.model;
   po.holder_id = impl->cfg.actor_id;

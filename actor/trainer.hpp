@@ -36,6 +36,7 @@
 #include "actor/experience_buffer.hpp"
 #include "actor/learner.hpp"
 #include "core/event_loop.hpp"
+#include "core/security.hpp"
 #include "core/status.hpp"
 
 namespace sluice::actor {
@@ -72,11 +73,15 @@ struct TrainerConfig {
   double checkpoint_every_s = 0;              // and every S seconds (0: not by time), >= 0
   double checkpoint_idle_s = 1.0;     // idle this long with unacknowledged work: checkpoint (0: no)
   std::uint64_t heartbeat_ms = 1000;  // store heartbeats at least this often, >= 1
+  // The actor's key and the job's members (core/security.hpp). Curve by default; plain only
+  // when set.
+  core::SecurityConfig security;
 
   template <typename V>
   void describe(V& v) {
     v("manager", manager, "rollout manager endpoint");
     v("store", store, "weight store endpoint");
+    v("security", security, "control-plane authentication: mode, key_file, members_file");
     v("model", model, "model name in the weight store");
     v("actor_id", actor_id, "holder id of this actor");
     v("batch_trajectories", batch_trajectories, "global batch in trajectories");

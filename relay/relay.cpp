@@ -298,7 +298,11 @@ Result<std::unique_ptr<Relay>> Relay::create(core::EventLoop& loop, RelayConfig 
   core::TransferOptions to;
   to.environment = std::move(environment);
   SLUICE_ASSIGN_OR_RETURN(impl->engine, core::TransferEngine::create(loop, to));
-  SLUICE_ASSIGN_OR_RETURN(impl->store, weightstore::StoreClient::create(loop, impl->config.store));
+  SLUICE_ASSIGN_OR_RETURN(
+      core::Security security,
+      core::load_security(impl->config.security, "relay " + impl->config.relay_id));
+  SLUICE_ASSIGN_OR_RETURN(impl->store,
+                          weightstore::StoreClient::create(loop, impl->config.store, security));
   weightstore::HolderOptions ho;
   ho.holder_id = impl->config.relay_id;
   ho.endpoint = "relay:" + impl->config.relay_id;

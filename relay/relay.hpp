@@ -15,6 +15,7 @@
 #include <string>
 
 #include "core/event_loop.hpp"
+#include "core/security.hpp"
 #include "core/status.hpp"
 #include "weightstore/store.hpp"
 
@@ -39,10 +40,14 @@ struct RelayConfig {
   std::uint64_t store_lease_ttl_ms = 10000;
   // A version larger than this is not taken (nothing allocated for it).
   std::uint64_t max_version_bytes = 256ull << 30;
+  // The relay's key and the job's members (core/security.hpp): it talks only to the store whose
+  // public key the members file names. Curve by default; plain only when set.
+  core::SecurityConfig security;
 
   template <typename V>
   void describe(V& v) {
     v("store", store, "weight store endpoint");
+    v("security", security, "control-plane authentication: mode, key_file, members_file");
     v("relay_id", relay_id, "unique relay name (default relay-<pid>)");
     v("model", model, "model whose versions this relay carries");
     v("keep_versions", keep_versions, "versions kept in host memory (>= 1)");

@@ -93,9 +93,11 @@ core::Result<std::unique_ptr<Manager>> Manager::create(core::EventLoop& loop,
     SLUICE_ASSIGN_OR_RETURN(db, ManagerDb::open(config.state_path));
   }
   auto impl = std::make_unique<Impl>();
+  SLUICE_ASSIGN_OR_RETURN(core::Security security,
+                          core::load_security(config.security, "rollout-manager"));
   SLUICE_ASSIGN_OR_RETURN(impl->state,
                           ManagerState::create(std::move(config), std::move(db), Clock::now()));
-  SLUICE_ASSIGN_OR_RETURN(impl->server, core::Server::create(loop, listen));
+  SLUICE_ASSIGN_OR_RETURN(impl->server, core::Server::create(loop, listen, security));
   Impl* p = impl.get();
   // Every request's durable changes are committed before its reply is sent.
   auto guard = [p](auto fn) {
@@ -110,19 +112,41 @@ core::Result<std::unique_ptr<Manager>> Manager::create(core::EventLoop& loop,
       return reply;
     };
   };
+  // Who may send what (docs/architecture.md, "Authorization"); in curve mode another role is
+  // refused before the handler runs, and nothing changes.
+  // A rollout reports only as itself: its rollout id is its authenticated identity.
+  auto as_itself = [](const core::Message& m) -> core::Status {
+    if (!m.peer.authenticated) return {};
+    auto id = m.body.find("id");
+    if (id != m.body.end() && id->is_string() && id->get<std::string>() == m.peer.identity)
+      return {};
+    core::Status no = core::permission_denied(m.peer.identity + " may report only as itself");
+    core::count_refusal("owner", m.peer.describe(), m.type + ": " + no.message());
+    return no;
+  };
   impl->server->on_sync("mgr.report",
-                        guard([p](const core::Message& m) { return p->on_report(m); }));
+                        [as_itself, report = guard([p](const core::Message& m) {
+                                      return p->on_report(m);
+                                    })](const core::Message& m) -> core::Result<core::Message> {
+                          SLUICE_TRY(as_itself(m));
+                          return report(m);
+                        },
+                        {core::kRoleRollout});
   impl->server->on_sync("mgr.collect",
-                        guard([p](const core::Message& m) { return p->on_collect(m); }));
+                        guard([p](const core::Message& m) { return p->on_collect(m); }),
+                        {core::kRoleActor});
   impl->server->on_sync("mgr.published",
-                        guard([p](const core::Message& m) { return p->on_published(m); }));
-  impl->server->on_sync("mgr.status", [p](const core::Message&) -> core::Result<core::Message> {
-    ManagerStatus st;
-    st.fields = p->status_json();
-    st.done = st.fields.value("done", false);
-    st.latest = st.fields.value("latest", std::uint64_t{0});
-    return encode(st);
-  });
+                        guard([p](const core::Message& m) { return p->on_published(m); }),
+                        {core::kRoleActor});
+  impl->server->on_sync("mgr.status",
+                        [p](const core::Message&) -> core::Result<core::Message> {
+                          ManagerStatus st;
+                          st.fields = p->status_json();
+                          st.done = st.fields.value("done", false);
+                          st.latest = st.fields.value("latest", std::uint64_t{0});
+                          return encode(st);
+                        },
+                        {});  // any member: the launcher, the actor, tools
   impl->tick_timer = loop.every(kTickInterval, [p] {
     p->check_heartbeats();
     p->persist().ignore();  // logged; retried with the next request

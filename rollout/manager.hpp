@@ -40,6 +40,7 @@
 #include <string>
 
 #include "core/event_loop.hpp"
+#include "core/security.hpp"
 #include "core/status.hpp"
 #include "rl/task.hpp"
 
@@ -81,10 +82,14 @@ struct ManagerConfig {
   // A trajectory sent to the actor and neither received (`have`) nor acknowledged is sent again
   // after this long (a lost reply).
   std::uint64_t resend_ms = 3000;
+  // Who may talk to the manager (core/security.hpp): curve by default, with this role's key file
+  // and the job's members file; plain only when set, and loud.
+  core::SecurityConfig security;
 
   template <typename V>
   void describe(V& v) {
     v("listen", listen, "control endpoint for rollouts and the actor");
+    v("security", security, "control-plane authentication: mode, key_file, members_file");
     v("mode", mode, "sync, one-step-off, stream, partial-rollout or sluice");
     v("prompts", prompts, "prompts in the job (0: unlimited)");
     v("group_size", group_size, "samples per prompt (GRPO group)");

@@ -71,6 +71,7 @@ struct RolloutWorker::Impl {
   std::unique_ptr<Engine> engine;
   Scorer scorer;
   std::vector<std::string> environment;
+  core::Security security;  // this rollout's (loaded once at create)
   std::unique_ptr<core::Client> manager;
   std::unique_ptr<core::TransferEngine> transfer;
   std::unique_ptr<weightstore::StoreClient> store;
@@ -292,7 +293,7 @@ struct RolloutWorker::Impl {
     core::TransferOptions to;
     to.environment = environment;
     SLUICE_ASSIGN_OR_RETURN(transfer, core::TransferEngine::create(*loop, to));
-    SLUICE_ASSIGN_OR_RETURN(store, weightstore::StoreClient::create(*loop, cfg.store));
+    SLUICE_ASSIGN_OR_RETURN(store, weightstore::StoreClient::create(*loop, cfg.store, security));
     weightstore::ReaderOptions ro;
     ro.model = cfg.model;
     ro.holder_id = cfg.rollout_id;
@@ -489,7 +490,16 @@ core::Result<std::unique_ptr<RolloutWorker>> RolloutWorker::create(
   impl->engine = std::move(engine);
   impl->scorer = std::move(scorer);
   impl->environment = std::move(environment);
-  SLUICE_ASSIGN_OR_RETURN(impl->manager, core::Client::create(loop, impl->cfg.manager));
+  SLUICE_ASSIGN_OR_RETURN(
+      impl->security, core::load_security(impl->cfg.security, "rollout " + impl->cfg.rollout_id));
+  // The manager takes a rollout's reports only under its authenticated identity.
+  if (impl->security.curve() && impl->cfg.rollout_id != impl->security.identity) {
+    return core::invalid_argument(
+        "rollout_id '" + impl->cfg.rollout_id + "' is not the identity of its key file (" +
+        impl->security.identity + "): set rollout.rollout_id=" + impl->security.identity);
+  }
+  SLUICE_ASSIGN_OR_RETURN(core::Security to_manager, impl->security.for_server(core::kRoleManager));
+  SLUICE_ASSIGN_OR_RETURN(impl->manager, core::Client::create(loop, impl->cfg.manager, to_manager));
   return std::unique_ptr<RolloutWorker>(new RolloutWorker(std::move(impl)));
 }
 

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "core/event_loop.hpp"
+#include "core/security.hpp"
 #include "core/status.hpp"
 #include "rl/task.hpp"
 #include "rollout/engine.hpp"
@@ -37,7 +38,7 @@ struct RolloutConfig {
   std::string manager = "tcp://127.0.0.1:5560";  // rollout manager endpoint
   std::string store = "tcp://127.0.0.1:5550";    // weight store endpoint
   std::string model = "policy";
-  std::string rollout_id;      // unique; default rollout-<pid>
+  std::string rollout_id;      // unique; default: the key's identity (curve), else rollout-<pid>
   std::string engine = "sim";  // sim (the simulated engine)
   SimEngineConfig sim;
   ModelEngineConfig gpt;            // engine model: the reference GPT
@@ -70,13 +71,19 @@ struct RolloutConfig {
   std::string host;  // topology labels (nearest holder first)
   std::string rack;
   std::string datacenter;
+  // The rollout's key and the job's members (core/security.hpp). Curve by default; plain only
+  // when set.
+  core::SecurityConfig security;
 
   template <typename V>
   void describe(V& v) {
     v("manager", manager, "rollout manager endpoint");
     v("store", store, "weight store endpoint");
+    v("security", security, "control-plane authentication: mode, key_file, members_file");
     v("model", model, "model whose versions this rollout pulls");
-    v("rollout_id", rollout_id, "unique rollout name (default rollout-<pid>)");
+    v("rollout_id", rollout_id,
+      "unique rollout name; in curve mode it must be the key file's identity, which is the "
+      "default (plain: rollout-<pid>)");
     v("engine", engine, "engine: sim or model");
     v("sim", sim, "the simulated engine");
     v("gpt", gpt, "engine model: the reference GPT");

@@ -43,7 +43,12 @@ open(sys.argv[1], "wb").write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
 PY
 echo "checkpoint: $(stat -c %s "$work/model.safetensors") bytes"
 
-./build/sluice weightstore --set store.listen='tcp://127.0.0.1:*' >"$work/store.log" 2>&1 &
+# The job's keys: every role authenticates its peers (CURVE); files mode 0600.
+./build/sluice keys "$work/keys" --relays 3 >/dev/null
+keys="$work/keys"
+./build/sluice weightstore --set store.listen='tcp://127.0.0.1:*' \
+  --set store.security.key_file="$keys/weightstore.key" \
+  --set store.security.members_file="$keys/members.json" >"$work/store.log" 2>&1 &
 pids+=($!)
 wait_for "$work/store.log" '^endpoint '
 store=$(sed -n 's/^endpoint //p' "$work/store.log")
@@ -51,13 +56,14 @@ echo "weight store on $store"
 
 for r in relay-1 relay-2; do
   ./build/sluice relay --set relay.store="$store" --set relay.relay_id=$r --set relay.model=demo \
+    --set relay.security.key_file="$keys/$r.key" --set relay.security.members_file="$keys/members.json" \
     >"$work/$r.log" 2>&1 &
   pids+=($!)
   wait_for "$work/$r.log" "^relay $r"
 done
 echo "relays relay-1 and relay-2 joined the chain"
 
-./build/sluice publish --store "$store" --safetensors "$work/model.safetensors" --model demo \
+./build/sluice publish --keys "$keys" --store "$store" --safetensors "$work/model.safetensors" --model demo \
   --version 1 --chunk 1MiB >"$work/publish.log" 2>&1 &
 pids+=($!)
 wait_for "$work/publish.log" '^published '
@@ -65,9 +71,9 @@ grep '^published ' "$work/publish.log"
 wait_for "$work/relay-2.log" 'holds demo@1'
 echo "both relays hold demo@1"
 
-./build/sluice pull --store "$store" --model demo --out "$work/pulled.safetensors" 2>/dev/null
+./build/sluice pull --keys "$keys" --store "$store" --model demo --out "$work/pulled.safetensors" 2>/dev/null
 cmp "$work/model.safetensors" "$work/pulled.safetensors"
 echo "pulled file equals the published checkpoint byte for byte"
 echo
 echo "a ping to a port where nothing listens ends with a clear error within its timeout:"
-./build/sluice ping tcp://127.0.0.1:1 --timeout-ms 300 || true
+./build/sluice ping tcp://127.0.0.1:1 --timeout-ms 300 --keys "$keys" || true

@@ -12,9 +12,11 @@ using core::Status;
 
 Result<std::unique_ptr<StoreClient>> StoreClient::create(core::EventLoop& loop,
                                                          const std::string& endpoint,
+                                                         const core::Security& security,
                                                          Millis timeout) {
   auto c = std::unique_ptr<StoreClient>(new StoreClient());
-  SLUICE_ASSIGN_OR_RETURN(c->client_, core::Client::create(loop, endpoint));
+  SLUICE_ASSIGN_OR_RETURN(core::Security to_store, security.for_server(core::kRoleWeightstore));
+  SLUICE_ASSIGN_OR_RETURN(c->client_, core::Client::create(loop, endpoint, to_store));
   c->loop_ = &loop;
   c->timeout_ = timeout;
   return c;

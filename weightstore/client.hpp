@@ -25,8 +25,12 @@ class StoreClient {
   using Done = std::function<void(core::Result<T>)>;
   using StatusDone = std::function<void(core::Status)>;
 
+  // `security`: this process's (core/security.hpp); in curve mode the store's public key is
+  // taken from the job's members (the member with role weightstore), so a store with another
+  // key is never talked to (its requests time out).
   static core::Result<std::unique_ptr<StoreClient>> create(core::EventLoop& loop,
                                                            const std::string& endpoint,
+                                                           const core::Security& security,
                                                            Millis timeout = Millis(5000));
   core::EventLoop& loop() const { return *loop_; }
 

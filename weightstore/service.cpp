@@ -52,7 +52,9 @@ Result<std::unique_ptr<StoreService>> StoreService::create(core::EventLoop& loop
                                                            const ServiceConfig& config) {
   SLUICE_TRY(config.validate());
   std::unique_ptr<StoreService> s(new StoreService(loop, config));
-  SLUICE_ASSIGN_OR_RETURN(s->server_, core::Server::create(loop, config.listen));
+  SLUICE_ASSIGN_OR_RETURN(core::Security security,
+                          core::load_security(config.security, "weightstore"));
+  SLUICE_ASSIGN_OR_RETURN(s->server_, core::Server::create(loop, config.listen, security));
   s->install_handlers();
   StoreService* raw = s.get();
   s->expiry_ = loop.every(Millis(config.expire_interval_ms), [raw] {
@@ -69,6 +71,24 @@ const std::string& StoreService::endpoint() const {
   return server_->endpoint();
 }
 
+// Who may send what (docs/architecture.md, "Authorization"). In curve mode the messaging layer
+// refuses another role before a handler runs; the handlers check what depends on the state: only
+// the identity that registered a holder acts for it, and only the actor or a relay brings a
+// version the store does not know. In plain mode nobody is authenticated and neither applies.
+namespace {
+const core::Server::Roles kActor{core::kRoleActor};
+const core::Server::Roles kHolders{core::kRoleActor, core::kRoleRelay, core::kRoleRollout};
+const core::Server::Roles kRelay{core::kRoleRelay};
+const core::Server::Roles kAnyMember{};
+
+// The holder's owner check, counted and logged as a refusal when it fails.
+Status owner_of(const WeightStore& st, const std::string& holder_id, const Message& req) {
+  Status s = st.check_owner(holder_id, req.peer.identity);
+  if (!s.is_ok()) core::count_refusal("owner", req.peer.describe(), req.type + ": " + s.message());
+  return s;
+}
+}  // namespace
+
 void StoreService::install_handlers() {
   auto& srv = *server_;
   WeightStore& st = store_;
@@ -77,101 +97,168 @@ void StoreService::install_handlers() {
   lim.max_tensors = static_cast<std::size_t>(config_.max_tensors);
   lim.max_chunks = config_.max_chunks;
 
-  srv.on_sync("store.put_manifest", [&st, lim](const Message& req) -> Result<Message> {
-    SLUICE_ASSIGN_OR_RETURN(auto r, decode_put_manifest(req, lim));
-    const core::Manifest& m = r.manifest;
-    SLUICE_TRY(st.put_manifest(m));
-    log::info("weightstore: manifest {}@{} ({} bytes, {} chunks)", m.model, m.version,
-              m.total_bytes, m.chunk_count());
-    return encode_ok();
-  });
-  srv.on_sync("store.register", [&st, lim](const Message& req) -> Result<Message> {
-    SLUICE_ASSIGN_OR_RETURN(auto r, decode_registration(req, lim));
-    bool was = st.committed(r.manifest.model, r.manifest.version);
-    SLUICE_TRY(st.register_holder(r, Clock::now()));
-    bool now = st.committed(r.manifest.model, r.manifest.version);
-    if (!was && now) {
-      log::info("weightstore: {}@{} committed (holder {})", r.manifest.model, r.manifest.version,
-                r.holder_id);
-    }
-    return encode(Committed{now});
-  });
-  srv.on_sync("store.add_chunks", [&st](const Message& req) -> Result<Message> {
-    SLUICE_ASSIGN_OR_RETURN(auto r, decode_add_chunks(req));
-    SLUICE_TRY(st.add_chunks(r.holder_id, r.model, r.version, r.chunks, Clock::now()));
-    return encode(Committed{st.committed(r.model, r.version)});
-  });
-  srv.on_sync("store.heartbeat", [&st](const Message& req) -> Result<Message> {
-    SLUICE_ASSIGN_OR_RETURN(auto r, decode_heartbeat(req));
-    SLUICE_TRY(st.heartbeat(r.holder_id, Clock::now()));
-    return encode_ok();
-  });
+  srv.on_sync(
+      "store.put_manifest",
+      [&st, lim](const Message& req) -> Result<Message> {
+        SLUICE_ASSIGN_OR_RETURN(auto r, decode_put_manifest(req, lim));
+        const core::Manifest& m = r.manifest;
+        SLUICE_TRY(st.put_manifest(m));
+        log::info("weightstore: manifest {}@{} ({} bytes, {} chunks)", m.model, m.version,
+                  m.total_bytes, m.chunk_count());
+        return encode_ok();
+      },
+      kActor);
+  srv.on_sync(
+      "store.register",
+      [&st, lim](const Message& req) -> Result<Message> {
+        SLUICE_ASSIGN_OR_RETURN(auto r, decode_registration(req, lim));
+        // A registration of a version the store does not know creates it (how a restarted
+        // store learns its versions back): only the actor, which makes versions, and the
+        // relays, which carry them, may; a rollout registers only what the store already has.
+        if (req.peer.authenticated && req.peer.role == core::kRoleRollout &&
+            !st.knows(r.manifest.model, r.manifest.version)) {
+          Status no = core::permission_denied(
+              req.peer.identity + " (role rollout) may not bring a new version (" +
+              r.manifest.model + "@" + std::to_string(r.manifest.version) + ")");
+          core::count_refusal("role", req.peer.describe(), req.type + ": " + no.message());
+          return no;
+        }
+        bool was = st.committed(r.manifest.model, r.manifest.version);
+        Status reg = st.register_holder(r, Clock::now(), req.peer.identity);
+        if (reg.code() == core::Code::kPermissionDenied) {
+          core::count_refusal("owner", req.peer.describe(), req.type + ": " + reg.message());
+        }
+        SLUICE_TRY(reg);
+        bool now = st.committed(r.manifest.model, r.manifest.version);
+        if (!was && now) {
+          log::info("weightstore: {}@{} committed (holder {})", r.manifest.model,
+                    r.manifest.version, r.holder_id);
+        }
+        return encode(Committed{now});
+      },
+      kHolders);
+  srv.on_sync(
+      "store.add_chunks",
+      [&st](const Message& req) -> Result<Message> {
+        SLUICE_ASSIGN_OR_RETURN(auto r, decode_add_chunks(req));
+        SLUICE_TRY(owner_of(st, r.holder_id, req));
+        SLUICE_TRY(st.add_chunks(r.holder_id, r.model, r.version, r.chunks, Clock::now()));
+        return encode(Committed{st.committed(r.model, r.version)});
+      },
+      kHolders);
+  srv.on_sync(
+      "store.heartbeat",
+      [&st](const Message& req) -> Result<Message> {
+        SLUICE_ASSIGN_OR_RETURN(auto r, decode_heartbeat(req));
+        SLUICE_TRY(owner_of(st, r.holder_id, req));
+        SLUICE_TRY(st.heartbeat(r.holder_id, Clock::now()));
+        return encode_ok();
+      },
+      kHolders);
   auto drained_reply = [&st](const Message& req, bool unpublish) -> Result<Message> {
     SLUICE_ASSIGN_OR_RETURN(auto c, decode_copy_ref(req));
+    SLUICE_TRY(owner_of(st, c.holder_id, req));
     if (unpublish) SLUICE_TRY(st.unpublish(c.holder_id, c.model, c.version));
     SLUICE_ASSIGN_OR_RETURN(bool drained, st.drained(c.holder_id, c.model, c.version));
     return encode(Drained{drained});
   };
-  srv.on_sync("store.unpublish",
-              [drained_reply](const Message& req) { return drained_reply(req, true); });
-  srv.on_sync("store.drained",
-              [drained_reply](const Message& req) { return drained_reply(req, false); });
-  srv.on_sync("store.latest", [&st](const Message& req) -> Result<Message> {
-    SLUICE_ASSIGN_OR_RETURN(auto r, decode_latest_request(req));
-    SLUICE_ASSIGN_OR_RETURN(auto v, st.latest(r.model));
-    return encode(Latest{v});
-  });
-  srv.on_sync("store.plan", [&st](const Message& req) -> Result<Message> {
-    SLUICE_ASSIGN_OR_RETURN(auto r, decode_plan_request(req));
-    SLUICE_ASSIGN_OR_RETURN(auto plan, st.plan(r.model, r.version, r.topology, Clock::now()));
-    return encode(plan);
-  });
-  srv.on_sync("store.renew", [&st](const Message& req) -> Result<Message> {
-    SLUICE_ASSIGN_OR_RETURN(auto r, decode_lease_ref(req));
-    SLUICE_TRY(st.renew(r.lease_id, Clock::now()));
-    return encode_ok();
-  });
-  srv.on_sync("store.release", [&st](const Message& req) -> Result<Message> {
-    SLUICE_ASSIGN_OR_RETURN(auto r, decode_lease_ref(req));
-    SLUICE_TRY(st.release(r.lease_id));
-    return encode_ok();
-  });
-  srv.on_sync("store.pin", [&st](const Message& req) -> Result<Message> {
-    SLUICE_ASSIGN_OR_RETURN(auto r, decode_pin_ref(req));
-    SLUICE_TRY(st.pin(r.model, r.version, r.owner));
-    return encode_ok();
-  });
-  srv.on_sync("store.unpin", [&st](const Message& req) -> Result<Message> {
-    SLUICE_ASSIGN_OR_RETURN(auto r, decode_pin_ref(req));
-    st.unpin(r.model, r.version, r.owner);
-    return encode_ok();
-  });
-  srv.on_sync("store.join_relay", [&st](const Message& req) -> Result<Message> {
-    SLUICE_ASSIGN_OR_RETURN(auto r, decode_join_relay(req));
-    SLUICE_TRY(st.join_relay(r.relay_id, r.topology, Clock::now()));
-    return encode_ok();
-  });
-  srv.on_sync("store.chain_source", [&st](const Message& req) -> Result<Message> {
-    SLUICE_ASSIGN_OR_RETURN(auto r, decode_chain_source_request(req));
-    SLUICE_ASSIGN_OR_RETURN(auto src, st.chain_source(r.model, r.version, r.relay_id, r.exclude));
-    return encode(src);
-  });
-  srv.on_sync("store.copies", [&st](const Message& req) -> Result<Message> {
-    SLUICE_ASSIGN_OR_RETURN(auto r, decode_version_ref(req));
-    Copies c;
-    for (const auto& [id, n] : st.copies(r.model, r.version))
-      c.chunks[id] = n;
-    return encode(c);
-  });
-  srv.on_sync("store.holders", [&st](const Message& req) -> Result<Message> {
-    SLUICE_ASSIGN_OR_RETURN(auto r, decode_version_ref(req));
-    return encode(Holders{st.holders(r.model, r.version)});
-  });
-  srv.on_sync("store.retained", [&st](const Message& req) -> Result<Message> {
-    SLUICE_ASSIGN_OR_RETURN(auto r, decode_retained_request(req));
-    auto kept = st.retained(r.model);
-    return encode(Retained{{kept.begin(), kept.end()}});
-  });
+  srv.on_sync(
+      "store.unpublish", [drained_reply](const Message& req) { return drained_reply(req, true); },
+      kHolders);
+  srv.on_sync(
+      "store.drained", [drained_reply](const Message& req) { return drained_reply(req, false); },
+      kHolders);
+  srv.on_sync(
+      "store.latest",
+      [&st](const Message& req) -> Result<Message> {
+        SLUICE_ASSIGN_OR_RETURN(auto r, decode_latest_request(req));
+        SLUICE_ASSIGN_OR_RETURN(auto v, st.latest(r.model));
+        return encode(Latest{v});
+      },
+      kAnyMember);
+  // A read plan names holders' memory keys: members only (in curve mode nobody else gets here).
+  srv.on_sync(
+      "store.plan",
+      [&st](const Message& req) -> Result<Message> {
+        SLUICE_ASSIGN_OR_RETURN(auto r, decode_plan_request(req));
+        SLUICE_ASSIGN_OR_RETURN(auto plan, st.plan(r.model, r.version, r.topology, Clock::now()));
+        return encode(plan);
+      },
+      kAnyMember);
+  srv.on_sync(
+      "store.renew",
+      [&st](const Message& req) -> Result<Message> {
+        SLUICE_ASSIGN_OR_RETURN(auto r, decode_lease_ref(req));
+        SLUICE_TRY(st.renew(r.lease_id, Clock::now()));
+        return encode_ok();
+      },
+      kAnyMember);
+  srv.on_sync(
+      "store.release",
+      [&st](const Message& req) -> Result<Message> {
+        SLUICE_ASSIGN_OR_RETURN(auto r, decode_lease_ref(req));
+        SLUICE_TRY(st.release(r.lease_id));
+        return encode_ok();
+      },
+      kAnyMember);
+  // Pins keep versions from retention while generation uses them: the roles that generate or
+  // train.
+  srv.on_sync("store.pin",
+              [&st](const Message& req) -> Result<Message> {
+                SLUICE_ASSIGN_OR_RETURN(auto r, decode_pin_ref(req));
+                SLUICE_TRY(st.pin(r.model, r.version, r.owner));
+                return encode_ok();
+              },
+              {core::kRoleActor, core::kRoleRollout, core::kRoleManager});
+  srv.on_sync("store.unpin",
+              [&st](const Message& req) -> Result<Message> {
+                SLUICE_ASSIGN_OR_RETURN(auto r, decode_pin_ref(req));
+                st.unpin(r.model, r.version, r.owner);
+                return encode_ok();
+              },
+              {core::kRoleActor, core::kRoleRollout, core::kRoleManager});
+  srv.on_sync(
+      "store.join_relay",
+      [&st](const Message& req) -> Result<Message> {
+        SLUICE_ASSIGN_OR_RETURN(auto r, decode_join_relay(req));
+        SLUICE_TRY(st.join_relay(r.relay_id, r.topology, Clock::now()));
+        return encode_ok();
+      },
+      kRelay);
+  srv.on_sync(
+      "store.chain_source",
+      [&st](const Message& req) -> Result<Message> {
+        SLUICE_ASSIGN_OR_RETURN(auto r, decode_chain_source_request(req));
+        SLUICE_ASSIGN_OR_RETURN(auto src,
+                                st.chain_source(r.model, r.version, r.relay_id, r.exclude));
+        return encode(src);
+      },
+      kRelay);
+  srv.on_sync(
+      "store.copies",
+      [&st](const Message& req) -> Result<Message> {
+        SLUICE_ASSIGN_OR_RETURN(auto r, decode_version_ref(req));
+        Copies c;
+        for (const auto& [id, n] : st.copies(r.model, r.version))
+          c.chunks[id] = n;
+        return encode(c);
+      },
+      kAnyMember);
+  srv.on_sync(
+      "store.holders",
+      [&st](const Message& req) -> Result<Message> {
+        SLUICE_ASSIGN_OR_RETURN(auto r, decode_version_ref(req));
+        return encode(Holders{st.holders(r.model, r.version)});
+      },
+      kAnyMember);
+  srv.on_sync(
+      "store.retained",
+      [&st](const Message& req) -> Result<Message> {
+        SLUICE_ASSIGN_OR_RETURN(auto r, decode_retained_request(req));
+        auto kept = st.retained(r.model);
+        return encode(Retained{{kept.begin(), kept.end()}});
+      },
+      kAnyMember);
 }
 
 }  // namespace sluice::weightstore

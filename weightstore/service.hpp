@@ -9,6 +9,7 @@
 
 #include "core/event_loop.hpp"
 #include "core/messaging.hpp"
+#include "core/security.hpp"
 #include "core/status.hpp"
 #include "weightstore/store.hpp"
 
@@ -28,10 +29,14 @@ struct ServiceConfig {
   std::uint64_t max_version_bytes = 256ull << 30;
   std::uint64_t max_tensors = 1 << 16;
   std::uint64_t max_chunks = 1 << 20;
+  // Who may talk to the store (core/security.hpp): curve by default, with this role's key file
+  // and the job's members file; plain only when set, and loud.
+  core::SecurityConfig security;
 
   template <typename V>
   void describe(V& v) {
     v("listen", listen, "control endpoint (default tcp://127.0.0.1:5550)");
+    v("security", security, "control-plane authentication: mode, key_file, members_file");
     v("keep_versions", keep_versions, "newest committed versions kept per model, at least 2");
     v("holder_ttl_ms", holder_ttl_ms, "a holder without a heartbeat this long expires");
     v("lease_ttl_ms", lease_ttl_ms, "a lease not renewed this long expires");

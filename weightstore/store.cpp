@@ -76,8 +76,23 @@ void WeightStore::maybe_commit(const std::string& model, std::uint64_t version, 
   m.latest = std::max(m.latest, version);  // never backwards
 }
 
-Status WeightStore::register_holder(const HolderRegistration& r, Clock::time_point now) {
+Status WeightStore::check_owner(const std::string& holder_id, const std::string& identity) const {
+  if (identity.empty()) return {};
+  auto h = holders_.find(holder_id);
+  if (h == holders_.end() || h->second.owner.empty() || h->second.owner == identity) return {};
+  return core::permission_denied("holder '" + holder_id + "' was registered by " + h->second.owner +
+                                 ", not by " + identity);
+}
+
+bool WeightStore::knows(const std::string& model, std::uint64_t version) const {
+  auto m = models_.find(model);
+  return m != models_.end() && m->second.versions.count(version) > 0;
+}
+
+Status WeightStore::register_holder(const HolderRegistration& r, Clock::time_point now,
+                                    const std::string& owner) {
   if (r.holder_id.empty()) return core::invalid_argument("holder has no id");
+  SLUICE_TRY(check_owner(r.holder_id, owner));
   const auto& man = r.manifest;
   Version* v = find_version(man.model, man.version);
   if (!v) {
@@ -99,6 +114,7 @@ Status WeightStore::register_holder(const HolderRegistration& r, Clock::time_poi
                                   " chunks");
   }
   auto& h = holders_[r.holder_id];
+  if (h.owner.empty()) h.owner = owner;
   h.topology = r.topology;
   h.last_seen = now;
   Copy& c = h.copies[{man.model, man.version}];
@@ -201,7 +217,7 @@ std::string WeightStore::state_digest() const {
     }
   }
   for (const auto& [id, h] : holders_) {
-    add("holder", id, h.topology.host, h.topology.rack, h.topology.datacenter);
+    add("holder", id, h.owner, h.topology.host, h.topology.rack, h.topology.datacenter);
     for (const auto& [key, c] : h.copies) {
       add(key.first, key.second, c.endpoint, c.descriptor, c.unpublished,
           c.leases_unknown_until.has_value());

@@ -109,7 +109,18 @@ class WeightStore {
 
   // A holder says what it holds (first time, or again after a store restart: then the manifest
   // it carries re-creates the version). Commits the version if this holder has every chunk.
-  core::Status register_holder(const HolderRegistration& r, Clock::time_point now);
+  // `owner`: the authenticated identity that sent the registration (empty in plain mode). The
+  // first registration binds the holder id to its owner for as long as the holder lives; a
+  // registration of that id by another identity is permission_denied and changes nothing.
+  core::Status register_holder(const HolderRegistration& r, Clock::time_point now,
+                               const std::string& owner = {});
+  // Whether `identity` may act for holder `holder_id` (report chunks, heartbeat, unpublish, ask
+  // whether it drained): ok when the identity is the one that registered it, when the request
+  // is unauthenticated (empty identity: plain mode) or when the store does not know the holder
+  // (the request itself then answers not_found); permission_denied otherwise.
+  core::Status check_owner(const std::string& holder_id, const std::string& identity) const;
+  // Whether the store has a manifest for `model`@`version` (committed or not).
+  bool knows(const std::string& model, std::uint64_t version) const;
   // A partial holder's newly verified chunks.
   core::Status add_chunks(const std::string& holder_id, const std::string& model,
                           std::uint64_t version, const std::vector<std::uint32_t>& chunks,
@@ -192,6 +203,7 @@ class WeightStore {
     std::optional<Clock::time_point> leases_unknown_until;
   };
   struct Holder {
+    std::string owner;  // the authenticated identity that registered it (empty: plain mode)
     Topology topology;
     Clock::time_point last_seen;
     std::map<std::pair<std::string, std::uint64_t>, Copy> copies;  // (model, version)

@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <sstream>
@@ -22,6 +23,7 @@
 #include "cli/bench_util.hpp"
 #include "core/log.hpp"
 #include "core/process.hpp"
+#include "core/security.hpp"
 #include "core/units.hpp"
 
 namespace sluice::cli {
@@ -178,12 +180,35 @@ int run_bench_broadcast_inside(const BenchBroadcastArgs& args,
   if (!size.is_ok() || !chunk.is_ok()) return 2;
   const std::string exe = self_exe();
   const std::string store_ep = "tcp://198.18.0.1:5550";
+  // Authenticated as a job is: keys for the store, the publisher (the actor) and each relay, in
+  // a private folder removed at the end.
+  const std::string keys = (std::filesystem::temp_directory_path() /
+                            ("sluice-broadcast-keys-" + std::to_string(::getpid())))
+                               .string();
+  std::vector<std::pair<std::string, std::string>> identities{{"weightstore", kRoleWeightstore},
+                                                              {"actor", kRoleActor}};
+  for (unsigned i = 1; i <= args.relays; ++i)
+    identities.emplace_back("relay-" + std::to_string(i), kRoleRelay);
+  if (auto k = make_job_keys(keys, identities); !k.is_ok()) {
+    std::fprintf(stderr, "broadcast-run: %s\n", k.status().to_string().c_str());
+    return 1;
+  }
+  struct RemoveKeys {
+    std::string dir;
+    ~RemoveKeys() {
+      std::error_code ec;
+      std::filesystem::remove_all(dir, ec);
+    }
+  } remove_keys{keys};
+  const std::string members = members_file_path(keys);
   Subprocess::Options so;
   so.argv = {exe,     "--log-level",
              "warn",  "weightstore",
              "--set", "store.listen=" + store_ep,
              "--set", "store.broadcast=" + args.design,
-             "--set", "store.fanout=" + std::to_string(args.fanout)};
+             "--set", "store.fanout=" + std::to_string(args.fanout),
+             "--set", "store.security.key_file=" + key_file_path(keys, "weightstore"),
+             "--set", "store.security.members_file=" + members};
   auto store = Subprocess::spawn(so);
   if (!store.is_ok()) return 1;
   std::string line;
@@ -211,7 +236,11 @@ int run_bench_broadcast_inside(const BenchBroadcastArgs& args,
                "--set",
                "relay.relay_id=" + id,
                "--set",
-               "relay.poll_ms=10"};
+               "relay.poll_ms=10",
+               "--set",
+               "relay.security.key_file=" + key_file_path(keys, id),
+               "--set",
+               "relay.security.members_file=" + members};
     auto r = Subprocess::spawn(ro);
     if (!r.is_ok()) return 1;
     auto l = (*r)->read_line(Millis(20000));
@@ -222,7 +251,15 @@ int run_bench_broadcast_inside(const BenchBroadcastArgs& args,
   }
   auto loop = EventLoop::create().value();
   auto engine = TransferEngine::create(*loop, {}).value();
-  auto client = weightstore::StoreClient::create(*loop, store_ep).value();
+  SecurityConfig sc;
+  sc.key_file = key_file_path(keys, "actor");
+  sc.members_file = members;
+  auto security = load_security(sc, "broadcast-run");
+  if (!security.is_ok()) {
+    std::fprintf(stderr, "broadcast-run: %s\n", security.status().to_string().c_str());
+    return 1;
+  }
+  auto client = weightstore::StoreClient::create(*loop, store_ep, *security).value();
   loop->run_until([] { return false; }, Millis(500));  // relays join
   actor::PublisherOptions po;
   po.model = "policy";

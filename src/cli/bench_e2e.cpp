@@ -10,6 +10,7 @@
 #include <map>
 #include <set>
 #include <sstream>
+#include <string_view>
 
 #include "cli/bench_util.hpp"
 #include "cli/job.hpp"
@@ -70,6 +71,17 @@ Row summarize(const std::string& label, const JobResult& r) {
   for (const char* cause : kFreeCauses)
     row.free_slots.emplace_back(cause, slot_s > 0 ? free.value(cause, 0.0) / slot_s : 0.0);
   return row;
+}
+
+// A row's label: a mode, "sluice-norepack", either with "+plain" (the control plane in plain
+// mode, for --compare-auth).
+constexpr std::string_view kPlainSuffix = "+plain";
+bool plain_label(const std::string& m) {
+  return m.size() > kPlainSuffix.size() &&
+         m.compare(m.size() - kPlainSuffix.size(), kPlainSuffix.size(), kPlainSuffix) == 0;
+}
+std::string base_label(const std::string& m) {
+  return plain_label(m) ? m.substr(0, m.size() - kPlainSuffix.size()) : m;
 }
 
 std::vector<std::string> split(const std::string& s) {
@@ -150,7 +162,7 @@ int run_bench_e2e(const BenchE2eArgs& args, const std::vector<std::string>& envi
       std::fprintf(stderr, "sluice bench e2e: mode '%s' is named twice in --modes\n", m.c_str());
       return 2;
     }
-    std::string mode = m == "sluice-norepack" ? "sluice" : m;
+    std::string mode = base_label(m) == "sluice-norepack" ? "sluice" : base_label(m);
     rollout::ManagerConfig mc;
     mc.mode = mode;
     if (!mc.validate().is_ok()) {
@@ -175,6 +187,15 @@ int run_bench_e2e(const BenchE2eArgs& args, const std::vector<std::string>& envi
         static_cast<unsigned long long>(job.actor.max_staleness));
     std::fflush(stdout);
   }
+  if (args.compare_auth) {
+    std::vector<std::string> both;
+    for (const auto& m : modes) {
+      if (plain_label(m)) continue;
+      both.push_back(m);
+      both.push_back(m + std::string(kPlainSuffix));
+    }
+    modes = both;
+  }
   std::string stamp = fmt::format("runs/bench-e2e-{}", ::getpid());
   // Every mode's result in every round, in round order.
   std::map<std::string, std::vector<Row>> by_mode;
@@ -192,8 +213,10 @@ int run_bench_e2e(const BenchE2eArgs& args, const std::vector<std::string>& envi
   for (std::uint32_t round = 1; round <= rounds; ++round) {
     for (const auto& m : modes) {
       JobConfig j = job;
-      j.mode = m == "sluice-norepack" ? "sluice" : m;
-      j.manager.repack = m != "sluice-norepack";
+      const std::string label = base_label(m);
+      j.mode = label == "sluice-norepack" ? "sluice" : label;
+      j.manager.repack = label != "sluice-norepack";
+      if (plain_label(m)) j.auth = "plain";
       j.name = m;
       j.out_dir = rounds == 1 ? fmt::format("{}/{}", stamp, m)
                               : fmt::format("{}/round-{}/{}", stamp, round, m);
@@ -248,6 +271,8 @@ int run_bench_e2e(const BenchE2eArgs& args, const std::vector<std::string>& envi
         f[cause] = frac;
       o["free_slots"] = f;
       if (sync) o["ratio_to_sync"] = ratio(r.tokens_per_s, sync->tokens_per_s);
+      if (const Row* p = plain_label(r.mode) ? nullptr : find(r.mode + std::string(kPlainSuffix)))
+        o["auth_ratio_to_plain"] = ratio(r.tokens_per_s, p->tokens_per_s);
       if (sl) o["sluice_ratio"] = ratio(sl->tokens_per_s, r.tokens_per_s);
       if (rounds > 1) {
         json each = json::array();
@@ -327,6 +352,14 @@ int run_bench_e2e(const BenchE2eArgs& args, const std::vector<std::string>& envi
   if (sl && norepack) {
     std::printf("repack on / off:          %.2fx%s\n",
                 ratio(sl->tokens_per_s, norepack->tokens_per_s), spread("sluice-norepack").c_str());
+  }
+  for (const auto& r : rows) {
+    if (plain_label(r.mode)) continue;
+    if (const Row* p = find(r.mode + std::string(kPlainSuffix))) {
+      std::printf("%-16s authenticated (curve) / plain: %.0f / %.0f tokens/s = %.3fx\n",
+                  r.mode.c_str(), r.tokens_per_s, p->tokens_per_s,
+                  ratio(r.tokens_per_s, p->tokens_per_s));
+    }
   }
   std::printf("run folders: %s\n", stamp.c_str());
   return 0;

@@ -17,6 +17,9 @@ struct BenchE2eArgs {
   // Every mode this many times, in turn (mode order within each round); the table shows each
   // mode's median round and the ratios of medians, and a second table every round's tokens/s.
   std::uint32_t rounds = 1;
+  // Also run each mode with the control plane in plain mode ("<mode>+plain"; the job's keys and
+  // CURVE otherwise) and print authenticated / plain throughput per mode.
+  bool compare_auth = false;
   bool json = false;
 };
 

@@ -232,13 +232,70 @@ int resume_job(const std::string& run_dir, const std::vector<std::string>& envir
   return print_job_result(*job, run_local_job(*job, self_exe(), environment, nullptr, true));
 }
 
+core::Result<core::Security> tool_security(const AuthArgs& auth, const std::string& tool) {
+  if (auth.plain) {
+    if (!auth.keys_dir.empty()) return core::invalid_argument("give --keys or --plain, not both");
+    core::warn_plain("sluice " + tool);
+    return core::Security::plain();
+  }
+  if (auth.keys_dir.empty()) {
+    return core::invalid_argument(
+        "the job's roles authenticate their peers: give --keys DIR (the job's keys: sluice keys "
+        "DIR, or RUN_DIR/keys of sluice run) or, for a job in plain mode, --plain");
+  }
+  core::SecurityConfig sc;
+  sc.key_file = core::key_file_path(auth.keys_dir, auth.as);
+  sc.members_file = core::members_file_path(auth.keys_dir);
+  return core::load_security(sc, "sluice " + tool);
+}
+
+std::vector<std::pair<std::string, std::string>> job_identities(std::uint32_t relays,
+                                                                std::uint32_t rollouts) {
+  std::vector<std::pair<std::string, std::string>> ids{{"weightstore", core::kRoleWeightstore},
+                                                       {"rollout-manager", core::kRoleManager},
+                                                       {"actor", core::kRoleActor},
+                                                       {"operator", core::kRoleOperator}};
+  for (std::uint32_t i = 0; i < relays; ++i)
+    ids.emplace_back("relay-" + std::to_string(i), core::kRoleRelay);
+  for (std::uint32_t i = 0; i < rollouts; ++i)
+    ids.emplace_back("rollout-" + std::to_string(i), core::kRoleRollout);
+  return ids;
+}
+
+int run_keys(const KeysArgs& args) {
+  auto members = core::make_job_keys(args.dir, job_identities(args.relays, args.rollouts));
+  if (!members.is_ok()) {
+    std::fprintf(stderr, "sluice keys: %s\n", members.status().to_string().c_str());
+    return 1;
+  }
+  for (const auto& m : members->all()) {
+    std::printf("%-16s %-16s %s\n", m.identity.c_str(), m.role.c_str(),
+                core::key_file_path(args.dir, m.identity).c_str());
+  }
+  std::printf("members (the allow-list): %s\n", core::members_file_path(args.dir).c_str());
+  return 0;
+}
+
 int run_ping(const PingArgs& args) {
   auto loop = core::EventLoop::create();
   if (!loop.is_ok()) {
     std::fprintf(stderr, "sluice ping: %s\n", loop.status().to_string().c_str());
     return 1;
   }
-  auto client = core::Client::create(**loop, args.endpoint);
+  auto security = tool_security(args.auth, "ping");
+  if (security.is_ok() && security->curve()) {
+    const core::Member* peer = security->members->by_identity(args.peer);
+    if (!peer) {
+      security = core::invalid_argument("--peer " + args.peer + " is not a member of the job");
+    } else {
+      security->server_key = peer->public_key;
+    }
+  }
+  if (!security.is_ok()) {
+    std::fprintf(stderr, "sluice ping: %s\n", security.status().to_string().c_str());
+    return 2;
+  }
+  auto client = core::Client::create(**loop, args.endpoint, *security);
   if (!client.is_ok()) {
     std::fprintf(stderr, "sluice ping: %s\n", client.status().to_string().c_str());
     return 2;

@@ -11,6 +11,7 @@
 #include "core/config.hpp"
 #include "core/event_loop.hpp"
 #include "core/log.hpp"
+#include "core/security.hpp"
 #include "model/blas.hpp"
 #include "model/device.hpp"
 #include "rollout/manager.hpp"
@@ -106,6 +107,10 @@ int run_rollout(const RoleArgs& args, const std::vector<std::string>& overrides,
   }
   if (printed) return 0;
   auto& rc = cfg->section;
+  // In curve mode the manager takes reports only under the key's identity: that is the default.
+  if (rc.rollout_id.empty() && rc.security.mode == "curve" && !rc.security.key_file.empty()) {
+    if (auto k = core::read_key_file(rc.security.key_file); k.is_ok()) rc.rollout_id = k->identity;
+  }
   if (rc.rollout_id.empty()) rc.rollout_id = "rollout-" + std::to_string(::getpid());
   log::set_process_name(rc.rollout_id);
   auto loop = core::EventLoop::create().value();

@@ -18,12 +18,14 @@
 #include <map>
 #include <memory>
 
+#include "cli/commands.hpp"
 #include "cli/report.hpp"
 #include "core/config.hpp"
 #include "core/event_loop.hpp"
 #include "core/log.hpp"
 #include "core/messaging.hpp"
 #include "core/process.hpp"
+#include "core/security.hpp"
 #include "core/transfer.hpp"
 #include "rollout/protocol.hpp"
 
@@ -39,6 +41,9 @@ core::Status JobConfig::validate() const {
   if (rollouts == 0) return core::invalid_argument("rollouts must be at least 1");
   if (relays == 0) return core::invalid_argument("relays must be at least 1");
   if (timeout_s <= 0) return core::invalid_argument("timeout_s must be positive");
+  if (auth != "curve" && auth != "plain") {
+    return core::invalid_argument("auth must be curve or plain, not '" + auth + "'");
+  }
   if (duration_s < 0) return core::invalid_argument("duration_s must not be negative");
   SLUICE_TRY(restart.validate());
   SLUICE_TRY(chaos.validate().with_context("chaos"));
@@ -375,6 +380,34 @@ core::Result<JobResult> run_local_job(JobConfig job, const std::string& sluice_e
   job.relay.store_lease_ttl_ms = job.store.lease_ttl_ms;
   job.rollout.store_lease_ttl_ms = job.store.lease_ttl_ms;
   job.relay.model = job.rollout.model = job.actor.model;
+  // The job's keys: made once per run folder (a resumed job keeps its own), 0600 in keys/ (0700).
+  // Each role gets its own key file and the members file; the launcher acts as the operator.
+  const fs::path keys_dir = dir / "keys";
+  core::Security launcher_security = core::Security::plain();
+  auto security_of = [&](const std::string& identity) {
+    core::SecurityConfig sc;
+    sc.mode = job.auth;
+    if (job.auth == "curve") {
+      sc.key_file = core::key_file_path(keys_dir.string(), identity);
+      sc.members_file = core::members_file_path(keys_dir.string());
+    }
+    return sc;
+  };
+  if (job.auth == "curve") {
+    bool have = resume && fs::exists(core::members_file_path(keys_dir.string()));
+    if (!have) {
+      SLUICE_TRY(core::make_job_keys(keys_dir.string(), job_identities(job.relays, job.rollouts))
+                     .status()
+                     .with_context("job keys"));
+    }
+    SLUICE_ASSIGN_OR_RETURN(launcher_security,
+                            core::load_security(security_of("operator"), "launcher"));
+  } else {
+    core::warn_plain("job " + job.name + " (auth plain)");
+  }
+  job.store.security = security_of("weightstore");
+  job.manager.security = security_of("rollout-manager");
+  job.actor.security = security_of("actor");
   {
     std::ofstream f(dir / "job.json");
     f << core::config::to_json(job).dump(2) << "\n";
@@ -410,6 +443,7 @@ core::Result<JobResult> run_local_job(JobConfig job, const std::string& sluice_e
     for (std::uint32_t i = 0; i < job.relays; ++i) {
       relay::RelayConfig rc = job.relay;
       rc.relay_id = fmt::format("relay-{}", i);
+      rc.security = security_of(rc.relay_id);
       std::uint32_t host = hosts ? i + 1 : 0;
       if (hosts) rc.host = EmulatedHosts::label(host);
       auto path = dir / fmt::format("relay-{}.json", i);
@@ -422,6 +456,7 @@ core::Result<JobResult> run_local_job(JobConfig job, const std::string& sluice_e
     for (std::uint32_t i = 0; i < job.rollouts; ++i) {
       rollout::RolloutConfig rc = job.rollout;
       rc.rollout_id = fmt::format("rollout-{}", i);
+      rc.security = security_of(rc.rollout_id);
       rc.sim.seed = job.rollout.sim.seed;  // one workload: lengths depend on the seed and id only
       std::uint32_t host = hosts ? 1 + i % job.hosts.count : 0;
       if (hosts) rc.host = EmulatedHosts::label(host);
@@ -440,7 +475,9 @@ core::Result<JobResult> run_local_job(JobConfig job, const std::string& sluice_e
     return started_ok;
   }
 
-  SLUICE_ASSIGN_OR_RETURN(auto status_client, core::Client::create(*loop, manager_ep));
+  SLUICE_ASSIGN_OR_RETURN(core::Security to_manager,
+                          launcher_security.for_server(core::kRoleManager));
+  SLUICE_ASSIGN_OR_RETURN(auto status_client, core::Client::create(*loop, manager_ep, to_manager));
   auto status_fields = [](const core::Result<core::Message>& r) -> json {
     if (!r.is_ok()) return json::object();
     auto st = rollout::decode_status(r->body);

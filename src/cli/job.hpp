@@ -6,7 +6,8 @@
 // writes the run folder: job.json (the effective job), <role>.json (each role's configuration),
 // <role>.log (its stderr), events.jsonl (starts, deaths, restarts, kills), manager.db and
 // checkpoints/ (the durable state a restarted role recovers from), and summary.json (the actor's
-// summary, the manager's final status, restarts per process).
+// summary, the manager's final status, restarts per process), and keys/ (the job's CURVE keys,
+// mode 0600: every role authenticates its peers unless the job says auth "plain").
 //
 // Thread safety: one thread.
 #pragma once
@@ -32,7 +33,10 @@ namespace sluice::cli {
 
 struct JobConfig {
   std::string name = "job";
-  std::string mode;                            // when set, overrides manager.mode
+  std::string mode;  // when set, overrides manager.mode
+  // curve: the launcher makes the job's keys in RUN_DIR/keys (mode 0600) and gives each role its
+  // key file and the members file; plain: no authentication, only when set here, and loud.
+  std::string auth = "curve";
   std::uint32_t rollouts = 4;                  // rollout processes
   std::uint32_t relays = 1;                    // relay processes
   std::string log_level = "warn";              // of the roles (their logs go to the run folder)
@@ -59,6 +63,9 @@ struct JobConfig {
     v("name", name, "job name (the run folder's prefix)");
     v("mode", mode,
       "sync, one-step-off, stream, partial-rollout or sluice (overrides manager.mode)");
+    v("auth", auth,
+      "control-plane authentication: curve (keys made in RUN_DIR/keys; default) or plain (none: "
+      "anyone who reaches a port drives the roles; warns)");
     v("rollouts", rollouts, "rollout processes");
     v("relays", relays, "relay processes");
     v("log_level", log_level, "log level of the roles");

@@ -54,6 +54,15 @@ const std::vector<std::string>& environment() {
   return env;
 }
 
+// How a tool authenticates: --keys DIR [--as IDENTITY], or --plain.
+void add_auth(CLI::App* cmd, sluice::cli::AuthArgs& auth) {
+  cmd->add_option("--keys", auth.keys_dir,
+                  "the job's keys folder (sluice keys DIR, or RUN_DIR/keys of sluice run)");
+  cmd->add_option("--as", auth.as, "the identity to act as, from the keys folder")
+      ->capture_default_str();
+  cmd->add_flag("--plain", auth.plain, "talk to a job in plain mode (no authentication)");
+}
+
 // --rounds of a bench: how many times each row runs, 1 to 20.
 void add_rounds(CLI::App* bench, std::uint32_t& rounds, const std::string& what) {
   bench->add_option("--rounds", rounds, what)->capture_default_str()->check(CLI::Range(1u, 20u));
@@ -181,6 +190,9 @@ int main(int argc, char** argv) {
   bench_e2e->add_option("--prompts", be.prompts, "prompts per mode (default: the workload's)");
   add_rounds(bench_e2e, be.rounds,
              "run every mode this many times in turn; report each mode's median round");
+  bench_e2e->add_flag("--compare-auth", be.compare_auth,
+                      "also run each mode with the control plane in plain mode (MODE+plain) and "
+                      "print authenticated / plain throughput");
   bench_e2e->add_flag("--json", be.json, "one JSON object per mode");
   sluice::cli::BenchLearnerArgs bl;
   auto* bench_learner = bench_cmd->add_subcommand(
@@ -249,6 +261,17 @@ int main(int argc, char** argv) {
   pull_cmd->add_option("--out", pl.out, "output file")->required();
   pull_cmd->add_option("--timeout-ms", pl.timeout_ms, "give up after this long")
       ->capture_default_str();
+  add_auth(publish_cmd, pub.auth);
+  add_auth(pull_cmd, pl.auth);
+
+  sluice::cli::KeysArgs keys;
+  auto* keys_cmd = app.add_subcommand(
+      "keys", "make a job's CURVE keys: one key pair per identity (mode 0600) and members.json");
+  keys_cmd->add_option("dir", keys.dir, "folder for the keys (created 0700)")->required();
+  keys_cmd->add_option("--relays", keys.relays, "relay identities relay-0 ...")
+      ->capture_default_str();
+  keys_cmd->add_option("--rollouts", keys.rollouts, "rollout identities rollout-0 ...")
+      ->capture_default_str();
 
   sluice::cli::PingArgs ping;
   auto* ping_cmd = app.add_subcommand("ping", "check that a role's control endpoint answers");
@@ -256,6 +279,10 @@ int main(int argc, char** argv) {
   ping_cmd->add_option("--timeout-ms", ping.timeout_ms, "give up after this long")
       ->capture_default_str();
   ping_cmd->add_option("--count", ping.count, "number of pings")->capture_default_str();
+  ping_cmd->add_option("--peer", ping.peer, "curve: the identity of the role pinged")
+      ->capture_default_str();
+  ping.auth.as = "operator";
+  add_auth(ping_cmd, ping.auth);
 
   // A clearer message than CLI11's "arguments were not expected" for a misspelt subcommand.
   if (argc > 1 && argv[1][0] != '-') {
@@ -334,6 +361,7 @@ int main(int argc, char** argv) {
   if (source_cmd->parsed()) return sluice::cli::run_transfer_source(ts, environment());
   if (read_cmd->parsed()) return sluice::cli::run_transfer_read(tr, environment());
   if (ping_cmd->parsed()) return sluice::cli::run_ping(ping);
+  if (keys_cmd->parsed()) return sluice::cli::run_keys(keys);
   if (publish_cmd->parsed()) return sluice::cli::run_publish(pub, environment());
   if (pull_cmd->parsed()) return sluice::cli::run_pull(pl, environment());
   return 2;

@@ -56,7 +56,9 @@ int run_transfer_source(const TransferSourceArgs& args, const std::vector<std::s
     (*buf)->data()[layout->chunk_offset(k) + layout->chunk_size(k) / 2] ^= 0x5a;
     log::warn("transfer-source: chunk {} corrupted on purpose (fault injection)", k);
   }
-  auto server = Server::create(*loop, args.listen);
+  // transfer-source and transfer-read are benchmark helpers that a bench starts on loopback and
+  // that serve generated test data: plain, said so.
+  auto server = Server::create(*loop, args.listen, core::Security::plain());
   if (!server.is_ok()) {
     std::fprintf(stderr, "transfer-source: %s\n", server.status().to_string().c_str());
     return 1;
@@ -95,7 +97,7 @@ int run_transfer_read(const TransferReadArgs& args, const std::vector<std::strin
   std::vector<ReadSource> sources;
   std::optional<RegionLayout> layout;
   for (const auto& ep : args.from) {
-    auto c = Client::create(*loop, ep);
+    auto c = Client::create(*loop, ep, core::Security::plain());
     if (!c.is_ok()) {
       std::fprintf(stderr, "transfer-read: %s\n", c.status().to_string().c_str());
       return 2;

@@ -60,7 +60,9 @@ int run_publish(const PublishArgs& args, const std::vector<std::string>& env) {
   topts.environment = env;
   auto engine = TransferEngine::create(*loop, topts);
   if (!engine.is_ok()) return fail("publish", engine.status());
-  auto store = weightstore::StoreClient::create(*loop, args.store);
+  auto security = tool_security(args.auth, "publish");
+  if (!security.is_ok()) return fail("publish", security.status(), 2);
+  auto store = weightstore::StoreClient::create(*loop, args.store, *security);
   if (!store.is_ok()) return fail("publish", store.status(), 2);
   actor::PublisherOptions po;
   po.model = args.model;
@@ -95,7 +97,9 @@ int run_pull(const PullArgs& args, const std::vector<std::string>& env) {
   topts.environment = env;
   auto engine = TransferEngine::create(*loop, topts);
   if (!engine.is_ok()) return fail("pull", engine.status());
-  auto store = weightstore::StoreClient::create(*loop, args.store);
+  auto security = tool_security(args.auth, "pull");
+  if (!security.is_ok()) return fail("pull", security.status(), 2);
+  auto store = weightstore::StoreClient::create(*loop, args.store, *security);
   if (!store.is_ok()) return fail("pull", store.status(), 2);
   ReadOptions ro;
   ro.total_timeout = Millis(args.timeout_ms);

@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "cli/commands.hpp"
+
 namespace sluice::cli {
 
 struct PublishArgs {
@@ -16,6 +18,7 @@ struct PublishArgs {
   std::string chunk = "8MiB";
   std::string holder_id;  // default: publish-<pid>
   std::string listen = "tcp://127.0.0.1:*";
+  AuthArgs auth{"", "actor", false};  // publishing is the actor's: it acts as the job's actor
 };
 
 struct PullArgs {
@@ -24,6 +27,7 @@ struct PullArgs {
   std::uint64_t version = 0;  // 0: latest
   std::string out;
   int timeout_ms = 120000;
+  AuthArgs auth{"", "operator", false};
 };
 
 int run_publish(const PublishArgs& args, const std::vector<std::string>& env);

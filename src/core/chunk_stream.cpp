@@ -21,6 +21,7 @@
 #include <set>
 
 #include "core/log.hpp"
+#include "core/security.hpp"
 
 namespace sluice::core {
 
@@ -203,7 +204,8 @@ struct ChunkServer::Impl {
     const std::uint8_t* r = c->in;
     if (std::memcmp(r, kRequestMagic, 4) != 0 || get_u(r + 4, 2) != kChunkStreamVersion) {
       ++stats.refused;
-      log::warn("chunk server: {} sent a malformed request (magic or version): closing", c->peer);
+      count_refusal("malformed", "chunk stream " + c->peer.substr(0, c->peer.rfind(':')),
+                    "a request with a bad magic or version: connection closed");
       drop(c, false);
       return false;
     }
@@ -220,7 +222,15 @@ struct ChunkServer::Impl {
     } else if (offset > it->second.size || length > it->second.size - offset || length == 0) {
       status = kOutOfRange;
     }
-    if (status != kOk) ++stats.refused;
+    if (status != kOk) {
+      // A reader with a plan from before a copy was withdrawn asks for a token that is gone, so
+      // this is not always hostile; counted all the same, and logged once per peer.
+      ++stats.refused;
+      count_refusal(status == kUnknownRegion ? "unknown_region" : "range",
+                    "chunk stream " + c->peer.substr(0, c->peer.rfind(':')),
+                    status == kUnknownRegion ? "a request for a region this holder does not serve"
+                                             : "a range outside the region");
+    }
     std::memcpy(rep.header, kReplyMagic, 4);
     put_u(rep.header + 4, kChunkStreamVersion, 2);
     put_u(rep.header + 6, status, 2);

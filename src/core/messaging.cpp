@@ -3,6 +3,9 @@
 #include "core/json_limits.hpp"
 
 #include <unistd.h>
+#include <zmq.h>
+
+#include <algorithm>
 #include <cstring>
 #include <map>
 #include <optional>
@@ -24,6 +27,36 @@ constexpr Millis kSafetyDrain{100};
 zmq::context_t& zmq_ctx() {
   static zmq::context_t ctx(1);
   return ctx;
+}
+
+// libzmq asks the ZAP handler bound here, in the connecting socket's context (RFC 27).
+constexpr const char* kZapEndpoint = "inproc://zeromq.zap.01";
+constexpr const char* kZapDomain = "sluice";
+
+// A property of the connection a message came from (ZMTP metadata: "User-Id" from ZAP,
+// "Peer-Address"); empty when it has none.
+std::string message_property(zmq::message_t& m, const char* name) {
+  const char* v = zmq_msg_gets(m.handle(), name);
+  return v ? std::string(v) : std::string();
+}
+
+// Sets a socket's CURVE keys (Z85 text). Throws zmq::error_t like the other socket options.
+void set_curve_keys(zmq::socket_t& sock, const KeyPair& keys) {
+  sock.set(zmq::sockopt::curve_publickey, keys.public_key);
+  sock.set(zmq::sockopt::curve_secretkey, keys.secret_key);
+}
+
+Status check_curve_settings(const Security& sec, bool server) {
+  if (!sec.curve()) return {};
+  if (!curve_available()) return unavailable("curve mode, but this libzmq has no CURVE support");
+  if (sec.keys.public_key.size() != 40 || sec.keys.secret_key.size() != 40) {
+    return invalid_argument("curve mode needs this process's key pair");
+  }
+  if (server && !sec.members) return invalid_argument("a curve server needs the job's members");
+  if (!server && sec.server_key.size() != 40) {
+    return invalid_argument("a curve client needs the server's public key");
+  }
+  return {};
 }
 
 void put_u16(char* p, std::uint16_t v) {
@@ -73,6 +106,11 @@ Status send_frames(zmq::socket_t& sock, const std::vector<std::string>& frames,
 }  // namespace
 
 // ---------------------------------------------------------------- wire format
+
+std::string Peer::describe() const {
+  if (authenticated) return identity + " (" + role + ")";
+  return address.empty() ? std::string("unauthenticated peer") : "unauthenticated peer " + address;
+}
 
 std::vector<std::string> encode_frames(const Envelope& env, const Message& msg) {
   std::vector<std::string> frames;
@@ -168,7 +206,7 @@ Status status_from_error(const Message& msg) {
   std::string text = "peer sent an error without a message";
   if (auto c = msg.body.find("code"); c != msg.body.end() && c->is_number_integer()) {
     code = c->get<int>();
-    if (code <= 0 || code > static_cast<int>(Code::kInternal))
+    if (code <= 0 || code > static_cast<int>(Code::kPermissionDenied))
       code = static_cast<int>(Code::kInternal);
   }
   if (auto m = msg.body.find("message"); m != msg.body.end() && m->is_string()) {
@@ -190,15 +228,33 @@ struct Responder::State {
 };
 
 struct Server::Impl {
-  Impl(EventLoop& l, MessagingLimits li)
-      : loop(l), sock(zmq_ctx(), zmq::socket_type::router), limits(li) {}
+  // A curve server gets its own ZeroMQ context: the ZAP endpoint is one per context, so each
+  // server's allow-list is its own and its ZAP socket is driven from its own loop. Members are
+  // declared in construction order; the context outlives the sockets.
+  Impl(EventLoop& l, const Security& sec, MessagingLimits li)
+      : own_ctx(sec.curve() ? std::make_unique<zmq::context_t>(1) : nullptr),
+        loop(l),
+        sock(own_ctx ? *own_ctx : zmq_ctx(), zmq::socket_type::router),
+        security(sec),
+        limits(li) {}
 
+  struct Entry {
+    Handler handler;
+    Roles roles;  // empty: any member
+  };
+
+  std::unique_ptr<zmq::context_t> own_ctx;
   EventLoop& loop;
   zmq::socket_t sock;
+  std::optional<zmq::socket_t> zap;      // curve: the ZAP handler (REP)
+  std::optional<zmq::socket_t> monitor;  // curve: handshake failures that never reach ZAP
+  Security security;
   std::string endpoint;
   MessagingLimits limits;
-  std::map<std::string, Handler> handlers;
+  std::map<std::string, Entry> handlers;
   Stats stats;
+  std::unique_ptr<EventLoop::FdWatch> zap_watch;
+  std::unique_ptr<EventLoop::FdWatch> monitor_watch;
   std::shared_ptr<bool> alive = std::make_shared<bool>(true);
   std::unique_ptr<EventLoop::FdWatch> watch;
   std::unique_ptr<EventLoop::Timer> safety;
@@ -206,9 +262,13 @@ struct Server::Impl {
   bool drain_posted = false;
 
   void drain();
+  void drain_zap();
+  void drain_monitor();
   void dispatch(std::vector<zmq::message_t>& msgs);
   void reply(const std::string& routing, std::uint64_t id, const Result<Message>& r);
-  void reject(const std::string& routing, std::uint64_t id, const Status& why);
+  void reject(const std::string& routing, std::uint64_t id, const Status& why,
+              const std::string& reason, const Peer& peer);
+  Status authenticate(std::vector<zmq::message_t>& msgs, Peer& peer);
   void post_drain() {
     if (drain_posted) return;
     drain_posted = true;
@@ -244,41 +304,86 @@ void Server::Impl::reply(const std::string& routing, std::uint64_t id, const Res
   post_drain();  // a send can swallow the fd's edge
 }
 
-void Server::Impl::reject(const std::string& routing, std::uint64_t id, const Status& why) {
-  ++stats.rejected;
-  log::warn("server {}: rejected a message: {}", endpoint, why.to_string());
+void Server::Impl::reject(const std::string& routing, std::uint64_t id, const Status& why,
+                          const std::string& reason, const Peer& peer) {
+  if (reason == "role" || reason == "unauthenticated")
+    ++stats.refused;
+  else
+    ++stats.rejected;
+  count_refusal(reason, peer.describe(), "server " + endpoint + ": " + why.to_string());
   reply(routing, id, why);
+}
+
+// The peer of a received message: in curve mode the member whose identity ZAP returned as the
+// User-Id (a message without one never passed ZAP: refused).
+Status Server::Impl::authenticate(std::vector<zmq::message_t>& msgs, Peer& peer) {
+  zmq::message_t& m = msgs.size() > 1 ? msgs[1] : msgs[0];
+  peer.address = message_property(m, "Peer-Address");
+  if (!security.curve()) return {};
+  std::string user = message_property(m, "User-Id");
+  const Member* member = user.empty() ? nullptr : security.members->by_identity(user);
+  if (!member) return permission_denied("the sender is not an authenticated member of the job");
+  peer.authenticated = true;
+  peer.identity = member->identity;
+  peer.role = member->role;
+  return {};
 }
 
 void Server::Impl::dispatch(std::vector<zmq::message_t>& msgs) {
   if (msgs.empty()) return;
   std::string routing = msgs[0].to_string();
-  if (msgs.size() < 2) {
-    reject(routing, 0, protocol_error("message has no envelope frame"));
-    return;
-  }
+  Peer peer;
   // The request id, when it can be read, so that even a rejection reaches the right caller.
   std::uint64_t id = 0;
-  if (msgs[1].size() == kEnvelopeBytes) id = get_u64(static_cast<const char*>(msgs[1].data()) + 8);
+  if (msgs.size() > 1 && msgs[1].size() == kEnvelopeBytes)
+    id = get_u64(static_cast<const char*>(msgs[1].data()) + 8);
+  if (Status a = authenticate(msgs, peer); !a.is_ok()) {
+    reject(routing, id, a, "unauthenticated", peer);
+    return;
+  }
+  if (msgs.size() < 2) {
+    reject(routing, 0, protocol_error("message has no envelope frame"), "malformed", peer);
+    return;
+  }
 
   auto env = decode_envelope(msgs[1].to_string());
   if (!env.is_ok()) {
-    reject(routing, id, env.status());
+    reject(routing, id, env.status(), "malformed", peer);
     return;
   }
   if (env->kind == MessageKind::kReply) {
-    reject(routing, id, protocol_error("a server does not accept replies"));
+    reject(routing, id, protocol_error("a server does not accept replies"), "malformed", peer);
     return;
   }
+  // Sizes first, so that an oversized message is told apart from a malformed one.
+  std::size_t total = 0;
+  for (std::size_t i = 1; i < msgs.size(); ++i)
+    total += msgs[i].size();
+  bool oversized = total > limits.max_message_bytes || msgs.size() - 1 > limits.max_frames ||
+                   (msgs.size() > 2 && msgs[2].size() > limits.max_header_bytes);
   auto frames = to_strings(msgs, 1);
   auto msg = decode_message(frames, limits);
   if (!msg.is_ok()) {
-    reject(routing, id, msg.status());
+    reject(routing, id, msg.status(), oversized ? "oversized" : "malformed", peer);
     return;
   }
+  msg->peer = peer;
   auto h = handlers.find(msg->type);
   if (h == handlers.end()) {
-    reject(routing, id, protocol_error("unknown message type '" + msg->type + "'"));
+    reject(routing, id, protocol_error("unknown message type '" + msg->type + "'"), "malformed",
+           peer);
+    return;
+  }
+  const Roles& roles = h->second.roles;
+  if (security.curve() && !roles.empty() &&
+      std::find(roles.begin(), roles.end(), peer.role) == roles.end()) {
+    std::string allowed;
+    for (const auto& r : roles)
+      allowed += (allowed.empty() ? "" : ", ") + r;
+    reject(routing, id,
+           permission_denied(peer.identity + " (role " + peer.role + ") may not send '" +
+                             msg->type + "' (allowed: " + allowed + ")"),
+           "role", peer);
     return;
   }
   auto state = std::make_shared<Responder::State>();
@@ -294,7 +399,7 @@ void Server::Impl::dispatch(std::vector<zmq::message_t>& msgs) {
     ++stats.requests;
   Responder responder(state);
   try {
-    h->second(msg.value(), responder);
+    h->second.handler(msg.value(), responder);
   } catch (const std::exception& e) {
     // Handlers convert their own errors; an exception is a bug, reported to the caller as such.
     log::error("server {}: handler for '{}' threw: {}", endpoint, state->type, e.what());
@@ -322,6 +427,84 @@ void Server::Impl::drain() {
   if (!a.expired()) draining = false;
 }
 
+// Answers libzmq's ZAP requests (RFC 27): version, request id, domain, address, routing id,
+// mechanism, then the credentials (for CURVE the client's 32-byte public key). A member's key is
+// admitted with its identity as the User-Id; any other key is refused (status 400), counted and
+// logged. The REP socket is strictly request-reply, so every request gets exactly one reply.
+void Server::Impl::drain_zap() {
+  if (!zap) return;
+  try {
+    while (zap->get(zmq::sockopt::events) & ZMQ_POLLIN) {
+      std::vector<zmq::message_t> req;
+      if (!zmq::recv_multipart(*zap, std::back_inserter(req), zmq::recv_flags::dontwait)) break;
+      std::string request_id = req.size() > 1 ? req[1].to_string() : std::string();
+      std::string address = req.size() > 3 ? req[3].to_string() : std::string();
+      std::string status = "400", text = "not a member of this job", user;
+      if (req.size() < 7 || req[0].to_string() != "1.0") {
+        text = "malformed ZAP request";
+      } else if (req[5].to_string() != "CURVE") {
+        text = "mechanism " + req[5].to_string() + " is not allowed";
+      } else if (req[6].size() == 32) {
+        char z85[41] = {};
+        zmq_z85_encode(z85, static_cast<const std::uint8_t*>(req[6].data()), 32);
+        if (const Member* m = security.members->by_key(z85)) {
+          status = "200";
+          text = "OK";
+          user = m->identity;
+        } else {
+          text = "key " + std::string(z85) + " is not a member of this job";
+        }
+      }
+      if (status != "200") {
+        ++stats.refused;
+        count_refusal("unauthenticated", "unauthenticated peer " + address,
+                      "server " + endpoint + ": handshake refused: " + text);
+      }
+      std::vector<zmq::const_buffer> rep{zmq::buffer(std::string_view("1.0")),
+                                         zmq::buffer(request_id),
+                                         zmq::buffer(status),
+                                         zmq::buffer(text),
+                                         zmq::buffer(user),
+                                         zmq::buffer(std::string_view())};
+      if (!zmq::send_multipart(*zap, rep, zmq::send_flags::dontwait)) {
+        log::error("server {}: ZAP reply not sent", endpoint);
+      }
+    }
+  } catch (const zmq::error_t& e) {
+    log::error("server {}: ZAP handler failed: {}", endpoint, e.what());
+  }
+}
+
+// A peer that fails the CURVE handshake before ZAP is asked (a client in plain mode, or one that
+// holds another server's public key, whose HELLO this server cannot open) is refused inside
+// libzmq; the socket monitor reports it, and it is counted as unauthenticated. Refusals at ZAP
+// are counted there (ZMQ_EVENT_HANDSHAKE_FAILED_AUTH is not watched).
+void Server::Impl::drain_monitor() {
+  if (!monitor) return;
+  try {
+    while (monitor->get(zmq::sockopt::events) & ZMQ_POLLIN) {
+      std::vector<zmq::message_t> ev;
+      if (!zmq::recv_multipart(*monitor, std::back_inserter(ev), zmq::recv_flags::dontwait)) {
+        break;
+      }
+      if (ev.empty() || ev[0].size() < 2) continue;
+      std::uint16_t event = 0;
+      std::memcpy(&event, ev[0].data(), sizeof event);  // host order, as libzmq writes it
+      if (event != ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL &&
+          event != ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL) {
+        continue;
+      }
+      ++stats.refused;
+      count_refusal("unauthenticated", "a peer of " + endpoint + " that failed the handshake",
+                    "server " + endpoint +
+                        ": CURVE handshake failed (a client without keys, or one that expects "
+                        "another server's key)");
+    }
+  } catch (const zmq::error_t& e) {
+    log::error("server {}: socket monitor failed: {}", endpoint, e.what());
+  }
+}
+
 Server::Server(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 Server::~Server() {
@@ -329,12 +512,36 @@ Server::~Server() {
   impl_->alive.reset();
   impl_->safety.reset();
   impl_->watch.reset();
+  impl_->zap_watch.reset();
+  impl_->monitor_watch.reset();
 }
 
 Result<std::unique_ptr<Server>> Server::create(EventLoop& loop, const std::string& endpoint,
-                                               MessagingLimits limits) {
-  auto impl = std::make_unique<Impl>(loop, limits);
+                                               const Security& security, MessagingLimits limits) {
+  SLUICE_TRY(check_curve_settings(security, true).with_context("server " + endpoint));
+  auto impl = std::make_unique<Impl>(loop, security, limits);
   try {
+    if (security.curve()) {
+      // The handler is bound before the server binds: no connection is ever accepted unasked.
+      impl->zap.emplace(*impl->own_ctx, zmq::socket_type::rep);
+      impl->zap->set(zmq::sockopt::linger, 0);
+      impl->zap->bind(kZapEndpoint);
+      impl->sock.set(zmq::sockopt::curve_server, true);
+      set_curve_keys(impl->sock, security.keys);
+      impl->sock.set(zmq::sockopt::zap_domain, kZapDomain);
+      // The context is this server's own, so one fixed inproc name serves.
+      constexpr const char* kMonitor = "inproc://sluice-server-monitor";
+      if (zmq_socket_monitor(
+              impl->sock.handle(), kMonitor,
+              ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL) != 0) {
+        throw zmq::error_t();
+      }
+      impl->monitor.emplace(*impl->own_ctx, zmq::socket_type::pair);
+      impl->monitor->set(zmq::sockopt::linger, 0);
+      impl->monitor->connect(kMonitor);
+    } else {
+      warn_plain("server " + endpoint);
+    }
     impl->sock.set(zmq::sockopt::linger, 0);
     // Hard cap well above the soft limit: messages between the two get an error reply; ZeroMQ
     // drops the connection of a peer that sends a single frame beyond the hard cap.
@@ -347,7 +554,7 @@ Result<std::unique_ptr<Server>> Server::create(EventLoop& loop, const std::strin
   int fd = impl->sock.get(zmq::sockopt::fd);
   Impl* raw = impl.get();
   std::unique_ptr<Server> server(new Server(std::move(impl)));
-  raw->handlers["sys.ping"] = [](const Message& req, Responder r) {
+  raw->handlers["sys.ping"].handler = [](const Message& req, Responder r) {
     Message pong("sys.pong");
     pong.body["pid"] = static_cast<int>(::getpid());
     pong.body["protocol_version"] = kProtocolVersion;
@@ -356,9 +563,19 @@ Result<std::unique_ptr<Server>> Server::create(EventLoop& loop, const std::strin
     r.respond(std::move(pong));
   };
   raw->watch = loop.watch_readable(fd, [raw] { raw->drain(); });
-  raw->safety = loop.every(kSafetyDrain, [raw] { raw->drain(); });
+  if (raw->zap) {
+    int zfd = raw->zap->get(zmq::sockopt::fd);
+    raw->zap_watch = loop.watch_readable(zfd, [raw] { raw->drain_zap(); });
+    int mfd = raw->monitor->get(zmq::sockopt::fd);
+    raw->monitor_watch = loop.watch_readable(mfd, [raw] { raw->drain_monitor(); });
+  }
+  raw->safety = loop.every(kSafetyDrain, [raw] {
+    raw->drain_zap();
+    raw->drain_monitor();
+    raw->drain();
+  });
   raw->post_drain();
-  log::debug("server: listening on {}", raw->endpoint);
+  log::debug("server: listening on {} ({})", raw->endpoint, security.curve() ? "curve" : "plain");
   return server;
 }
 
@@ -366,14 +583,18 @@ const std::string& Server::endpoint() const {
   return impl_->endpoint;
 }
 
-void Server::on(const std::string& type, Handler handler) {
-  impl_->handlers[type] = std::move(handler);
+void Server::on(const std::string& type, Handler handler, Roles roles) {
+  impl_->handlers[type] = Impl::Entry{std::move(handler), std::move(roles)};
 }
 
-void Server::on_sync(const std::string& type, SyncHandler handler) {
-  impl_->handlers[type] = [h = std::move(handler)](const Message& req, Responder r) {
-    r.respond(h(req));
-  };
+void Server::on_sync(const std::string& type, SyncHandler handler, Roles roles) {
+  on(
+      type, [h = std::move(handler)](const Message& req, Responder r) { r.respond(h(req)); },
+      std::move(roles));
+}
+
+bool Server::authenticates() const {
+  return impl_->security.curve();
 }
 
 const Server::Stats& Server::stats() const {
@@ -467,9 +688,16 @@ Client::~Client() {
 }
 
 Result<std::unique_ptr<Client>> Client::create(EventLoop& loop, const std::string& endpoint,
-                                               MessagingLimits limits) {
+                                               const Security& security, MessagingLimits limits) {
+  SLUICE_TRY(check_curve_settings(security, false).with_context("client of " + endpoint));
   auto impl = std::make_unique<Impl>(loop, endpoint, limits);
   try {
+    if (security.curve()) {
+      impl->sock.set(zmq::sockopt::curve_serverkey, security.server_key);
+      set_curve_keys(impl->sock, security.keys);
+    } else {
+      warn_plain("client of " + endpoint);
+    }
     impl->sock.set(zmq::sockopt::linger, 0);
     impl->sock.set(zmq::sockopt::maxmsgsize, static_cast<int64_t>(limits.max_message_bytes * 4));
     impl->sock.connect(endpoint);

@@ -9,6 +9,18 @@
 // an oversized message, or an unknown type gets an error reply and changes nothing; the server
 // goes on serving others.
 //
+// Security (core/security.hpp): every Server and Client is created with a core::Security. In
+// curve mode a server admits only the job's members: libzmq asks this server's ZAP handler (an
+// inproc REP socket in the server's own ZeroMQ context, driven from the loop like the server,
+// RFC 27) about each connecting key, and the handler answers with the member's identity as the
+// ZAP User-Id; every request then carries its authenticated peer (Message::peer) and a handler
+// registered for some roles is refused, before it runs, with a permission_denied reply when the
+// peer has another role. A client in curve mode knows the server's public key: a server with
+// another key never completes the handshake, and the client's requests time out. In plain mode
+// (explicit, loud) nobody is authenticated and roles are not checked. Every refusal (a key that
+// is not a member, a wrong role, malformed, oversized) is counted in sluice_refused_total{reason}
+// and logged once per peer and reason (core::count_refusal).
+//
 // Thread safety: Server and Client belong to the loop thread; create, use and destroy them there.
 // They hand `this` to loop callbacks, so they are neither copyable nor movable.
 #pragma once
@@ -22,6 +34,7 @@
 #include <vector>
 
 #include "core/event_loop.hpp"
+#include "core/security.hpp"
 #include "core/status.hpp"
 
 namespace sluice::core {
@@ -29,10 +42,22 @@ namespace sluice::core {
 inline constexpr std::uint16_t kProtocolVersion = 1;
 inline constexpr std::size_t kEnvelopeBytes = 16;
 
+// Who sent a received request, as the server authenticated it. Not sent on the wire: the server
+// fills it from the connection (the ZAP User-Id), so a peer cannot claim another identity.
+struct Peer {
+  bool authenticated = false;  // curve mode: the peer's key is the job member's below
+  std::string identity;        // e.g. "relay-0"; empty in plain mode
+  std::string role;            // e.g. "relay" (core/security.hpp); empty in plain mode
+  std::string address;         // the peer's IP address, as ZeroMQ reports it (may be empty)
+  // "relay-0 (relay)" or "unauthenticated peer 127.0.0.1", for messages.
+  std::string describe() const;
+};
+
 struct Message {
   std::string type;  // e.g. "store.register_holder"
   nlohmann::json body = nlohmann::json::object();
   std::vector<std::string> blobs;  // binary frames, each any bytes
+  Peer peer;                       // received requests only (see Peer)
 
   Message() = default;
   Message(std::string t, nlohmann::json b = nlohmann::json::object())
@@ -40,10 +65,13 @@ struct Message {
 };
 
 struct MessagingLimits {
-  std::size_t max_message_bytes = 64u << 20;  // all frames together; larger gets an error reply
-  std::size_t max_header_bytes = 1u << 20;    // the JSON header frame
-  std::size_t max_frames = 64;                // envelope + header + blobs
-  std::size_t max_json_depth = 64;            // nesting of the header's arrays and objects
+  // All frames together; larger gets an error reply. Each socket's ZMQ_MAXMSGSIZE is set to 4x
+  // this: a single frame beyond that is dropped by ZeroMQ with its connection before it is
+  // received whole, and one between the two gets an error reply (the peer learns why).
+  std::size_t max_message_bytes = 64u << 20;
+  std::size_t max_header_bytes = 1u << 20;  // the JSON header frame
+  std::size_t max_frames = 64;              // envelope + header + blobs
+  std::size_t max_json_depth = 64;          // nesting of the header's arrays and objects
 };
 
 // Replies to one request. Copyable; the first respond() sends, later ones are ignored. Dropping
@@ -63,9 +91,13 @@ class Server {
  public:
   using Handler = std::function<void(const Message& request, Responder responder)>;
   using SyncHandler = std::function<Result<Message>(const Message& request)>;
+  // The roles that may send a message type; empty: any member of the job.
+  using Roles = std::vector<std::string>;
 
   // Binds `endpoint` (e.g. "tcp://127.0.0.1:5555", or "tcp://127.0.0.1:*" for any free port).
+  // In curve mode `security` needs the key pair and the members; invalid_argument without them.
   static Result<std::unique_ptr<Server>> create(EventLoop& loop, const std::string& endpoint,
+                                                const Security& security,
                                                 MessagingLimits limits = {});
   ~Server();
   Server(const Server&) = delete;
@@ -74,14 +106,22 @@ class Server {
   // The bound endpoint with the real port.
   const std::string& endpoint() const;
 
-  // Registers a handler for a message type (replacing any earlier one). "sys.ping" is built in.
-  void on(const std::string& type, Handler handler);
-  void on_sync(const std::string& type, SyncHandler handler);
+  // Registers a handler for a message type (replacing any earlier one), for the peers with one
+  // of `roles` (empty: any member). In curve mode a request from another role is refused with a
+  // permission_denied reply before the handler runs. "sys.ping" is built in, for any member.
+  void on(const std::string& type, Handler handler, Roles roles = {});
+  void on_sync(const std::string& type, SyncHandler handler, Roles roles = {});
+
+  // Whether this server authenticates its peers (curve mode).
+  bool authenticates() const;
 
   struct Stats {
     std::uint64_t requests = 0;
     std::uint64_t oneway = 0;
     std::uint64_t rejected = 0;  // malformed, oversized, unknown type
+    // A key that is not a member (at ZAP), a failed handshake (no keys, or another server's
+    // key), a role not allowed.
+    std::uint64_t refused = 0;
   };
   const Stats& stats() const;
 
@@ -97,8 +137,10 @@ class Client {
   using Callback = std::function<void(Result<Message> reply)>;
 
   // Connects to `endpoint`. Connecting never blocks: a peer that is not there yet (or dead) shows
-  // up as a request timeout.
+  // up as a request timeout, and so does a server whose key is not `security.server_key` (curve
+  // mode; invalid_argument when the key pair or server_key is missing).
   static Result<std::unique_ptr<Client>> create(EventLoop& loop, const std::string& endpoint,
+                                                const Security& security,
                                                 MessagingLimits limits = {});
   ~Client();
   Client(const Client&) = delete;

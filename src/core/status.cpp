@@ -28,6 +28,8 @@ std::string_view code_name(Code code) {
       return "cancelled";
     case Code::kInternal:
       return "internal error";
+    case Code::kPermissionDenied:
+      return "permission denied";
   }
   return "unknown";
 }

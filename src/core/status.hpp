@@ -24,6 +24,9 @@ enum class Code : int {
   kResourceExhausted,
   kCancelled,  // orderly shutdown or caller cancelled
   kInternal,   // a bug or an unexpected library failure
+  // An authenticated peer asked for what its role or identity may not do (the last code: a
+  // peer's error reply with a higher code is read as internal).
+  kPermissionDenied,
 };
 
 // The lowercase name of a code, as it appears in messages ("timeout", "protocol", ...).
@@ -79,6 +82,9 @@ inline Status data_loss(std::string m) {
 }
 inline Status cancelled(std::string m) {
   return {Code::kCancelled, std::move(m)};
+}
+inline Status permission_denied(std::string m) {
+  return {Code::kPermissionDenied, std::move(m)};
 }
 inline Status internal_error(std::string m) {
   return {Code::kInternal, std::move(m)};

@@ -33,7 +33,7 @@ struct Setup {
   std::unique_ptr<core::EventLoop> loop = core::EventLoop::create().value();
   std::unique_ptr<core::TransferEngine> engine = core::TransferEngine::create(*loop, {}).value();
   std::unique_ptr<weightstore::StoreClient> client =
-      weightstore::StoreClient::create(*loop, store.endpoint).value();
+      weightstore::StoreClient::create(*loop, store.endpoint, core::Security::plain()).value();
   std::unique_ptr<actor::Publisher> pub = make_publisher();
 
   std::unique_ptr<actor::Publisher> make_publisher(bool handoff = true) {
@@ -51,7 +51,8 @@ struct Setup {
 std::unique_ptr<core::Subprocess> start_relay(const std::string& store, const std::string& id) {
   auto p = core::Subprocess::spawn_argv({SLUICE_BIN, "--log-level", "warn", "relay", "--set",
                                          "relay.store=" + store, "--set", "relay.relay_id=" + id,
-                                         "--set", "relay.poll_ms=20"})
+                                         "--set", "relay.security.mode=plain", "--set",
+                                         "relay.poll_ms=20"})
                .value();
   while (true) {
     auto line = p->read_line(Millis(20000));

@@ -40,7 +40,7 @@ struct FakeManager {
   std::vector<std::uint64_t> published;
 
   FakeManager(core::EventLoop& loop, std::size_t count) : n(count) {
-    server = core::Server::create(loop, "tcp://127.0.0.1:*").value();
+    server = core::Server::create(loop, "tcp://127.0.0.1:*", core::Security::plain()).value();
     server->on_sync("mgr.collect", [this](const core::Message& m) -> core::Result<core::Message> {
       SLUICE_ASSIGN_OR_RETURN(rollout::CollectRequest q, rollout::decode_collect(m.body));
       REQUIRE(q.epoch.has_value());
@@ -91,6 +91,7 @@ TEST_SUITE("actor.trainer") {
     fs::remove_all(dir);
 
     actor::TrainerConfig cfg;
+    cfg.security.mode = "plain";
     cfg.manager = mgr.server->endpoint();
     cfg.store = store.endpoint;
     cfg.batch_trajectories = 2;
@@ -122,7 +123,8 @@ TEST_SUITE("actor.trainer") {
     // Meanwhile versions up to 12 were committed (the killed incarnation published past its
     // checkpoint), and the manager lost the acknowledgements: it sends everything again.
     auto engine = core::TransferEngine::create(*loop, {}).value();
-    auto client = weightstore::StoreClient::create(*loop, store.endpoint).value();
+    auto client =
+        weightstore::StoreClient::create(*loop, store.endpoint, core::Security::plain()).value();
     actor::PublisherOptions po;
     po.model = "policy";
     po.holder_id = "ghost";

@@ -33,25 +33,30 @@ with open(sys.argv[1], "wb") as f:
     f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
 PY
 
-"$sluice" --log-level warn weightstore --set store.listen='tcp://127.0.0.1:*' >"$work/store.out" 2>&1 &
+# The job's keys: the store admits only their members; publish acts as the actor, pull as the
+# operator.
+"$sluice" keys "$work/keys" >/dev/null
+"$sluice" --log-level warn weightstore --set store.listen='tcp://127.0.0.1:*' \
+  --set store.security.key_file="$work/keys/weightstore.key" \
+  --set store.security.members_file="$work/keys/members.json" >"$work/store.out" 2>&1 &
 pids+=($!)
 for _ in $(seq 200); do grep -q '^endpoint ' "$work/store.out" && break; sleep 0.05; done
 store=$(sed -n 's/^endpoint //p' "$work/store.out")
 [ -n "$store" ] || { echo "store did not start"; cat "$work/store.out"; exit 1; }
 
-"$sluice" --log-level warn publish --store "$store" --safetensors "$work/in.safetensors" \
+"$sluice" --log-level warn publish --keys "$work/keys" --store "$store" --safetensors "$work/in.safetensors" \
   --model ckpt --version 1 --chunk 4KiB >"$work/pub.out" 2>&1 &
 pids+=($!)
 for _ in $(seq 200); do grep -q '^published ' "$work/pub.out" && break; sleep 0.05; done
 grep -q '^published ckpt@1' "$work/pub.out" || { echo "publish failed"; cat "$work/pub.out"; exit 1; }
 
-"$sluice" --log-level warn pull --store "$store" --model ckpt --out "$work/out.safetensors"
+"$sluice" --log-level warn pull --keys "$work/keys" --store "$store" --model ckpt --out "$work/out.safetensors"
 cmp "$work/in.safetensors" "$work/out.safetensors"
 echo "ok: pulled bytes equal the published file ($(stat -c %s "$work/in.safetensors") bytes)"
 
 # A truncated file is refused.
 head -c 1000 "$work/in.safetensors" >"$work/truncated.safetensors"
-if "$sluice" --log-level warn publish --store "$store" --safetensors "$work/truncated.safetensors" \
+if "$sluice" --log-level warn publish --keys "$work/keys" --store "$store" --safetensors "$work/truncated.safetensors" \
      --version 2 >"$work/bad.out" 2>&1; then
   echo "a truncated file was published"; exit 1
 fi
@@ -70,7 +75,7 @@ h["step"]["data_offsets"] = [h["step"]["data_offsets"][0] + 2, h["step"]["data_o
 raw = json.dumps(h).encode(); raw += b" " * (-len(raw) % 8)
 open(sys.argv[2], "wb").write(struct.pack("<Q", len(raw)) + raw + data[8 + n:])
 PY
-if "$sluice" --log-level warn publish --store "$store" --safetensors "$work/lying.safetensors" \
+if "$sluice" --log-level warn publish --keys "$work/keys" --store "$store" --safetensors "$work/lying.safetensors" \
      --version 3 >"$work/lie.out" 2>&1; then
   echo "a lying header was published"; exit 1
 fi

@@ -30,7 +30,7 @@ int main(int argc, char** argv) {
   auto& loop = **loop_r;
   loop.handle_shutdown_signals();
 
-  auto server_r = Server::create(loop, endpoint);
+  auto server_r = Server::create(loop, endpoint, Security::plain());
   if (!server_r.is_ok()) {
     std::fprintf(stderr, "%s\n", server_r.status().to_string().c_str());
     return 1;

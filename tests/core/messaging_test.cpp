@@ -7,6 +7,7 @@
 
 #include "core/event_loop.hpp"
 #include "core/messaging.hpp"
+#include "core/metrics.hpp"
 #include "core/process.hpp"
 
 using namespace sluice::core;
@@ -83,7 +84,7 @@ TEST_SUITE("core.messaging") {
   TEST_CASE("request/reply round trip between two processes, with binary frames") {
     EchoServerProcess server;
     auto loop = EventLoop::create().value();
-    auto client = Client::create(*loop, server.endpoint).value();
+    auto client = Client::create(*loop, server.endpoint, Security::plain()).value();
 
     Message m("echo");
     m.body["version"] = 42;
@@ -108,7 +109,7 @@ TEST_SUITE("core.messaging") {
     auto loop = EventLoop::create().value();
     std::vector<std::unique_ptr<Client>> clients;
     for (int c = 0; c < 4; ++c)
-      clients.push_back(Client::create(*loop, server.endpoint).value());
+      clients.push_back(Client::create(*loop, server.endpoint, Security::plain()).value());
     int ok = 0, wrong = 0, done = 0;
     constexpr int kPerClient = 200;
     for (int c = 0; c < 4; ++c) {
@@ -132,7 +133,7 @@ TEST_SUITE("core.messaging") {
   TEST_CASE("a request to a dead peer ends with a clear timeout error, not a hang") {
     auto loop = EventLoop::create().value();
     // Nothing listens on port 1 of loopback.
-    auto client = Client::create(*loop, "tcp://127.0.0.1:1").value();
+    auto client = Client::create(*loop, "tcp://127.0.0.1:1", Security::plain()).value();
     auto t0 = Clock::now();
     auto r = client->call(Message("sys.ping"), Millis(300));
     auto took = Clock::now() - t0;
@@ -147,7 +148,7 @@ TEST_SUITE("core.messaging") {
   TEST_CASE("a peer killed mid-request gives a timeout error to the waiting caller") {
     EchoServerProcess server;
     auto loop = EventLoop::create().value();
-    auto client = Client::create(*loop, server.endpoint).value();
+    auto client = Client::create(*loop, server.endpoint, Security::plain()).value();
     REQUIRE(client->call(Message("sys.ping"), Millis(10000)).is_ok());
     std::optional<Result<Message>> got;
     Message slow("delay");
@@ -216,7 +217,7 @@ TEST_SUITE("core.messaging") {
     // Whatever came before, a well-formed request from another client is served, and nothing
     // the malformed ones carried was acted on (no echo was counted).
     auto loop = EventLoop::create().value();
-    auto client = Client::create(*loop, server.endpoint).value();
+    auto client = Client::create(*loop, server.endpoint, Security::plain()).value();
     auto count = client->call(Message("count"), Millis(10000));
     REQUIRE(count.is_ok());
     CHECK(count->body["echoes"] == 0);
@@ -229,12 +230,12 @@ TEST_SUITE("core.messaging") {
 
   TEST_CASE("an error reply reaches the caller as a Status with the server's code and message") {
     auto loop = EventLoop::create().value();
-    auto server = Server::create(*loop, "tcp://127.0.0.1:*").value();
+    auto server = Server::create(*loop, "tcp://127.0.0.1:*", Security::plain()).value();
     server->on_sync("fail", [](const Message&) -> Result<Message> {
       return failed_precondition("version 3 is not committed");
     });
     server->on("throws", [](const Message&, Responder) { throw std::runtime_error("boom"); });
-    auto client = Client::create(*loop, server->endpoint()).value();
+    auto client = Client::create(*loop, server->endpoint(), Security::plain()).value();
     auto r = client->call(Message("fail"), Millis(5000));
     REQUIRE_FALSE(r.is_ok());
     CHECK(r.status().code() == Code::kFailedPrecondition);
@@ -251,13 +252,19 @@ TEST_SUITE("core.messaging") {
     MessagingLimits small;
     small.max_message_bytes = 4096;
     small.max_frames = 4;
-    auto server = Server::create(*loop, "tcp://127.0.0.1:*", small).value();
+    auto server = Server::create(*loop, "tcp://127.0.0.1:*", Security::plain(), small).value();
     int handled = 0;
     server->on_sync("put", [&](const Message&) -> Result<Message> {
       ++handled;
       return Message("ok");
     });
-    auto client = Client::create(*loop, server->endpoint()).value();
+    auto client = Client::create(*loop, server->endpoint(), Security::plain()).value();
+    auto oversized = [] {
+      return process_metrics()
+          .counter("sluice_refused_total", "requests refused, by reason", {{"reason", "oversized"}})
+          .value();
+    };
+    const double oversized_before = oversized();
     Message big("put");
     big.blobs = {std::string(5000, 'a')};
     auto r = client->call(big, Millis(5000));
@@ -269,20 +276,21 @@ TEST_SUITE("core.messaging") {
     CHECK(r2.status().message().find("frames, limit 4") != std::string::npos);
     CHECK(handled == 0);
     CHECK(server->stats().rejected == 2);
+    CHECK(oversized() == oversized_before + 2);  // counted by reason, for /metrics
     CHECK(client->call(Message("put"), Millis(5000)).is_ok());
     CHECK(handled == 1);
   }
 
   TEST_CASE("one-way messages are delivered without a reply") {
     auto loop = EventLoop::create().value();
-    auto server = Server::create(*loop, "tcp://127.0.0.1:*").value();
+    auto server = Server::create(*loop, "tcp://127.0.0.1:*", Security::plain()).value();
     std::vector<int> seen;
     server->on("progress", [&](const Message& m, Responder r) {
       CHECK(r.is_oneway());
       seen.push_back(m.body["n"].get<int>());
       r.respond(Message("ignored"));  // a reply to a one-way message is dropped
     });
-    auto client = Client::create(*loop, server->endpoint()).value();
+    auto client = Client::create(*loop, server->endpoint(), Security::plain()).value();
     for (int i = 0; i < 10; ++i) {
       Message m("progress");
       m.body["n"] = i;

@@ -64,7 +64,7 @@ struct Reader {
     engine = std::move(e).value();
   }
   RemoteRegion describe(const Source& s) {
-    clients.push_back(Client::create(*loop, s.endpoint).value());
+    clients.push_back(Client::create(*loop, s.endpoint, Security::plain()).value());
     auto r = describe_region(*clients.back(), "r", Millis(10000));
     REQUIRE_MESSAGE(r.is_ok(), r.status().to_string());
     return std::move(r).value();

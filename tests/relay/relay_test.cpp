@@ -66,23 +66,24 @@ bool all_complete(weightstore::StoreClient& c, std::uint64_t version, std::size_
 void relay_killed_mid_broadcast(const std::string& tls) {
   std::vector<std::string> env = {"UCX_TLS=" + tls};
   std::string store_ep;
-  auto store = start({SLUICE_BIN, "--log-level", "warn", "weightstore", "--set",
-                      "store.listen=tcp://127.0.0.1:*", "--set", "store.holder_ttl_ms=1500"},
-                     "endpoint ", &store_ep, env);
+  auto store = start(
+      {SLUICE_BIN, "--log-level", "warn", "weightstore", "--set", "store.listen=tcp://127.0.0.1:*",
+       "--set", "store.security.mode=plain", "--set", "store.holder_ttl_ms=1500"},
+      "endpoint ", &store_ep, env);
   std::vector<std::string> ids = {"relay-a", "relay-b", "relay-c", "relay-d"};
   std::map<std::string, std::unique_ptr<core::Subprocess>> relays;
   auto loop = core::EventLoop::create().value();
   for (const auto& id : ids) {
-    relays[id] =
-        start({SLUICE_BIN, "--log-level", "warn", "relay", "--set", "relay.store=" + store_ep,
-               "--set", "relay.relay_id=" + id, "--set", "relay.poll_ms=20"},
-              "relay ", nullptr, env);
+    relays[id] = start(
+        {SLUICE_BIN, "--log-level", "warn", "relay", "--set", "relay.store=" + store_ep, "--set",
+         "relay.relay_id=" + id, "--set", "relay.security.mode=plain", "--set", "relay.poll_ms=20"},
+        "relay ", nullptr, env);
     loop->run_until([] { return false; }, Millis(100));  // join in this order
   }
   core::TransferOptions to;
   to.ucx_config = {{"TLS", tls}};
   auto engine = core::TransferEngine::create(*loop, to).value();
-  auto client = weightstore::StoreClient::create(*loop, store_ep).value();
+  auto client = weightstore::StoreClient::create(*loop, store_ep, core::Security::plain()).value();
   loop->run_until([] { return false; }, Millis(200));
 
   actor::PublisherOptions po;
@@ -148,19 +149,21 @@ TEST_SUITE("relay") {
     // Killing a relay mid-broadcast: see relay_killed_mid_broadcast() above.
     std::string store_ep;
     auto store = start({SLUICE_BIN, "--log-level", "warn", "weightstore", "--set",
-                        "store.listen=tcp://127.0.0.1:*", "--set", "store.holder_ttl_ms=5000"},
+                        "store.listen=tcp://127.0.0.1:*", "--set", "store.security.mode=plain",
+                        "--set", "store.holder_ttl_ms=5000"},
                        "endpoint ", &store_ep);
     std::vector<std::string> ids = {"relay-a", "relay-b", "relay-c"};
     std::vector<std::unique_ptr<core::Subprocess>> relays;
     for (const auto& id : ids) {
-      relays.push_back(
-          start({SLUICE_BIN, "--log-level", "warn", "relay", "--set", "relay.store=" + store_ep,
-                 "--set", "relay.relay_id=" + id, "--set", "relay.poll_ms=20"},
-                "relay "));
+      relays.push_back(start({SLUICE_BIN, "--log-level", "warn", "relay", "--set",
+                              "relay.store=" + store_ep, "--set", "relay.relay_id=" + id, "--set",
+                              "relay.security.mode=plain", "--set", "relay.poll_ms=20"},
+                             "relay "));
     }
     auto loop = core::EventLoop::create().value();
     auto engine = core::TransferEngine::create(*loop, {}).value();
-    auto client = weightstore::StoreClient::create(*loop, store_ep).value();
+    auto client =
+        weightstore::StoreClient::create(*loop, store_ep, core::Security::plain()).value();
     // Give the relays a moment to join, in order.
     loop->run_until([] { return false; }, Millis(300));
 

@@ -122,6 +122,41 @@ TEST_CASE("every prompt's trajectories reach the buffer exactly once, in every m
   }
 }
 
+TEST_CASE("a local job is authenticated by default: its keys are 0600, its roles on loopback") {
+  Run r = run_job("auth-curve", small_job("sluice"));
+  check_exactly_once(r);
+  const fs::path keys = r.dir / "keys";
+  REQUIRE(fs::exists(keys / "members.json"));
+  CHECK((fs::status(keys).permissions() & (fs::perms::group_all | fs::perms::others_all)) ==
+        fs::perms::none);
+  std::size_t files = 0;
+  for (const auto& e : fs::directory_iterator(keys)) {
+    CAPTURE(e.path().string());
+    CHECK((e.status().permissions() & fs::perms::mask) ==
+          (fs::perms::owner_read | fs::perms::owner_write));
+    ++files;
+  }
+  CHECK(files == 1 + 4 + 1 + 3);  // members, store/manager/actor/operator, a relay, 3 rollouts
+  // Each role's configuration names its own key and the members file; endpoints are loopback.
+  std::ifstream f(r.dir / "rollout-1.json");
+  json rc = json::parse(f);
+  CHECK(rc.at("rollout").at("security").at("mode") == "curve");
+  CHECK(rc.at("rollout").at("security").at("key_file") == (keys / "rollout-1.key").string());
+  CHECK(rc.at("rollout").at("store").get<std::string>().rfind("tcp://127.0.0.1:", 0) == 0);
+  std::ifstream fs_(r.dir / "weightstore.json");
+  json sc = json::parse(fs_);
+  CHECK(sc.at("store").at("listen").get<std::string>().rfind("tcp://127.0.0.1:", 0) == 0);
+  CHECK(r.output.find("PLAIN MODE") == std::string::npos);
+
+  // Plain mode runs only when the job says so, and says it loudly.
+  json plain = small_job("sync");
+  plain["auth"] = "plain";
+  Run p = run_job("auth-plain", plain);
+  check_exactly_once(p);
+  CHECK(p.output.find("PLAIN MODE") != std::string::npos);
+  CHECK_FALSE(fs::exists(p.dir / "keys"));
+}
+
 TEST_CASE("trajectories too stale to train stop early; their groups still reach the buffer once") {
   for (std::string mode : {"sluice", "partial-rollout"}) {
     CAPTURE(mode);

@@ -31,10 +31,11 @@ struct Harness {
 
   explicit Harness(rollout::ManagerConfig cfg) {
     cfg.listen = "tcp://127.0.0.1:*";
+    cfg.security.mode = "plain";
     auto m = rollout::Manager::create(*loop, cfg);
     REQUIRE_MESSAGE(m.is_ok(), m.status().to_string());
     manager = std::move(m).value();
-    client = core::Client::create(*loop, manager->endpoint()).value();
+    client = core::Client::create(*loop, manager->endpoint(), core::Security::plain()).value();
   }
 
   core::Result<core::Message> try_call(const std::string& type, json body) {

@@ -24,8 +24,9 @@ struct Harness {
 
   explicit Harness(rollout::ManagerConfig cfg) {
     cfg.listen = "tcp://127.0.0.1:*";
+    cfg.security.mode = "plain";
     manager = rollout::Manager::create(*loop, cfg).value();
-    client = core::Client::create(*loop, manager->endpoint()).value();
+    client = core::Client::create(*loop, manager->endpoint(), core::Security::plain()).value();
   }
 
   json call(const std::string& type, json body) {

@@ -414,7 +414,8 @@ TEST_SUITE("rollout.model_engine") {
     Store store;
     auto loop = core::EventLoop::create().value();
     auto transfer = core::TransferEngine::create(*loop, {}).value();
-    auto client = weightstore::StoreClient::create(*loop, store.endpoint).value();
+    auto client =
+        weightstore::StoreClient::create(*loop, store.endpoint, core::Security::plain()).value();
     actor::PublisherOptions po;
     po.model = "policy";
     po.holder_id = "actor-0";

@@ -18,7 +18,8 @@ struct StoreProcess {
   StoreProcess() {
     proc = core::Subprocess::spawn_argv({SLUICE_BIN, "--log-level", "warn", "weightstore", "--set",
                                          "store.listen=tcp://127.0.0.1:*", "--set",
-                                         "store.lease_ttl_ms=60000"})
+                                         "store.lease_ttl_ms=60000", "--set",
+                                         "store.security.mode=plain"})
                .value();
     while (endpoint.empty()) {
       auto line = proc->read_line(core::Millis(20000));

@@ -41,11 +41,12 @@ struct Setup {
 
   explicit Setup(std::uint64_t store_lease_ttl_ms) {
     cfg.listen = "tcp://127.0.0.1:*";
+    cfg.security.mode = "plain";
     cfg.lease_ttl_ms = store_lease_ttl_ms;
     cfg.expire_interval_ms = 50;
     store = StoreService::create(*loop, cfg).value();
     cfg.listen = store->endpoint();  // a restart binds the same address
-    client = StoreClient::create(*loop, cfg.listen, Millis(2000)).value();
+    client = StoreClient::create(*loop, cfg.listen, core::Security::plain(), Millis(2000)).value();
     HolderOptions ho;
     ho.holder_id = "h";
     ho.drain_check = Millis(50);

@@ -45,7 +45,7 @@ struct Setup {
   std::unique_ptr<core::TransferEngine> engine =
       core::TransferEngine::create(*loop, same_host()).value();
   std::unique_ptr<weightstore::StoreClient> client =
-      weightstore::StoreClient::create(*loop, store.endpoint).value();
+      weightstore::StoreClient::create(*loop, store.endpoint, core::Security::plain()).value();
   std::unique_ptr<actor::Publisher> pub;
   std::vector<std::unique_ptr<core::TransferEngine>> engines;
   std::vector<std::unique_ptr<weightstore::Reader>> readers;  // before their engines go

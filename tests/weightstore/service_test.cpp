@@ -22,7 +22,8 @@ struct StoreProcess {
   std::string endpoint;
   explicit StoreProcess(const std::string& listen) {
     proc = core::Subprocess::spawn_argv({SLUICE_BIN, "--log-level", "warn", "weightstore", "--set",
-                                         "store.listen=" + listen})
+                                         "store.listen=" + listen, "--set",
+                                         "store.security.mode=plain"})
                .value();
     while (true) {
       auto line = proc->read_line(Millis(20000));
@@ -98,8 +99,9 @@ TEST_SUITE("weightstore.service") {
     auto loop = core::EventLoop::create().value();
     ServiceConfig cfg;
     cfg.listen = "tcp://127.0.0.1:*";
+    cfg.security.mode = "plain";
     auto svc = StoreService::create(*loop, cfg).value();
-    auto c = core::Client::create(*loop, svc->endpoint()).value();
+    auto c = core::Client::create(*loop, svc->endpoint(), core::Security::plain()).value();
     // Some state first: a committed version, a partial holder, a lease.
     REQUIRE(call(*c, encode(reg("actor", 2))).is_ok());
     REQUIRE(call(*c, encode(reg("relay-1", 2, {true, false, false, false}))).is_ok());
@@ -168,7 +170,7 @@ TEST_SUITE("weightstore.service") {
   TEST_CASE("publish, commit, latest and a ranked read plan through a store process") {
     StoreProcess store("tcp://127.0.0.1:*");
     auto loop = core::EventLoop::create().value();
-    auto c = core::Client::create(*loop, store.endpoint).value();
+    auto c = core::Client::create(*loop, store.endpoint, core::Security::plain()).value();
 
     Message put("store.put_manifest");
     put.body["manifest"] = manifest(1).to_json();
@@ -227,7 +229,7 @@ TEST_SUITE("weightstore.service") {
       StoreProcess first("tcp://127.0.0.1:*");
       endpoint = first.endpoint;
       auto loop = core::EventLoop::create().value();
-      auto c = core::Client::create(*loop, endpoint).value();
+      auto c = core::Client::create(*loop, endpoint, core::Security::plain()).value();
       REQUIRE(call(*c, encode(reg("relay-1", 3))).is_ok());
       REQUIRE(call(*c, encode(reg("relay-1", 4))).is_ok());
       CHECK(call(*c, latest_req())->body["version"] == 4);
@@ -236,7 +238,7 @@ TEST_SUITE("weightstore.service") {
     }
     StoreProcess second(endpoint);  // same port
     auto loop = core::EventLoop::create().value();
-    auto c = core::Client::create(*loop, endpoint).value();
+    auto c = core::Client::create(*loop, endpoint, core::Security::plain()).value();
     CHECK(call(*c, latest_req()).status().code() == Code::kNotFound);
     // The holder's heartbeat tells it to register again; it does, with what it holds.
     Message hb("store.heartbeat");

@@ -387,3 +387,29 @@ TEST_SUITE("weightstore.handoff") {
     CHECK(u.drained("actor", "m", 1).value() == true);
   }
 }
+
+TEST_SUITE("weightstore.owners") {
+  TEST_CASE("a holder id belongs to the identity that registered it, while it lives") {
+    WeightStore s(StoreConfig{2, Millis(100)});
+    auto m = manifest(1);
+    REQUIRE(s.put_manifest(m).is_ok());
+    CHECK(s.knows("m", 1));
+    CHECK_FALSE(s.knows("m", 2));
+    REQUIRE(s.register_holder(holder("actor-0", m), t0, "actor").is_ok());
+    CHECK(s.check_owner("actor-0", "actor").is_ok());
+    CHECK(s.check_owner("actor-0", "").is_ok());          // plain mode: nobody is known
+    CHECK(s.check_owner("nobody", "rollout-0").is_ok());  // unknown: the request says not_found
+    CHECK(s.check_owner("actor-0", "rollout-0").code() == Code::kPermissionDenied);
+    const std::string before = s.state_digest();
+    auto again = s.register_holder(holder("actor-0", m), t0, "rollout-0");
+    CHECK(again.code() == Code::kPermissionDenied);
+    CHECK(again.message().find("registered by actor") != std::string::npos);
+    CHECK(s.state_digest() == before);
+    // The owner registers again (after a store restart, or another version): still its own.
+    CHECK(s.register_holder(holder("actor-0", m), t0 + Millis(10), "actor").is_ok());
+    // Once the holder expired, the id is free.
+    CHECK(s.expire(t0 + Millis(500)) == std::vector<std::string>{"actor-0"});
+    CHECK(s.register_holder(holder("actor-0", m), t0 + Millis(510), "relay-0").is_ok());
+    CHECK(s.check_owner("actor-0", "relay-0").is_ok());
+  }
+}

@@ -1,0 +1,28 @@
+#!/bin/sh
+# `sluice keys DIR`: every key file and the members file have mode 0600, the folder 0700; a role
+# refuses a secret key file that others may read, naming the path.
+set -eu
+sluice=$1
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+"$sluice" keys "$work/keys" --relays 2 --rollouts 3 >"$work/out"
+n=0
+for f in "$work"/keys/*.key "$work/keys/members.json"; do
+  mode=$(stat -c %a "$f")
+  [ "$mode" = 600 ] || { echo "$f has mode $mode, not 600"; exit 1; }
+  n=$((n + 1))
+done
+# weightstore, rollout-manager, actor, operator, 2 relays, 3 rollouts, and members.json
+[ "$n" -eq 10 ] || { echo "expected 10 files, found $n"; ls -l "$work/keys"; exit 1; }
+[ "$(stat -c %a "$work/keys")" = 700 ] || { echo "the keys folder is not 0700"; exit 1; }
+grep -q '"role": "relay"' "$work/keys/members.json"
+if grep -q secret "$work/keys/members.json"; then echo "members.json holds a secret"; exit 1; fi
+echo "ok: $n files, mode 600"
+chmod 644 "$work/keys/weightstore.key"
+if out=$("$sluice" --log-level warn weightstore --set store.listen='tcp://127.0.0.1:*' \
+    --set store.security.key_file="$work/keys/weightstore.key" \
+    --set store.security.members_file="$work/keys/members.json" 2>&1); then
+  echo "a store started with a world-readable key"; exit 1
+fi
+echo "$out" | grep -q "$work/keys/weightstore.key.*mode 0644" || { echo "$out"; exit 1; }
+echo "ok: world-readable key refused: $out"
