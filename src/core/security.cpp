@@ -307,6 +307,11 @@ Status SecurityConfig::check_files() const {
 }
 
 Result<Security> load_security(const SecurityConfig& cfg, const std::string& who) {
+  // Every role's /metrics shows its refusal counters from the start, at 0 until something is
+  // refused (a scraper can alert on a rate without waiting for the first refusal to create it).
+  for (const char* reason : {"unauthenticated", "role", "owner", "malformed", "oversized"})
+    process_metrics().counter("sluice_refused_total", "requests refused, by reason",
+                              {{"reason", reason}});
   SLUICE_TRY(cfg.check_files().with_context(who));
   if (cfg.mode == "plain") {
     warn_plain(who);

@@ -425,6 +425,10 @@ TEST_CASE("while a job runs, every role serves valid Prometheus text on /metrics
     CHECK_MESSAGE(testing::prometheus_text_error(r.body) == "", r.body);
     CHECK_MESSAGE(r.body.find("role=\"" + role + "\"") != std::string::npos, r.body);
     CHECK_MESSAGE(r.body.find(expect.at(role)) != std::string::npos, r.body);
+    // Its refusal counters are there from the start (issue 19), at 0 or more.
+    CHECK_MESSAGE(
+        r.body.find("sluice_refused_total{reason=\"unauthenticated\"") != std::string::npos,
+        r.body);
   }
   REQUIRE(launcher->signal(SIGTERM).is_ok());
   launcher->read_all(Millis(60000));
