@@ -4,6 +4,7 @@
 #include <set>
 
 #include "core/log.hpp"
+#include "core/metrics.hpp"
 #include "core/transfer.hpp"
 #include "weightstore/client.hpp"
 #include "weightstore/holder.hpp"
@@ -69,6 +70,11 @@ struct Relay::Impl {
   bool stopping = false;
   bool joined = false;
   Clock::time_point last_heartbeat{};
+  // Exported on the role's /metrics (core::process_metrics()).
+  core::Counter& m_bytes = core::process_metrics().counter("sluice_relay_bytes_received_total",
+                                                           "weight bytes received and verified");
+  core::Gauge& m_version =
+      core::process_metrics().gauge("sluice_relay_version", "the newest version held whole");
 
   Impl(core::EventLoop& l, RelayConfig c) : loop(l), config(std::move(c)) {}
   ~Impl() {
@@ -164,7 +170,7 @@ struct Relay::Impl {
     std::string from = c.source;
     engine->read(
         {{from, c.source_desc}}, {r}, *c.buffer, read_options(),
-        [this, cp, i, from](Result<core::ReadStats> st) {
+        [this, cp, i, from, bytes = r.bytes](Result<core::ReadStats> st) {
           cp->reading.erase(i);
           if (!st.is_ok()) {
             log::warn(
@@ -176,12 +182,15 @@ struct Relay::Impl {
             if (cp->source == from) cp->source.clear();
           } else {
             cp->have[i] = true;
+            m_bytes.inc(bytes);
             holder->update_chunks(cp->manifest.version, cp->have);
             cp->unreported.push_back(i);
             cp->complete = std::all_of(cp->have.begin(), cp->have.end(), [](bool b) { return b; });
             if (cp->complete) {
               log::info("relay {}: holds {}@{} ({} bytes)", config.relay_id, cp->manifest.model,
                         cp->manifest.version, cp->manifest.total_bytes);
+              if (static_cast<double>(cp->manifest.version) > m_version.value())
+                m_version.set(static_cast<double>(cp->manifest.version));
             }
             report(*cp);
           }

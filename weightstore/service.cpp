@@ -1,6 +1,7 @@
 #include "weightstore/service.hpp"
 
 #include "core/log.hpp"
+#include "core/metrics.hpp"
 #include "weightstore/protocol.hpp"
 
 namespace sluice::weightstore {
@@ -62,9 +63,26 @@ Result<std::unique_ptr<StoreService>> StoreService::create(core::EventLoop& loop
       log::warn("weightstore: holder {} expired (no heartbeat for {} ms)", id,
                 raw->config_.holder_ttl_ms);
     }
+    raw->export_metrics();
   });
   log::info("weightstore: listening on {}", s->endpoint());
   return s;
+}
+
+void StoreService::export_metrics() {
+  auto& reg = core::process_metrics();
+  const auto requests = server_->stats().requests + server_->stats().oneway;
+  reg.counter("sluice_store_requests_total", "control requests served")
+      .inc(requests - requests_exported_);
+  requests_exported_ = requests;
+  reg.gauge("sluice_store_holders", "holders registered")
+      .set(static_cast<double>(store_.holder_count()));
+  for (const auto& model : store_.models()) {
+    auto latest = store_.latest(model);
+    if (latest.is_ok())
+      reg.gauge("sluice_store_latest_version", "the newest committed version", {{"model", model}})
+          .set(static_cast<double>(*latest));
+  }
 }
 
 const std::string& StoreService::endpoint() const {

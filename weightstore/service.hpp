@@ -65,12 +65,15 @@ class StoreService {
  private:
   StoreService(core::EventLoop& loop, const ServiceConfig& config);
   void install_handlers();
+  // Requests, holders and each model's latest version into the process metrics (/metrics).
+  void export_metrics();
 
   core::EventLoop& loop_;
   ServiceConfig config_;
   WeightStore store_;
   std::unique_ptr<core::Server> server_;
   std::unique_ptr<core::EventLoop::Timer> expiry_;
+  std::uint64_t requests_exported_ = 0;
 };
 
 }  // namespace sluice::weightstore

@@ -238,6 +238,13 @@ std::string WeightStore::state_digest() const {
   return fmt::format("{:016x}", core::chunk_checksum(t.data(), t.size()));
 }
 
+std::vector<std::string> WeightStore::models() const {
+  std::vector<std::string> out;
+  for (const auto& [name, m] : models_)
+    out.push_back(name);
+  return out;
+}
+
 core::Result<std::uint64_t> WeightStore::latest(const std::string& model) const {
   auto m = models_.find(model);
   if (m == models_.end() || m->second.latest == 0) {

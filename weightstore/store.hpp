@@ -191,6 +191,8 @@ class WeightStore {
   std::vector<HolderState> holders(const std::string& model, std::uint64_t version) const;
 
   std::size_t holder_count() const { return holders_.size(); }
+  // The models the store has a version of.
+  std::vector<std::string> models() const;
   std::size_t active_leases(const std::string& holder_id) const;
 
  private:

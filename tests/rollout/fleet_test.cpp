@@ -414,8 +414,8 @@ TEST_CASE("while a job runs, every role serves valid Prometheus text on /metrics
       {"rollout", "sluice_rollout_tokens_generated_total"},
       {"actor", "sluice_actor_version"},
       {"rollout-manager", "sluice_manager_trajectories_finished_total"},
-      {"weightstore", "sluice_role_info"},
-      {"relay", "sluice_role_info"}};
+      {"weightstore", "sluice_store_latest_version"},
+      {"relay", "sluice_relay_bytes_received_total"}};
   for (const auto& t : targets) {
     const std::string role = t.at("labels").at("role").get<std::string>();
     const std::string url = "http://" + t.at("targets").at(0).get<std::string>() + "/metrics";
