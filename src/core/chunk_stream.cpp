@@ -12,6 +12,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <deque>
@@ -27,13 +28,9 @@ namespace sluice::core {
 
 namespace {
 
+using namespace chunk_wire;
 constexpr char kRequestMagic[4] = {'S', 'L', 'C', 'Q'};
 constexpr char kReplyMagic[4] = {'S', 'L', 'C', 'P'};
-constexpr std::size_t kRequestBytes = 48;
-constexpr std::size_t kReplyBytes = 32;
-constexpr std::uint16_t kOk = 0;
-constexpr std::uint16_t kUnknownRegion = 1;
-constexpr std::uint16_t kOutOfRange = 2;
 // Replies queued per connection before the server stops reading that connection's requests
 // (readers keep ReadOptions::max_in_flight_per_source, 8 by default, in flight).
 constexpr std::size_t kMaxQueuedReplies = 64;
@@ -87,6 +84,67 @@ std::string read_first_line(const char* path) {
 }
 
 }  // namespace
+
+namespace chunk_wire {
+
+void encode_request(const Request& r, std::uint8_t* out) {
+  std::memcpy(out, kRequestMagic, 4);
+  put_u(out + 4, kChunkStreamVersion, 2);
+  put_u(out + 6, 0, 2);
+  std::memset(out + 8, 0, kStreamTokenBytes);
+  std::memcpy(out + 8, r.token.data(), std::min(r.token.size(), kStreamTokenBytes));
+  put_u(out + 24, r.offset, 8);
+  put_u(out + 32, r.length, 8);
+  put_u(out + 40, r.id, 8);
+}
+
+Result<Request> decode_request(const std::uint8_t* p, std::size_t n) {
+  if (n != kRequestBytes)
+    return protocol_error("chunk stream request of " + std::to_string(n) + " bytes, not " +
+                          std::to_string(kRequestBytes));
+  if (std::memcmp(p, kRequestMagic, 4) != 0 || get_u(p + 4, 2) != kChunkStreamVersion ||
+      get_u(p + 6, 2) != 0)
+    return protocol_error("chunk stream request with a bad magic, version or reserved field");
+  Request r;
+  r.token.assign(reinterpret_cast<const char*>(p + 8), kStreamTokenBytes);
+  r.offset = get_u(p + 24, 8);
+  r.length = get_u(p + 32, 8);
+  r.id = get_u(p + 40, 8);
+  return r;
+}
+
+void encode_reply_header(const ReplyHeader& h, std::uint8_t* out) {
+  std::memcpy(out, kReplyMagic, 4);
+  put_u(out + 4, kChunkStreamVersion, 2);
+  put_u(out + 6, h.status, 2);
+  put_u(out + 8, h.id, 8);
+  put_u(out + 16, h.length, 8);
+  put_u(out + 24, 0, 8);
+}
+
+Result<ReplyHeader> decode_reply_header(const std::uint8_t* p, std::size_t n) {
+  if (n != kReplyBytes)
+    return protocol_error("chunk stream reply header of " + std::to_string(n) + " bytes, not " +
+                          std::to_string(kReplyBytes));
+  if (std::memcmp(p, kReplyMagic, 4) != 0 || get_u(p + 4, 2) != kChunkStreamVersion ||
+      get_u(p + 24, 8) != 0)
+    return protocol_error("chunk stream reply with a bad magic, version or reserved field");
+  ReplyHeader h;
+  h.status = static_cast<std::uint16_t>(get_u(p + 6, 2));
+  h.id = get_u(p + 8, 8);
+  h.length = get_u(p + 16, 8);
+  if (h.status != kOk && h.status != kUnknownRegion && h.status != kOutOfRange)
+    return protocol_error("chunk stream reply of unknown status " + std::to_string(h.status));
+  if (h.status != kOk && h.length != 0)
+    return protocol_error("chunk stream refusal that carries a payload");
+  return h;
+}
+
+bool range_inside(std::uint64_t size, std::uint64_t offset, std::uint64_t length) {
+  return length > 0 && offset <= size && length <= size - offset;
+}
+
+}  // namespace chunk_wire
 
 const std::string& local_host_id() {
   static const std::string id = [] {
@@ -201,47 +259,39 @@ struct ChunkServer::Impl {
   }
 
   bool queue_reply(Conn* c) {
-    const std::uint8_t* r = c->in;
-    if (std::memcmp(r, kRequestMagic, 4) != 0 || get_u(r + 4, 2) != kChunkStreamVersion) {
+    auto req = decode_request(c->in, kRequestBytes);
+    if (!req.is_ok()) {
       ++stats.refused;
       count_refusal("malformed", "chunk stream " + c->peer.substr(0, c->peer.rfind(':')),
                     "a request with a bad magic or version: connection closed");
       drop(c, false);
       return false;
     }
-    std::string token(reinterpret_cast<const char*>(r + 8), kStreamTokenBytes);
-    const std::uint64_t offset = get_u(r + 24, 8);
-    const std::uint64_t length = get_u(r + 32, 8);
-    const std::uint64_t id = get_u(r + 40, 8);
     ++stats.requests;
     Reply rep;
-    std::uint16_t status = kOk;
-    auto it = regions.find(token);
+    ReplyHeader h;
+    h.id = req->id;
+    auto it = regions.find(req->token);
     if (it == regions.end()) {
-      status = kUnknownRegion;
-    } else if (offset > it->second.size || length > it->second.size - offset || length == 0) {
-      status = kOutOfRange;
+      h.status = kUnknownRegion;
+    } else if (!range_inside(it->second.size, req->offset, req->length)) {
+      h.status = kOutOfRange;
     }
-    if (status != kOk) {
+    if (h.status != kOk) {
       // A reader with a plan from before a copy was withdrawn asks for a token that is gone, so
       // this is not always hostile; counted all the same, and logged once per peer.
       ++stats.refused;
-      count_refusal(status == kUnknownRegion ? "unknown_region" : "range",
+      count_refusal(h.status == kUnknownRegion ? "unknown_region" : "range",
                     "chunk stream " + c->peer.substr(0, c->peer.rfind(':')),
-                    status == kUnknownRegion ? "a request for a region this holder does not serve"
-                                             : "a range outside the region");
+                    h.status == kUnknownRegion ? "a request for a region this holder does not serve"
+                                               : "a range outside the region");
+    } else {
+      h.length = req->length;
+      rep.data = it->second.data + req->offset;
+      rep.length = req->length;
+      rep.token = std::move(req->token);
     }
-    std::memcpy(rep.header, kReplyMagic, 4);
-    put_u(rep.header + 4, kChunkStreamVersion, 2);
-    put_u(rep.header + 6, status, 2);
-    put_u(rep.header + 8, id, 8);
-    put_u(rep.header + 16, status == kOk ? length : 0, 8);
-    put_u(rep.header + 24, 0, 8);
-    if (status == kOk) {
-      rep.data = it->second.data + offset;
-      rep.length = length;
-      rep.token = std::move(token);
-    }
+    encode_reply_header(h, rep.header);
     c->out.push_back(std::move(rep));
     return true;
   }
@@ -507,13 +557,7 @@ struct ChunkStream::Impl {
     while (!waiting.empty() && sent.size() < kMaxReaderPipeline) {
       Get& g = waiting.front();
       std::uint8_t r[kRequestBytes];
-      std::memcpy(r, kRequestMagic, 4);
-      put_u(r + 4, kChunkStreamVersion, 2);
-      put_u(r + 6, 0, 2);
-      std::memcpy(r + 8, token.data(), kStreamTokenBytes);
-      put_u(r + 24, g.offset, 8);
-      put_u(r + 32, g.length, 8);
-      put_u(r + 40, g.id, 8);
+      encode_request({token, g.offset, g.length, g.id}, r);
       out.append(reinterpret_cast<const char*>(r), kRequestBytes);
       sent.push_back(std::move(g));
       waiting.pop_front();
@@ -571,17 +615,18 @@ struct ChunkStream::Impl {
 
   // Checks a reply header against the oldest request; false when the stream failed.
   bool take_header() {
-    if (std::memcmp(header, kReplyMagic, 4) != 0 || get_u(header + 4, 2) != kChunkStreamVersion) {
-      fail(protocol_error("chunk stream: the holder's reply is malformed (magic or version)"));
+    auto h = decode_reply_header(header, kReplyBytes);
+    if (!h.is_ok()) {
+      fail(h.status());
       return false;
     }
     if (sent.empty()) {
       fail(protocol_error("chunk stream: a reply to no request"));
       return false;
     }
-    const auto status = get_u(header + 6, 2);
-    const auto id = get_u(header + 8, 8);
-    const auto length = get_u(header + 16, 8);
+    const auto status = h->status;
+    const auto id = h->id;
+    const auto length = h->length;
     const Get& g = sent.front();
     if (id != g.id) {
       fail(protocol_error("chunk stream: reply " + std::to_string(id) + " out of order (expected " +

@@ -37,6 +37,40 @@ namespace sluice::core {
 inline constexpr std::uint16_t kChunkStreamVersion = 1;
 inline constexpr std::size_t kStreamTokenBytes = 16;
 
+// The wire format above as pure functions, shared by both ends and by the fuzz target
+// (tests/fuzz/fuzz_chunk_stream.cpp).
+namespace chunk_wire {
+inline constexpr std::size_t kRequestBytes = 48;
+inline constexpr std::size_t kReplyBytes = 32;
+inline constexpr std::uint16_t kOk = 0;
+inline constexpr std::uint16_t kUnknownRegion = 1;
+inline constexpr std::uint16_t kOutOfRange = 2;
+
+struct Request {
+  std::string token;  // kStreamTokenBytes
+  std::uint64_t offset = 0;
+  std::uint64_t length = 0;
+  std::uint64_t id = 0;
+};
+struct ReplyHeader {
+  std::uint16_t status = kOk;
+  std::uint64_t id = 0;
+  std::uint64_t length = 0;  // payload bytes that follow (0 unless status is kOk)
+};
+
+// Writes kRequestBytes to out. The token must be kStreamTokenBytes long.
+void encode_request(const Request& r, std::uint8_t* out);
+// Exactly kRequestBytes; protocol_error on a bad magic or version, or a non-zero reserved field.
+Result<Request> decode_request(const std::uint8_t* p, std::size_t n);
+void encode_reply_header(const ReplyHeader& h, std::uint8_t* out);  // kReplyBytes
+// Exactly kReplyBytes; protocol_error on a bad magic, version, reserved field or unknown status,
+// or a payload length on a refusal.
+Result<ReplyHeader> decode_reply_header(const std::uint8_t* p, std::size_t n);
+// Whether [offset, offset + length) is a non-empty range inside a region of `size` bytes,
+// without overflow.
+bool range_inside(std::uint64_t size, std::uint64_t offset, std::uint64_t length);
+}  // namespace chunk_wire
+
 // This machine's identity for choosing a transport: the kernel's boot id and the IPC namespace
 // (shared memory reaches exactly the processes that share both).
 const std::string& local_host_id();

@@ -52,6 +52,42 @@ struct Fixture {
 }  // namespace
 
 TEST_SUITE("core.chunk_stream") {
+  TEST_CASE(
+      "the wire format: requests and replies round-trip; ranges are judged without overflow") {
+    namespace w = chunk_wire;
+    std::uint8_t buf[w::kRequestBytes];
+    w::encode_request({std::string(kStreamTokenBytes, 'k'), 4096, 512, 77}, buf);
+    auto r = w::decode_request(buf, sizeof buf);
+    REQUIRE(r.is_ok());
+    CHECK(r->token == std::string(kStreamTokenBytes, 'k'));
+    CHECK(r->offset == 4096);
+    CHECK(r->length == 512);
+    CHECK(r->id == 77);
+    CHECK(w::decode_request(buf, sizeof buf - 1).status().code() == Code::kProtocol);
+    buf[0] = 'X';
+    CHECK(w::decode_request(buf, sizeof buf).status().code() == Code::kProtocol);
+
+    std::uint8_t h[w::kReplyBytes];
+    w::encode_reply_header({w::kOk, 5, 512}, h);
+    auto ok = w::decode_reply_header(h, sizeof h);
+    REQUIRE(ok.is_ok());
+    CHECK(ok->length == 512);
+    w::encode_reply_header({w::kOutOfRange, 5, 9}, h);  // a refusal that claims a payload
+    CHECK(w::decode_reply_header(h, sizeof h).status().code() == Code::kProtocol);
+    w::encode_reply_header({7, 5, 0}, h);  // a status no version knows
+    CHECK(w::decode_reply_header(h, sizeof h).status().code() == Code::kProtocol);
+
+    const std::uint64_t max = ~std::uint64_t{0};
+    CHECK(w::range_inside(100, 0, 100));
+    CHECK(w::range_inside(100, 99, 1));
+    CHECK_FALSE(w::range_inside(100, 99, 2));
+    CHECK_FALSE(w::range_inside(100, 100, 1));
+    CHECK_FALSE(w::range_inside(100, 0, 0));
+    CHECK_FALSE(w::range_inside(100, max, 2));  // offset + length wraps to 1
+    CHECK_FALSE(w::range_inside(max, 2, max));
+    CHECK(w::range_inside(max, 1, max - 1));
+  }
+
   TEST_CASE("pipelined reads arrive byte for byte, in any order of offsets") {
     Fixture f;
     auto mem = pattern(8u << 20, 7);
