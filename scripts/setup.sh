@@ -17,6 +17,9 @@ packages=(
   libopenblas-dev                 # reference model matrix products
   iproute2                        # emulated hosts: ip netns, veth, tc
   clang libclang-rt-14-dev        # libFuzzer targets (scripts/fuzz.sh)
+  python3-dev pybind11-dev        # the Python package (python/)
+  python3-numpy python3-torch     # its tensors; the PyTorch example (examples/torch_grpo)
+  python3-venv python3-pip python3-setuptools python3-wheel  # pip install ./python, offline
 )
 
 missing=()

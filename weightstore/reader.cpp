@@ -84,6 +84,10 @@ const core::Manifest* Reader::current_manifest() const {
   return current_ ? &current_->manifest : nullptr;
 }
 
+const core::Manifest* Reader::staged_manifest() const {
+  return staged_ ? &staged_->manifest : nullptr;
+}
+
 std::span<const std::uint8_t> Reader::current_bytes() const {
   if (!current_) return {};
   return {current_->buffer->data(), current_->manifest.total_bytes};
@@ -123,6 +127,28 @@ void Reader::pull_latest(Done done) {
         }
         fetch(*latest, local_only);
       });
+}
+
+void Reader::pull_version(std::uint64_t version, Done done) {
+  if (version == 0) return pull_latest(std::move(done));
+  if (busy_) {
+    // Once the pull in flight ends (finish() hands its waiters over before calling them, so a
+    // waiter may start the next pull).
+    waiters_.push_back([this, version, done = std::move(done)](Result<std::uint64_t>) mutable {
+      pull_version(version, std::move(done));
+    });
+    return;
+  }
+  if (version == current_version() || version == staged_version()) {
+    std::weak_ptr<bool> alive = alive_;
+    loop_->post([alive, version, done = std::move(done)] {
+      if (!alive.expired()) done(version);
+    });
+    return;
+  }
+  busy_ = true;
+  waiters_.push_back(std::move(done));
+  fetch(version);
 }
 
 Result<std::uint64_t> Reader::pull(std::uint64_t version, Millis timeout) {

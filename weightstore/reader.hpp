@@ -79,6 +79,12 @@ class Reader {
   // pull: `done` gets that pull's result.
   void pull_latest(Done done);
 
+  // pull_latest() for one given version (0: the latest), without blocking: `done` runs once on
+  // the loop thread with the version once it is current or staged, or with the error (as pull()
+  // names them; there is no overall timeout here, the read's own ones apply). Called while a
+  // pull is in flight, it starts once that one ended.
+  void pull_version(std::uint64_t version, Done done);
+
   // Blocking: stages `version` (0: the latest committed one) and returns it once staged; returns
   // at once when it is already current or staged. Waits first for a pull in flight. Errors:
   // not_found for a version the store does not know, failed_precondition for one not committed,
@@ -95,8 +101,9 @@ class Reader {
   // 0 when none.
   std::uint64_t current_version() const;
   std::uint64_t staged_version() const;
-  // The current version's manifest; nullptr when there is none.
+  // The current (staged) version's manifest; nullptr when there is none.
   const core::Manifest* current_manifest() const;
+  const core::Manifest* staged_manifest() const;
   // The current version's bytes (empty when there is none). Valid until the next swap() or
   // close(); never torn: a version is staged only once every chunk has been verified.
   std::span<const std::uint8_t> current_bytes() const;

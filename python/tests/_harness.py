@@ -1,0 +1,106 @@
+"""Test helpers: a job's keys, a weight store and a rollout manager as child processes of the
+sluice binary (SLUICE_BIN), cleaned up at exit."""
+
+import atexit
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+SLUICE = os.environ.get("SLUICE_BIN", "sluice")
+_procs = []
+_dirs = []
+
+
+def _cleanup():
+    for p in _procs:
+        if p.poll() is None:
+            p.terminate()
+            try:
+                p.wait(5)
+            except subprocess.TimeoutExpired:
+                p.kill()
+    for d in _dirs:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+atexit.register(_cleanup)
+
+
+def need_torch():
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        print("skip: torch is not installed for", sys.executable)
+        sys.exit(77)
+
+
+def workdir():
+    d = tempfile.mkdtemp(prefix="sluice-py-")
+    _dirs.append(d)
+    return d
+
+
+def make_keys(work, rollouts=2, relays=0):
+    keys = os.path.join(work, "keys")
+    subprocess.run([SLUICE, "keys", keys, "--rollouts", str(rollouts), "--relays", str(relays)],
+                   check=True, stdout=subprocess.DEVNULL)
+    return keys
+
+
+def security(keys, identity):
+    return {"mode": "curve", "key_file": os.path.join(keys, identity + ".key"),
+            "members_file": os.path.join(keys, "members.json")}
+
+
+def _start(args, out, ready=r"^endpoint (\S+)", timeout=20.0):
+    f = open(out, "w")
+    p = subprocess.Popen(args, stdout=f, stderr=subprocess.STDOUT)
+    _procs.append(p)
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        with open(out) as g:
+            m = re.search(ready, g.read(), re.M)
+        if m:
+            return p, m.group(1)
+        if p.poll() is not None:
+            break
+        time.sleep(0.05)
+    with open(out) as g:
+        raise RuntimeError(f"{args[1]} did not start: {g.read()}")
+
+
+def start_store(work, keys):
+    return _start([SLUICE, "--log-level", "warn", "weightstore",
+                   "--set", "store.listen=tcp://127.0.0.1:*",
+                   "--set", "store.security.key_file=" + os.path.join(keys, "weightstore.key"),
+                   "--set", "store.security.members_file=" + os.path.join(keys, "members.json")],
+                  os.path.join(work, "store.out"))[1]
+
+
+def start_manager(work, keys, *settings):
+    args = [SLUICE, "--log-level", "warn", "rollout-manager",
+            "--set", "manager.listen=tcp://127.0.0.1:*",
+            "--set", "manager.security.key_file=" + os.path.join(keys, "rollout-manager.key"),
+            "--set", "manager.security.members_file=" + os.path.join(keys, "members.json")]
+    for s in settings:
+        args += ["--set", s]
+    return _start(args, os.path.join(work, "manager.out"))[1]
+
+
+def check(cond, what):
+    if not cond:
+        raise AssertionError(what)
+    print("ok:", what)
+
+
+def raises(exc, fn, what):
+    try:
+        fn()
+    except exc as e:
+        print("ok:", what, "->", type(e).__name__, str(e)[:160])
+        return e
+    raise AssertionError(what + ": nothing raised")
