@@ -813,6 +813,16 @@ Result<std::unique_ptr<TransferEngine>> TransferEngine::create(EventLoop& loop,
   if (opts.progress == TransferOptions::Progress::kAuto) wakeup = event_capable(impl->tls);
   SLUICE_ASSIGN_OR_RETURN(impl->ctx, ucx::Context::create(wakeup, ucx_config));
   impl->net_rdma = network_rdma(impl->ctx->transport_names());
+  // What UCX opened, not only what UCX_TLS named: with chunk streams taking tcp, an engine whose
+  // UCX has no network transport reaches peers by shared memory only, where UCX 1.13 has no peer
+  // failure handler (trying one anyway makes UCX print an error for every new peer).
+  {
+    bool network = false;
+    for (const auto& t : impl->ctx->transport_names())
+      if (t != "self" && !is_shm_transport(t) && t.rfind("cuda", 0) != 0 && t.rfind("rocm", 0) != 0)
+        network = true;
+    if (!network) impl->shm_only = true;
+  }
   SLUICE_ASSIGN_OR_RETURN(impl->worker, ucx::Worker::create(*impl->ctx));
   Impl* raw = impl.get();
   std::unique_ptr<TransferEngine> engine(new TransferEngine(std::move(impl)));
