@@ -41,12 +41,18 @@ def main() -> int:
     ap.add_argument("--eval-every", type=int, default=20)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--warmstart-steps", type=int, help="instead of the job's (a quick check)")
+    ap.add_argument("--eval-prompts", type=int, help="instead of the job's (a quick check)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     with open(args.job) as f:
         job = json.load(f)
     lc = job["actor"]["learner"]
+    if args.warmstart_steps is not None:
+        lc["warmstart_steps"] = args.warmstart_steps
+    if args.eval_prompts is not None:
+        lc["eval_prompts"] = args.eval_prompts
     group = job["manager"]["group_size"]
     prompts_per_step = job["manager"]["batch_trajectories"] // group
     temperature = job["rollout"]["gpt"].get("temperature", 1.0)
