@@ -25,7 +25,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import role  # noqa: E402
 from engine import Engine, Seq  # noqa: E402
-from learner import model_config  # noqa: E402
+from learner import model_config, reward  # noqa: E402
 from model import Gpt  # noqa: E402
 
 import sluice  # noqa: E402
@@ -82,7 +82,7 @@ def main() -> int:
     max_seq = eng_cfg["max_sequences"]
     kv = eng_cfg.get("max_kv_tokens", 0) or max_seq * model.config.context
     engine = Engine(model, max_seq, eng_cfg.get("temperature", 1.0),
-                    lambda p, resp: task.reward(p, resp),
+                    lambda p, resp: reward(task, p, resp),
                     seed=int(opts.get("seed", 1)) * 7919 + zlib.crc32(rid.encode()))
     # Serving peers is off, as sluice rollout's "auto" decides with UCX 1.13 (rollout/worker.hpp).
     reader = sluice.Reader(r["store"], r["model"], holder_id=rid, security=r["security"],

@@ -46,6 +46,21 @@ class Sample:
     weight: float = 1.0
 
 
+def in_vocabulary(task, tokens: Sequence[int]) -> bool:
+    return all(0 <= t < task.vocab_size for t in tokens)
+
+
+def reward(task, prompt: Sequence[int], response: Sequence[int]) -> float:
+    """The task's reward; 0 for a response with a token the task has no character for (a model
+    whose embedding is wider than the task's vocabulary may sample one), as sluice's engine
+    scores it (such a response is not well formed)."""
+    return task.reward(prompt, response) if in_vocabulary(task, response) else 0.0
+
+
+def correct(task, prompt: Sequence[int], response: Sequence[int]) -> bool:
+    return bool(task.correct(prompt, response)) if in_vocabulary(task, response) else False
+
+
 def cosine(base: float, step: int, steps: int, final: float) -> float:
     if steps == 0:
         return base
@@ -205,16 +220,16 @@ class Learner:
         prompts = [list(self.task.heldout_prompt(i)[-1]) for i in range(n)]
         self.model.eval()
         out = self.model.generate(prompts, self.c.get("eval_max_new_tokens", 48), temperature=0.0)
-        correct = reward = length = 0.0
+        n_right = total_reward = length = 0.0
         by_terms: Dict[int, List[int]] = {}
         for p, g in zip(prompts, out):
-            right = bool(self.task.correct(p, g.tokens))
-            correct += right
-            reward += self.task.reward(p, g.tokens)
+            right = correct(self.task, p, g.tokens)
+            n_right += right
+            total_reward += reward(self.task, p, g.tokens)
             length += len(g.tokens)
             k = by_terms.setdefault(p.count(PLUS) + 1, [0, 0])
             k[0] += 1
             k[1] += right
-        return {"accuracy": correct / n, "eval_reward": reward / n,
+        return {"accuracy": n_right / n, "eval_reward": total_reward / n,
                 "eval_response_tokens": length / n, "eval_prompts": n,
                 "accuracy_by_terms": [[t, k[0], k[1]] for t, k in sorted(by_terms.items())]}

@@ -21,7 +21,7 @@ import time
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from learner import Learner, Sample  # noqa: E402
+from learner import Learner, Sample, reward  # noqa: E402
 
 
 def load_task(config):
@@ -43,6 +43,8 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--warmstart-steps", type=int, help="instead of the job's (a quick check)")
     ap.add_argument("--eval-prompts", type=int, help="instead of the job's (a quick check)")
+    ap.add_argument("--warm-cache", help="load the warm-started weights from this file if it "
+                    "exists, else save them there (to compare RL settings from one warm start)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
@@ -64,8 +66,14 @@ def main() -> int:
           f"threads", flush=True)
 
     t0 = time.time()
-    ws = learner.warm_start(
-        lambda s, l: s % 100 == 0 and print(f"  warm start step {s}: loss {l:.3f}", flush=True))
+    if args.warm_cache and os.path.exists(args.warm_cache):
+        learner.model.load_state_dict(torch.load(args.warm_cache))
+        ws = {"steps": 0, "first_loss": float("nan"), "last_loss": float("nan")}
+    else:
+        ws = learner.warm_start(lambda s, l: s % 100 == 0 and print(
+            f"  warm start step {s}: loss {l:.3f}", flush=True))
+        if args.warm_cache:
+            torch.save(learner.model.state_dict(), args.warm_cache)
     ev = learner.evaluate()
     start = ev["accuracy"]
     print(f"selftest: warm start {ws['steps']} steps in {time.time() - t0:.1f} s, loss "
@@ -86,7 +94,7 @@ def main() -> int:
         learner.model.eval()
         out = learner.model.generate(prompts, max_new, temperature, gen)
         tg = time.time() - tg
-        batch = [Sample(i, p, g.tokens, g.logprobs, task.reward(p, g.tokens))
+        batch = [Sample(i, p, g.tokens, g.logprobs, reward(task, p, g.tokens))
                  for i, p, g in zip(ids, prompts, out)]
         tt = time.time()
         st = learner.train(batch)
