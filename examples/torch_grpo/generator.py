@@ -1,6 +1,6 @@
-"""A generator (rollout) of examples/torch_grpo, a command role of `sluice run` (docs/architecture.md,
-"Command roles"): samples responses with the PyTorch model, pulling each new weight version
-through sluice's weight store, and reports to sluice's rollout manager.
+"""A generator (rollout) of examples/torch_grpo, a command role of `sluice run`
+(docs/architecture.md, "Command roles"): samples responses with the PyTorch model, pulling each
+new weight version through sluice's weight store, and reports to sluice's rollout manager.
 
     sluice run examples/torch_grpo/job.json   (which starts /usr/bin/python3 generator.py
                                                --config F for each rollout)

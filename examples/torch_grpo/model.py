@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import List, Optional, Tuple
+from typing import List, Optional
 
 import torch
 import torch.nn as nn
@@ -242,7 +242,8 @@ class DecodeBatch:
             self.valid = torch.cat([self.valid, torch.ones((n, 1), dtype=torch.bool)], dim=1)
             positions = self.next_pos.clamp(max=self.model.config.context - 1)[:, None]
             self.next_pos = self.next_pos + 1
-            self.logits = self.model.forward(nxt[:, None], self.valid, self.caches, positions)[:, -1]
+            logits = self.model.forward(nxt[:, None], self.valid, self.caches, positions)
+            self.logits = logits[:, -1]
         return finished
 
 

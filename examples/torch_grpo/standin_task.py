@@ -33,7 +33,8 @@ class StandinTask:
         self.max_operand = c.get("max_operand", 9)
         self.heldout_fraction = c.get("heldout_fraction", 0.1)
         self.mu = math.log(c.get("median_terms", 3.0))
-        self.sigma = math.log(c.get("p99_terms", 14.0) / c.get("median_terms", 3.0)) / 2.3263478740408408
+        z99 = 2.3263478740408408  # the 99th percentile of the standard normal
+        self.sigma = math.log(c.get("p99_terms", 14.0) / c.get("median_terms", 3.0)) / z99
 
     def _heldout(self, text: str) -> bool:
         h = int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "little")
