@@ -37,6 +37,19 @@ using core::Clock;
 using core::Millis;
 using nlohmann::json;
 
+core::Status RoleCommand::validate() const {
+  if (!argv.empty() && argv[0].empty()) return core::invalid_argument("argv[0] is empty");
+  for (const auto& e : env) {
+    if (e.find('=') == std::string::npos || e.front() == '=') {
+      return core::invalid_argument("env entry '" + e + "' is not NAME=VALUE");
+    }
+  }
+  if (argv.empty() && (!env.empty() || !options.empty())) {
+    return core::invalid_argument("env or options given without argv (the program to run)");
+  }
+  return {};
+}
+
 core::Status JobConfig::validate() const {
   if (rollouts == 0) return core::invalid_argument("rollouts must be at least 1");
   if (relays == 0) return core::invalid_argument("relays must be at least 1");
@@ -49,6 +62,8 @@ core::Status JobConfig::validate() const {
   SLUICE_TRY(chaos.validate().with_context("chaos"));
   SLUICE_TRY(hosts.validate());
   SLUICE_TRY(log::parse_level(log_level).status());
+  SLUICE_TRY(actor_command.validate().with_context("actor_command"));
+  SLUICE_TRY(rollout_command.validate().with_context("rollout_command"));
   if (!mode.empty()) {
     rollout::ManagerConfig m = manager;
     m.mode = mode;
@@ -66,10 +81,11 @@ core::Status JobConfig::validate() const {
   if (manager.prompt_source == "task") {
     tasks.emplace_back("manager.task", core::config::to_json(manager.task));
   }
-  if (rollout.engine == "model") {
+  // A command role reads the task from its section too (docs/architecture.md, "Command roles").
+  if (rollout.engine == "model" || rollout_command.enabled()) {
     tasks.emplace_back("rollout.task", core::config::to_json(rollout.task));
   }
-  if (actor.policy == "gpt") {
+  if (actor.policy == "gpt" || actor_command.enabled()) {
     tasks.emplace_back("actor.learner.task", core::config::to_json(actor.learner.task));
   }
   std::vector<std::string> roles;
@@ -240,16 +256,57 @@ core::Result<int> free_port() {
   return port;
 }
 
+// A role's configuration file: what `sluice <role> --config FILE` reads; a command role's has its
+// options besides.
 template <typename T>
 core::Status write_role_file(const fs::path& path, const JobConfig& job, const char* section,
-                             const T& cfg) {
+                             const T& cfg, const RoleCommand* command = nullptr) {
   json doc{{"log_level", job.log_level},
            {"metrics_listen", job.metrics_listen},
            {section, json::parse(core::config::to_json(cfg).dump())}};
+  if (command && command->enabled()) doc["options"] = json::parse(command->options.dump());
   std::ofstream f(path);
   f << doc.dump(2) << "\n";
   if (!f) return core::internal_error(fmt::format("cannot write {}", path.string()));
   return {};
+}
+
+// The file a command role's argv[0] names: a path (relative to the working directory) when it has
+// a '/', else the first executable of that name on the PATH of `environment`. posix_spawn looks
+// nothing up, and a missing program should fail the job before anything starts, by its name.
+core::Result<std::string> resolve_program(const std::string& what, const std::string& program,
+                                          const std::vector<std::string>& environment) {
+  auto executable = [](const fs::path& p) {
+    std::error_code ec;
+    return fs::is_regular_file(p, ec) && ::access(p.c_str(), X_OK) == 0;
+  };
+  if (program.find('/') != std::string::npos) {
+    std::error_code ec;
+    if (!fs::exists(program, ec)) {
+      return core::not_found(
+          fmt::format("{}: the program {} does not exist (relative paths are "
+                      "taken from the working directory {})",
+                      what, program, fs::current_path(ec).string()));
+    }
+    if (!executable(program)) {
+      return core::failed_precondition(
+          fmt::format("{}: {} is not an executable file", what, program));
+    }
+    return program;
+  }
+  std::string path = "/usr/local/bin:/usr/bin:/bin";
+  for (const auto& e : environment) {
+    if (e.rfind("PATH=", 0) == 0) path = e.substr(5);
+  }
+  std::size_t from = 0;
+  while (from <= path.size()) {
+    std::size_t to = std::min(path.find(':', from), path.size());
+    fs::path dir = to > from ? fs::path(path.substr(from, to - from)) : fs::path(".");
+    if (executable(dir / program)) return (dir / program).string();
+    from = to + 1;
+  }
+  return core::not_found(
+      fmt::format("{}: the program {} is not on PATH ({})", what, program, path));
 }
 
 // The roles' /metrics addresses in Prometheus's file-based service discovery format
@@ -334,6 +391,17 @@ core::Result<JobResult> run_local_job(JobConfig job, const std::string& sluice_e
   job.manager.abandon_stale = job.actor.staleness_policy == "drop";
   job.manager.max_staleness = job.actor.max_staleness;
   SLUICE_TRY(job.validate());
+  // Command roles: their programs, found before anything starts.
+  std::string actor_program, rollout_program;
+  if (job.actor_command.enabled()) {
+    SLUICE_ASSIGN_OR_RETURN(
+        actor_program, resolve_program("actor_command", job.actor_command.argv[0], environment));
+  }
+  if (job.rollout_command.enabled()) {
+    SLUICE_ASSIGN_OR_RETURN(
+        rollout_program,
+        resolve_program("rollout_command", job.rollout_command.argv[0], environment));
+  }
 
   if (job.out_dir.empty()) {
     std::time_t now = std::time(nullptr);
@@ -423,15 +491,26 @@ core::Result<JobResult> run_local_job(JobConfig job, const std::string& sluice_e
   result.dir = dir.string();
   Supervisor sup(job.restart, dir / "events.jsonl", job_start);
   if (resume) sup.event("resumed", nullptr, json{{"run_dir", dir.string()}});
+  // A role's process: `sluice ROLE --config FILE`, or a command role's `ARGV... --config FILE`
+  // (its program resolved). Either way its ready line, logs and restarts are the same.
   auto spec = [&](const std::string& name, const std::string& role, const fs::path& cfg,
-                  const std::string& ready, std::uint32_t host = 0) {
+                  const std::string& ready, std::uint32_t host = 0,
+                  const RoleCommand* command = nullptr, const std::string& program = "") {
     ProcessSpec ps;
     ps.name = name;
     ps.role = role;
     if (hosts && host > 0) ps.argv = hosts->exec_prefix(host);
-    for (const auto& a : {sluice_exe, role, std::string("--config"), cfg.string()})
-      ps.argv.push_back(a);
+    if (command && command->enabled()) {
+      ps.argv.push_back(program);
+      ps.argv.insert(ps.argv.end(), command->argv.begin() + 1, command->argv.end());
+    } else {
+      ps.argv.push_back(sluice_exe);
+      ps.argv.push_back(role);
+    }
+    ps.argv.push_back("--config");
+    ps.argv.push_back(cfg.string());
     ps.env = child_env;
+    if (command) ps.env.insert(ps.env.end(), command->env.begin(), command->env.end());
     ps.log_path = (dir / (name + ".log")).string();
     ps.ready = ready;
     ps.clean_exit_ends = role == "actor" || role == "rollout";
@@ -461,13 +540,15 @@ core::Result<JobResult> run_local_job(JobConfig job, const std::string& sluice_e
       std::uint32_t host = hosts ? 1 + i % job.hosts.count : 0;
       if (hosts) rc.host = EmulatedHosts::label(host);
       auto path = dir / fmt::format("rollout-{}.json", i);
-      SLUICE_TRY(write_role_file(path, job, "rollout", rc));
-      SLUICE_TRY(sup.start(spec(rc.rollout_id, "rollout", path, "rollout", host)));
+      SLUICE_TRY(write_role_file(path, job, "rollout", rc, &job.rollout_command));
+      SLUICE_TRY(sup.start(spec(rc.rollout_id, "rollout", path, "rollout", host,
+                                &job.rollout_command, rollout_program)));
     }
     // The actor's metric times count from the job's start.
     job.actor.start_offset_s = seconds(Clock::now() - job_start);
-    SLUICE_TRY(write_role_file(dir / "actor.json", job, "actor", job.actor));
-    SLUICE_TRY(sup.start(spec("actor", "actor", dir / "actor.json", "actor")));
+    SLUICE_TRY(write_role_file(dir / "actor.json", job, "actor", job.actor, &job.actor_command));
+    SLUICE_TRY(sup.start(
+        spec("actor", "actor", dir / "actor.json", "actor", 0, &job.actor_command, actor_program)));
     return {};
   }();
   if (!started_ok.is_ok()) {

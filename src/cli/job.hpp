@@ -7,7 +7,9 @@
 // <role>.log (its stderr), events.jsonl (starts, deaths, restarts, kills), manager.db and
 // checkpoints/ (the durable state a restarted role recovers from), and summary.json (the actor's
 // summary, the manager's final status, restarts per process), and keys/ (the job's CURVE keys,
-// mode 0600: every role authenticates its peers unless the job says auth "plain").
+// mode 0600: every role authenticates its peers unless the job says auth "plain"). The actor and
+// the rollouts may be programs of the user's (RoleCommand): they are started, supervised and
+// reported on like the built-in roles.
 //
 // Thread safety: one thread.
 #pragma once
@@ -30,6 +32,31 @@
 #include "weightstore/service.hpp"
 
 namespace sluice::cli {
+
+// A role played by a program of the user's instead of the built-in `sluice <role>` (a Python actor
+// or generator, for example; docs/architecture.md, "Command roles"). The launcher runs
+// `argv... --config FILE` in its own working directory (relative paths in argv are relative to
+// it, as out_dir is), under the same supervision as a built-in role. FILE is the role file the
+// built-in role would get (its endpoints, id, security section with its own key file, model and
+// options) plus `options`, passed through as given.
+struct RoleCommand {
+  std::vector<std::string> argv;  // the program and its first arguments (empty: the built-in role)
+  std::vector<std::string> env;   // NAME=VALUE entries added to its environment
+  nlohmann::ordered_json options = nlohmann::ordered_json::object();  // free-form, passed through
+
+  template <typename V>
+  void describe(V& v) {
+    v("argv", argv,
+      "the program and its first arguments, run as ARGV... --config FILE from the launcher's "
+      "working directory; a name without '/' is looked up on PATH (default empty: the built-in "
+      "role)");
+    v("env", env, "NAME=VALUE entries added to the program's environment (default none)");
+    v("options", options,
+      "any JSON value, written to the program's role file as \"options\" (default {})");
+  }
+  core::Status validate() const;
+  bool enabled() const { return !argv.empty(); }
+};
 
 struct JobConfig {
   std::string name = "job";
@@ -57,6 +84,8 @@ struct JobConfig {
   rollout::ManagerConfig manager;
   rollout::RolloutConfig rollout;
   actor::TrainerConfig actor;
+  RoleCommand actor_command;    // set: the actor is this program
+  RoleCommand rollout_command;  // set: every rollout is this program
 
   template <typename V>
   void describe(V& v) {
@@ -92,6 +121,12 @@ struct JobConfig {
     v("manager", manager, "the rollout manager");
     v("rollout", rollout, "every rollout");
     v("actor", actor, "the actor");
+    v("actor_command", actor_command,
+      "the actor as a program of yours (argv, env, options) instead of sluice actor; it gets the "
+      "actor's role file and must keep the actor's contract (docs/architecture.md)");
+    v("rollout_command", rollout_command,
+      "every rollout as a program of yours (argv, env, options) instead of sluice rollout; each "
+      "gets its rollout's role file and must keep the rollout's contract (docs/architecture.md)");
   }
   core::Status validate() const;
   // Each heartbeat or report interval is at most half the time-out another role judges it by.

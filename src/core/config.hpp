@@ -11,6 +11,7 @@
 //
 // The same describe() drives parsing (unknown keys and wrong types are errors naming the JSON
 // path, e.g. "relay.chain.fanout"), printing the effective configuration, and help text.
+// A field of type Json (nlohmann::ordered_json) is free-form: any JSON value, taken as it is.
 // Only code at the edge (the CLI, tests) includes this header; component headers that declare
 // config structs need not, because describe() is a template.
 //
@@ -155,6 +156,8 @@ Status parse_value(const Json& j, T& out, const std::string& path) {
   } else if constexpr (std::is_same_v<T, std::string>) {
     if (!j.is_string()) return wrong("a string");
     out = j.get<std::string>();
+  } else if constexpr (std::is_same_v<T, Json>) {
+    out = j;  // free-form: passed through as it is (a command role's options)
   } else if constexpr (is_optional<T>::value) {
     if (j.is_null()) {
       out.reset();
@@ -214,6 +217,8 @@ Json to_json_value(const T& v) {
   if constexpr (std::is_same_v<T, bool> || std::is_arithmetic_v<T> ||
                 std::is_same_v<T, std::string>) {
     return Json(v);
+  } else if constexpr (std::is_same_v<T, Json>) {
+    return v;
   } else if constexpr (is_optional<T>::value) {
     return v ? to_json_value(*v) : Json(nullptr);
   } else if constexpr (is_vector<T>::value) {

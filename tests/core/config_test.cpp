@@ -191,3 +191,38 @@ TEST_SUITE("core.config") {
     CHECK(config::to_json(back) == j);
   }
 }
+
+namespace {
+struct WithOptions {
+  std::string name = "x";
+  Json options = Json::object();
+  template <typename V>
+  void describe(V& v) {
+    v("name", name);
+    v("options", options);
+  }
+};
+}  // namespace
+
+TEST_CASE("a Json field takes any value as it is and prints it back") {
+  auto doc = config::parse_json_text(
+      R"({"name": "a", "options": {"lr": 0.001, "layers": [1, 2], "deep": {"unknown": null}}})",
+      "test");
+  REQUIRE(doc.is_ok());
+  WithOptions w;
+  REQUIRE(config::parse(*doc, w).is_ok());
+  CHECK(w.options["lr"].get<double>() == doctest::Approx(0.001));
+  CHECK(w.options["layers"] == Json::array({1, 2}));
+  CHECK(w.options["deep"].contains("unknown"));  // nested keys are not checked: free-form
+  CHECK(config::to_json(w)["options"] == w.options);
+
+  auto scalar = config::parse_json_text(R"({"options": 3})", "test");
+  REQUIRE(scalar.is_ok());
+  WithOptions s;
+  REQUIRE(config::parse(*scalar, s).is_ok());
+  CHECK(s.options == Json(3));
+
+  WithOptions d;  // absent: the default
+  REQUIRE(config::parse(Json::object(), d).is_ok());
+  CHECK(d.options == Json::object());
+}
