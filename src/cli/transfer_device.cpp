@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -88,11 +90,47 @@ Result<Fanout> fan_out(const DeviceBuffer& first, const RegionLayout& layout, un
   return out;
 }
 
+// Where the reads land, page-locked: the reader's registered buffer, pinned in place; where the
+// driver will not pin it (UCX may place it in shared memory), page-aligned private memory,
+// pinned and registered instead (the reader's own buffer is never read by a peer).
+struct Staging {
+  struct Free {
+    void operator()(std::uint8_t* p) const { std::free(p); }
+  };
+  // Declared in the order they go backwards: unregistered, then unpinned, then freed.
+  std::unique_ptr<std::uint8_t, Free> own;
+  std::unique_ptr<PinnedHost> pin;
+  std::unique_ptr<RegisteredBuffer> wrapped;
+  RegisteredBuffer* buffer = nullptr;
+  std::string note;
+};
+
+Status pinned_staging(TransferEngine& engine, RegisteredBuffer& given, Staging& out) {
+  Status in_place = given.pin_for_device();
+  if (in_place.is_ok()) {
+    out.buffer = &given;
+    out.note = "the reader's registered buffer, pinned in place";
+    return {};
+  }
+  constexpr std::size_t kPage = 4096;
+  const std::size_t bytes = (given.size() + kPage - 1) / kPage * kPage;
+  out.own.reset(static_cast<std::uint8_t*>(std::aligned_alloc(kPage, bytes)));
+  if (!out.own)
+    return Status(Code::kResourceExhausted, "cannot allocate " + std::to_string(bytes) + " bytes");
+  std::memset(out.own.get(), 0, bytes);
+  SLUICE_ASSIGN_OR_RETURN(out.pin, PinnedHost::pin(out.own.get(), bytes));
+  SLUICE_ASSIGN_OR_RETURN(out.wrapped, engine.wrap(out.own.get(), bytes));
+  out.buffer = out.wrapped.get();
+  out.note = "private memory, pinned and registered (pinning the registered buffer failed: " +
+             in_place.to_string() + ")";
+  return {};
+}
+
 }  // namespace
 
 int read_into_device_bench(const TransferReadArgs& args, EventLoop& loop, TransferEngine& engine,
                            const std::vector<ReadSource>& sources, const RegionLayout& layout,
-                           RegisteredBuffer& staging) {
+                           RegisteredBuffer& given) {
   auto path = parse_path(args.device_path);
   if (!path.is_ok()) {
     std::fprintf(stderr, "transfer-read: %s\n", path.status().to_string().c_str());
@@ -111,7 +149,10 @@ int read_into_device_bench(const TransferReadArgs& args, EventLoop& loop, Transf
   DeviceCopier& copier = **copier_r;
   // Page-locked once, ahead of time, as a reader would at start-up.
   auto t_pin = Clock::now();
-  if (Status s = staging.pin_for_device(); !s.is_ok()) return failed("pin the staging buffer", s);
+  Staging pinned;
+  if (Status s = pinned_staging(engine, given, pinned); !s.is_ok())
+    return failed("pinned staging memory", s);
+  RegisteredBuffer& staging = *pinned.buffer;
   const double pin_seconds = since(t_pin);
   auto dev = DeviceBuffer::allocate(0, layout.bytes);
   if (!dev.is_ok()) return failed("device memory", dev.status());
@@ -161,6 +202,7 @@ int read_into_device_bench(const TransferReadArgs& args, EventLoop& loop, Transf
   out["path"] = std::string(device_path_name(best->path));
   out["ucx_cuda"] = engine.cuda_memory();
   out["pin_seconds"] = pin_seconds;
+  out["staging"] = pinned.note;
   out["link_gbps"] = gbps(layout.bytes, link_s);
   out["h2d_gbps"] = gbps(layout.bytes, h2d_s);
   out["device_gbps"] = gbps(layout.bytes, best->seconds);
