@@ -107,31 +107,97 @@ Status Publisher::publish_async(std::uint64_t version, const std::vector<TensorV
   if (!p->buffer) {
     SLUICE_ASSIGN_OR_RETURN(p->buffer, engine_->allocate(m.total_bytes, false));
   }
+  bool from_device = false;
   for (std::size_t i = 0; i < tensors.size(); ++i) {
-    if (tensors[i].bytes > 0) {
-      std::memcpy(p->buffer->data() + m.tensors[i].offset, tensors[i].data, tensors[i].bytes);
+    if (tensors[i].bytes == 0) continue;
+    if (core::device_pointer(tensors[i].data).device) {
+      from_device = true;  // copied below, chunk by chunk
+      continue;
     }
+    std::memcpy(p->buffer->data() + m.tensors[i].offset, tensors[i].data, tensors[i].bytes);
   }
-  // The caller may reuse its tensors from here on. Everything below runs on the loop.
   m.checksums.assign(m.chunk_count(), 0);
   p->remaining = m.chunk_count();
   p->committed = std::move(committed);
   std::weak_ptr<bool> alive = alive_;
   const std::uint8_t* base = p->buffer->data();
   const std::uint64_t chunk = m.chunk_bytes, total = m.total_bytes, n = m.chunk_count();
+  core::RegisteredBuffer& buffer = *p->buffer;
+  const core::Manifest& manifest = p->manifest;
   pending_[version] = std::move(p);
-  for (std::uint64_t i = 0; i < n; ++i) {
+  // Each chunk is checksummed (on the hash thread) as soon as its bytes are staged. The caller
+  // may reuse its tensors once this returns; the rest runs on the loop.
+  std::uint64_t submitted = 0;
+  auto hash_chunk = [&](std::uint64_t i) {
+    ++submitted;
     std::uint64_t off = i * chunk;
     hasher_->submit(base + off, std::min(chunk, total - off),
                     [this, alive, version, i](std::uint64_t sum) {
                       if (alive.expired()) return;
                       auto it = pending_.find(version);
                       if (it == pending_.end()) return;
-                      it->second->manifest.checksums[i] = sum;
-                      if (--it->second->remaining == 0) checksummed(version);
+                      Pending& pd = *it->second;
+                      pd.manifest.checksums[i] = sum;
+                      if (--pd.remaining > 0) return;
+                      if (pd.failed.is_ok()) return checksummed(version);
+                      finish(version, pd.failed);
                     });
+  };
+  if (!from_device) {
+    for (std::uint64_t i = 0; i < n; ++i)
+      hash_chunk(i);
+    return {};
   }
-  return {};
+  Status copied = copy_from_device(tensors, manifest, buffer, hash_chunk);
+  if (copied.is_ok()) return {};
+  // The hash thread may still be reading chunks submitted so far: the staging buffer goes back
+  // (through finish) only once they are done. The caller hears of the failure from the return
+  // value, not from `committed`.
+  Pending& pd = *pending_[version];
+  pd.failed = copied;
+  pd.committed = nullptr;
+  pd.remaining -= n - submitted;
+  if (pd.remaining == 0) finish(version, copied);
+  return copied;
+}
+
+Status Publisher::copy_from_device(const std::vector<TensorView>& tensors,
+                                   const core::Manifest& manifest, core::RegisteredBuffer& buffer,
+                                   const std::function<void(std::uint64_t)>& landed) {
+  std::vector<core::DeviceSpan> spans;
+  int device = -1;
+  for (std::size_t i = 0; i < tensors.size(); ++i) {
+    if (tensors[i].bytes == 0) continue;
+    core::DevicePointer dp = core::device_pointer(tensors[i].data);
+    if (!dp.device) continue;
+    if (device >= 0 && dp.ordinal != device) {
+      return core::invalid_argument("publish: tensors on devices " + std::to_string(device) +
+                                    " and " + std::to_string(dp.ordinal) +
+                                    " (one device per publisher call)");
+    }
+    device = dp.ordinal;
+    // The copier never writes through `data`: it copies from it.
+    spans.push_back(
+        {const_cast<std::uint8_t*>(tensors[i].data), manifest.tensors[i].offset, tensors[i].bytes});
+  }
+  SLUICE_ASSIGN_OR_RETURN(auto layout,
+                          core::DeviceLayout::make(std::move(spans), manifest.total_bytes));
+  if (!copier_ || copier_->options().device != device ||
+      copier_->options().chunk_bytes != manifest.chunk_bytes) {
+    core::DeviceCopyOptions co;
+    co.device = device;
+    co.chunk_bytes = manifest.chunk_bytes;
+    SLUICE_ASSIGN_OR_RETURN(copier_, core::DeviceCopier::create(co));
+  }
+  if (Status pinned = buffer.pin_for_device(); !pinned.is_ok() && !pin_warned_) {
+    pin_warned_ = true;
+    log::warn(
+        "publisher {}: staging memory not page-locked ({}): copies from the GPU run "
+        "synchronously and slower",
+        options_.holder_id, pinned.to_string());
+  }
+  return copier_->to_host(layout, buffer.data(), landed)
+      .with_context("publish: copy from device " + std::to_string(device));
 }
 
 void Publisher::checksummed(std::uint64_t version) {

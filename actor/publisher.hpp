@@ -31,6 +31,7 @@
 #include <string>
 #include <vector>
 
+#include "core/device_copy.hpp"
 #include "core/event_loop.hpp"
 #include "core/hash_worker.hpp"
 #include "core/manifest.hpp"
@@ -46,6 +47,9 @@ struct TensorView {
   std::string name;
   std::string dtype;
   std::vector<std::uint64_t> shape;
+  // Host memory, or CUDA device memory (core::device_pointer says which): device tensors, all on
+  // one device, are copied into the staging buffer on CUDA streams (core::DeviceCopier), which
+  // is page-locked for it the first time.
   const std::uint8_t* data = nullptr;
   std::uint64_t bytes = 0;
 };
@@ -126,10 +130,16 @@ class Publisher {
     std::unique_ptr<core::RegisteredBuffer> buffer;
     std::size_t remaining = 0;
     std::function<void(core::Result<core::Manifest>)> committed;
+    core::Status failed;  // the copy from the device failed: ends once the submitted hashes have
   };
   std::unique_ptr<core::RegisteredBuffer> take_buffer(std::uint64_t bytes);
   void give_back(std::unique_ptr<core::RegisteredBuffer> buffer);
   void checksummed(std::uint64_t version);
+  // Copies the device tensors among `tensors` into `buffer` (its offsets from `manifest`),
+  // calling landed(k) for each chunk of the staging buffer as soon as it is complete.
+  core::Status copy_from_device(const std::vector<TensorView>& tensors,
+                                const core::Manifest& manifest, core::RegisteredBuffer& buffer,
+                                const std::function<void(std::uint64_t)>& landed);
   void finish(std::uint64_t version, core::Result<core::Manifest> result);
 
   core::EventLoop* loop_ = nullptr;
@@ -141,6 +151,8 @@ class Publisher {
   std::vector<std::unique_ptr<core::RegisteredBuffer>> free_;  // staging buffers to reuse
   core::RetiredBuffers retired_;  // drained buffers beyond free_, freed after a grace period
   std::unique_ptr<core::HashWorker> hasher_;
+  std::unique_ptr<core::DeviceCopier> copier_;  // made for the first tensors in device memory
+  bool pin_warned_ = false;
   std::set<std::uint64_t> asking_holders_;  // versions with a store.holders request out
   std::uint64_t handed_off_ = 0;
   // Registration, heartbeats, re-registration and the drain of retired copies.

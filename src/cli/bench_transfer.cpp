@@ -15,6 +15,7 @@
 
 #include "cli/bench_util.hpp"
 #include "cli/transfer_cmds.hpp"
+#include "core/cuda_device.hpp"
 #include "core/event_loop.hpp"
 #include "core/log.hpp"
 #include "core/process.hpp"
@@ -394,6 +395,104 @@ int bench_two_sources(const BenchTransferArgs& args, const std::vector<std::stri
   return 0;
 }
 
+// --memory cuda: for each transport, one reader process pulls the region into host memory (the
+// link), copies it from pinned host memory to the GPU, and pulls it into GPU memory, in
+// alternating rounds (cli/transfer_device.cpp); the pull into the GPU should run at the slower of
+// the other two (>= 0.9 of it). With --fanout and two or more GPUs, also NCCL's fan-out.
+int bench_device(const BenchTransferArgs& args, const std::vector<std::string>& env,
+                 std::uint64_t size) {
+  const CudaDevices gpus = cuda_devices();
+  if (gpus.count == 0) {
+    std::fprintf(stderr, "bench transfer: --memory cuda: no CUDA device present (%s); skipped\n",
+                 gpus.why_none.c_str());
+    return kExitNoDevice;
+  }
+  std::vector<nlohmann::json> rows;
+  for (const auto& t : split_commas(args.transports)) {
+    const bool ucx_get = t == "tcp-ucx";
+    auto extra = transport_env(ucx_get ? "tcp" : t, env);
+    if (!args.json)
+      std::fprintf(stderr, "bench transfer: %s: pulling into GPU memory...\n", t.c_str());
+    auto source = start_source(extra, args, size, ucx_get);
+    if (!source.is_ok()) {
+      std::fprintf(stderr, "bench transfer: %s: %s\n", t.c_str(),
+                   source.status().to_string().c_str());
+      return 1;
+    }
+    Subprocess::Options ro;
+    ro.argv = {self_exe(),     "--log-level",
+               "warn",         "transfer-read",
+               "--from",       (*source)->endpoint,
+               "--in-flight",  std::to_string(args.in_flight),
+               "--timeout-ms", "600000",
+               "--repeat",     "3",
+               "--memory",     "cuda"};
+    if (args.fanout) ro.argv.push_back("--fanout");
+    if (ucx_get) ro.argv.push_back("--ucx-get");
+    ro.extra_env = extra;
+    auto reader = Subprocess::spawn(ro);
+    if (!reader.is_ok()) {
+      std::fprintf(stderr, "bench transfer: %s: %s\n", t.c_str(),
+                   reader.status().to_string().c_str());
+      return 1;
+    }
+    auto out = (*reader)->read_line(Millis(600000));
+    while (out.is_ok() && out->rfind("{", 0) != 0)
+      out = (*reader)->read_line(Millis(600000));
+    auto code = (*reader)->wait(Millis(30000));
+    if (code.is_ok() && *code == kExitNoDevice) return kExitNoDevice;  // it said why
+    nlohmann::json j;
+    if (out.is_ok()) j = nlohmann::json::parse(*out, nullptr, false);
+    if (!out.is_ok() || j.is_discarded() || !code.is_ok() || (*code != 0 && *code != 1)) {
+      std::fprintf(stderr, "bench transfer: %s: the reader failed: %s\n", t.c_str(),
+                   out.is_ok() ? out->c_str() : out.status().to_string().c_str());
+      return 1;
+    }
+    j["transport"] = t;
+    rows.push_back(j);
+    if (args.json) {
+      std::printf("%s\n", j.dump().c_str());
+      std::fflush(stdout);
+    }
+  }
+  bool equal = true;
+  for (const auto& r : rows) {
+    equal = equal && r["device_bytes_equal"].get<bool>() &&
+            (r["fanout_bytes_equal"].is_null() || r["fanout_bytes_equal"].get<bool>());
+  }
+  if (!args.json) {
+    std::printf("%-9s %10s %10s %7s %10s %9s %12s %14s %7s %6s %12s\n", "transport", "bytes",
+                "chunk", "path", "link GB/s", "H2D GB/s", "device GB/s", "device/slower", "tail s",
+                "equal", "fanout GB/s");
+    for (const auto& r : rows) {
+      const double ratio = r["ratio"].get<double>();
+      std::string fanout = r["fanout_gbps"].is_null()
+                               ? std::string(r.contains("fanout_note") ? "-" : "")
+                               : fmt::format("{:.3f}", r["fanout_gbps"].get<double>());
+      std::printf("%-9s %10s %10s %7s %10.3f %9.3f %12.3f %14.3f %7.3f %6s %12s%s\n",
+                  r["transport"].get<std::string>().c_str(),
+                  format_bytes(r["bytes"].get<std::uint64_t>()).c_str(),
+                  format_bytes(r["chunk_bytes"].get<std::uint64_t>()).c_str(),
+                  r["path"].get<std::string>().c_str(), r["link_gbps"].get<double>(),
+                  r["h2d_gbps"].get<double>(), r["device_gbps"].get<double>(), ratio,
+                  r["tail_seconds"].get<double>(),
+                  r["device_bytes_equal"].get<bool>() ? "yes" : "NO", fanout.c_str(),
+                  ratio >= 0.9 ? "  (>= 0.9 of the slower)" : "  (below 0.9 of the slower)");
+      if (r.contains("fanout_note"))
+        std::printf("  fanout: %s\n", r["fanout_note"].get<std::string>().c_str());
+    }
+    std::printf(
+        "link: a pull into host memory; H2D: a copy of the same bytes from pinned host memory to "
+        "GPU 0; device: a pull into GPU 0 (path staged: through pinned host memory, each chunk "
+        "copied on as soon as it is verified; direct: UCX into GPU memory); device/slower: "
+        "device over the slower of link and H2D; tail s: after the last chunk, waiting for the "
+        "last copies; equal: GPU bytes match every chunk checksum; fanout: NCCL broadcast from "
+        "GPU 0 to the other %d GPU(s). Best of 3 alternating rounds each.\n",
+        gpus.count - 1);
+  }
+  return equal ? 0 : 1;
+}
+
 }  // namespace
 
 int run_bench_transfer(const BenchTransferArgs& args, const std::vector<std::string>& env) {
@@ -406,6 +505,19 @@ int run_bench_transfer(const BenchTransferArgs& args, const std::vector<std::str
   }
   if (args.sources != 1 && args.sources != 2) {
     std::fprintf(stderr, "bench transfer: --sources must be 1 or 2\n");
+    return 2;
+  }
+  if (args.memory != "host" && args.memory != "cuda") {
+    std::fprintf(stderr, "bench transfer: --memory must be host or cuda, not '%s'\n",
+                 args.memory.c_str());
+    return 2;
+  }
+  if (args.fanout && args.memory != "cuda") {
+    std::fprintf(stderr, "bench transfer: --fanout goes with --memory cuda\n");
+    return 2;
+  }
+  if (args.memory == "cuda" && (args.sources != 1 || !args.link_rate.empty())) {
+    std::fprintf(stderr, "bench transfer: --memory cuda reads from one source on this host\n");
     return 2;
   }
   if (args.sources == 2 || !args.link_rate.empty()) {
@@ -423,6 +535,7 @@ int run_bench_transfer(const BenchTransferArgs& args, const std::vector<std::str
       return 2;
     }
   }
+  if (args.memory == "cuda") return bench_device(args, env, *size);
   std::vector<Row> rows;
   for (const auto& t : transports) {
     // tcp reads go over chunk streams; tcp-ucx over UCX's GET, as before them (one GET in

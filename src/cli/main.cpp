@@ -17,6 +17,7 @@
 #include "cli/transfer_cmds.hpp"
 #include "cli/weights_cmds.hpp"
 #include "core/build_info.hpp"
+#include "core/cuda_device.hpp"
 #include "core/log.hpp"
 #include "core/process.hpp"
 #include "core/transfer.hpp"
@@ -161,6 +162,13 @@ int main(int argc, char** argv) {
       "--link-rate", bt.link_rate,
       "put sources in emulated hosts behind links of this rate (tc, e.g. 1gbit)");
   bench_transfer->add_flag("--json", bt.json, "one JSON object per row");
+  bench_transfer
+      ->add_option("--memory", bt.memory,
+                   "host, or cuda: pull into GPU memory beside the link and the host-to-device "
+                   "copy (exits 77 without a GPU)")
+      ->capture_default_str();
+  bench_transfer->add_flag("--fanout", bt.fanout,
+                           "with --memory cuda: NCCL fan-out to the host's other GPUs");
 
   sluice::cli::BenchBroadcastArgs bb;
   auto* bench_broadcast = bench_cmd->add_subcommand(
@@ -243,6 +251,9 @@ int main(int argc, char** argv) {
   read_cmd->add_flag("!--no-warmup", tr.warmup, "skip the one-chunk warm-up read");
   read_cmd->add_option("--repeat", tr.repeat, "timed reads of the whole region");
   read_cmd->add_flag("--ucx-get", tr.ucx_get, "read over UCX's GET, not a chunk stream");
+  read_cmd->add_option("--memory", tr.memory, "host, or cuda: also pull into GPU memory");
+  read_cmd->add_option("--device-path", tr.device_path, "with cuda: auto, staged or direct");
+  read_cmd->add_flag("--fanout", tr.fanout, "with cuda: NCCL fan-out to the other GPUs");
 
   sluice::cli::PublishArgs pub;
   auto* publish_cmd = app.add_subcommand(
@@ -324,6 +335,9 @@ int main(int argc, char** argv) {
     std::printf("sluice %s\nprotocol %d\nucx %s\nzeromq %s\ncuda %s\nnccl %s\nsanitizer %s\n",
                 b.version.c_str(), b.protocol_version, b.ucx_version.c_str(), b.zmq_version.c_str(),
                 b.cuda ? "on" : "off", b.nccl ? "on" : "off", b.sanitizer.c_str());
+    auto gpus = sluice::core::cuda_devices();
+    std::printf("gpus %d%s\n", gpus.count,
+                gpus.count == 0 ? (" (" + gpus.why_none + ")").c_str() : "");
     return 0;
   }
   for (std::size_t i = 0; i < role_cmds.size(); ++i) {

@@ -1,5 +1,7 @@
 #include "cli/transfer_cmds.hpp"
 
+#include "cli/transfer_device.hpp"
+
 #include <csignal>
 #include <cstdio>
 #include <nlohmann/json.hpp>
@@ -83,6 +85,11 @@ int run_transfer_read(const TransferReadArgs& args, const std::vector<std::strin
     std::fprintf(stderr, "transfer-read: --from needs at least one endpoint\n");
     return 2;
   }
+  if (args.memory != "host" && args.memory != "cuda") {
+    std::fprintf(stderr, "transfer-read: --memory must be host or cuda, not '%s'\n",
+                 args.memory.c_str());
+    return 2;
+  }
   auto loop = EventLoop::create().value();
   TransferOptions topts;
   topts.environment = env;
@@ -121,6 +128,8 @@ int run_transfer_read(const TransferReadArgs& args, const std::vector<std::strin
     std::fprintf(stderr, "transfer-read: %s\n", dst.status().to_string().c_str());
     return 1;
   }
+  if (args.memory == "cuda")
+    return read_into_device_bench(args, *loop, engine, sources, *layout, **dst);
   ReadOptions opts;
   opts.max_in_flight_per_source = args.in_flight;
   opts.total_timeout = Millis(args.timeout_ms);

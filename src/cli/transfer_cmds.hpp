@@ -28,6 +28,11 @@ struct TransferReadArgs {
   unsigned repeat = 1;  // timed reads of the whole region; the JSON reports each and the best
   std::uint64_t verify_seed = 0;  // when non-zero: compare every byte with the seeded pattern
   bool ucx_get = false;           // read over UCX's GET even where a chunk stream is offered
+  // "cuda": also pull into GPU memory and time it against the host pull and the host-to-device
+  // copy (cli/transfer_device.cpp); exits 77 when there is no CUDA device.
+  std::string memory = "host";
+  std::string device_path = "auto";  // with cuda: auto, staged or direct (core/device_read.hpp)
+  bool fanout = false;  // with cuda: broadcast the pulled copy to the host's other GPUs (NCCL)
 };
 
 struct BenchTransferArgs {
@@ -38,7 +43,15 @@ struct BenchTransferArgs {
   unsigned sources = 1;
   std::string link_rate;  // e.g. "500mbit": sources in emulated hosts behind rate-limited links
   bool json = false;
+  // "cuda": pull into GPU memory and print it beside the link and the host-to-device copy;
+  // exits 77 (skipped) when there is no CUDA device.
+  std::string memory = "host";
+  bool fanout = false;  // with cuda and two or more GPUs: NCCL fan-out to the others as well
 };
+
+// The exit status of a command that needs a GPU on a machine without one ("skipped": ctest's
+// SKIP_RETURN_CODE, and what scripts/gpu_check.sh looks for).
+inline constexpr int kExitNoDevice = 77;
 
 int run_transfer_source(const TransferSourceArgs& args, const std::vector<std::string>& env);
 int run_transfer_read(const TransferReadArgs& args, const std::vector<std::string>& env);

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/checksum.hpp"
+#include "core/device_copy.hpp"
 
 namespace sluice::core {
 
@@ -17,6 +18,7 @@ struct HashWorker::Impl {
     const std::uint8_t* data;
     std::size_t bytes;
     std::function<void(std::uint64_t)> done;
+    std::function<void(Result<std::uint64_t>)> device_done;  // set: data is device memory
   };
   EventLoop& loop;
   std::mutex mu;
@@ -42,6 +44,13 @@ struct HashWorker::Impl {
         if (stopping) return;
         job = std::move(jobs.front());
         jobs.pop_front();
+      }
+      if (job.device_done) {
+        Result<std::uint64_t> r = device_chunk_checksum(job.data, job.bytes);
+        loop.post([weak, r, done = std::move(job.device_done)] {
+          if (!weak.expired()) done(r);
+        });
+        continue;
       }
       std::uint64_t sum = job.copy_to ? copy_with_checksum(job.copy_to, job.data, job.bytes)
                                       : chunk_checksum(job.data, job.bytes);
@@ -71,7 +80,7 @@ void HashWorker::submit(const std::uint8_t* data, std::size_t bytes,
                         std::function<void(std::uint64_t)> done) {
   {
     std::lock_guard<std::mutex> lock(impl_->mu);
-    impl_->jobs.push_back({nullptr, data, bytes, std::move(done)});
+    impl_->jobs.push_back({nullptr, data, bytes, std::move(done), {}});
   }
   impl_->cv.notify_one();
 }
@@ -80,7 +89,16 @@ void HashWorker::submit_copy(std::uint8_t* dst, const std::uint8_t* src, std::si
                              std::function<void(std::uint64_t)> done) {
   {
     std::lock_guard<std::mutex> lock(impl_->mu);
-    impl_->jobs.push_back({dst, src, bytes, std::move(done)});
+    impl_->jobs.push_back({dst, src, bytes, std::move(done), {}});
+  }
+  impl_->cv.notify_one();
+}
+
+void HashWorker::submit_device(const std::uint8_t* device_data, std::size_t bytes,
+                               std::function<void(Result<std::uint64_t>)> done) {
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    impl_->jobs.push_back({nullptr, device_data, bytes, {}, std::move(done)});
   }
   impl_->cv.notify_one();
 }

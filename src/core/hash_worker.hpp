@@ -14,6 +14,7 @@
 #include <memory>
 
 #include "core/event_loop.hpp"
+#include "core/status.hpp"
 
 namespace sluice::core {
 
@@ -32,6 +33,10 @@ class HashWorker {
   // src unchanged until done runs.
   void submit_copy(std::uint8_t* dst, const std::uint8_t* src, std::size_t bytes,
                    std::function<void(std::uint64_t)> done);
+  // device_chunk_checksum(data, bytes) of CUDA device memory (copied to the host first) on a
+  // worker thread; posts done(checksum or the CUDA error) to the loop.
+  void submit_device(const std::uint8_t* device_data, std::size_t bytes,
+                     std::function<void(Result<std::uint64_t>)> done);
 
  private:
   struct Impl;

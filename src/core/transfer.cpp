@@ -9,6 +9,7 @@
 
 #include "core/checksum.hpp"
 #include "core/chunk_stream.hpp"
+#include "core/device_copy.hpp"
 #include "core/hash_worker.hpp"
 #include "core/log.hpp"
 #include "core/ucx.hpp"
@@ -231,7 +232,8 @@ Result<RegionDescriptor> RegionDescriptor::decode(const std::string& in) {
 
 struct RegisteredBuffer::Registration {
   std::unique_ptr<ucx::MemoryRegion> mr;
-  ChunkServer* server = nullptr;  // the engine's, when it serves this memory over a chunk stream
+  std::unique_ptr<PinnedHost> pin;  // after mr: unpinned before the memory is unregistered
+  ChunkServer* server = nullptr;    // the engine's, when it serves this memory over a chunk stream
   std::string stream_token;
   ~Registration() {
     if (server) server->withdraw(stream_token);  // before the memory goes
@@ -434,6 +436,7 @@ struct ReadState {
   std::vector<ChunkState> chunks;
   RegisteredBuffer* dst = nullptr;
   ucp_mem_h dst_memh = nullptr;
+  bool dst_device = false;  // CUDA device memory: the CPU neither copies into it nor hashes it
   ReadOptions opt;
   std::function<void(Result<ReadStats>)> done;
   std::deque<std::uint32_t> pending;
@@ -534,7 +537,7 @@ struct ReadState {
     }
 
     void* mapped = nullptr;
-    if (impl->copy_mapped &&
+    if (impl->copy_mapped && !dst_device &&
         ucp_rkey_ptr(src.rkey, src.src.region.base + ch.c.src_offset, &mapped) == UCS_OK) {
       // The holder's memory is mapped here: copy and checksum it on the verify threads. It
       // cannot hang; the holder's segment stays mapped while the key is cached.
@@ -588,6 +591,23 @@ struct ReadState {
       --impl->gets_in_flight;
     }
     const auto& ch = chunks[op->chunk];
+    if (status == UCS_OK && !failure && opt.verify && dst_device) {
+      // The bytes are in device memory: copied to the host to be checksummed there.
+      auto checked = [this, op](Result<std::uint64_t> got) {
+        if (!got.is_ok()) {
+          fail(got.status().with_context("verify a chunk in device memory"));
+          settle(op, UCS_OK, std::nullopt);  // ends as not done, and the read with the failure
+          return;
+        }
+        settle(op, UCS_OK, *got);
+      };
+      if (impl->hasher) {
+        impl->hasher->submit_device(dst->data() + ch.c.dst_offset, ch.c.bytes, std::move(checked));
+        return;
+      }
+      checked(device_chunk_checksum(dst->data() + ch.c.dst_offset, ch.c.bytes));
+      return;
+    }
     if (status == UCS_OK && !failure && opt.verify) {
       if (impl->hasher) {
         impl->hasher->submit(dst->data() + ch.c.dst_offset, ch.c.bytes,
@@ -623,6 +643,7 @@ struct ReadState {
         bytes_done += ch.c.bytes;
         src.bytes += ch.c.bytes;
         if (op->mapped) stats.mapped_bytes += ch.c.bytes;
+        if (opt.on_chunk) opt.on_chunk(ch.c);
         report_progress(false);
       }
     } else if (status != UCS_OK) {
@@ -935,6 +956,28 @@ Result<std::unique_ptr<RegisteredBuffer>> TransferEngine::wrap(void* data, std::
   return b;
 }
 
+bool TransferEngine::cuda_memory() const {
+  return impl_->ctx->cuda_memory();
+}
+
+Result<std::unique_ptr<RegisteredBuffer>> TransferEngine::wrap_device(void* data,
+                                                                      std::size_t bytes) {
+  if (!data || bytes == 0) return invalid_argument("cannot register an empty buffer");
+  if (!cuda_memory()) {
+    return failed_precondition(
+        "this process's UCX cannot register CUDA memory (built without CUDA support): stage "
+        "device memory through pinned host buffers");
+  }
+  std::unique_ptr<RegisteredBuffer> b(new RegisteredBuffer());
+  b->reg_ = std::make_unique<RegisteredBuffer::Registration>();
+  SLUICE_ASSIGN_OR_RETURN(b->reg_->mr, ucx::MemoryRegion::map_device(*impl_->ctx, data, bytes));
+  b->data_ = static_cast<std::uint8_t*>(data);
+  b->size_ = bytes;
+  b->device_ = true;
+  b->engine_ = this;
+  return b;  // not on the chunk server: a chunk stream reads with the CPU
+}
+
 void RetiredBuffers::add(std::unique_ptr<RegisteredBuffer> buffer) {
   if (buffer) buffers_.emplace_back(Clock::now() + grace_, std::move(buffer));
 }
@@ -945,6 +988,17 @@ void RetiredBuffers::sweep() {
 }
 
 RegisteredBuffer::~RegisteredBuffer() = default;  // unregistering frees what UCX allocated
+
+Status RegisteredBuffer::pin_for_device() {
+  if (device_) return failed_precondition("a device buffer needs no pinning");
+  if (reg_->pin) return {};
+  SLUICE_ASSIGN_OR_RETURN(reg_->pin, PinnedHost::pin(data_, size_));
+  return {};
+}
+
+bool RegisteredBuffer::pinned() const {
+  return reg_->pin != nullptr;
+}
 
 RegionDescriptor RegisteredBuffer::descriptor() const {
   RegionDescriptor d;
@@ -974,6 +1028,7 @@ void TransferEngine::read(std::vector<ReadSource> sources, std::vector<ChunkRead
   rs->impl = impl;
   rs->dst = &dst;
   rs->dst_memh = dst.reg_->mr->get();
+  rs->dst_device = dst.device();
   rs->opt = std::move(options);
   rs->started = Clock::now();
   for (std::size_t i = 0; i < chunks.size(); ++i) {
@@ -1018,7 +1073,8 @@ void TransferEngine::read(std::vector<ReadSource> sources, std::vector<ChunkRead
   for (std::uint32_t s = 0; s < rs->sources.size(); ++s) {
     auto& st = rs->sources[s];
     const auto& region = st.src.region;
-    const bool streamable = impl->tcp_stream && !region.stream.empty();
+    // Chunk streams write with the CPU: never into device memory.
+    const bool streamable = impl->tcp_stream && !region.stream.empty() && !dst.device();
     // Another machine, or no shared memory here: the holder is reached over tcp, and tcp reads
     // go over its chunk stream (see TransferOptions::tcp_stream).
     bool use_stream = streamable && (!shm_allowed(impl->tls) || region.host != local_host_id());

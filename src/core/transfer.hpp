@@ -62,6 +62,14 @@ class RegisteredBuffer {
 
   std::uint8_t* data() const { return data_; }
   std::size_t size() const { return size_; }
+  // CUDA device memory (TransferEngine::wrap_device): the CPU must not touch data().
+  bool device() const { return device_; }
+  // Page-locks this host buffer for CUDA copies (core::PinnedHost) until the buffer goes; the pin
+  // is released before the memory is. Idempotent. failed_precondition without CUDA or a device,
+  // or for a device buffer; internal with CUDA's error. Pinning takes time (about a second per
+  // ten GiB): do it once, ahead of the copies. No copy may use the buffer when it is destroyed.
+  Status pin_for_device();
+  bool pinned() const;
   // The descriptor a reader needs to GET from this buffer.
   RegionDescriptor descriptor() const;
 
@@ -72,6 +80,7 @@ class RegisteredBuffer {
   std::unique_ptr<Registration> reg_;
   std::uint8_t* data_ = nullptr;
   std::size_t size_ = 0;
+  bool device_ = false;
   const TransferEngine* engine_ = nullptr;
 };
 
@@ -196,6 +205,12 @@ struct ReadOptions {
   // Called on the loop thread after each chunk, at most every progress_interval.
   std::function<void(const ReadProgress&)> on_progress;
   Millis progress_interval{200};
+  // Called on the loop thread as soon as a chunk is final in the destination (verified, when
+  // verify is on): its bytes are dst.data() + chunk.dst_offset and stay as they are until the
+  // read ends. Every chunk is reported once, before `done`; a read that fails later has reported
+  // some chunks (what the caller did with them is then its own to undo). For copies onward (to
+  // a GPU, core/device_read.hpp) that overlap the rest of the read.
+  std::function<void(const ChunkRead&)> on_chunk;
   // A pull refuses a version larger than this before it allocates anything for it.
   std::uint64_t max_total_bytes = 256ull << 30;
 };
@@ -232,6 +247,18 @@ class TransferEngine {
   Result<std::unique_ptr<RegisteredBuffer>> allocate(std::size_t bytes, bool prefault = true);
   // Registers memory the caller owns; it must outlive the returned buffer.
   Result<std::unique_ptr<RegisteredBuffer>> wrap(void* data, std::size_t bytes);
+
+  // Whether this process's UCX can register and move CUDA device memory (decided at run time
+  // from the UCX context's memory types; Debian's UCX 1.13 cannot). Without it, device memory
+  // goes through pinned host staging (core/device_copy.hpp, core/device_read.hpp).
+  bool cuda_memory() const;
+  // Registers CUDA device memory the caller owns (it must outlive the buffer) for reads straight
+  // into it, or for serving it, without host staging. failed_precondition when !cuda_memory().
+  // A device buffer is never offered on a chunk stream (those carry host memory): readers reach
+  // it through UCX's own transports only. Reads into it verify each chunk by copying it to the
+  // host (device_chunk_checksum) and never use chunk streams: a source reachable only over one
+  // fails for such a read.
+  Result<std::unique_ptr<RegisteredBuffer>> wrap_device(void* data, std::size_t bytes);
 
   // Reads `chunks` from `sources` into `dst`. `done` runs exactly once on the loop thread, after
   // every operation of this read has finished (so `dst` may be freed then, not before).

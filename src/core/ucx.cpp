@@ -100,6 +100,13 @@ std::vector<std::string> Context::transport_names() const {
   return names;
 }
 
+bool Context::cuda_memory() const {
+  ucp_context_attr_t attr{};
+  attr.field_mask = UCP_ATTR_FIELD_MEMORY_TYPES;
+  if (ucp_context_query(h_, &attr) != UCS_OK) return false;
+  return (attr.memory_types & UCS_BIT(UCS_MEMORY_TYPE_CUDA)) != 0;
+}
+
 // ---------------------------------------------------------------- worker
 
 Result<std::unique_ptr<Worker>> Worker::create(Context& ctx) {
@@ -164,6 +171,24 @@ Result<std::unique_ptr<MemoryRegion>> MemoryRegion::map(Context& ctx, void* addr
   params.length = bytes;
   params.prot = kPeersReadOnly;
   SLUICE_TRY(to_status(ucp_mem_map(ctx.get(), &params, &m->h_), "ucx: register memory"));
+  m->address_ = addr;
+  SLUICE_TRY(m->pack());
+  return m;
+}
+
+Result<std::unique_ptr<MemoryRegion>> MemoryRegion::map_device(Context& ctx, void* addr,
+                                                               std::size_t bytes) {
+  if (!ctx.cuda_memory()) return failed_precondition("ucx: this UCX has no CUDA memory support");
+  std::unique_ptr<MemoryRegion> m(new MemoryRegion());
+  m->ctx_ = ctx.get();
+  ucp_mem_map_params_t params{};
+  params.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH |
+                      UCP_MEM_MAP_PARAM_FIELD_PROT | UCP_MEM_MAP_PARAM_FIELD_MEMORY_TYPE;
+  params.address = addr;
+  params.length = bytes;
+  params.prot = kPeersReadOnly;
+  params.memory_type = UCS_MEMORY_TYPE_CUDA;
+  SLUICE_TRY(to_status(ucp_mem_map(ctx.get(), &params, &m->h_), "ucx: register device memory"));
   m->address_ = addr;
   SLUICE_TRY(m->pack());
   return m;

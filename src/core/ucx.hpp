@@ -38,6 +38,9 @@ class Context {
   // The names of the transports UCX opened ("self", "tcp", "posix", "rc_mlx5", ...), from
   // ucp_context_print_info (UCX 1.13 has no query for them).
   std::vector<std::string> transport_names() const;
+  // Whether this UCX can register and move CUDA device memory (UCS_MEMORY_TYPE_CUDA among the
+  // context's memory types, ucp_context_query). Debian's UCX 1.13 is built without CUDA: false.
+  bool cuda_memory() const;
 
  private:
   Context() = default;
@@ -70,6 +73,10 @@ class MemoryRegion {
  public:
   // Registers memory the caller owns.
   static Result<std::unique_ptr<MemoryRegion>> map(Context& ctx, void* addr, std::size_t bytes);
+  // Registers CUDA device memory the caller owns (memory type UCS_MEMORY_TYPE_CUDA); only for a
+  // context with cuda_memory().
+  static Result<std::unique_ptr<MemoryRegion>> map_device(Context& ctx, void* addr,
+                                                          std::size_t bytes);
   // Lets UCX allocate the memory (UCP_MEM_MAP_ALLOCATE), which it places in shared memory
   // (sysv/posix) when it can. A same-host reader then maps the segment and copies from it
   // directly, where memory the caller allocated would go through a slower path (see

@@ -2,12 +2,14 @@
 // processes and a reader in this process.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <csignal>
 #include <cstring>
 #include <thread>
 
 #include "core/checksum.hpp"
 #include "core/chunk_stream.hpp"
+#include "core/cuda_device.hpp"
 #include "core/event_loop.hpp"
 #include "core/messaging.hpp"
 #include "core/process.hpp"
@@ -429,6 +431,54 @@ TEST_SUITE("core.transfer") {
     CHECK(r.status().message().find("outside the region of source a") != std::string::npos);
     r = rd.engine->read_sync({}, chunks, *dst, {});
     CHECK(r.status().message().find("no sources") != std::string::npos);
+  }
+
+  TEST_CASE("every chunk is reported once, verified, before the read is done") {
+    for (const char* tls : {"tcp", "sm"}) {
+      CAPTURE(tls);
+      Source a(tls, (3u << 20) + 5, 1u << 18, 21);
+      Reader rd(tls);
+      auto ra = rd.describe(a);
+      auto dst = rd.engine->allocate(ra.layout.bytes).value();
+      std::vector<int> seen(ra.layout.chunk_count(), 0);
+      bool all_good = true;
+      bool done = false;
+      ReadOptions o;
+      o.on_chunk = [&](const ChunkRead& c) {
+        CHECK_FALSE(done);
+        const std::uint64_t k = c.dst_offset / ra.layout.chunk_bytes;
+        ++seen[k];
+        // Its bytes are final when it is reported.
+        all_good = all_good &&
+                   chunk_checksum(dst->data() + c.dst_offset, c.bytes) == ra.layout.checksums[k];
+      };
+      auto r =
+          rd.engine->read_sync({{"a", ra.descriptor}}, whole_region_chunks(ra.layout), *dst, o);
+      done = true;
+      REQUIRE_MESSAGE(r.is_ok(), r.status().to_string());
+      CHECK(all_good);
+      CHECK(std::all_of(seen.begin(), seen.end(), [](int n) { return n == 1; }));
+    }
+  }
+
+  TEST_CASE("device memory is registered only where UCX has CUDA support") {
+    Reader rd("sm,self");
+    auto host = rd.engine->allocate(1 << 16).value();
+    CHECK_FALSE(host->device());
+    if (cuda_devices().count == 0) {
+      // Nothing to page-lock host memory for.
+      CHECK(host->pin_for_device().code() == Code::kFailedPrecondition);
+      CHECK_FALSE(host->pinned());
+    }
+    if (rd.engine->cuda_memory()) {
+      MESSAGE("skipped: this UCX has CUDA support (the refusal is for UCX without it)");
+      return;
+    }
+    int dummy = 0;
+    auto b = rd.engine->wrap_device(&dummy, sizeof dummy);
+    REQUIRE_FALSE(b.is_ok());
+    CHECK(b.status().code() == Code::kFailedPrecondition);
+    CHECK(b.status().message().find("pinned host") != std::string::npos);
   }
 
   TEST_CASE("a peer cannot write into a holder's memory over the network") {
