@@ -89,7 +89,7 @@ class Publisher:
     returns; checksums, the manifest and the commit follow in the background, while this
     process serves the version to relays and generators. ``wait(version)`` blocks until the
     store committed it. Versions must increase. Tensor names are the ``state_dict``'s (Hugging
-    Face names for a Hugging Face model). CUDA tensors are copied to host memory first.
+    Face names for a Hugging Face model). CUDA tensors (one GPU) are copied on CUDA streams.
 
     Example::
 
@@ -110,7 +110,12 @@ class Publisher:
     def publish(self, version: int, tensors: Any) -> None:
         """Stages ``tensors`` (a state_dict or (name, tensor) pairs) as ``version``; returns once
         they are copied, so the caller may change them again."""
-        items = [(n, t.detach().to("cpu") if _is_cuda(t) else t) for n, t in _items(tensors)]
+        items = _items(tensors)
+        # Device tensors are copied into staging on CUDA streams by the C++ publisher when this
+        # build has a device and they sit on one GPU; otherwise they come to the host here.
+        devices = {t.device for _, t in items if _is_cuda(t)}
+        if devices and (_sluice.cuda_devices() == 0 or len(devices) > 1):
+            items = [(n, t.detach().to("cpu") if _is_cuda(t) else t) for n, t in items]
         self._p.publish(_version(version), items)
 
     def wait(self, version: int, timeout: float = 60.0) -> None:
@@ -174,8 +179,9 @@ class Reader:
         # CUDA targets get host stand-ins of the same dtype and shape: the C++ side checks and
         # fills those, and they are copied to the device after.
         host, device = [], []
+        direct = _sluice.cuda_devices() > 0  # the C++ reader copies to the GPU on CUDA streams
         for name, t in _items(into):
-            if _is_cuda(t):
+            if _is_cuda(t) and not direct:
                 import torch
                 h = torch.empty(tuple(t.shape), dtype=t.dtype, device="cpu",
                                 pin_memory=torch.cuda.is_available())

@@ -18,6 +18,8 @@
 
 #include "actor/publisher.hpp"
 #include "core/config.hpp"
+#include "core/cuda_device.hpp"
+#include "core/device_copy.hpp"
 #include "core/log.hpp"
 #include "core/security.hpp"
 #include "core/transfer.hpp"
@@ -147,10 +149,12 @@ class Publisher {
     auto refs = tensor_refs(tensors);
     std::vector<actor::TensorView> views;
     for (const auto& r : refs) {
-      if (r.cuda)
-        throw py::value_error("tensor '" + r.name +
-                              "' is in CUDA memory: the sluice package stages it (use "
-                              "sluice.Publisher, not sluice._sluice.Publisher)");
+      // The publisher copies device tensors on CUDA streams; a build without CUDA would read a
+      // device address as host memory.
+      if (r.cuda && core::cuda_devices().count == 0)
+        throw py::value_error("tensor '" + r.name + "' is in CUDA memory and this build has no " +
+                              "CUDA device (" + core::cuda_devices().why_none +
+                              "): the sluice package copies it to the host first");
       views.push_back({r.name, r.dtype, r.shape, r.data, r.bytes});
     }
     py::gil_scoped_release nogil;
@@ -435,15 +439,27 @@ class Reader {
     const core::Manifest* m = reader_->current_manifest();
     if (!m) throw StatusError{core::failed_precondition("no current version to copy from")};
     check_into(*m, refs, strict);
-    for (const auto& r : refs) {
-      if (r.cuda)
-        throw py::value_error("tensor '" + r.name +
-                              "' is in CUDA memory: the sluice package "
-                              "stages it (use sluice.Reader, not sluice._sluice.Reader)");
-    }
+    std::map<int, std::vector<core::DeviceSpan>> device_spans;  // per CUDA device
     for (const auto& r : refs) {
       auto span = value(reader_->current_tensor(r.name));
-      std::memcpy(r.data, span.data(), span.size());
+      if (!r.cuda) {
+        std::memcpy(r.data, span.data(), span.size());
+        continue;
+      }
+      if (core::cuda_devices().count == 0)
+        throw py::value_error("tensor '" + r.name + "' is in CUDA memory and this build has no " +
+                              "CUDA device: the sluice package stages it through host memory");
+      auto offset = static_cast<std::uint64_t>(span.data() - reader_->current_bytes().data());
+      device_spans[r.device].push_back({r.data, offset, span.size()});
+    }
+    // Device tensors: chunk by chunk on CUDA streams from the current version's host image.
+    for (auto& [device, spans] : device_spans) {
+      auto layout = value(core::DeviceLayout::make(std::move(spans), m->total_bytes));
+      core::DeviceCopyOptions o;
+      o.device = device;
+      o.chunk_bytes = m->chunk_bytes;
+      auto copier = value(core::DeviceCopier::create(o));
+      check(copier->to_device(layout, reader_->current_bytes().data()));
     }
   }
 
@@ -624,6 +640,9 @@ PYBIND11_MODULE(_sluice, m) {
     }
   });
 
+  m.def(
+      "cuda_devices", [] { return core::cuda_devices().count; },
+      "CUDA devices this build can copy to and from (0: none, or built without CUDA)");
   m.def(
       "set_log_level",
       [](const std::string& level) { core::log::set_level(value(core::log::parse_level(level))); },
