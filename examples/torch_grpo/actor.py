@@ -113,12 +113,8 @@ def store_latest(a: dict, security: dict, wait_s: float = 30.0) -> int:
 
 
 def main() -> int:
-    role.die_with_launcher()
-    stop = role.Stop()
-    cfg = role.load_config()
+    stop, cfg, opts = role.start()
     a = cfg["actor"]
-    opts = cfg.get("options") or {}
-    torch.set_num_threads(int(opts.get("threads", 1)))
     torch.manual_seed(int(opts.get("seed", 1)))
     lc = a["learner"]
     security = a["security"]

@@ -20,8 +20,6 @@ import sys
 import time
 import zlib
 
-import torch
-
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import role  # noqa: E402
 from engine import Engine, Seq  # noqa: E402
@@ -68,12 +66,8 @@ class Clock:
 
 
 def main() -> int:
-    role.die_with_launcher()
-    stop = role.Stop()
-    cfg = role.load_config()
+    stop, cfg, opts = role.start()
     r = cfg["rollout"]
-    opts = cfg.get("options") or {}
-    torch.set_num_threads(int(opts.get("threads", 1)))
     rid = r["rollout_id"]
     eng_cfg = r["gpt"]
     task = sluice.ArithmeticTask(r["task"])

@@ -4,7 +4,6 @@ its ready and summary lines on stdout, and write safetensors.
 """
 from __future__ import annotations
 
-import argparse
 import ctypes
 import json
 import os
@@ -14,14 +13,6 @@ import sys
 from typing import Dict
 
 import torch
-
-
-def load_config(argv=None) -> dict:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--config", required=True, help="the role file sluice run wrote")
-    args = ap.parse_args(argv)
-    with open(args.config) as f:
-        return json.load(f)
 
 
 def die_with_launcher() -> None:
@@ -48,6 +39,20 @@ class Stop:
 
     def _handle(self, *_):
         self.requested = True
+
+
+def start():
+    """What every command role does first: end with the launcher, catch SIGTERM, read its role
+    file (sluice.load_role_config) and take its thread count from the job's "options".
+    Returns (stop, cfg, options)."""
+    import sluice
+
+    die_with_launcher()
+    stop = Stop()
+    cfg = sluice.load_role_config()
+    opts = cfg.get("options") or {}
+    torch.set_num_threads(int(opts.get("threads", 1)))
+    return stop, cfg, opts
 
 
 def say(line: str) -> None:

@@ -112,6 +112,19 @@ std::string random_hex() {
   return buf;
 }
 
+// What a Publisher and a Reader both stand on: this process's security, a transfer engine and a
+// store client, made on the object's loop (call from LoopThread::exclusive).
+void connect_store(core::EventLoop& loop, const core::SecurityConfig& sc, const std::string& who,
+                   const std::string& store, double timeout,
+                   std::unique_ptr<core::TransferEngine>& engine,
+                   std::unique_ptr<weightstore::StoreClient>& client) {
+  auto sec = value(core::load_security(sc, who));
+  core::TransferOptions to;
+  to.environment = environment();
+  engine = value(core::TransferEngine::create(loop, to));
+  client = value(weightstore::StoreClient::create(loop, store, sec, millis(timeout)));
+}
+
 // ---------------------------------------------------------------- publisher
 
 class Publisher {
@@ -123,11 +136,7 @@ class Publisher {
     auto sc = security_config(security);
     py::gil_scoped_release nogil;
     lt_.exclusive([&] {
-      auto sec = value(core::load_security(sc, "publisher " + holder_id));
-      core::TransferOptions to;
-      to.environment = environment();
-      engine_ = value(core::TransferEngine::create(lt_.loop(), to));
-      store_ = value(weightstore::StoreClient::create(lt_.loop(), store, sec, millis(timeout)));
+      connect_store(lt_.loop(), sc, "publisher " + holder_id, store, timeout, engine_, store_);
       actor::PublisherOptions po;
       po.model = model_;
       po.holder_id = holder_id;
@@ -286,11 +295,7 @@ class Reader {
     auto sc = security_config(security);
     py::gil_scoped_release nogil;
     lt_.exclusive([&] {
-      auto sec = value(core::load_security(sc, "reader " + holder_id));
-      core::TransferOptions to;
-      to.environment = environment();
-      engine_ = value(core::TransferEngine::create(lt_.loop(), to));
-      store_ = value(weightstore::StoreClient::create(lt_.loop(), store, sec, millis(timeout)));
+      connect_store(lt_.loop(), sc, "reader " + holder_id, store, timeout, engine_, store_);
       weightstore::ReaderOptions ro;
       ro.model = model_;
       ro.holder_id = holder_id;
