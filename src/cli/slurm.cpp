@@ -363,7 +363,12 @@ int run_slurm(const SlurmArgs& args, const std::vector<std::string>& environment
   std::string outcome = summary.is_object() ? summary.value("outcome", "?") : "no summary.json";
   std::printf("Slurm job %s %s; outcome: %s; run folder: %s\n", id.c_str(),
               state->empty() ? "ended" : state->c_str(), outcome.c_str(), dir.c_str());
-  return (state->empty() || *state == "COMPLETED") && outcome == "ok" ? 0 : 1;
+  const bool ok = (state->empty() || *state == "COMPLETED") && outcome == "ok";
+  if (!ok) {
+    std::fprintf(stderr, "sluice slurm: the job failed; see %s and the roles' logs in %s\n",
+                 (dir / ("slurm-" + id + ".out")).c_str(), dir.c_str());
+  }
+  return ok ? 0 : 1;
 }
 
 }  // namespace sluice::cli

@@ -191,3 +191,22 @@ for _ in $(seq 1 50); do
 done
 [ -z "$left" ] || fail "still running after the job: $(ps -o pid,args -p "$(echo "$left" | paste -sd,)")"
 echo "ok: no role left running"
+
+# A job whose actor fails is reported as failed, by Slurm and by sluice slurm --wait, with the
+# reason in the batch output and in summary.json.
+python3 - "$work/job.json" "$work/failing.json" <<'PY'
+import json, sys
+job = json.load(open(sys.argv[1]))
+job.update(name="slurm-failing", actor_command={"argv": ["false"]}, restart={"enabled": False})
+json.dump(job, open(sys.argv[2], "w"))
+PY
+if out=$(timeout 300 "$sluice" slurm "$work/failing.json" --out "$work/failing" --submit --wait \
+  --wait-timeout 200 --store-port "$store_port" --manager-port "$manager_port" 2>&1); then
+  fail "a job whose actor failed was reported as a success: $out"
+fi
+echo "$out" | grep -q "COMPLETED" && fail "Slurm says a failed job completed: $out"
+grep -q "the actor's step failed (status 1)" "$work"/failing/slurm-*.out ||
+  fail "no reason in $(cat "$work"/failing/slurm-*.out)"
+grep -q '"outcome": "internal error: the actor.s step failed' "$work/failing/summary.json" ||
+  fail "summary.json: $(grep outcome "$work/failing/summary.json")"
+echo "ok: a failed actor fails the job: $(echo "$out" | grep '^Slurm job')"
