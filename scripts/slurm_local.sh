@@ -50,6 +50,9 @@ need() {
   [ ${#missing[@]} -eq 0 ] ||
     die "missing ${missing[*]}: install slurm-wlm and munge (scripts/setup.sh does)"
   [ "$(id -u)" -eq 0 ] || die "run as root: slurmd starts jobs as their users"
+  # Jobs reach their first node by its Slurm name, which is this host's name.
+  getent hosts "$(hostname -s)" >/dev/null ||
+    die "this host's name $(hostname -s) does not resolve: add it to /etc/hosts"
 }
 
 # Is a TCP port taken on this host?
