@@ -16,6 +16,7 @@ packages=(
   libsqlite3-dev                  # the rollout manager's durable state
   libopenblas-dev                 # reference model matrix products
   iproute2                        # emulated hosts: ip netns, veth, tc
+  slurm-wlm munge                 # a one-host Slurm for sluice slurm's test (scripts/slurm_local.sh)
   clang libclang-rt-14-dev        # libFuzzer targets (scripts/fuzz.sh)
   python3-dev pybind11-dev        # the Python package (python/)
   python3-numpy python3-torch     # its tensors; the PyTorch example (examples/torch_grpo)

@@ -19,7 +19,7 @@
 #include <memory>
 
 #include "cli/commands.hpp"
-#include "cli/report.hpp"
+#include "cli/job_setup.hpp"
 #include "core/config.hpp"
 #include "core/event_loop.hpp"
 #include "core/log.hpp"
@@ -256,59 +256,6 @@ core::Result<int> free_port() {
   return port;
 }
 
-// A role's configuration file: what `sluice <role> --config FILE` reads; a command role's has its
-// options besides.
-template <typename T>
-core::Status write_role_file(const fs::path& path, const JobConfig& job, const char* section,
-                             const T& cfg, const RoleCommand* command = nullptr) {
-  json doc{{"log_level", job.log_level},
-           {"metrics_listen", job.metrics_listen},
-           {section, json::parse(core::config::to_json(cfg).dump())}};
-  if (command && command->enabled()) doc["options"] = json::parse(command->options.dump());
-  std::ofstream f(path);
-  f << doc.dump(2) << "\n";
-  if (!f) return core::internal_error(fmt::format("cannot write {}", path.string()));
-  return {};
-}
-
-// The file a command role's argv[0] names: a path (relative to the working directory) when it has
-// a '/', else the first executable of that name on the PATH of `environment`. posix_spawn looks
-// nothing up, and a missing program should fail the job before anything starts, by its name.
-core::Result<std::string> resolve_program(const std::string& what, const std::string& program,
-                                          const std::vector<std::string>& environment) {
-  auto executable = [](const fs::path& p) {
-    std::error_code ec;
-    return fs::is_regular_file(p, ec) && ::access(p.c_str(), X_OK) == 0;
-  };
-  if (program.find('/') != std::string::npos) {
-    std::error_code ec;
-    if (!fs::exists(program, ec)) {
-      return core::not_found(
-          fmt::format("{}: the program {} does not exist (relative paths are "
-                      "taken from the working directory {})",
-                      what, program, fs::current_path(ec).string()));
-    }
-    if (!executable(program)) {
-      return core::failed_precondition(
-          fmt::format("{}: {} is not an executable file", what, program));
-    }
-    return program;
-  }
-  std::string path = "/usr/local/bin:/usr/bin:/bin";
-  for (const auto& e : environment) {
-    if (e.rfind("PATH=", 0) == 0) path = e.substr(5);
-  }
-  std::size_t from = 0;
-  while (from <= path.size()) {
-    std::size_t to = std::min(path.find(':', from), path.size());
-    fs::path dir = to > from ? fs::path(path.substr(from, to - from)) : fs::path(".");
-    if (executable(dir / program)) return (dir / program).string();
-    from = to + 1;
-  }
-  return core::not_found(
-      fmt::format("{}: the program {} is not on PATH ({})", what, program, path));
-}
-
 // The roles' /metrics addresses in Prometheus's file-based service discovery format
 // (file_sd_configs), rewritten when a restarted role announces a new one: a Prometheus pointed at
 // this file scrapes the job without further configuration. Written to a temporary name and
@@ -382,48 +329,15 @@ core::Result<JobResult> run_local_job(JobConfig job, const std::string& sluice_e
     child_env.push_back("UCX_WARN_UNUSED_ENV_VARS=n");
     log::info("job: UCX_TLS=sm,self for its processes (one host; set UCX_TLS to choose)");
   }
-  if (!job.mode.empty()) job.manager.mode = job.mode;
-  job.mode = job.manager.mode;
-  // One batch and group size for everyone.
-  job.actor.batch_trajectories = job.manager.batch_trajectories;
-  job.actor.group_size = job.manager.group_size;
-  // Work the actor would drop as too stale stops early.
-  job.manager.abandon_stale = job.actor.staleness_policy == "drop";
-  job.manager.max_staleness = job.actor.max_staleness;
-  SLUICE_TRY(job.validate());
+  SLUICE_TRY(settle_job(job));
   // Command roles: their programs, found before anything starts.
-  std::string actor_program, rollout_program;
-  if (job.actor_command.enabled()) {
-    SLUICE_ASSIGN_OR_RETURN(
-        actor_program, resolve_program("actor_command", job.actor_command.argv[0], environment));
-  }
-  if (job.rollout_command.enabled()) {
-    SLUICE_ASSIGN_OR_RETURN(
-        rollout_program,
-        resolve_program("rollout_command", job.rollout_command.argv[0], environment));
-  }
+  SLUICE_ASSIGN_OR_RETURN(RolePrograms programs, resolve_role_programs(job, environment));
+  const std::string& actor_program = programs.actor;
+  const std::string& rollout_program = programs.rollout;
 
-  if (job.out_dir.empty()) {
-    std::time_t now = std::time(nullptr);
-    char stamp[32];
-    std::strftime(stamp, sizeof(stamp), "%Y%m%d-%H%M%S", std::localtime(&now));
-    job.out_dir = fmt::format("runs/{}-{}-{}", job.name, stamp, ::getpid());
-  }
+  if (job.out_dir.empty()) job.out_dir = default_run_dir(job);
   fs::path dir(job.out_dir);
-  if (resume && !fs::exists(dir / "job.json")) {
-    return core::not_found(fmt::format("cannot resume {}: it has no job.json", dir.string()));
-  }
-  // A new job never picks up another job's durable state by accident.
-  if (!resume && (fs::exists(dir / "manager.db") || fs::exists(dir / "checkpoints"))) {
-    return core::failed_precondition(fmt::format(
-        "{} holds the durable state of an earlier job: continue it with sluice run --resume {}, "
-        "or choose another run folder",
-        dir.string(), dir.string()));
-  }
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec)
-    return core::invalid_argument(fmt::format("cannot create {}: {}", dir.string(), ec.message()));
+  SLUICE_TRY(make_run_dir(dir, resume));
 
   SLUICE_ASSIGN_OR_RETURN(int store_port, free_port());
   SLUICE_ASSIGN_OR_RETURN(int manager_port, free_port());
@@ -431,51 +345,19 @@ core::Result<JobResult> run_local_job(JobConfig job, const std::string& sluice_e
   std::string control_host = hosts ? EmulatedHosts::address(0) : "127.0.0.1";
   std::string store_ep = fmt::format("tcp://{}:{}", control_host, store_port);
   std::string manager_ep = fmt::format("tcp://{}:{}", control_host, manager_port);
-  job.store.listen = store_ep;
-  job.relay.store = store_ep;
-  job.manager.listen = manager_ep;
-  job.rollout.store = store_ep;
-  job.rollout.manager = manager_ep;
-  job.actor.store = store_ep;
-  job.actor.manager = manager_ep;
-  job.actor.summary_path = (dir / "actor-summary.json").string();
-  job.actor.metrics_path = (dir / "metrics.jsonl").string();
-  job.actor.weights_path = (dir / "final_weights.safetensors").string();
-  // The durable state a restarted role recovers from (and `sluice run --resume` continues from).
-  if (job.manager.state_path.empty()) job.manager.state_path = (dir / "manager.db").string();
-  if (job.actor.checkpoint_dir.empty()) job.actor.checkpoint_dir = (dir / "checkpoints").string();
-  job.actor.store_lease_ttl_ms = job.store.lease_ttl_ms;  // the one the store uses
-  job.relay.store_lease_ttl_ms = job.store.lease_ttl_ms;
-  job.rollout.store_lease_ttl_ms = job.store.lease_ttl_ms;
-  job.relay.model = job.rollout.model = job.actor.model;
+  wire_job(job, JobEndpoints{store_ep, store_ep, manager_ep, manager_ep}, dir.string());
   // The job's keys: made once per run folder (a resumed job keeps its own), 0600 in keys/ (0700).
   // Each role gets its own key file and the members file; the launcher acts as the operator.
   const fs::path keys_dir = dir / "keys";
   core::Security launcher_security = core::Security::plain();
   auto security_of = [&](const std::string& identity) {
-    core::SecurityConfig sc;
-    sc.mode = job.auth;
-    if (job.auth == "curve") {
-      sc.key_file = core::key_file_path(keys_dir.string(), identity);
-      sc.members_file = core::members_file_path(keys_dir.string());
-    }
-    return sc;
+    return role_security(job, keys_dir.string(), identity);
   };
+  SLUICE_TRY(make_job_security(job, keys_dir.string(), resume));
   if (job.auth == "curve") {
-    bool have = resume && fs::exists(core::members_file_path(keys_dir.string()));
-    if (!have) {
-      SLUICE_TRY(core::make_job_keys(keys_dir.string(), job_identities(job.relays, job.rollouts))
-                     .status()
-                     .with_context("job keys"));
-    }
     SLUICE_ASSIGN_OR_RETURN(launcher_security,
                             core::load_security(security_of("operator"), "launcher"));
-  } else {
-    core::warn_plain("job " + job.name + " (auth plain)");
   }
-  job.store.security = security_of("weightstore");
-  job.manager.security = security_of("rollout-manager");
-  job.actor.security = security_of("actor");
   {
     std::ofstream f(dir / "job.json");
     f << core::config::to_json(job).dump(2) << "\n";
@@ -520,9 +402,7 @@ core::Result<JobResult> run_local_job(JobConfig job, const std::string& sluice_e
     SLUICE_TRY(write_role_file(dir / "weightstore.json", job, "store", job.store));
     SLUICE_TRY(sup.start(spec("weightstore", "weightstore", dir / "weightstore.json", "endpoint")));
     for (std::uint32_t i = 0; i < job.relays; ++i) {
-      relay::RelayConfig rc = job.relay;
-      rc.relay_id = fmt::format("relay-{}", i);
-      rc.security = security_of(rc.relay_id);
+      relay::RelayConfig rc = relay_config(job, i, keys_dir.string());
       std::uint32_t host = hosts ? i + 1 : 0;
       if (hosts) rc.host = EmulatedHosts::label(host);
       auto path = dir / fmt::format("relay-{}.json", i);
@@ -533,10 +413,7 @@ core::Result<JobResult> run_local_job(JobConfig job, const std::string& sluice_e
     SLUICE_TRY(sup.start(
         spec("rollout-manager", "rollout-manager", dir / "rollout-manager.json", "endpoint")));
     for (std::uint32_t i = 0; i < job.rollouts; ++i) {
-      rollout::RolloutConfig rc = job.rollout;
-      rc.rollout_id = fmt::format("rollout-{}", i);
-      rc.security = security_of(rc.rollout_id);
-      rc.sim.seed = job.rollout.sim.seed;  // one workload: lengths depend on the seed and id only
+      rollout::RolloutConfig rc = rollout_config(job, i, keys_dir.string());
       std::uint32_t host = hosts ? 1 + i % job.hosts.count : 0;
       if (hosts) rc.host = EmulatedHosts::label(host);
       auto path = dir / fmt::format("rollout-{}.json", i);
@@ -778,23 +655,7 @@ core::Result<JobResult> run_local_job(JobConfig job, const std::string& sluice_e
   watch.observe(result.manager, sup);
   sup.stop_all();
   result.restarts = sup.restarts_json();
-  json summary{{"job", job.name},
-               {"mode", job.manager.mode},
-               {"actor", result.actor},
-               {"manager", result.manager},
-               {"events", result.events},
-               {"restarts", result.restarts},
-               {"watch", watch.to_json()},
-               {"outcome", outcome.is_ok() ? "ok" : outcome.to_string()},
-               {"wall_s", seconds(Clock::now() - t0)}};
-  std::ofstream(dir / "summary.json") << summary.dump(2) << "\n";
-  // The report: plots of the run, in one self-contained HTML file. A job that failed early may
-  // have no metrics; that is a warning, not a second failure.
-  if (auto rs =
-          write_report(dir.string(), fmt::format("sluice job {} ({})", job.name, job.manager.mode));
-      !rs.is_ok()) {
-    log::warn("sluice run: no report: {}", rs.to_string());
-  }
+  write_run_summary(dir, job, result, watch.to_json(), outcome, seconds(Clock::now() - t0));
   if (!outcome.is_ok())
     return outcome.with_context(fmt::format("job {} ({})", job.name, dir.string()));
   return result;

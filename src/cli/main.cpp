@@ -14,6 +14,7 @@
 #include "cli/chaos.hpp"
 #include "cli/commands.hpp"
 #include "cli/compare.hpp"
+#include "cli/slurm.hpp"
 #include "cli/transfer_cmds.hpp"
 #include "cli/weights_cmds.hpp"
 #include "core/build_info.hpp"
@@ -295,6 +296,9 @@ int main(int argc, char** argv) {
   ping.auth.as = "operator";
   add_auth(ping_cmd, ping.auth);
 
+  sluice::cli::ClusterCommands cluster;
+  sluice::cli::add_cluster_commands(app, cluster);
+
   // A clearer message than CLI11's "arguments were not expected" for a misspelt subcommand.
   if (argc > 1 && argv[1][0] != '-') {
     std::string first = argv[1];
@@ -359,6 +363,7 @@ int main(int argc, char** argv) {
     }
     return sluice::cli::run_job(job_path, run_overrides, run_out, environment());
   }
+  if (int rc = sluice::cli::run_cluster_command(cluster, environment()); rc >= 0) return rc;
   if (chaos_cmd->parsed()) {
     return sluice::cli::run_chaos(ca, sluice::cli::self_exe(), environment());
   }
