@@ -63,9 +63,9 @@ TEST_SUITE("core") {
       CHECK(view->header.target_version == 5);
       CHECK(view->header.total_bytes == bytes);
       CHECK(view->chunks.size() == (bytes + chunk - 1) / chunk);
-      MESSAGE(fraction * 100 << "% changed: " << blob->size() << " bytes of " << bytes << " ("
-                             << stats.sparse_chunks << " sparse, " << stats.xor_chunks << " xor, "
-                             << stats.same_chunks << " same chunks)");
+      MESSAGE((fraction * 100) << "% changed: " << blob->size() << " bytes of " << bytes << " ("
+                               << stats.sparse_chunks << " sparse, " << stats.xor_chunks << " xor, "
+                               << stats.same_chunks << " same chunks)");
       if (fraction == 0.0) CHECK(blob->size() < 1024);
       if (fraction == 0.03) CHECK(blob->size() * 10 < bytes);
     }
