@@ -37,6 +37,8 @@ namespace {
 // transfer plus this), which is what keeps a long chain close to the time of one hop.
 constexpr Millis kFollowPoll{3};
 constexpr Millis kReask{10};
+// How often a relay waiting for an expected delta asks the store again.
+constexpr Millis kDeltaReask{50};
 // How often the relay tells the store it is alive (well within the store's holder_ttl).
 constexpr Millis kHeartbeat{250};
 
@@ -247,7 +249,7 @@ struct Relay::Impl {
       c.delta = Copy::Delta::kNone;
       return;
     }
-    if (Clock::now() - c.delta_asked < kReask) return;
+    if (Clock::now() - c.delta_asked < kDeltaReask) return;
     c.delta = Copy::Delta::kAsking;
     c.delta_asked = Clock::now();
     ++base->lent;
@@ -259,7 +261,11 @@ struct Relay::Impl {
           --base->lent;
           cp->delta = Copy::Delta::kNone;
           const auto waited = Clock::now() - cp->delta_since;
-          if (!r.is_ok()) {
+          if (!r.is_ok() && r.status().code() == core::Code::kNotFound) {
+            // The base left the store's retention: there is no delta to ask for.
+            log::debug("relay {}: no delta {}->{}: {}", config.relay_id, base->manifest.version,
+                       cp->manifest.version, r.status().to_string());
+          } else if (!r.is_ok()) {
             log::warn("relay {}: delta {}->{}: {}; reading it in full", config.relay_id,
                       base->manifest.version, cp->manifest.version, r.status().to_string());
           } else if (r->available) {
