@@ -18,6 +18,7 @@ using core::Status;
 
 namespace {
 constexpr Millis kDrainCheck{200};
+constexpr Millis kLeaseRenew{3000};  // well under the store's lease_ttl (10 s by default)
 }  // namespace
 
 DeltaOffers::DeltaOffers(core::EventLoop& loop, core::TransferEngine& engine,
@@ -209,10 +210,16 @@ void fetch_delta(core::TransferEngine& engine, weightstore::StoreClient& store,
         core::ReadOptions ro;
         ro.op_timeout = Millis(5000);
         ro.total_timeout = Millis(60000);
+        // The lease is renewed while the read runs: a holder frees a delta once its leases
+        // drain.
+        std::shared_ptr<core::EventLoop::Timer> renew = store.loop().every(
+            kLeaseRenew,
+            [&store, lease] { store.renew_async(lease, Millis(5000), [](Status) {}); });
         engine.read(
             std::move(sources), core::whole_region_chunks(d.layout()), *blob, ro,
-            [&store, lease, blob, f, base, target, base_bytes, &dst, &have,
-             done](Result<core::ReadStats> st) mutable {
+            [&store, lease, blob, f, base, target, base_bytes, &dst, &have, done,
+             renew](Result<core::ReadStats> st) mutable {
+              renew->cancel();
               store.release_async(lease, Millis(5000));
               if (!st.is_ok()) return done(st.status());
               std::span<const std::uint8_t> bytes(blob->data(), blob->size());

@@ -55,7 +55,10 @@ std::unique_ptr<core::Subprocess> start_relay(const std::string& store, const st
       {SLUICE_BIN, "--log-level", "info", "relay", "--set", "relay.store=" + store, "--set",
        "relay.relay_id=" + id, "--set", "relay.security.mode=plain", "--set", "relay.poll_ms=20",
        "--set", "relay.host=host-" + id, "--set", "relay.datacenter=" + dc, "--set",
-       std::string("relay.make_deltas=") + (make ? "true" : "false")},
+       std::string("relay.make_deltas=") + (make ? "true" : "false"),
+       // A loaded machine may take seconds to make a delta: wait for it here rather than fall
+       // back to a full read, which is not what these tests look at.
+       "--set", "relay.delta_wait_ms=30000"},
       "relay ", nullptr, log);
 }
 
