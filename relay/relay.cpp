@@ -1,11 +1,13 @@
 #include "relay/relay.hpp"
 
 #include <deque>
+#include <optional>
 #include <set>
 
 #include "core/log.hpp"
 #include "core/metrics.hpp"
 #include "core/transfer.hpp"
+#include "relay/relay_delta.hpp"
 #include "weightstore/client.hpp"
 #include "weightstore/holder.hpp"
 #include "weightstore/protocol.hpp"
@@ -35,6 +37,8 @@ namespace {
 // transfer plus this), which is what keeps a long chain close to the time of one hop.
 constexpr Millis kFollowPoll{3};
 constexpr Millis kReask{10};
+// How often a relay waiting for an expected delta asks the store again.
+constexpr Millis kDeltaReask{50};
 // How often the relay tells the store it is alive (well within the store's holder_ttl).
 constexpr Millis kHeartbeat{250};
 
@@ -54,6 +58,14 @@ struct Copy {
   bool asking = false;                    // a chain_source request is out
   bool reporting = false;                 // an add_chunks request is out
   Clock::time_point asked{};
+  int source_distance = 3;  // topology distance to the source, as the store said
+
+  // Receiving by delta (use_deltas): wanted until the source is known to be remote (or not);
+  // no chunk is read in full while a delta is asked for or read.
+  enum class Delta { kNone, kWanted, kAsking, kReading } delta = Delta::kNone;
+  Clock::time_point delta_since{};  // when the version was first seen
+  Clock::time_point delta_asked{};
+  int lent = 0;  // deltas being applied with this copy as their base
 };
 
 }  // namespace
@@ -75,12 +87,22 @@ struct Relay::Impl {
                                                            "weight bytes received and verified");
   core::Gauge& m_version =
       core::process_metrics().gauge("sluice_relay_version", "the newest version held whole");
+  std::unique_ptr<DeltaOffers> offers;          // make_deltas only
+  std::optional<Clock::time_point> reoffer_at;  // after a store restart, once copies are back
+  core::Counter& m_delta_bytes = core::process_metrics().counter(
+      "sluice_relay_delta_bytes_received_total", "delta bytes read in place of full versions");
+  core::Counter& m_delta_chunks = core::process_metrics().counter(
+      "sluice_relay_delta_chunks_total", "chunks rebuilt from deltas and verified");
+  core::Counter& m_delta_mismatch = core::process_metrics().counter(
+      "sluice_relay_delta_mismatched_chunks_total",
+      "chunks a delta did not rebuild right (read in full instead)");
 
   Impl(core::EventLoop& l, RelayConfig c) : loop(l), config(std::move(c)) {}
   ~Impl() {
     // Reads in flight write into the copies' buffers, and replies refer to the copies: end them
     // (their callbacks are dropped) before the copies go. The holder goes first: it speaks
     // through the store client, and keeps retired copies' memory.
+    offers.reset();
     holder.reset();
     store.reset();
     engine->shutdown();
@@ -92,7 +114,7 @@ struct Relay::Impl {
   weightstore::Topology topology() const { return {config.host, config.rack, config.datacenter}; }
 
   Status join() {
-    SLUICE_TRY(store->join_relay({config.relay_id, topology()}));
+    SLUICE_TRY(store->join_relay({config.relay_id, topology(), config.make_deltas}));
     joined = true;
     return {};
   }
@@ -110,9 +132,10 @@ struct Relay::Impl {
   // on every tick and after every reply or finished read; never blocks.
   void pump(Copy& c) {
     if (c.complete || stopping) return;
+    if (c.delta != Copy::Delta::kNone) want_delta(c);
     auto layout = c.manifest.layout();
     bool waiting = false;  // everything the source has is here or on its way
-    if (!c.source.empty()) {
+    if (!c.source.empty() && c.delta == Copy::Delta::kNone) {
       for (std::uint32_t i = 0; i < layout.chunk_count(); ++i) {
         if (c.reading.size() >= config.in_flight) break;
         if (c.have[i] || c.reading.count(i) || i >= c.source_has.size() || !c.source_has[i])
@@ -153,6 +176,7 @@ struct Relay::Impl {
         return;
       }
       cp->source = r->holder_id;
+      cp->source_distance = r->distance;
       cp->source_desc = std::move(desc).value();
       cp->source_has = std::move(r->chunks);
       pump(*cp);
@@ -168,31 +192,101 @@ struct Relay::Impl {
     c.reading.insert(i);
     Copy* cp = &c;
     std::string from = c.source;
-    engine->read(
-        {{from, c.source_desc}}, {r}, *c.buffer, read_options(),
-        [this, cp, i, from, bytes = r.bytes](Result<core::ReadStats> st) {
-          cp->reading.erase(i);
-          if (!st.is_ok()) {
-            log::warn(
-                "relay {}: chunk {} of {}@{} from {} failed: {}; trying another "
-                "source",
-                config.relay_id, i, cp->manifest.model, cp->manifest.version, from,
-                st.status().to_string());
-            cp->failed_sources.insert(from);
-            if (cp->source == from) cp->source.clear();
-          } else {
-            cp->have[i] = true;
-            m_bytes.inc(bytes);
+    engine->read({{from, c.source_desc}}, {r}, *c.buffer, read_options(),
+                 [this, cp, i, from, bytes = r.bytes](Result<core::ReadStats> st) {
+                   cp->reading.erase(i);
+                   if (!st.is_ok()) {
+                     log::warn(
+                         "relay {}: chunk {} of {}@{} from {} failed: {}; trying another "
+                         "source",
+                         config.relay_id, i, cp->manifest.model, cp->manifest.version, from,
+                         st.status().to_string());
+                     cp->failed_sources.insert(from);
+                     if (cp->source == from) cp->source.clear();
+                   } else {
+                     cp->have[i] = true;
+                     m_bytes.inc(bytes);
+                     holder->update_chunks(cp->manifest.version, cp->have);
+                     cp->unreported.push_back(i);
+                     check_complete(*cp);
+                     report(*cp);
+                   }
+                   pump(*cp);
+                 });
+  }
+
+  void check_complete(Copy& c) {
+    c.complete = std::all_of(c.have.begin(), c.have.end(), [](bool b) { return b; });
+    if (!c.complete) return;
+    log::info("relay {}: holds {}@{} ({} bytes)", config.relay_id, c.manifest.model,
+              c.manifest.version, c.manifest.total_bytes);
+    if (static_cast<double>(c.manifest.version) > m_version.value())
+      m_version.set(static_cast<double>(c.manifest.version));
+    if (offers) {
+      if (Copy* base = base_for(c)) {
+        offers->make(base->manifest, base->buffer->data(), c.manifest, c.buffer->data());
+      }
+    }
+  }
+
+  // The newest complete copy older than `c`: the base of a delta to or from it.
+  Copy* base_for(const Copy& c) {
+    Copy* best = nullptr;
+    for (auto& o : copies) {
+      if (&o == &c || !o.complete || !o.buffer || o.manifest.version >= c.manifest.version)
+        continue;
+      if (!best || o.manifest.version > best->manifest.version) best = &o;
+    }
+    return best;
+  }
+
+  // use_deltas: once the source is known, a remote one is replaced by a delta against the newest
+  // complete copy when the store offers one (or expects one, for up to delta_wait_ms).
+  void want_delta(Copy& c) {
+    if (c.delta != Copy::Delta::kWanted || c.source.empty()) return;
+    Copy* base = base_for(c);
+    if (c.source_distance < 3 || !base) {
+      c.delta = Copy::Delta::kNone;
+      return;
+    }
+    if (Clock::now() - c.delta_asked < kDeltaReask) return;
+    c.delta = Copy::Delta::kAsking;
+    c.delta_asked = Clock::now();
+    ++base->lent;
+    auto before = std::make_shared<std::vector<bool>>(c.have);
+    Copy* cp = &c;
+    fetch_delta(
+        *engine, *store, config.model, base->manifest.version, c.manifest, topology(),
+        base->buffer->data(), *c.buffer, c.have, [this, cp, base, before](Result<DeltaFetched> r) {
+          --base->lent;
+          cp->delta = Copy::Delta::kNone;
+          const auto waited = Clock::now() - cp->delta_since;
+          if (!r.is_ok() && r.status().code() == core::Code::kNotFound) {
+            // The base left the store's retention: there is no delta to ask for.
+            log::debug("relay {}: no delta {}->{}: {}", config.relay_id, base->manifest.version,
+                       cp->manifest.version, r.status().to_string());
+          } else if (!r.is_ok()) {
+            log::warn("relay {}: delta {}->{}: {}; reading it in full", config.relay_id,
+                      base->manifest.version, cp->manifest.version, r.status().to_string());
+          } else if (r->available) {
+            for (std::uint32_t i = 0; i < cp->have.size(); ++i)
+              if (cp->have[i] && !(*before)[i]) cp->unreported.push_back(i);
+            m_delta_bytes.inc(r->delta_bytes);
+            m_delta_chunks.inc(r->rebuilt);
+            m_delta_mismatch.inc(r->mismatched);
+            log::info(
+                "relay {}: {}@{} by delta from {}: {} bytes for {}, {} chunks "
+                "rebuilt, {} mismatched (read in full)",
+                config.relay_id, cp->manifest.model, cp->manifest.version, base->manifest.version,
+                r->delta_bytes, r->target_bytes, r->rebuilt, r->mismatched);
             holder->update_chunks(cp->manifest.version, cp->have);
-            cp->unreported.push_back(i);
-            cp->complete = std::all_of(cp->have.begin(), cp->have.end(), [](bool b) { return b; });
-            if (cp->complete) {
-              log::info("relay {}: holds {}@{} ({} bytes)", config.relay_id, cp->manifest.model,
-                        cp->manifest.version, cp->manifest.total_bytes);
-              if (static_cast<double>(cp->manifest.version) > m_version.value())
-                m_version.set(static_cast<double>(cp->manifest.version));
-            }
+            check_complete(*cp);
             report(*cp);
+          } else if (r->expected && waited < Millis(config.delta_wait_ms)) {
+            cp->delta = Copy::Delta::kWanted;  // asked again on a later tick
+          } else {
+            log::info("relay {}: no delta {}->{}{}; reading it in full", config.relay_id,
+                      base->manifest.version, cp->manifest.version, r->expected ? " in time" : "");
           }
           pump(*cp);
         });
@@ -218,7 +312,10 @@ struct Relay::Impl {
     });
   }
 
-  bool busy(const Copy& c) const { return !c.reading.empty() || c.asking || c.reporting; }
+  bool busy(const Copy& c) const {
+    return !c.reading.empty() || c.asking || c.reporting || c.lent > 0 ||
+           c.delta == Copy::Delta::kAsking;
+  }
 
   bool receiving() const {
     for (const auto& c : copies)
@@ -239,6 +336,8 @@ struct Relay::Impl {
     c.manifest = plan.manifest;
     SLUICE_ASSIGN_OR_RETURN(c.buffer, engine->allocate(c.manifest.total_bytes, false));
     c.have.assign(c.manifest.chunk_count(), false);
+    c.delta_since = Clock::now();
+    if (config.use_deltas && !copies.empty()) c.delta = Copy::Delta::kWanted;
     // A partial holder from the start: the next relay can follow. Sent before any chain_source
     // question about the version (one socket, in order); one that fails is sent again by the
     // holder's next heartbeat.
@@ -253,6 +352,7 @@ struct Relay::Impl {
     while (copies.size() > config.keep_versions && copies.front().complete &&
            !busy(copies.front()) && copies.front().unreported.empty()) {
       Copy& old = copies.front();
+      if (offers) offers->drop_with(old.manifest.version);
       holder->retire(old.manifest.version, std::move(old.buffer));
       copies.pop_front();
     }
@@ -263,6 +363,7 @@ struct Relay::Impl {
   // memory goes. UCX 1.13 crashes a reader that unpacks the key of a process that exited.
   // Bounded: a launcher waits a few seconds only after it asks a relay to stop.
   void withdraw(Millis bound) {
+    if (offers) offers->close(bound);
     for (auto& c : copies)
       holder->retire(c.manifest.version, std::move(c.buffer));
     copies.clear();
@@ -278,6 +379,10 @@ struct Relay::Impl {
         return;
       }
       log::info("relay {}: joined {}", config.relay_id, config.store);
+    }
+    if (reoffer_at && Clock::now() >= *reoffer_at && offers) {
+      reoffer_at.reset();
+      offers->register_again();
     }
     if (Clock::now() - last_heartbeat >= kHeartbeat) {
       last_heartbeat = Clock::now();
@@ -320,14 +425,26 @@ Result<std::unique_ptr<Relay>> Relay::create(core::EventLoop& loop, RelayConfig 
   ho.log_name = "relay " + impl->config.relay_id;
   SLUICE_ASSIGN_OR_RETURN(impl->holder,
                           weightstore::Holder::create(loop, *impl->store, std::move(ho)));
+  if (impl->config.make_deltas) {
+    DeltaOptions d;
+    d.holder_id = impl->config.relay_id;
+    d.endpoint = "relay:" + impl->config.relay_id;
+    d.topology = impl->topology();
+    d.lease_ttl = Millis(impl->config.store_lease_ttl_ms);
+    d.log_name = "relay " + impl->config.relay_id;
+    impl->offers = std::make_unique<DeltaOffers>(loop, *impl->engine, *impl->store, std::move(d));
+  }
   Relay::Impl* raw = impl.get();
   impl->holder->on_forgotten([raw] {
+    // Deltas are offered again once the copies they refer to are back.
+    if (raw->offers) raw->reoffer_at = Clock::now() + kHeartbeat;
     // Before the copies are registered again (the same socket keeps the order).
-    raw->store->join_relay_async(
-        {raw->config.relay_id, raw->topology()}, Millis(5000), [raw](Status st) {
-          if (!st.is_ok())
-            log::warn("relay {}: joining again: {}", raw->config.relay_id, st.to_string());
-        });
+    raw->store->join_relay_async({raw->config.relay_id, raw->topology(), raw->config.make_deltas},
+                                 Millis(5000), [raw](Status st) {
+                                   if (!st.is_ok())
+                                     log::warn("relay {}: joining again: {}", raw->config.relay_id,
+                                               st.to_string());
+                                 });
   });
   return std::unique_ptr<Relay>(new Relay(std::move(impl)));
 }

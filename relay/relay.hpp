@@ -40,6 +40,14 @@ struct RelayConfig {
   std::uint64_t store_lease_ttl_ms = 10000;
   // A version larger than this is not taken (nothing allocated for it).
   std::uint64_t max_version_bytes = 256ull << 30;
+  // Deltas (relay_delta.hpp). make_deltas: when this relay holds version N and completes N+1,
+  // it offers the delta N -> N+1 as a holder. use_deltas: when it holds N and its source for
+  // N+1 is in another datacenter, it reads a delta N -> N+1 instead (when one is offered, or
+  // expected within delta_wait_ms), rebuilds N+1, verifies every chunk against N+1's checksums
+  // and reads the chunks that fail in full.
+  bool make_deltas = false;
+  bool use_deltas = true;
+  std::uint64_t delta_wait_ms = 5000;
   // The relay's key and the job's members (core/security.hpp): it talks only to the store whose
   // public key the members file names. Curve by default; plain only when set.
   core::SecurityConfig security;
@@ -59,6 +67,14 @@ struct RelayConfig {
     v("store_lease_ttl_ms", store_lease_ttl_ms,
       "the store's lease_ttl_ms: how long a copy the store does not know waits to be freed");
     v("max_version_bytes", max_version_bytes, "largest version this relay takes, in bytes");
+    v("make_deltas", make_deltas,
+      "offer the delta N -> N+1 when this relay holds N and completes N+1 (default false)");
+    v("use_deltas", use_deltas,
+      "read N+1 as a delta against a held N when its source is in another datacenter "
+      "(default true)");
+    v("delta_wait_ms", delta_wait_ms,
+      "how long to wait for a delta that a delta-making relay is expected to offer (default "
+      "5000)");
   }
   core::Status validate() const;
 };

@@ -13,6 +13,7 @@ packages=(
   libspdlog-dev libfmt-dev        # logging
   libcli11-dev                    # command line
   libxxhash-dev                   # chunk checksums
+  libzstd-dev                     # delta versions (core/delta.hpp)
   libsqlite3-dev                  # the rollout manager's durable state
   libopenblas-dev                 # reference model matrix products
   iproute2                        # emulated hosts: ip netns, veth, tc

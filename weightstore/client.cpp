@@ -321,4 +321,42 @@ bool keep_same_host_sources(ReadPlan& plan) {
   return true;
 }
 
+// ---- deltas
+
+Status StoreClient::register_delta(const DeltaRegistration& r) {
+  return client_->call(encode(r), timeout_).status();
+}
+
+Result<DeltaPlan> StoreClient::delta_plan(const DeltaPlanRequest& r) {
+  return call<DeltaPlan>(encode(r), timeout_,
+                         [](const Message& m) { return decode_delta_plan(m); });
+}
+
+Result<std::vector<DeltaState>> StoreClient::deltas(const std::string& model) {
+  SLUICE_ASSIGN_OR_RETURN(auto d, call<Deltas>(encode(DeltasRequest{model}), timeout_,
+                                               [](const Message& m) { return decode_deltas(m); }));
+  return d.deltas;
+}
+
+void StoreClient::register_delta_async(const DeltaRegistration& r, Millis timeout,
+                                       StatusDone done) {
+  ask_status(encode(r), timeout, std::move(done));
+}
+
+void StoreClient::delta_plan_async(const DeltaPlanRequest& r, Millis timeout,
+                                   Done<DeltaPlan> done) {
+  ask<DeltaPlan>(
+      encode(r), timeout, [](const Message& m) { return decode_delta_plan(m); }, std::move(done));
+}
+
+void StoreClient::unpublish_delta_async(const UnpublishDelta& r, Millis timeout,
+                                        Done<Drained> done) {
+  ask<Drained>(encode(r), timeout, decode_drained, std::move(done));
+}
+
+void StoreClient::delta_drained_async(const DeltaDrainedQuery& r, Millis timeout,
+                                      Done<Drained> done) {
+  ask<Drained>(encode(r), timeout, decode_drained, std::move(done));
+}
+
 }  // namespace sluice::weightstore

@@ -74,6 +74,15 @@ class StoreClient {
   void chain_source_async(const ChainSourceRequest& c, Millis timeout, Done<ChainSource> done);
   void join_relay_async(const JoinRelay& j, Millis timeout, StatusDone done);
 
+  // Deltas (store.hpp): offering one, finding one to read, dropping one, listing them.
+  core::Status register_delta(const DeltaRegistration& r);
+  core::Result<DeltaPlan> delta_plan(const DeltaPlanRequest& r);
+  core::Result<std::vector<DeltaState>> deltas(const std::string& model);
+  void register_delta_async(const DeltaRegistration& r, Millis timeout, StatusDone done);
+  void delta_plan_async(const DeltaPlanRequest& r, Millis timeout, Done<DeltaPlan> done);
+  void unpublish_delta_async(const UnpublishDelta& r, Millis timeout, Done<Drained> done);
+  void delta_drained_async(const DeltaDrainedQuery& r, Millis timeout, Done<Drained> done);
+
  private:
   Millis or_default(Millis t) const { return t > Millis(0) ? t : timeout_; }
   template <class T, class Decode>

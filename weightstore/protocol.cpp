@@ -195,8 +195,10 @@ Message encode(const RetainedRequest& m) {
   return with_body("store.retained", {{"model", m.model}});
 }
 Message encode(const JoinRelay& m) {
-  return with_body("store.join_relay",
-                   {{"relay_id", m.relay_id}, {"topology", topology_to_json(m.topology)}});
+  Message r = with_body("store.join_relay",
+                        {{"relay_id", m.relay_id}, {"topology", topology_to_json(m.topology)}});
+  if (m.makes_deltas) r.body["makes_deltas"] = true;
+  return r;
 }
 Message encode(const ChainSourceRequest& m) {
   return with_body("store.chain_source", {{"model", m.model},
@@ -230,6 +232,7 @@ Message encode(const ChainSource& m) {
   Message r =
       with_body("store.chain_source",
                 {{"holder_id", m.holder_id}, {"endpoint", m.endpoint}, {"chunks", m.chunks}});
+  r.body["distance"] = m.distance;
   r.blobs.push_back(m.descriptor);
   return r;
 }
@@ -359,6 +362,8 @@ Result<JoinRelay> decode_join_relay(const Message& m, const Limits& lim) {
   JoinRelay r;
   SLUICE_TRY(id_field(m.body, "store.join_relay", "relay_id", lim, r.relay_id));
   SLUICE_ASSIGN_OR_RETURN(r.topology, topology_from_json(optional(m.body, "topology")));
+  if (m.body.contains("makes_deltas"))
+    SLUICE_TRY(field::boolean(m.body, "store.join_relay", "makes_deltas", r.makes_deltas));
   return r;
 }
 
@@ -436,7 +441,10 @@ Result<ChainSource> decode_chain_source(const Message& m, const Limits& lim) {
   Status s = id_field(m.body, what, "holder_id", lim, r.holder_id);
   if (s.is_ok()) s = field::string(m.body, what, "endpoint", r.endpoint);
   if (s.is_ok()) s = bool_list(m.body, what, "chunks", lim, r.chunks);
+  std::uint64_t distance = 3;
+  if (s.is_ok() && m.body.contains("distance")) s = u64_field(m.body, what, "distance", distance);
   if (!s.is_ok()) return reply_error(s);
+  r.distance = static_cast<int>(std::min<std::uint64_t>(distance, 3));
   if (m.blobs.size() != 1) return core::protocol_error("store.chain_source reply: no descriptor");
   r.descriptor = m.blobs[0];
   return r;

@@ -19,6 +19,12 @@
 //   store.copies        CopiesRequest               -> Copies
 //   store.holders       HoldersRequest              -> Holders (no lease: a publisher asks it to
 //                                                      learn that a relay holds its version)
+//   store.register_delta DeltaRegistration + blob   -> ok
+//   store.delta_plan    DeltaPlanRequest            -> DeltaPlan (+ one descriptor blob per holder)
+//   store.unpublish_delta / store.delta_drained
+//                       DeltaRef                    -> Drained (not_found: unknown)
+//   store.deltas        DeltasRequest               -> Deltas
+// (the delta messages are encoded and decoded in protocol_delta.cpp)
 //
 // Decoding checks everything before anything is used: required fields and their types, id
 // lengths, list sizes (before their elements are read), chunk indices within 32 bits. A message
@@ -99,6 +105,7 @@ struct RetainedRequest {
 struct JoinRelay {
   std::string relay_id;
   Topology topology;
+  bool makes_deltas = false;  // it offers the delta of each version it completes (optional field)
 };
 struct ChainSourceRequest {
   std::string model;
@@ -113,7 +120,28 @@ struct VersionRef {
 struct CopiesRequest : VersionRef {};
 struct HoldersRequest : VersionRef {};
 
+struct DeltaPlanRequest {
+  std::string model;
+  std::uint64_t base = 0;
+  std::uint64_t target = 0;
+  Topology topology;
+};
+struct DeltaRef {
+  std::string holder_id;
+  std::string model;
+  std::uint64_t base = 0;
+  std::uint64_t target = 0;
+};
+struct UnpublishDelta : DeltaRef {};
+struct DeltaDrainedQuery : DeltaRef {};
+struct DeltasRequest {
+  std::string model;
+};
+
 // Replies.
+struct Deltas {
+  std::vector<DeltaState> deltas;
+};
 struct Committed {
   bool committed = false;  // the version is committed after this request
 };
@@ -183,6 +211,22 @@ core::Result<JoinRelay> decode_join_relay(const core::Message& m, const Limits& 
 core::Result<ChainSourceRequest> decode_chain_source_request(const core::Message& m,
                                                              const Limits& lim = {});
 core::Result<VersionRef> decode_version_ref(const core::Message& m, const Limits& lim = {});
+
+core::Message encode(const DeltaRegistration& m);
+core::Message encode(const DeltaPlanRequest& m);
+core::Message encode(const UnpublishDelta& m);
+core::Message encode(const DeltaDrainedQuery& m);
+core::Message encode(const DeltasRequest& m);
+core::Message encode(const DeltaPlan& m);
+core::Message encode(const Deltas& m);
+core::Result<DeltaRegistration> decode_delta_registration(const core::Message& m,
+                                                          const Limits& lim = {});
+core::Result<DeltaPlanRequest> decode_delta_plan_request(const core::Message& m,
+                                                         const Limits& lim = {});
+core::Result<DeltaRef> decode_delta_ref(const core::Message& m, const Limits& lim = {});
+core::Result<DeltasRequest> decode_deltas_request(const core::Message& m, const Limits& lim = {});
+core::Result<DeltaPlan> decode_delta_plan(const core::Message& m, const Limits& lim = {});
+core::Result<Deltas> decode_deltas(const core::Message& m, const Limits& lim = {});
 
 // Replies, as clients read them.
 core::Result<Committed> decode_committed(const core::Message& m);

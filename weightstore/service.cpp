@@ -240,6 +240,7 @@ void StoreService::install_handlers() {
       [&st](const Message& req) -> Result<Message> {
         SLUICE_ASSIGN_OR_RETURN(auto r, decode_join_relay(req));
         SLUICE_TRY(st.join_relay(r.relay_id, r.topology, Clock::now()));
+        st.set_delta_maker(r.relay_id, r.makes_deltas);
         return encode_ok();
       },
       kRelay);
@@ -249,6 +250,7 @@ void StoreService::install_handlers() {
         SLUICE_ASSIGN_OR_RETURN(auto r, decode_chain_source_request(req));
         SLUICE_ASSIGN_OR_RETURN(auto src,
                                 st.chain_source(r.model, r.version, r.relay_id, r.exclude));
+        src.distance = st.holder_distance(r.relay_id, src.holder_id);
         return encode(src);
       },
       kRelay);
@@ -275,6 +277,52 @@ void StoreService::install_handlers() {
         SLUICE_ASSIGN_OR_RETURN(auto r, decode_retained_request(req));
         auto kept = st.retained(r.model);
         return encode(Retained{{kept.begin(), kept.end()}});
+      },
+      kAnyMember);
+
+  // Deltas (store.hpp): holders offer them as they offer versions; members read them.
+  srv.on_sync(
+      "store.register_delta",
+      [&st, lim](const Message& req) -> Result<Message> {
+        SLUICE_ASSIGN_OR_RETURN(auto r, decode_delta_registration(req, lim));
+        Status reg = st.register_delta(r, Clock::now(), req.peer.identity);
+        if (reg.code() == core::Code::kPermissionDenied) {
+          core::count_refusal("owner", req.peer.describe(), req.type + ": " + reg.message());
+        }
+        SLUICE_TRY(reg);
+        log::info("weightstore: delta {}@{}->{} ({} bytes) offered by {}", r.delta.model,
+                  r.delta.base, r.delta.target, r.delta.bytes, r.holder_id);
+        return encode_ok();
+      },
+      kHolders);
+  srv.on_sync(
+      "store.delta_plan",
+      [&st, lim](const Message& req) -> Result<Message> {
+        SLUICE_ASSIGN_OR_RETURN(auto r, decode_delta_plan_request(req, lim));
+        SLUICE_ASSIGN_OR_RETURN(auto p,
+                                st.delta_plan(r.model, r.base, r.target, r.topology, Clock::now()));
+        return encode(p);
+      },
+      kAnyMember);
+  auto delta_drained = [&st, lim](const Message& req, bool unpublish) -> Result<Message> {
+    SLUICE_ASSIGN_OR_RETURN(auto r, decode_delta_ref(req, lim));
+    SLUICE_TRY(owner_of(st, r.holder_id, req));
+    SLUICE_ASSIGN_OR_RETURN(bool drained,
+                            unpublish ? st.unpublish_delta(r.holder_id, r.model, r.base, r.target)
+                                      : st.delta_drained(r.holder_id, r.model, r.base, r.target));
+    return encode(Drained{drained});
+  };
+  srv.on_sync(
+      "store.unpublish_delta",
+      [delta_drained](const Message& req) { return delta_drained(req, true); }, kHolders);
+  srv.on_sync(
+      "store.delta_drained",
+      [delta_drained](const Message& req) { return delta_drained(req, false); }, kHolders);
+  srv.on_sync(
+      "store.deltas",
+      [&st, lim](const Message& req) -> Result<Message> {
+        SLUICE_ASSIGN_OR_RETURN(auto r, decode_deltas_request(req, lim));
+        return encode(Deltas{st.deltas(r.model)});
       },
       kAnyMember);
 }

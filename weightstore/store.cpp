@@ -232,6 +232,20 @@ std::string WeightStore::state_digest() const {
   }
   for (const auto& [id, n] : relay_order_)
     add("relay", id, n);
+  for (const auto& [name, m] : models_)
+    for (const auto& [pair, d] : m.deltas)
+      add("delta", name, pair.first, pair.second, d.bytes, d.chunk_bytes, d.checksums.size());
+  for (const auto& [id, h] : holders_)
+    for (const auto& [key, c] : h.deltas)
+      add("dcopy", id, std::get<0>(key), std::get<1>(key), std::get<2>(key), c.endpoint,
+          c.descriptor, c.unpublished);
+  for (const auto& [id, l] : delta_leases_) {
+    add("dlease", id, std::get<0>(l.key), std::get<1>(l.key), std::get<2>(l.key));
+    for (const auto& h : l.holders)
+      add(h);
+  }
+  for (const auto& id : delta_makers_)
+    add("maker", id);
   for (const auto& [key, src] : chain_reads_)
     add("chain", std::get<0>(key), std::get<1>(key), std::get<2>(key), src);
   add(next_relay_, next_lease_);
@@ -325,6 +339,10 @@ core::Result<ReadPlan> WeightStore::plan(const std::string& model, std::uint64_t
 }
 
 Status WeightStore::renew(std::uint64_t lease_id, Clock::time_point now) {
+  if (auto d = delta_leases_.find(lease_id); d != delta_leases_.end()) {
+    d->second.expires = now + config_.lease_ttl;
+    return {};
+  }
   auto it = leases_.find(lease_id);
   if (it == leases_.end()) return core::not_found("lease " + std::to_string(lease_id) + " expired");
   it->second.expires = now + config_.lease_ttl;
@@ -332,6 +350,7 @@ Status WeightStore::renew(std::uint64_t lease_id, Clock::time_point now) {
 }
 
 Status WeightStore::release(std::uint64_t lease_id) {
+  if (delta_leases_.erase(lease_id) > 0) return {};
   if (leases_.erase(lease_id) == 0) {
     return core::not_found("lease " + std::to_string(lease_id) + " is not active");
   }
@@ -504,6 +523,10 @@ std::vector<std::string> WeightStore::expire(Clock::time_point now) {
     else
       ++it;
   }
+  std::erase_if(delta_leases_, [now](const auto& l) { return now > l.second.expires; });
+  for (const auto& id : gone)
+    delta_makers_.erase(id);
+  forget_unheld_deltas();
   return gone;
 }
 

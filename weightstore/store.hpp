@@ -99,6 +99,54 @@ struct ReadPlan {
   std::uint64_t lease_id = 0;
 };
 
+// A delta: an immutable object that rebuilds version `target` of `model` from version `base`
+// bit for bit (core/delta.hpp), with its own size and a checksum per chunk of its bytes, so that
+// it is read and verified like a version. Holders offer it, and readers read it, under the same
+// leases; it is offered only while both versions are retained.
+struct DeltaObject {
+  std::string model;
+  std::uint64_t base = 0;
+  std::uint64_t target = 0;
+  std::uint64_t bytes = 0;               // the delta's size
+  std::uint64_t chunk_bytes = 0;         // how it is cut for reads
+  std::vector<std::uint64_t> checksums;  // one per chunk of its bytes (XXH3)
+
+  // A model, base < target, positive sizes, one checksum per chunk.
+  core::Status validate() const;
+  core::RegionLayout layout() const;
+  bool operator==(const DeltaObject&) const = default;
+};
+
+struct DeltaRegistration {
+  std::string holder_id;
+  std::string endpoint;
+  std::string descriptor;  // its RegionDescriptor of the delta's bytes (encoded)
+  Topology topology;
+  DeltaObject delta;  // held whole: a delta is offered once it is complete
+};
+
+// What a reader that holds `base` learns about reading `target` as a delta.
+struct DeltaPlan {
+  // Some live holder offers the delta: `delta`, `holders` (best first) and the lease are set.
+  bool available = false;
+  // None yet, but a live relay that makes deltas holds some of base or target: it is likely to
+  // come (a reader may wait a little for it).
+  bool expected = false;
+  DeltaObject delta;
+  std::uint64_t target_bytes = 0;  // the full version's size, to compare with delta.bytes
+  std::vector<ReadPlan::Holder> holders;
+  std::uint64_t lease_id = 0;
+};
+
+// One holder's copy of a delta, as deltas() lists them.
+struct DeltaState {
+  std::string holder_id;
+  std::uint64_t base = 0;
+  std::uint64_t target = 0;
+  std::uint64_t bytes = 0;
+  bool unpublished = false;
+};
+
 class WeightStore {
  public:
   explicit WeightStore(StoreConfig config = {});
@@ -179,6 +227,7 @@ class WeightStore {
     std::string endpoint;
     std::string descriptor;
     std::vector<bool> chunks;
+    int distance = 3;  // from the relay to this holder (the service fills it in)
   };
   core::Result<CopyInfo> chain_source(const std::string& model, std::uint64_t version,
                                       const std::string& relay_id,
@@ -189,6 +238,33 @@ class WeightStore {
   // Every registered copy of a version with its state, in holder id order; empty when nobody
   // holds it.
   std::vector<HolderState> holders(const std::string& model, std::uint64_t version) const;
+
+  // Deltas (store_delta.cpp). A holder offers a delta it holds whole; both versions must be
+  // known and retained, of one size and chunk size. Another holder's offer of the same pair must
+  // describe the same object (already_exists otherwise). Binds the holder to `owner` as
+  // register_holder does.
+  core::Status register_delta(const DeltaRegistration& r, Clock::time_point now,
+                              const std::string& owner = {});
+  // A relay that makes deltas (its configuration says so): readers waiting for a delta are told
+  // one is expected while it holds the versions.
+  void set_delta_maker(const std::string& relay_id, bool makes);
+  // For a reader at `where` that holds `base`: whether and where `target` can be read as a
+  // delta. Takes a lease on the holders named when available. failed_precondition when target
+  // is not committed; not_found when base or target is not retained (no delta is kept then).
+  core::Result<DeltaPlan> delta_plan(const std::string& model, std::uint64_t base,
+                                     std::uint64_t target, const Topology& where,
+                                     Clock::time_point now);
+  // The holder drops its delta: no new leases on it. Returns whether it drained (no lease on it
+  // is active); once drained the store forgets the copy, and the holder may free it. not_found
+  // when the store does not know the copy: unknown, never drained.
+  core::Result<bool> unpublish_delta(const std::string& holder_id, const std::string& model,
+                                     std::uint64_t base, std::uint64_t target);
+  core::Result<bool> delta_drained(const std::string& holder_id, const std::string& model,
+                                   std::uint64_t base, std::uint64_t target);
+  // The copies of deltas of `model` that are offered now (both versions retained), by pair.
+  std::vector<DeltaState> deltas(const std::string& model) const;
+  // Topology distance between two live holders (3 when either is unknown).
+  int holder_distance(const std::string& a, const std::string& b) const;
 
   std::size_t holder_count() const { return holders_.size(); }
   // The models the store has a version of.
@@ -204,11 +280,18 @@ class WeightStore {
     // Registered again after a restart: leases from before may be out until then (see again).
     std::optional<Clock::time_point> leases_unknown_until;
   };
+  using DeltaKey = std::tuple<std::string, std::uint64_t, std::uint64_t>;  // model, base, target
+  struct DeltaCopy {
+    std::string endpoint;
+    std::string descriptor;
+    bool unpublished = false;
+  };
   struct Holder {
     std::string owner;  // the authenticated identity that registered it (empty: plain mode)
     Topology topology;
     Clock::time_point last_seen;
     std::map<std::pair<std::string, std::uint64_t>, Copy> copies;  // (model, version)
+    std::map<DeltaKey, DeltaCopy> deltas;
   };
   struct Version {
     core::Manifest manifest;
@@ -217,6 +300,7 @@ class WeightStore {
   };
   struct Model {
     std::map<std::uint64_t, Version> versions;
+    std::map<std::pair<std::uint64_t, std::uint64_t>, DeltaObject> deltas;  // (base, target)
     std::uint64_t latest = 0;  // 0: nothing committed yet
   };
   struct Lease {
@@ -235,6 +319,16 @@ class WeightStore {
   std::map<std::string, Model> models_;
   std::map<std::string, Holder> holders_;
   std::map<std::uint64_t, Lease> leases_;
+  struct DeltaLease {
+    DeltaKey key;
+    std::vector<std::string> holders;
+    Clock::time_point expires;
+  };
+  std::map<std::uint64_t, DeltaLease> delta_leases_;  // share next_lease_ with leases_
+  std::set<std::string> delta_makers_;                // relays that make deltas
+  // Drops delta objects that no holder offers any more.
+  void forget_unheld_deltas();
+  core::Result<bool> delta_drain(const std::string& holder_id, const DeltaKey& key, bool unpublish);
   std::map<std::string, std::uint64_t> relay_order_;  // relay id -> join sequence
   // (relay id, model, version) -> the holder chain_source last named for that relay to read from.
   std::map<std::tuple<std::string, std::string, std::uint64_t>, std::string> chain_reads_;

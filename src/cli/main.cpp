@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "cli/bench_broadcast.hpp"
+#include "cli/bench_delta.hpp"
 #include "cli/bench_e2e.hpp"
 #include "cli/bench_learner.hpp"
 #include "cli/bench_util.hpp"
@@ -218,6 +219,23 @@ int main(int argc, char** argv) {
   add_rounds(bench_learner, bl.rounds,
              "run every variant this many times with other samples; report the median");
   bench_learner->add_flag("--json", bl.json, "one JSON object per variant");
+  sluice::cli::BenchDeltaArgs bd;
+  auto* bench_delta = bench_cmd->add_subcommand(
+      "delta", "bit-exact deltas between consecutive versions: synthetic and the real job's");
+  bench_delta->add_option("--size", bd.size, "synthetic version size")->capture_default_str();
+  bench_delta->add_option("--chunk", bd.chunk, "synthetic versions' chunk size")
+      ->capture_default_str();
+  bench_delta->add_option("--rates", bd.rates, "fractions of elements changed (synthetic)")
+      ->delimiter(',')
+      ->capture_default_str();
+  bench_delta->add_option("--job", bd.job,
+                          "job whose actor's consecutive versions are measured (default "
+                          "examples/grpo_arith.json; none: skip)");
+  bench_delta->add_option("--set", bd.overrides, "override a field of that job");
+  bench_delta->add_option("--updates", bd.updates, "the job's consecutive version pairs")
+      ->capture_default_str();
+  bench_delta->add_option("--level", bd.level, "zstd level")->capture_default_str();
+  bench_delta->add_flag("--json", bd.json, "one JSON object per row");
   auto* bench_broadcast_run = bench_cmd->add_subcommand("broadcast-run", "one broadcast run");
   bench_broadcast_run->group("");
   bench_broadcast_run->add_option("--design", bb.design);
@@ -372,6 +390,7 @@ int main(int argc, char** argv) {
   }
   if (bench_e2e->parsed()) return sluice::cli::run_bench_e2e(be, environment());
   if (bench_learner->parsed()) return sluice::cli::run_bench_learner(bl);
+  if (bench_delta->parsed()) return sluice::cli::run_bench_delta(bd);
   if (bench_transfer->parsed()) return sluice::cli::run_bench_transfer(bt, environment());
   if (bench_broadcast->parsed()) return sluice::cli::run_bench_broadcast(bb, environment());
   if (bench_broadcast_run->parsed()) {

@@ -1,0 +1,218 @@
+#include "cli/bench_delta.hpp"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+
+#include "actor/learner.hpp"
+#include "cli/bench_util.hpp"
+#include "cli/job.hpp"
+#include "core/config.hpp"
+#include "core/delta.hpp"
+#include "core/units.hpp"
+#include "model/blas.hpp"
+
+namespace sluice::cli {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Row {
+  std::string source;  // "synthetic 1%", "grpo-arith 3->4"
+  double changed = 0.0;
+  std::uint64_t full = 0;
+  std::uint64_t delta = 0;
+  double encode_mbps = 0.0;
+  double decode_mbps = 0.0;
+  bool exact = false;
+  core::DeltaStats stats;
+};
+
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// Encodes, decodes and compares one pair.
+core::Result<Row> measure(const std::string& source, const std::vector<std::uint8_t>& base,
+                          const std::vector<std::uint8_t>& target, std::uint64_t chunk,
+                          const BenchDeltaArgs& args) {
+  Row r;
+  r.source = source;
+  r.full = target.size();
+  core::DeltaOptions o;
+  o.zstd_level = args.level;
+  auto t0 = Clock::now();
+  SLUICE_ASSIGN_OR_RETURN(auto blob, core::encode_delta(base, target, 1, 2, chunk, o, &r.stats));
+  const double enc = seconds_since(t0);
+  std::vector<std::uint8_t> out(target.size());
+  t0 = Clock::now();
+  SLUICE_TRY(core::apply_delta(blob, base, out));
+  const double dec = seconds_since(t0);
+  r.delta = blob.size();
+  r.changed = r.stats.words
+                  ? static_cast<double>(r.stats.changed_words) / static_cast<double>(r.stats.words)
+                  : 0.0;
+  r.encode_mbps = static_cast<double>(r.full) / 1e6 / std::max(enc, 1e-9);
+  r.decode_mbps = static_cast<double>(r.full) / 1e6 / std::max(dec, 1e-9);
+  r.exact = std::memcmp(out.data(), target.data(), target.size()) == 0;
+  return r;
+}
+
+void print(const Row& r, bool json) {
+  const double ratio = static_cast<double>(r.delta) / static_cast<double>(r.full);
+  if (json) {
+    std::printf(
+        "{\"source\": \"%s\", \"changed_fraction\": %.6f, \"full_bytes\": %llu, \"delta_bytes\": "
+        "%llu, \"ratio\": %.5f, \"saved_bytes\": %lld, \"encode_mbps\": %.0f, \"decode_mbps\": "
+        "%.0f, \"bit_exact\": %s, \"chunks_same\": %llu, \"chunks_xor\": %llu, "
+        "\"chunks_sparse\": %llu}\n",
+        r.source.c_str(), r.changed, static_cast<unsigned long long>(r.full),
+        static_cast<unsigned long long>(r.delta), ratio,
+        static_cast<long long>(r.full) - static_cast<long long>(r.delta), r.encode_mbps,
+        r.decode_mbps, r.exact ? "true" : "false",
+        static_cast<unsigned long long>(r.stats.same_chunks),
+        static_cast<unsigned long long>(r.stats.xor_chunks),
+        static_cast<unsigned long long>(r.stats.sparse_chunks));
+  } else {
+    std::printf("%-26s %9.4f%% %12llu %12llu %8.4f %12lld %9.0f %9.0f  %-5s %u/%u/%u\n",
+                r.source.c_str(), 100.0 * r.changed, static_cast<unsigned long long>(r.full),
+                static_cast<unsigned long long>(r.delta), ratio,
+                static_cast<long long>(r.full) - static_cast<long long>(r.delta), r.encode_mbps,
+                r.decode_mbps, r.exact ? "yes" : "NO", static_cast<unsigned>(r.stats.same_chunks),
+                static_cast<unsigned>(r.stats.xor_chunks),
+                static_cast<unsigned>(r.stats.sparse_chunks));
+  }
+  std::fflush(stdout);
+}
+
+std::string default_job() {
+  const std::string exe = self_exe();
+  const std::string dir = exe.substr(0, exe.rfind('/'));
+  for (const char* rel : {"/../examples/grpo_arith.json", "/../../examples/grpo_arith.json"}) {
+    if (::access((dir + rel).c_str(), R_OK) == 0) return dir + rel;
+  }
+  return "examples/grpo_arith.json";
+}
+
+core::Result<JobConfig> load_job(const std::string& path, const std::vector<std::string>& sets) {
+  SLUICE_ASSIGN_OR_RETURN(core::config::Json doc, core::config::read_json_file(path));
+  for (const auto& o : sets)
+    SLUICE_TRY(core::config::apply_override(doc, o));
+  JobConfig job;
+  SLUICE_TRY(core::config::parse(doc, job));
+  SLUICE_TRY(job.validate());
+  if (job.actor.policy != "gpt") {
+    return core::invalid_argument("the job's actor.policy is '" + job.actor.policy +
+                                  "': its versions are not the reference GPT's");
+  }
+  if (job.manager.group_size == 0 || job.manager.batch_trajectories % job.manager.group_size) {
+    return core::invalid_argument("manager.batch_trajectories must be a multiple of group_size");
+  }
+  return job;
+}
+
+std::vector<std::uint8_t> snapshot(const actor::Learner& l) {
+  const auto& m = l.model();
+  std::uint64_t bytes = 0;
+  for (const auto& t : m.tensors())
+    bytes = std::max(bytes, t.offset + t.bytes);
+  const auto* p = reinterpret_cast<const std::uint8_t*>(m.params());
+  return {p, p + bytes};
+}
+
+// One on-policy GRPO update of the job's batch size: what the actor does between two versions.
+core::Status update(actor::Learner& l, const JobConfig& job, std::uint64_t& next_prompt,
+                    std::uint64_t& rng, std::uint64_t version) {
+  const std::uint32_t group = job.manager.group_size;
+  const std::uint32_t prompts_per = job.manager.batch_trajectories / group;
+  const auto max_new = static_cast<std::uint32_t>(
+      std::min<std::uint64_t>(job.manager.max_new_tokens, job.actor.learner.gpt.context));
+  std::vector<rl::Prompt> prompts;
+  for (std::uint32_t p = 0; p < prompts_per; ++p, ++next_prompt) {
+    SLUICE_ASSIGN_OR_RETURN(rl::Prompt prompt, l.task().train_prompt(next_prompt));
+    for (std::uint32_t k = 0; k < group; ++k)
+      prompts.push_back(prompt);
+  }
+  SLUICE_ASSIGN_OR_RETURN(
+      auto out, l.generate(prompts, static_cast<float>(job.rollout.gpt.temperature), max_new, rng));
+  std::vector<actor::Sample> batch(prompts.size());
+  for (std::size_t i = 0; i < prompts.size(); ++i) {
+    rl::Trajectory& t = batch[i].trajectory;
+    t.prompt_id = fmt::format("p{}", next_prompt - prompts_per + i / group);
+    t.id = fmt::format("{}/{}", t.prompt_id, i % group);
+    t.version = version;
+    t.versions = {version};
+    t.prompt_tokens = prompts[i].tokens;
+    t.response_tokens = std::move(out[i].tokens);
+    t.logprobs = std::move(out[i].logprobs);
+    t.reward = l.task().reward(prompts[i], t.response_tokens);
+  }
+  return l.train(batch).status();
+}
+
+}  // namespace
+
+int run_bench_delta(const BenchDeltaArgs& args) {
+  auto fail = [](const std::string& what) {
+    std::fprintf(stderr, "sluice bench delta: %s\n", what.c_str());
+    return 2;
+  };
+  auto size = core::parse_bytes(args.size);
+  auto chunk = core::parse_bytes(args.chunk);
+  if (!size.is_ok()) return fail("--size: " + size.status().message());
+  if (!chunk.is_ok()) return fail("--chunk: " + chunk.status().message());
+  if (*size < 4 || *chunk == 0) return fail("--size must be at least 4 bytes, --chunk positive");
+  for (double r : args.rates)
+    if (!(r >= 0.0 && r <= 1.0)) return fail(fmt::format("--rates: {} is not within 0..1", r));
+  if (args.level < 1 || args.level > 19) return fail("--level must be within 1..19");
+
+  if (!args.json) {
+    std::printf("%-26s %10s %12s %12s %8s %12s %9s %9s  %-5s %s\n", "versions", "changed",
+                "full bytes", "delta bytes", "ratio", "saved bytes", "enc MB/s", "dec MB/s",
+                "exact", "chunks same/xor/sparse");
+  }
+  bool all_exact = true;
+  std::vector<std::uint8_t> base(*size);
+  core::fill_weights_fp32(base, 2026);
+  for (double rate : args.rates) {
+    std::vector<std::uint8_t> target = base;
+    core::optimizer_step_fp32(target, rate, 7 + static_cast<std::uint64_t>(rate * 1e6));
+    auto row = measure(fmt::format("synthetic {:g}%", 100.0 * rate), base, target, *chunk, args);
+    if (!row.is_ok()) return fail(row.status().to_string());
+    all_exact = all_exact && row->exact;
+    print(*row, args.json);
+  }
+
+  if (args.job != "none" && args.updates > 0) {
+    const std::string path = args.job.empty() ? default_job() : args.job;
+    auto job = load_job(path, args.overrides);
+    if (!job.is_ok()) return fail(path + ": " + job.status().to_string());
+    model::set_blas_threads(1);  // as the actor runs
+    auto learner = actor::Learner::create(job->actor.learner);
+    if (!learner.is_ok()) return fail(learner.status().to_string());
+    std::fprintf(stderr, "%s: warm start, %u steps (version 1 is published after it)\n",
+                 job->name.c_str(), job->actor.learner.warmstart_steps);
+    auto ws = (*learner)->warm_start();
+    if (!ws.is_ok()) return fail(ws.status().to_string());
+    std::uint64_t next_prompt = 0, rng = 0x5eedULL;
+    std::vector<std::uint8_t> prev = snapshot(**learner);
+    const std::uint64_t job_chunk = job->actor.chunk_bytes;
+    for (std::uint32_t u = 1; u <= args.updates; ++u) {
+      auto st = update(**learner, *job, next_prompt, rng, u);
+      if (!st.is_ok()) return fail(st.to_string());
+      std::vector<std::uint8_t> next = snapshot(**learner);
+      auto row =
+          measure(fmt::format("{} v{}->v{}", job->name, u, u + 1), prev, next, job_chunk, args);
+      if (!row.is_ok()) return fail(row.status().to_string());
+      all_exact = all_exact && row->exact;
+      print(*row, args.json);
+      prev = std::move(next);
+    }
+  }
+  return all_exact ? 0 : 1;
+}
+
+}  // namespace sluice::cli

@@ -1,0 +1,437 @@
+#include "core/delta.hpp"
+
+#include <fmt/format.h>
+#include <zstd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <memory>
+
+namespace sluice::core {
+
+namespace {
+
+constexpr char kMagic[8] = {'S', 'L', 'D', 'E', 'L', 'T', 'A', '\0'};
+
+void put_u32(std::vector<std::uint8_t>& out, std::uint32_t v) {
+  for (int i = 0; i < 4; ++i)
+    out.push_back(static_cast<std::uint8_t>(v >> (8 * i)));
+}
+void put_u64(std::vector<std::uint8_t>& out, std::uint64_t v) {
+  for (int i = 0; i < 8; ++i)
+    out.push_back(static_cast<std::uint8_t>(v >> (8 * i)));
+}
+std::uint32_t get_u32(const std::uint8_t* p) {
+  std::uint32_t v = 0;
+  for (int i = 3; i >= 0; --i)
+    v = (v << 8) | p[i];
+  return v;
+}
+std::uint64_t get_u64(const std::uint8_t* p) {
+  std::uint64_t v = 0;
+  for (int i = 7; i >= 0; --i)
+    v = (v << 8) | p[i];
+  return v;
+}
+
+std::uint32_t load_word(const std::uint8_t* p) {
+  std::uint32_t w;
+  std::memcpy(&w, p, 4);
+  return w;
+}
+
+struct CCtxFree {
+  void operator()(ZSTD_CCtx* c) const { ZSTD_freeCCtx(c); }
+};
+struct DCtxFree {
+  void operator()(ZSTD_DCtx* c) const { ZSTD_freeDCtx(c); }
+};
+
+// The xor form's raw bytes: the chunk's 4-byte words split into four byte planes, then the XOR
+// of the tail bytes.
+void xor_planes(const std::uint8_t* base, const std::uint8_t* target, std::size_t n,
+                std::vector<std::uint8_t>& raw) {
+  const std::size_t words = n / 4;
+  raw.resize(n);
+  std::uint8_t* planes[4] = {raw.data(), raw.data() + words, raw.data() + 2 * words,
+                             raw.data() + 3 * words};
+  for (std::size_t w = 0; w < words; ++w) {
+    const std::uint32_t x = load_word(base + 4 * w) ^ load_word(target + 4 * w);
+    for (int b = 0; b < 4; ++b)
+      planes[b][w] = static_cast<std::uint8_t>(x >> (8 * b));
+  }
+  for (std::size_t i = 4 * words; i < n; ++i)
+    raw[i] = base[i] ^ target[i];
+}
+
+// The sparse form's raw bytes: count u32, then each changed word's gap from the previous one
+// (varint), then the changed words' XORs as four byte planes, then the XOR of the tail bytes.
+void sparse_form(const std::uint8_t* base, const std::uint8_t* target, std::size_t n,
+                 const std::vector<std::uint32_t>& changed, std::vector<std::uint8_t>& raw) {
+  raw.clear();
+  put_u32(raw, static_cast<std::uint32_t>(changed.size()));
+  std::uint64_t prev = 0;
+  for (std::size_t k = 0; k < changed.size(); ++k) {
+    std::uint64_t gap = changed[k] - (k == 0 ? 0 : prev + 1);
+    prev = changed[k];
+    while (gap >= 0x80) {
+      raw.push_back(static_cast<std::uint8_t>(gap | 0x80));
+      gap >>= 7;
+    }
+    raw.push_back(static_cast<std::uint8_t>(gap));
+  }
+  const std::size_t planes_at = raw.size();
+  raw.resize(planes_at + 4 * changed.size());
+  for (std::size_t k = 0; k < changed.size(); ++k) {
+    const std::size_t w = changed[k];
+    const std::uint32_t x = load_word(base + 4 * w) ^ load_word(target + 4 * w);
+    for (int b = 0; b < 4; ++b)
+      raw[planes_at + b * changed.size() + k] = static_cast<std::uint8_t>(x >> (8 * b));
+  }
+  for (std::size_t i = 4 * (n / 4); i < n; ++i)
+    raw.push_back(base[i] ^ target[i]);
+}
+
+// The frames carry zstd's content checksum (4 bytes): a damaged payload is refused when it is
+// decompressed, before a chunk is rebuilt from it.
+Status compress(ZSTD_CCtx* cctx, const std::vector<std::uint8_t>& raw,
+                std::vector<std::uint8_t>& out) {
+  out.resize(ZSTD_compressBound(raw.size()));
+  const std::size_t n = ZSTD_compress2(cctx, out.data(), out.size(), raw.data(), raw.size());
+  if (ZSTD_isError(n)) return internal_error(fmt::format("zstd: {}", ZSTD_getErrorName(n)));
+  out.resize(n);
+  return {};
+}
+
+}  // namespace
+
+std::uint64_t DeltaView::chunk_size(std::uint64_t i) const {
+  const std::uint64_t start = i * header.chunk_bytes;
+  return std::min(header.chunk_bytes, header.total_bytes - start);
+}
+
+Result<std::vector<std::uint8_t>> encode_delta(std::span<const std::uint8_t> base,
+                                               std::span<const std::uint8_t> target,
+                                               std::uint64_t base_version,
+                                               std::uint64_t target_version,
+                                               std::uint64_t chunk_bytes,
+                                               const DeltaOptions& options, DeltaStats* stats) {
+  if (base.size() != target.size()) {
+    return invalid_argument(
+        fmt::format("a delta needs versions of one layout: base of {} bytes, "
+                    "target of {}",
+                    base.size(), target.size()));
+  }
+  if (target.empty()) return invalid_argument("a delta of an empty version");
+  if (chunk_bytes == 0) return invalid_argument("a delta needs a positive chunk size");
+  if (options.zstd_level < 1 || options.zstd_level > ZSTD_maxCLevel()) {
+    return invalid_argument(
+        fmt::format("zstd level {} is not within 1..{}", options.zstd_level, ZSTD_maxCLevel()));
+  }
+  std::unique_ptr<ZSTD_CCtx, CCtxFree> cctx(ZSTD_createCCtx());
+  if (!cctx) return internal_error("zstd: cannot create a compression context");
+  if (ZSTD_isError(
+          ZSTD_CCtx_setParameter(cctx.get(), ZSTD_c_compressionLevel, options.zstd_level)) ||
+      ZSTD_isError(ZSTD_CCtx_setParameter(cctx.get(), ZSTD_c_checksumFlag, 1))) {
+    return internal_error("zstd: cannot set the compression parameters");
+  }
+  DeltaStats st;
+  const std::uint64_t total = target.size();
+  const std::uint64_t count = (total + chunk_bytes - 1) / chunk_bytes;
+  std::vector<std::uint8_t> out;
+  out.insert(out.end(), kMagic, kMagic + sizeof(kMagic));
+  put_u32(out, kDeltaFormatVersion);
+  put_u32(out, 0);
+  put_u64(out, base_version);
+  put_u64(out, target_version);
+  put_u64(out, total);
+  put_u64(out, chunk_bytes);
+  put_u64(out, count);
+  const std::size_t entries_at = out.size();
+  out.resize(entries_at + count * kDeltaEntryBytes);
+  std::vector<std::uint8_t> raw, packed, alt_raw, alt_packed;
+  std::vector<std::uint32_t> changed;
+  for (std::uint64_t i = 0; i < count; ++i) {
+    const std::uint64_t start = i * chunk_bytes;
+    const std::size_t n = static_cast<std::size_t>(std::min(chunk_bytes, total - start));
+    const std::uint8_t* b = base.data() + start;
+    const std::uint8_t* t = target.data() + start;
+    const std::size_t words = n / 4;
+    changed.clear();
+    for (std::size_t w = 0; w < words; ++w)
+      if (load_word(b + 4 * w) != load_word(t + 4 * w))
+        changed.push_back(static_cast<std::uint32_t>(w));
+    std::uint64_t tail_changed = 0;
+    for (std::size_t k = 4 * words; k < n; ++k)
+      tail_changed += b[k] != t[k];
+    st.words += words;
+    st.changed_words += changed.size();
+    st.changed_bytes += tail_changed;
+    for (auto w : changed)
+      for (int k = 0; k < 4; ++k)
+        st.changed_bytes += b[4 * w + k] != t[4 * w + k];
+    DeltaEncoding enc = DeltaEncoding::kSame;
+    packed.clear();
+    if (!changed.empty() || tail_changed) {
+      xor_planes(b, t, n, raw);
+      SLUICE_TRY(compress(cctx.get(), raw, packed));
+      enc = DeltaEncoding::kXor;
+      if (options.sparse && changed.size() <= words / 4) {
+        sparse_form(b, t, n, changed, alt_raw);
+        SLUICE_TRY(compress(cctx.get(), alt_raw, alt_packed));
+        if (alt_packed.size() < packed.size()) {
+          packed.swap(alt_packed);
+          enc = DeltaEncoding::kSparse;
+        }
+      }
+    }
+    (enc == DeltaEncoding::kSame  ? st.same_chunks
+     : enc == DeltaEncoding::kXor ? st.xor_chunks
+                                  : st.sparse_chunks)++;
+    std::uint8_t* e = out.data() + entries_at + i * kDeltaEntryBytes;
+    std::vector<std::uint8_t> entry;
+    put_u32(entry, static_cast<std::uint32_t>(enc));
+    put_u32(entry, 0);
+    put_u64(entry, packed.size());
+    std::memcpy(e, entry.data(), kDeltaEntryBytes);
+    out.insert(out.end(), packed.begin(), packed.end());
+  }
+  if (stats) *stats = st;
+  return out;
+}
+
+Result<DeltaView> parse_delta(std::span<const std::uint8_t> blob) {
+  if (blob.size() < kDeltaHeaderBytes) {
+    return protocol_error(fmt::format("delta: {} bytes, shorter than its {}-byte header",
+                                      blob.size(), kDeltaHeaderBytes));
+  }
+  const std::uint8_t* p = blob.data();
+  if (std::memcmp(p, kMagic, sizeof(kMagic)) != 0) {
+    return protocol_error("delta: bad magic (not a sluice delta)");
+  }
+  const std::uint32_t format = get_u32(p + 8);
+  if (format != kDeltaFormatVersion) {
+    return protocol_error(
+        fmt::format("delta: format version {}, this build reads {}", format, kDeltaFormatVersion));
+  }
+  if (get_u32(p + 12) != 0) return protocol_error("delta: unknown flags");
+  DeltaView v;
+  v.header.base_version = get_u64(p + 16);
+  v.header.target_version = get_u64(p + 24);
+  v.header.total_bytes = get_u64(p + 32);
+  v.header.chunk_bytes = get_u64(p + 40);
+  v.header.chunk_count = get_u64(p + 48);
+  const DeltaHeader& h = v.header;
+  if (h.total_bytes == 0 || h.chunk_bytes == 0) {
+    return protocol_error("delta: total bytes and chunk bytes must be positive");
+  }
+  const std::uint64_t expect = h.total_bytes / h.chunk_bytes + (h.total_bytes % h.chunk_bytes != 0);
+  if (h.chunk_count != expect) {
+    return protocol_error(fmt::format("delta: {} chunks for {} bytes in chunks of {} (expected {})",
+                                      h.chunk_count, h.total_bytes, h.chunk_bytes, expect));
+  }
+  // The entries' size is checked against the blob before any of them is read or stored.
+  const std::uint64_t room = (blob.size() - kDeltaHeaderBytes) / kDeltaEntryBytes;
+  if (h.chunk_count > room) {
+    return protocol_error(
+        fmt::format("delta: {} chunk entries do not fit in {} bytes", h.chunk_count, blob.size()));
+  }
+  std::uint64_t at = kDeltaHeaderBytes + h.chunk_count * kDeltaEntryBytes;
+  v.chunks.resize(h.chunk_count);
+  for (std::uint64_t i = 0; i < h.chunk_count; ++i) {
+    const std::uint8_t* e = p + kDeltaHeaderBytes + i * kDeltaEntryBytes;
+    const std::uint32_t enc = get_u32(e);
+    const std::uint64_t bytes = get_u64(e + 8);
+    if (enc > static_cast<std::uint32_t>(DeltaEncoding::kSparse) || get_u32(e + 4) != 0) {
+      return protocol_error(fmt::format("delta: chunk {} has an unknown encoding {}", i, enc));
+    }
+    if ((enc == 0) != (bytes == 0)) {
+      return protocol_error(
+          fmt::format("delta: chunk {}: {} payload bytes for encoding {}", i, bytes, enc));
+    }
+    if (bytes > blob.size() - at) {
+      return protocol_error(
+          fmt::format("delta: chunk {}'s payload of {} bytes runs past the end", i, bytes));
+    }
+    v.chunks[i] = {static_cast<DeltaEncoding>(enc), at, bytes};
+    at += bytes;
+  }
+  if (at != blob.size()) {
+    return protocol_error(fmt::format("delta: {} bytes after the last payload", blob.size() - at));
+  }
+  return v;
+}
+
+Status apply_delta_chunk(const DeltaView& view, std::span<const std::uint8_t> blob, std::uint64_t i,
+                         std::span<const std::uint8_t> base_chunk, std::span<std::uint8_t> out) {
+  if (i >= view.chunks.size()) {
+    return invalid_argument(fmt::format("delta: no chunk {} (of {})", i, view.chunks.size()));
+  }
+  const std::uint64_t n = view.chunk_size(i);
+  if (base_chunk.size() != n || out.size() != n) {
+    return invalid_argument(fmt::format("delta: chunk {} is {} bytes, given base {} and out {}", i,
+                                        n, base_chunk.size(), out.size()));
+  }
+  const DeltaView::Chunk& c = view.chunks[i];
+  if (c.offset + c.bytes > blob.size()) {
+    return invalid_argument("delta: the blob is not the one the view was parsed from");
+  }
+  if (c.encoding == DeltaEncoding::kSame) {
+    std::memcpy(out.data(), base_chunk.data(), n);
+    return {};
+  }
+  const std::uint8_t* frame = blob.data() + c.offset;
+  // Exactly one frame, whose declared size is checked before anything is allocated for it.
+  const std::size_t frame_bytes = ZSTD_findFrameCompressedSize(frame, c.bytes);
+  if (ZSTD_isError(frame_bytes) || frame_bytes != c.bytes) {
+    return protocol_error(fmt::format("delta: chunk {}'s payload is not one zstd frame", i));
+  }
+  const unsigned long long declared = ZSTD_getFrameContentSize(frame, c.bytes);
+  if (declared == ZSTD_CONTENTSIZE_ERROR || declared == ZSTD_CONTENTSIZE_UNKNOWN) {
+    return protocol_error(fmt::format("delta: chunk {}'s frame declares no size", i));
+  }
+  const std::uint64_t words = n / 4;
+  const std::uint64_t tail = n % 4;
+  if (c.encoding == DeltaEncoding::kXor) {
+    if (declared != n) {
+      return protocol_error(
+          fmt::format("delta: chunk {} decodes to {} bytes, not its {}", i, declared, n));
+    }
+  } else if (declared < 4 + tail || declared > 4 + 9 * words + tail) {
+    // Sparse: a count, at most 5 varint bytes and 4 XOR bytes per word, and the tail.
+    return protocol_error(fmt::format(
+        "delta: chunk {}'s sparse form of {} bytes does not fit {} bytes", i, declared, n));
+  }
+  std::vector<std::uint8_t> raw(static_cast<std::size_t>(declared));
+  std::unique_ptr<ZSTD_DCtx, DCtxFree> dctx(ZSTD_createDCtx());
+  if (!dctx) return internal_error("zstd: cannot create a decompression context");
+  const std::size_t got = ZSTD_decompressDCtx(dctx.get(), raw.data(), raw.size(), frame, c.bytes);
+  if (ZSTD_isError(got) || got != raw.size()) {
+    return protocol_error(fmt::format("delta: chunk {} does not decompress: {}", i,
+                                      ZSTD_isError(got) ? ZSTD_getErrorName(got) : "short"));
+  }
+  const std::uint8_t* b = base_chunk.data();
+  std::uint8_t* o = out.data();
+  if (c.encoding == DeltaEncoding::kXor) {
+    const std::uint8_t* planes[4] = {raw.data(), raw.data() + words, raw.data() + 2 * words,
+                                     raw.data() + 3 * words};
+    for (std::uint64_t w = 0; w < words; ++w) {
+      const std::uint32_t x = static_cast<std::uint32_t>(planes[0][w]) |
+                              static_cast<std::uint32_t>(planes[1][w]) << 8 |
+                              static_cast<std::uint32_t>(planes[2][w]) << 16 |
+                              static_cast<std::uint32_t>(planes[3][w]) << 24;
+      const std::uint32_t v = load_word(b + 4 * w) ^ x;
+      std::memcpy(o + 4 * w, &v, 4);
+    }
+    for (std::uint64_t k = 4 * words; k < n; ++k)
+      o[k] = b[k] ^ raw[k];
+    return {};
+  }
+  // Sparse.
+  const std::uint64_t count = get_u32(raw.data());
+  if (count > words) {
+    return protocol_error(
+        fmt::format("delta: chunk {} names {} changed words of {}", i, count, words));
+  }
+  std::memcpy(o, b, n);
+  std::size_t at = 4;
+  const std::size_t end = raw.size();
+  std::vector<std::uint32_t> index(count);
+  std::uint64_t next = 0;
+  for (std::uint64_t k = 0; k < count; ++k) {
+    std::uint64_t gap = 0;
+    int shift = 0;
+    while (true) {
+      if (at >= end || shift > 28) {
+        return protocol_error(fmt::format("delta: chunk {}'s indices are malformed", i));
+      }
+      const std::uint8_t byte = raw[at++];
+      gap |= static_cast<std::uint64_t>(byte & 0x7f) << shift;
+      shift += 7;
+      if (!(byte & 0x80)) break;
+    }
+    next += gap;
+    if (next >= words) {
+      return protocol_error(fmt::format("delta: chunk {} names word {} of {}", i, next, words));
+    }
+    index[k] = static_cast<std::uint32_t>(next);
+    ++next;
+  }
+  if (end - at != 4 * count + tail) {
+    return protocol_error(
+        fmt::format("delta: chunk {}'s sparse form has {} bytes of values, "
+                    "not {}",
+                    i, end - at, 4 * count + tail));
+  }
+  for (std::uint64_t k = 0; k < count; ++k) {
+    std::uint32_t x = 0;
+    for (int p = 0; p < 4; ++p)
+      x |= static_cast<std::uint32_t>(raw[at + p * count + k]) << (8 * p);
+    const std::uint32_t v = load_word(b + 4 * index[k]) ^ x;
+    std::memcpy(o + 4 * index[k], &v, 4);
+  }
+  at += 4 * count;
+  for (std::uint64_t k = 0; k < tail; ++k)
+    o[4 * words + k] = b[4 * words + k] ^ raw[at + k];
+  return {};
+}
+
+Status apply_delta(std::span<const std::uint8_t> blob, std::span<const std::uint8_t> base,
+                   std::span<std::uint8_t> out) {
+  SLUICE_ASSIGN_OR_RETURN(DeltaView v, parse_delta(blob));
+  if (base.size() != v.header.total_bytes || out.size() != v.header.total_bytes) {
+    return invalid_argument(fmt::format("delta of {} bytes: base is {} bytes and out {}",
+                                        v.header.total_bytes, base.size(), out.size()));
+  }
+  for (std::uint64_t i = 0; i < v.chunks.size(); ++i) {
+    const std::uint64_t at = i * v.header.chunk_bytes;
+    const std::uint64_t n = v.chunk_size(i);
+    SLUICE_TRY(apply_delta_chunk(v, blob, i, base.subspan(at, n), out.subspan(at, n)));
+  }
+  return {};
+}
+
+namespace {
+// splitmix64: a small, fast generator with a 64-bit state (enough for synthetic weights).
+std::uint64_t next_random(std::uint64_t& s) {
+  std::uint64_t z = (s += 0x9e3779b97f4a7c15ULL);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+double uniform(std::uint64_t& s) {
+  return static_cast<double>(next_random(s) >> 11) * (1.0 / 9007199254740992.0);
+}
+}  // namespace
+
+void fill_weights_fp32(std::span<std::uint8_t> data, std::uint64_t seed) {
+  std::uint64_t s = seed;
+  for (std::size_t i = 0; i + 4 <= data.size(); i += 4) {
+    // Box-Muller; one of the pair is enough here.
+    const double u1 = std::max(uniform(s), 1e-300);
+    const double u2 = uniform(s);
+    const auto v = static_cast<float>(0.02 * std::sqrt(-2.0 * std::log(u1)) *
+                                      std::cos(6.283185307179586 * u2));
+    std::memcpy(data.data() + i, &v, 4);
+  }
+}
+
+std::uint64_t optimizer_step_fp32(std::span<std::uint8_t> data, double fraction,
+                                  std::uint64_t seed) {
+  std::uint64_t s = seed;
+  std::uint64_t changed = 0;
+  for (std::size_t i = 0; i + 4 <= data.size(); i += 4) {
+    if (uniform(s) >= fraction) continue;
+    float v;
+    std::memcpy(&v, data.data() + i, 4);
+    const float step = static_cast<float>((uniform(s) * 2.0 - 1.0) * 1e-3);
+    float w = v * (1.0f + step);
+    if (w == v || std::isnan(w)) w = std::nextafter(v, v >= 0.0f ? 1.0f : -1.0f);
+    std::memcpy(data.data() + i, &w, 4);
+    ++changed;
+  }
+  return changed;
+}
+
+}  // namespace sluice::core

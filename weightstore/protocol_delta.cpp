@@ -1,0 +1,224 @@
+// The delta messages of the weight store protocol (protocol.hpp lists them). Checked as the
+// others are: required fields and types, id lengths, list sizes before their elements.
+#include "core/json_limits.hpp"
+#include "weightstore/protocol.hpp"
+
+namespace sluice::weightstore {
+
+using core::Message;
+using core::Result;
+using core::Status;
+using json = nlohmann::json;
+namespace field = core::json_field;
+
+namespace {
+
+Status id(const json& body, std::string_view what, const char* key, const Limits& lim,
+          std::string& out) {
+  SLUICE_TRY(field::string(body, what, key, out));
+  if (out.empty() || out.size() > lim.max_id_bytes) {
+    return core::invalid_argument(std::string(what) + ": '" + key + "' must be 1 to " +
+                                  std::to_string(lim.max_id_bytes) + " bytes");
+  }
+  return {};
+}
+
+const json* array(const json& body, const char* key) {
+  auto it = body.find(key);
+  return it == body.end() || !it->is_array() ? nullptr : &*it;
+}
+
+json delta_json(const DeltaObject& d) {
+  return {{"model", d.model},
+          {"base", d.base},
+          {"target", d.target},
+          {"bytes", d.bytes},
+          {"chunk_bytes", d.chunk_bytes},
+          {"checksums", d.checksums}};
+}
+
+Status delta_from_json(const json& body, std::string_view what, const Limits& lim, DeltaObject& d) {
+  auto it = body.find("delta");
+  if (it == body.end() || !it->is_object()) {
+    return core::invalid_argument(std::string(what) + ": 'delta' must be an object");
+  }
+  const json& j = *it;
+  SLUICE_TRY(id(j, what, "model", lim, d.model));
+  SLUICE_TRY(field::u64(j, what, "base", d.base));
+  SLUICE_TRY(field::u64(j, what, "target", d.target));
+  SLUICE_TRY(field::u64(j, what, "bytes", d.bytes));
+  SLUICE_TRY(field::u64(j, what, "chunk_bytes", d.chunk_bytes));
+  if (d.bytes > lim.max_version_bytes) {
+    return core::invalid_argument(std::string(what) + ": a delta larger than max_version_bytes");
+  }
+  const json* sums = array(j, "checksums");
+  if (!sums || sums->size() > lim.max_chunks) {
+    return core::invalid_argument(std::string(what) + ": 'checksums' must be an array of at most " +
+                                  std::to_string(lim.max_chunks));
+  }
+  SLUICE_TRY(field::u64_array(j, what, "checksums", d.checksums));
+  return d.validate().with_context(std::string(what));
+}
+
+Status ref_fields(const json& body, std::string_view what, const Limits& lim, DeltaRef& r) {
+  SLUICE_TRY(id(body, what, "holder_id", lim, r.holder_id));
+  SLUICE_TRY(id(body, what, "model", lim, r.model));
+  SLUICE_TRY(field::u64(body, what, "base", r.base));
+  return field::u64(body, what, "target", r.target);
+}
+
+json ref_json(const DeltaRef& r) {
+  return {{"holder_id", r.holder_id}, {"model", r.model}, {"base", r.base}, {"target", r.target}};
+}
+
+Message with(const char* type, json body) {
+  Message m(type);
+  m.body = std::move(body);
+  return m;
+}
+
+Status reply_error(const Status& s) {
+  return s.is_ok() ? s : core::protocol_error(s.message());
+}
+
+}  // namespace
+
+Message encode(const DeltaRegistration& r) {
+  Message m = with("store.register_delta", {{"holder_id", r.holder_id},
+                                            {"endpoint", r.endpoint},
+                                            {"topology", topology_to_json(r.topology)},
+                                            {"delta", delta_json(r.delta)}});
+  m.blobs.push_back(r.descriptor);
+  return m;
+}
+Message encode(const DeltaPlanRequest& r) {
+  return with("store.delta_plan", {{"model", r.model},
+                                   {"base", r.base},
+                                   {"target", r.target},
+                                   {"topology", topology_to_json(r.topology)}});
+}
+Message encode(const UnpublishDelta& r) {
+  return with("store.unpublish_delta", ref_json(r));
+}
+Message encode(const DeltaDrainedQuery& r) {
+  return with("store.delta_drained", ref_json(r));
+}
+Message encode(const DeltasRequest& r) {
+  return with("store.deltas", {{"model", r.model}});
+}
+Message encode(const DeltaPlan& p) {
+  Message m = with("store.delta_plan", {{"available", p.available},
+                                        {"expected", p.expected},
+                                        {"target_bytes", p.target_bytes},
+                                        {"lease_id", p.lease_id}});
+  if (p.available) m.body["delta"] = delta_json(p.delta);
+  m.body["holders"] = json::array();
+  for (const auto& h : p.holders) {
+    m.body["holders"].push_back(
+        {{"holder_id", h.holder_id}, {"endpoint", h.endpoint}, {"distance", h.distance}});
+    m.blobs.push_back(h.descriptor);
+  }
+  return m;
+}
+Message encode(const Deltas& d) {
+  json l = json::array();
+  for (const auto& s : d.deltas) {
+    l.push_back({{"holder_id", s.holder_id},
+                 {"base", s.base},
+                 {"target", s.target},
+                 {"bytes", s.bytes},
+                 {"unpublished", s.unpublished}});
+  }
+  return with("store.deltas", {{"deltas", std::move(l)}});
+}
+
+Result<DeltaRegistration> decode_delta_registration(const Message& m, const Limits& lim) {
+  constexpr std::string_view what = "store.register_delta";
+  DeltaRegistration r;
+  SLUICE_TRY(id(m.body, what, "holder_id", lim, r.holder_id));
+  SLUICE_TRY(field::string(m.body, what, "endpoint", r.endpoint));
+  auto t = m.body.find("topology");
+  SLUICE_ASSIGN_OR_RETURN(r.topology, topology_from_json(t == m.body.end() ? json() : *t));
+  SLUICE_TRY(delta_from_json(m.body, what, lim, r.delta));
+  if (m.blobs.size() != 1) return core::invalid_argument("store.register_delta: one descriptor");
+  r.descriptor = m.blobs[0];
+  return r;
+}
+
+Result<DeltaPlanRequest> decode_delta_plan_request(const Message& m, const Limits& lim) {
+  constexpr std::string_view what = "store.delta_plan";
+  DeltaPlanRequest r;
+  SLUICE_TRY(id(m.body, what, "model", lim, r.model));
+  SLUICE_TRY(field::u64(m.body, what, "base", r.base));
+  SLUICE_TRY(field::u64(m.body, what, "target", r.target));
+  auto t = m.body.find("topology");
+  SLUICE_ASSIGN_OR_RETURN(r.topology, topology_from_json(t == m.body.end() ? json() : *t));
+  return r;
+}
+
+Result<DeltaRef> decode_delta_ref(const Message& m, const Limits& lim) {
+  DeltaRef r;
+  SLUICE_TRY(ref_fields(m.body, m.type, lim, r));
+  return r;
+}
+
+Result<DeltasRequest> decode_deltas_request(const Message& m, const Limits& lim) {
+  DeltasRequest r;
+  SLUICE_TRY(id(m.body, "store.deltas", "model", lim, r.model));
+  return r;
+}
+
+Result<DeltaPlan> decode_delta_plan(const Message& m, const Limits& lim) {
+  constexpr std::string_view what = "store.delta_plan reply";
+  DeltaPlan p;
+  Status s = field::boolean(m.body, what, "available", p.available);
+  if (s.is_ok()) s = field::boolean(m.body, what, "expected", p.expected);
+  if (s.is_ok()) s = field::u64(m.body, what, "target_bytes", p.target_bytes);
+  if (s.is_ok()) s = field::u64(m.body, what, "lease_id", p.lease_id);
+  if (s.is_ok() && p.available) s = delta_from_json(m.body, what, lim, p.delta);
+  SLUICE_TRY(reply_error(s));
+  const json* hs = array(m.body, "holders");
+  if (!hs || hs->size() > lim.max_list || hs->size() != m.blobs.size()) {
+    return core::protocol_error("store.delta_plan reply: holders and descriptors do not match");
+  }
+  if (p.available == hs->empty()) {
+    return core::protocol_error("store.delta_plan reply: holders only when available");
+  }
+  for (std::size_t i = 0; i < hs->size(); ++i) {
+    const json& hj = (*hs)[i];
+    if (!hj.is_object()) return core::protocol_error(std::string(what) + ": a holder");
+    ReadPlan::Holder h;
+    std::uint64_t distance = 3;
+    s = id(hj, what, "holder_id", lim, h.holder_id);
+    if (s.is_ok()) s = field::string(hj, what, "endpoint", h.endpoint);
+    if (s.is_ok()) s = field::u64(hj, what, "distance", distance);
+    SLUICE_TRY(reply_error(s));
+    h.distance = static_cast<int>(std::min<std::uint64_t>(distance, 3));
+    h.descriptor = m.blobs[i];
+    p.holders.push_back(std::move(h));
+  }
+  return p;
+}
+
+Result<Deltas> decode_deltas(const Message& m, const Limits& lim) {
+  constexpr std::string_view what = "store.deltas reply";
+  const json* l = array(m.body, "deltas");
+  if (!l || l->size() > lim.max_list) {
+    return core::protocol_error("store.deltas reply: 'deltas' must be an array");
+  }
+  Deltas out;
+  for (const auto& j : *l) {
+    if (!j.is_object()) return core::protocol_error("store.deltas reply: an entry");
+    DeltaState d;
+    Status s = id(j, what, "holder_id", lim, d.holder_id);
+    if (s.is_ok()) s = field::u64(j, what, "base", d.base);
+    if (s.is_ok()) s = field::u64(j, what, "target", d.target);
+    if (s.is_ok()) s = field::u64(j, what, "bytes", d.bytes);
+    if (s.is_ok()) s = field::boolean(j, what, "unpublished", d.unpublished);
+    SLUICE_TRY(reply_error(s));
+    out.deltas.push_back(std::move(d));
+  }
+  return out;
+}
+
+}  // namespace sluice::weightstore

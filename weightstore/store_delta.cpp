@@ -1,0 +1,212 @@
+// The weight store's deltas (store.hpp, "Deltas"): objects that rebuild one version from an
+// older one, offered by holders, read under leases, kept only while both versions are retained.
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "weightstore/store.hpp"
+
+namespace sluice::weightstore {
+
+using core::Status;
+
+namespace {
+std::string dname(const std::string& model, std::uint64_t base, std::uint64_t target) {
+  return fmt::format("delta {}@{}->{}", model, base, target);
+}
+}  // namespace
+
+Status DeltaObject::validate() const {
+  if (model.empty()) return core::invalid_argument("a delta names no model");
+  if (base == 0 || target <= base) {
+    return core::invalid_argument(fmt::format(
+        "a delta from version {} to {}: versions start at 1 and increase", base, target));
+  }
+  if (bytes == 0 || chunk_bytes == 0) {
+    return core::invalid_argument("a delta's bytes and chunk_bytes must be positive");
+  }
+  const std::uint64_t chunks = bytes / chunk_bytes + (bytes % chunk_bytes != 0);
+  if (checksums.size() != chunks) {
+    return core::invalid_argument(fmt::format(
+        "{}: {} checksums for {} chunks", dname(model, base, target), checksums.size(), chunks));
+  }
+  return {};
+}
+
+core::RegionLayout DeltaObject::layout() const {
+  core::RegionLayout l;
+  l.name = dname(model, base, target);
+  l.bytes = bytes;
+  l.chunk_bytes = chunk_bytes;
+  l.checksums = checksums;
+  return l;
+}
+
+Status WeightStore::register_delta(const DeltaRegistration& r, Clock::time_point now,
+                                   const std::string& owner) {
+  if (r.holder_id.empty()) return core::invalid_argument("holder has no id");
+  SLUICE_TRY(check_owner(r.holder_id, owner));
+  const DeltaObject& d = r.delta;
+  SLUICE_TRY(d.validate());
+  const std::string name = dname(d.model, d.base, d.target);
+  Version* base = find_version(d.model, d.base);
+  Version* target = find_version(d.model, d.target);
+  if (!base || !target) return core::not_found(name + ": the store does not know both versions");
+  if (base->manifest.total_bytes != target->manifest.total_bytes ||
+      base->manifest.chunk_bytes != target->manifest.chunk_bytes) {
+    return core::invalid_argument(name + ": the versions are of different layouts");
+  }
+  auto kept = retained(d.model);
+  if (!kept.count(d.base) || !kept.count(d.target)) {
+    return core::failed_precondition(name + ": a version is no longer retained");
+  }
+  auto& objects = models_[d.model].deltas;
+  auto [it, added] = objects.try_emplace({d.base, d.target}, d);
+  if (!added && !(it->second == d)) {
+    return core::Status(core::Code::kAlreadyExists, name + " exists with another description");
+  }
+  auto& h = holders_[r.holder_id];
+  if (h.owner.empty()) h.owner = owner;
+  h.topology = r.topology;
+  h.last_seen = now;
+  h.deltas[{d.model, d.base, d.target}] = DeltaCopy{r.endpoint, r.descriptor, false};
+  return {};
+}
+
+void WeightStore::set_delta_maker(const std::string& relay_id, bool makes) {
+  if (makes)
+    delta_makers_.insert(relay_id);
+  else
+    delta_makers_.erase(relay_id);
+}
+
+core::Result<DeltaPlan> WeightStore::delta_plan(const std::string& model, std::uint64_t base,
+                                                std::uint64_t target, const Topology& where,
+                                                Clock::time_point now) {
+  const std::string name = dname(model, base, target);
+  if (!committed(model, target)) {
+    return core::failed_precondition(fmt::format("{}@{} is not committed", model, target));
+  }
+  auto kept = retained(model);
+  if (!kept.count(base) || !kept.count(target)) {
+    return core::not_found(name + ": a version is no longer retained");
+  }
+  DeltaPlan p;
+  p.target_bytes = find_version(model, target)->manifest.total_bytes;
+  const DeltaKey key{model, base, target};
+  auto& objects = models_[model].deltas;
+  auto obj = objects.find({base, target});
+  struct Cand {
+    std::string id;
+    const DeltaCopy* copy;
+    int dist;
+    std::size_t load;
+  };
+  std::vector<Cand> cands;
+  if (obj != objects.end()) {
+    for (const auto& [id, h] : holders_) {
+      auto c = h.deltas.find(key);
+      if (c == h.deltas.end() || c->second.unpublished) continue;
+      std::size_t load = 0;
+      for (const auto& [lid, l] : delta_leases_)
+        load += static_cast<std::size_t>(std::count(l.holders.begin(), l.holders.end(), id));
+      cands.push_back({id, &c->second, distance(where, h.topology), load});
+    }
+  }
+  if (cands.empty()) {
+    // Expected when a live maker holds either version (it makes the delta once it has both).
+    for (const auto& id : delta_makers_) {
+      auto h = holders_.find(id);
+      if (h == holders_.end()) continue;
+      if (h->second.copies.count({model, base}) || h->second.copies.count({model, target})) {
+        p.expected = true;
+      }
+    }
+    return p;
+  }
+  std::sort(cands.begin(), cands.end(), [](const Cand& a, const Cand& b) {
+    if (a.dist != b.dist) return a.dist < b.dist;
+    if (a.load != b.load) return a.load < b.load;
+    return a.id < b.id;
+  });
+  p.available = true;
+  p.delta = obj->second;
+  DeltaLease l;
+  l.key = key;
+  for (const auto& c : cands) {
+    if (p.holders.size() >= config_.sources_per_chunk) break;
+    p.holders.push_back({c.id, c.copy->endpoint, c.copy->descriptor, c.dist});
+    l.holders.push_back(c.id);
+  }
+  l.expires = now + config_.lease_ttl;
+  p.lease_id = next_lease_++;
+  delta_leases_[p.lease_id] = std::move(l);
+  return p;
+}
+
+core::Result<bool> WeightStore::delta_drain(const std::string& holder_id, const DeltaKey& key,
+                                            bool unpublish) {
+  const auto& [model, base, target] = key;
+  auto h = holders_.find(holder_id);
+  if (h == holders_.end() || !h->second.deltas.count(key)) {
+    return core::not_found("holder '" + holder_id + "' does not hold " +
+                           dname(model, base, target) + ": whether its readers drained is unknown");
+  }
+  auto c = h->second.deltas.find(key);
+  if (unpublish) c->second.unpublished = true;
+  if (!c->second.unpublished) return false;
+  for (const auto& [id, l] : delta_leases_) {
+    if (l.key == key && std::count(l.holders.begin(), l.holders.end(), holder_id)) return false;
+  }
+  // Drained: the holder frees it now, and the store forgets it.
+  h->second.deltas.erase(c);
+  forget_unheld_deltas();
+  return true;
+}
+
+core::Result<bool> WeightStore::unpublish_delta(const std::string& holder_id,
+                                                const std::string& model, std::uint64_t base,
+                                                std::uint64_t target) {
+  return delta_drain(holder_id, {model, base, target}, true);
+}
+
+core::Result<bool> WeightStore::delta_drained(const std::string& holder_id,
+                                              const std::string& model, std::uint64_t base,
+                                              std::uint64_t target) {
+  return delta_drain(holder_id, {model, base, target}, false);
+}
+
+std::vector<DeltaState> WeightStore::deltas(const std::string& model) const {
+  std::vector<DeltaState> out;
+  auto m = models_.find(model);
+  if (m == models_.end()) return out;
+  auto kept = retained(model);
+  for (const auto& [pair, d] : m->second.deltas) {
+    if (!kept.count(pair.first) || !kept.count(pair.second)) continue;
+    for (const auto& [id, h] : holders_) {
+      auto c = h.deltas.find({model, pair.first, pair.second});
+      if (c == h.deltas.end()) continue;
+      out.push_back({id, pair.first, pair.second, d.bytes, c->second.unpublished});
+    }
+  }
+  return out;
+}
+
+int WeightStore::holder_distance(const std::string& a, const std::string& b) const {
+  auto ha = holders_.find(a);
+  auto hb = holders_.find(b);
+  if (ha == holders_.end() || hb == holders_.end()) return 3;
+  return distance(ha->second.topology, hb->second.topology);
+}
+
+void WeightStore::forget_unheld_deltas() {
+  for (auto& [name, m] : models_) {
+    std::erase_if(m.deltas, [&](const auto& e) {
+      const DeltaKey key{name, e.first.first, e.first.second};
+      return std::none_of(holders_.begin(), holders_.end(),
+                          [&](const auto& h) { return h.second.deltas.count(key) > 0; });
+    });
+  }
+}
+
+}  // namespace sluice::weightstore
