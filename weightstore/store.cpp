@@ -377,6 +377,15 @@ Status WeightStore::join_relay(const std::string& relay_id, const Topology& topo
   return {};
 }
 
+bool WeightStore::started_on(const std::string& holder_id, const std::string& model,
+                             std::uint64_t version) const {
+  auto h = holders_.find(holder_id);
+  if (h == holders_.end()) return false;
+  for (const auto& [mv, c] : h->second.copies)
+    if (mv.first == model && mv.second >= version) return true;
+  return false;
+}
+
 bool WeightStore::labelled_datacenters() const {
   for (const auto& [id, seq] : relay_order_) {
     auto h = holders_.find(id);
@@ -479,6 +488,7 @@ core::Result<WeightStore::CopyInfo> WeightStore::chain_source(
       ancestors.push_back(order[i - 1].second);
     }
   }
+  const std::string* my_dc = by_datacenter ? &holders_.at(relay_id).topology.datacenter : nullptr;
   for (const auto& id : ancestors) {
     if (const Copy* c = usable(id, false)) return info(id, *c);
     // A live ancestor that has started on the version but verified nothing yet: the relay waits
@@ -488,6 +498,14 @@ core::Result<WeightStore::CopyInfo> WeightStore::chain_source(
     if (h != holders_.end() && !exclude.count(id)) {
       auto c = h->second.copies.find({model, version});
       if (c != h->second.copies.end() && !c->second.unpublished) return info(id, c->second);
+      // A seed reads from the seed of the datacenter before it, never past it to one further
+      // up while that one is live: the WAN links of the datacenters in between would carry
+      // the version twice.
+      if (my_dc && h->second.topology.datacenter != *my_dc && !started_on(id, model, version)) {
+        chain_reads_.erase(key);
+        return core::unavailable("relay '" + relay_id + "' waits for '" + id + "' to start on " +
+                                 vname(model, version));
+      }
     }
   }
   if (by_datacenter) {
@@ -496,12 +514,8 @@ core::Result<WeightStore::CopyInfo> WeightStore::chain_source(
     // its heartbeats, and one that has moved on to a newer version never starts on this one:
     // the relay then goes on to the next.
     for (const auto& id : ancestors) {
-      auto h = holders_.find(id);
-      if (h == holders_.end() || exclude.count(id)) continue;
-      bool started_or_past = false;
-      for (const auto& [mv, c] : h->second.copies)
-        started_or_past = started_or_past || (mv.first == model && mv.second >= version);
-      if (!started_or_past) {
+      if (!holders_.count(id) || exclude.count(id)) continue;
+      if (!started_on(id, model, version)) {
         chain_reads_.erase(key);
         return core::unavailable("relay '" + relay_id + "' waits for '" + id + "' to start on " +
                                  vname(model, version));

@@ -238,6 +238,10 @@ class WeightStore {
   const Copy* find_copy(const std::string& holder_id, const std::string& model,
                         std::uint64_t version) const;
   void maybe_commit(const std::string& model, std::uint64_t version, const Copy& c);
+  // Whether the holder has registered `version` of `model` or a newer one (it started on it, or
+  // moved past it and never will).
+  bool started_on(const std::string& holder_id, const std::string& model,
+                  std::uint64_t version) const;
   // Whether some relay has a datacenter label: the chain then runs per datacenter.
   bool labelled_datacenters() const;
   // A chain over datacenters: `relay_id`'s ancestors, nearest first (`order`: relays by join).

@@ -518,6 +518,28 @@ TEST_SUITE("weightstore.datacenters") {
     CHECK(s.chain_source("m", 1, "s1", {"rollout-9"}).value().holder_id == "actor");
   }
 
+  TEST_CASE("a seed never reads past the seed before it while that one lives") {
+    auto m = manifest(1);
+    WeightStore s;
+    REQUIRE(s.put_manifest(m).is_ok());
+    REQUIRE(s.register_holder(holder("actor", m, {"h0", "", "dc0"}), t0).is_ok());
+    for (auto [id, dc] : std::vector<std::pair<std::string, std::string>>{
+             {"s0", "dc0"}, {"s1", "dc1"}, {"s2", "dc2"}}) {
+      REQUIRE(s.join_relay(id, {"h-" + id, "", dc}, t0).is_ok());
+    }
+    // dc0's seed has chunks, dc1's has not started: dc2's seed waits for dc1's rather than take
+    // the version over dc0's and dc2's WAN links a second time.
+    REQUIRE(s.register_holder(holder("s0", m, {"h-s0", "", "dc0"}, {true, true, false, false}), t0)
+                .is_ok());
+    CHECK(s.chain_source("m", 1, "s2", {}).status().code() == Code::kUnavailable);
+    REQUIRE(
+        s.register_holder(holder("s1", m, {"h-s1", "", "dc1"}, {false, false, false, false}), t0)
+            .is_ok());
+    CHECK(s.chain_source("m", 1, "s2", {}).value().holder_id == "s1");
+    // Once dc1's seed has failed it, dc2's seed goes to dc0's.
+    CHECK(s.chain_source("m", 1, "s2", {"s1"}).value().holder_id == "s0");
+  }
+
   TEST_CASE("an ancestor that moved on to a newer version is not waited for") {
     auto m1 = manifest(1), m2 = manifest(2);
     WeightStore s;
