@@ -353,6 +353,11 @@ int run_bench_crossdc_host(const BenchCrossdcArgs& args, const std::vector<std::
     // The rollouts read; they do not serve, so "direct" is every rollout on the trainer's copy
     // and "seed" every rollout on its host's relay.
     ro.serve = false;
+    // Long enough that no read gives up under direct's contention (16 rollouts sharing one WAN
+    // link take 20 s and more for a version; a chunk waited over 10 s, the default, and the
+    // whole pull began again): the figures are the links', not retries'.
+    ro.read.op_timeout = Millis(120000);
+    ro.read.total_timeout = Millis(600000);
     if (!direct) {
       ro.topology = {host_label(args.index), "", dc_label(args.index / args.hosts_per_dc)};
       ro.local_wait = Millis(60000);  // longer than any run: never across the WAN
