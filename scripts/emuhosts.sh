@@ -11,6 +11,16 @@
 #       --burst/--latency override the tbf bucket and queue (the defaults
 #       are explained at tbf_params in this script).
 #       Existing hosts with the same prefix are torn down first.
+#   emuhosts.sh up --dcs K --hosts-per-dc N [--lan-rate RATE] [--wan-rate RATE]
+#                    [--host-rate I=RATE]... [--burst BYTES] [--latency TIME] [--prefix P]
+#       Datacenters: K*N hosts, host I in datacenter I/N (host 0, the trainer's, in
+#       datacenter 0), addresses as above. Each datacenter has its own bridge in
+#       Phub; its hosts' links run at the LAN rate (--lan-rate, or --rate). Each
+#       datacenter reaches the others through one WAN link (a veth pair between its
+#       bridge and a WAN bridge, tbf both ways at --wan-rate), so all traffic between
+#       two datacenters crosses exactly their two WAN links.
+#   emuhosts.sh wan [--prefix P]       per datacenter, the bytes its WAN link has
+#                                      carried so far: "dc D egress BYTES ingress BYTES"
 #   emuhosts.sh down [--prefix P]      removes P0.., Phub (and stops processes in them)
 #   emuhosts.sh exec [--prefix P] I CMD...   runs CMD inside host I, status passed through
 #   emuhosts.sh addr I                 prints host I's address
@@ -30,7 +40,7 @@ prefix=${EMUHOSTS_PREFIX:-sluice-h}
 subnet=198.18.0
 max_hosts=254
 
-usage() { sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,32p' "$0" | sed 's/^# \{0,1\}//'; }
 die() { echo "$prog: $*" >&2; exit 1; }
 usage_error() { echo "$prog: $*" >&2; echo "$prog: see '$prog --help'" >&2; exit 2; }
 
@@ -174,8 +184,30 @@ do_up() {
   ip netns add "$hub" || die "cannot create network namespace $hub"
   ip -n "$hub" link set lo up
   quiet_ipv6 "$hub"
-  ip -n "$hub" link add br0 type bridge stp_state 0
-  ip -n "$hub" link set br0 up
+  # Flat: one bridge, br0. Datacenters: br<D> per datacenter, joined through brw.
+  local bridges=1 d
+  [ "$dcs" -eq 0 ] || bridges=$dcs
+  for ((d = 0; d < bridges; d++)); do
+    ip -n "$hub" link add "br$d" type bridge stp_state 0
+    ip -n "$hub" link set "br$d" up
+  done
+  if [ "$dcs" -gt 0 ]; then
+    ip -n "$hub" link add brw type bridge stp_state 0
+    ip -n "$hub" link set brw up
+    for ((d = 0; d < dcs; d++)); do
+      # u<D> sits on the datacenter's bridge, w<D> on the WAN bridge: what u<D> sends is the
+      # datacenter's egress, what w<D> sends its ingress, each limited by its own tbf.
+      ip -n "$hub" link add "u$d" type veth peer name "w$d"
+      ip -n "$hub" link set "u$d" master "br$d"
+      ip -n "$hub" link set "w$d" master brw
+      ip -n "$hub" link set "u$d" up
+      ip -n "$hub" link set "w$d" up
+      if [ -n "$wan_rate" ] && [ "$wan_rate" != none ]; then
+        apply_rate "$hub" "u$d" "$wan_rate"
+        apply_rate "$hub" "w$d" "$wan_rate"
+      fi
+    done
+  fi
 
   for ((i = 0; i < n; i++)); do
     ns="${prefix}$i"
@@ -185,7 +217,9 @@ do_up() {
     # Created directly in the two namespaces, so nothing ever appears in the
     # machine's own namespace and interface names cannot clash with its ones.
     ip link add eth0 netns "$ns" type veth peer name "h$i" netns "$hub"
-    ip -n "$hub" link set "h$i" master br0
+    d=0
+    [ "$dcs" -eq 0 ] || d=$((i / per_dc))
+    ip -n "$hub" link set "h$i" master "br$d"
     ip -n "$hub" link set "h$i" up
     ip -n "$ns" addr add "$(host_addr "$i")/24" dev eth0
     ip -n "$ns" link set eth0 up
@@ -199,20 +233,48 @@ do_up() {
 
   for ((i = 0; i < n; i++)); do wait_link_up "${prefix}$i" eth0; done
   trap - EXIT
-  echo "$prog: up $n host(s) ${prefix}0..${prefix}$((n - 1)), rate ${default_rate:-unlimited}"
+  if [ "$dcs" -gt 0 ]; then
+    echo "$prog: up $dcs datacenter(s) of $per_dc host(s) ${prefix}0..${prefix}$((n - 1)), LAN ${default_rate:-unlimited}, WAN ${wan_rate:-unlimited}"
+  else
+    echo "$prog: up $n host(s) ${prefix}0..${prefix}$((n - 1)), rate ${default_rate:-unlimited}"
+  fi
+}
+
+# One line per datacenter: the bytes its WAN link has carried out of it and into it so far
+# (the veths' counters, so every byte that crossed counts, headers and retransmits included).
+do_wan() {
+  local hub="${prefix}hub" d out in found=0
+  for d in $(ip -n "$hub" -o link show type veth 2>/dev/null | sed -n 's/^[0-9]*: u\([0-9]*\)@.*/\1/p' | sort -n); do
+    found=1
+    out=$(cat_counter "$hub" "u$d" tx_bytes)
+    in=$(cat_counter "$hub" "w$d" tx_bytes)
+    echo "dc $d egress $out ingress $in"
+  done
+  [ "$found" -eq 1 ] || die "no datacenters with prefix '$prefix' (run '$prog up --dcs K ...' first)"
+}
+
+cat_counter() {
+  # /sys inside the namespace holds the counters; ip netns exec mounts it there.
+  ip netns exec "$1" cat "/sys/class/net/$2/statistics/$3" 2>/dev/null || die "cannot read $3 of $2 in $1"
 }
 
 do_status() {
-  local ns i addr found=0
+  local ns i addr dc found=0
   for ns in $(our_namespaces "$prefix" | grep -v 'hub$' | sort -V); do
     found=1
     i=${ns#"$prefix"}
     addr=$(ip -n "$ns" -4 -o addr show dev eth0 2>/dev/null | awk '{print $4}')
-    echo "$ns  ${addr:-(no address)}"
+    dc=$(ip -n "${prefix}hub" -o link show dev "h$i" 2>/dev/null | sed -n 's/.* master br\([0-9]*\).*/\1/p')
+    echo "$ns  ${addr:-(no address)}  dc ${dc:-?}"
     echo "  out: $(tc -n "$ns" qdisc show dev eth0 root 2>/dev/null | head -1)"
     echo "  in:  $(tc -n "${prefix}hub" qdisc show dev "h$i" root 2>/dev/null | head -1)"
   done
   [ "$found" -eq 1 ] || echo "no hosts with prefix '$prefix'"
+  for d in $(ip -n "${prefix}hub" -o link show type veth 2>/dev/null | sed -n 's/^[0-9]*: u\([0-9]*\)@.*/\1/p' | sort -n); do
+    echo "wan dc $d"
+    echo "  out: $(tc -n "${prefix}hub" qdisc show dev "u$d" root 2>/dev/null | head -1)"
+    echo "  in:  $(tc -n "${prefix}hub" qdisc show dev "w$d" root 2>/dev/null | head -1)"
+  done
 }
 
 # --- argument parsing ---------------------------------------------------------
@@ -220,6 +282,9 @@ do_status() {
 [ $# -gt 0 ] || { usage >&2; exit 2; }
 cmd=$1; shift
 default_rate=""
+wan_rate=""
+dcs=0
+per_dc=0
 burst_override=""
 latency_override=""
 declare -A host_rates=()
@@ -232,6 +297,10 @@ case "$cmd" in
       case "$1" in
         --rate) [ $# -ge 2 ] || usage_error "--rate needs a value"; default_rate=$2; shift 2 ;;
         --rate=*) default_rate=${1#*=}; shift ;;
+        --lan-rate) [ $# -ge 2 ] || usage_error "--lan-rate needs a value"; default_rate=$2; shift 2 ;;
+        --wan-rate) [ $# -ge 2 ] || usage_error "--wan-rate needs a value"; wan_rate=$2; shift 2 ;;
+        --dcs) [ $# -ge 2 ] || usage_error "--dcs needs a value"; dcs=$2; shift 2 ;;
+        --hosts-per-dc) [ $# -ge 2 ] || usage_error "--hosts-per-dc needs a value"; per_dc=$2; shift 2 ;;
         --host-rate)
           if [ $# -lt 2 ] || ! [[ $2 =~ ^([0-9]+)=(.+)$ ]]; then usage_error "--host-rate needs I=RATE"; fi
           host_rates[$((10#${BASH_REMATCH[1]}))]=${BASH_REMATCH[2]}; shift 2 ;;
@@ -244,6 +313,19 @@ case "$cmd" in
         *) [ -z "$n" ] || usage_error "unexpected argument '$1'"; n=$1; shift ;;
       esac
     done
+    if [ "$dcs" != 0 ] || [ "$per_dc" != 0 ]; then
+      [ -z "$n" ] || usage_error "give either a host count N or --dcs and --hosts-per-dc, not both"
+      if ! [[ $dcs =~ ^[0-9]+$ ]] || [ "$dcs" -lt 1 ] || [ "$dcs" -gt 16 ]; then
+        usage_error "--dcs must be 1..16"
+      fi
+      if ! [[ $per_dc =~ ^[0-9]+$ ]] || [ "$per_dc" -lt 1 ]; then
+        usage_error "--hosts-per-dc must be at least 1"
+      fi
+      dcs=$((10#$dcs)); per_dc=$((10#$per_dc)); n=$((dcs * per_dc))
+      [ "$n" -le "$max_hosts" ] || usage_error "--dcs x --hosts-per-dc is $n hosts, at most $max_hosts"
+    elif [ -n "$wan_rate" ]; then
+      usage_error "--wan-rate needs --dcs and --hosts-per-dc"
+    fi
     if ! [[ $n =~ ^[0-9]+$ ]] || [ "$n" -lt 1 ] || [ "$n" -gt "$max_hosts" ]; then
       usage_error "up needs a host count N (1..$max_hosts)"
     fi
@@ -251,7 +333,7 @@ case "$cmd" in
       [ "$i" -lt "$n" ] || usage_error "--host-rate for host $i, but only $n host(s)"
     done
     # Rates are checked before anything is torn down or built.
-    for r in "$default_rate" "${host_rates[@]}"; do
+    for r in "$default_rate" "$wan_rate" "${host_rates[@]}"; do
       [ -z "$r" ] || [ "$r" = none ] || [ -n "$(rate_to_bytes "$r")" ] \
         || usage_error "bad rate '$r' (tc syntax, e.g. 500mbit, 1gbit)"
     done
@@ -259,7 +341,7 @@ case "$cmd" in
     need_tools; need_root
     do_up "$n"
     ;;
-  down|status)
+  down|status|wan)
     while [ $# -gt 0 ]; do
       case "$1" in
         --prefix) [ $# -ge 2 ] || usage_error "--prefix needs a value"; prefix=$2; shift 2 ;;
@@ -270,7 +352,7 @@ case "$cmd" in
     done
     check_prefix "$prefix"
     need_tools; need_root
-    if [ "$cmd" = down ]; then teardown "$prefix"; else do_status; fi
+    case "$cmd" in down) teardown "$prefix" ;; status) do_status ;; wan) do_wan ;; esac
     ;;
   exec)
     while [ $# -gt 0 ]; do

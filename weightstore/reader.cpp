@@ -29,10 +29,11 @@ Result<std::unique_ptr<Reader>> Reader::create(core::EventLoop& loop, core::Tran
     return core::invalid_argument("reader: a reader that serves needs a holder id");
   }
   if (options.request_timeout <= Millis(0) || options.drain_timeout < Millis(0) ||
-      options.drain_check <= Millis(0) || options.lease_ttl <= Millis(0)) {
+      options.drain_check <= Millis(0) || options.lease_ttl <= Millis(0) ||
+      options.local_check <= Millis(0)) {
     return core::invalid_argument(
-        "reader: request_timeout, drain_check and lease_ttl must be positive, drain_timeout not "
-        "negative");
+        "reader: request_timeout, drain_check, lease_ttl and local_check must be positive, "
+        "drain_timeout not negative");
   }
   std::unique_ptr<Reader> r(new Reader());
   r->loop_ = &loop;
@@ -117,16 +118,27 @@ void Reader::pull_latest(Done done) {
         const std::uint64_t* latest = &reply->version;
         // Nothing newer than what is here already: no bytes to move.
         if (*latest <= newest_held()) return finish(newest_held());
-        bool local_only = false;
-        if (options_.local_wait > Millis(0) && !options_.topology.host.empty()) {
-          if (*latest != local_wait_version_) {
-            local_wait_version_ = *latest;
-            local_wait_since_ = Clock::now();
-          }
-          local_only = Clock::now() - local_wait_since_ < options_.local_wait;
+        Scope scope = wait_scope(*latest);
+        if (scope != Scope::kAny && *latest == local_declined_version_ &&
+            Clock::now() - local_declined_at_ < options_.local_check) {
+          return finish(newest_held());  // asked for a plan of it a moment ago
         }
-        fetch(*latest, local_only);
+        fetch(*latest, scope);
       });
+}
+
+Reader::Scope Reader::wait_scope(std::uint64_t latest) {
+  const bool host = !options_.topology.host.empty();
+  const bool dc = !options_.topology.datacenter.empty();
+  if (options_.local_wait <= Millis(0) || (!host && !dc)) return Scope::kAny;
+  if (latest != local_wait_version_) {
+    local_wait_version_ = latest;
+    local_wait_since_ = Clock::now();
+  }
+  auto waited = Clock::now() - local_wait_since_;
+  if (host && waited < options_.local_wait) return Scope::kHost;
+  if (dc && waited < options_.local_wait * (host ? 2 : 1)) return Scope::kDatacenter;
+  return Scope::kAny;
 }
 
 void Reader::pull_version(std::uint64_t version, Done done) {
@@ -187,7 +199,23 @@ Result<std::uint64_t> Reader::pull(std::uint64_t version, Millis timeout) {
   return std::move(*out);
 }
 
-void Reader::fetch(std::uint64_t version, bool local_only) {
+namespace {
+// For pull_async's `accept`: only holders in the reader's datacenter (distance 2 or less) as
+// each chunk's sources; false when some chunk has none there.
+bool keep_same_datacenter_sources(ReadPlan& plan) {
+  if (plan.chunks.empty()) return false;
+  for (auto& c : plan.chunks) {
+    std::erase_if(c.holders, [&](std::uint32_t h) {
+      return h >= plan.holders.size() || plan.holders[h].distance > 2;
+    });
+    if (c.holders.empty()) return false;
+  }
+  return true;
+}
+}  // namespace
+
+void Reader::fetch(std::uint64_t version, Scope scope) {
+  const bool local_only = scope != Scope::kAny;
   std::uint64_t generation = ++pull_generation_;
   std::weak_ptr<bool> alive = alive_;
   log::debug("{}: pulling {} in the background", name(), vname(options_.model, version));
@@ -197,7 +225,9 @@ void Reader::fetch(std::uint64_t version, bool local_only) {
         if (alive.expired() || generation != pull_generation_) return;
         if (!pulled.is_ok() && local_only &&
             pulled.status().code() == core::Code::kFailedPrecondition) {
-          // Not on this host yet: nothing new now.
+          // Not near enough yet: nothing new now.
+          local_declined_version_ = version;
+          local_declined_at_ = Clock::now();
           return finish(newest_held());
         }
         if (!pulled.is_ok()) {
@@ -218,7 +248,9 @@ void Reader::fetch(std::uint64_t version, bool local_only) {
         }
         finish(got);
       },
-      local_only ? std::function<bool(ReadPlan&)>(keep_same_host_sources) : nullptr,
+      scope == Scope::kHost         ? std::function<bool(ReadPlan&)>(keep_same_host_sources)
+      : scope == Scope::kDatacenter ? std::function<bool(ReadPlan&)>(keep_same_datacenter_sources)
+                                    : nullptr,
       options_.lease_renew);
 }
 

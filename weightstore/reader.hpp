@@ -52,7 +52,15 @@ struct ReaderOptions {
   // relay) until one holds all of it, for up to this long after it first saw the version; then
   // from any holder. Many readers of one host that each read a new version from the trainer's
   // host would each take a copy across the same links (0: read from the nearest at once).
+  // With a datacenter label as well (or only), the reader then waits for a holder in its own
+  // datacenter, for up to another local_wait (one in all without a host label), before it
+  // reads across the WAN: the datacenter's seed brings one copy over, and its readers share it.
   Millis local_wait{0};
+  // While it waits for a nearby holder (local_wait), how often a pull asks the store for a read
+  // plan again once a plan had no complete copy nearby; calls in between answer at once with
+  // what is held. Every plan crosses to the store, across the WAN for a remote datacenter, and
+  // many readers asking at once would move a fair part of a version's bytes in plans (> 0).
+  Millis local_check{100};
   // How often a pull renews its lease while it reads (well under the store's lease_ttl).
   Millis lease_renew{3000};
 };
@@ -143,9 +151,13 @@ class Reader {
   std::string name() const;
   std::uint64_t newest_held() const;
   // Reads `version` into staging (the reader is busy); finish() ends it.
-  // `local_only`: only when a holder on this host has every chunk; else finish() with what is
-  // held (the next pull_latest() asks again).
-  void fetch(std::uint64_t version, bool local_only = false);
+  // How near the holders of a read must be (local_wait).
+  enum class Scope { kAny, kHost, kDatacenter };
+  // `scope` other than kAny: only when holders that near have every chunk; else finish() with
+  // what is held (the next pull_latest() asks again).
+  void fetch(std::uint64_t version, Scope scope = Scope::kAny);
+  // The scope of a pull_latest() of `latest` now, under local_wait.
+  Scope wait_scope(std::uint64_t latest);
   void finish(core::Result<std::uint64_t> result);
 
   core::EventLoop* loop_ = nullptr;
@@ -159,8 +171,10 @@ class Reader {
   bool busy_ = false;
   std::uint64_t pull_generation_ = 0;  // a pull given up on (timeout) is ignored when it ends
   std::vector<Done> waiters_;
-  std::uint64_t local_wait_version_ = 0;  // the version waited for on this host, since when
+  std::uint64_t local_wait_version_ = 0;  // the version waited for nearby, since when
   Clock::time_point local_wait_since_{};
+  std::uint64_t local_declined_version_ = 0;  // its last plan had no complete copy nearby, when
+  Clock::time_point local_declined_at_{};
   // Registration, heartbeats and the drain of retired copies (a reader that serves).
   std::unique_ptr<Holder> holder_;
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);  // for replies after destruction

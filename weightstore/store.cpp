@@ -396,6 +396,72 @@ Status WeightStore::join_relay(const std::string& relay_id, const Topology& topo
   return {};
 }
 
+bool WeightStore::started_on(const std::string& holder_id, const std::string& model,
+                             std::uint64_t version) const {
+  auto h = holders_.find(holder_id);
+  if (h == holders_.end()) return false;
+  for (const auto& [mv, c] : h->second.copies)
+    if (mv.first == model && mv.second >= version) return true;
+  return false;
+}
+
+bool WeightStore::labelled_datacenters() const {
+  for (const auto& [id, seq] : relay_order_) {
+    auto h = holders_.find(id);
+    if (h != holders_.end() && !h->second.topology.datacenter.empty()) return true;
+  }
+  return false;
+}
+
+std::vector<std::string> WeightStore::dc_ancestors(
+    const std::string& model, std::uint64_t version, const std::string& relay_id,
+    const std::vector<std::pair<std::uint64_t, std::string>>& order) const {
+  auto dc_of = [this](const std::string& id) -> const std::string& {
+    static const std::string none;
+    auto h = holders_.find(id);
+    return h == holders_.end() ? none : h->second.topology.datacenter;
+  };
+  const std::string& my_dc = dc_of(relay_id);
+  // Inside a datacenter the relays form a chain in join order; its first relay is the seed.
+  std::vector<std::string> ancestors;
+  for (const auto& [seq, id] : order) {
+    if (id == relay_id) break;
+    if (dc_of(id) == my_dc) ancestors.insert(ancestors.begin(), id);
+  }
+  if (!ancestors.empty()) return ancestors;
+  // A seed. The seeds form a chain over the datacenters: the publisher's datacenter first (its
+  // seed reads from the publisher), then the others in the order their seeds joined, each seed
+  // reading from the one before. So each datacenter's WAN link carries one copy in (none into
+  // the publisher's) and at most one copy out, however many relays and readers it has.
+  std::string publisher_dc;
+  bool has_publisher = false;
+  for (const auto& [id, h] : holders_) {
+    if (relay_order_.count(id)) continue;
+    auto c = h.copies.find({model, version});
+    if (c == h.copies.end() || c->second.unpublished || !all_set(c->second.chunks)) continue;
+    publisher_dc = h.topology.datacenter;
+    has_publisher = true;
+    break;
+  }
+  std::vector<std::string> seeds;  // one per datacenter, in chain order
+  std::set<std::string> seen;
+  if (has_publisher) seen.insert(publisher_dc);  // its seed reads from the publisher
+  for (const auto& [seq, id] : order) {
+    const std::string& dc = dc_of(id);
+    if (has_publisher && dc == publisher_dc) {
+      if (seeds.empty() || dc_of(seeds.front()) != dc) seeds.insert(seeds.begin(), id);
+      continue;
+    }
+    if (seen.insert(dc).second) seeds.push_back(id);
+  }
+  for (std::size_t i = 0; i < seeds.size(); ++i) {
+    if (seeds[i] != relay_id) continue;
+    for (std::size_t j = i; j-- > 0;)
+      ancestors.push_back(seeds[j]);
+  }
+  return ancestors;
+}
+
 core::Result<WeightStore::CopyInfo> WeightStore::chain_source(
     const std::string& model, std::uint64_t version, const std::string& relay_id,
     const std::set<std::string>& exclude) {
@@ -426,10 +492,13 @@ core::Result<WeightStore::CopyInfo> WeightStore::chain_source(
   std::size_t me_index = 0;
   for (std::size_t i = 0; i < order.size(); ++i)
     if (order[i].second == relay_id) me_index = i + 1;
+  const bool by_datacenter = config_.broadcast == "chain" && labelled_datacenters();
   // Its ancestors, nearest first: in a chain every relay before it, in a tree its parent, the
-  // parent's parent, ...; "direct" has none.
+  // parent's parent, ...; "direct" has none. A chain over datacenters: see dc_ancestors().
   std::vector<std::string> ancestors;
-  if (config_.broadcast == "chain") {
+  if (by_datacenter) {
+    ancestors = dc_ancestors(model, version, relay_id, order);
+  } else if (config_.broadcast == "chain") {
     for (std::size_t i = me_index - 1; i >= 1; --i)
       ancestors.push_back(order[i - 1].second);
   } else if (config_.broadcast == "tree") {
@@ -438,6 +507,7 @@ core::Result<WeightStore::CopyInfo> WeightStore::chain_source(
       ancestors.push_back(order[i - 1].second);
     }
   }
+  const std::string* my_dc = by_datacenter ? &holders_.at(relay_id).topology.datacenter : nullptr;
   for (const auto& id : ancestors) {
     if (const Copy* c = usable(id, false)) return info(id, *c);
     // A live ancestor that has started on the version but verified nothing yet: the relay waits
@@ -447,7 +517,49 @@ core::Result<WeightStore::CopyInfo> WeightStore::chain_source(
     if (h != holders_.end() && !exclude.count(id)) {
       auto c = h->second.copies.find({model, version});
       if (c != h->second.copies.end() && !c->second.unpublished) return info(id, c->second);
+      // A seed reads from the seed of the datacenter before it, never past it to one further
+      // up while that one is live: the WAN links of the datacenters in between would carry
+      // the version twice.
+      if (my_dc && h->second.topology.datacenter != *my_dc && !started_on(id, model, version)) {
+        chain_reads_.erase(key);
+        return core::unavailable("relay '" + relay_id + "' waits for '" + id + "' to start on " +
+                                 vname(model, version));
+      }
     }
+  }
+  if (by_datacenter) {
+    // Across datacenters a stray chunk costs WAN bytes: a live ancestor that has not started on
+    // the version yet (it sees it within a poll) is waited for too. One that dies expires with
+    // its heartbeats, and one that has moved on to a newer version never starts on this one:
+    // the relay then goes on to the next.
+    for (const auto& id : ancestors) {
+      if (!holders_.count(id) || exclude.count(id)) continue;
+      if (!started_on(id, model, version)) {
+        chain_reads_.erase(key);
+        return core::unavailable("relay '" + relay_id + "' waits for '" + id + "' to start on " +
+                                 vname(model, version));
+      }
+    }
+    // Else the nearest complete holder, a relay behind it included (a complete copy needs
+    // nothing from this relay, so reading from it forms no cycle): inside its own datacenter
+    // when there is one, across the WAN only when there is none.
+    const Holder& mine = holders_.at(relay_id);
+    const std::string* best = nullptr;
+    const Copy* best_copy = nullptr;
+    int best_rank = 0;
+    for (const auto& [id, h] : holders_) {
+      if (id == relay_id) continue;
+      const Copy* c = usable(id, true);
+      if (!c) continue;
+      auto r = relay_order_.find(id);
+      bool behind = r != relay_order_.end() && r->second > me->second;
+      int rank = distance(mine.topology, h.topology) * 2 + (behind ? 1 : 0);
+      if (!best || rank < best_rank) best = &id, best_copy = c, best_rank = rank;
+    }
+    if (best) return info(*best, *best_copy);
+    chain_reads_.erase(key);
+    return core::unavailable("no source for relay '" + relay_id + "' to pull " +
+                             vname(model, version) + " from");
   }
   // The head of the chain reads from a complete holder that is not a relay behind it.
   for (const auto& [id, h] : holders_) {

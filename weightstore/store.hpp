@@ -215,6 +215,14 @@ class WeightStore {
   // order of the broadcast chain.
   core::Status join_relay(const std::string& relay_id, const Topology& topology,
                           Clock::time_point now);
+  // With "chain" and datacenter labels on the relays, the chain runs per datacenter: each
+  // datacenter's first relay (its seed) pulls from the seed of the datacenter before it (the
+  // publisher's datacenter first, then the others in the order their seeds joined; the
+  // publisher's own seed from the publisher), and every other relay from the relays before it
+  // in its own datacenter; a relay waits for a live ancestor that has not started on the
+  // version rather than read across the WAN, and without a live ancestor reads from the nearest
+  // complete holder. So each datacenter's WAN link carries about one copy of a version in and
+  // at most one out. Without datacenter labels, the chain is the plain join order:
   // Where relay `relay_id` pulls `model`@`version` from: the nearest live relay before it in the
   // chain that holds any of it (a partial holder serves the chunks it has verified), else a
   // holder with all of it that is not a relay behind it (the publisher), and failing those a
@@ -314,6 +322,16 @@ class WeightStore {
   const Copy* find_copy(const std::string& holder_id, const std::string& model,
                         std::uint64_t version) const;
   void maybe_commit(const std::string& model, std::uint64_t version, const Copy& c);
+  // Whether the holder has registered `version` of `model` or a newer one (it started on it, or
+  // moved past it and never will).
+  bool started_on(const std::string& holder_id, const std::string& model,
+                  std::uint64_t version) const;
+  // Whether some relay has a datacenter label: the chain then runs per datacenter.
+  bool labelled_datacenters() const;
+  // A chain over datacenters: `relay_id`'s ancestors, nearest first (`order`: relays by join).
+  std::vector<std::string> dc_ancestors(
+      const std::string& model, std::uint64_t version, const std::string& relay_id,
+      const std::vector<std::pair<std::uint64_t, std::string>>& order) const;
 
   StoreConfig config_;
   std::map<std::string, Model> models_;

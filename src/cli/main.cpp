@@ -9,6 +9,7 @@
 
 #include "cli/bench_broadcast.hpp"
 #include "cli/bench_delta.hpp"
+#include "cli/bench_crossdc.hpp"
 #include "cli/bench_e2e.hpp"
 #include "cli/bench_learner.hpp"
 #include "cli/bench_util.hpp"
@@ -171,6 +172,9 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   bench_transfer->add_flag("--fanout", bt.fanout,
                            "with --memory cuda: NCCL fan-out to the host's other GPUs");
+
+  sluice::cli::BenchCrossdcArgs bc;
+  auto bench_crossdc = sluice::cli::add_bench_crossdc(*bench_cmd, bc);
 
   sluice::cli::BenchBroadcastArgs bb;
   auto* bench_broadcast = bench_cmd->add_subcommand(
@@ -392,6 +396,7 @@ int main(int argc, char** argv) {
   if (bench_learner->parsed()) return sluice::cli::run_bench_learner(bl);
   if (bench_delta->parsed()) return sluice::cli::run_bench_delta(bd);
   if (bench_transfer->parsed()) return sluice::cli::run_bench_transfer(bt, environment());
+  if (int rc = sluice::cli::run_bench_crossdc(bench_crossdc, bc, environment()); rc >= 0) return rc;
   if (bench_broadcast->parsed()) return sluice::cli::run_bench_broadcast(bb, environment());
   if (bench_broadcast_run->parsed()) {
     return sluice::cli::run_bench_broadcast_inside(bb, environment());

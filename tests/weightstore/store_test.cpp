@@ -1,6 +1,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <map>
 #include <numeric>
 
 #include "weightstore/store.hpp"
@@ -411,5 +412,167 @@ TEST_SUITE("weightstore.owners") {
     CHECK(s.expire(t0 + Millis(500)) == std::vector<std::string>{"actor-0"});
     CHECK(s.register_holder(holder("actor-0", m), t0 + Millis(510), "relay-0").is_ok());
     CHECK(s.check_owner("actor-0", "relay-0").is_ok());
+  }
+}
+
+TEST_SUITE("weightstore.datacenters") {
+  // Relays with datacenter labels, joined interleaved across datacenters; each holds the first
+  // chunk (partial holders serve what they have). The publisher "actor" is in `publisher_dc`.
+  struct DcFixture {
+    core::Manifest m = manifest(1);
+    WeightStore s;
+    std::map<std::string, std::string> dc_of;
+    explicit DcFixture(const std::vector<std::pair<std::string, std::string>>& relays,
+                       const std::string& publisher_dc = "dc0") {
+      REQUIRE(s.put_manifest(m).is_ok());
+      REQUIRE(s.register_holder(holder("actor", m, {"h-actor", "", publisher_dc}), t0).is_ok());
+      dc_of["actor"] = publisher_dc;
+      for (const auto& [id, dc] : relays) {
+        Topology t{"h-" + id, "", dc};
+        REQUIRE(s.join_relay(id, t, t0).is_ok());
+        REQUIRE(s.register_holder(holder(id, m, t, {true, false, false, false}), t0).is_ok());
+        dc_of[id] = dc;
+      }
+    }
+    std::string source(const std::string& relay, std::set<std::string> exclude = {}) {
+      auto src = s.chain_source("m", 1, relay, exclude);
+      REQUIRE_MESSAGE(src.is_ok(), src.status().to_string());
+      return src->holder_id;
+    }
+  };
+
+  TEST_CASE(
+      "with datacenter labels, one seed per datacenter pulls across the WAN, the rest inside") {
+    // Join order interleaves datacenters, and dc1's first relay joins before dc0's.
+    DcFixture f({{"a1", "dc1"},
+                 {"b0", "dc0"},
+                 {"c2", "dc2"},
+                 {"d0", "dc0"},
+                 {"e1", "dc1"},
+                 {"f2", "dc2"},
+                 {"g1", "dc1"},
+                 {"h0", "dc0"},
+                 {"i2", "dc2"}});
+    // Seeds: the publisher's datacenter first, then the others in the order their seeds joined.
+    CHECK(f.source("b0") == "actor");
+    CHECK(f.source("a1") == "b0");
+    CHECK(f.source("c2") == "a1");
+    // Everybody else chains inside its own datacenter, in join order.
+    CHECK(f.source("d0") == "b0");
+    CHECK(f.source("h0") == "d0");
+    CHECK(f.source("e1") == "a1");
+    CHECK(f.source("g1") == "e1");
+    CHECK(f.source("f2") == "c2");
+    CHECK(f.source("i2") == "f2");
+    // A failed seed is skipped for the seed before it; a failed neighbour for the one before.
+    CHECK(f.source("c2", {"a1"}) == "b0");
+    CHECK(f.source("i2", {"f2"}) == "c2");
+
+    // What the WAN links carry: one copy into each datacenter but the publisher's, and at most
+    // one out of each.
+    std::map<std::string, int> in, out;
+    for (const char* r : {"a1", "b0", "c2", "d0", "e1", "f2", "g1", "h0", "i2"}) {
+      std::string from = f.source(r);
+      if (f.dc_of[from] != f.dc_of[r]) ++out[f.dc_of[from]], ++in[f.dc_of[r]];
+    }
+    CHECK(in["dc0"] == 0);
+    CHECK(in["dc1"] == 1);
+    CHECK(in["dc2"] == 1);
+    for (const auto& [dc, n] : out)
+      CHECK_MESSAGE(n <= 1, dc);
+  }
+
+  TEST_CASE("across datacenters a relay waits for a live ancestor rather than read over the WAN") {
+    auto m = manifest(1);
+    WeightStore s;
+    REQUIRE(s.put_manifest(m).is_ok());
+    REQUIRE(s.register_holder(holder("actor", m, {"h0", "", "dc0"}), t0).is_ok());
+    for (auto [id, dc] : std::vector<std::pair<std::string, std::string>>{
+             {"s0", "dc0"}, {"s1", "dc1"}, {"r1", "dc1"}}) {
+      REQUIRE(s.join_relay(id, {"h-" + id, "", dc}, t0).is_ok());
+    }
+    // Nobody has started on version 1: dc1's relays wait (s0, then s1, will see it within a
+    // poll); only dc0's seed reads, from the publisher.
+    CHECK(s.chain_source("m", 1, "s0", {}).value().holder_id == "actor");
+    CHECK(s.chain_source("m", 1, "s1", {}).status().code() == Code::kUnavailable);
+    CHECK(s.chain_source("m", 1, "r1", {}).status().code() == Code::kUnavailable);
+    // s1 has started (nothing verified): r1 waits on it, by name.
+    REQUIRE(
+        s.register_holder(holder("s1", m, {"h-s1", "", "dc1"}, {false, false, false, false}), t0)
+            .is_ok());
+    CHECK(s.chain_source("m", 1, "r1", {}).value().holder_id == "s1");
+    // With its ancestor failed, r1 takes the nearest complete copy: one in its own datacenter
+    // (a rollout's, here) before the publisher's across the WAN.
+    REQUIRE(s.register_holder(holder("rollout-9", m, {"h-r1", "", "dc1"}), t0).is_ok());
+    CHECK(s.chain_source("m", 1, "r1", {"s1"}).value().holder_id == "rollout-9");
+    CHECK(s.chain_source("m", 1, "r1", {"s1", "rollout-9"}).value().holder_id == "actor");
+    // s0 stops heartbeating and expires: s1 no longer waits for it and reads from the nearest
+    // complete copy, the one in its own datacenter, else the publisher's.
+    REQUIRE(s.heartbeat("s1", t0 + Millis(2500)).is_ok());
+    REQUIRE(s.heartbeat("actor", t0 + Millis(2500)).is_ok());
+    REQUIRE(s.heartbeat("rollout-9", t0 + Millis(2500)).is_ok());
+    REQUIRE(s.heartbeat("r1", t0 + Millis(2500)).is_ok());
+    auto gone = s.expire(t0 + Millis(4000));
+    CHECK(gone == std::vector<std::string>{"s0"});
+    CHECK(s.chain_source("m", 1, "s1", {}).value().holder_id == "rollout-9");
+    CHECK(s.chain_source("m", 1, "s1", {"rollout-9"}).value().holder_id == "actor");
+  }
+
+  TEST_CASE("a seed never reads past the seed before it while that one lives") {
+    auto m = manifest(1);
+    WeightStore s;
+    REQUIRE(s.put_manifest(m).is_ok());
+    REQUIRE(s.register_holder(holder("actor", m, {"h0", "", "dc0"}), t0).is_ok());
+    for (auto [id, dc] : std::vector<std::pair<std::string, std::string>>{
+             {"s0", "dc0"}, {"s1", "dc1"}, {"s2", "dc2"}}) {
+      REQUIRE(s.join_relay(id, {"h-" + id, "", dc}, t0).is_ok());
+    }
+    // dc0's seed has chunks, dc1's has not started: dc2's seed waits for dc1's rather than take
+    // the version over dc0's and dc2's WAN links a second time.
+    REQUIRE(s.register_holder(holder("s0", m, {"h-s0", "", "dc0"}, {true, true, false, false}), t0)
+                .is_ok());
+    CHECK(s.chain_source("m", 1, "s2", {}).status().code() == Code::kUnavailable);
+    REQUIRE(
+        s.register_holder(holder("s1", m, {"h-s1", "", "dc1"}, {false, false, false, false}), t0)
+            .is_ok());
+    CHECK(s.chain_source("m", 1, "s2", {}).value().holder_id == "s1");
+    // Once dc1's seed has failed it, dc2's seed goes to dc0's.
+    CHECK(s.chain_source("m", 1, "s2", {"s1"}).value().holder_id == "s0");
+  }
+
+  TEST_CASE("an ancestor that moved on to a newer version is not waited for") {
+    auto m1 = manifest(1), m2 = manifest(2);
+    WeightStore s;
+    REQUIRE(s.put_manifest(m1).is_ok());
+    REQUIRE(s.put_manifest(m2).is_ok());
+    REQUIRE(s.register_holder(holder("actor", m1, {"h0", "", "dc0"}), t0).is_ok());
+    REQUIRE(s.join_relay("s1", {"h1", "", "dc1"}, t0).is_ok());
+    REQUIRE(s.join_relay("r1", {"h2", "", "dc1"}, t0).is_ok());
+    REQUIRE(s.register_holder(holder("s1", m2, {"h1", "", "dc1"}, {true, false, false, false}), t0)
+                .is_ok());
+    // s1 holds 2 (part of it) and never started on 1: r1 reads 1 from the publisher.
+    CHECK(s.chain_source("m", 1, "r1", {}).value().holder_id == "actor");
+  }
+
+  TEST_CASE("without datacenter labels the chain is the join order, host labels or not") {
+    for (bool hosts : {false, true}) {
+      auto m = manifest(1);
+      WeightStore s;
+      REQUIRE(s.put_manifest(m).is_ok());
+      REQUIRE(s.register_holder(holder("actor", m), t0).is_ok());
+      std::vector<std::string> ids = {"r3", "r1", "r5", "r2", "r4"};  // join order
+      for (const auto& id : ids) {
+        Topology t{hosts ? "h-" + id : "", hosts ? "rack-a" : "", ""};
+        REQUIRE(s.join_relay(id, t, t0).is_ok());
+        REQUIRE(s.register_holder(holder(id, m, t, {true, false, false, false}), t0).is_ok());
+      }
+      CHECK(s.chain_source("m", 1, ids[0], {}).value().holder_id == "actor");
+      for (std::size_t i = 1; i < ids.size(); ++i)
+        CHECK(s.chain_source("m", 1, ids[i], {}).value().holder_id == ids[i - 1]);
+      // A predecessor that has not started yet: the relay reads from further up, as before.
+      REQUIRE(s.join_relay("r6", {}, t0).is_ok());
+      REQUIRE(s.join_relay("r7", {}, t0).is_ok());
+      CHECK(s.chain_source("m", 1, "r7", {}).value().holder_id == "r4");
+    }
   }
 }

@@ -1,0 +1,69 @@
+// `sluice bench crossdc`: rollouts spread over emulated datacenters (scripts/emuhosts.sh --dcs:
+// hosts behind LAN links on a bridge per datacenter, one rate-limited WAN link per datacenter),
+// the trainer (weight store and publisher) on host 0 of datacenter 0. Per design, per version
+// published: the bytes each datacenter's WAN link carried in and out (read from the links'
+// counters, in copies of the version), the time from publish until every rollout holds the
+// version, and the ratio to "direct".
+//
+// Designs: "direct" (every rollout reads the trainer's copy), "seed" (a relay per host; the
+// store chains one seed per datacenter across the WAN and fans out inside it; rollouts wait for
+// their host's relay), and "delta" (seed, with version N+1 sent as a delta against N; not
+// available until the relay can make and use deltas).
+//
+// The outer command sets up the hosts for each design and starts `bench crossdc-run` inside
+// host 0, which starts the store, the publisher, the relays and one `bench crossdc-host`
+// process per rollout host (its rollouts' readers), and prints one JSON line per version.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace CLI {
+class App;
+}
+
+namespace sluice::cli {
+
+struct BenchCrossdcArgs {
+  unsigned dcs = 3;
+  unsigned hosts_per_dc = 4;  // host 0 of datacenter 0 is the trainer's; every other host has
+                              // a relay (seed, delta) and its rollouts
+  unsigned rollouts_per_host = 2;
+  std::string wan_rate = "200mbit";
+  std::string lan_rate = "1gbit";
+  std::string size = "32MiB";
+  std::string chunk = "1MiB";
+  unsigned versions = 2;
+  double change_rate = 0.03;  // fraction of elements version N+1 changes against N
+  std::string designs = "direct,seed";
+  unsigned poll_ms = 100;  // how often each rollout asks for a newer version
+  // seed: how often a rollout waiting for its host's relay asks for a read plan again (each
+  // crosses the WAN to the store; ReaderOptions::local_check)
+  unsigned local_check_ms = 500;
+  bool json = false;
+  // crossdc-run and crossdc-host only
+  std::string design = "seed";
+  std::string emuhosts;
+  std::string prefix;
+  std::string store;
+  std::string keys;
+  unsigned index = 0;
+};
+
+struct BenchCrossdcCommands {
+  CLI::App* outer = nullptr;
+  CLI::App* run = nullptr;
+  CLI::App* host = nullptr;
+};
+
+// Adds `crossdc`, `crossdc-run` and `crossdc-host` under `bench`, bound to `args`.
+BenchCrossdcCommands add_bench_crossdc(CLI::App& bench, BenchCrossdcArgs& args);
+// Runs whichever of them was parsed; -1 when none was.
+int run_bench_crossdc(const BenchCrossdcCommands& commands, const BenchCrossdcArgs& args,
+                      const std::vector<std::string>& env);
+
+// The parts (bench_crossdc_run.cpp).
+int run_bench_crossdc_inside(const BenchCrossdcArgs& args, const std::vector<std::string>& env);
+int run_bench_crossdc_host(const BenchCrossdcArgs& args, const std::vector<std::string>& env);
+
+}  // namespace sluice::cli
