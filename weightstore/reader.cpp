@@ -22,6 +22,28 @@ long long ms(Millis d) {
 }
 }  // namespace
 
+bool keep_listed_source(ReadPlan& plan, const std::vector<std::string>& ids) {
+  if (ids.empty() || plan.chunks.empty()) return false;
+  std::vector<std::uint32_t> pick(plan.chunks.size());
+  for (std::size_t c = 0; c < plan.chunks.size(); ++c) {
+    bool found = false;
+    for (const auto& id : ids) {
+      for (std::uint32_t h : plan.chunks[c].holders) {
+        if (h < plan.holders.size() && plan.holders[h].holder_id == id) {
+          pick[c] = h;
+          found = true;
+          break;
+        }
+      }
+      if (found) break;
+    }
+    if (!found) return false;
+  }
+  for (std::size_t c = 0; c < plan.chunks.size(); ++c)
+    plan.chunks[c].holders = {pick[c]};
+  return true;
+}
+
 Result<std::unique_ptr<Reader>> Reader::create(core::EventLoop& loop, core::TransferEngine& engine,
                                                StoreClient& store, ReaderOptions options) {
   if (options.model.empty()) return core::invalid_argument("reader: no model name");
@@ -118,7 +140,8 @@ void Reader::pull_latest(Done done) {
         // Nothing newer than what is here already: no bytes to move.
         if (*latest <= newest_held()) return finish(newest_held());
         bool local_only = false;
-        if (options_.local_wait > Millis(0) && !options_.topology.host.empty()) {
+        if (options_.only_from.empty() && options_.local_wait > Millis(0) &&
+            !options_.topology.host.empty()) {
           if (*latest != local_wait_version_) {
             local_wait_version_ = *latest;
             local_wait_since_ = Clock::now();
@@ -218,8 +241,15 @@ void Reader::fetch(std::uint64_t version, bool local_only) {
         }
         finish(got);
       },
-      local_only ? std::function<bool(ReadPlan&)>(keep_same_host_sources) : nullptr,
-      options_.lease_renew);
+      accept_for(local_only), options_.lease_renew);
+}
+
+std::function<bool(ReadPlan&)> Reader::accept_for(bool local_only) const {
+  if (!options_.only_from.empty()) {
+    return [ids = options_.only_from](ReadPlan& plan) { return keep_listed_source(plan, ids); };
+  }
+  if (local_only) return keep_same_host_sources;
+  return nullptr;
 }
 
 void Reader::finish(Result<std::uint64_t> result) {

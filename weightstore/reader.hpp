@@ -53,9 +53,19 @@ struct ReaderOptions {
   // from any holder. Many readers of one host that each read a new version from the trainer's
   // host would each take a copy across the same links (0: read from the nearest at once).
   Millis local_wait{0};
+  // Holder ids to read from, in order of preference: each chunk is read from the first of them
+  // that holds it, and from no other holder (empty: every holder the plan names, striped). A
+  // plan in which some chunk has none of them is declined (the pull fails with
+  // failed_precondition; the next one asks again). Overrides local_wait.
+  std::vector<std::string> only_from;
   // How often a pull renews its lease while it reads (well under the store's lease_ttl).
   Millis lease_renew{3000};
 };
+
+// For ReaderOptions::only_from: narrows each chunk of `plan` to the first holder of `ids` (in
+// the order given) that the plan names for it. False, with the plan unchanged, when `ids` is
+// empty or some chunk has none of them.
+bool keep_listed_source(ReadPlan& plan, const std::vector<std::string>& ids);
 
 class Reader {
  public:
@@ -147,6 +157,8 @@ class Reader {
   // held (the next pull_latest() asks again).
   void fetch(std::uint64_t version, bool local_only = false);
   void finish(core::Result<std::uint64_t> result);
+  // The read plan's filter for a pull: only_from, else the same host (local_only), else none.
+  std::function<bool(ReadPlan&)> accept_for(bool local_only) const;
 
   core::EventLoop* loop_ = nullptr;
   core::TransferEngine* engine_ = nullptr;
