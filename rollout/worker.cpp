@@ -311,6 +311,7 @@ struct RolloutWorker::Impl {
     ro.read.max_total_bytes = cfg.max_version_bytes;
     ro.local_wait = Millis(cfg.local_wait_ms);
     ro.only_from = cfg.read_from;
+    ro.local_wait_first = cfg.local_wait_first;
     // A served copy is freed when the store says its leases drained, or one lease ttl after a
     // restarted store first said it does not know it: never on a timer of its own while a lease
     // may be live (close() at the end of the job waits a bounded time, then the process goes).

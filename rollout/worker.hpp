@@ -72,6 +72,9 @@ struct RolloutConfig {
   // With a host label: a new version is read only from a holder on this host (its relay) once
   // that holds all of it, for up to this long after the rollout first sees it; then from any.
   std::uint64_t local_wait_ms = 10000;
+  // false: the first version (none held yet) is read from every holder at once, striped, without
+  // the local wait; `sluice run --add` sets it for joiners, which have nothing to generate with.
+  bool local_wait_first = true;
   // Holder ids this rollout may read weights from, in order of preference: each chunk from the
   // first of them that holds it (empty: any holder, the nearest and least loaded first, striped).
   // A benchmark's switch ("the trainer's copy only": the actor, then the relay it hands off to).
@@ -114,6 +117,9 @@ struct RolloutConfig {
     v("local_wait_ms", local_wait_ms,
       "with a host label: read a new version from this host's holders only, once one holds all of "
       "it, for up to this long (ms; 0: from the nearest holders at once)");
+    v("local_wait_first", local_wait_first,
+      "false: read the first version from every holder at once, without the local wait (set for "
+      "joiners by sluice run --add; default true)");
     v("read_from", read_from,
       "holder ids to read weights from, in order of preference (default empty: any holder, "
       "striped across the nearest)");

@@ -141,7 +141,7 @@ void Reader::pull_latest(Done done) {
         if (*latest <= newest_held()) return finish(newest_held());
         bool local_only = false;
         if (options_.only_from.empty() && options_.local_wait > Millis(0) &&
-            !options_.topology.host.empty()) {
+            !options_.topology.host.empty() && (options_.local_wait_first || newest_held() > 0)) {
           if (*latest != local_wait_version_) {
             local_wait_version_ = *latest;
             local_wait_since_ = Clock::now();

@@ -53,6 +53,9 @@ struct ReaderOptions {
   // from any holder. Many readers of one host that each read a new version from the trainer's
   // host would each take a copy across the same links (0: read from the nearest at once).
   Millis local_wait{0};
+  // false: a reader that holds no version yet (a joiner: it has nothing to generate with) reads
+  // its first one from every holder at once, striped, instead of waiting for its host's copy.
+  bool local_wait_first = true;
   // Holder ids to read from, in order of preference: each chunk is read from the first of them
   // that holds it, and from no other holder (empty: every holder the plan names, striped). A
   // plan in which some chunk has none of them is declined (the pull fails with

@@ -296,20 +296,18 @@ int run_bench_elastic(const BenchElasticArgs& a, const std::vector<std::string>&
     if (r["design"] == "trainer") trainer = &r;
   }
   if (many && trainer) {
-    auto med = [](const json& r, const char* k) {
-      const json& m = r[k]["median"];
-      return m.is_number() ? m.get<double>() : 0.0;
+    auto stat = [](const json& r, const char* k, const char* which) {
+      const json& v = r[k][which];
+      return v.is_number() ? v.get<double>() : 0.0;
     };
-    double mw = med(*many, "first_weights_s"), tw = med(*trainer, "first_weights_s");
-    double mt = med(*many, "first_trajectory_s"), tt = med(*trainer, "first_trajectory_s");
+    auto ratio_of = [&](const char* k, const char* which) {
+      double m = stat(*many, k, which), t = stat(*trainer, k, which);
+      return m > 0 ? t / m : 0.0;
+    };
     json ratio{{"ratio", "trainer/many"},
-               {"first_weights", mw > 0 ? tw / mw : 0.0},
-               {"first_trajectory", mt > 0 ? tt / mt : 0.0},
-               {"first_weights_max", (*many)["first_weights_s"]["max"].is_number() &&
-                                             (*many)["first_weights_s"]["max"].get<double>() > 0
-                                         ? (*trainer)["first_weights_s"]["max"].get<double>() /
-                                               (*many)["first_weights_s"]["max"].get<double>()
-                                         : 0.0}};
+               {"first_weights", ratio_of("first_weights_s", "median")},
+               {"first_weights_max", ratio_of("first_weights_s", "max")},
+               {"first_trajectory", ratio_of("first_trajectory_s", "median")}};
     if (a.json) {
       std::printf("%s\n", ratio.dump().c_str());
     } else {

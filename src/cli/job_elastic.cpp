@@ -245,9 +245,14 @@ int run_add(const std::string& spec, const std::string& run_dir,
     indices = std::move(fresh).value();
     for (std::uint32_t i : indices) {
       fs::path path = dir / fmt::format("{}-{}.json", change->role, i);
-      core::Status w = change->role == "rollout"
-                           ? write_role(path, job, "rollout", rollout_role_config(job, i))
-                           : write_role(path, job, "relay", relay_role_config(job, i));
+      core::Status w;
+      if (change->role == "rollout") {
+        rollout::RolloutConfig rc = rollout_role_config(job, i);
+        rc.local_wait_first = false;  // a joiner's first weights come from every holder at once
+        w = write_role(path, job, "rollout", rc);
+      } else {
+        w = write_role(path, job, "relay", relay_role_config(job, i));
+      }
       if (!w.is_ok()) return fail(1, w);
     }
   }
