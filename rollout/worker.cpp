@@ -39,8 +39,8 @@ core::Status RolloutConfig::validate() const {
   }
   if (max_held_finished == 0) return core::invalid_argument("max_held_finished must be at least 1");
   if (leave_timeout_ms == 0) return core::invalid_argument("leave_timeout_ms must be at least 1");
-  for (const auto& h : read_from) {
-    if (h.empty()) return core::invalid_argument("read_from names an empty holder id");
+  for (const auto& h : join_read_from) {
+    if (h.empty()) return core::invalid_argument("join_read_from names an empty holder id");
   }
   if (manager_timeout_ms < report_ms) {
     return core::invalid_argument("manager_timeout_ms must be at least report_ms");
@@ -310,7 +310,8 @@ struct RolloutWorker::Impl {
     ro.read.max_in_flight_per_source = cfg.pull_in_flight;
     ro.read.max_total_bytes = cfg.max_version_bytes;
     ro.local_wait = Millis(cfg.local_wait_ms);
-    ro.only_from = cfg.read_from;
+    ro.only_from = cfg.join_read_from;
+    ro.only_from_first = true;
     ro.local_wait_first = cfg.local_wait_first;
     // A served copy is freed when the store says its leases drained, or one lease ttl after a
     // restarted store first said it does not know it: never on a timer of its own while a lease

@@ -75,10 +75,11 @@ struct RolloutConfig {
   // false: the first version (none held yet) is read from every holder at once, striped, without
   // the local wait; `sluice run --add` sets it for joiners, which have nothing to generate with.
   bool local_wait_first = true;
-  // Holder ids this rollout may read weights from, in order of preference: each chunk from the
-  // first of them that holds it (empty: any holder, the nearest and least loaded first, striped).
-  // A benchmark's switch ("the trainer's copy only": the actor, then the relay it hands off to).
-  std::vector<std::string> read_from;
+  // Holder ids this rollout reads its first version (its join) from, in order of preference:
+  // each chunk from the first of them that holds it (empty: any holder, striped). Later versions
+  // are read as usual. A benchmark's switch ("the trainer's copy only": the master relay, which
+  // the trainer pushes to and hands off to, then the actor).
+  std::vector<std::string> join_read_from;
   // On SIGTERM (or stop()) the rollout hands its queued and in-flight trajectories back to the
   // manager in one leaving report, waiting at most this long for the answer (on failure the
   // manager's heartbeat expiry reclaims them as after a kill -9).
@@ -120,9 +121,9 @@ struct RolloutConfig {
     v("local_wait_first", local_wait_first,
       "false: read the first version from every holder at once, without the local wait (set for "
       "joiners by sluice run --add; default true)");
-    v("read_from", read_from,
-      "holder ids to read weights from, in order of preference (default empty: any holder, "
-      "striped across the nearest)");
+    v("join_read_from", join_read_from,
+      "holder ids to read the first version from, in order of preference (default empty: any "
+      "holder, striped across the nearest)");
     v("leave_timeout_ms", leave_timeout_ms,
       "on SIGTERM: longest wait for the manager to take back this rollout's work (ms, > 0)");
     v("host", host, "topology: host label");

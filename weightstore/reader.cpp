@@ -140,8 +140,8 @@ void Reader::pull_latest(Done done) {
         // Nothing newer than what is here already: no bytes to move.
         if (*latest <= newest_held()) return finish(newest_held());
         bool local_only = false;
-        if (options_.only_from.empty() && options_.local_wait > Millis(0) &&
-            !options_.topology.host.empty() && (options_.local_wait_first || newest_held() > 0)) {
+        if (!restricted() && options_.local_wait > Millis(0) && !options_.topology.host.empty() &&
+            (options_.local_wait_first || newest_held() > 0)) {
           if (*latest != local_wait_version_) {
             local_wait_version_ = *latest;
             local_wait_since_ = Clock::now();
@@ -244,11 +244,24 @@ void Reader::fetch(std::uint64_t version, bool local_only) {
       accept_for(local_only), options_.lease_renew);
 }
 
+bool Reader::restricted() const {
+  return !options_.only_from.empty() && (!options_.only_from_first || newest_held() == 0);
+}
+
 std::function<bool(ReadPlan&)> Reader::accept_for(bool local_only) const {
-  if (!options_.only_from.empty()) {
+  if (restricted()) {
     return [ids = options_.only_from](ReadPlan& plan) { return keep_listed_source(plan, ids); };
   }
   if (local_only) return keep_same_host_sources;
+  if (!options_.local_wait_first && newest_held() == 0 && !options_.topology.host.empty()) {
+    // A joiner's first version: from its host's copy when that is complete (no link to cross),
+    // else from every holder at once; never a wait.
+    return [](ReadPlan& plan) {
+      ReadPlan local = plan;
+      if (keep_same_host_sources(local)) plan = std::move(local);
+      return true;
+    };
+  }
   return nullptr;
 }
 

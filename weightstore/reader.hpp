@@ -53,14 +53,17 @@ struct ReaderOptions {
   // from any holder. Many readers of one host that each read a new version from the trainer's
   // host would each take a copy across the same links (0: read from the nearest at once).
   Millis local_wait{0};
-  // false: a reader that holds no version yet (a joiner: it has nothing to generate with) reads
-  // its first one from every holder at once, striped, instead of waiting for its host's copy.
+  // false: a reader that holds no version yet (a joiner: it has nothing to generate with) never
+  // waits for its host's copy: it reads its first version from that copy when it is complete,
+  // else from every holder at once, striped.
   bool local_wait_first = true;
   // Holder ids to read from, in order of preference: each chunk is read from the first of them
   // that holds it, and from no other holder (empty: every holder the plan names, striped). A
   // plan in which some chunk has none of them is declined (the pull fails with
   // failed_precondition; the next one asks again). Overrides local_wait.
   std::vector<std::string> only_from;
+  // only_from applies to the first version only (a joiner's first pull); later ones as usual.
+  bool only_from_first = false;
   // How often a pull renews its lease while it reads (well under the store's lease_ttl).
   Millis lease_renew{3000};
 };
@@ -162,6 +165,7 @@ class Reader {
   void finish(core::Result<std::uint64_t> result);
   // The read plan's filter for a pull: only_from, else the same host (local_only), else none.
   std::function<bool(ReadPlan&)> accept_for(bool local_only) const;
+  bool restricted() const;  // only_from applies to this pull
 
   core::EventLoop* loop_ = nullptr;
   core::TransferEngine* engine_ = nullptr;

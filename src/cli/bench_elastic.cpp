@@ -109,7 +109,8 @@ core::Result<json> run_design(const BenchElasticArgs& a, const Plan& plan,
              {"batch_trajectories", 32},
              {"heartbeat_timeout_ms", 4000}}},
            {"rollout",
-            {{"report_ms", 50},
+            {{"report_ms", 100},
+             {"pull_in_flight", 2},
              {"sim",
               {{"max_sequences", 8},
                {"t0_ms", 4.0},
@@ -119,6 +120,9 @@ core::Result<json> run_design(const BenchElasticArgs& a, const Plan& plan,
             {{"weight_bytes", size},
              {"chunk_bytes", 1u << 20},
              {"train_ms_per_token", 0.02},
+             // A version every 2 s or more: the trainer's link (and its control plane) is not
+             // saturated by its own publishing.
+             {"train_ms_fixed", 2000},
              {"checkpoint_every_steps", 5},
              {"max_staleness", 4}}}};
   fs::create_directories(out, ec);
@@ -144,7 +148,7 @@ core::Result<json> run_design(const BenchElasticArgs& a, const Plan& plan,
                                fmt::format("rollout={}", plan.peak - plan.from), dir.string()};
   if (design == "trainer") {
     add.push_back("--set");
-    add.push_back(R"(rollout.read_from=["actor-0","relay-0"])");
+    add.push_back(R"(rollout.join_read_from=["relay-0","actor-0"])");
   }
   SLUICE_ASSIGN_OR_RETURN(auto adder, start(add, out / ("add-" + design + ".log")));
   const std::size_t joiners = plan.peak - plan.from;

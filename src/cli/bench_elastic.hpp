@@ -2,7 +2,8 @@
 // once per design of where a joining rollout reads its first weights:
 //
 //   many     every holder the store names (the relays on every host, striped; the default)
-//   trainer  the trainer's copy only (the actor's, then the master relay it hands off to)
+//   trainer  the trainer's copy only (the master relay, which the trainer pushes to and hands
+//            off to, then the actor itself)
 //
 // Each run starts `sluice run` with steps[0] rollouts (and identities for max(steps)), adds
 // steps[1] - steps[0] rollouts at once with `sluice run --add`, waits until every joiner has
@@ -22,11 +23,11 @@ namespace sluice::cli {
 struct BenchElasticArgs {
   std::uint32_t hosts = 16;
   // Slow enough that the links, not this machine's two cores, pace the trainer-only design.
-  std::string link_rate = "200mbit";
+  std::string link_rate = "500mbit";
   std::string size = "32MiB";  // weight version size
   std::string steps = "2,16,4";
   std::string designs = "many,trainer";
-  std::uint64_t prompts = 400;  // prompts in the job (group size 4)
+  std::uint64_t prompts = 240;  // prompts in the job (group size 4)
   double timeout_s = 900;       // per design
   std::string out_dir;          // default runs/bench-elastic-<time>
   bool json = false;
