@@ -27,7 +27,7 @@ struct BenchElasticArgs {
   std::string size = "32MiB";  // weight version size
   std::string steps = "2,16,4";
   std::string designs = "many,trainer";
-  std::uint64_t prompts = 240;  // prompts in the job (group size 4)
+  std::uint64_t prompts = 480;  // prompts in the job (group size 4)
   double timeout_s = 900;       // per design
   std::string out_dir;          // default runs/bench-elastic-<time>
   bool json = false;
