@@ -66,6 +66,7 @@ struct ManagerCounts {
   std::uint64_t recovered = 0;  // in-flight trajectories accepted from rollouts after a restart
   std::uint64_t recovery_restarted = 0;  // unnamed after the grace period: restarted
   std::uint64_t rollout_restarts = 0;    // a known rollout id reported with a new incarnation
+  std::uint64_t left = 0;                // rollouts that left the job with a leaving report
 };
 
 class ManagerState {

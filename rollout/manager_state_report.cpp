@@ -82,8 +82,22 @@ ReportReply ManagerState::report(ReportRequest q, Clock::time_point now) {
     reply.rejoin = true;
     return reply;
   }
+  const bool leaving = q.leaving;
   take_report(*r, q);
   ReportReply reply;
+  if (leaving) {
+    // It handed everything back in this report (take_report routed it); whatever else was on its
+    // way to it (a reply it never saw, a repack move to it) goes back too, and it is forgotten:
+    // a later report under its id is a new rollout joining.
+    const std::string id = r->id;
+    reclaim(id, "left the job");
+    rollouts_.erase(id);
+    ++counts_.left;
+    log::info("manager: rollout {} left", id);
+    reply.done = done();
+    reply.latest = latest_;
+    return reply;
+  }
   reply_work(*r, reply);
   return reply;
 }

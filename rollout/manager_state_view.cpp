@@ -92,6 +92,7 @@ json ManagerState::status_fields(Clock::time_point now) const {
               {"recovered", c.recovered},
               {"recovery_restarted", c.recovery_restarted},
               {"rollout_restarts", c.rollout_restarts},
+              {"left", c.left},
               {"cross_version_moves", c.cross_version},
               {"free_slot_s",
                {{"loading", free_slots_.loading},

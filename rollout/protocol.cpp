@@ -200,6 +200,7 @@ core::Message encode(const ReportRequest& m) {
       {"refused", to_json_list(m.refused)},
       {"stats", m.stats}};
   if (m.incarnation.empty()) body.erase("incarnation");
+  if (m.leaving) body["leaving"] = true;
   return core::Message("mgr.report", std::move(body));
 }
 
@@ -212,6 +213,7 @@ core::Result<ReportRequest> decode_report(const json& body, const DecodeLimits& 
   SLUICE_ASSIGN_OR_RETURN(m.version, f.u64("version", 0, lim.max_version));
   SLUICE_ASSIGN_OR_RETURN(m.staged, f.u64("staged", 0, lim.max_version));
   SLUICE_ASSIGN_OR_RETURN(m.loading, f.boolean("loading", false));
+  SLUICE_ASSIGN_OR_RETURN(m.leaving, f.boolean("leaving", false));
   const json* cap = f.find("capacity");
   if (!cap) return f.err("capacity", "missing");
   Fields c(*cap, "mgr.report: capacity", lim);

@@ -60,6 +60,10 @@ struct ReportRequest {
   std::vector<SequenceState> returned;
   std::vector<SequenceState> refused;
   nlohmann::json stats = nlohmann::json::object();
+  // The rollout leaves the job (SIGTERM, `sluice run --remove`): this report hands back all its
+  // work (in-flight states as exported, unstarted ones as returned); the manager gives it to
+  // others and forgets the rollout. Absent: false.
+  bool leaving = false;
 };
 
 struct ReportReply {

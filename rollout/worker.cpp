@@ -38,6 +38,10 @@ core::Status RolloutConfig::validate() const {
     return core::invalid_argument(fmt::format("serve must be auto, on or off, not '{}'", serve));
   }
   if (max_held_finished == 0) return core::invalid_argument("max_held_finished must be at least 1");
+  if (leave_timeout_ms == 0) return core::invalid_argument("leave_timeout_ms must be at least 1");
+  for (const auto& h : join_read_from) {
+    if (h.empty()) return core::invalid_argument("join_read_from names an empty holder id");
+  }
   if (manager_timeout_ms < report_ms) {
     return core::invalid_argument("manager_timeout_ms must be at least report_ms");
   }
@@ -99,6 +103,8 @@ struct RolloutWorker::Impl {
   Clock::time_point last_heard = Clock::now();
 
   // Accounting, in seconds.
+  const Clock::time_point created = Clock::now();        // the process's start (a joiner's join)
+  double first_weights_s = -1, first_trajectory_s = -1;  // since `created` (-1: not yet)
   Clock::time_point started = Clock::now();
   double gen_s = 0, load_s = 0, barrier_s = 0, idle_s = 0, occupancy_s = 0, reprefill_s = 0;
   std::uint64_t tokens = 0, steps = 0, loads = 0, imported = 0, exported_count = 0;
@@ -134,6 +140,8 @@ struct RolloutWorker::Impl {
                 {"served_versions", served_versions},
                 {"refused_version", refused_version},
                 {"abandoned", abandoned},
+                {"first_weights_s", first_weights_s},
+                {"first_trajectory_s", first_trajectory_s},
                 {"max_sequences", engine->capacity().max_sequences}};
   }
 
@@ -302,6 +310,9 @@ struct RolloutWorker::Impl {
     ro.read.max_in_flight_per_source = cfg.pull_in_flight;
     ro.read.max_total_bytes = cfg.max_version_bytes;
     ro.local_wait = Millis(cfg.local_wait_ms);
+    ro.only_from = cfg.join_read_from;
+    ro.only_from_first = true;
+    ro.local_wait_first = cfg.local_wait_first;
     // A served copy is freed when the store says its leases drained, or one lease ttl after a
     // restarted store first said it does not know it: never on a timer of its own while a lease
     // may be live (close() at the end of the job waits a bounded time, then the process goes).
@@ -382,6 +393,7 @@ struct RolloutWorker::Impl {
       if (engine->version() == v && loads == 0) {
         // The first weights: the accounting starts here.
         started = Clock::now();
+        first_weights_s = seconds(started - created);
         barrier_s = idle_s = 0;
         t0 = started;
       }
@@ -413,6 +425,46 @@ struct RolloutWorker::Impl {
     }
   }
 
+  // Stopped by a signal: one last report hands back the work held here. Nothing is lost either
+  // way: were it not answered, the manager's heartbeat expiry reclaims the same work (from the
+  // partial-response pool), as it does for a rollout killed with SIGKILL.
+  void leave() {
+    ReportRequest req;
+    req.id = cfg.rollout_id;
+    req.incarnation = incarnation;
+    req.leaving = true;
+    req.version = engine->version();
+    req.staged = std::max(reader ? reader->staged_version() : 0, engine->version());
+    req.capacity = engine->capacity();
+    req.finished = finished;
+    req.exported = exported;
+    req.refused = refused;
+    req.returned = returned;
+    for (auto& s : queue)
+      req.returned.push_back(std::move(s));
+    queue.clear();
+    // Nothing generated yet: back to the pool's front; else resumed on a rollout of its version.
+    for (auto& s : engine->export_all()) {
+      (s.generated.empty() ? req.returned : req.exported).push_back(std::move(s));
+    }
+    req.stats = stats();
+    const std::size_t in_flight = req.exported.size(), unstarted = req.returned.size();
+    auto reply = manager->call(encode(req), Millis(cfg.leave_timeout_ms));
+    if (!reply.is_ok()) {
+      log::warn(
+          "rollout {}: leaving, the manager did not take back {} in-flight and {} queued "
+          "trajectories ({}); it reclaims them when this rollout's heartbeats stop",
+          cfg.rollout_id, in_flight, unstarted, reply.status().to_string());
+      return;
+    }
+    finished.clear();
+    exported.clear();
+    refused.clear();
+    returned.clear();
+    log::info("rollout {}: left the job, handing back {} in-flight and {} queued trajectories",
+              cfg.rollout_id, in_flight, unstarted);
+  }
+
   core::Status run() {
     auto next_report = Clock::now();
     auto clock = Clock::now();  // where modelled time has got to
@@ -441,6 +493,9 @@ struct RolloutWorker::Impl {
         double took = std::max(step_s, seconds(Clock::now() - before));
         gen_s += took;
         occupancy_s += took * res.batch / engine->capacity().max_sequences;
+        if (!res.finished.empty() && first_trajectory_s < 0) {
+          first_trajectory_s = seconds(Clock::now() - created);
+        }
         for (auto& s : res.finished) {
           double reward = scorer ? scorer(s) : 0.0;
           m_finished.inc();
@@ -464,6 +519,7 @@ struct RolloutWorker::Impl {
       }
     }
     if (done) log::info("rollout {}: the job is done", cfg.rollout_id);
+    if (!done && stopping.load()) leave();
     if (reader) {
       holder_beat.reset();
       if (done && !stopping.load() && !loop->stopped()) {

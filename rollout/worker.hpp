@@ -10,6 +10,10 @@
 // manager answers again; every report names the process's incarnation (random, chosen at start),
 // so the manager tells a restarted process under the same id from the old one.
 //
+// Leaving: stopped by a signal (SIGTERM, `sluice run --remove`), the rollout sends one last report
+// that hands back its queued and in-flight trajectories (the manager resumes them elsewhere) and
+// says it leaves; then it withdraws the copy it serves, if any.
+//
 // Time is accounted as generating (at least one active sequence), loading weights, waiting at a
 // weight barrier, or idle; the totals go to the manager with every report.
 //
@@ -68,6 +72,18 @@ struct RolloutConfig {
   // With a host label: a new version is read only from a holder on this host (its relay) once
   // that holds all of it, for up to this long after the rollout first sees it; then from any.
   std::uint64_t local_wait_ms = 10000;
+  // false: the first version (none held yet) is read from every holder at once, striped, without
+  // the local wait; `sluice run --add` sets it for joiners, which have nothing to generate with.
+  bool local_wait_first = true;
+  // Holder ids this rollout reads its first version (its join) from, in order of preference:
+  // each chunk from the first of them that holds it (empty: any holder, striped). Later versions
+  // are read as usual. A benchmark's switch ("the trainer's copy only": the master relay, which
+  // the trainer pushes to and hands off to, then the actor).
+  std::vector<std::string> join_read_from;
+  // On SIGTERM (or stop()) the rollout hands its queued and in-flight trajectories back to the
+  // manager in one leaving report, waiting at most this long for the answer (on failure the
+  // manager's heartbeat expiry reclaims them as after a kill -9).
+  std::uint64_t leave_timeout_ms = 2000;
   std::string host;  // topology labels (nearest holder first)
   std::string rack;
   std::string datacenter;
@@ -102,6 +118,14 @@ struct RolloutConfig {
     v("local_wait_ms", local_wait_ms,
       "with a host label: read a new version from this host's holders only, once one holds all of "
       "it, for up to this long (ms; 0: from the nearest holders at once)");
+    v("local_wait_first", local_wait_first,
+      "false: read the first version from every holder at once, without the local wait (set for "
+      "joiners by sluice run --add; default true)");
+    v("join_read_from", join_read_from,
+      "holder ids to read the first version from, in order of preference (default empty: any "
+      "holder, striped across the nearest)");
+    v("leave_timeout_ms", leave_timeout_ms,
+      "on SIGTERM: longest wait for the manager to take back this rollout's work (ms, > 0)");
     v("host", host, "topology: host label");
     v("rack", rack, "topology: rack label");
     v("datacenter", datacenter, "topology: datacenter label");

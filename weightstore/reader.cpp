@@ -22,6 +22,28 @@ long long ms(Millis d) {
 }
 }  // namespace
 
+bool keep_listed_source(ReadPlan& plan, const std::vector<std::string>& ids) {
+  if (ids.empty() || plan.chunks.empty()) return false;
+  std::vector<std::uint32_t> pick(plan.chunks.size());
+  for (std::size_t c = 0; c < plan.chunks.size(); ++c) {
+    bool found = false;
+    for (const auto& id : ids) {
+      for (std::uint32_t h : plan.chunks[c].holders) {
+        if (h < plan.holders.size() && plan.holders[h].holder_id == id) {
+          pick[c] = h;
+          found = true;
+          break;
+        }
+      }
+      if (found) break;
+    }
+    if (!found) return false;
+  }
+  for (std::size_t c = 0; c < plan.chunks.size(); ++c)
+    plan.chunks[c].holders = {pick[c]};
+  return true;
+}
+
 Result<std::unique_ptr<Reader>> Reader::create(core::EventLoop& loop, core::TransferEngine& engine,
                                                StoreClient& store, ReaderOptions options) {
   if (options.model.empty()) return core::invalid_argument("reader: no model name");
@@ -118,7 +140,9 @@ void Reader::pull_latest(Done done) {
         const std::uint64_t* latest = &reply->version;
         // Nothing newer than what is here already: no bytes to move.
         if (*latest <= newest_held()) return finish(newest_held());
-        Scope scope = wait_scope(*latest);
+        // A joiner's first version (local_wait_first false) and a restricted pull never wait.
+        const bool no_wait = restricted() || (!options_.local_wait_first && newest_held() == 0);
+        Scope scope = no_wait ? Scope::kAny : wait_scope(*latest);
         if (scope != Scope::kAny && *latest == local_declined_version_ &&
             Clock::now() - local_declined_at_ < options_.local_check) {
           return finish(newest_held());  // asked for a plan of it a moment ago
@@ -248,10 +272,29 @@ void Reader::fetch(std::uint64_t version, Scope scope) {
         }
         finish(got);
       },
-      scope == Scope::kHost         ? std::function<bool(ReadPlan&)>(keep_same_host_sources)
-      : scope == Scope::kDatacenter ? std::function<bool(ReadPlan&)>(keep_same_datacenter_sources)
-                                    : nullptr,
-      options_.lease_renew);
+      accept_for(scope), options_.lease_renew);
+}
+
+bool Reader::restricted() const {
+  return !options_.only_from.empty() && (!options_.only_from_first || newest_held() == 0);
+}
+
+std::function<bool(ReadPlan&)> Reader::accept_for(Scope scope) const {
+  if (restricted()) {
+    return [ids = options_.only_from](ReadPlan& plan) { return keep_listed_source(plan, ids); };
+  }
+  if (scope == Scope::kHost) return keep_same_host_sources;
+  if (scope == Scope::kDatacenter) return keep_same_datacenter_sources;
+  if (!options_.local_wait_first && newest_held() == 0 && !options_.topology.host.empty()) {
+    // A joiner's first version: from its host's copy when that is complete (no link to cross),
+    // else from every holder at once; never a wait.
+    return [](ReadPlan& plan) {
+      ReadPlan local = plan;
+      if (keep_same_host_sources(local)) plan = std::move(local);
+      return true;
+    };
+  }
+  return nullptr;
 }
 
 void Reader::finish(Result<std::uint64_t> result) {

@@ -61,9 +61,25 @@ struct ReaderOptions {
   // what is held. Every plan crosses to the store, across the WAN for a remote datacenter, and
   // many readers asking at once would move a fair part of a version's bytes in plans (> 0).
   Millis local_check{100};
+  // false: a reader that holds no version yet (a joiner: it has nothing to generate with) never
+  // waits for its host's copy: it reads its first version from that copy when it is complete,
+  // else from every holder at once, striped.
+  bool local_wait_first = true;
+  // Holder ids to read from, in order of preference: each chunk is read from the first of them
+  // that holds it, and from no other holder (empty: every holder the plan names, striped). A
+  // plan in which some chunk has none of them is declined (the pull fails with
+  // failed_precondition; the next one asks again). Overrides local_wait.
+  std::vector<std::string> only_from;
+  // only_from applies to the first version only (a joiner's first pull); later ones as usual.
+  bool only_from_first = false;
   // How often a pull renews its lease while it reads (well under the store's lease_ttl).
   Millis lease_renew{3000};
 };
+
+// For ReaderOptions::only_from: narrows each chunk of `plan` to the first holder of `ids` (in
+// the order given) that the plan names for it. False, with the plan unchanged, when `ids` is
+// empty or some chunk has none of them.
+bool keep_listed_source(ReadPlan& plan, const std::vector<std::string>& ids);
 
 class Reader {
  public:
@@ -159,6 +175,10 @@ class Reader {
   // The scope of a pull_latest() of `latest` now, under local_wait.
   Scope wait_scope(std::uint64_t latest);
   void finish(core::Result<std::uint64_t> result);
+  // The read plan's filter for a pull: only_from, else the scope's (host, datacenter), else a
+  // joiner's preference for its host's complete copy, else none.
+  std::function<bool(ReadPlan&)> accept_for(Scope scope) const;
+  bool restricted() const;  // only_from applies to this pull
 
   core::EventLoop* loop_ = nullptr;
   core::TransferEngine* engine_ = nullptr;

@@ -58,6 +58,14 @@ core::Status JobConfig::validate() const {
     return core::invalid_argument("auth must be curve or plain, not '" + auth + "'");
   }
   if (duration_s < 0) return core::invalid_argument("duration_s must not be negative");
+  if (max_rollouts != 0 && max_rollouts < rollouts) {
+    return core::invalid_argument(fmt::format(
+        "max_rollouts ({}) must be at least rollouts ({}), or 0", max_rollouts, rollouts));
+  }
+  if (max_relays != 0 && max_relays < relays) {
+    return core::invalid_argument(
+        fmt::format("max_relays ({}) must be at least relays ({}), or 0", max_relays, relays));
+  }
   SLUICE_TRY(restart.validate());
   SLUICE_TRY(chaos.validate().with_context("chaos"));
   SLUICE_TRY(hosts.validate());
@@ -294,6 +302,71 @@ core::Result<JobConfig> load_run_job(const std::string& run_dir) {
   return job;
 }
 
+std::vector<std::string> job_role_environment(const JobConfig& job,
+                                              const std::vector<std::string>& environment) {
+  std::vector<std::string> env;
+  auto user_set = [&](const std::string& var) {
+    return std::any_of(environment.begin(), environment.end(),
+                       [&](const std::string& e) { return e.rfind(var + "=", 0) == 0; });
+  };
+  bool user_tls = user_set("UCX_TLS");
+  if (job.hosts.count > 0) {
+    // Weights cross the emulated links over TCP. UCX's shared-memory transports would reach a
+    // holder on another emulated host directly (one kernel), around the links.
+    if (!user_tls) env.push_back("UCX_TLS=tcp");
+    if (!user_set("UCX_NET_DEVICES")) env.push_back("UCX_NET_DEVICES=eth0");
+    env.push_back("UCX_WARN_UNUSED_ENV_VARS=n");
+  } else if (!user_tls) {
+    env.push_back("UCX_TLS=sm,self");
+    // sluice's TCP defaults are unused then, and UCX would say so on the roles' standard output.
+    env.push_back("UCX_WARN_UNUSED_ENV_VARS=n");
+  }
+  return env;
+}
+
+std::uint32_t rollout_host(const JobConfig& job, std::uint32_t index) {
+  return job.hosts.count > 0 ? 1 + index % job.hosts.count : 0;
+}
+
+std::uint32_t relay_host(const JobConfig& job, std::uint32_t index) {
+  return job.hosts.count > 0 ? 1 + index % job.hosts.count : 0;
+}
+
+core::SecurityConfig job_role_security(const JobConfig& job, const std::string& identity) {
+  core::SecurityConfig sc;
+  sc.mode = job.auth;
+  if (job.auth == "curve") {
+    const fs::path keys_dir = fs::path(job.out_dir) / "keys";
+    sc.key_file = core::key_file_path(keys_dir.string(), identity);
+    sc.members_file = core::members_file_path(keys_dir.string());
+  }
+  return sc;
+}
+
+rollout::RolloutConfig rollout_role_config(const JobConfig& job, std::uint32_t index) {
+  rollout::RolloutConfig rc = job.rollout;
+  rc.rollout_id = fmt::format("rollout-{}", index);
+  rc.security = job_role_security(job, rc.rollout_id);
+  rc.sim.seed = job.rollout.sim.seed;  // one workload: lengths depend on the seed and id only
+  std::uint32_t host = rollout_host(job, index);
+  if (host > 0) {
+    rc.host = EmulatedHosts::label(host);
+    bool relay_here = false;
+    for (std::uint32_t r = 0; r < job.relays; ++r)
+      relay_here = relay_here || relay_host(job, r) == host;
+    if (!relay_here) rc.local_wait_ms = 0;
+  }
+  return rc;
+}
+
+relay::RelayConfig relay_role_config(const JobConfig& job, std::uint32_t index) {
+  relay::RelayConfig rc = job.relay;
+  rc.relay_id = fmt::format("relay-{}", index);
+  rc.security = job_role_security(job, rc.relay_id);
+  if (std::uint32_t host = relay_host(job, index); host > 0) rc.host = EmulatedHosts::label(host);
+  return rc;
+}
+
 core::Result<JobResult> run_local_job(JobConfig job, const std::string& sluice_exe,
                                       const std::vector<std::string>& environment,
                                       std::shared_ptr<EmulatedHosts> hosts, bool resume) {
@@ -301,32 +374,21 @@ core::Result<JobResult> run_local_job(JobConfig job, const std::string& sluice_e
   // user chose the transports, the job's data plane uses shared memory only: it is the fastest
   // path on one host, and it keeps UCX 1.13's tcp transport out of the job altogether (reads over
   // tcp go through chunk streams; see core::TransferOptions::tcp_stream).
-  std::vector<std::string> child_env;
-  auto user_set = [&](const std::string& var) {
-    return std::any_of(environment.begin(), environment.end(),
-                       [&](const std::string& e) { return e.rfind(var + "=", 0) == 0; });
-  };
-  bool user_tls = user_set("UCX_TLS");
+  std::vector<std::string> child_env = job_role_environment(job, environment);
+  bool user_tls = std::any_of(environment.begin(), environment.end(),
+                              [](const std::string& e) { return e.rfind("UCX_TLS=", 0) == 0; });
   SLUICE_TRY(job.hosts.validate());
   if (job.hosts.count == 0) hosts.reset();
   if (job.hosts.count > 0) {
-    // Weights cross the emulated links over TCP. UCX's shared-memory transports would reach a
-    // holder on another emulated host directly (one kernel), around the links.
     if (!hosts) {
       SLUICE_ASSIGN_OR_RETURN(hosts, EmulatedHosts::up(job.hosts, environment));
     }
     SLUICE_TRY(hosts->enter(0));
-    if (!user_tls) child_env.push_back("UCX_TLS=tcp");
-    if (!user_set("UCX_NET_DEVICES")) child_env.push_back("UCX_NET_DEVICES=eth0");
-    child_env.push_back("UCX_WARN_UNUSED_ENV_VARS=n");
     if (job.relays != job.hosts.count) {
       log::info("job: {} relays, one on each rollout host", job.hosts.count);
       job.relays = job.hosts.count;
     }
   } else if (!user_tls) {
-    child_env.push_back("UCX_TLS=sm,self");
-    // sluice's TCP defaults are unused then, and UCX would say so on the roles' standard output.
-    child_env.push_back("UCX_WARN_UNUSED_ENV_VARS=n");
     log::info("job: UCX_TLS=sm,self for its processes (one host; set UCX_TLS to choose)");
   }
   SLUICE_TRY(settle_job(job));
@@ -402,9 +464,8 @@ core::Result<JobResult> run_local_job(JobConfig job, const std::string& sluice_e
     SLUICE_TRY(write_role_file(dir / "weightstore.json", job, "store", job.store));
     SLUICE_TRY(sup.start(spec("weightstore", "weightstore", dir / "weightstore.json", "endpoint")));
     for (std::uint32_t i = 0; i < job.relays; ++i) {
-      relay::RelayConfig rc = relay_config(job, i, keys_dir.string());
-      std::uint32_t host = hosts ? i + 1 : 0;
-      if (hosts) rc.host = EmulatedHosts::label(host);
+      relay::RelayConfig rc = relay_role_config(job, i);
+      std::uint32_t host = hosts ? relay_host(job, i) : 0;
       auto path = dir / fmt::format("relay-{}.json", i);
       SLUICE_TRY(write_role_file(path, job, "relay", rc));
       SLUICE_TRY(sup.start(spec(rc.relay_id, "relay", path, "relay", host)));
@@ -413,9 +474,8 @@ core::Result<JobResult> run_local_job(JobConfig job, const std::string& sluice_e
     SLUICE_TRY(sup.start(
         spec("rollout-manager", "rollout-manager", dir / "rollout-manager.json", "endpoint")));
     for (std::uint32_t i = 0; i < job.rollouts; ++i) {
-      rollout::RolloutConfig rc = rollout_config(job, i, keys_dir.string());
-      std::uint32_t host = hosts ? 1 + i % job.hosts.count : 0;
-      if (hosts) rc.host = EmulatedHosts::label(host);
+      rollout::RolloutConfig rc = rollout_role_config(job, i);
+      std::uint32_t host = hosts ? rollout_host(job, i) : 0;
       auto path = dir / fmt::format("rollout-{}.json", i);
       SLUICE_TRY(write_role_file(path, job, "rollout", rc, &job.rollout_command));
       SLUICE_TRY(sup.start(spec(rc.rollout_id, "rollout", path, "rollout", host,

@@ -64,8 +64,14 @@ struct JobConfig {
   // curve: the launcher makes the job's keys in RUN_DIR/keys (mode 0600) and gives each role its
   // key file and the members file; plain: no authentication, only when set here, and loud.
   std::string auth = "curve";
-  std::uint32_t rollouts = 4;                  // rollout processes
-  std::uint32_t relays = 1;                    // relay processes
+  std::uint32_t rollouts = 4;  // rollout processes
+  std::uint32_t relays = 1;    // relay processes
+  // Elastic fleets: identities (keys) are made up front for this many rollouts and relays, so
+  // that `sluice run --add` can start more into the running job (0: rollouts / relays, none
+  // spare). The store and the manager admit members only: a process without one of these keys is
+  // refused however it joins.
+  std::uint32_t max_rollouts = 0;
+  std::uint32_t max_relays = 0;
   std::string log_level = "warn";              // of the roles (their logs go to the run folder)
   std::string metrics_listen = "127.0.0.1:0";  // every role's /metrics (empty: none)
   double timeout_s = 900;            // the job fails if the actor has not finished by then
@@ -97,6 +103,11 @@ struct JobConfig {
       "anyone who reaches a port drives the roles; warns)");
     v("rollouts", rollouts, "rollout processes");
     v("relays", relays, "relay processes");
+    v("max_rollouts", max_rollouts,
+      "rollouts the job may grow to with sluice run --add (spare identities made up front; "
+      "default 0: rollouts)");
+    v("max_relays", max_relays,
+      "relays the job may grow to with sluice run --add (default 0: relays)");
     v("log_level", log_level, "log level of the roles");
     v("metrics_listen", metrics_listen,
       "where every role serves GET /metrics (HOST:PORT, port 0: any free one; empty: none); the "
@@ -155,5 +166,20 @@ core::Result<JobResult> run_local_job(JobConfig job, const std::string& sluice_e
 
 // Reads the effective job a run folder was started with (its job.json), for --resume.
 core::Result<JobConfig> load_run_job(const std::string& run_dir);
+
+// The environment entries the launcher adds for a job's role processes (UCX transports: shared
+// memory on one host, TCP on eth0 across emulated hosts), leaving alone what the user set.
+std::vector<std::string> job_role_environment(const JobConfig& job,
+                                              const std::vector<std::string>& environment);
+
+// Emulated host of rollout `index` and of relay `index` (0: none, every role on this host).
+std::uint32_t rollout_host(const JobConfig& job, std::uint32_t index);
+std::uint32_t relay_host(const JobConfig& job, std::uint32_t index);
+// Rollout `index`'s configuration as the launcher writes it (its id, key, host label; a rollout
+// on a host with no relay reads a new version from the nearest holders at once instead of waiting
+// local_wait_ms for one on its own host).
+rollout::RolloutConfig rollout_role_config(const JobConfig& job, std::uint32_t index);
+relay::RelayConfig relay_role_config(const JobConfig& job, std::uint32_t index);
+core::SecurityConfig job_role_security(const JobConfig& job, const std::string& identity);
 
 }  // namespace sluice::cli

@@ -147,9 +147,13 @@ core::Status make_job_security(JobConfig& job, const std::string& keys_dir, bool
   if (job.auth == "curve") {
     bool have = keep_existing && fs::exists(core::members_file_path(keys_dir));
     if (!have) {
-      SLUICE_TRY(core::make_job_keys(keys_dir, job_identities(job.relays, job.rollouts))
-                     .status()
-                     .with_context("job keys"));
+      // Spare identities up to max_relays / max_rollouts: roles that join later
+      // (sluice run --add) are members from the start; nobody else is.
+      SLUICE_TRY(
+          core::make_job_keys(keys_dir, job_identities(std::max(job.relays, job.max_relays),
+                                                       std::max(job.rollouts, job.max_rollouts)))
+              .status()
+              .with_context("job keys"));
     }
   } else {
     core::warn_plain("job " + job.name + " (auth plain)");

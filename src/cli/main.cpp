@@ -8,14 +8,16 @@
 #include <vector>
 
 #include "cli/bench_broadcast.hpp"
-#include "cli/bench_delta.hpp"
 #include "cli/bench_crossdc.hpp"
+#include "cli/bench_delta.hpp"
 #include "cli/bench_e2e.hpp"
+#include "cli/bench_elastic.hpp"
 #include "cli/bench_learner.hpp"
 #include "cli/bench_util.hpp"
 #include "cli/chaos.hpp"
 #include "cli/commands.hpp"
 #include "cli/compare.hpp"
+#include "cli/job_elastic.hpp"
 #include "cli/slurm.hpp"
 #include "cli/transfer_cmds.hpp"
 #include "cli/weights_cmds.hpp"
@@ -112,6 +114,17 @@ int main(int argc, char** argv) {
   run_cmd->add_option("--set", run_overrides, "override a job field: key=value (repeatable)");
   std::string run_out;
   run_cmd->add_option("--out", run_out, "run folder (default runs/<name>-<time>)");
+  std::string run_add, run_remove;
+  double remove_wait_s = 30;
+  run_cmd->add_option("--add", run_add,
+                      "ROLE[=N] (rollout or relay): start N more of ROLE for the job running from "
+                      "the run folder given as the job (sluice run --add rollout=4 RUN_DIR); stays "
+                      "in the foreground supervising them");
+  run_cmd->add_option("--remove", run_remove,
+                      "rollout=N: ask the N newest rollouts of the run folder given as the job to "
+                      "leave (SIGTERM: they hand their work back)");
+  run_cmd->add_option("--remove-wait", remove_wait_s, "--remove: seconds to wait for them to exit")
+      ->capture_default_str();
 
   sluice::cli::ChaosArgs ca;
   auto* chaos_cmd = app.add_subcommand(
@@ -209,6 +222,21 @@ int main(int argc, char** argv) {
                       "print authenticated / plain throughput");
   bench_e2e->add_flag("--json", be.json, "one JSON object per mode");
   sluice::cli::BenchLearnerArgs bl;
+  sluice::cli::BenchElasticArgs bel;
+  auto* bench_elastic = bench_cmd->add_subcommand(
+      "elastic",
+      "scale a running job 2 -> 16 -> 4 rollouts on emulated hosts: join times, "
+      "many holders against the trainer's copy, exactly-once");
+  bench_elastic->add_option("--hosts", bel.hosts, "emulated rollout hosts")->capture_default_str();
+  bench_elastic->add_option("--link-rate", bel.link_rate, "every host's link (tc)")
+      ->capture_default_str();
+  bench_elastic->add_option("--size", bel.size, "weight version size")->capture_default_str();
+  bench_elastic->add_option("--steps", bel.steps, "rollouts: FROM,PEAK,TO")->capture_default_str();
+  bench_elastic->add_option("--designs", bel.designs, "many, trainer")->capture_default_str();
+  bench_elastic->add_option("--prompts", bel.prompts, "prompts in the job")->capture_default_str();
+  bench_elastic->add_option("--out", bel.out_dir, "folder for the run folders");
+  bench_elastic->add_flag("--json", bel.json, "one JSON object per design, then the ratio");
+
   auto* bench_learner = bench_cmd->add_subcommand(
       "learner", "variants of the RL learner side by side: on-policy updates in one process");
   bench_learner->add_option("job", bl.job, "job file (actor.policy gpt)")->required();
@@ -369,6 +397,18 @@ int main(int argc, char** argv) {
   for (std::size_t i = 0; i < role_cmds.size(); ++i) {
     if (role_cmds[i]->parsed()) return sluice::cli::run_role(role_args[i], environment());
   }
+  if (run_cmd->parsed() && (!run_add.empty() || !run_remove.empty())) {
+    if (job_path.empty() || !resume_dir.empty() || !run_out.empty() ||
+        (!run_add.empty() && !run_remove.empty())) {
+      std::fprintf(stderr,
+                   "sluice run: --add or --remove takes one run folder: sluice run --add "
+                   "rollout=N RUN_DIR\n");
+      return 2;
+    }
+    if (!run_remove.empty()) return sluice::cli::run_remove(run_remove, job_path, remove_wait_s);
+    return sluice::cli::run_add(run_add, job_path, run_overrides, sluice::cli::self_exe(),
+                                environment());
+  }
   if (run_cmd->parsed()) {
     if (!resume_dir.empty()) {
       if (!job_path.empty() || !run_overrides.empty() || !run_out.empty()) {
@@ -393,6 +433,7 @@ int main(int argc, char** argv) {
     return sluice::cli::run_compare(compare_dirs[0], compare_dirs[1], compare_within);
   }
   if (bench_e2e->parsed()) return sluice::cli::run_bench_e2e(be, environment());
+  if (bench_elastic->parsed()) return sluice::cli::run_bench_elastic(bel, environment());
   if (bench_learner->parsed()) return sluice::cli::run_bench_learner(bl);
   if (bench_delta->parsed()) return sluice::cli::run_bench_delta(bd);
   if (bench_transfer->parsed()) return sluice::cli::run_bench_transfer(bt, environment());
