@@ -23,6 +23,8 @@ using core::Status;
 Status RelayConfig::validate() const {
   if (keep_versions == 0) return core::invalid_argument("keep_versions must be at least 1");
   if (poll_ms == 0) return core::invalid_argument("poll_ms must be positive");
+  if (follow_poll_ms == 0 || reask_ms == 0)
+    return core::invalid_argument("follow_poll_ms and reask_ms must be positive");
   if (in_flight == 0) return core::invalid_argument("in_flight must be positive");
   if (store_lease_ttl_ms == 0) return core::invalid_argument("store_lease_ttl_ms must be positive");
   if (max_version_bytes == 0) return core::invalid_argument("max_version_bytes must be positive");
@@ -32,11 +34,6 @@ Status RelayConfig::validate() const {
 
 namespace {
 
-// How often a relay that has read everything its predecessor holds asks the store again, while
-// a version is incomplete. It bounds how far a relay trails its predecessor (about one chunk's
-// transfer plus this), which is what keeps a long chain close to the time of one hop.
-constexpr Millis kFollowPoll{3};
-constexpr Millis kReask{10};
 // How often a relay waiting for an expected delta asks the store again.
 constexpr Millis kDeltaReask{50};
 // How often the relay tells the store it is alive (well within the store's holder_ttl).
@@ -148,7 +145,8 @@ struct Relay::Impl {
     // complete holder further up (the predecessor had nothing yet), and the chain only forms
     // once each relay moves on to its predecessor.
     auto since = Clock::now() - c.asked;
-    if (!c.asking && (c.source.empty() || (waiting && since >= kFollowPoll) || since >= kReask))
+    if (!c.asking && (c.source.empty() || (waiting && since >= Millis(config.follow_poll_ms)) ||
+                      since >= Millis(config.reask_ms)))
       ask_source(c);
   }
 
@@ -454,7 +452,8 @@ Status Relay::run() {
     impl_->tick();
     // While a version is arriving, chunk reads and store replies drive the work (pump); the
     // ticks then only need to be frequent enough to follow the predecessor.
-    Millis wait = impl_->receiving() ? std::min(kFollowPoll, Millis(impl_->config.poll_ms))
+    Millis wait = impl_->receiving() ? std::min(Millis(impl_->config.follow_poll_ms),
+                                                Millis(impl_->config.poll_ms))
                                      : Millis(impl_->config.poll_ms);
     impl_->loop.run_until([this] { return impl_->stopping; }, wait);
   }

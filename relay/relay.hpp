@@ -32,6 +32,14 @@ struct RelayConfig {
   // (measured, 8 relays behind 250 Mbit/s links, 128 MiB in 512 KiB chunks: T(8)/T(1) 1.40 with
   // 8, 1.18-1.21 with 2 or 3, 1.31 with 1, which leaves the link idle between reads).
   std::uint32_t in_flight = 3;
+  // While a version is incomplete, how often the relay asks the store for its source's progress
+  // once it has read everything the source holds (follow_poll_ms), and at most how long it goes
+  // without asking (reask_ms). follow_poll_ms bounds how far a relay trails its source (about a
+  // chunk's transfer plus this), so a long chain stays close to one hop's time; every question
+  // is a round trip to the store, which crosses the WAN for a relay in another datacenter
+  // than the store (measured, 3 datacenters x 4 hosts, 32 MiB: see docs/benchmarks.md).
+  std::uint64_t follow_poll_ms = 3;
+  std::uint64_t reask_ms = 10;
   std::string host;  // topology labels
   std::string rack;
   std::string datacenter;
@@ -61,6 +69,11 @@ struct RelayConfig {
     v("keep_versions", keep_versions, "versions kept in host memory (>= 1)");
     v("poll_ms", poll_ms, "how often to look for new versions and newly verified chunks");
     v("in_flight", in_flight, "GETs in flight from the predecessor");
+    v("follow_poll_ms", follow_poll_ms,
+      "while receiving, how often to ask the store for the source's progress once everything it "
+      "holds is read (default 3)");
+    v("reask_ms", reask_ms,
+      "while receiving, the longest time without asking the store for the source (default 10)");
     v("host", host, "topology: host label");
     v("rack", rack, "topology: rack label");
     v("datacenter", datacenter, "topology: datacenter label");

@@ -299,7 +299,12 @@ std::function<bool(ReadPlan&)> Reader::accept_for(Scope scope) const {
 
 void Reader::finish(Result<std::uint64_t> result) {
   busy_ = false;
-  if (!result.is_ok()) log::warn("{}", result.status().to_string());
+  // Nothing committed yet is what every reader sees before the first publish: not worth a warning.
+  if (!result.is_ok() && result.status().code() == core::Code::kNotFound) {
+    log::debug("{}", result.status().to_string());
+  } else if (!result.is_ok()) {
+    log::warn("{}", result.status().to_string());
+  }
   // Moved out first: a callback may start the next pull, which gathers its own waiters.
   std::vector<Done> waiters = std::move(waiters_);
   waiters_.clear();

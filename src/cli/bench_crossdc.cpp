@@ -72,12 +72,17 @@ BenchCrossdcCommands add_bench_crossdc(CLI::App& bench, BenchCrossdcArgs& a) {
       ->add_option("--change-rate", a.change_rate,
                    "fraction of elements each version changes against the one before")
       ->capture_default_str();
-  c.outer->add_option("--designs", a.designs, "direct, seed")->capture_default_str();
+  c.outer->add_option("--designs", a.designs, "direct, seed, delta")->capture_default_str();
   c.outer->add_option("--poll-ms", a.poll_ms, "how often a rollout asks for a newer version")
       ->capture_default_str();
   c.outer
       ->add_option("--local-check-ms", a.local_check_ms,
                    "seed: how often a rollout waiting for its host's relay asks for a plan again")
+      ->capture_default_str();
+  c.outer
+      ->add_option("--relay-follow-ms", a.relay_follow_ms,
+                   "seed, delta: how often a receiving relay asks the store for its source's "
+                   "progress (relay.follow_poll_ms)")
       ->capture_default_str();
   c.outer->add_flag("--json", a.json, "one JSON object per row");
 
@@ -95,6 +100,7 @@ BenchCrossdcCommands add_bench_crossdc(CLI::App& bench, BenchCrossdcArgs& a) {
     (*sub)->add_option("--change-rate", a.change_rate);
     (*sub)->add_option("--poll-ms", a.poll_ms);
     (*sub)->add_option("--local-check-ms", a.local_check_ms);
+    (*sub)->add_option("--relay-follow-ms", a.relay_follow_ms);
     (*sub)->add_option("--emuhosts", a.emuhosts);
     (*sub)->add_option("--prefix", a.prefix);
     (*sub)->add_option("--store", a.store);
@@ -125,6 +131,8 @@ int run_bench_crossdc(const BenchCrossdcCommands& c, const BenchCrossdcArgs& arg
     return usage_error("--poll-ms must be between 1 and 10000");
   if (args.local_check_ms < 1 || args.local_check_ms > 10000)
     return usage_error("--local-check-ms must be between 1 and 10000");
+  if (args.relay_follow_ms < 1 || args.relay_follow_ms > 1000)
+    return usage_error("--relay-follow-ms must be between 1 and 1000");
   auto size = parse_bytes(args.size);
   auto chunk = parse_bytes(args.chunk);
   if (!size.is_ok() || *size == 0) return usage_error("bad --size '" + args.size + "'");
@@ -132,12 +140,8 @@ int run_bench_crossdc(const BenchCrossdcCommands& c, const BenchCrossdcArgs& arg
   std::vector<std::string> designs;
   std::stringstream ss(args.designs);
   for (std::string d; std::getline(ss, d, ',');) {
-    if (d == "delta") {
-      return usage_error(
-          "design 'delta' is not available yet: it needs relays that make and use deltas");
-    }
-    if (d != "direct" && d != "seed")
-      return usage_error("unknown design '" + d + "' (direct, seed)");
+    if (d != "direct" && d != "seed" && d != "delta")
+      return usage_error("unknown design '" + d + "' (direct, seed, delta)");
     if (std::find(designs.begin(), designs.end(), d) == designs.end()) designs.push_back(d);
   }
   if (designs.empty()) return usage_error("--designs names no design");
@@ -193,6 +197,8 @@ int run_bench_crossdc(const BenchCrossdcCommands& c, const BenchCrossdcArgs& arg
                             std::to_string(args.poll_ms),
                             "--local-check-ms",
                             std::to_string(args.local_check_ms),
+                            "--relay-follow-ms",
+                            std::to_string(args.relay_follow_ms),
                             "--emuhosts",
                             emu,
                             "--prefix",

@@ -7,8 +7,8 @@
 //
 // Designs: "direct" (every rollout reads the trainer's copy), "seed" (a relay per host; the
 // store chains one seed per datacenter across the WAN and fans out inside it; rollouts wait for
-// their host's relay), and "delta" (seed, with version N+1 sent as a delta against N; not
-// available until the relay can make and use deltas).
+// their host's relay), and "delta" (seed, with version N+1 sent over the WAN as a delta against
+// N: the trainer's datacenter's seed makes it, the other seeds read it; needs --hosts-per-dc >= 2).
 //
 // The outer command sets up the hosts for each design and starts `bench crossdc-run` inside
 // host 0, which starts the store, the publisher, the relays and one `bench crossdc-host`
@@ -35,11 +35,14 @@ struct BenchCrossdcArgs {
   std::string chunk = "1MiB";
   unsigned versions = 2;
   double change_rate = 0.03;  // fraction of elements version N+1 changes against N
-  std::string designs = "direct,seed";
+  std::string designs = "direct,seed,delta";
   unsigned poll_ms = 100;  // how often each rollout asks for a newer version
   // seed: how often a rollout waiting for its host's relay asks for a read plan again (each
   // crosses the WAN to the store; ReaderOptions::local_check)
   unsigned local_check_ms = 500;
+  // seed, delta: the relays' follow_poll_ms (how often a receiving relay asks the store for its
+  // source's progress; every question from another datacenter than the store's crosses the WAN)
+  unsigned relay_follow_ms = 20;
   bool json = false;
   // crossdc-run and crossdc-host only
   std::string design = "seed";

@@ -160,31 +160,22 @@ int run_bench_crossdc_inside(const BenchCrossdcArgs& args, const std::vector<std
   if (relays_on) {
     for (unsigned i = 1; i < hosts; ++i) {
       Subprocess::Options ro;
-      ro.argv = {args.emuhosts,
-                 "exec",
-                 "--prefix",
-                 args.prefix,
-                 std::to_string(i),
-                 exe,
-                 "--log-level",
-                 "warn",
-                 "relay",
-                 "--set",
-                 "log_level=warn",
-                 "--set",
-                 "relay.store=" + store_ep,
-                 "--set",
-                 "relay.relay_id=" + relay_identity(i),
-                 "--set",
-                 "relay.poll_ms=50",
-                 "--set",
-                 "relay.host=" + host_label(i),
-                 "--set",
-                 "relay.datacenter=" + dc_label(i / args.hosts_per_dc),
-                 "--set",
-                 "relay.security.key_file=" + key_file_path(keys, relay_identity(i)),
-                 "--set",
-                 "relay.security.members_file=" + members};
+      ro.argv = {
+          args.emuhosts, "exec", "--prefix", args.prefix, std::to_string(i), exe, "--log-level",
+          "warn", "relay", "--set", "log_level=warn", "--set", "relay.store=" + store_ep, "--set",
+          "relay.relay_id=" + relay_identity(i), "--set", "relay.poll_ms=50", "--set",
+          "relay.follow_poll_ms=" + std::to_string(args.relay_follow_ms), "--set",
+          "relay.host=" + host_label(i), "--set",
+          "relay.datacenter=" + dc_label(i / args.hosts_per_dc),
+          // "delta": the trainer's datacenter's seed (host 1) makes N -> N+1 deltas (one
+          // maker is enough: encoding costs CPU); every relay whose source is in another
+          // datacenter (the other seeds) reads one when it holds N.
+          "--set",
+          std::string("relay.make_deltas=") +
+              (args.design == "delta" && i == 1 && args.hosts_per_dc > 1 ? "true" : "false"),
+          "--set", std::string("relay.use_deltas=") + (args.design == "delta" ? "true" : "false"),
+          "--set", "relay.security.key_file=" + key_file_path(keys, relay_identity(i)), "--set",
+          "relay.security.members_file=" + members};
       auto r = Subprocess::spawn(ro);
       if (!r.is_ok()) return fail(r.status().to_string());
       auto l = (*r)->read_line(Millis(20000));
