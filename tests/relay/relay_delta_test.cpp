@@ -228,7 +228,9 @@ TEST_SUITE("relay") {
     job.wait_complete(1, m1, "relay-b");
 
     // A delta maker in the publisher's datacenter that holds version 1: relay-b waits for its
-    // deltas. Its deltas are the ones this test injects.
+    // deltas. Its deltas are the ones this test injects. It joined after relay-b, so it is the
+    // seed of the publisher's datacenter and relay-b (dc-b's seed) reads from it, as a real
+    // maker would, which offers N -> N+1 once it holds N+1: so it holds each target first.
     auto v1 = job.engine->allocate(w[1].size(), false).value();
     std::memcpy(v1->data(), w[1].data(), w[1].size());
     REQUIRE(job.client->join_relay({"maker", {"host-maker", "", "dc-a"}, true}).is_ok());
@@ -269,20 +271,24 @@ TEST_SUITE("relay") {
     for (std::size_t chunk : {1, 7, 20})
       wrong[chunk * 256 * 1024 + 100] ^= 0x40;
     auto m2 = job.publish(2, w[2]);
-    offer(1, 2, core::encode_delta(w[1], wrong, 1, 2, 256 * 1024).value());
-    job.wait_complete(2, m2, "relay-b");
-    CHECK(read_from(*job.loop, *job.engine, *job.client, 2, "relay-b") == w[2]);
-    // The maker holds version 2 as well, so that a delta 2->3 is expected too.
     auto v2 = job.engine->allocate(w[2].size(), false).value();
     std::memcpy(v2->data(), w[2].data(), w[2].size());
     hr.descriptor = v2->descriptor().encode();
     hr.manifest = m2;
     REQUIRE(job.client->register_holder(hr).is_ok());
+    offer(1, 2, core::encode_delta(w[1], wrong, 1, 2, 256 * 1024).value());
+    job.wait_complete(2, m2, "relay-b");
+    CHECK(read_from(*job.loop, *job.engine, *job.client, 2, "relay-b") == w[2]);
 
     // Version 3: bytes that are no delta at all (their own checksums are right).
     std::vector<std::uint8_t> junk(100000);
     core::fill_pseudo_random(junk.data(), junk.size(), 3);
     auto m3 = job.publish(3, w[3]);
+    auto v3 = job.engine->allocate(w[3].size(), false).value();
+    std::memcpy(v3->data(), w[3].data(), w[3].size());
+    hr.descriptor = v3->descriptor().encode();
+    hr.manifest = m3;
+    REQUIRE(job.client->register_holder(hr).is_ok());
     offer(2, 3, junk);
     job.wait_complete(3, m3, "relay-b");
     CHECK(read_from(*job.loop, *job.engine, *job.client, 3, "relay-b") == w[3]);
