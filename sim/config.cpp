@@ -1,0 +1,39 @@
+#include "sim/config.hpp"
+
+#include <fmt/format.h>
+
+namespace sluice::sim {
+
+core::Status GpuType::validate() const {
+  if (name.empty()) return core::invalid_argument("a GPU type needs a name");
+  if (rollouts == 0) return core::invalid_argument(fmt::format("GPU type {}: rollouts must be at least 1", name));
+  if (t0_ms < 0 || t1_ms < 0 || prefill_ms_per_token < 0 || t0_ms + t1_ms <= 0) {
+    return core::invalid_argument(
+        fmt::format("GPU type {}: times must not be negative, and a step must take time", name));
+  }
+  return {};
+}
+
+core::Status SimulateConfig::validate() const {
+  if (gpus_per_rollout == 0) return core::invalid_argument("gpus_per_rollout must be at least 1");
+  if (gpus_per_host == 0) return core::invalid_argument("gpus_per_host must be at least 1");
+  if (broadcast != "chain" && broadcast != "tree") {
+    return core::invalid_argument(fmt::format("broadcast must be chain or tree, not '{}'", broadcast));
+  }
+  if (fanout == 0) return core::invalid_argument("fanout must be at least 1");
+  for (double r : {stage_gbps, trainer_gbps, link_gbps, wan_gbps, local_gbps, h2d_gbps}) {
+    if (!(r > 0)) return core::invalid_argument("every *_gbps rate must be positive");
+  }
+  if (hop_latency_ms < 0) return core::invalid_argument("hop_latency_ms must not be negative");
+  if (refresh_ms == 0) return core::invalid_argument("refresh_ms must be at least 1");
+  if (!(max_sim_s > 0) || !(stall_s > 0)) {
+    return core::invalid_argument("max_sim_s and stall_s must be positive");
+  }
+  if (steady_trim < 0 || steady_trim > 0.45) {
+    return core::invalid_argument("steady_trim must be within 0 .. 0.45");
+  }
+  if (progress_s < 0) return core::invalid_argument("progress_s must not be negative");
+  return {};
+}
+
+}  // namespace sluice::sim

@@ -1,0 +1,116 @@
+// What `sluice simulate` needs beyond a job file: the `simulate` section of JOB.json (GPUs,
+// hosts, datacenters, link rates, GPU types), and the simulator's input assembled from a job
+// (the manager's and the engine's configurations, the actor's figures) by the command line.
+//
+// Units: times in ms unless a name says otherwise, rates in GB/s (1e9 bytes per second).
+//
+// Thread safety: plain structs.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/status.hpp"
+#include "rollout/manager.hpp"
+#include "rollout/sim_engine.hpp"
+
+namespace sluice::sim {
+
+// Decode timing of one kind of rollout, for fleets that mix GPU generations. Rollouts take the
+// types in order (the first `rollouts` rollouts the first type, ...); the rest keep the job's
+// rollout.sim timing.
+struct GpuType {
+  std::string name;
+  std::uint32_t rollouts = 0;  // rollouts of this type, >= 1
+  double t0_ms = 2.0;          // fixed time of a decode step
+  double t1_ms = 0.05;         // added time per sequence in the batch
+  double prefill_ms_per_token = 0.005;
+
+  template <typename V>
+  void describe(V& v) {
+    v("name", name, "a label for the type (printed only)");
+    v("rollouts", rollouts, "how many rollouts are of this type (>= 1)");
+    v("t0_ms", t0_ms, "fixed time of a decode step in ms");
+    v("t1_ms", t1_ms, "time per sequence in the decode batch in ms");
+    v("prefill_ms_per_token", prefill_ms_per_token, "prefill time per token in ms");
+  }
+  core::Status validate() const;
+};
+
+struct SimulateConfig {
+  std::uint32_t gpus_per_rollout = 1;   // GPUs one rollout (one engine) spans, >= 1
+  std::uint32_t gpus_per_host = 8;      // GPUs per host; one relay per host, >= 1
+  std::uint32_t hosts_per_datacenter = 0;  // 0: every host in one datacenter
+  std::vector<GpuType> gpu_types;       // empty: every rollout as rollout.sim
+  std::string broadcast = "chain";      // how relays receive a version: chain or tree
+  std::uint32_t fanout = 2;             // tree: children per relay, >= 1
+  double stage_gbps = 10.0;    // the actor's publish: copy into staging memory (the actor waits)
+  double trainer_gbps = 25.0;  // trainer -> master relay
+  double link_gbps = 25.0;     // relay -> relay inside a datacenter (a host's NIC)
+  double wan_gbps = 1.25;      // relay -> relay between datacenters
+  double hop_latency_ms = 0.05;  // added once per hop (first chunk)
+  double local_gbps = 20.0;    // relay -> a rollout on its host (the background pull)
+  double h2d_gbps = 25.0;      // per GPU: host copy -> GPU memory at the switch (a weight stall)
+  // With repack on, a busy rollout reports at least this often so the planner sees its KV use
+  // (otherwise a rollout reports when something about it changed; see simulator.hpp).
+  std::uint64_t refresh_ms = 1000;
+  double max_sim_s = 30.0 * 24 * 3600;  // simulated time bound: beyond it the run is an error
+  // No trajectory finished, loaded or trained for this long (simulated): the run is an error.
+  double stall_s = 6.0 * 3600;
+  double steady_trim = 0.1;  // steady throughput leaves out this share of batches at each end
+  double progress_s = 5.0;   // wall seconds between progress lines on stderr (0: quiet)
+
+  template <typename V>
+  void describe(V& v) {
+    v("gpus_per_rollout", gpus_per_rollout, "GPUs one rollout spans (>= 1)");
+    v("gpus_per_host", gpus_per_host, "GPUs per host; one relay per host (>= 1)");
+    v("hosts_per_datacenter", hosts_per_datacenter,
+      "hosts per datacenter (0: one datacenter); the trainer is in the first");
+    v("gpu_types", gpu_types,
+      "decode timing per GPU type: [{name, rollouts, t0_ms, t1_ms, prefill_ms_per_token}], "
+      "taken by rollouts in order (the rest as rollout.sim)");
+    v("broadcast", broadcast, "how relays receive a version: chain or tree");
+    v("fanout", fanout, "tree: children per relay");
+    v("stage_gbps", stage_gbps, "actor publish: copy into staging memory, GB/s (the actor waits)");
+    v("trainer_gbps", trainer_gbps, "trainer -> master relay, GB/s");
+    v("link_gbps", link_gbps, "relay -> relay within a datacenter, GB/s");
+    v("wan_gbps", wan_gbps, "relay -> relay between datacenters, GB/s");
+    v("hop_latency_ms", hop_latency_ms, "latency added per hop, ms");
+    v("local_gbps", local_gbps, "relay -> rollout on the same host (background pull), GB/s");
+    v("h2d_gbps", h2d_gbps, "per GPU: host copy -> GPU memory when a rollout switches, GB/s");
+    v("refresh_ms", refresh_ms, "repack on: a busy rollout reports at least this often (ms)");
+    v("max_sim_s", max_sim_s, "simulated time bound in seconds (beyond it: an error)");
+    v("stall_s", stall_s,
+      "error when nothing finished, loaded or trained for this long (simulated seconds)");
+    v("steady_trim", steady_trim,
+      "steady throughput leaves out this share of trained batches at each end (0 .. 0.45)");
+    v("progress_s", progress_s, "wall seconds between progress lines on stderr (0: quiet)");
+  }
+  core::Status validate() const;
+};
+
+// The actor's side of a job, as the simulator needs it (from the job's `actor` section).
+struct ActorParams {
+  std::uint32_t batch_trajectories = 64;
+  std::uint32_t group_size = 4;
+  std::uint64_t max_staleness = 4;
+  std::string staleness_policy = "drop";  // drop or downweight
+  double stale_weight = 0.0;
+  std::uint64_t collect_ms = 10;
+  double train_ms_fixed = 0.0;
+  double train_ms_per_token = 0.01;
+  std::uint64_t weight_bytes = 16u << 20;
+  std::uint64_t chunk_bytes = 4u << 20;
+};
+
+struct SimInput {
+  rollout::ManagerConfig manager;   // mode and repack are set per run
+  rollout::SimEngineConfig engine;  // capacity, default timing, lengths, seed
+  std::uint32_t rollouts = 4;
+  std::uint64_t report_ms = 25;     // the rollouts' report period
+  ActorParams actor;
+  SimulateConfig sim;
+};
+
+}  // namespace sluice::sim

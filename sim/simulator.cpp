@@ -1,0 +1,319 @@
+// The simulator's event loop, the actor and the results (the rollouts: sim_rollout.cpp).
+#include "sim/simulator.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+
+#include "core/checksum.hpp"
+#include "rollout/mode_policy.hpp"
+#include "sim/sim_state.hpp"
+
+namespace sluice::sim {
+
+namespace {
+
+double wall_now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+}  // namespace
+
+Sim::Sim(const SimInput& in, std::string label, rollout::Mode mode, bool repack,
+         const Progress& progress)
+    : in_(in), label_(std::move(label)), mode_(mode), repack_(repack), progress_(progress) {}
+
+core::Status Sim::init() {
+  in_.manager.mode = label_ == "sluice-norepack" ? "sluice" : label_;
+  in_.manager.repack = repack_;
+  in_.manager.heartbeat_timeout_ms = UINT64_MAX / 4;  // nobody fails (check_heartbeats is not run)
+  SLUICE_TRY(in_.manager.validate());
+  SLUICE_TRY(in_.engine.validate());
+  SLUICE_TRY(in_.sim.validate());
+  if (in_.manager.prompts == 0) {
+    return core::invalid_argument("simulate: manager.prompts must be set (the job must end)");
+  }
+  global_ = rollout::global_update(mode_);
+  report_s_ = static_cast<double>(std::max<std::uint64_t>(1, in_.report_ms)) / 1000.0;
+  SLUICE_ASSIGN_OR_RETURN(rollout::LengthSampler ls,
+                          rollout::LengthSampler::create(in_.engine.lengths, in_.engine.seed));
+  lengths_ = std::make_unique<rollout::LengthSampler>(std::move(ls));
+  SLUICE_ASSIGN_OR_RETURN(mgr_, rollout::ManagerState::create(in_.manager, nullptr, tp(0)));
+  actor::BufferOptions bo;
+  bo.group_size = in_.actor.group_size;
+  bo.max_staleness = in_.actor.max_staleness;
+  bo.policy = in_.actor.staleness_policy == "downweight" ? actor::StalenessPolicy::kDownweight
+                                                         : actor::StalenessPolicy::kDrop;
+  bo.stale_weight = in_.actor.stale_weight;
+  buffer_ = std::make_unique<actor::ExperienceBuffer>(bo);
+
+  placement_ = place(in_.sim, in_.rollouts);
+  relay_after_ = relay_complete_s(in_.sim, placement_.hosts, in_.actor.weight_bytes,
+                                  in_.actor.chunk_bytes);
+  rollouts_.resize(in_.rollouts);
+  std::size_t type = 0;
+  std::uint32_t of_type = 0;
+  for (std::uint32_t i = 0; i < in_.rollouts; ++i) {
+    SimRollout& r = rollouts_[i];
+    r.id = fmt::format("rollout-{}", i);
+    r.index = i;
+    r.host = placement_.rollout_host[i];
+    r.cap = in_.engine.capacity();
+    r.t0 = in_.engine.t0_ms / 1000.0;
+    r.t1 = in_.engine.t1_ms / 1000.0;
+    r.prefill = in_.engine.prefill_ms_per_token / 1000.0;
+    while (type < in_.sim.gpu_types.size() && of_type >= in_.sim.gpu_types[type].rollouts) {
+      ++type;
+      of_type = 0;
+    }
+    if (type < in_.sim.gpu_types.size()) {
+      const GpuType& g = in_.sim.gpu_types[type];
+      r.t0 = g.t0_ms / 1000.0;
+      r.t1 = g.t1_ms / 1000.0;
+      r.prefill = g.prefill_ms_per_token / 1000.0;
+      ++of_type;
+    }
+    // Rollouts report out of phase with each other, as independent processes do.
+    const std::uint64_t h = core::chunk_checksum(r.id.data(), r.id.size());
+    r.phase = static_cast<double>(h % 1000) / 1000.0 * report_s_;
+    want_report(r, 0);  // joins
+  }
+  publish(0);  // the initial weights
+  const double sample_s = std::max(0.1, report_s_);
+  at(sample_s, Ev::kSample);
+  if (repack_ && rollout::repacks(mode_)) {
+    at(static_cast<double>(in_.manager.repack_interval_ms) / 1000.0, Ev::kRepack);
+  }
+  return {};
+}
+
+rollout::Clock::time_point Sim::tp(double t) const {
+  return rollout::Clock::time_point(
+      std::chrono::duration_cast<rollout::Clock::duration>(std::chrono::duration<double>(t)));
+}
+
+void Sim::at(double t, Ev kind, std::uint32_t who, std::uint64_t token) {
+  events_.push(Event{t, seq_++, kind, who, token});
+}
+
+// Wakes whoever the manager's last change may concern.
+void Sim::observe_manager(double t) {
+  const rollout::ManagerCounts& c = mgr_->counts();
+  Seen now{mgr_->latest(), c.finished,    c.returned,        c.move_failures, c.restarted,
+           c.repack_plans, c.moved_kv_tokens, c.lost_replies, c.abandoned,  c.acked};
+  if (now.latest != seen_.latest || now.plans != seen_.plans || now.moved_kv != seen_.moved_kv) {
+    wake(t, false);
+  } else if (now.returned != seen_.returned || now.move_failures != seen_.move_failures ||
+             now.restarted != seen_.restarted || now.lost != seen_.lost ||
+             now.abandoned != seen_.abandoned) {
+    wake(t, true);
+  }
+  if (now.finished != seen_.finished) want_collect(t);
+  seen_ = now;
+}
+
+// ---- The actor (actor/trainer.cpp's loop, with a simulated trainer).
+
+void Sim::want_collect(double t) {
+  if (actor_busy_ || actor_done_) return;
+  const double when = std::max(t, collect_at_ + static_cast<double>(in_.actor.collect_ms) / 1000.0);
+  if (collect_pending_) return;
+  collect_pending_ = true;
+  at(when, Ev::kCollect);
+}
+
+void Sim::on_collect(double t) {
+  collect_pending_ = false;
+  if (actor_busy_ || actor_done_) return;
+  collect_at_ = t;
+  rollout::CollectRequest q;
+  q.ack = std::move(ack_);
+  q.have = std::move(have_);
+  ack_.clear();
+  have_.clear();
+  q.consumed = consumed_;
+  q.max = 512;
+  rollout::CollectReply reply = mgr_->collect(q, tp(t));
+  manager_done_ = reply.done;
+  const bool got = !reply.trajectories.empty();
+  for (auto& tr : reply.trajectories) {
+    std::string id = tr.id;
+    (void)buffer_->add(std::move(tr));  // a duplicate is refused and counted by the buffer
+    have_.push_back(id);
+    ack_.push_back(std::move(id));  // no checkpoints: acknowledged on receipt
+  }
+  const std::size_t need = in_.actor.batch_trajectories - batch_.size();
+  for (auto& s : buffer_->take(need, version_)) {
+    ++taken_;
+    staleness_sum_ += static_cast<double>(s.staleness);
+    staleness_max_ = std::max(staleness_max_, s.staleness);
+    if (s.trajectory.mixed_versions()) ++mixed_;
+    batch_.push_back(std::move(s));
+  }
+  (void)buffer_->drain_dropped_ids();
+  const std::uint64_t before = consumed_;
+  consumed_ = taken_ + buffer_->counts().dropped_stale;
+  observe_manager(t);
+  if (consumed_ != before && rollout::collect_opens_budget(mode_)) {
+    // The manager learns of it with the next collect: the actor's acks go at once.
+    want_collect(t);
+  }
+  const bool full = batch_.size() >= in_.actor.batch_trajectories;
+  const bool last = manager_done_ && buffer_->held() == 0;
+  if (!full && !last) {
+    if (got || !ack_.empty()) want_collect(t);
+    return;  // else woken by the next finished trajectory
+  }
+  if (batch_.empty()) {  // the job's end, nothing left to train
+    actor_done_ = true;
+    actor_idle_s_ += t - idle_since_;
+    return;
+  }
+  final_batch_ = !full;
+  std::uint64_t tokens = 0;
+  for (const auto& s : batch_) {
+    if (s.weight > 0) tokens += s.trajectory.response_tokens.size();
+  }
+  actor_idle_s_ += t - idle_since_;
+  actor_busy_ = true;
+  const double ms = in_.actor.train_ms_fixed + in_.actor.train_ms_per_token * static_cast<double>(tokens);
+  at(t + ms / 1000.0, Ev::kTrained);
+}
+
+void Sim::on_trained(double t) {
+  std::uint64_t tokens = 0;
+  for (const auto& s : batch_) {
+    if (s.weight > 0) tokens += s.trajectory.response_tokens.size();
+    ++trained_ids_[s.trajectory.id];
+  }
+  samples_ += batch_.size();
+  trained_tokens_ += tokens;
+  step_ends_.emplace_back(t, tokens);
+  batch_.clear();
+  last_progress_ = t;
+  if (final_batch_) {
+    // The last partial batch: the actor acknowledges and ends (no version follows it).
+    rollout::CollectRequest q;
+    q.ack = std::move(ack_);
+    q.have = std::move(have_);
+    q.consumed = consumed_;
+    q.max = 0;
+    (void)mgr_->collect(q, tp(t));
+    actor_done_ = true;
+    actor_busy_ = false;
+    idle_since_ = t;
+    return;
+  }
+  publish(t);
+}
+
+void Sim::publish(double t) {
+  actor_busy_ = true;
+  ++version_;
+  at(t + publish_stall_s(in_.sim, in_.actor.weight_bytes), Ev::kPublished);
+}
+
+void Sim::on_published(double t) {
+  published_at_[version_] = t;
+  (void)mgr_->published(rollout::PublishedRequest{version_, consumed_});
+  actor_busy_ = false;
+  idle_since_ = t;
+  observe_manager(t);
+  on_collect(t);
+}
+
+// ---- The loop.
+
+core::Result<ModeResult> Sim::run() {
+  const double started = wall_now();
+  double last_line = started;
+  double t = 0;
+  while (!events_.empty() && !actor_done_) {
+    const Event e = events_.top();
+    events_.pop();
+    t = e.t;
+    ++n_events_;
+    if (t > in_.sim.max_sim_s) {
+      return core::timeout_error(fmt::format(
+          "simulate {}: passed max_sim_s ({} s of simulated time) with {} of {} trajectories "
+          "finished",
+          label_, in_.sim.max_sim_s, mgr_->counts().finished,
+          in_.manager.prompts * in_.manager.group_size));
+    }
+    if (t - last_progress_ > in_.sim.stall_s) {
+      std::uint32_t gen = 0, loading = 0, other = 0;
+      for (const auto& r : rollouts_) {
+        (r.in_load() ? loading : r.active.empty() ? other : gen) += 1;
+      }
+      return core::timeout_error(fmt::format(
+          "simulate {}: no progress for {} s of simulated time (t = {:.1f} s): {} of {} "
+          "trajectories finished, {} trained, actor at version {} with {} in its buffer and {} in "
+          "its batch; rollouts: {} generating, {} loading, {} without work",
+          label_, in_.sim.stall_s, t, mgr_->counts().finished,
+          in_.manager.prompts * in_.manager.group_size, samples_, version_, buffer_->held(),
+          batch_.size(), gen, loading, other));
+    }
+    switch (e.kind) {
+      case Ev::kEngine: {
+        SimRollout& r = rollouts_[e.who];
+        if (e.token == r.engine_token) on_engine(r, t);
+        break;
+      }
+      case Ev::kReport: {
+        SimRollout& r = rollouts_[e.who];
+        if (e.token == r.report_token) on_report(r, t);
+        break;
+      }
+      case Ev::kPulled: on_pulled(rollouts_[e.who], t); break;
+      case Ev::kLoaded: on_loaded(rollouts_[e.who], t); break;
+      case Ev::kCollect: on_collect(t); break;
+      case Ev::kTrained: on_trained(t); break;
+      case Ev::kPublished: on_published(t); break;
+      case Ev::kRepack:
+        mgr_->plan_repack();
+        observe_manager(t);
+        at(t + static_cast<double>(in_.manager.repack_interval_ms) / 1000.0, Ev::kRepack);
+        break;
+      case Ev::kSample:
+        mgr_->sample_free_slots(tp(t));
+        at(t + std::max(0.1, report_s_), Ev::kSample);
+        break;
+    }
+    if (!fatal_.is_ok()) return fatal_;
+    if (progress_ && in_.sim.progress_s > 0 && (n_events_ & 1023) == 0) {
+      const double w = wall_now();
+      if (w - last_line >= in_.sim.progress_s) {
+        last_line = w;
+        progress_(fmt::format("simulate {}: {:.0f} s simulated, {} of {} trajectories trained, "
+                              "version {}, {} events ({:.0f} s)",
+                              label_, t, samples_, in_.manager.prompts * in_.manager.group_size,
+                              version_, n_events_, w - started));
+      }
+    }
+  }
+  if (!actor_done_) {
+    return core::internal_error(fmt::format(
+        "simulate {}: nothing left to happen at t = {:.1f} s with {} of {} trajectories trained",
+        label_, t, samples_, in_.manager.prompts * in_.manager.group_size));
+  }
+  for (auto& r : rollouts_)
+    advance(r, t);
+  ModeResult res = results(t);
+  res.run_s = wall_now() - started;
+  return res;
+}
+
+core::Result<ModeResult> simulate_mode(const SimInput& in, const std::string& label,
+                                       const Progress& progress) {
+  const std::string mode_name = label == "sluice-norepack" ? "sluice" : label;
+  SLUICE_ASSIGN_OR_RETURN(rollout::Mode mode, rollout::parse_mode(mode_name));
+  Sim sim(in, label, mode,
+          label != "sluice-norepack" && in.manager.repack && rollout::repacks(mode), progress);
+  SLUICE_TRY(sim.init());
+  return sim.run();
+}
+
+}  // namespace sluice::sim

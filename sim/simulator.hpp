@@ -1,0 +1,78 @@
+// `sluice simulate`: a discrete-event simulation of a whole RL job in simulated time. A priority
+// queue of timed events, no threads, no sleeping; one run per mode.
+//
+// Real code, driven with simulated time points: the rollout manager's state machine
+// (rollout::ManagerState: prompt pool, assignment, the mode policies of rollout/mode_policy.hpp,
+// the repack planner of rollout/repack.hpp, the hand-off to the actor), the typed messages it
+// takes and gives, the response-length sampler of the simulated engine, and the actor's
+// experience buffer (staleness policy, whole groups, exactly once).
+//
+// Modelled: a rollout's engine (continuous batching; a decode step of the batch takes
+// t0 + t1 x batch, admitting a sequence costs prefill per token of its prompt, or of prompt and
+// generated tokens for a migrated one), the rollout worker's handling of the manager's replies
+// (as rollout/worker.cpp does it), the actor's training step (train_ms_fixed + train_ms_per_token
+// x trained tokens), and weight movement (sim/weights.hpp).
+//
+// Reports: a rollout reports at its report_ms ticks, but only when it has something to say
+// (finished or handed-back work, a new version loaded or pulled, its batch changed) or when the
+// manager's state changed in a way its reply could reflect (a publish, the actor's consumption,
+// work handed back to the pool, a repack plan, and in the global-update modes another rollout's
+// version or drain). A report that would change nothing and be answered with nothing is skipped;
+// this is what makes thousands of GPUs fast. With repack on, busy rollouts also report every
+// refresh_ms so that the planner sees their KV use. Rollouts never fail here, so heartbeats and
+// the partial-response pool are not exercised.
+//
+// Thread safety: simulate_mode is reentrant (each run owns its state); the manager's metrics go
+// to the process registry.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/status.hpp"
+#include "sim/config.hpp"
+
+namespace sluice::sim {
+
+// Where the fleet's GPU time went, in GPU-seconds over the whole job (they add up to GPUs x the
+// job's simulated time): generating (decoding or prefilling), loading weights (waiting for a
+// version and switching to it, and before the first), at a barrier (the mode holds it back until
+// others drain), idle (nothing to run: no work given, or the job's end).
+struct GpuTime {
+  double generating = 0, loading = 0, barrier = 0, idle = 0;
+};
+
+struct ModeResult {
+  std::string label;  // a mode, or sluice-norepack
+  // As `sluice bench e2e` reports them.
+  double tokens_per_s = 0;  // trained tokens per simulated second over the whole job
+  double rollout_util = 0, weight_stall_frac = 0, actor_idle_frac = 0, staleness_mean = 0;
+  std::uint64_t staleness_max = 0, repacks = 0, trained_tokens = 0, dropped = 0, mixed = 0;
+  double repack_overhead_s = 0, wall_s = 0;  // wall_s: the job's simulated time
+  std::vector<std::pair<std::string, double>> free_slots;
+  // Beyond the bench.
+  double steady_tokens_per_s = 0;  // over the middle batches (SimulateConfig::steady_trim)
+  GpuTime gpu;
+  std::uint32_t gpus = 0;
+  std::uint64_t steps = 0, versions = 0;
+  std::uint64_t total_trajectories = 0;
+  std::uint64_t trained_trajectories = 0;  // distinct ids trained on
+  std::uint64_t trained_twice = 0;         // ids trained on more than once (must be 0)
+  std::uint64_t version_regressions = 0;   // a rollout or the actor going back a version (0)
+  std::uint64_t events = 0, reports = 0;
+  double run_s = 0;  // real seconds the simulation took
+};
+
+// One line of progress (for stderr): called now and then on long runs.
+using Progress = std::function<void(const std::string&)>;
+
+// `label`: sync, one-step-off, stream, partial-rollout, sluice or sluice-norepack. `in` must hold
+// a job with a finite number of prompts. Errors: an invalid label or configuration, and a run
+// that stops making progress or passes max_sim_s (with what it was waiting for).
+core::Result<ModeResult> simulate_mode(const SimInput& in, const std::string& label,
+                                       const Progress& progress = {});
+
+}  // namespace sluice::sim
