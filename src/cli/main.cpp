@@ -11,6 +11,7 @@
 #include "cli/bench_crossdc.hpp"
 #include "cli/bench_delta.hpp"
 #include "cli/bench_e2e.hpp"
+#include "cli/simulate.hpp"
 #include "cli/bench_elastic.hpp"
 #include "cli/bench_learner.hpp"
 #include "cli/bench_util.hpp"
@@ -158,6 +159,15 @@ int main(int argc, char** argv) {
   compare_cmd
       ->add_option("--within", compare_within, "accuracy gap, in points, that counts as comparable")
       ->capture_default_str();
+
+  sluice::cli::SimulateArgs sa;
+  auto* simulate_cmd = app.add_subcommand(
+      "simulate", "a job in simulated time, every mode side by side (the real manager code)");
+  simulate_cmd->add_option("job", sa.job, "job file (JOB.json) with an optional simulate section")
+      ->required();
+  simulate_cmd->add_option("--modes", sa.modes, "comma-separated modes")->capture_default_str();
+  simulate_cmd->add_option("--set", sa.overrides, "override a job field: key=value");
+  simulate_cmd->add_flag("--json", sa.json, "one JSON object per mode");
 
   auto* bench_cmd = app.add_subcommand("bench", "measure and print side-by-side tables");
   bench_cmd->require_subcommand(1);
@@ -432,6 +442,7 @@ int main(int argc, char** argv) {
   if (compare_cmd->parsed()) {
     return sluice::cli::run_compare(compare_dirs[0], compare_dirs[1], compare_within);
   }
+  if (simulate_cmd->parsed()) return sluice::cli::run_simulate(sa);
   if (bench_e2e->parsed()) return sluice::cli::run_bench_e2e(be, environment());
   if (bench_elastic->parsed()) return sluice::cli::run_bench_elastic(bel, environment());
   if (bench_learner->parsed()) return sluice::cli::run_bench_learner(bl);

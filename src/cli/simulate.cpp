@@ -1,0 +1,214 @@
+// `sluice simulate`: the same table and JSON keys as `sluice bench e2e`, plus where each mode's
+// GPU time went and throughput over the steady middle of the job.
+#include "cli/simulate.hpp"
+
+#include <fmt/format.h>
+
+#include <cstdio>
+#include <set>
+#include <sstream>
+
+#include "cli/job_setup.hpp"
+#include "core/config.hpp"
+#include "core/log.hpp"
+#include "rollout/mode_policy.hpp"
+#include "sim/simulator.hpp"
+
+namespace sluice::cli {
+
+using nlohmann::json;
+
+namespace {
+
+std::vector<std::string> split_modes(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    if (!item.empty()) out.push_back(item);
+  }
+  return out;
+}
+
+double ratio(double a, double b) {
+  return b > 0 ? a / b : 0.0;
+}
+
+json to_json(const sim::ModeResult& r, const sim::ModeResult* sync, const sim::ModeResult* sl) {
+  json o{{"mode", r.label},
+         {"tokens_per_s", r.tokens_per_s},
+         {"rollout_util", r.rollout_util},
+         {"weight_stall_frac", r.weight_stall_frac},
+         {"actor_idle_frac", r.actor_idle_frac},
+         {"staleness_mean", r.staleness_mean},
+         {"staleness_max", r.staleness_max},
+         {"repacks", r.repacks},
+         {"repack_overhead_s", r.repack_overhead_s},
+         {"trained_tokens", r.trained_tokens},
+         {"dropped_stale", r.dropped},
+         {"wall_s", r.wall_s}};
+  json f = json::object();
+  for (const auto& [cause, frac] : r.free_slots)
+    f[cause] = frac;
+  o["free_slots"] = f;
+  if (sync) o["ratio_to_sync"] = ratio(r.tokens_per_s, sync->tokens_per_s);
+  if (sl) o["sluice_ratio"] = ratio(sl->tokens_per_s, r.tokens_per_s);
+  const double all = r.gpus * r.wall_s;
+  auto share = [&](double x) { return all > 0 ? x / all : 0.0; };
+  o["steady_tokens_per_s"] = r.steady_tokens_per_s;
+  o["gpus"] = r.gpus;
+  o["gpu_time"] = json{{"generating", share(r.gpu.generating)},
+                       {"loading", share(r.gpu.loading)},
+                       {"barrier", share(r.gpu.barrier)},
+                       {"idle", share(r.gpu.idle)}};
+  o["steps"] = r.steps;
+  o["versions"] = r.versions;
+  o["mixed_version_consumed"] = r.mixed;
+  o["trajectories"] = r.total_trajectories;
+  o["trained_trajectories"] = r.trained_trajectories;
+  o["trained_twice"] = r.trained_twice;
+  o["version_regressions"] = r.version_regressions;
+  o["events"] = r.events;
+  o["reports"] = r.reports;
+  o["run_s"] = r.run_s;
+  return o;
+}
+
+}  // namespace
+
+core::Result<sim::SimInput> load_simulation(const std::string& path,
+                                            const std::vector<std::string>& overrides) {
+  SLUICE_ASSIGN_OR_RETURN(core::config::Json doc, core::config::read_json_file(path));
+  for (const auto& o : overrides)
+    SLUICE_TRY(core::config::apply_override(doc, o));
+  SimulateJob sj;
+  SLUICE_TRY(core::config::parse(doc, sj).with_context(path));
+  SLUICE_TRY(settle_job(sj.job).with_context(path));
+  const JobConfig& j = sj.job;
+  sim::SimInput in;
+  in.manager = j.manager;
+  in.engine = j.rollout.sim;
+  in.rollouts = j.rollouts;
+  in.report_ms = j.rollout.report_ms;
+  in.actor.batch_trajectories = j.actor.batch_trajectories;
+  in.actor.group_size = j.actor.group_size;
+  in.actor.max_staleness = j.actor.max_staleness;
+  in.actor.staleness_policy = j.actor.staleness_policy;
+  in.actor.stale_weight = j.actor.stale_weight;
+  in.actor.collect_ms = j.actor.collect_ms;
+  in.actor.train_ms_fixed = j.actor.train_ms_fixed;
+  in.actor.train_ms_per_token = j.actor.train_ms_per_token;
+  in.actor.weight_bytes = j.actor.weight_bytes;
+  in.actor.chunk_bytes = j.actor.chunk_bytes;
+  in.sim = sj.simulate;
+  if (in.manager.prompts == 0) {
+    return core::invalid_argument(path + ": manager.prompts must be set: a simulation runs the "
+                                          "job to its end");
+  }
+  return in;
+}
+
+int run_simulate(const SimulateArgs& args) {
+  auto in = load_simulation(args.job, args.overrides);
+  if (!in.is_ok()) {
+    std::fprintf(stderr, "sluice simulate: %s\n", in.status().to_string().c_str());
+    return 2;
+  }
+  std::vector<std::string> modes = split_modes(args.modes);
+  std::set<std::string> named;
+  for (const auto& m : modes) {
+    if (!named.insert(m).second) {
+      std::fprintf(stderr, "sluice simulate: mode '%s' is named twice in --modes\n", m.c_str());
+      return 2;
+    }
+    if (m != "sluice-norepack" && !rollout::parse_mode(m).is_ok()) {
+      std::fprintf(stderr,
+                   "sluice simulate: unknown mode '%s' (sync, one-step-off, stream, "
+                   "partial-rollout, sluice, sluice-norepack)\n",
+                   m.c_str());
+      return 2;
+    }
+  }
+  // The manager logs every publish and join at info: quiet unless the user asked for more.
+  if (core::log::level() == core::log::Level::kInfo) core::log::set_level(core::log::Level::kWarn);
+  const sim::SimInput& input = *in;
+  if (!args.json) {
+    auto stats = rollout::length_stats(input.engine.lengths, input.engine.seed, 20000);
+    std::printf(
+        "simulated job: %u rollouts x %u GPUs (%u GPUs), %u sequences each, %llu prompts x %u "
+        "samples, batch %u, lengths p50 %llu p99 %llu max %llu, %.2f GB a version\n",
+        input.rollouts, input.sim.gpus_per_rollout, input.rollouts * input.sim.gpus_per_rollout,
+        input.engine.max_sequences, static_cast<unsigned long long>(input.manager.prompts),
+        input.manager.group_size, input.manager.batch_trajectories,
+        static_cast<unsigned long long>(stats.is_ok() ? stats->p50 : 0),
+        static_cast<unsigned long long>(stats.is_ok() ? stats->p99 : 0),
+        static_cast<unsigned long long>(stats.is_ok() ? stats->max : 0),
+        static_cast<double>(input.actor.weight_bytes) / 1e9);
+    std::fflush(stdout);
+  }
+  std::vector<sim::ModeResult> rows;
+  for (const auto& m : modes) {
+    auto r = sim::simulate_mode(input, m, [](const std::string& line) {
+      std::fprintf(stderr, "%s\n", line.c_str());
+    });
+    if (!r.is_ok()) {
+      std::fprintf(stderr, "sluice simulate: %s\n", r.status().to_string().c_str());
+      return 1;
+    }
+    if (!args.json) {
+      std::fprintf(stderr, "simulated %s: %.0f s of job in %.1f s (%llu events)\n", m.c_str(),
+                   r->wall_s, r->run_s, static_cast<unsigned long long>(r->events));
+    }
+    rows.push_back(std::move(r).value());
+  }
+  auto find = [&](const std::string& m) -> const sim::ModeResult* {
+    for (const auto& r : rows) {
+      if (r.label == m) return &r;
+    }
+    return nullptr;
+  };
+  const sim::ModeResult* sync = find("sync");
+  const sim::ModeResult* sl = find("sluice");
+  if (args.json) {
+    for (const auto& r : rows)
+      std::printf("%s\n", to_json(r, sync, sl).dump().c_str());
+    return 0;
+  }
+  std::printf("\n%-16s %10s %10s %8s %8s %8s %7s %6s %7s %9s %7s %7s %8s\n", "mode", "tokens/s",
+              "steady/s", "util", "w-stall", "a-idle", "stale", "max", "repacks", "overhead",
+              "dropped", "x sync", "sluice/x");
+  for (const auto& r : rows) {
+    std::printf(
+        "%-16s %10.0f %10.0f %7.1f%% %7.2f%% %7.1f%% %7.2f %6llu %7llu %8.2fs %7llu %7s %8s\n",
+        r.label.c_str(), r.tokens_per_s, r.steady_tokens_per_s, 100 * r.rollout_util,
+        100 * r.weight_stall_frac, 100 * r.actor_idle_frac, r.staleness_mean,
+        static_cast<unsigned long long>(r.staleness_max), static_cast<unsigned long long>(r.repacks),
+        r.repack_overhead_s, static_cast<unsigned long long>(r.dropped),
+        sync ? fmt::format("{:.2f}", ratio(r.tokens_per_s, sync->tokens_per_s)).c_str() : "-",
+        sl ? fmt::format("{:.2f}", ratio(sl->tokens_per_s, r.tokens_per_s)).c_str() : "-");
+  }
+  std::printf("\nwhere GPU time went (share of GPUs x the job's simulated time)\n%-16s %9s %9s "
+              "%9s %9s %10s\n",
+              "mode", "generate", "load", "barrier", "idle", "job (s)");
+  for (const auto& r : rows) {
+    const double all = r.gpus * r.wall_s;
+    auto pct = [&](double x) { return all > 0 ? 100 * x / all : 0.0; };
+    std::printf("%-16s %8.1f%% %8.1f%% %8.1f%% %8.1f%% %10.1f\n", r.label.c_str(),
+                pct(r.gpu.generating), pct(r.gpu.loading), pct(r.gpu.barrier), pct(r.gpu.idle),
+                r.wall_s);
+  }
+  std::printf("\nfree rollout slots (share of all slot time), as in sluice bench e2e\n%-16s",
+              "mode");
+  for (const char* cause : {"loading", "draining", "budget", "end", "other"})
+    std::printf(" %9s", cause);
+  std::printf("\n");
+  for (const auto& r : rows) {
+    std::printf("%-16s", r.label.c_str());
+    for (const auto& [cause, frac] : r.free_slots)
+      std::printf(" %8.1f%%", 100 * frac);
+    std::printf("\n");
+  }
+  return 0;
+}
+
+}  // namespace sluice::cli
