@@ -154,6 +154,7 @@ class Sim {
   // Actor.
   std::unique_ptr<actor::ExperienceBuffer> buffer_;
   std::uint64_t version_ = 0, taken_ = 0, consumed_ = 0;
+  std::uint64_t mgr_consumed_ = 0;  // the consumed count the manager last heard
   std::vector<std::string> ack_, have_;
   std::vector<actor::Sample> batch_;
   bool actor_busy_ = false, collect_pending_ = false, manager_done_ = false, actor_done_ = false;

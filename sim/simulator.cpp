@@ -138,6 +138,11 @@ void Sim::on_collect(double t) {
   q.max = 512;
   rollout::CollectReply reply = mgr_->collect(q, tp(t));
   manager_done_ = reply.done;
+  if (rollout::collect_opens_budget(mode_) && q.consumed > mgr_consumed_) {
+    // Room ahead of the actor opened: rollouts with free slots may be given work.
+    mgr_consumed_ = q.consumed;
+    wake(t, true);
+  }
   const bool got = !reply.trajectories.empty();
   for (auto& tr : reply.trajectories) {
     std::string id = tr.id;
