@@ -4,11 +4,18 @@
 #include <doctest/doctest.h>
 
 #include "core/config.hpp"
+#include "core/log.hpp"
 #include "sim/simulator.hpp"
 
 using namespace sluice;
 
 namespace {
+
+// The manager logs every join and publish at info.
+const bool kQuiet = [] {
+  core::log::set_level(core::log::Level::kWarn);
+  return true;
+}();
 
 // The e2e bench's default workload, smaller: a long tail with p99/median = 10.
 sim::SimInput small_job() {
