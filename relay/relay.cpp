@@ -1,6 +1,6 @@
 #include "relay/relay.hpp"
 
-#include <deque>
+#include <list>
 #include <optional>
 #include <set>
 
@@ -28,6 +28,7 @@ Status RelayConfig::validate() const {
   if (in_flight == 0) return core::invalid_argument("in_flight must be positive");
   if (store_lease_ttl_ms == 0) return core::invalid_argument("store_lease_ttl_ms must be positive");
   if (max_version_bytes == 0) return core::invalid_argument("max_version_bytes must be positive");
+  if (abandon_after_ms == 0) return core::invalid_argument("abandon_after_ms must be positive");
   if (model.empty()) return core::invalid_argument("model must not be empty");
   return {};
 }
@@ -44,6 +45,8 @@ struct Copy {
   std::unique_ptr<core::RegisteredBuffer> buffer;
   std::vector<bool> have;
   bool complete = false;
+  Clock::time_point progressed{};  // the version's start, then its last verified chunk
+  bool abandoned = false;          // given up for a newer version: no more reads, then retired
   std::set<std::string> failed_sources;  // predecessors that failed for this version
 
   // Receiving, chunk by chunk, while the predecessor is still receiving.
@@ -72,7 +75,9 @@ struct Relay::Impl {
   RelayConfig config;
   std::unique_ptr<core::TransferEngine> engine;
   std::unique_ptr<weightstore::StoreClient> store;
-  std::deque<Copy> copies;  // oldest first
+  // Oldest first. A list: replies hold pointers to their copies, and a copy given up is erased
+  // from the middle.
+  std::list<Copy> copies;
   // Registration of each copy (partial from the start), re-registration after a store restart,
   // and the drain of retired copies before their memory goes.
   std::unique_ptr<weightstore::Holder> holder;
@@ -128,7 +133,7 @@ struct Relay::Impl {
   // the store as soon as it is verified, so that the next relay can start on it at once. Runs
   // on every tick and after every reply or finished read; never blocks.
   void pump(Copy& c) {
-    if (c.complete || stopping) return;
+    if (c.complete || c.abandoned || stopping) return;
     if (c.delta != Copy::Delta::kNone) want_delta(c);
     auto layout = c.manifest.layout();
     bool waiting = false;  // everything the source has is here or on its way
@@ -203,6 +208,7 @@ struct Relay::Impl {
                      if (cp->source == from) cp->source.clear();
                    } else {
                      cp->have[i] = true;
+                     cp->progressed = Clock::now();
                      m_bytes.inc(bytes);
                      holder->update_chunks(cp->manifest.version, cp->have);
                      cp->unreported.push_back(i);
@@ -269,6 +275,7 @@ struct Relay::Impl {
           } else if (r->available) {
             for (std::uint32_t i = 0; i < cp->have.size(); ++i)
               if (cp->have[i] && !(*before)[i]) cp->unreported.push_back(i);
+            cp->progressed = Clock::now();
             m_delta_bytes.inc(r->delta_bytes);
             m_delta_chunks.inc(r->rebuilt);
             m_delta_mismatch.inc(r->mismatched);
@@ -334,7 +341,7 @@ struct Relay::Impl {
     c.manifest = plan.manifest;
     SLUICE_ASSIGN_OR_RETURN(c.buffer, engine->allocate(c.manifest.total_bytes, false));
     c.have.assign(c.manifest.chunk_count(), false);
-    c.delta_since = Clock::now();
+    c.delta_since = c.progressed = Clock::now();
     if (config.use_deltas && !copies.empty()) c.delta = Copy::Delta::kWanted;
     // A partial holder from the start: the next relay can follow. Sent before any chain_source
     // question about the version (one socket, in order); one that fails is sent again by the
@@ -345,15 +352,50 @@ struct Relay::Impl {
   }
 
   void retire_old() {
-    // Beyond keep_versions: unpublished, and the holder frees the memory once the store says
-    // its readers drained.
-    while (copies.size() > config.keep_versions && copies.front().complete &&
-           !busy(copies.front()) && copies.front().unreported.empty()) {
-      Copy& old = copies.front();
-      if (offers) offers->drop_with(old.manifest.version);
-      holder->retire(old.manifest.version, std::move(old.buffer));
-      copies.pop_front();
+    // Beyond keep_versions (copies given up do not count): unpublished, and the holder frees the
+    // memory once the store says its readers drained.
+    std::size_t kept = 0;
+    for (const auto& c : copies)
+      kept += !c.abandoned;
+    while (kept > config.keep_versions) {
+      auto old = std::find_if(copies.begin(), copies.end(), [](const Copy& c) { return !c.abandoned; });
+      if (!old->complete || busy(*old) || !old->unreported.empty()) break;
+      if (offers) offers->drop_with(old->manifest.version);
+      holder->retire(old->manifest.version, std::move(old->buffer));
+      copies.erase(old);
+      --kept;
     }
+    // Copies given up, once nothing is in flight for them.
+    for (auto it = copies.begin(); it != copies.end();) {
+      if (it->abandoned && it->complete) it->abandoned = false;  // a late read finished it
+      if (!it->abandoned || busy(*it) || it->reporting) {
+        ++it;
+        continue;
+      }
+      holder->retire(it->manifest.version, std::move(it->buffer));
+      it = copies.erase(it);
+    }
+  }
+
+  // Whether a version newer than every copy may start now: not while one is being received and
+  // progressing (one version at a time bounds the memory); one that made no progress for
+  // abandon_after_ms is given up.
+  bool may_start_newer() {
+    bool may = true;
+    for (auto& c : copies) {
+      if (c.complete || c.abandoned) continue;
+      auto idle = Clock::now() - c.progressed;
+      if (idle < Millis(config.abandon_after_ms)) {
+        may = false;
+        continue;
+      }
+      log::warn("relay {}: gives up on {}@{} ({} of {} chunks, none for {} ms) for a newer version",
+                config.relay_id, c.manifest.model, c.manifest.version,
+                std::count(c.have.begin(), c.have.end(), true), c.have.size(),
+                std::chrono::duration_cast<Millis>(idle).count());
+      c.abandoned = true;
+    }
+    return may;
   }
 
   // A relay that leaves withdraws its copies first: the store stops naming it to readers, and
@@ -387,7 +429,8 @@ struct Relay::Impl {
       holder->heartbeat();  // a store that restarted: join again, then register again
     }
     auto latest = store->latest(config.model);
-    if (latest.is_ok() && (copies.empty() || copies.back().manifest.version < *latest)) {
+    if (latest.is_ok() && (copies.empty() || copies.back().manifest.version < *latest) &&
+        may_start_newer()) {
       Status s = start_version(*latest);
       if (!s.is_ok())
         log::warn("relay {}: version {}: {}", config.relay_id, *latest, s.to_string());

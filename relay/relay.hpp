@@ -56,6 +56,12 @@ struct RelayConfig {
   bool make_deltas = false;
   bool use_deltas = true;
   std::uint64_t delta_wait_ms = 5000;
+  // A relay receives one version at a time: a newer one starts once the one being received is
+  // complete, or once it has made no progress for abandon_after_ms (its sources failing or
+  // gone), when it is given up and its memory goes once its readers drained. So a relay holds at
+  // most keep_versions complete copies, the one it receives and the ones it gave up and is
+  // draining, however slow its sources are.
+  std::uint64_t abandon_after_ms = 15000;
   // The relay's key and the job's members (core/security.hpp): it talks only to the store whose
   // public key the members file names. Curve by default; plain only when set.
   core::SecurityConfig security;
@@ -88,6 +94,9 @@ struct RelayConfig {
     v("delta_wait_ms", delta_wait_ms,
       "how long to wait for a delta that a delta-making relay is expected to offer (default "
       "5000)");
+    v("abandon_after_ms", abandon_after_ms,
+      "a version being received that made no progress for this long is given up for a newer "
+      "one (default 15000)");
   }
   core::Status validate() const;
 };
