@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <atomic>
 #include <deque>
+#include <optional>
 #include <random>
 #include <thread>
 
@@ -105,6 +106,10 @@ struct RolloutWorker::Impl {
   // Accounting, in seconds.
   const Clock::time_point created = Clock::now();        // the process's start (a joiner's join)
   double first_weights_s = -1, first_trajectory_s = -1;  // since `created` (-1: not yet)
+  // The first request for weights (the reader's first pull): a joiner's first weights take
+  // first_read_s from here, whatever its process start-up cost (-1: not yet).
+  std::optional<Clock::time_point> first_pull;
+  double first_read_s = -1;
   Clock::time_point started = Clock::now();
   double gen_s = 0, load_s = 0, barrier_s = 0, idle_s = 0, occupancy_s = 0, reprefill_s = 0;
   std::uint64_t tokens = 0, steps = 0, loads = 0, imported = 0, exported_count = 0;
@@ -141,6 +146,7 @@ struct RolloutWorker::Impl {
                 {"refused_version", refused_version},
                 {"abandoned", abandoned},
                 {"first_weights_s", first_weights_s},
+                {"first_read_s", first_read_s},
                 {"first_trajectory_s", first_trajectory_s},
                 {"max_sequences", engine->capacity().max_sequences}};
   }
@@ -342,6 +348,7 @@ struct RolloutWorker::Impl {
     log::debug("rollout {}: pulling version {} in the background", cfg.rollout_id, latest);
     std::weak_ptr<bool> guard = alive;
     std::uint64_t before = reader->staged_version();
+    if (!first_pull) first_pull = Clock::now();
     reader->pull_latest([this, guard, before](core::Result<std::uint64_t> v) {
       if (guard.expired()) return;
       if (!v.is_ok()) {
@@ -394,6 +401,7 @@ struct RolloutWorker::Impl {
         // The first weights: the accounting starts here.
         started = Clock::now();
         first_weights_s = seconds(started - created);
+        if (first_pull) first_read_s = seconds(started - *first_pull);
         barrier_s = idle_s = 0;
         t0 = started;
       }

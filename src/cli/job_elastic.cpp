@@ -264,6 +264,7 @@ int run_add(const std::string& spec, const std::string& run_dir,
   const auto start = Clock::now();
   Supervisor sup(job.restart, dir / fmt::format("events-add-{}.jsonl", ::getpid()), start);
   const std::vector<std::string> env = job_role_environment(job, environment);
+  std::vector<ProcessSpec> specs;
   for (std::uint32_t i : indices) {
     ProcessSpec ps;
     ps.name = fmt::format("{}-{}", change->role, i);
@@ -276,12 +277,15 @@ int run_add(const std::string& spec, const std::string& run_dir,
     ps.log_path = (dir / (ps.name + ".log")).string();
     ps.ready = change->role;
     ps.clean_exit_ends = change->role == "rollout";
-    if (auto s = sup.start(ps); !s.is_ok()) {
-      sup.stop_all();
-      return fail(1, s);
-    }
-    std::fprintf(stderr, "sluice run --add: %s joined %s\n", ps.name.c_str(), run_dir.c_str());
+    specs.push_back(std::move(ps));
   }
+  // All at once: a wave of joiners, each reading its first version as it comes up.
+  if (auto s = sup.start_together(std::move(specs)); !s.is_ok()) {
+    sup.stop_all();
+    return fail(1, s);
+  }
+  for (const auto& p : sup.procs())
+    std::fprintf(stderr, "sluice run --add: %s joined %s\n", p->spec.name.c_str(), run_dir.c_str());
 
   // The joiners' progress, from the manager's status: one joins.jsonl line each, once it has
   // finished its first trajectory.
@@ -325,6 +329,7 @@ int run_add(const std::string& spec, const std::string& run_dir,
             out << json{{"name", id},
                         {"added_unix", start_unix},
                         {"first_weights_s", stats.value("first_weights_s", -1.0)},
+                        {"first_read_s", stats.value("first_read_s", -1.0)},
                         {"first_trajectory_s", stats.value("first_trajectory_s", -1.0)},
                         {"pulled_bytes", stats.value("pulled_bytes", 0ull)},
                         {"pulled_same_host_bytes", stats.value("pulled_same_host_bytes", 0ull)}}

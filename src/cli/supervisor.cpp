@@ -77,10 +77,36 @@ core::Status Supervisor::spawn(Proc& p) {
 }
 
 core::Status Supervisor::start(ProcessSpec spec) {
-  auto owned = std::make_unique<Proc>();
+  std::vector<ProcessSpec> one;
+  one.push_back(std::move(spec));
+  return start_together(std::move(one));
+}
+
+core::Status Supervisor::start_together(std::vector<ProcessSpec> specs) {
+  std::vector<std::unique_ptr<Proc>> started;
+  for (auto& spec : specs) {
+    auto owned = std::make_unique<Proc>();
+    owned->spec = std::move(spec);
+    if (core::Status s = spawn(*owned); !s.is_ok()) {
+      for (auto& p : started)
+        p->proc->signal(SIGKILL).ignore();
+      return s;
+    }
+    started.push_back(std::move(owned));
+  }
+  // Every process is running before the first ready line is read: their start-ups overlap.
+  for (std::size_t i = 0; i < started.size(); ++i) {
+    if (core::Status s = await_ready(std::move(started[i])); !s.is_ok()) {
+      for (std::size_t j = i + 1; j < started.size(); ++j)
+        started[j]->proc->signal(SIGKILL).ignore();
+      return s;
+    }
+  }
+  return {};
+}
+
+core::Status Supervisor::await_ready(std::unique_ptr<Proc> owned) {
   Proc& p = *owned;
-  p.spec = std::move(spec);
-  SLUICE_TRY(spawn(p));
   auto line = p.proc->read_line(Millis(cfg_.ready_timeout_ms));
   if (!line.is_ok() || line->rfind(p.spec.ready, 0) != 0) {
     p.proc->signal(SIGKILL).ignore();

@@ -106,6 +106,9 @@ class Supervisor {
 
   // Starts a role and waits for its ready line (at the job's start, in order).
   core::Status start(ProcessSpec spec);
+  // Starts several at once and then waits for each one's ready line (joiners of a running job:
+  // they come up together, as one wave). On an error the ones not yet ready are killed.
+  core::Status start_together(std::vector<ProcessSpec> specs);
 
   // One turn: drains every child's output, notices exits and restarts what is due. Returns the
   // processes that exited this turn (with their last_status set). One whose spec says a clean
@@ -129,6 +132,7 @@ class Supervisor {
 
  private:
   core::Status spawn(Proc& p);
+  core::Status await_ready(std::unique_ptr<Proc> owned);
   double now_s() const;
 
   RestartConfig cfg_;

@@ -60,6 +60,8 @@ import json, sys
 for line in open(sys.argv[1]):
     j = json.loads(line)
     assert j["first_weights_s"] >= 0 and j["pulled_bytes"] > 0, j
+    # The read is part of the join: it starts after the process does.
+    assert 0 <= j["first_read_s"] <= j["first_weights_s"], j
 PY
 
 # A stranger: no identity is left for 10 more (6 in all, 5 taken).
