@@ -17,6 +17,7 @@
 #include <fstream>
 #include <map>
 #include <memory>
+#include <random>
 
 #include "cli/commands.hpp"
 #include "cli/job_setup.hpp"
@@ -245,8 +246,36 @@ double seconds(Clock::duration d) {
   return std::chrono::duration<double>(d).count();
 }
 
-// A free TCP port on loopback (the kernel picks it; a small race with other binders remains).
+// Whether `port` can be bound on loopback now (it is released again at once).
+bool port_free(int port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return false;
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = htons(static_cast<std::uint16_t>(port));
+  bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0;
+  ::close(fd);
+  return ok;
+}
+
+// A free TCP port for a role to listen on. Taken below the kernel's ephemeral range
+// (net.ipv4.ip_local_port_range): a port the kernel handed out for the test bind could be handed
+// to some other process's outgoing connection before the role binds it (a manager that then
+// "did not come up" in a busy test run). Below the range only explicit binders compete, and a
+// random pick makes two of them choosing the same port unlikely. The kernel's pick is the
+// fallback.
 core::Result<int> free_port() {
+  int low = 32768;
+  if (std::ifstream range("/proc/sys/net/ipv4/ip_local_port_range"); range) range >> low;
+  if (low > 11000) {
+    std::random_device rd;
+    std::uniform_int_distribution<int> pick(10000, low - 1);
+    for (int i = 0; i < 64; ++i) {
+      int port = pick(rd);
+      if (port_free(port)) return port;
+    }
+  }
   int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   if (fd < 0) return core::internal_error("socket failed");
   sockaddr_in a{};
