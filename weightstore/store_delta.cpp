@@ -200,8 +200,10 @@ int WeightStore::holder_distance(const std::string& a, const std::string& b) con
 }
 
 void WeightStore::forget_unheld_deltas() {
-  for (auto& [name, m] : models_) {
-    std::erase_if(m.deltas, [&](const auto& e) {
+  for (auto& entry : models_) {
+    // Not a structured binding: clang before 16 (the fuzz build) cannot capture one.
+    const std::string& name = entry.first;
+    std::erase_if(entry.second.deltas, [&](const auto& e) {
       const DeltaKey key{name, e.first.first, e.first.second};
       return std::none_of(holders_.begin(), holders_.end(),
                           [&](const auto& h) { return h.second.deltas.count(key) > 0; });
