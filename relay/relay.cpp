@@ -358,7 +358,8 @@ struct Relay::Impl {
     for (const auto& c : copies)
       kept += !c.abandoned;
     while (kept > config.keep_versions) {
-      auto old = std::find_if(copies.begin(), copies.end(), [](const Copy& c) { return !c.abandoned; });
+      auto old =
+          std::find_if(copies.begin(), copies.end(), [](const Copy& c) { return !c.abandoned; });
       if (!old->complete || busy(*old) || !old->unreported.empty()) break;
       if (offers) offers->drop_with(old->manifest.version);
       holder->retire(old->manifest.version, std::move(old->buffer));

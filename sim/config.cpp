@@ -6,7 +6,8 @@ namespace sluice::sim {
 
 core::Status GpuType::validate() const {
   if (name.empty()) return core::invalid_argument("a GPU type needs a name");
-  if (rollouts == 0) return core::invalid_argument(fmt::format("GPU type {}: rollouts must be at least 1", name));
+  if (rollouts == 0)
+    return core::invalid_argument(fmt::format("GPU type {}: rollouts must be at least 1", name));
   if (t0_ms < 0 || t1_ms < 0 || prefill_ms_per_token < 0 || t0_ms + t1_ms <= 0) {
     return core::invalid_argument(
         fmt::format("GPU type {}: times must not be negative, and a step must take time", name));
@@ -18,7 +19,8 @@ core::Status SimulateConfig::validate() const {
   if (gpus_per_rollout == 0) return core::invalid_argument("gpus_per_rollout must be at least 1");
   if (gpus_per_host == 0) return core::invalid_argument("gpus_per_host must be at least 1");
   if (broadcast != "chain" && broadcast != "tree") {
-    return core::invalid_argument(fmt::format("broadcast must be chain or tree, not '{}'", broadcast));
+    return core::invalid_argument(
+        fmt::format("broadcast must be chain or tree, not '{}'", broadcast));
   }
   if (fanout == 0) return core::invalid_argument("fanout must be at least 1");
   for (double r : {stage_gbps, trainer_gbps, link_gbps, wan_gbps, local_gbps, h2d_gbps}) {

@@ -39,19 +39,19 @@ struct GpuType {
 };
 
 struct SimulateConfig {
-  std::uint32_t gpus_per_rollout = 1;   // GPUs one rollout (one engine) spans, >= 1
-  std::uint32_t gpus_per_host = 8;      // GPUs per host; one relay per host, >= 1
+  std::uint32_t gpus_per_rollout = 1;      // GPUs one rollout (one engine) spans, >= 1
+  std::uint32_t gpus_per_host = 8;         // GPUs per host; one relay per host, >= 1
   std::uint32_t hosts_per_datacenter = 0;  // 0: every host in one datacenter
-  std::vector<GpuType> gpu_types;       // empty: every rollout as rollout.sim
-  std::string broadcast = "chain";      // how relays receive a version: chain or tree
-  std::uint32_t fanout = 2;             // tree: children per relay, >= 1
-  double stage_gbps = 10.0;    // the actor's publish: copy into staging memory (the actor waits)
-  double trainer_gbps = 25.0;  // trainer -> master relay
-  double link_gbps = 25.0;     // relay -> relay inside a datacenter (a host's NIC)
-  double wan_gbps = 1.25;      // relay -> relay between datacenters
+  std::vector<GpuType> gpu_types;          // empty: every rollout as rollout.sim
+  std::string broadcast = "chain";         // how relays receive a version: chain or tree
+  std::uint32_t fanout = 2;                // tree: children per relay, >= 1
+  double stage_gbps = 10.0;      // the actor's publish: copy into staging memory (the actor waits)
+  double trainer_gbps = 25.0;    // trainer -> master relay
+  double link_gbps = 25.0;       // relay -> relay inside a datacenter (a host's NIC)
+  double wan_gbps = 1.25;        // relay -> relay between datacenters
   double hop_latency_ms = 0.05;  // added once per hop (first chunk)
-  double local_gbps = 20.0;    // relay -> a rollout on its host (the background pull)
-  double h2d_gbps = 25.0;      // per GPU: host copy -> GPU memory at the switch (a weight stall)
+  double local_gbps = 20.0;      // relay -> a rollout on its host (the background pull)
+  double h2d_gbps = 25.0;        // per GPU: host copy -> GPU memory at the switch (a weight stall)
   // With repack on, a busy rollout reports at least this often so the planner sees its KV use
   // (otherwise a rollout reports when something about it changed; see simulator.hpp).
   std::uint64_t refresh_ms = 1000;
@@ -108,7 +108,7 @@ struct SimInput {
   rollout::ManagerConfig manager;   // mode and repack are set per run
   rollout::SimEngineConfig engine;  // capacity, default timing, lengths, seed
   std::uint32_t rollouts = 4;
-  std::uint64_t report_ms = 25;     // the rollouts' report period
+  std::uint64_t report_ms = 25;  // the rollouts' report period
   ActorParams actor;
   SimulateConfig sim;
 };

@@ -56,8 +56,8 @@ ModeResult Sim::results(double end) const {
 
   // Steady state: the batches between the first and the last steady_trim of them.
   const std::size_t n = step_ends_.size();
-  const auto trim = static_cast<std::size_t>(std::floor(static_cast<double>(n) *
-                                                        in_.sim.steady_trim));
+  const auto trim =
+      static_cast<std::size_t>(std::floor(static_cast<double>(n) * in_.sim.steady_trim));
   const std::size_t lo = trim, hi = n - trim;
   if (hi > lo) {
     const double from = lo == 0 ? 0.0 : step_ends_[lo - 1].first;

@@ -84,9 +84,9 @@ void Sim::reschedule_engine(SimRollout& r, double t) {
 rollout::SequenceState Sim::take_out(SimRollout& r, std::size_t k) {
   Seq q = std::move(r.active[k]);
   r.active.erase(r.active.begin() + static_cast<std::ptrdiff_t>(k));
-  const std::uint64_t n = std::min(q.target, q.st.generated.size() +
-                                                 static_cast<std::uint64_t>(std::max(
-                                                     0.0, std::floor(r.S - q.s0 + 1e-9))));
+  const std::uint64_t n = std::min(
+      q.target, q.st.generated.size() +
+                    static_cast<std::uint64_t>(std::max(0.0, std::floor(r.S - q.s0 + 1e-9))));
   fill_generated(q.st, n);
   return std::move(q.st);
 }
@@ -209,7 +209,7 @@ void Sim::on_report(SimRollout& r, double t) {
 void Sim::apply(SimRollout& r, rollout::ReportReply reply, double t) {
   if (reply.rejoin) {
     fatal_ = core::internal_error("simulate: the manager declared rollout " + r.id +
-                            " dead; no rollout fails in a simulation");
+                                  " dead; no rollout fails in a simulation");
     return;
   }
   r.done = reply.done;
@@ -250,7 +250,8 @@ void Sim::apply(SimRollout& r, rollout::ReportReply reply, double t) {
   for (const auto& id : reply.export_ids) {
     auto a = std::find_if(r.active.begin(), r.active.end(),
                           [&](const Seq& q) { return q.st.trajectory_id == id; });
-    if (a != r.active.end()) r.exported.push_back(take_out(r, static_cast<std::size_t>(a - r.active.begin())));
+    if (a != r.active.end())
+      r.exported.push_back(take_out(r, static_cast<std::size_t>(a - r.active.begin())));
   }
   for (auto& s : reply.import) {
     const std::uint64_t v = s.versions.empty() ? r.version : s.versions.back();
@@ -342,8 +343,8 @@ void Sim::on_loaded(SimRollout& r, double t) {
 
 void Sim::after_report(SimRollout& r, double t) {
   if (r.done || r.in_load()) return;
-  const bool more = !r.finished.empty() || !r.exported.empty() || !r.refused.empty() ||
-                    !r.returned.empty();
+  const bool more =
+      !r.finished.empty() || !r.exported.empty() || !r.refused.empty() || !r.returned.empty();
   if (more) {
     want_report(r, t + report_s_ * 0.5);
   } else if (repack_ && !r.active.empty()) {

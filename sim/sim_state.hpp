@@ -18,14 +18,23 @@
 
 namespace sluice::sim {
 
-enum class Ev { kEngine, kReport, kPulled, kLoaded, kCollect, kTrained, kPublished, kRepack,
-                kSample };
+enum class Ev {
+  kEngine,
+  kReport,
+  kPulled,
+  kLoaded,
+  kCollect,
+  kTrained,
+  kPublished,
+  kRepack,
+  kSample
+};
 
 struct Event {
   double t = 0;
   std::uint64_t seq = 0;  // ties break by order of scheduling: deterministic
   Ev kind = Ev::kEngine;
-  std::uint32_t who = 0;  // rollout index
+  std::uint32_t who = 0;    // rollout index
   std::uint64_t token = 0;  // a rollout's engine events: stale unless equal to its current one
   bool operator>(const Event& o) const { return t != o.t ? t > o.t : seq > o.seq; }
 };
@@ -138,7 +147,7 @@ class Sim {
   std::unique_ptr<rollout::LengthSampler> lengths_;
   std::vector<SimRollout> rollouts_;
   Placement placement_;
-  std::vector<double> relay_after_;              // per host: seconds after a publish
+  std::vector<double> relay_after_;               // per host: seconds after a publish
   std::map<std::uint64_t, double> published_at_;  // version -> publish time
   std::priority_queue<Event, std::vector<Event>, std::greater<Event>> events_;
   std::uint64_t seq_ = 0, n_events_ = 0, n_reports_ = 0;

@@ -16,8 +16,7 @@ namespace sluice::sim {
 namespace {
 
 double wall_now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
 }  // namespace
@@ -51,8 +50,8 @@ core::Status Sim::init() {
   buffer_ = std::make_unique<actor::ExperienceBuffer>(bo);
 
   placement_ = place(in_.sim, in_.rollouts);
-  relay_after_ = relay_complete_s(in_.sim, placement_.hosts, in_.actor.weight_bytes,
-                                  in_.actor.chunk_bytes);
+  relay_after_ =
+      relay_complete_s(in_.sim, placement_.hosts, in_.actor.weight_bytes, in_.actor.chunk_bytes);
   rollouts_.resize(in_.rollouts);
   std::size_t type = 0;
   std::uint32_t of_type = 0;
@@ -102,8 +101,8 @@ void Sim::at(double t, Ev kind, std::uint32_t who, std::uint64_t token) {
 // Wakes whoever the manager's last change may concern.
 void Sim::observe_manager(double t) {
   const rollout::ManagerCounts& c = mgr_->counts();
-  Seen now{mgr_->latest(), c.finished,    c.returned,        c.move_failures, c.restarted,
-           c.repack_plans, c.moved_kv_tokens, c.lost_replies, c.abandoned,  c.acked};
+  Seen now{mgr_->latest(), c.finished,        c.returned,     c.move_failures, c.restarted,
+           c.repack_plans, c.moved_kv_tokens, c.lost_replies, c.abandoned,     c.acked};
   if (now.latest != seen_.latest || now.plans != seen_.plans || now.moved_kv != seen_.moved_kv) {
     wake(t, false);
   } else if (now.returned != seen_.returned || now.move_failures != seen_.move_failures ||
@@ -184,7 +183,8 @@ void Sim::on_collect(double t) {
   }
   actor_idle_s_ += t - idle_since_;
   actor_busy_ = true;
-  const double ms = in_.actor.train_ms_fixed + in_.actor.train_ms_per_token * static_cast<double>(tokens);
+  const double ms =
+      in_.actor.train_ms_fixed + in_.actor.train_ms_per_token * static_cast<double>(tokens);
   at(t + ms / 1000.0, Ev::kTrained);
 }
 
@@ -272,11 +272,21 @@ core::Result<ModeResult> Sim::run() {
         if (e.token == r.report_token) on_report(r, t);
         break;
       }
-      case Ev::kPulled: on_pulled(rollouts_[e.who], t); break;
-      case Ev::kLoaded: on_loaded(rollouts_[e.who], t); break;
-      case Ev::kCollect: on_collect(t); break;
-      case Ev::kTrained: on_trained(t); break;
-      case Ev::kPublished: on_published(t); break;
+      case Ev::kPulled:
+        on_pulled(rollouts_[e.who], t);
+        break;
+      case Ev::kLoaded:
+        on_loaded(rollouts_[e.who], t);
+        break;
+      case Ev::kCollect:
+        on_collect(t);
+        break;
+      case Ev::kTrained:
+        on_trained(t);
+        break;
+      case Ev::kPublished:
+        on_published(t);
+        break;
       case Ev::kRepack:
         mgr_->plan_repack();
         observe_manager(t);
@@ -292,10 +302,11 @@ core::Result<ModeResult> Sim::run() {
       const double w = wall_now();
       if (w - last_line >= in_.sim.progress_s) {
         last_line = w;
-        progress_(fmt::format("simulate {}: {:.0f} s simulated, {} of {} trajectories trained, "
-                              "version {}, {} events ({:.0f} s)",
-                              label_, t, samples_, in_.manager.prompts * in_.manager.group_size,
-                              version_, n_events_, w - started));
+        progress_(
+            fmt::format("simulate {}: {:.0f} s simulated, {} of {} trajectories trained, "
+                        "version {}, {} events ({:.0f} s)",
+                        label_, t, samples_, in_.manager.prompts * in_.manager.group_size, version_,
+                        n_events_, w - started));
       }
     }
   }

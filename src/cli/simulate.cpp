@@ -102,8 +102,9 @@ core::Result<sim::SimInput> load_simulation(const std::string& path,
   in.actor.chunk_bytes = j.actor.chunk_bytes;
   in.sim = sj.simulate;
   if (in.manager.prompts == 0) {
-    return core::invalid_argument(path + ": manager.prompts must be set: a simulation runs the "
-                                          "job to its end");
+    return core::invalid_argument(path +
+                                  ": manager.prompts must be set: a simulation runs the "
+                                  "job to its end");
   }
   return in;
 }
@@ -148,9 +149,8 @@ int run_simulate(const SimulateArgs& args) {
   }
   std::vector<sim::ModeResult> rows;
   for (const auto& m : modes) {
-    auto r = sim::simulate_mode(input, m, [](const std::string& line) {
-      std::fprintf(stderr, "%s\n", line.c_str());
-    });
+    auto r = sim::simulate_mode(
+        input, m, [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); });
     if (!r.is_ok()) {
       std::fprintf(stderr, "sluice simulate: %s\n", r.status().to_string().c_str());
       return 1;
@@ -182,14 +182,16 @@ int run_simulate(const SimulateArgs& args) {
         "%-16s %10.0f %10.0f %7.1f%% %7.2f%% %7.1f%% %7.2f %6llu %7llu %8.2fs %7llu %7s %8s\n",
         r.label.c_str(), r.tokens_per_s, r.steady_tokens_per_s, 100 * r.rollout_util,
         100 * r.weight_stall_frac, 100 * r.actor_idle_frac, r.staleness_mean,
-        static_cast<unsigned long long>(r.staleness_max), static_cast<unsigned long long>(r.repacks),
-        r.repack_overhead_s, static_cast<unsigned long long>(r.dropped),
+        static_cast<unsigned long long>(r.staleness_max),
+        static_cast<unsigned long long>(r.repacks), r.repack_overhead_s,
+        static_cast<unsigned long long>(r.dropped),
         sync ? fmt::format("{:.2f}", ratio(r.tokens_per_s, sync->tokens_per_s)).c_str() : "-",
         sl ? fmt::format("{:.2f}", ratio(sl->tokens_per_s, r.tokens_per_s)).c_str() : "-");
   }
-  std::printf("\nwhere GPU time went (share of GPUs x the job's simulated time)\n%-16s %9s %9s "
-              "%9s %9s %10s\n",
-              "mode", "generate", "load", "barrier", "idle", "job (s)");
+  std::printf(
+      "\nwhere GPU time went (share of GPUs x the job's simulated time)\n%-16s %9s %9s "
+      "%9s %9s %10s\n",
+      "mode", "generate", "load", "barrier", "idle", "job (s)");
   for (const auto& r : rows) {
     const double all = r.gpus * r.wall_s;
     auto pct = [&](double x) { return all > 0 ? 100 * x / all : 0.0; };

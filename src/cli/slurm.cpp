@@ -4,8 +4,8 @@
 
 #include <fmt/format.h>
 
-#include <chrono>
 #include <cctype>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -276,7 +276,8 @@ std::string job_state_of(const std::string& out) {
   if (at == std::string::npos) return "";
   at += key.size();
   auto end = at;
-  while (end < out.size() && (std::isupper(static_cast<unsigned char>(out[end])) || out[end] == '_'))
+  while (end < out.size() &&
+         (std::isupper(static_cast<unsigned char>(out[end])) || out[end] == '_'))
     ++end;
   return out.substr(at, end - at);
 }
