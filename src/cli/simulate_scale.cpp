@@ -379,6 +379,12 @@ int run_simulate_update(const SimulateArgs& args) {
   std::printf("  a rollout switches to it (its GPUs stall)       %8.3f s  %.0f GB/s per GPU\n", sw,
               c.h2d_gbps);
   std::printf("  update, publish to the last GPU switched        %8.3f s\n", total);
+  // Not the model: what line rate allows if each host received only its own GPUs' share (as a
+  // sharded point-to-point update does) instead of a whole copy for its relay.
+  const double share = std::min(1.0, static_cast<double>(c.gpus_per_host) / c.gpus_per_rollout);
+  std::printf("  for reference (not the model): each host receiving only its GPUs' share at line "
+              "rate: %.3f s\n",
+              static_cast<double>(bytes) * share / (c.link_gbps * 1e9));
   std::printf("published for comparison: Perplexity 1.3 s, checkpoint-engine 16 s (1T "
               "parameters)\n");
   return 0;
