@@ -100,6 +100,7 @@ int run_simulate_scale(const SimulateArgs& args) {
                {"rollout_util", r.rollout_util},
                {"weight_stall_frac", r.weight_stall_frac},
                {"staleness_mean", r.staleness_mean},
+               {"actor_idle_frac", r.actor_idle_frac},
                {"wall_s", r.wall_s},
                {"run_s", r.run_s}};
         if (sl) {
@@ -112,15 +113,16 @@ int run_simulate_scale(const SimulateArgs& args) {
     return 0;
   }
   std::printf("\ntrained tokens/s per mode; sluice/x: sluice's throughput over the mode's (whole "
-              "job, and its steady middle)\n%-22s %6s %-16s %10s %10s %7s %8s %7s %9s %9s\n",
-              "setup", "GPUs", "mode", "tokens/s", "steady/s", "util", "w-stall", "stale",
-              "sluice/x", "steady/x");
+              "job, and its steady middle)\n%-22s %6s %-16s %10s %10s %7s %8s %7s %7s %9s %9s\n",
+              "setup", "GPUs", "mode", "tokens/s", "steady/s", "util", "w-stall", "a-idle",
+              "stale", "sluice/x", "steady/x");
   for (const auto& s : setups) {
     const sim::ModeResult* sl = find_mode(s.rows, "sluice");
     for (const auto& r : s.rows) {
-      std::printf("%-22s %6u %-16s %10.0f %10.0f %6.1f%% %7.2f%% %7.2f %9s %9s\n", s.name.c_str(),
-                  s.gpus, r.label.c_str(), r.tokens_per_s, r.steady_tokens_per_s,
-                  100 * r.rollout_util, 100 * r.weight_stall_frac, r.staleness_mean,
+      std::printf("%-22s %6u %-16s %10.0f %10.0f %6.1f%% %7.2f%% %6.1f%% %7.2f %9s %9s\n",
+                  s.name.c_str(), s.gpus, r.label.c_str(), r.tokens_per_s, r.steady_tokens_per_s,
+                  100 * r.rollout_util, 100 * r.weight_stall_frac, 100 * r.actor_idle_frac,
+                  r.staleness_mean,
                   ratio_text(sl, &r, false).c_str(), ratio_text(sl, &r, true).c_str());
     }
   }
@@ -136,6 +138,16 @@ int run_simulate_scale(const SimulateArgs& args) {
                 ratio_text(sl, sync, true).c_str(), target ? " [target >= 5.5]" : "",
                 ratio_text(sl, partial, false).c_str(), ratio_text(sl, partial, true).c_str(),
                 target ? " [target >= 1.4]" : "");
+    // The trainer bounds every mode: tokens/s over the time the actor was busy (training and
+    // publishing) is what the job would reach with generation never in its way.
+    if (sl && sl->actor_idle_frac < 1) {
+      std::printf("%-22s the trainer's own rate (sluice's tokens over the actor's busy time): %.0f "
+                  "tokens/s; sync reaches %.0f%% of it, sluice %.0f%%\n",
+                  "", sl->tokens_per_s / (1 - sl->actor_idle_frac),
+                  sync ? 100 * sync->tokens_per_s * (1 - sl->actor_idle_frac) / sl->tokens_per_s
+                       : 0.0,
+                  100 * (1 - sl->actor_idle_frac));
+    }
   }
   std::printf("Laminar (arXiv 2510.12633) reports up to 5.48x over verl (synchronous) on 1024 "
               "GPUs and 1.39x over partial-rollout on average.\n");
