@@ -7,7 +7,8 @@ set -eu
 sluice=$1
 src=$2
 cd "$src"
-out=$("$sluice" simulate --scale --json --modes sync,partial-rollout,sluice)
+# Fewer prompts than the files' (two batches at 1024 GPUs, four below) to keep the test short.
+out=$("$sluice" simulate --scale --json --modes sync,partial-rollout,sluice --set manager.prompts=1536)
 printf '%s\n' "$out" | python3 -c '
 import json, math, sys
 rows = [json.loads(l) for l in sys.stdin if l.startswith("{")]
