@@ -288,6 +288,7 @@ struct Trainer::Impl {
     stats["step"] = steps;
     stats["version"] = version + 1;
     stats["tokens_per_s"] = static_cast<double>(trained_tokens) / since;
+    stats["trained_tokens"] = trained_tokens;  // for steady throughput (sluice bench e2e)
     stats["staleness_mean"] = batch.empty() ? 0.0 : stale / static_cast<double>(batch.size());
     stats["samples"] = trained_samples;
     if (metrics) *metrics << stats.dump() << std::endl;

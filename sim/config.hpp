@@ -39,8 +39,11 @@ struct GpuType {
 };
 
 struct SimulateConfig {
-  std::uint32_t gpus_per_rollout = 1;      // GPUs one rollout (one engine) spans, >= 1
-  std::uint32_t gpus_per_host = 8;         // GPUs per host; one relay per host, >= 1
+  std::uint32_t gpus_per_rollout = 1;  // GPUs one rollout (one engine) spans, >= 1
+  std::uint32_t gpus_per_host = 8;     // GPUs per host; one relay per host, >= 1
+  // GPUs of the trainer: only counted in the cluster size printed (its speed is the actor's
+  // train_ms_per_token).
+  std::uint32_t trainer_gpus = 0;
   std::uint32_t hosts_per_datacenter = 0;  // 0: every host in one datacenter
   std::vector<GpuType> gpu_types;          // empty: every rollout as rollout.sim
   std::string broadcast = "chain";         // how relays receive a version: chain or tree
@@ -60,11 +63,16 @@ struct SimulateConfig {
   double stall_s = 6.0 * 3600;
   double steady_trim = 0.1;  // steady throughput leaves out this share of batches at each end
   double progress_s = 5.0;   // wall seconds between progress lines on stderr (0: quiet)
+  // Assumptions behind the figures above and the job's, with their sources: printed with the
+  // results, never used in the model.
+  std::vector<std::string> notes;
 
   template <typename V>
   void describe(V& v) {
     v("gpus_per_rollout", gpus_per_rollout, "GPUs one rollout spans (>= 1)");
     v("gpus_per_host", gpus_per_host, "GPUs per host; one relay per host (>= 1)");
+    v("trainer_gpus", trainer_gpus,
+      "GPUs of the trainer, for the cluster size printed (its speed: actor.train_ms_per_token)");
     v("hosts_per_datacenter", hosts_per_datacenter,
       "hosts per datacenter (0: one datacenter); the trainer is in the first");
     v("gpu_types", gpu_types,
@@ -86,6 +94,7 @@ struct SimulateConfig {
     v("steady_trim", steady_trim,
       "steady throughput leaves out this share of trained batches at each end (0 .. 0.45)");
     v("progress_s", progress_s, "wall seconds between progress lines on stderr (0: quiet)");
+    v("notes", notes, "assumptions and their sources, printed with the results (not used)");
   }
   core::Status validate() const;
 };

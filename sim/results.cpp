@@ -55,18 +55,10 @@ ModeResult Sim::results(double end) const {
   }
 
   // Steady state: the batches between the first and the last steady_trim of them.
-  const std::size_t n = step_ends_.size();
-  const auto trim =
-      static_cast<std::size_t>(std::floor(static_cast<double>(n) * in_.sim.steady_trim));
-  const std::size_t lo = trim, hi = n - trim;
-  if (hi > lo) {
-    const double from = lo == 0 ? 0.0 : step_ends_[lo - 1].first;
-    const double to = step_ends_[hi - 1].first;
-    std::uint64_t tokens = 0;
-    for (std::size_t i = lo; i < hi; ++i)
-      tokens += step_ends_[i].second;
-    m.steady_tokens_per_s = to > from ? static_cast<double>(tokens) / (to - from) : 0;
-  }
+  const SteadyWindow w = steady_window(step_ends_, in_.sim.steady_trim);
+  m.steady_tokens_per_s = w.tokens_per_s;
+  m.steady_from_s = w.from_s;
+  m.steady_to_s = w.to_s;
   return m;
 }
 

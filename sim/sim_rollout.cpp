@@ -330,9 +330,15 @@ void Sim::on_loaded(SimRollout& r, double t) {
   if (r.first_load < 0) r.first_load = t;
   last_progress_ = t;
   if (r.allow_active) {
+    // As the engine does (rollout/sim_engine.cpp, load_weights): a sequence continued on new
+    // weights has its KV cache recomputed (re-prefilled) before its next token.
+    std::uint64_t refill = 0;
     for (auto& q : r.active) {
-      if (q.st.versions.back() != r.version) q.st.versions.push_back(r.version);
+      if (q.st.versions.back() == r.version) continue;
+      q.st.versions.push_back(r.version);
+      refill += q.st.prompt_tokens.size() + r.generated(q);
     }
+    if (refill > 0) add_block(r, t, static_cast<double>(refill) * r.prefill, false);
   }
   // The worker's next report comes report_ms after load_version returned.
   want_report(r, t + report_s_ * 0.5);

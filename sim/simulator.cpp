@@ -196,7 +196,7 @@ void Sim::on_trained(double t) {
   }
   samples_ += batch_.size();
   trained_tokens_ += tokens;
-  step_ends_.emplace_back(t, tokens);
+  step_ends_.push_back(StepEnd{t, tokens});
   batch_.clear();
   last_progress_ = t;
   if (final_batch_) {

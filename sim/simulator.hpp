@@ -55,6 +55,7 @@ struct ModeResult {
   std::vector<std::pair<std::string, double>> free_slots;
   // Beyond the bench.
   double steady_tokens_per_s = 0;  // over the middle batches (SimulateConfig::steady_trim)
+  double steady_from_s = 0, steady_to_s = 0;  // that window, in simulated seconds
   GpuTime gpu;
   std::uint32_t gpus = 0;
   std::uint64_t steps = 0, versions = 0;

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <set>
 #include <sstream>
@@ -16,6 +17,7 @@
 #include "cli/job.hpp"
 #include "core/config.hpp"
 #include "rollout/sim_engine.hpp"
+#include "sim/steady.hpp"
 
 namespace sluice::cli {
 
@@ -29,6 +31,8 @@ struct Row {
   double staleness_mean = 0;
   std::uint64_t staleness_max = 0, repacks = 0, trained_tokens = 0, dropped = 0, mixed = 0;
   double repack_overhead_s = 0, wall_s = 0;
+  // Over the steady middle of the job (sim/steady.hpp), from the actor's per-step metrics.
+  double steady_tokens_per_s = 0, steady_from_s = 0, steady_to_s = 0;
   // Free rollout slots by cause, as fractions of all slot time (the manager's free_slot_s).
   std::vector<std::pair<std::string, double>> free_slots;
 };
@@ -36,7 +40,24 @@ struct Row {
 // The manager's causes of free slots, in the order the bench prints them.
 constexpr const char* kFreeCauses[] = {"loading", "draining", "budget", "end", "other"};
 
-Row summarize(const std::string& label, const JobResult& r) {
+// The actor's steps from its metrics.jsonl: each line of a training step carries the job's
+// time and the trained tokens so far (evaluation lines carry no trained_tokens and are skipped).
+std::vector<sim::StepEnd> read_step_ends(const std::string& run_dir) {
+  std::vector<sim::StepEnd> out;
+  std::ifstream f(std::filesystem::path(run_dir) / "metrics.jsonl");
+  std::string line;
+  std::uint64_t before = 0;
+  while (std::getline(f, line)) {
+    json j = json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (!j.is_object() || !j.contains("trained_tokens") || !j.contains("t")) continue;
+    const auto total = j["trained_tokens"].get<std::uint64_t>();
+    out.push_back(sim::StepEnd{j["t"].get<double>(), total >= before ? total - before : total});
+    before = total;
+  }
+  return out;
+}
+
+Row summarize(const std::string& label, const JobResult& r, double steady_trim) {
   Row row;
   row.mode = label;
   const json& a = r.actor;
@@ -48,6 +69,10 @@ Row summarize(const std::string& label, const JobResult& r) {
   row.dropped = a.value("dropped_stale", 0ull);
   row.mixed = a.value("mixed_version_consumed", 0ull);
   row.wall_s = a.value("wall_s", 0.0);
+  const sim::SteadyWindow w = sim::steady_window(read_step_ends(r.dir), steady_trim);
+  row.steady_tokens_per_s = w.tokens_per_s;
+  row.steady_from_s = w.from_s;
+  row.steady_to_s = w.to_s;
   double wall = 0, occupancy = 0, stall = 0, reprefill = 0;
   for (const auto& ro : r.manager.value("rollouts", json::array())) {
     const json& s = ro.value("stats", json::object());
@@ -232,7 +257,7 @@ int run_bench_e2e(const BenchE2eArgs& args, const std::vector<std::string>& envi
         std::fprintf(stderr, "sluice bench e2e: %s\n", r.status().to_string().c_str());
         return 1;
       }
-      by_mode[m].push_back(summarize(m, *r));
+      by_mode[m].push_back(summarize(m, *r, args.steady_trim));
     }
   }
   // Each mode's median round by tokens/s (the lower of the two middle ones for an even count).
@@ -265,7 +290,9 @@ int run_bench_e2e(const BenchE2eArgs& args, const std::vector<std::string>& envi
              {"repack_overhead_s", r.repack_overhead_s},
              {"trained_tokens", r.trained_tokens},
              {"dropped_stale", r.dropped},
-             {"wall_s", r.wall_s}};
+             {"wall_s", r.wall_s},
+             {"steady_tokens_per_s", r.steady_tokens_per_s},
+             {"steady_window_s", json::array({r.steady_from_s, r.steady_to_s})}};
       json f = json::object();
       for (const auto& [cause, frac] : r.free_slots)
         f[cause] = frac;
@@ -284,13 +311,13 @@ int run_bench_e2e(const BenchE2eArgs& args, const std::vector<std::string>& envi
     }
     return 0;
   }
-  std::printf("\n%-16s %10s %8s %8s %8s %7s %6s %7s %9s %7s %7s %8s\n", "mode", "tokens/s", "util",
-              "w-stall", "a-idle", "stale", "max", "repacks", "overhead", "dropped", "x sync",
+  std::printf("\n%-16s %10s %10s %8s %8s %8s %7s %6s %7s %9s %7s %7s %8s\n", "mode", "tokens/s",
+              "steady/s", "util", "w-stall", "a-idle", "stale", "max", "repacks", "overhead", "dropped", "x sync",
               "sluice/x");
   for (const auto& r : rows) {
     std::printf(
-        "%-16s %10.0f %7.1f%% %7.2f%% %7.1f%% %7.2f %6llu %7llu %8.2fs %7llu %7s %8s\n",
-        r.mode.c_str(), r.tokens_per_s, 100 * r.rollout_util, 100 * r.weight_stall_frac,
+        "%-16s %10.0f %10.0f %7.1f%% %7.2f%% %7.1f%% %7.2f %6llu %7llu %8.2fs %7llu %7s %8s\n",
+        r.mode.c_str(), r.tokens_per_s, r.steady_tokens_per_s, 100 * r.rollout_util, 100 * r.weight_stall_frac,
         100 * r.actor_idle_frac, r.staleness_mean, static_cast<unsigned long long>(r.staleness_max),
         static_cast<unsigned long long>(r.repacks), r.repack_overhead_s,
         static_cast<unsigned long long>(r.dropped),

@@ -20,6 +20,8 @@ struct BenchE2eArgs {
   // Also run each mode with the control plane in plain mode ("<mode>+plain"; the job's keys and
   // CURVE otherwise) and print authenticated / plain throughput per mode.
   bool compare_auth = false;
+  // Steady throughput leaves out this share of the trained batches at each end (0 .. 0.45).
+  double steady_trim = 0.1;
   bool json = false;
 };
 

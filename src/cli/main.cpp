@@ -163,8 +163,20 @@ int main(int argc, char** argv) {
   sluice::cli::SimulateArgs sa;
   auto* simulate_cmd = app.add_subcommand(
       "simulate", "a job in simulated time, every mode side by side (the real manager code)");
-  simulate_cmd->add_option("job", sa.job, "job file (JOB.json) with an optional simulate section")
-      ->required();
+  simulate_cmd->add_option("jobs", sa.jobs,
+                           "job file (JOB.json) with an optional simulate section; with --scale "
+                           "any number (default: examples/scale's three)");
+  simulate_cmd->add_flag("--scale", sa.scale,
+                         "every mode on each job, one table of sluice against every baseline");
+  simulate_cmd->add_flag("--validate", sa.validate,
+                         "simulate bench e2e's configurations and set them beside measured runs");
+  simulate_cmd->add_option("--measured", sa.measured,
+                           "--validate: bench e2e --json output of the one-host run (else run it)");
+  simulate_cmd->add_option(
+      "--measured-hosts", sa.measured_hosts,
+      "--validate: bench e2e --json output of the four-emulated-host run (else run it as root)");
+  simulate_cmd->add_flag("--update-only", sa.update_only,
+                         "print the weight-movement model's time for one update of JOB's model");
   simulate_cmd->add_option("--modes", sa.modes, "comma-separated modes")->capture_default_str();
   simulate_cmd->add_option("--set", sa.overrides, "override a job field: key=value");
   simulate_cmd->add_flag("--json", sa.json, "one JSON object per mode");

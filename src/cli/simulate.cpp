@@ -56,6 +56,7 @@ json to_json(const sim::ModeResult& r, const sim::ModeResult* sync, const sim::M
   const double all = r.gpus * r.wall_s;
   auto share = [&](double x) { return all > 0 ? x / all : 0.0; };
   o["steady_tokens_per_s"] = r.steady_tokens_per_s;
+  o["steady_window_s"] = json::array({r.steady_from_s, r.steady_to_s});
   o["gpus"] = r.gpus;
   o["gpu_time"] = json{{"generating", share(r.gpu.generating)},
                        {"loading", share(r.gpu.loading)},
@@ -76,15 +77,21 @@ json to_json(const sim::ModeResult& r, const sim::ModeResult* sync, const sim::M
 
 }  // namespace
 
-core::Result<sim::SimInput> load_simulation(const std::string& path,
-                                            const std::vector<std::string>& overrides) {
-  SLUICE_ASSIGN_OR_RETURN(core::config::Json doc, core::config::read_json_file(path));
-  for (const auto& o : overrides)
-    SLUICE_TRY(core::config::apply_override(doc, o));
-  SimulateJob sj;
-  SLUICE_TRY(core::config::parse(doc, sj).with_context(path));
-  SLUICE_TRY(settle_job(sj.job).with_context(path));
-  const JobConfig& j = sj.job;
+void print_job_line(const sim::SimInput& input) {
+  auto stats = rollout::length_stats(input.engine.lengths, input.engine.seed, 20000);
+  std::printf(
+      "simulated job: %u rollouts x %u GPUs (%u GPUs), %u sequences each, %llu prompts x %u "
+      "samples, batch %u, lengths p50 %llu p99 %llu max %llu, %.2f GB a version\n",
+      input.rollouts, input.sim.gpus_per_rollout, input.rollouts * input.sim.gpus_per_rollout,
+      input.engine.max_sequences, static_cast<unsigned long long>(input.manager.prompts),
+      input.manager.group_size, input.manager.batch_trajectories,
+      static_cast<unsigned long long>(stats.is_ok() ? stats->p50 : 0),
+      static_cast<unsigned long long>(stats.is_ok() ? stats->p99 : 0),
+      static_cast<unsigned long long>(stats.is_ok() ? stats->max : 0),
+      static_cast<double>(input.actor.weight_bytes) / 1e9);
+}
+
+sim::SimInput simulation_input(const JobConfig& j, const sim::SimulateConfig& simulate) {
   sim::SimInput in;
   in.manager = j.manager;
   in.engine = j.rollout.sim;
@@ -100,7 +107,19 @@ core::Result<sim::SimInput> load_simulation(const std::string& path,
   in.actor.train_ms_per_token = j.actor.train_ms_per_token;
   in.actor.weight_bytes = j.actor.weight_bytes;
   in.actor.chunk_bytes = j.actor.chunk_bytes;
-  in.sim = sj.simulate;
+  in.sim = simulate;
+  return in;
+}
+
+core::Result<sim::SimInput> load_simulation(const std::string& path,
+                                            const std::vector<std::string>& overrides) {
+  SLUICE_ASSIGN_OR_RETURN(core::config::Json doc, core::config::read_json_file(path));
+  for (const auto& o : overrides)
+    SLUICE_TRY(core::config::apply_override(doc, o));
+  SimulateJob sj;
+  SLUICE_TRY(core::config::parse(doc, sj).with_context(path));
+  SLUICE_TRY(settle_job(sj.job).with_context(path));
+  sim::SimInput in = simulation_input(sj.job, sj.simulate);
   if (in.manager.prompts == 0) {
     return core::invalid_argument(path +
                                   ": manager.prompts must be set: a simulation runs the "
@@ -109,58 +128,75 @@ core::Result<sim::SimInput> load_simulation(const std::string& path,
   return in;
 }
 
+core::Result<std::vector<std::string>> parse_sim_modes(const std::string& list) {
+  std::vector<std::string> modes = split_modes(list);
+  std::set<std::string> named;
+  for (const auto& m : modes) {
+    if (!named.insert(m).second) {
+      return core::invalid_argument(fmt::format("mode '{}' is named twice in --modes", m));
+    }
+    if (m != "sluice-norepack" && !rollout::parse_mode(m).is_ok()) {
+      return core::invalid_argument(
+          fmt::format("unknown mode '{}' (sync, one-step-off, stream, partial-rollout, sluice, "
+                      "sluice-norepack)",
+                      m));
+    }
+  }
+  return modes;
+}
+
+core::Result<std::vector<sim::ModeResult>> simulate_modes(const sim::SimInput& in,
+                                                          const std::vector<std::string>& modes,
+                                                          bool quiet) {
+  // The manager logs every publish and join at info: quiet unless the user asked for more.
+  if (core::log::level() == core::log::Level::kInfo) core::log::set_level(core::log::Level::kWarn);
+  std::vector<sim::ModeResult> rows;
+  for (const auto& m : modes) {
+    sim::Progress progress;
+    if (!quiet)
+      progress = [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); };
+    SLUICE_ASSIGN_OR_RETURN(sim::ModeResult r, sim::simulate_mode(in, m, progress));
+    if (!quiet) {
+      std::fprintf(stderr, "simulated %s: %.0f s of job in %.1f s (%llu events)\n", m.c_str(),
+                   r.wall_s, r.run_s, static_cast<unsigned long long>(r.events));
+    }
+    rows.push_back(std::move(r));
+  }
+  return rows;
+}
+
 int run_simulate(const SimulateArgs& args) {
-  auto in = load_simulation(args.job, args.overrides);
+  if (args.scale) return run_simulate_scale(args);
+  if (args.validate) return run_simulate_validate(args);
+  if (args.update_only) return run_simulate_update(args);
+  if (args.jobs.size() != 1) {
+    std::fprintf(stderr, "sluice simulate: give one job file (several only with --scale)\n");
+    return 2;
+  }
+  auto in = load_simulation(args.jobs[0], args.overrides);
   if (!in.is_ok()) {
     std::fprintf(stderr, "sluice simulate: %s\n", in.status().to_string().c_str());
     return 2;
   }
-  std::vector<std::string> modes = split_modes(args.modes);
-  std::set<std::string> named;
-  for (const auto& m : modes) {
-    if (!named.insert(m).second) {
-      std::fprintf(stderr, "sluice simulate: mode '%s' is named twice in --modes\n", m.c_str());
-      return 2;
-    }
-    if (m != "sluice-norepack" && !rollout::parse_mode(m).is_ok()) {
-      std::fprintf(stderr,
-                   "sluice simulate: unknown mode '%s' (sync, one-step-off, stream, "
-                   "partial-rollout, sluice, sluice-norepack)\n",
-                   m.c_str());
-      return 2;
-    }
+  auto modes = parse_sim_modes(args.modes);
+  if (!modes.is_ok()) {
+    std::fprintf(stderr, "sluice simulate: %s\n", modes.status().to_string().c_str());
+    return 2;
   }
-  // The manager logs every publish and join at info: quiet unless the user asked for more.
   if (core::log::level() == core::log::Level::kInfo) core::log::set_level(core::log::Level::kWarn);
   const sim::SimInput& input = *in;
   if (!args.json) {
-    auto stats = rollout::length_stats(input.engine.lengths, input.engine.seed, 20000);
-    std::printf(
-        "simulated job: %u rollouts x %u GPUs (%u GPUs), %u sequences each, %llu prompts x %u "
-        "samples, batch %u, lengths p50 %llu p99 %llu max %llu, %.2f GB a version\n",
-        input.rollouts, input.sim.gpus_per_rollout, input.rollouts * input.sim.gpus_per_rollout,
-        input.engine.max_sequences, static_cast<unsigned long long>(input.manager.prompts),
-        input.manager.group_size, input.manager.batch_trajectories,
-        static_cast<unsigned long long>(stats.is_ok() ? stats->p50 : 0),
-        static_cast<unsigned long long>(stats.is_ok() ? stats->p99 : 0),
-        static_cast<unsigned long long>(stats.is_ok() ? stats->max : 0),
-        static_cast<double>(input.actor.weight_bytes) / 1e9);
+    print_job_line(input);
+    for (const auto& note : input.sim.notes)
+      std::printf("  assumption: %s\n", note.c_str());
     std::fflush(stdout);
   }
-  std::vector<sim::ModeResult> rows;
-  for (const auto& m : modes) {
-    auto r = sim::simulate_mode(
-        input, m, [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); });
-    if (!r.is_ok()) {
-      std::fprintf(stderr, "sluice simulate: %s\n", r.status().to_string().c_str());
-      return 1;
-    }
-    if (!args.json) {
-      std::fprintf(stderr, "simulated %s: %.0f s of job in %.1f s (%llu events)\n", m.c_str(),
-                   r->wall_s, r->run_s, static_cast<unsigned long long>(r->events));
-    }
-    rows.push_back(std::move(r).value());
+  auto ran = simulate_modes(input, *modes, args.json);
+  if (!ran.is_ok()) {
+    std::fprintf(stderr, "sluice simulate: %s\n", ran.status().to_string().c_str());
+    return 1;
   }
+  std::vector<sim::ModeResult> rows = std::move(ran).value();
   auto find = [&](const std::string& m) -> const sim::ModeResult* {
     for (const auto& r : rows) {
       if (r.label == m) return &r;

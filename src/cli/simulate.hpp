@@ -8,11 +8,19 @@
 #include "cli/job.hpp"
 #include "core/status.hpp"
 #include "sim/config.hpp"
+#include "sim/simulator.hpp"
 
 namespace sluice::cli {
 
 struct SimulateArgs {
-  std::string job;  // JOB.json: a job file with an optional `simulate` section
+  // JOB.json files with an optional `simulate` section: exactly one, except with --scale (any
+  // number; none: kScaleJobs) and --validate (none: it builds bench e2e's workloads).
+  std::vector<std::string> jobs;
+  bool scale = false;        // every mode on each job, one table of ratios (simulate_scale.cpp)
+  bool validate = false;     // bench e2e's configurations, simulated against measured
+  std::string measured;      // --validate: bench e2e --json lines of the one-host run
+  std::string measured_hosts;  // --validate: ... of the four-emulated-host run
+  bool update_only = false;  // the weight-movement model's time for one update, nothing else
   std::string modes = "sync,one-step-off,stream,partial-rollout,sluice,sluice-norepack";
   std::vector<std::string> overrides;  // --set key=value on the job
   bool json = false;
@@ -31,10 +39,30 @@ struct SimulateJob {
   }
 };
 
+// The Laminar-like setups `--scale` runs when given no job files (examples/scale/README.md).
+inline const std::vector<std::string> kScaleJobs = {"examples/scale/laminar_7b_64gpu.json",
+                                                    "examples/scale/laminar_32b_256gpu.json",
+                                                    "examples/scale/laminar_72b_1024gpu.json"};
+
 // Reads JOB.json (with overrides) into the simulator's input.
 core::Result<sim::SimInput> load_simulation(const std::string& path,
                                             const std::vector<std::string>& overrides);
+// The simulator's input for a settled job and a simulate section.
+sim::SimInput simulation_input(const JobConfig& job, const sim::SimulateConfig& simulate);
+// Parses a comma-separated mode list, checking each name (errors name the offending mode).
+core::Result<std::vector<std::string>> parse_sim_modes(const std::string& modes);
+// Every mode of `modes` on `in`, in order (progress lines to stderr unless `quiet`).
+core::Result<std::vector<sim::ModeResult>> simulate_modes(const sim::SimInput& in,
+                                                          const std::vector<std::string>& modes,
+                                                          bool quiet);
+
+// One line describing the simulated job (rollouts, GPUs, prompts, lengths, version size).
+void print_job_line(const sim::SimInput& input);
 
 int run_simulate(const SimulateArgs& args);
+// simulate_scale.cpp: --scale, --validate, --update-only.
+int run_simulate_scale(const SimulateArgs& args);
+int run_simulate_validate(const SimulateArgs& args);
+int run_simulate_update(const SimulateArgs& args);
 
 }  // namespace sluice::cli

@@ -10,7 +10,7 @@ cd "$work"
 "$sluice" --log-level warn bench e2e --modes sync,sluice --rounds 2 --prompts 32 --rollouts 4 \
   --json >out.jsonl
 python3 - out.jsonl <<'PY'
-import json, sys
+import json, math, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 assert [r["mode"] for r in rows] == ["sync", "sluice"], rows
 for r in rows:
@@ -18,6 +18,10 @@ for r in rows:
     assert len(each) == 2 and all(x > 0 for x in each), r
     assert r["tokens_per_s"] == min(each), r
     assert r["trained_tokens"] > 0, r
+    # Steady throughput from the actor's steps: present, finite, its window within the job.
+    lo, hi = r["steady_window_s"]
+    assert math.isfinite(r["steady_tokens_per_s"]) and r["steady_tokens_per_s"] > 0, r
+    assert 0 <= lo < hi <= r["wall_s"] + 1.0, r
 sync, sl = rows
 assert abs(sl["ratio_to_sync"] - sl["tokens_per_s"] / sync["tokens_per_s"]) < 1e-9, rows
 print("ok: 2 modes x 2 rounds, each row its median round")

@@ -14,6 +14,11 @@ for k in ("tokens_per_s", "rollout_util", "weight_stall_frac", "actor_idle_frac"
           "steady_tokens_per_s", "gpu_time", "free_slots", "ratio_to_sync", "sluice_ratio"):
     assert k in r, "missing key " + k
 assert r["trained_twice"] == 0, r
+# Steady throughput: present, finite, over a window inside the job and shorter than it.
+import math
+lo, hi = r["steady_window_s"]
+assert math.isfinite(r["steady_tokens_per_s"]) and r["steady_tokens_per_s"] > 0, r
+assert 0 <= lo < hi <= r["wall_s"] and hi - lo < r["wall_s"], r
 assert r["trained_trajectories"] + r["dropped_stale"] == r["trajectories"], r
 '
 done

@@ -1,0 +1,41 @@
+#!/bin/sh
+# sluice simulate --scale / --validate / --update-only: the scale configurations parse and run to
+# the end (1024 GPUs included), --validate with measured files prints every mode of both
+# configurations, and the update model prints a finite time. Figures are not asserted.
+# Usage: simulate_scale.sh SLUICE SOURCE_DIR
+set -eu
+sluice=$1
+src=$2
+cd "$src"
+# Fewer prompts than the files' (two batches at 1024 GPUs, four below) to keep the test short.
+out=$("$sluice" simulate --scale --json --modes sync,partial-rollout,sluice --set manager.prompts=1536)
+printf '%s\n' "$out" | python3 -c '
+import json, math, sys
+rows = [json.loads(l) for l in sys.stdin if l.startswith("{")]
+setups = {r["setup"]: r["cluster_gpus"] for r in rows}
+assert sorted(setups.values()) == [64, 256, 1024], setups
+for r in rows:
+    assert r["mode"] in ("sync", "partial-rollout", "sluice"), r
+    assert r["tokens_per_s"] > 0 and math.isfinite(r["steady_tokens_per_s"]), r
+    assert r["steady_tokens_per_s"] > 0, r
+    assert "sluice_ratio" in r, r
+assert len(rows) == 9, len(rows)
+'
+fixture=tests/cli/data/bench_e2e_measured.jsonl
+table=$("$sluice" simulate --validate --measured "$fixture" --measured-hosts "$fixture")
+for scenario in "one host" "four emulated hosts"; do
+  printf '%s\n' "$table" | grep -q "== $scenario: simulated against measured" ||
+    { echo "no table for $scenario"; printf '%s\n' "$table"; exit 1; }
+done
+for m in sync one-step-off stream partial-rollout sluice sluice-norepack; do
+  n=$(printf '%s\n' "$table" | grep -c "^$m ") || true
+  [ "$n" -eq 2 ] || { echo "mode $m: $n rows, not 2"; printf '%s\n' "$table"; exit 1; }
+done
+printf '%s\n' "$table" | grep -q "largest throughput difference" || { echo "no summary"; exit 1; }
+"$sluice" simulate --update-only --json examples/scale/1t_update.json | python3 -c '
+import json, math, sys
+r = json.loads(sys.stdin.read())
+assert r["bytes"] == 2000000000000 and r["inference_gpus"] == 128 and r["trainer_gpus"] == 256, r
+assert math.isfinite(r["update_s"]) and r["update_s"] > 0, r
+'
+echo "ok: scale, validate, update-only"
