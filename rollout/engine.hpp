@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -26,8 +27,19 @@ struct Capacity {
   std::uint64_t max_kv_tokens = 65536;  // KV-cache budget: sum over sequences of prompt + generated
 };
 
+// A sequence's KV cache as it moves with the sequence (Engine::export_sequence_with_kv), so the
+// destination continues without re-prefilling: the keys and values of its first `positions`
+// tokens (prompt + generated but the last, which the next decode step feeds), computed by weights
+// `version`. Only an engine of the same model shape holding that same version may import it.
+struct KvState {
+  std::uint64_t version = 0;
+  std::uint32_t layers = 0, width = 0, positions = 0;
+  std::vector<float> keys, values;  // [layers][positions][width] each
+  std::uint64_t bytes() const { return (keys.size() + values.size()) * sizeof(float); }
+};
+
 // Everything needed to continue one sequence elsewhere: the destination rebuilds its KV cache by
-// re-prefilling prompt + generated. Travels as JSON.
+// re-prefilling prompt + generated, or imports `kv` when it came with one. Travels as JSON.
 struct SequenceState {
   std::string trajectory_id;
   std::string prompt_id;
@@ -37,6 +49,7 @@ struct SequenceState {
   std::vector<std::uint64_t> versions;  // versions that generated tokens so far, in order
   std::uint64_t max_new_tokens = 0;     // the sequence stops at this many generated tokens
   std::uint64_t rng_state = 0;          // sampling state, so a migrated sequence continues alike
+  std::optional<KvState> kv;            // its KV cache, when moved with it (absent: re-prefill)
   std::uint64_t kv_tokens() const { return prompt_tokens.size() + generated.size(); }
 
   nlohmann::json to_json() const;
@@ -90,6 +103,11 @@ class Engine {
   virtual StepResult step() = 0;
   // Removes a sequence and returns its state, for migration.
   virtual core::Result<SequenceState> export_sequence(const std::string& trajectory_id) = 0;
+  // Like export_sequence, with the sequence's KV cache attached (SequenceState::kv) when the
+  // engine keeps one and it is current; engines without a KV cache export without it.
+  virtual core::Result<SequenceState> export_sequence_with_kv(const std::string& trajectory_id) {
+    return export_sequence(trajectory_id);
+  }
   // Removes every active sequence and returns their states (a rollout that gives its work back).
   virtual std::vector<SequenceState> export_all() = 0;
 

@@ -50,6 +50,7 @@ core::Status ManagerConfig::validate() const {
   if (ramp_down_occupancy < 0 || ramp_down_occupancy > 1) {
     return core::invalid_argument("ramp_down_occupancy must be in [0, 1]");
   }
+  SLUICE_TRY(repack_cost.validate());
   return {};
 }
 

@@ -43,6 +43,7 @@
 #include "core/security.hpp"
 #include "core/status.hpp"
 #include "rl/task.hpp"
+#include "rollout/repack.hpp"
 
 namespace sluice::rollout {
 
@@ -61,6 +62,8 @@ struct ManagerConfig {
   std::uint64_t repack_interval_ms = 200;
   double ramp_down_occupancy = 0.75;  // measured: 2.54x sync against 2.46x with 0.5 (bench e2e)
   double kv_headroom = 0.1;
+  // Repack's cost model (rollout/repack.hpp): a source is emptied only when the move pays.
+  RepackCost repack_cost;
   std::uint32_t prefetch = 4;  // trajectories queued at a rollout beyond what it can run now
   // Sluice mode: a rollout still pulling the newest version takes new work on its own only while
   // it is at most this many versions behind.
@@ -105,6 +108,8 @@ struct ManagerConfig {
       "occupancy at or below which a rollout with no "
       "queued work is in ramp-down");
     v("kv_headroom", kv_headroom, "KV room kept free on repack destinations (fraction)");
+    v("repack_cost", repack_cost,
+      "repack moves only what pays: decode and prefill timing, KV transfer, length model");
     v("prefetch", prefetch, "trajectories queued at a rollout beyond its free slots");
     v("abandon_stale", abandon_stale,
       "stop trajectories the actor would drop as too stale, and the rest of their groups");

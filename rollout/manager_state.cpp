@@ -362,10 +362,21 @@ void ManagerState::plan_repack() {
     if (takes_work(r)) v.queued += 1;
     v.previous_active = r.previous_active;
     v.sequences = r.active;
+    // The cost model's age of each sequence: tokens generated, KV tokens less its prompt.
+    for (auto& s : v.sequences) {
+      auto t = trajs_.find(s.trajectory_id);
+      const std::uint64_t prompt = t != trajs_.end() && !t->second.initial.prompt_tokens.empty()
+                                       ? t->second.initial.prompt_tokens.size()
+                                       : cfg_.prompt_tokens;
+      s.generated = s.kv_tokens > prompt ? s.kv_tokens - prompt : 0;
+    }
+    // Emptied, it gains something only by loading a newer version and taking work.
+    v.freed_has_work = r.version < latest_ && (!pending_.empty() || !all_released());
     fleet.push_back(std::move(v));
   }
-  RepackPlan plan =
-      rollout::plan_repack(fleet, RepackPolicy{cfg_.ramp_down_occupancy, cfg_.kv_headroom});
+  RepackPlan plan = rollout::plan_repack(
+      fleet, RepackPolicy{cfg_.ramp_down_occupancy, cfg_.kv_headroom, cfg_.repack_cost});
+  counts_.repack_declined += plan.declined;
   if (plan.moves.empty()) return;
   ++counts_.repack_plans;
   for (const auto& m : plan.moves) {
@@ -376,7 +387,7 @@ void ManagerState::plan_repack() {
       continue;
     }
     src.to_export.push_back(m.trajectory_id);
-    moves_[m.trajectory_id] = Move{m.from, m.to, src.version};
+    moves_[m.trajectory_id] = Move{m.from, m.to, src.version, m.with_kv};
     auto& t = trajs_[m.trajectory_id];
     t.state = TrajState::kMoving;
     t.rollout = m.from;

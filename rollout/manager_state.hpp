@@ -60,6 +60,7 @@ struct ManagerCounts {
   std::uint64_t resumed = 0;       // partial states resumed on a rollout of their version
   std::uint64_t dead = 0;          // rollouts declared dead (missed heartbeats)
   std::uint64_t repack_plans = 0, repack_moves = 0, moved_kv_tokens = 0;
+  std::uint64_t repack_declined = 0;  // sources that fit elsewhere but whose move did not pay
   std::uint64_t cross_version = 0;  // repack moves between versions: the planner must never
   std::uint64_t move_failures = 0;
   std::uint64_t returned = 0;   // queued trajectories handed back unstarted by draining rollouts
@@ -158,6 +159,7 @@ class ManagerState {
   struct Move {
     std::string from, to;
     std::uint64_t version = 0;
+    bool with_kv = false;  // its KV cache moves with it (cheaper than re-prefill)
   };
   // A finished trajectory the actor has not acknowledged (durable).
   struct Held {

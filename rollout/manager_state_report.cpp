@@ -329,6 +329,10 @@ void ManagerState::reply_work(Rollout& r, ReportReply& reply) {
   for (const auto& item : assign)
     r.awaiting[item.trajectory_id] = {item, r.reports};
   reply.unqueue = hands_back_queued(mode_, r.versions(), latest_, !r.queued.empty());
+  for (const auto& id : r.to_export) {
+    auto mv = moves_.find(id);
+    if (mv != moves_.end() && mv->second.with_kv) reply.export_kv.push_back(id);
+  }
   reply.export_ids = std::move(r.to_export);
   r.to_export.clear();
   reply.abandon = std::move(r.to_abandon);

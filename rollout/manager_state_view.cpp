@@ -84,6 +84,7 @@ json ManagerState::status_fields(Clock::time_point now) const {
               {"dead_rollouts", c.dead},
               {"repack_plans", c.repack_plans},
               {"repack_moves", c.repack_moves},
+              {"repack_declined", c.repack_declined},
               {"moved_kv_tokens", c.moved_kv_tokens},
               {"move_failures", c.move_failures},
               {"returned", c.returned},

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <span>
 
 #include "core/checksum.hpp"
@@ -148,6 +149,7 @@ core::Status ModelEngine::admit(SequenceState seq) {
                               std::to_string(capacity_.max_kv_tokens - kv_used_) + " of " +
                               std::to_string(capacity_.max_kv_tokens) + " free");
   }
+  if (seq.kv) SLUICE_TRY(check_kv(seq));
   if (seq.generated.empty() && seq.rng_state == 0) seq.rng_state = initial_rng_state(id);
   if (seq.versions.empty() || seq.versions.back() != version_) seq.versions.push_back(version_);
   // Room for every token the sequence may still generate, so appending never reallocates.
@@ -156,11 +158,44 @@ core::Status ModelEngine::admit(SequenceState seq) {
   seq.generated.reserve(static_cast<std::size_t>(room));
   seq.logprobs.reserve(static_cast<std::size_t>(room));
   Active a;
-  a.state = std::move(seq);
   a.cache = take_cache();
   a.needs_prefill = true;
+  if (seq.kv) {
+    const KvState& c = *seq.kv;
+    SLUICE_TRY(a.cache.import_rows(static_cast<std::int32_t>(c.layers),
+                                   static_cast<std::int32_t>(c.width),
+                                   static_cast<std::int32_t>(c.positions), c.keys, c.values));
+    a.needs_prefill = false;
+    seq.kv.reset();  // the cache holds it now
+  }
+  a.state = std::move(seq);
   kv_used_ += kv;
   seqs_.push_back(std::move(a));
+  return {};
+}
+
+// A KV cache that came with a migrated sequence: computed by the weights loaded here, of this
+// model's shape, holding prompt + generated but the last token (which the next decode feeds).
+core::Status ModelEngine::check_kv(const SequenceState& s) const {
+  const KvState& kv = *s.kv;
+  const std::string& id = s.trajectory_id;
+  if (kv.version != version_) {
+    return core::failed_precondition("model engine: sequence " + id + " comes with a KV cache of "
+                                     "version " + std::to_string(kv.version) +
+                                     ", but version " + std::to_string(version_) +
+                                     " is loaded here: keys and values of other weights");
+  }
+  if (kv.layers != static_cast<std::uint32_t>(config_.gpt.n_layer) ||
+      kv.width != static_cast<std::uint32_t>(config_.gpt.d_model)) {
+    return core::invalid_argument("model engine: sequence " + id + " comes with a KV cache of " +
+                                  std::to_string(kv.layers) + " layers x " +
+                                  std::to_string(kv.width) + ", not this model's shape");
+  }
+  if (s.generated.empty() || kv.positions + 1 != s.kv_tokens()) {
+    return core::invalid_argument("model engine: sequence " + id + " comes with a KV cache of " +
+                                  std::to_string(kv.positions) + " positions for " +
+                                  std::to_string(s.kv_tokens()) + " tokens");
+  }
   return {};
 }
 
@@ -274,6 +309,27 @@ StepResult ModelEngine::step() {
 core::Result<SequenceState> ModelEngine::export_sequence(const std::string& trajectory_id) {
   return take_sequence(seqs_, trajectory_id, kv_used_, "model engine",
                        [&](Active& a) { free_caches_.push_back(std::move(a.cache)); });
+}
+
+core::Result<SequenceState> ModelEngine::export_sequence_with_kv(
+    const std::string& trajectory_id) {
+  std::optional<KvState> kv;
+  for (const auto& a : seqs_) {
+    if (a.state.trajectory_id != trajectory_id) continue;
+    // Current only once it sampled from its own prefill or decode: the cache then holds prompt +
+    // generated but the last token.
+    if (a.needs_prefill || a.state.generated.empty()) break;
+    kv.emplace();
+    kv->version = version_;
+    kv->layers = static_cast<std::uint32_t>(a.cache.layers());
+    kv->width = static_cast<std::uint32_t>(a.cache.width());
+    kv->positions = static_cast<std::uint32_t>(a.cache.length());
+    a.cache.export_rows(kv->keys, kv->values);
+    break;
+  }
+  SLUICE_ASSIGN_OR_RETURN(SequenceState s, export_sequence(trajectory_id));
+  s.kv = std::move(kv);
+  return s;
 }
 
 std::vector<SequenceState> ModelEngine::export_all() {

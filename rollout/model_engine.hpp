@@ -12,6 +12,11 @@
 //   exactly as it would have here. A new sequence with rng_state 0 gets one derived from its id.
 // - A sequence finishes when it samples end-of-sequence, reaches max_new_tokens, or when prompt +
 //   generated fills the model's context; step() returns it and frees its slot.
+// - A migrated sequence that comes with its KV cache (SequenceState::kv, from
+//   export_sequence_with_kv) is not re-prefilled: its cache is imported as it was, and its next
+//   token comes from the next batched decode, exactly as on the engine it left. admit() refuses
+//   such a cache (kFailedPrecondition) unless it was computed by the version loaded here, and
+//   (kInvalidArgument) unless it fits the model's shape and holds prompt + generated but the last.
 // - `versions` gets the loaded version appended when it differs from its last entry, on admission
 //   and on every token.
 // - load_weights() replaces the weights (Gpt::load, size checked against the model's layout). It
@@ -93,6 +98,10 @@ class ModelEngine final : public Engine {
   StepResult step() override;
   // kNotFound when the id is not active here.
   core::Result<SequenceState> export_sequence(const std::string& trajectory_id) override;
+  // With its KV cache (SequenceState::kv) when the cache is current: the sequence sampled a token
+  // since its last prefill. Otherwise (admitted but not stepped yet, or waiting for a recompute
+  // after a weight load) exported without it: the destination re-prefills.
+  core::Result<SequenceState> export_sequence_with_kv(const std::string& trajectory_id) override;
   std::vector<SequenceState> export_all() override;
 
   std::uint32_t active() const override { return static_cast<std::uint32_t>(seqs_.size()); }
@@ -113,6 +122,7 @@ class ModelEngine final : public Engine {
   ModelEngine(ModelEngineConfig config, std::unique_ptr<model::Gpt> model);
 
   bool done(const SequenceState& s) const;
+  core::Status check_kv(const SequenceState& s) const;
   model::KvCache take_cache();
   // Samples from `logits` for `a` and appends the token; false (logged) when sampling failed.
   bool append_sample(Active& a, std::span<const float> logits);

@@ -247,17 +247,19 @@ core::Result<ReportRequest> decode_report(const json& body, const DecodeLimits& 
 
 core::Message encode(const ReportReply& m) {
   if (m.rejoin) return core::Message("mgr.report", json{{"rejoin", true}});
-  return core::Message("mgr.report", json{{"import", to_json_list(m.import)},
-                                          {"assign", to_json_list(m.assign)},
-                                          {"unqueue", m.unqueue},
-                                          {"export", m.export_ids},
-                                          {"abandon", m.abandon},
-                                          {"abandon_before", m.abandon_before},
-                                          {"load", m.load},
-                                          {"allow_active", m.allow_active},
-                                          {"state", m.state},
-                                          {"done", m.done},
-                                          {"latest", m.latest}});
+  json body{{"import", to_json_list(m.import)},
+            {"assign", to_json_list(m.assign)},
+            {"unqueue", m.unqueue},
+            {"export", m.export_ids},
+            {"abandon", m.abandon},
+            {"abandon_before", m.abandon_before},
+            {"load", m.load},
+            {"allow_active", m.allow_active},
+            {"state", m.state},
+            {"done", m.done},
+            {"latest", m.latest}};
+  if (!m.export_kv.empty()) body["export_kv"] = m.export_kv;
+  return core::Message("mgr.report", std::move(body));
 }
 
 core::Result<ReportReply> decode_report_reply(const json& body, const DecodeLimits& lim) {
@@ -270,6 +272,7 @@ core::Result<ReportReply> decode_report_reply(const json& body, const DecodeLimi
   SLUICE_ASSIGN_OR_RETURN(m.assign, f.sequences("assign"));
   SLUICE_ASSIGN_OR_RETURN(m.unqueue, f.boolean("unqueue", false));
   SLUICE_ASSIGN_OR_RETURN(m.export_ids, f.trajectory_ids("export", false));
+  SLUICE_ASSIGN_OR_RETURN(m.export_kv, f.trajectory_ids("export_kv", false));
   SLUICE_ASSIGN_OR_RETURN(m.abandon, f.trajectory_ids("abandon", false));
   SLUICE_ASSIGN_OR_RETURN(m.abandon_before, f.u64("abandon_before", 0));
   SLUICE_ASSIGN_OR_RETURN(m.load, f.u64("load", 0));

@@ -72,6 +72,9 @@ struct ReportReply {
   std::vector<SequenceState> assign;
   bool unqueue = false;
   std::vector<std::string> export_ids;
+  // Of export_ids, those whose KV cache moves with them (the planner found it cheaper than a
+  // re-prefill at the destination); an engine without one exports them without. Absent: none.
+  std::vector<std::string> export_kv;
   std::vector<std::string> abandon;
   std::uint64_t abandon_before = 0;
   std::uint64_t load = 0;

@@ -113,7 +113,7 @@ struct RolloutWorker::Impl {
   Clock::time_point started = Clock::now();
   double gen_s = 0, load_s = 0, barrier_s = 0, idle_s = 0, occupancy_s = 0, reprefill_s = 0;
   std::uint64_t tokens = 0, steps = 0, loads = 0, imported = 0, exported_count = 0;
-  std::uint64_t reprefill_tokens = 0, pulled_bytes = 0, pulled_same_host_bytes = 0;
+  std::uint64_t reprefill_tokens = 0, kv_imported = 0, pulled_bytes = 0, pulled_same_host_bytes = 0;
   std::uint64_t checksum_failures = 0;  // chunks that failed verification (each read again)
   // Versions the store acknowledged this rollout as a holder of (it served them to peers).
   std::uint64_t served_versions = 0, last_served = 0;
@@ -138,6 +138,7 @@ struct RolloutWorker::Impl {
                 {"imported", imported},
                 {"exported", exported_count},
                 {"reprefill_tokens", reprefill_tokens},
+                {"kv_imported", kv_imported},
                 {"reprefill_s", reprefill_s},
                 {"pulled_bytes", pulled_bytes},
                 {"checksum_failures", checksum_failures},
@@ -230,7 +231,8 @@ struct RolloutWorker::Impl {
       abandon(e);
     abandon_stale();
     for (const auto& e : r.export_ids) {
-      auto s = engine->export_sequence(e);
+      const bool with_kv = std::find(r.export_kv.begin(), r.export_kv.end(), e) != r.export_kv.end();
+      auto s = with_kv ? engine->export_sequence_with_kv(e) : engine->export_sequence(e);
       if (s.is_ok()) {
         ++exported_count;
         exported.push_back(std::move(s).value());
@@ -241,11 +243,14 @@ struct RolloutWorker::Impl {
       // A migrated sequence continues only on the version that generated it.
       if (v != engine->version() || !engine->can_admit(s.kv_tokens())) {
         if (v != engine->version()) ++refused_version;
+        s.kv.reset();  // wherever it goes next, it is re-prefilled
         refused.push_back(std::move(s));
         continue;
       }
       std::uint64_t kv = s.kv_tokens();
-      bool migrated = !s.generated.empty();
+      // A sequence that brought its KV cache is not re-prefilled.
+      bool migrated = !s.generated.empty() && !s.kv;
+      if (s.kv) ++kv_imported;
       auto st = engine->admit(std::move(s));
       if (!st.is_ok()) return st.with_context("import");
       if (migrated) {

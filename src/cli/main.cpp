@@ -180,6 +180,10 @@ int main(int argc, char** argv) {
   simulate_cmd->add_option("--modes", sa.modes, "comma-separated modes")->capture_default_str();
   simulate_cmd->add_option("--set", sa.overrides, "override a job field: key=value");
   simulate_cmd->add_flag("--json", sa.json, "one JSON object per mode");
+  simulate_cmd->add_flag("--repack-bench", sa.repack_bench,
+                         "repack on against off on several length distributions");
+  simulate_cmd->add_option("--lengths", sa.lengths,
+                           "--repack-bench: also a length file (one length per line)");
 
   auto* bench_cmd = app.add_subcommand("bench", "measure and print side-by-side tables");
   bench_cmd->require_subcommand(1);

@@ -165,6 +165,82 @@ core::Result<std::vector<sim::ModeResult>> simulate_modes(const sim::SimInput& i
   return rows;
 }
 
+namespace {
+
+// Repack on against off, one length distribution per row.
+int run_repack_bench(const SimulateArgs& args, const sim::SimInput& base) {
+  struct Dist {
+    std::string name;
+    rollout::LengthConfig lengths;
+  };
+  std::vector<Dist> dists;
+  const rollout::LengthConfig& job = base.engine.lengths;
+  dists.push_back({job.kind == "file"
+                       ? "job: file " + job.file
+                       : fmt::format("job: lognormal p50 {:g} p99 {:g}", job.median, job.p99),
+                   job});
+  for (double k : {5.0, 10.0, 20.0}) {
+    rollout::LengthConfig l = job;
+    l.kind = "lognormal";
+    l.file.clear();
+    l.median = job.kind == "lognormal" ? job.median : 64.0;
+    l.p99 = k * l.median;
+    dists.push_back({fmt::format("lognormal p50 {:g} p99 {:g} (x{:g})", l.median, l.p99, k), l});
+  }
+  for (const auto& f : args.lengths) {
+    rollout::LengthConfig l = job;
+    l.kind = "file";
+    l.file = f;
+    dists.push_back({"file " + f, l});
+  }
+  if (!args.json) {
+    std::printf("%-40s %12s %12s %8s %8s %8s\n", "lengths", "repack on", "repack off", "on/off",
+                "moves", "p99/p50");
+  }
+  bool failed = false;
+  for (const auto& d : dists) {
+    sim::SimInput in = base;
+    in.engine.lengths = d.lengths;
+    auto stats = rollout::length_stats(d.lengths, in.engine.seed, 20000);
+    if (!stats.is_ok()) {
+      std::fprintf(stderr, "sluice simulate: %s: %s\n", d.name.c_str(),
+                   stats.status().to_string().c_str());
+      return 2;
+    }
+    auto on = sim::simulate_mode(in, "sluice", [](const std::string&) {});
+    auto off = sim::simulate_mode(in, "sluice-norepack", [](const std::string&) {});
+    if (!on.is_ok() || !off.is_ok()) {
+      std::fprintf(stderr, "sluice simulate: %s: %s\n", d.name.c_str(),
+                   (on.is_ok() ? off.status() : on.status()).to_string().c_str());
+      failed = true;
+      continue;
+    }
+    const double r = ratio(on->tokens_per_s, off->tokens_per_s);
+    const double spread =
+        stats->p50 > 0 ? static_cast<double>(stats->p99) / static_cast<double>(stats->p50) : 0.0;
+    if (args.json) {
+      std::printf("%s\n",
+                  json{{"lengths", d.name},
+                       {"repack_on_tokens_per_s", on->tokens_per_s},
+                       {"repack_off_tokens_per_s", off->tokens_per_s},
+                       {"on_off", r},
+                       {"steady_on_off", ratio(on->steady_tokens_per_s, off->steady_tokens_per_s)},
+                       {"repacks", on->repacks},
+                       {"p50", stats->p50},
+                       {"p99", stats->p99}}
+                      .dump()
+                      .c_str());
+    } else {
+      std::printf("%-40s %12.0f %12.0f %7.3fx %8llu %8.1f\n", d.name.c_str(), on->tokens_per_s,
+                  off->tokens_per_s, r, static_cast<unsigned long long>(on->repacks), spread);
+    }
+    std::fflush(stdout);
+  }
+  return failed ? 1 : 0;
+}
+
+}  // namespace
+
 int run_simulate(const SimulateArgs& args) {
   if (args.scale) return run_simulate_scale(args);
   if (args.validate) return run_simulate_validate(args);
@@ -177,6 +253,12 @@ int run_simulate(const SimulateArgs& args) {
   if (!in.is_ok()) {
     std::fprintf(stderr, "sluice simulate: %s\n", in.status().to_string().c_str());
     return 2;
+  }
+  if (args.repack_bench) {
+    if (core::log::level() == core::log::Level::kInfo) {
+      core::log::set_level(core::log::Level::kWarn);
+    }
+    return run_repack_bench(args, *in);
   }
   auto modes = parse_sim_modes(args.modes);
   if (!modes.is_ok()) {

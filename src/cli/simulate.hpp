@@ -24,6 +24,11 @@ struct SimulateArgs {
   std::string modes = "sync,one-step-off,stream,partial-rollout,sluice,sluice-norepack";
   std::vector<std::string> overrides;  // --set key=value on the job
   bool json = false;
+  // --repack-bench: sluice against sluice-norepack on the job's length distribution, on
+  // lognormals with p99/median 5, 10 and 20 (the job's median), and on each length file in
+  // `lengths`; prints the on/off ratio per distribution.
+  bool repack_bench = false;
+  std::vector<std::string> lengths;
 };
 
 // A job file for the simulator: the job's own keys and `simulate`. Unknown keys anywhere are

@@ -68,6 +68,16 @@ class KvCache {
   void clear() { length_ = 0; }
   // Memory held, for KV-footprint accounting.
   std::size_t bytes() const { return (k_.size() + v_.size()) * sizeof(float); }
+  std::int32_t layers() const { return n_layer_; }
+  std::int32_t width() const { return d_model_; }
+  // The keys and values of positions [0, length()), each as [layers][length][width]: what moves
+  // with a sequence to another engine (bit for bit what this cache holds).
+  void export_rows(std::vector<float>& keys, std::vector<float>& values) const;
+  // Replaces what the cache holds with `length` positions exported from a cache of the same
+  // model shape. kInvalidArgument (the cache unchanged) when the shape, the length or the sizes
+  // do not match.
+  core::Status import_rows(std::int32_t layers, std::int32_t width, std::int32_t length,
+                           std::span<const float> keys, std::span<const float> values);
 
  private:
   friend class Gpt;

@@ -34,6 +34,46 @@ KvCache Gpt::make_cache() const {
   return c;
 }
 
+void KvCache::export_rows(std::vector<float>& keys, std::vector<float>& values) const {
+  const std::size_t row = static_cast<std::size_t>(d_model_);
+  const std::size_t used = static_cast<std::size_t>(length_) * row;
+  const std::size_t layer = static_cast<std::size_t>(context_) * row;
+  keys.resize(static_cast<std::size_t>(n_layer_) * used);
+  values.resize(keys.size());
+  for (std::size_t l = 0; l < static_cast<std::size_t>(n_layer_); ++l) {
+    std::copy_n(k_.data() + l * layer, used, keys.data() + l * used);
+    std::copy_n(v_.data() + l * layer, used, values.data() + l * used);
+  }
+}
+
+core::Status KvCache::import_rows(std::int32_t layers, std::int32_t width, std::int32_t length,
+                                  std::span<const float> keys, std::span<const float> values) {
+  if (layers != n_layer_ || width != d_model_) {
+    return invalid_argument("kv cache: rows of " + std::to_string(layers) + " layers x " +
+                            std::to_string(width) + " do not fit a cache of " +
+                            std::to_string(n_layer_) + " x " + std::to_string(d_model_));
+  }
+  if (length < 0 || length > context_) {
+    return invalid_argument("kv cache: " + std::to_string(length) +
+                            " positions do not fit a context of " + std::to_string(context_));
+  }
+  const std::size_t row = static_cast<std::size_t>(d_model_);
+  const std::size_t used = static_cast<std::size_t>(length) * row;
+  const std::size_t layer = static_cast<std::size_t>(context_) * row;
+  const std::size_t want = static_cast<std::size_t>(n_layer_) * used;
+  if (keys.size() != want || values.size() != want) {
+    return invalid_argument("kv cache: expected " + std::to_string(want) +
+                            " keys and values, got " + std::to_string(keys.size()) + " and " +
+                            std::to_string(values.size()));
+  }
+  for (std::size_t l = 0; l < static_cast<std::size_t>(n_layer_); ++l) {
+    std::copy_n(keys.data() + l * used, used, k_.data() + l * layer);
+    std::copy_n(values.data() + l * used, used, v_.data() + l * layer);
+  }
+  length_ = length;
+  return {};
+}
+
 void Gpt::run_rows(int n, const std::int32_t* tokens, KvCache* const* cache,
                    const std::int32_t* pos, const int* out_rows, int n_out, float* logits) {
   InferScratch& s = *infer_;

@@ -251,6 +251,91 @@ TEST_SUITE("rollout.repack") {
     }
   }
 
+  TEST_CASE("a move that costs more than it gains is not made") {
+    // Two one-sequence rollouts of 1000 KV tokens each; re-prefilling 1000 tokens at 1 ms a
+    // token (1000 ms) costs more than freeing either tail gains (64 steps x 2.05 ms).
+    RepackPolicy policy;
+    policy.cost.prefill_ms_per_token = 1.0;
+    std::vector<RolloutView> fleet = {rollout("a", 1, 8, 4000, {1000}),
+                                      rollout("b", 1, 8, 4000, {1000})};
+    auto plan = plan_repack(fleet, policy);
+    CHECK(plan.moves.empty());
+    CHECK(plan.freed.empty());
+    CHECK(plan.declined == 2);  // each would fit on the other
+
+    // The old rule, cost not weighed, makes it.
+    policy.cost.weigh_cost = false;
+    CHECK(plan_repack(fleet, policy).freed == std::vector<std::string>{"a"});
+  }
+
+  TEST_CASE("a long tail is not moved onto a rollout about to finish; the short ones join it") {
+    RepackPolicy policy;
+    // a: one sequence 2000 tokens in (expected to run on for long); b: three fresh ones.
+    std::vector<RolloutView> fleet = {rollout("a", 1, 8, 8000, {2032}),
+                                      rollout("b", 1, 8, 8000, {40, 40, 40})};
+    fleet[0].sequences[0].generated = 2000;
+    for (auto& sq : fleet[1].sequences)
+      sq.generated = 8;
+    const double tail = expected_remaining(policy.cost, 2000);
+    CHECK(tail > expected_remaining(policy.cost, 8));
+    auto plan = plan_repack(fleet, policy);
+    // Moving a's tail to b holds b on this version for the whole tail: no gain. b's short
+    // sequences joining a free b at little cost.
+    CHECK(plan.freed == std::vector<std::string>{"b"});
+    CHECK(destinations(plan) ==
+          std::map<std::string, std::string>{{"b-s0", "a"}, {"b-s1", "a"}, {"b-s2", "a"}});
+    CHECK(plan.declined == 1);
+    CHECK(plan.gain_ms > plan.cost_ms);
+    check_and_apply(fleet, policy, plan);
+  }
+
+  TEST_CASE("a move that pays is made, by KV transfer when that is cheaper than re-prefill") {
+    RepackPolicy policy;
+    policy.cost.prefill_ms_per_token = 1.0;  // dear re-prefill, as in the first case
+    std::vector<RolloutView> fleet = {rollout("a", 1, 8, 4000, {1000}),
+                                      rollout("b", 1, 8, 4000, {1000})};
+    // 1000 tokens x 16 KiB over 25 GB/s: 0.66 ms, far below the gain.
+    policy.cost.kv_bytes_per_token = 16384;
+    policy.cost.kv_link_gbps = 25;
+    bool kv = false;
+    CHECK(move_ms(policy.cost, 1000, &kv) < 1.0);
+    CHECK(kv);
+    auto plan = plan_repack(fleet, policy);
+    CHECK(plan.freed == std::vector<std::string>{"a"});
+    REQUIRE(plan.moves.size() == 1);
+    CHECK(plan.moves[0].with_kv);
+    CHECK(plan.gain_ms > plan.cost_ms);
+    check_and_apply(fleet, policy, plan);
+
+    // Cheap re-prefill wins over a slow link.
+    policy.cost.prefill_ms_per_token = 0.005;
+    policy.cost.kv_link_gbps = 0.001;
+    plan = plan_repack(fleet, policy);
+    REQUIRE(plan.moves.size() == 1);
+    CHECK_FALSE(plan.moves[0].with_kv);
+  }
+
+  TEST_CASE("a source with nothing to go to once emptied is not emptied") {
+    RepackPolicy policy;
+    std::vector<RolloutView> fleet = {rollout("a", 1, 8, 1000, {100, 50}),
+                                      rollout("b", 1, 8, 1000, {100, 100, 100})};
+    for (auto& r : fleet)
+      r.freed_has_work = false;  // the job's last version, every prompt out: nothing to free for
+    CHECK(plan_repack(fleet, policy).moves.empty());
+    fleet[0].freed_has_work = true;
+    CHECK(plan_repack(fleet, policy).freed == std::vector<std::string>{"a"});
+  }
+
+  TEST_CASE("the cost model's figures are checked") {
+    RepackCost c;
+    CHECK(c.validate().is_ok());
+    c.t1_ms = -1;
+    CHECK_FALSE(c.validate().is_ok());
+    c = RepackCost{};
+    c.min_gain = std::nan("");
+    CHECK_FALSE(c.validate().is_ok());
+  }
+
   TEST_CASE("random fleets: plans keep every invariant and lose or duplicate nothing") {
     std::mt19937_64 rng(20240611);
     auto uni = [&](std::uint64_t lo, std::uint64_t hi) {
@@ -261,6 +346,9 @@ TEST_SUITE("rollout.repack") {
       RepackPolicy policy;
       policy.ramp_down_occupancy = std::vector<double>{0.25, 0.5, 0.75, 1.0}[uni(0, 3)];
       policy.kv_headroom = std::vector<double>{0.0, 0.1, 0.3}[uni(0, 2)];
+      // Half the trials weigh cost, with prefill from free to dear.
+      policy.cost.weigh_cost = uni(0, 1) == 0;
+      policy.cost.prefill_ms_per_token = std::vector<double>{0.0, 0.005, 0.5}[uni(0, 2)];
       std::vector<RolloutView> fleet;
       const auto n = uni(0, 9);
       for (std::uint64_t i = 0; i < n; ++i) {
@@ -270,6 +358,9 @@ TEST_SUITE("rollout.repack") {
         for (auto& kv : kvs)
           kv = uni(1, max_kv / 3);
         auto r = rollout("r" + std::to_string(i), uni(1, 2), max_seq, max_kv, kvs);
+        for (auto& sq : r.sequences)
+          sq.generated = uni(0, sq.kv_tokens);
+        r.freed_has_work = uni(0, 4) != 0;
         // Occupancy falling, flat or (one time in three) rising since the previous report.
         const auto prev = static_cast<std::int64_t>(kvs.size() + uni(0, 2)) - 1;
         r.previous_active = static_cast<std::uint32_t>(std::max<std::int64_t>(0, prev));
@@ -281,6 +372,12 @@ TEST_SUITE("rollout.repack") {
       if (!plan.moves.empty()) ++plans_with_moves;
       check_and_apply(fleet, policy, plan);
       CHECK(plan_repack(fleet, policy).moves.size() == plan.moves.size());  // deterministic
+      if (policy.cost.weigh_cost && !plan.moves.empty()) {
+        CHECK(plan.gain_ms > policy.cost.min_gain * plan.cost_ms);  // every source paid
+        for (const auto& r : fleet) {
+          if (!r.freed_has_work) CHECK(std::count(plan.freed.begin(), plan.freed.end(), r.id) == 0);
+        }
+      }
     }
     CHECK(plans_with_moves > 500);  // the property test exercises real plans
   }
