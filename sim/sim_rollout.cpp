@@ -277,7 +277,7 @@ void Sim::prefetch(SimRollout& r, double t) {
   if (pub == published_at_.end()) return;  // not published yet as far as the model knows
   r.pulling = r.latest;
   const double from = std::max(t, pub->second + relay_after_[r.host]);
-  r.pull_done = from + pull_s(in_.sim, in_.actor.weight_bytes);
+  r.pull_done = from + (colocated_ ? 0.0 : pull_s(in_.sim, in_.actor.weight_bytes));
   at(r.pull_done, Ev::kPulled, r.index);
 }
 

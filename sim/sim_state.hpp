@@ -160,6 +160,8 @@ class Sim {
                   plans = 0, moved_kv = 0, lost = 0, abandoned = 0, acked = 0;
   } seen_;
   bool global_ = false;
+  // sync-colocated: trainer and rollouts share GPUs; no staging, relay or pull of a version.
+  bool colocated_ = false;
 
   // Actor.
   std::unique_ptr<actor::ExperienceBuffer> buffer_;

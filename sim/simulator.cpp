@@ -15,6 +15,13 @@ namespace sluice::sim {
 
 namespace {
 
+// The manager's mode a label runs.
+std::string mode_name(const std::string& label) {
+  if (label == "sluice-norepack") return "sluice";
+  if (label == "sync-colocated") return "sync";
+  return label;
+}
+
 double wall_now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
@@ -26,7 +33,7 @@ Sim::Sim(const SimInput& in, std::string label, rollout::Mode mode, bool repack,
     : in_(in), label_(std::move(label)), mode_(mode), repack_(repack), progress_(progress) {}
 
 core::Status Sim::init() {
-  in_.manager.mode = label_ == "sluice-norepack" ? "sluice" : label_;
+  in_.manager.mode = mode_name(label_);
   in_.manager.repack = repack_;
   in_.manager.heartbeat_timeout_ms = UINT64_MAX / 4;  // nobody fails (check_heartbeats is not run)
   SLUICE_TRY(in_.manager.validate());
@@ -50,8 +57,14 @@ core::Status Sim::init() {
   buffer_ = std::make_unique<actor::ExperienceBuffer>(bo);
 
   placement_ = place(in_.sim, in_.rollouts);
-  relay_after_ =
-      relay_complete_s(in_.sim, placement_.hosts, in_.actor.weight_bytes, in_.actor.chunk_bytes);
+  colocated_ = label_ == "sync-colocated";
+  if (colocated_) {
+    // Trainer and rollouts on the same GPUs: a version is already where it is needed.
+    relay_after_.assign(placement_.hosts, 0.0);
+  } else {
+    relay_after_ =
+        relay_complete_s(in_.sim, placement_.hosts, in_.actor.weight_bytes, in_.actor.chunk_bytes);
+  }
   rollouts_.resize(in_.rollouts);
   std::size_t type = 0;
   std::uint32_t of_type = 0;
@@ -218,7 +231,9 @@ void Sim::on_trained(double t) {
 void Sim::publish(double t) {
   actor_busy_ = true;
   ++version_;
-  at(t + publish_stall_s(in_.sim, in_.actor.weight_bytes), Ev::kPublished);
+  // Colocated: no staging copy, the rollouts reload from the trainer's own GPUs.
+  const double stall = colocated_ ? 0.0 : publish_stall_s(in_.sim, in_.actor.weight_bytes);
+  at(t + stall, Ev::kPublished);
 }
 
 void Sim::on_published(double t) {
@@ -324,8 +339,7 @@ core::Result<ModeResult> Sim::run() {
 
 core::Result<ModeResult> simulate_mode(const SimInput& in, const std::string& label,
                                        const Progress& progress) {
-  const std::string mode_name = label == "sluice-norepack" ? "sluice" : label;
-  SLUICE_ASSIGN_OR_RETURN(rollout::Mode mode, rollout::parse_mode(mode_name));
+  SLUICE_ASSIGN_OR_RETURN(rollout::Mode mode, rollout::parse_mode(mode_name(label)));
   Sim sim(in, label, mode,
           label != "sluice-norepack" && in.manager.repack && rollout::repacks(mode), progress);
   SLUICE_TRY(sim.init());

@@ -46,7 +46,7 @@ struct GpuTime {
 };
 
 struct ModeResult {
-  std::string label;  // a mode, or sluice-norepack
+  std::string label;  // a mode, sluice-norepack or sync-colocated
   // As `sluice bench e2e` reports them.
   double tokens_per_s = 0;  // trained tokens per simulated second over the whole job
   double rollout_util = 0, weight_stall_frac = 0, actor_idle_frac = 0, staleness_mean = 0;
@@ -70,7 +70,11 @@ struct ModeResult {
 // One line of progress (for stderr): called now and then on long runs.
 using Progress = std::function<void(const std::string&)>;
 
-// `label`: sync, one-step-off, stream, partial-rollout, sluice or sluice-norepack. `in` must hold
+// `label`: sync, one-step-off, stream, partial-rollout, sluice, sluice-norepack or
+// sync-colocated: sync with the trainer and the rollouts on the same GPUs, time-sliced (verl's
+// arrangement; sync never trains while it generates): a version costs no staging, relay or pull,
+// only each rollout's switch (`in` gives the rollouts and the trainer's speed for the whole
+// cluster; cli::colocated_input builds it). `in` must hold
 // a job with a finite number of prompts. Errors: an invalid label or configuration, and a run
 // that stops making progress or passes max_sim_s (with what it was waiting for).
 core::Result<ModeResult> simulate_mode(const SimInput& in, const std::string& label,

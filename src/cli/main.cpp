@@ -178,6 +178,10 @@ int main(int argc, char** argv) {
   simulate_cmd->add_flag("--update-only", sa.update_only,
                          "print the weight-movement model's time for one update of JOB's model");
   simulate_cmd->add_option("--modes", sa.modes, "comma-separated modes")->capture_default_str();
+  simulate_cmd->add_option("--splits", sa.splits,
+                           "--scale: trainer shares of the cluster's GPUs to run each mode at, "
+                           "comma-separated, each in (0, 1) (e.g. 0.125,0.25,0.375,0.5); each "
+                           "mode is reported at its best");
   simulate_cmd->add_option("--set", sa.overrides, "override a job field: key=value");
   simulate_cmd->add_flag("--json", sa.json, "one JSON object per mode");
   simulate_cmd->add_flag("--repack-bench", sa.repack_bench,

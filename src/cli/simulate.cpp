@@ -4,7 +4,10 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <set>
 #include <sstream>
 
@@ -135,14 +138,85 @@ core::Result<std::vector<std::string>> parse_sim_modes(const std::string& list) 
     if (!named.insert(m).second) {
       return core::invalid_argument(fmt::format("mode '{}' is named twice in --modes", m));
     }
-    if (m != "sluice-norepack" && !rollout::parse_mode(m).is_ok()) {
+    if (m != "sluice-norepack" && m != "sync-colocated" && !rollout::parse_mode(m).is_ok()) {
       return core::invalid_argument(
           fmt::format("unknown mode '{}' (sync, one-step-off, stream, partial-rollout, sluice, "
-                      "sluice-norepack)",
+                      "sluice-norepack, sync-colocated)",
                       m));
     }
   }
   return modes;
+}
+
+core::Result<sim::SimInput> split_input(const sim::SimInput& in, double trainer_share) {
+  const std::uint32_t gpr = in.sim.gpus_per_rollout;
+  const std::uint32_t cluster = in.rollouts * gpr + in.sim.trainer_gpus;
+  if (in.sim.trainer_gpus == 0) {
+    return core::invalid_argument(
+        "simulate.trainer_gpus must be set to split the cluster (the trainer's speed a GPU is "
+        "actor.train_ms_per_token x trainer_gpus)");
+  }
+  if (!in.sim.gpu_types.empty()) {
+    return core::invalid_argument("a split of the cluster does not apply with simulate.gpu_types");
+  }
+  if (!(trainer_share > 0 && trainer_share < 1)) {
+    return core::invalid_argument(fmt::format("trainer share {} is not in (0, 1)", trainer_share));
+  }
+  const auto rollouts = static_cast<std::uint32_t>(
+      std::floor((1 - trainer_share) * static_cast<double>(cluster) / gpr + 1e-9));
+  const std::uint32_t trainer = cluster - rollouts * gpr;
+  if (rollouts == 0 || trainer == 0) {
+    return core::invalid_argument(
+        fmt::format("trainer share {} of {} GPUs leaves {} rollouts of {} GPUs and {} trainer GPUs",
+                    trainer_share, cluster, rollouts, gpr, trainer));
+  }
+  sim::SimInput out = in;
+  out.rollouts = rollouts;
+  out.sim.trainer_gpus = trainer;
+  out.actor.train_ms_per_token =
+      in.actor.train_ms_per_token * in.sim.trainer_gpus / static_cast<double>(trainer);
+  return out;
+}
+
+core::Result<sim::SimInput> colocated_input(const sim::SimInput& in) {
+  if (in.sim.trainer_gpus == 0) {
+    return core::invalid_argument(
+        "sync-colocated needs simulate.trainer_gpus (the trainer's speed a GPU is "
+        "actor.train_ms_per_token x trainer_gpus)");
+  }
+  if (!in.sim.gpu_types.empty()) {
+    return core::invalid_argument("sync-colocated does not apply with simulate.gpu_types");
+  }
+  const std::uint32_t gpr = in.sim.gpus_per_rollout;
+  const std::uint32_t cluster = in.rollouts * gpr + in.sim.trainer_gpus;
+  sim::SimInput out = in;
+  out.rollouts = cluster / gpr;
+  out.sim.trainer_gpus = cluster;
+  out.actor.train_ms_per_token =
+      in.actor.train_ms_per_token * in.sim.trainer_gpus / static_cast<double>(cluster);
+  return out;
+}
+
+core::Result<std::vector<double>> parse_splits(const std::string& list) {
+  std::vector<double> out;
+  for (const auto& item : split_modes(list)) {
+    char* end = nullptr;
+    const double v = std::strtod(item.c_str(), &end);
+    if (end == item.c_str() || *end != '\0' || !std::isfinite(v)) {
+      return core::invalid_argument(
+          fmt::format("--splits: '{}' is not a number (the trainer's share of the GPUs)", item));
+    }
+    if (!(v > 0 && v < 1)) {
+      return core::invalid_argument(fmt::format(
+          "--splits: {} is not a share of the GPUs: each must be above 0 and below 1", item));
+    }
+    if (std::find(out.begin(), out.end(), v) != out.end()) {
+      return core::invalid_argument(fmt::format("--splits: {} is named twice", item));
+    }
+    out.push_back(v);
+  }
+  if (out.empty()) return core::invalid_argument("--splits: no share given");
+  return out;
 }
 
 core::Result<std::vector<sim::ModeResult>> simulate_modes(const sim::SimInput& in,
@@ -155,7 +229,12 @@ core::Result<std::vector<sim::ModeResult>> simulate_modes(const sim::SimInput& i
     sim::Progress progress;
     if (!quiet)
       progress = [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); };
-    SLUICE_ASSIGN_OR_RETURN(sim::ModeResult r, sim::simulate_mode(in, m, progress));
+    sim::SimInput colocated;
+    if (m == "sync-colocated") {
+      SLUICE_ASSIGN_OR_RETURN(colocated, colocated_input(in));
+    }
+    SLUICE_ASSIGN_OR_RETURN(
+        sim::ModeResult r, sim::simulate_mode(m == "sync-colocated" ? colocated : in, m, progress));
     if (!quiet) {
       std::fprintf(stderr, "simulated %s: %.0f s of job in %.1f s (%llu events)\n", m.c_str(),
                    r.wall_s, r.run_s, static_cast<unsigned long long>(r.events));

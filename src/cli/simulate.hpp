@@ -16,14 +16,17 @@ struct SimulateArgs {
   // JOB.json files with an optional `simulate` section: exactly one, except with --scale (any
   // number; none: kScaleJobs) and --validate (none: it builds bench e2e's workloads).
   std::vector<std::string> jobs;
-  bool scale = false;        // every mode on each job, one table of ratios (simulate_scale.cpp)
-  bool validate = false;     // bench e2e's configurations, simulated against measured
-  std::string measured;      // --validate: bench e2e --json lines of the one-host run
+  bool scale = false;          // every mode on each job, one table of ratios (simulate_scale.cpp)
+  bool validate = false;       // bench e2e's configurations, simulated against measured
+  std::string measured;        // --validate: bench e2e --json lines of the one-host run
   std::string measured_hosts;  // --validate: ... of the four-emulated-host run
-  bool update_only = false;  // the weight-movement model's time for one update, nothing else
+  bool update_only = false;    // the weight-movement model's time for one update, nothing else
   std::string modes = "sync,one-step-off,stream,partial-rollout,sluice,sluice-norepack";
   std::vector<std::string> overrides;  // --set key=value on the job
   bool json = false;
+  // --scale: the trainer's shares of each cluster's GPUs to run every mode at, comma-separated,
+  // each in (0, 1) (empty: each file's own split); each mode is reported at its best.
+  std::string splits;
   // --repack-bench: sluice against sluice-norepack on the job's length distribution, on
   // lognormals with p99/median 5, 10 and 20 (the job's median), and on each length file in
   // `lengths`; prints the on/off ratio per distribution.
@@ -54,6 +57,16 @@ core::Result<sim::SimInput> load_simulation(const std::string& path,
                                             const std::vector<std::string>& overrides);
 // The simulator's input for a settled job and a simulate section.
 sim::SimInput simulation_input(const JobConfig& job, const sim::SimulateConfig& simulate);
+// The same cluster (rollouts x gpus_per_rollout + simulate.trainer_gpus) with `trainer_share` of
+// its GPUs training and the rest generating in rollouts of gpus_per_rollout: the rollout count
+// rounds down, the trainer takes the remainder, and the training time a token scales with
+// 1 / trainer GPUs (actor.train_ms_per_token x trainer_gpus is one GPU's; train_ms_fixed stays).
+// Errors: trainer_gpus unset (0), gpu_types set, or a share leaving either side no GPU.
+core::Result<sim::SimInput> split_input(const sim::SimInput& in, double trainer_share);
+// The input of sync-colocated: every GPU of the cluster generates and every GPU trains.
+core::Result<sim::SimInput> colocated_input(const sim::SimInput& in);
+// Parses --splits: comma-separated numbers, each in (0, 1), none twice.
+core::Result<std::vector<double>> parse_splits(const std::string& list);
 // Parses a comma-separated mode list, checking each name (errors name the offending mode).
 core::Result<std::vector<std::string>> parse_sim_modes(const std::string& modes);
 // Every mode of `modes` on `in`, in order (progress lines to stderr unless `quiet`).

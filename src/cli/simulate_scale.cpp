@@ -12,9 +12,9 @@
 #include <map>
 
 #include "cli/bench_e2e.hpp"
-#include "cli/simulate.hpp"
 #include "cli/bench_util.hpp"
 #include "cli/job_setup.hpp"
+#include "cli/simulate.hpp"
 #include "sim/simulator.hpp"
 #include "sim/weights.hpp"
 
@@ -28,19 +28,6 @@ double ratio(double a, double b) {
   return b > 0 ? a / b : 0.0;
 }
 
-const sim::ModeResult* find_mode(const std::vector<sim::ModeResult>& rows, const std::string& m) {
-  for (const auto& r : rows) {
-    if (r.label == m) return &r;
-  }
-  return nullptr;
-}
-
-std::string ratio_text(const sim::ModeResult* a, const sim::ModeResult* b, bool steady) {
-  if (!a || !b) return "-";
-  return fmt::format("{:.2f}", steady ? ratio(a->steady_tokens_per_s, b->steady_tokens_per_s)
-                                      : ratio(a->tokens_per_s, b->tokens_per_s));
-}
-
 void print_notes(const sim::SimInput& in) {
   for (const auto& note : in.sim.notes)
     std::printf("  assumption: %s\n", note.c_str());
@@ -48,7 +35,226 @@ void print_notes(const sim::SimInput& in) {
 
 }  // namespace
 
-// ---- --scale: every mode on each setup, one table.
+// ---- --scale: every mode on each setup at each split of its GPUs, one table.
+
+namespace {
+
+// One mode at one split of a setup's GPUs.
+struct Run {
+  double share = 0;  // the trainer's share of the cluster (sync-colocated: 1, every GPU trains)
+  std::uint32_t trainer_gpus = 0, rollout_gpus = 0;
+  sim::ModeResult r;
+  bool best = false;  // the mode's highest trained tokens/s of the setup's splits
+};
+
+struct Setup {
+  std::string name;
+  std::uint32_t gpus = 0;  // the cluster: rollouts' GPUs and the trainer's
+  std::vector<Run> runs;
+};
+
+const Run* best_run(const Setup& s, const std::string& mode) {
+  for (const auto& run : s.runs) {
+    if (run.best && run.r.label == mode) return &run;
+  }
+  return nullptr;
+}
+
+// Marks each mode's run with the highest whole-job throughput (the first of equals).
+void mark_best(Setup& s) {
+  std::map<std::string, std::size_t> best;  // mode -> index into runs
+  for (std::size_t i = 0; i < s.runs.size(); ++i) {
+    auto it = best.find(s.runs[i].r.label);
+    if (it == best.end()) {
+      best.emplace(s.runs[i].r.label, i);
+    } else if (s.runs[i].r.tokens_per_s > s.runs[it->second].r.tokens_per_s) {
+      it->second = i;
+    }
+  }
+  for (const auto& entry : best)
+    s.runs[entry.second].best = true;
+}
+
+// The stronger of sync (disaggregated, at its best split) and sync-colocated.
+const Run* best_sync(const Setup& s) {
+  const Run* a = best_run(s, "sync");
+  const Run* b = best_run(s, "sync-colocated");
+  if (!a) return b;
+  if (!b) return a;
+  return b->r.tokens_per_s > a->r.tokens_per_s ? b : a;
+}
+
+double run_ratio(const Run* a, const Run* b, bool steady) {
+  if (!a || !b) return 0.0;
+  return steady ? ratio(a->r.steady_tokens_per_s, b->r.steady_tokens_per_s)
+                : ratio(a->r.tokens_per_s, b->r.tokens_per_s);
+}
+
+std::string run_ratio_text(const Run* a, const Run* b, bool steady) {
+  if (!a || !b) return "-";
+  return fmt::format("{:.2f}", run_ratio(a, b, steady));
+}
+
+std::string share_text(const Run& run) {
+  return run.r.label == "sync-colocated" ? "all" : fmt::format("{:.3f}", run.share);
+}
+
+// Runs `modes` on one setup at each split (an empty list: the file's own).
+core::Result<Setup> run_setup(const std::string& path, const SimulateArgs& args,
+                              const std::vector<std::string>& modes,
+                              const std::vector<double>& splits) {
+  SLUICE_ASSIGN_OR_RETURN(sim::SimInput base, load_simulation(path, args.overrides));
+  Setup s;
+  s.name = std::filesystem::path(path).stem().string();
+  s.gpus = base.rollouts * base.sim.gpus_per_rollout + base.sim.trainer_gpus;
+  if (!args.json) {
+    std::printf("== %s: %u GPUs (the file's split: %u for rollouts, %u for the trainer)\n",
+                s.name.c_str(), s.gpus, base.rollouts * base.sim.gpus_per_rollout,
+                base.sim.trainer_gpus);
+    print_job_line(base);
+    print_notes(base);
+    std::fflush(stdout);
+  }
+  std::vector<std::string> per_split;
+  bool colocated = false;
+  for (const auto& m : modes) {
+    if (m == "sync-colocated") {
+      colocated = true;
+    } else {
+      per_split.push_back(m);
+    }
+  }
+  std::vector<double> shares = splits;
+  if (shares.empty()) shares.push_back(ratio(base.sim.trainer_gpus, s.gpus));
+  for (double share : shares) {
+    sim::SimInput in = base;
+    if (!splits.empty()) {
+      auto split = split_input(base, share);
+      if (!split.is_ok()) return split.status().with_context(path);
+      in = std::move(split).value();
+    }
+    const std::uint32_t rollout_gpus = in.rollouts * in.sim.gpus_per_rollout;
+    if (!args.json) {
+      std::printf(
+          "  split %.3f: %u rollouts x %u GPUs, %u trainer GPUs, training %.5f ms a token "
+          "+ %.0f ms a step\n",
+          share, in.rollouts, in.sim.gpus_per_rollout, in.sim.trainer_gpus,
+          in.actor.train_ms_per_token, in.actor.train_ms_fixed);
+      std::fflush(stdout);
+    }
+    auto rows = simulate_modes(in, per_split, args.json);
+    if (!rows.is_ok()) return rows.status().with_context(path);
+    for (auto& r : *rows)
+      s.runs.push_back(Run{share, in.sim.trainer_gpus, rollout_gpus, std::move(r), false});
+  }
+  if (colocated) {
+    auto rows = simulate_modes(base, {"sync-colocated"}, args.json);
+    if (!rows.is_ok()) return rows.status().with_context(path);
+    s.runs.push_back(Run{1.0, s.gpus, s.gpus, std::move((*rows)[0]), false});
+  }
+  mark_best(s);
+  return s;
+}
+
+void print_scale_json(const std::vector<Setup>& setups) {
+  for (const auto& s : setups) {
+    const Run* sl = best_run(s, "sluice");
+    for (const auto& run : s.runs) {
+      const sim::ModeResult& r = run.r;
+      json o{{"setup", s.name},
+             {"cluster_gpus", s.gpus},
+             {"mode", r.label},
+             {"trainer_share", run.share},
+             {"trainer_gpus", run.trainer_gpus},
+             {"rollout_gpus", run.rollout_gpus},
+             {"best", run.best},
+             {"tokens_per_s", r.tokens_per_s},
+             {"steady_tokens_per_s", r.steady_tokens_per_s},
+             {"rollout_util", r.rollout_util},
+             {"weight_stall_frac", r.weight_stall_frac},
+             {"staleness_mean", r.staleness_mean},
+             {"actor_idle_frac", r.actor_idle_frac},
+             {"wall_s", r.wall_s},
+             {"run_s", r.run_s}};
+      if (sl) {
+        o["sluice_ratio"] = run_ratio(sl, &run, false);
+        o["sluice_steady_ratio"] = run_ratio(sl, &run, true);
+      }
+      std::printf("%s\n", o.dump().c_str());
+    }
+    // The setup's headline: sluice at its best split over the others at theirs.
+    const Run* sync = best_sync(s);
+    const Run* partial = best_run(s, "partial-rollout");
+    json o{{"setup", s.name}, {"cluster_gpus", s.gpus}, {"summary", true}};
+    if (sl) o["sluice_share"] = sl->share;
+    if (sl && sync) {
+      o["sync_variant"] = sync->r.label;
+      o["sluice_over_sync"] = run_ratio(sl, sync, false);
+      o["sluice_over_sync_steady"] = run_ratio(sl, sync, true);
+    }
+    if (sl && partial) {
+      o["sluice_over_partial"] = run_ratio(sl, partial, false);
+      o["sluice_over_partial_steady"] = run_ratio(sl, partial, true);
+    }
+    std::printf("%s\n", o.dump().c_str());
+  }
+}
+
+void print_scale_table(const std::vector<Setup>& setups) {
+  std::printf(
+      "\nevery run: trained tokens/s per mode and trainer share (share of the cluster's "
+      "GPUs training; * marks the mode's best)\n%-22s %6s %-16s %6s %7s %7s %10s %10s "
+      "%7s %8s %7s %6s\n",
+      "setup", "GPUs", "mode", "share", "trainer", "rollout", "tokens/s", "steady/s", "util",
+      "w-stall", "a-idle", "stale");
+  for (const auto& s : setups) {
+    for (const auto& run : s.runs) {
+      const sim::ModeResult& r = run.r;
+      std::printf("%-22s %6u %-16s %6s %7u %7u %10.0f %10.0f %6.1f%% %7.2f%% %6.1f%% %6.2f%s\n",
+                  s.name.c_str(), s.gpus, r.label.c_str(), share_text(run).c_str(),
+                  run.trainer_gpus, run.rollout_gpus, r.tokens_per_s, r.steady_tokens_per_s,
+                  100 * r.rollout_util, 100 * r.weight_stall_frac, 100 * r.actor_idle_frac,
+                  r.staleness_mean, run.best ? " *" : "");
+    }
+  }
+  std::printf(
+      "\neach mode at its best split; sluice/x: sluice's throughput (at its best) over the "
+      "mode's (whole job, and its steady middle)\n%-22s %6s %-16s %6s %10s %10s %7s %8s "
+      "%7s %9s %9s\n",
+      "setup", "GPUs", "mode", "share", "tokens/s", "steady/s", "util", "w-stall", "a-idle",
+      "sluice/x", "steady/x");
+  for (const auto& s : setups) {
+    const Run* sl = best_run(s, "sluice");
+    for (const auto& run : s.runs) {
+      if (!run.best) continue;
+      const sim::ModeResult& r = run.r;
+      std::printf("%-22s %6u %-16s %6s %10.0f %10.0f %6.1f%% %7.2f%% %6.1f%% %9s %9s\n",
+                  s.name.c_str(), s.gpus, r.label.c_str(), share_text(run).c_str(), r.tokens_per_s,
+                  r.steady_tokens_per_s, 100 * r.rollout_util, 100 * r.weight_stall_frac,
+                  100 * r.actor_idle_frac, run_ratio_text(sl, &run, false).c_str(),
+                  run_ratio_text(sl, &run, true).c_str());
+    }
+  }
+  std::printf("\n");
+  for (const auto& s : setups) {
+    const Run* sl = best_run(s, "sluice");
+    const Run* sync = best_sync(s);
+    const Run* partial = best_run(s, "partial-rollout");
+    const bool target = s.gpus >= 1024;
+    std::printf(
+        "%-22s sluice / sync %sx (steady %sx; against %s)%s; sluice / partial-rollout "
+        "%sx (steady %sx)%s\n",
+        s.name.c_str(), run_ratio_text(sl, sync, false).c_str(),
+        run_ratio_text(sl, sync, true).c_str(), sync ? sync->r.label.c_str() : "-",
+        target ? " [target >= 5.5]" : "", run_ratio_text(sl, partial, false).c_str(),
+        run_ratio_text(sl, partial, true).c_str(), target ? " [target >= 1.4]" : "");
+  }
+  std::printf(
+      "Laminar (arXiv 2510.12633) reports up to 5.48x over verl (synchronous) on 1024 "
+      "GPUs and 1.39x over partial-rollout on average.\n");
+}
+
+}  // namespace
 
 int run_simulate_scale(const SimulateArgs& args) {
   const std::vector<std::string> jobs = args.jobs.empty() ? kScaleJobs : args.jobs;
@@ -57,100 +263,29 @@ int run_simulate_scale(const SimulateArgs& args) {
     std::fprintf(stderr, "sluice simulate --scale: %s\n", modes.status().to_string().c_str());
     return 2;
   }
-  struct Setup {
-    std::string name;
-    std::uint32_t gpus = 0;  // the cluster: rollouts' GPUs and the trainer's
-    std::vector<sim::ModeResult> rows;
-  };
-  std::vector<Setup> setups;
-  for (const auto& path : jobs) {
-    auto in = load_simulation(path, args.overrides);
-    if (!in.is_ok()) {
-      std::fprintf(stderr, "sluice simulate --scale: %s\n", in.status().to_string().c_str());
+  std::vector<double> splits;
+  if (!args.splits.empty()) {
+    auto parsed = parse_splits(args.splits);
+    if (!parsed.is_ok()) {
+      std::fprintf(stderr, "sluice simulate --scale: %s\n", parsed.status().to_string().c_str());
       return 2;
     }
-    Setup s;
-    s.name = std::filesystem::path(path).stem().string();
-    s.gpus = in->rollouts * in->sim.gpus_per_rollout + in->sim.trainer_gpus;
-    if (!args.json) {
-      std::printf("== %s: %u GPUs (%u for rollouts, %u for the trainer)\n", s.name.c_str(), s.gpus,
-                  in->rollouts * in->sim.gpus_per_rollout, in->sim.trainer_gpus);
-      print_job_line(*in);
-      print_notes(*in);
-      std::fflush(stdout);
+    splits = std::move(parsed).value();
+  }
+  std::vector<Setup> setups;
+  for (const auto& path : jobs) {
+    auto s = run_setup(path, args, *modes, splits);
+    if (!s.is_ok()) {
+      std::fprintf(stderr, "sluice simulate --scale: %s\n", s.status().to_string().c_str());
+      return s.status().code() == core::Code::kInvalidArgument ? 2 : 1;
     }
-    auto ran = simulate_modes(*in, *modes, args.json);
-    if (!ran.is_ok()) {
-      std::fprintf(stderr, "sluice simulate --scale: %s: %s\n", path.c_str(),
-                   ran.status().to_string().c_str());
-      return 1;
-    }
-    s.rows = std::move(ran).value();
-    setups.push_back(std::move(s));
+    setups.push_back(std::move(s).value());
   }
   if (args.json) {
-    for (const auto& s : setups) {
-      const sim::ModeResult* sl = find_mode(s.rows, "sluice");
-      for (const auto& r : s.rows) {
-        json o{{"setup", s.name},
-               {"cluster_gpus", s.gpus},
-               {"mode", r.label},
-               {"tokens_per_s", r.tokens_per_s},
-               {"steady_tokens_per_s", r.steady_tokens_per_s},
-               {"rollout_util", r.rollout_util},
-               {"weight_stall_frac", r.weight_stall_frac},
-               {"staleness_mean", r.staleness_mean},
-               {"actor_idle_frac", r.actor_idle_frac},
-               {"wall_s", r.wall_s},
-               {"run_s", r.run_s}};
-        if (sl) {
-          o["sluice_ratio"] = ratio(sl->tokens_per_s, r.tokens_per_s);
-          o["sluice_steady_ratio"] = ratio(sl->steady_tokens_per_s, r.steady_tokens_per_s);
-        }
-        std::printf("%s\n", o.dump().c_str());
-      }
-    }
-    return 0;
+    print_scale_json(setups);
+  } else {
+    print_scale_table(setups);
   }
-  std::printf("\ntrained tokens/s per mode; sluice/x: sluice's throughput over the mode's (whole "
-              "job, and its steady middle)\n%-22s %6s %-16s %10s %10s %7s %8s %7s %7s %9s %9s\n",
-              "setup", "GPUs", "mode", "tokens/s", "steady/s", "util", "w-stall", "a-idle",
-              "stale", "sluice/x", "steady/x");
-  for (const auto& s : setups) {
-    const sim::ModeResult* sl = find_mode(s.rows, "sluice");
-    for (const auto& r : s.rows) {
-      std::printf("%-22s %6u %-16s %10.0f %10.0f %6.1f%% %7.2f%% %6.1f%% %7.2f %9s %9s\n",
-                  s.name.c_str(), s.gpus, r.label.c_str(), r.tokens_per_s, r.steady_tokens_per_s,
-                  100 * r.rollout_util, 100 * r.weight_stall_frac, 100 * r.actor_idle_frac,
-                  r.staleness_mean,
-                  ratio_text(sl, &r, false).c_str(), ratio_text(sl, &r, true).c_str());
-    }
-  }
-  std::printf("\n");
-  for (const auto& s : setups) {
-    const sim::ModeResult* sl = find_mode(s.rows, "sluice");
-    const sim::ModeResult* sync = find_mode(s.rows, "sync");
-    const sim::ModeResult* partial = find_mode(s.rows, "partial-rollout");
-    const bool target = s.gpus >= 1024;
-    std::printf("%-22s sluice / sync %sx (steady %sx)%s; sluice / partial-rollout %sx (steady "
-                "%sx)%s\n",
-                s.name.c_str(), ratio_text(sl, sync, false).c_str(),
-                ratio_text(sl, sync, true).c_str(), target ? " [target >= 5.5]" : "",
-                ratio_text(sl, partial, false).c_str(), ratio_text(sl, partial, true).c_str(),
-                target ? " [target >= 1.4]" : "");
-    // The trainer bounds every mode: tokens/s over the time the actor was busy (training and
-    // publishing) is what the job would reach with generation never in its way.
-    if (sl && sl->actor_idle_frac < 1) {
-      std::printf("%-22s the trainer's own rate (sluice's tokens over the actor's busy time): %.0f "
-                  "tokens/s; sync reaches %.0f%% of it, sluice %.0f%%\n",
-                  "", sl->tokens_per_s / (1 - sl->actor_idle_frac),
-                  sync ? 100 * sync->tokens_per_s * (1 - sl->actor_idle_frac) / sl->tokens_per_s
-                       : 0.0,
-                  100 * (1 - sl->actor_idle_frac));
-    }
-  }
-  std::printf("Laminar (arXiv 2510.12633) reports up to 5.48x over verl (synchronous) on 1024 "
-              "GPUs and 1.39x over partial-rollout on average.\n");
   return 0;
 }
 
@@ -203,8 +338,9 @@ std::vector<Scenario> validation_scenarios(const SimulateArgs& args) {
   out.push_back(four);
   for (auto& s : out) {
     s.sim.progress_s = 0;
-    s.sim.notes = {"rates measured on this machine (docs/design.md): memcpy 13 GB/s, UCX shared "
-                   "memory 8.6 GB/s, UCX TCP 1.6 GB/s, an emulated link 1 Gbit/s"};
+    s.sim.notes = {
+        "rates measured on this machine (docs/design.md): memcpy 13 GB/s, UCX shared "
+        "memory 8.6 GB/s, UCX TCP 1.6 GB/s, an emulated link 1 Gbit/s"};
   }
   return out;
 }
@@ -222,8 +358,8 @@ core::Result<std::map<std::string, json>> parse_measured(const std::string& text
     if (line.empty() || line[0] != '{') continue;
     json j = json::parse(line, nullptr, /*allow_exceptions=*/false);
     if (!j.is_object() || !j.contains("mode") || !j["mode"].is_string()) {
-      return core::invalid_argument(fmt::format("{}: not a bench e2e --json line: {}", where,
-                                                line.substr(0, 80)));
+      return core::invalid_argument(
+          fmt::format("{}: not a bench e2e --json line: {}", where, line.substr(0, 80)));
     }
     by_mode[j["mode"].get<std::string>()] = j;
   }
@@ -281,9 +417,10 @@ int run_simulate_validate(const SimulateArgs& args) {
       std::string sets;
       for (const auto& set : s.bench_sets)
         sets += " --set " + set;
-      std::printf("== %s: not measured (emulated hosts need root: run as root, or give "
-                  "--measured-hosts FILE from `sudo sluice bench e2e --json%s`)\n\n",
-                  s.name.c_str(), sets.c_str());
+      std::printf(
+          "== %s: not measured (emulated hosts need root: run as root, or give "
+          "--measured-hosts FILE from `sudo sluice bench e2e --json%s`)\n\n",
+          s.name.c_str(), sets.c_str());
       continue;
     } else {
       auto t = measure(s, args.modes);
@@ -314,8 +451,8 @@ int run_simulate_validate(const SimulateArgs& args) {
     std::printf("== %s: simulated against measured (%s)\n", s.name.c_str(), source.c_str());
     print_job_line(in);
     print_notes(in);
-    std::printf("%-16s %9s %9s %7s %9s %9s %7s %7s %7s %8s %8s\n", "mode", "sim tok/s",
-                "real", "diff", "sim stdy", "real", "diff", "sim utl", "real", "sim wst", "real");
+    std::printf("%-16s %9s %9s %7s %9s %9s %7s %7s %7s %8s %8s\n", "mode", "sim tok/s", "real",
+                "diff", "sim stdy", "real", "diff", "sim utl", "real", "sim wst", "real");
     for (const auto& r : *ran) {
       auto it = measured->find(r.label);
       if (it == measured->end()) {
@@ -365,27 +502,29 @@ int run_simulate_update(const SimulateArgs& args) {
   const double sw = sim::switch_s(c, bytes);
   const double total = stage + last + pull + sw;
   if (args.json) {
-    json o{{"bytes", bytes},        {"inference_gpus", in->rollouts * c.gpus_per_rollout},
-           {"hosts", p.hosts},      {"trainer_gpus", c.trainer_gpus},
-           {"stage_s", stage},      {"first_relay_s", first},
-           {"last_relay_s", last},  {"pull_s", pull},
-           {"switch_s", sw},        {"update_s", total}};
+    json o{{"bytes", bytes},       {"inference_gpus", in->rollouts * c.gpus_per_rollout},
+           {"hosts", p.hosts},     {"trainer_gpus", c.trainer_gpus},
+           {"stage_s", stage},     {"first_relay_s", first},
+           {"last_relay_s", last}, {"pull_s", pull},
+           {"switch_s", sw},       {"update_s", total}};
     std::printf("%s\n", o.dump().c_str());
     return 0;
   }
-  std::printf("weight update of %.3g GB (%.0f GiB) from %u trainer GPUs to %u inference GPUs on "
-              "%u hosts (%u rollouts x %u GPUs), %s broadcast, %.0f MiB chunks\n",
-              static_cast<double>(bytes) / 1e9, static_cast<double>(bytes) / (1u << 30),
-              c.trainer_gpus, in->rollouts * c.gpus_per_rollout, p.hosts, in->rollouts,
-              c.gpus_per_rollout, c.broadcast.c_str(),
-              static_cast<double>(in->actor.chunk_bytes) / (1u << 20));
+  std::printf(
+      "weight update of %.3g GB (%.0f GiB) from %u trainer GPUs to %u inference GPUs on "
+      "%u hosts (%u rollouts x %u GPUs), %s broadcast, %.0f MiB chunks\n",
+      static_cast<double>(bytes) / 1e9, static_cast<double>(bytes) / (1u << 30), c.trainer_gpus,
+      in->rollouts * c.gpus_per_rollout, p.hosts, in->rollouts, c.gpus_per_rollout,
+      c.broadcast.c_str(), static_cast<double>(in->actor.chunk_bytes) / (1u << 20));
   print_notes(*in);
   std::printf("  trainer stages the version (the actor waits)   %8.3f s  at %.0f GB/s\n", stage,
               c.stage_gbps);
-  std::printf("  first relay holds all of it                     %8.3f s  trainer -> relay %.0f GB/s\n",
-              first, c.trainer_gbps);
-  std::printf("  last relay holds all of it                      %8.3f s  relay -> relay %.0f GB/s\n",
-              last, c.link_gbps);
+  std::printf(
+      "  first relay holds all of it                     %8.3f s  trainer -> relay %.0f GB/s\n",
+      first, c.trainer_gbps);
+  std::printf(
+      "  last relay holds all of it                      %8.3f s  relay -> relay %.0f GB/s\n", last,
+      c.link_gbps);
   std::printf("  a rollout pulls it from its relay (background)  %8.3f s  at %.0f GB/s\n", pull,
               c.local_gbps);
   std::printf("  a rollout switches to it (its GPUs stall)       %8.3f s  %.0f GB/s per GPU\n", sw,
@@ -394,11 +533,13 @@ int run_simulate_update(const SimulateArgs& args) {
   // Not the model: what line rate allows if each host received only its own GPUs' share (as a
   // sharded point-to-point update does) instead of a whole copy for its relay.
   const double share = std::min(1.0, static_cast<double>(c.gpus_per_host) / c.gpus_per_rollout);
-  std::printf("  for reference (not the model): each host receiving only its GPUs' share at line "
-              "rate: %.3f s\n",
-              static_cast<double>(bytes) * share / (c.link_gbps * 1e9));
-  std::printf("published for comparison: Perplexity 1.3 s, checkpoint-engine 16 s (1T "
-              "parameters)\n");
+  std::printf(
+      "  for reference (not the model): each host receiving only its GPUs' share at line "
+      "rate: %.3f s\n",
+      static_cast<double>(bytes) * share / (c.link_gbps * 1e9));
+  std::printf(
+      "published for comparison: Perplexity 1.3 s, checkpoint-engine 16 s (1T "
+      "parameters)\n");
   return 0;
 }
 

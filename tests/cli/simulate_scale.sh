@@ -11,7 +11,7 @@ cd "$src"
 out=$("$sluice" simulate --scale --json --modes sync,partial-rollout,sluice --set manager.prompts=1536)
 printf '%s\n' "$out" | python3 -c '
 import json, math, sys
-rows = [json.loads(l) for l in sys.stdin if l.startswith("{")]
+rows = [r for r in (json.loads(l) for l in sys.stdin if l.startswith("{")) if "mode" in r]
 setups = {r["setup"]: r["cluster_gpus"] for r in rows}
 assert sorted(setups.values()) == [64, 256, 1024], setups
 for r in rows:
