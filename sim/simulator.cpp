@@ -50,8 +50,7 @@ core::Status Sim::init() {
   buffer_ = std::make_unique<actor::ExperienceBuffer>(bo);
 
   placement_ = place(in_.sim, in_.rollouts);
-  relay_after_ =
-      relay_complete_s(in_.sim, placement_.hosts, in_.actor.weight_bytes, in_.actor.chunk_bytes);
+  relay_ = relay_times(in_.sim, placement_.hosts, in_.actor.weight_bytes, in_.actor.chunk_bytes);
   rollouts_.resize(in_.rollouts);
   std::size_t type = 0;
   std::uint32_t of_type = 0;

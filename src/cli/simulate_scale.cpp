@@ -12,9 +12,9 @@
 #include <map>
 
 #include "cli/bench_e2e.hpp"
-#include "cli/simulate.hpp"
 #include "cli/bench_util.hpp"
 #include "cli/job_setup.hpp"
+#include "cli/simulate.hpp"
 #include "sim/simulator.hpp"
 #include "sim/weights.hpp"
 
@@ -112,18 +112,19 @@ int run_simulate_scale(const SimulateArgs& args) {
     }
     return 0;
   }
-  std::printf("\ntrained tokens/s per mode; sluice/x: sluice's throughput over the mode's (whole "
-              "job, and its steady middle)\n%-22s %6s %-16s %10s %10s %7s %8s %7s %7s %9s %9s\n",
-              "setup", "GPUs", "mode", "tokens/s", "steady/s", "util", "w-stall", "a-idle",
-              "stale", "sluice/x", "steady/x");
+  std::printf(
+      "\ntrained tokens/s per mode; sluice/x: sluice's throughput over the mode's (whole "
+      "job, and its steady middle)\n%-22s %6s %-16s %10s %10s %7s %8s %7s %7s %9s %9s\n",
+      "setup", "GPUs", "mode", "tokens/s", "steady/s", "util", "w-stall", "a-idle", "stale",
+      "sluice/x", "steady/x");
   for (const auto& s : setups) {
     const sim::ModeResult* sl = find_mode(s.rows, "sluice");
     for (const auto& r : s.rows) {
       std::printf("%-22s %6u %-16s %10.0f %10.0f %6.1f%% %7.2f%% %6.1f%% %7.2f %9s %9s\n",
                   s.name.c_str(), s.gpus, r.label.c_str(), r.tokens_per_s, r.steady_tokens_per_s,
                   100 * r.rollout_util, 100 * r.weight_stall_frac, 100 * r.actor_idle_frac,
-                  r.staleness_mean,
-                  ratio_text(sl, &r, false).c_str(), ratio_text(sl, &r, true).c_str());
+                  r.staleness_mean, ratio_text(sl, &r, false).c_str(),
+                  ratio_text(sl, &r, true).c_str());
     }
   }
   std::printf("\n");
@@ -132,25 +133,26 @@ int run_simulate_scale(const SimulateArgs& args) {
     const sim::ModeResult* sync = find_mode(s.rows, "sync");
     const sim::ModeResult* partial = find_mode(s.rows, "partial-rollout");
     const bool target = s.gpus >= 1024;
-    std::printf("%-22s sluice / sync %sx (steady %sx)%s; sluice / partial-rollout %sx (steady "
-                "%sx)%s\n",
-                s.name.c_str(), ratio_text(sl, sync, false).c_str(),
-                ratio_text(sl, sync, true).c_str(), target ? " [target >= 5.5]" : "",
-                ratio_text(sl, partial, false).c_str(), ratio_text(sl, partial, true).c_str(),
-                target ? " [target >= 1.4]" : "");
+    std::printf(
+        "%-22s sluice / sync %sx (steady %sx)%s; sluice / partial-rollout %sx (steady "
+        "%sx)%s\n",
+        s.name.c_str(), ratio_text(sl, sync, false).c_str(), ratio_text(sl, sync, true).c_str(),
+        target ? " [target >= 5.5]" : "", ratio_text(sl, partial, false).c_str(),
+        ratio_text(sl, partial, true).c_str(), target ? " [target >= 1.4]" : "");
     // The trainer bounds every mode: tokens/s over the time the actor was busy (training and
     // publishing) is what the job would reach with generation never in its way.
     if (sl && sl->actor_idle_frac < 1) {
-      std::printf("%-22s the trainer's own rate (sluice's tokens over the actor's busy time): %.0f "
-                  "tokens/s; sync reaches %.0f%% of it, sluice %.0f%%\n",
-                  "", sl->tokens_per_s / (1 - sl->actor_idle_frac),
-                  sync ? 100 * sync->tokens_per_s * (1 - sl->actor_idle_frac) / sl->tokens_per_s
-                       : 0.0,
-                  100 * (1 - sl->actor_idle_frac));
+      std::printf(
+          "%-22s the trainer's own rate (sluice's tokens over the actor's busy time): %.0f "
+          "tokens/s; sync reaches %.0f%% of it, sluice %.0f%%\n",
+          "", sl->tokens_per_s / (1 - sl->actor_idle_frac),
+          sync ? 100 * sync->tokens_per_s * (1 - sl->actor_idle_frac) / sl->tokens_per_s : 0.0,
+          100 * (1 - sl->actor_idle_frac));
     }
   }
-  std::printf("Laminar (arXiv 2510.12633) reports up to 5.48x over verl (synchronous) on 1024 "
-              "GPUs and 1.39x over partial-rollout on average.\n");
+  std::printf(
+      "Laminar (arXiv 2510.12633) reports up to 5.48x over verl (synchronous) on 1024 "
+      "GPUs and 1.39x over partial-rollout on average.\n");
   return 0;
 }
 
@@ -203,8 +205,9 @@ std::vector<Scenario> validation_scenarios(const SimulateArgs& args) {
   out.push_back(four);
   for (auto& s : out) {
     s.sim.progress_s = 0;
-    s.sim.notes = {"rates measured on this machine (docs/design.md): memcpy 13 GB/s, UCX shared "
-                   "memory 8.6 GB/s, UCX TCP 1.6 GB/s, an emulated link 1 Gbit/s"};
+    s.sim.notes = {
+        "rates measured on this machine (docs/design.md): memcpy 13 GB/s, UCX shared "
+        "memory 8.6 GB/s, UCX TCP 1.6 GB/s, an emulated link 1 Gbit/s"};
   }
   return out;
 }
@@ -222,8 +225,8 @@ core::Result<std::map<std::string, json>> parse_measured(const std::string& text
     if (line.empty() || line[0] != '{') continue;
     json j = json::parse(line, nullptr, /*allow_exceptions=*/false);
     if (!j.is_object() || !j.contains("mode") || !j["mode"].is_string()) {
-      return core::invalid_argument(fmt::format("{}: not a bench e2e --json line: {}", where,
-                                                line.substr(0, 80)));
+      return core::invalid_argument(
+          fmt::format("{}: not a bench e2e --json line: {}", where, line.substr(0, 80)));
     }
     by_mode[j["mode"].get<std::string>()] = j;
   }
@@ -281,9 +284,10 @@ int run_simulate_validate(const SimulateArgs& args) {
       std::string sets;
       for (const auto& set : s.bench_sets)
         sets += " --set " + set;
-      std::printf("== %s: not measured (emulated hosts need root: run as root, or give "
-                  "--measured-hosts FILE from `sudo sluice bench e2e --json%s`)\n\n",
-                  s.name.c_str(), sets.c_str());
+      std::printf(
+          "== %s: not measured (emulated hosts need root: run as root, or give "
+          "--measured-hosts FILE from `sudo sluice bench e2e --json%s`)\n\n",
+          s.name.c_str(), sets.c_str());
       continue;
     } else {
       auto t = measure(s, args.modes);
@@ -314,8 +318,8 @@ int run_simulate_validate(const SimulateArgs& args) {
     std::printf("== %s: simulated against measured (%s)\n", s.name.c_str(), source.c_str());
     print_job_line(in);
     print_notes(in);
-    std::printf("%-16s %9s %9s %7s %9s %9s %7s %7s %7s %8s %8s\n", "mode", "sim tok/s",
-                "real", "diff", "sim stdy", "real", "diff", "sim utl", "real", "sim wst", "real");
+    std::printf("%-16s %9s %9s %7s %9s %9s %7s %7s %7s %8s %8s\n", "mode", "sim tok/s", "real",
+                "diff", "sim stdy", "real", "diff", "sim utl", "real", "sim wst", "real");
     for (const auto& r : *ran) {
       auto it = measured->find(r.label);
       if (it == measured->end()) {
@@ -356,49 +360,73 @@ int run_simulate_update(const SimulateArgs& args) {
   }
   const sim::SimulateConfig& c = in->sim;
   const std::uint64_t bytes = in->actor.weight_bytes;
-  const sim::Placement p = sim::place(c, in->rollouts);
-  const std::vector<double> relay = sim::relay_complete_s(c, p.hosts, bytes, in->actor.chunk_bytes);
-  const double first = *std::min_element(relay.begin(), relay.end());
-  const double last = *std::max_element(relay.begin(), relay.end());
-  const double stage = sim::publish_stall_s(c, bytes);
-  const double pull = sim::pull_s(c, bytes);
-  const double sw = sim::switch_s(c, bytes);
-  const double total = stage + last + pull + sw;
+  const std::uint64_t chunk = in->actor.chunk_bytes;
+  // Both arrangements, whatever the file says: sluice's relays, and the what-if.
+  sim::SimulateConfig whole_c = c, share_c = c;
+  whole_c.relay_holds = "whole";
+  share_c.relay_holds = "host-share";
+  const sim::UpdateTimes whole = sim::update_times(whole_c, in->rollouts, bytes, chunk);
+  const sim::UpdateTimes share = sim::update_times(share_c, in->rollouts, bytes, chunk);
+  const std::uint32_t gpus = in->rollouts * c.gpus_per_rollout;
+  auto to_json = [](const sim::UpdateTimes& u) {
+    return json{{"stage_s", u.stage_s},
+                {"first_relay_s", u.first_relay_s},
+                {"last_relay_s", u.last_relay_s},
+                {"relay_bytes", u.relay_bytes},
+                {"switch_start_s", u.switch_start_s},
+                {"switch_end_s", u.switch_end_s},
+                {"stall_s", u.stall_s},
+                {"update_s", u.switch_end_s}};
+  };
   if (args.json) {
-    json o{{"bytes", bytes},        {"inference_gpus", in->rollouts * c.gpus_per_rollout},
-           {"hosts", p.hosts},      {"trainer_gpus", c.trainer_gpus},
-           {"stage_s", stage},      {"first_relay_s", first},
-           {"last_relay_s", last},  {"pull_s", pull},
-           {"switch_s", sw},        {"update_s", total}};
+    json o = to_json(whole);
+    o["bytes"] = bytes;
+    o["inference_gpus"] = gpus;
+    o["hosts"] = whole.hosts;
+    o["trainer_gpus"] = c.trainer_gpus;
+    o["trainer_hosts"] = sim::trainer_hosts(c);
+    o["floor_s"] = whole.floor_s;
+    o["host_share"] = to_json(share);
     std::printf("%s\n", o.dump().c_str());
     return 0;
   }
-  std::printf("weight update of %.3g GB (%.0f GiB) from %u trainer GPUs to %u inference GPUs on "
-              "%u hosts (%u rollouts x %u GPUs), %s broadcast, %.0f MiB chunks\n",
-              static_cast<double>(bytes) / 1e9, static_cast<double>(bytes) / (1u << 30),
-              c.trainer_gpus, in->rollouts * c.gpus_per_rollout, p.hosts, in->rollouts,
-              c.gpus_per_rollout, c.broadcast.c_str(),
-              static_cast<double>(in->actor.chunk_bytes) / (1u << 20));
+  std::printf(
+      "weight update of %.3g GB (%.0f GiB) from %u trainer GPUs (%u hosts) to %u inference "
+      "GPUs on %u hosts (%u rollouts x %u GPUs), %s broadcast, %.0f MiB chunks\n",
+      static_cast<double>(bytes) / 1e9, static_cast<double>(bytes) / (1u << 30), c.trainer_gpus,
+      sim::trainer_hosts(c), gpus, whole.hosts, in->rollouts, c.gpus_per_rollout,
+      c.broadcast.c_str(), static_cast<double>(chunk) / (1u << 20));
   print_notes(*in);
-  std::printf("  trainer stages the version (the actor waits)   %8.3f s  at %.0f GB/s\n", stage,
-              c.stage_gbps);
-  std::printf("  first relay holds all of it                     %8.3f s  trainer -> relay %.0f GB/s\n",
-              first, c.trainer_gbps);
-  std::printf("  last relay holds all of it                      %8.3f s  relay -> relay %.0f GB/s\n",
-              last, c.link_gbps);
-  std::printf("  a rollout pulls it from its relay (background)  %8.3f s  at %.0f GB/s\n", pull,
-              c.local_gbps);
-  std::printf("  a rollout switches to it (its GPUs stall)       %8.3f s  %.0f GB/s per GPU\n", sw,
-              c.h2d_gbps);
-  std::printf("  update, publish to the last GPU switched        %8.3f s\n", total);
-  // Not the model: what line rate allows if each host received only its own GPUs' share (as a
-  // sharded point-to-point update does) instead of a whole copy for its relay.
-  const double share = std::min(1.0, static_cast<double>(c.gpus_per_host) / c.gpus_per_rollout);
-  std::printf("  for reference (not the model): each host receiving only its GPUs' share at line "
-              "rate: %.3f s\n",
-              static_cast<double>(bytes) * share / (c.link_gbps * 1e9));
-  std::printf("published for comparison: Perplexity 1.3 s, checkpoint-engine 16 s (1T "
-              "parameters)\n");
+  const double master_gbps = std::min(c.link_gbps, sim::trainer_hosts(c) * c.trainer_gbps);
+  std::printf("seconds from the publish call; every rollout asks for the version at once\n");
+  std::printf("%-48s %12s %12s\n", "", "whole", "host-share");
+  std::printf("%-48s %12s %12s\n", "", "(sluice)", "(what-if)");
+  std::printf("%-48s %9.0f GB %9.0f GB\n", "each relay holds", whole.relay_bytes / 1e9,
+              share.relay_bytes / 1e9);
+  std::printf("%-48s %12.3f %12.3f\n", "trainer has staged it (the actor's stall)", whole.stage_s,
+              share.stage_s);
+  std::printf("%-48s %12.3f %12.3f\n", "first relay holds its part", whole.first_relay_s,
+              share.first_relay_s);
+  std::printf("%-48s %12.3f %12.3f\n", "last relay holds its part", whole.last_relay_s,
+              share.last_relay_s);
+  std::printf("%-48s %12.3f %12.3f\n", "GPUs start loading their shares (stall starts)",
+              whole.switch_start_s, share.switch_start_s);
+  std::printf("%-48s %12.3f %12.3f\n", "last GPU switched (stall ends): the update",
+              whole.switch_end_s, share.switch_end_s);
+  std::printf("%-48s %12.3f %12.3f\n", "the GPU stall alone", whole.stall_s, share.stall_s);
+  std::printf(
+      "rates: staging %.0f GB/s; a master relay reads striped from %u trainer hosts at "
+      "%.0f GB/s, %.0f GB/s in all; relay -> relay %.0f GB/s; a GPU loads its 1/%u "
+      "share (%.1f GB) at %.0f GB/s\n",
+      c.stage_gbps, sim::trainer_hosts(c), c.trainer_gbps, master_gbps, c.link_gbps,
+      c.gpus_per_rollout, static_cast<double>(bytes) / c.gpus_per_rollout / 1e9, c.h2d_gbps);
+  std::printf(
+      "line-rate floor (each host receives only its GPUs' share at %.0f GB/s, nothing "
+      "else counted): %.3f s\n",
+      c.link_gbps, whole.floor_s);
+  std::printf(
+      "published for comparison (as issue 22 quotes them, not measured here): Perplexity "
+      "1.3 s, checkpoint-engine 16 s (1T parameters)\n");
   return 0;
 }
 
