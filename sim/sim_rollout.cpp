@@ -309,13 +309,14 @@ void Sim::on_pulled(SimRollout& r, double t) {
   r.pulling = 0;
   last_progress_ = t;
   if (r.load_after_pull && r.staged >= r.switching) {
-    // The GPUs loaded their shares while the relay received the version, from the ask on (the
-    // rollout has generated nothing since): the load ends as load_window says.
+    // Without a copy of its own, the GPUs loaded their shares while the relay received the
+    // version, from the ask on (the rollout has generated nothing since): the load ends as
+    // load_window says. With one, they load from it now that the pull has ended.
     r.load_after_pull = false;
     r.switching = r.staged;
     auto pub = published_at_.find(r.staged);
     double end = t + switch_s(in_.sim, in_.actor.weight_bytes);
-    if (pub != published_at_.end()) {
+    if (in_.sim.local_gbps == 0 && pub != published_at_.end()) {
       const LoadWindow w = load_window(in_.sim, relay_[r.host], in_.actor.weight_bytes,
                                        in_.actor.chunk_bytes, r.load_asked - pub->second);
       end = pub->second + w.end_s;
