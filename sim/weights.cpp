@@ -66,10 +66,13 @@ std::vector<RelayTimes> relay_times(const SimulateConfig& c, std::uint32_t hosts
     if (k == 0) {
       // A seed: a master fed by the trainer (first datacenter), or fed by the same group's seed
       // of the previous datacenter over the WAN.
-      if (dc == 0) {
+      // (A group with no host in the previous datacenter, possible with host-share when a
+      // datacenter has fewer hosts than a rollout spans, is fed by the trainer.)
+      auto before = members.find({dc == 0 ? 0 : dc - 1, group});
+      if (dc == 0 || before == members.end()) {
         ++masters;
       } else {
-        n.parent = static_cast<int>(members[{dc - 1, group}].front());
+        n.parent = static_cast<int>(before->second.front());
         n.rate = c.wan_gbps * kGB;
       }
     } else {
