@@ -148,10 +148,6 @@ double line_rate_floor_s(const SimulateConfig& c, std::uint64_t bytes) {
   return static_cast<double>(bytes) * share / (c.link_gbps * kGB);
 }
 
-}  // namespace sluice::sim
-
-namespace sluice::sim {
-
 UpdateTimes update_times(const SimulateConfig& c, std::uint32_t rollouts, std::uint64_t bytes,
                          std::uint64_t chunk_bytes) {
   UpdateTimes u;

@@ -101,10 +101,6 @@ LoadWindow load_window(const SimulateConfig& c, const RelayTimes& r, std::uint64
 // version's bytes over the hosts' links ends sooner.
 double line_rate_floor_s(const SimulateConfig& c, std::uint64_t bytes);
 
-}  // namespace sluice::sim
-
-namespace sluice::sim {
-
 // One version from the publish to the last GPU switched, every rollout asking for it at once
 // (`sluice simulate --update-only`). Seconds from the publish call.
 struct UpdateTimes {
