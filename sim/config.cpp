@@ -23,9 +23,14 @@ core::Status SimulateConfig::validate() const {
         fmt::format("broadcast must be chain or tree, not '{}'", broadcast));
   }
   if (fanout == 0) return core::invalid_argument("fanout must be at least 1");
-  for (double r : {stage_gbps, trainer_gbps, link_gbps, wan_gbps, local_gbps, h2d_gbps}) {
+  if (relay_holds != "whole" && relay_holds != "host-share") {
+    return core::invalid_argument(
+        fmt::format("relay_holds must be whole or host-share, not '{}'", relay_holds));
+  }
+  for (double r : {stage_gbps, trainer_gbps, link_gbps, wan_gbps, h2d_gbps}) {
     if (!(r > 0)) return core::invalid_argument("every *_gbps rate must be positive");
   }
+  if (!(local_gbps >= 0)) return core::invalid_argument("local_gbps must not be negative");
   if (hop_latency_ms < 0) return core::invalid_argument("hop_latency_ms must not be negative");
   if (refresh_ms == 0) return core::invalid_argument("refresh_ms must be at least 1");
   if (!(max_sim_s > 0) || !(stall_s > 0)) {

@@ -48,13 +48,19 @@ struct SimulateConfig {
   std::vector<GpuType> gpu_types;          // empty: every rollout as rollout.sim
   std::string broadcast = "chain";         // how relays receive a version: chain or tree
   std::uint32_t fanout = 2;                // tree: children per relay, >= 1
+  // What a relay holds: "whole" (every relay the whole version, as sluice's relays do) or
+  // "host-share" (a what-if, not built in sluice: only its host's GPUs' share; sim/weights.hpp).
+  std::string relay_holds = "whole";
   double stage_gbps = 10.0;      // the actor's publish: copy into staging memory (the actor waits)
-  double trainer_gbps = 25.0;    // trainer -> master relay
+  double trainer_gbps = 25.0;    // a trainer host's NICs; masters read striped from all of them
   double link_gbps = 25.0;       // relay -> relay inside a datacenter (a host's NIC)
   double wan_gbps = 1.25;        // relay -> relay between datacenters
   double hop_latency_ms = 0.05;  // added once per hop (first chunk)
-  double local_gbps = 20.0;      // relay -> a rollout on its host (the background pull)
-  double h2d_gbps = 25.0;        // per GPU: host copy -> GPU memory at the switch (a weight stall)
+  // 0: a rollout keeps no copy of its own, its GPUs load from the host's relay copy (the design).
+  // > 0: a rollout first pulls a whole copy from its relay at this rate, in the background, as
+  // sluice's rollouts with the CPU engine do today (bench e2e; `simulate --validate`).
+  double local_gbps = 0.0;
+  double h2d_gbps = 25.0;  // per GPU: its share from the host copy (a weight stall)
   // With repack on, a busy rollout reports at least this often so the planner sees its KV use
   // (otherwise a rollout reports when something about it changed; see simulator.hpp).
   std::uint64_t refresh_ms = 1000;
@@ -80,13 +86,19 @@ struct SimulateConfig {
       "taken by rollouts in order (the rest as rollout.sim)");
     v("broadcast", broadcast, "how relays receive a version: chain or tree");
     v("fanout", fanout, "tree: children per relay");
+    v("relay_holds", relay_holds,
+      "what a relay holds: whole (sluice) or host-share (a what-if: its host's GPUs' share)");
     v("stage_gbps", stage_gbps, "actor publish: copy into staging memory, GB/s (the actor waits)");
-    v("trainer_gbps", trainer_gbps, "trainer -> master relay, GB/s");
+    v("trainer_gbps", trainer_gbps,
+      "a trainer host's NICs, GB/s (a master relay reads striped from every trainer host)");
     v("link_gbps", link_gbps, "relay -> relay within a datacenter, GB/s");
     v("wan_gbps", wan_gbps, "relay -> relay between datacenters, GB/s");
     v("hop_latency_ms", hop_latency_ms, "latency added per hop, ms");
-    v("local_gbps", local_gbps, "relay -> rollout on the same host (background pull), GB/s");
-    v("h2d_gbps", h2d_gbps, "per GPU: host copy -> GPU memory when a rollout switches, GB/s");
+    v("local_gbps", local_gbps,
+      "0: GPUs load from the host's relay copy; > 0: a rollout first pulls its own whole copy "
+      "from its relay at this rate (GB/s), as sluice's CPU-engine rollouts do");
+    v("h2d_gbps", h2d_gbps,
+      "per GPU: its share from the host's relay copy into GPU memory (the switch), GB/s");
     v("refresh_ms", refresh_ms, "repack on: a busy rollout reports at least this often (ms)");
     v("max_sim_s", max_sim_s, "simulated time bound in seconds (beyond it: an error)");
     v("stall_s", stall_s,

@@ -270,13 +270,14 @@ void Sim::apply(SimRollout& r, rollout::ReportReply reply, double t) {
   reschedule_engine(r, t);
 }
 
-// Starts pulling the newest version in the background (the worker's prefetch()).
+// Follows the newest version (the worker's prefetch()). Without a copy of its own (local_gbps 0,
+// sim/weights.hpp) the "pull" ends when the host's relay holds the version, and copies nothing.
 void Sim::prefetch(SimRollout& r, double t) {
   if (r.latest <= std::max(r.version, r.staged) || r.pulling != 0) return;
   auto pub = published_at_.find(r.latest);
   if (pub == published_at_.end()) return;  // not published yet as far as the model knows
   r.pulling = r.latest;
-  const double from = std::max(t, pub->second + relay_after_[r.host]);
+  const double from = std::max(t, pub->second + relay_[r.host].all_s);
   r.pull_done = from + (colocated_ ? 0.0 : pull_s(in_.sim, in_.actor.weight_bytes));
   at(r.pull_done, Ev::kPulled, r.index);
 }
@@ -297,6 +298,7 @@ void Sim::request_load(SimRollout& r, std::uint64_t v, bool allow_active, double
     prefetch(r, t);
   }
   r.switching = v;  // at least; set exactly when the pull lands
+  if (!r.load_after_pull) r.load_asked = t;
   r.load_after_pull = true;
   add_block(r, t, std::max(0.0, (r.pulling ? r.pull_done : t) - t), true);
 }
@@ -307,9 +309,20 @@ void Sim::on_pulled(SimRollout& r, double t) {
   r.pulling = 0;
   last_progress_ = t;
   if (r.load_after_pull && r.staged >= r.switching) {
+    // Without a copy of its own, the GPUs loaded their shares while the relay received the
+    // version, from the ask on (the rollout has generated nothing since): the load ends as
+    // load_window says. With one, they load from it now that the pull has ended.
     r.load_after_pull = false;
     r.switching = r.staged;
-    add_block(r, t, switch_s(in_.sim, in_.actor.weight_bytes), true);
+    auto pub = published_at_.find(r.staged);
+    double end = t + switch_s(in_.sim, in_.actor.weight_bytes);
+    if (in_.sim.local_gbps == 0 && !colocated_ && pub != published_at_.end()) {
+      const LoadWindow w = load_window(in_.sim, relay_[r.host], in_.actor.weight_bytes,
+                                       in_.actor.chunk_bytes, r.load_asked - pub->second);
+      end = pub->second + w.end_s;
+    }
+    const double from = r.blocks.empty() ? t : std::max(t, r.blocks.back().until);
+    add_block(r, t, std::max(0.0, end - from), true);
     at(r.blocks.back().until, Ev::kLoaded, r.index);
     return;
   }

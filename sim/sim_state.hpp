@@ -80,7 +80,8 @@ struct SimRollout {
   double report_at = 0;
   std::uint64_t report_token = 0;
   bool load_after_pull = false;  // a load waits for the pull in progress
-  double pull_done = 0;
+  double pull_done = 0;          // the host's relay holds the version being pulled
+  double load_asked = 0;         // when the waiting load was asked for
   // As the last report told the manager (the global-update modes wake others on a change).
   std::uint64_t reported_version = 0;
   bool reported_work = false;
@@ -148,7 +149,7 @@ class Sim {
   std::unique_ptr<rollout::LengthSampler> lengths_;
   std::vector<SimRollout> rollouts_;
   Placement placement_;
-  std::vector<double> relay_after_;               // per host: seconds after a publish
+  std::vector<RelayTimes> relay_;                 // per host: times after a publish
   std::map<std::uint64_t, double> published_at_;  // version -> publish time
   std::priority_queue<Event, std::vector<Event>, std::greater<Event>> events_;
   std::uint64_t seq_ = 0, n_events_ = 0, n_reports_ = 0;

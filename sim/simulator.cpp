@@ -58,12 +58,13 @@ core::Status Sim::init() {
 
   placement_ = place(in_.sim, in_.rollouts);
   colocated_ = label_ == "sync-colocated";
+  relay_ = relay_times(in_.sim, placement_.hosts, in_.actor.weight_bytes, in_.actor.chunk_bytes);
   if (colocated_) {
     // Trainer and rollouts on the same GPUs: a version is already where it is needed.
-    relay_after_.assign(placement_.hosts, 0.0);
-  } else {
-    relay_after_ =
-        relay_complete_s(in_.sim, placement_.hosts, in_.actor.weight_bytes, in_.actor.chunk_bytes);
+    for (auto& h : relay_) {
+      h.first_s = 0;
+      h.all_s = 0;
+    }
   }
   rollouts_.resize(in_.rollouts);
   std::size_t type = 0;

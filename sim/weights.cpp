@@ -1,6 +1,8 @@
 #include "sim/weights.hpp"
 
 #include <algorithm>
+#include <map>
+#include <utility>
 
 namespace sluice::sim {
 
@@ -14,6 +16,10 @@ struct Node {
   double rate = 0;  // bytes/s of the hop into this relay, before the parent's split
   int children = 0;
 };
+
+bool host_share(const SimulateConfig& c) {
+  return c.relay_holds == "host-share";
+}
 
 }  // namespace
 
@@ -29,29 +35,63 @@ Placement place(const SimulateConfig& c, std::uint32_t rollouts) {
   return p;
 }
 
-std::vector<double> relay_complete_s(const SimulateConfig& c, std::uint32_t hosts,
-                                     std::uint64_t bytes, std::uint64_t chunk_bytes) {
+std::uint32_t hosts_per_rollout(const SimulateConfig& c) {
+  if (c.gpus_per_rollout <= c.gpus_per_host || c.gpus_per_rollout % c.gpus_per_host != 0) return 1;
+  return c.gpus_per_rollout / c.gpus_per_host;
+}
+
+std::uint32_t trainer_hosts(const SimulateConfig& c) {
+  return std::max<std::uint32_t>(1, (c.trainer_gpus + c.gpus_per_host - 1) / c.gpus_per_host);
+}
+
+double relay_bytes(const SimulateConfig& c, std::uint64_t bytes) {
+  const double b = static_cast<double>(bytes);
+  return host_share(c) ? b / hosts_per_rollout(c) : b;
+}
+
+std::vector<RelayTimes> relay_times(const SimulateConfig& c, std::uint32_t hosts,
+                                    std::uint64_t bytes, std::uint64_t chunk_bytes) {
   std::vector<Node> nodes(hosts);
   const std::uint32_t per_dc = c.hosts_per_datacenter == 0 ? hosts : c.hosts_per_datacenter;
+  const std::uint32_t groups = host_share(c) ? hosts_per_rollout(c) : 1;
+  // Hosts of each (datacenter, group), in host order: a relay's place in its group's broadcast.
+  std::map<std::pair<std::uint32_t, std::uint32_t>, std::vector<std::uint32_t>> members;
+  int masters = 0;
   for (std::uint32_t h = 0; h < hosts; ++h) {
-    const std::uint32_t dc_first = h / per_dc * per_dc;
-    const std::uint32_t k = h - dc_first;  // index within its datacenter
+    const std::uint32_t dc = h / per_dc, group = h % groups;
+    auto& mine = members[{dc, group}];
+    const auto k = static_cast<std::uint32_t>(mine.size());  // index within its group here
+    mine.push_back(h);
     Node& n = nodes[h];
     if (k == 0) {
-      // A seed: fed by the trainer (first datacenter) or the previous datacenter's seed.
-      n.parent = dc_first == 0 ? -1 : static_cast<int>(dc_first - per_dc);
-      n.rate = (dc_first == 0 ? c.trainer_gbps : c.wan_gbps) * kGB;
+      // A seed: a master fed by the trainer (first datacenter), or fed by the same group's seed
+      // of the previous datacenter over the WAN.
+      // (A group with no host in the previous datacenter, possible with host-share when a
+      // datacenter has fewer hosts than a rollout spans, is fed by the trainer.)
+      auto before = members.find({dc == 0 ? 0 : dc - 1, group});
+      if (dc == 0 || before == members.end()) {
+        ++masters;
+      } else {
+        n.parent = static_cast<int>(before->second.front());
+        n.rate = c.wan_gbps * kGB;
+      }
     } else {
       const std::uint32_t up = c.broadcast == "tree" ? (k - 1) / c.fanout : k - 1;
-      n.parent = static_cast<int>(dc_first + up);
+      n.parent = static_cast<int>(mine[up]);
       n.rate = c.link_gbps * kGB;
     }
     if (n.parent >= 0) ++nodes[static_cast<std::size_t>(n.parent)].children;
   }
-  const double chunk = static_cast<double>(std::min(chunk_bytes, bytes));
-  const double rest = static_cast<double>(bytes) - chunk;
+  // Masters read striped from every trainer host, which share their egress among the masters.
+  const double trainer_out = trainer_hosts(c) * c.trainer_gbps * kGB / std::max(1, masters);
+  for (auto& n : nodes) {
+    if (n.parent < 0) n.rate = std::min(c.link_gbps * kGB, trainer_out);
+  }
+  const double held = relay_bytes(c, bytes);
+  const double chunk = std::min(static_cast<double>(chunk_bytes), held);
+  const double rest = held - chunk;
   // Parents come before their children in host order, so one pass accumulates each path.
-  std::vector<double> first(hosts), slowest(hosts), out(hosts);
+  std::vector<RelayTimes> out(hosts);
   for (std::uint32_t h = 0; h < hosts; ++h) {
     const Node& n = nodes[h];
     double rate = n.rate;
@@ -59,12 +99,14 @@ std::vector<double> relay_complete_s(const SimulateConfig& c, std::uint32_t host
     if (n.parent >= 0) {
       const auto p = static_cast<std::size_t>(n.parent);
       rate /= std::max(1, nodes[p].children);
-      before = first[p];
-      slow = std::min(slowest[p], rate);
+      before = out[p].first_s;
+      slow = std::min(out[p].rate, rate);
     }
-    first[h] = before + chunk / rate + c.hop_latency_ms / 1000.0;
-    slowest[h] = slow;
-    out[h] = first[h] + rest / slowest[h];
+    RelayTimes& r = out[h];
+    r.first_s = before + chunk / rate + c.hop_latency_ms / 1000.0;
+    r.rate = slow;
+    r.all_s = r.first_s + rest / slow;
+    r.bytes = held;
   }
   return out;
 }
@@ -73,12 +115,61 @@ double publish_stall_s(const SimulateConfig& c, std::uint64_t bytes) {
   return static_cast<double>(bytes) / (c.stage_gbps * kGB);
 }
 
-double pull_s(const SimulateConfig& c, std::uint64_t bytes) {
-  return static_cast<double>(bytes) / (c.local_gbps * kGB);
-}
-
 double switch_s(const SimulateConfig& c, std::uint64_t bytes) {
   return static_cast<double>(bytes) / c.gpus_per_rollout / (c.h2d_gbps * kGB);
+}
+
+double pull_s(const SimulateConfig& c, std::uint64_t bytes) {
+  return c.local_gbps > 0 ? static_cast<double>(bytes) / (c.local_gbps * kGB) : 0.0;
+}
+
+LoadWindow load_window(const SimulateConfig& c, const RelayTimes& r, std::uint64_t bytes,
+                       std::uint64_t chunk_bytes, double asked_s) {
+  const double share = static_cast<double>(bytes) / c.gpus_per_rollout;
+  const double h2d = c.h2d_gbps * kGB;
+  if (c.local_gbps > 0) {
+    LoadWindow w;
+    w.start_s = std::max(asked_s, r.all_s + pull_s(c, bytes));
+    w.end_s = w.start_s + share / h2d;
+    return w;
+  }
+  // The GPU's part of the relay's last chunk: its share is spread evenly over what the relay
+  // holds.
+  const double last_part = std::min(static_cast<double>(chunk_bytes), r.bytes) * share / r.bytes;
+  const double earliest_end = std::max(r.all_s + last_part / h2d, r.first_s + share / h2d);
+  LoadWindow w;
+  w.start_s = std::max(asked_s, earliest_end - share / h2d);
+  w.end_s = w.start_s + share / h2d;
+  return w;
+}
+
+double line_rate_floor_s(const SimulateConfig& c, std::uint64_t bytes) {
+  const double share = std::min(1.0, static_cast<double>(c.gpus_per_host) / c.gpus_per_rollout);
+  return static_cast<double>(bytes) * share / (c.link_gbps * kGB);
+}
+
+UpdateTimes update_times(const SimulateConfig& c, std::uint32_t rollouts, std::uint64_t bytes,
+                         std::uint64_t chunk_bytes) {
+  UpdateTimes u;
+  const Placement p = place(c, rollouts);
+  u.hosts = p.hosts;
+  u.stage_s = publish_stall_s(c, bytes);
+  u.floor_s = line_rate_floor_s(c, bytes);
+  const std::vector<RelayTimes> relays = relay_times(c, p.hosts, bytes, chunk_bytes);
+  if (relays.empty()) return u;
+  u.first_relay_s = u.last_relay_s = u.stage_s + relays[0].all_s;
+  u.relay_bytes = relays[0].bytes;
+  for (const RelayTimes& r : relays) {
+    u.first_relay_s = std::min(u.first_relay_s, u.stage_s + r.all_s);
+    u.last_relay_s = std::max(u.last_relay_s, u.stage_s + r.all_s);
+    const LoadWindow w = load_window(c, r, bytes, chunk_bytes, 0.0);
+    if (u.stage_s + w.end_s >= u.switch_end_s) {
+      u.switch_start_s = u.stage_s + w.start_s;
+      u.switch_end_s = u.stage_s + w.end_s;
+    }
+  }
+  u.stall_s = u.switch_end_s - u.switch_start_s;
+  return u;
 }
 
 }  // namespace sluice::sim

@@ -1,15 +1,28 @@
 // The modelled movement of a weight version, for `sluice simulate`. It is a model, not the
-// relays' code: the relays, the transfer engine and the store's read plans do not run here.
+// relays' code: the relays, the transfer engine and the store's read plans do not run here. It
+// follows docs/design.md ("Weight store semantics", "Transfer", "Python, PyTorch and GPUs").
 //
 // Placement: rollout i spans GPUs [i*g, (i+1)*g) of the fleet (g = gpus_per_rollout), packed onto
 // hosts of gpus_per_host GPUs; a rollout lives on the host of its first GPU. Each host has one
 // relay. Hosts are split into datacenters of hosts_per_datacenter (the trainer sits in the first).
 //
-// Broadcast (the store's arrangement, weightstore/store.hpp): with "chain", the first relay of
-// the trainer's datacenter pulls from the trainer, each further relay of a datacenter from the
-// one before it, and each datacenter's first relay (its seed) from the seed of the datacenter
-// before it, over the WAN. With "tree", relay k of a datacenter pulls from relay (k-1)/fanout of
-// it (the seed at the root, fed as in the chain).
+// What a relay holds (relay_holds): "whole" (sluice's relays: every relay holds all of a
+// version) or "host-share" (a what-if, not built in sluice: a relay holds only the slices its
+// host's GPUs need, 1/hosts-per-rollout of the version when a rollout spans several hosts).
+// Relays holding the same bytes form one broadcast group: every relay with "whole"; with
+// "host-share" the relays at the same position within their rollouts.
+//
+// Broadcast (the store's arrangement, weightstore/store.hpp), per group: with "chain", the first
+// relay of the trainer's datacenter (a master) reads from the trainer, each further relay of a
+// datacenter from the one before it, and each datacenter's first relay (its seed) from the seed
+// of the datacenter before it, over the WAN. With "tree", relay k of a datacenter reads from
+// relay (k-1)/fanout of it (the seed at the root, fed as in the chain).
+//
+// The trainer's GPUs are partial holders of the version (each stages its own shard): a master
+// reads chunks striped across all of them, so it receives at its own NIC's rate (link_gbps),
+// unless the trainer's hosts together send less: trainer_hosts x trainer_gbps, shared by the
+// masters reading at the same time (trainer hosts: trainer_gpus / gpus_per_host, at least 1).
+// The masters read once the publish has staged every shard (the trainer registers then).
 //
 // Time along a path of hops, chunk-pipelined: a hop forwards each chunk as soon as it has it, so
 // the last byte reaches the end of the path after
@@ -17,9 +30,18 @@
 // A relay that feeds k others splits its outgoing rate k ways. Versions do not compete for links
 // (one version in flight at a time is the normal case: a step takes longer than a broadcast).
 //
-// A rollout reads a version from its host's relay once that relay holds all of it (as a rollout
-// with a host label does, local_wait_ms), at local_gbps, in the background; switching to it costs
-// its GPU share (bytes / gpus_per_rollout) at h2d_gbps, during which it generates nothing.
+// A rollout keeps no copy of its own: its host's relay copy is the host's one copy, and each of
+// its GPUs loads its own share (bytes / gpus_per_rollout; with tensor parallelism a slice of
+// every chunk) from it at h2d_gbps, every GPU and every host in parallel. A GPU overwrites the
+// weights it generates with, so the rollout generates nothing while its GPUs load (the switch,
+// a weight stall). A GPU reads only chunks its relay already holds: a load asked for before the
+// relay holds all of the version starts as late as it can without ending later, and ends no
+// earlier than the relay's last chunk plus that chunk's share, nor than the relay's first chunk
+// plus the share at h2d_gbps.
+//
+// With local_gbps > 0 a rollout instead pulls a whole copy of its own from its relay once the
+// relay holds all of it, in the background, and its GPUs load from that copy (sluice's rollouts
+// with the CPU engine, which `simulate --validate` sets beside real runs).
 //
 // Thread safety: pure functions.
 #pragma once
@@ -38,14 +60,61 @@ struct Placement {
 
 Placement place(const SimulateConfig& c, std::uint32_t rollouts);
 
-// Seconds after the publish at which each host's relay holds all of a version.
-std::vector<double> relay_complete_s(const SimulateConfig& c, std::uint32_t hosts,
-                                     std::uint64_t bytes, std::uint64_t chunk_bytes);
+// One host's relay and a version, in seconds after the publish has staged it.
+struct RelayTimes {
+  double first_s = 0;  // holds its first chunk
+  double all_s = 0;    // holds all it will hold
+  double bytes = 0;    // what it holds (the version, or its host's share)
+  double rate = 0;     // bytes/s of the slowest hop on its path
+};
+
+// Every host's relay, by host index.
+std::vector<RelayTimes> relay_times(const SimulateConfig& c, std::uint32_t hosts,
+                                    std::uint64_t bytes, std::uint64_t chunk_bytes);
+
+// The bytes a host's relay holds: the version, or with "host-share" its host's GPUs' part.
+double relay_bytes(const SimulateConfig& c, std::uint64_t bytes);
+// Hosts a rollout spans (1 when several rollouts share a host).
+std::uint32_t hosts_per_rollout(const SimulateConfig& c);
+// Hosts of the trainer (at least 1).
+std::uint32_t trainer_hosts(const SimulateConfig& c);
 
 // Seconds the actor waits in publish (the copy into staging memory).
 double publish_stall_s(const SimulateConfig& c, std::uint64_t bytes);
-// Seconds of a rollout's background pull from its relay, and of its switch to a pulled version.
+// Seconds of a rollout's pull of its own copy from its relay (0 with local_gbps 0: none).
 double pull_s(const SimulateConfig& c, std::uint64_t bytes);
+// Seconds one GPU takes to load its share of a version at h2d_gbps (the switch once its relay
+// holds the version).
 double switch_s(const SimulateConfig& c, std::uint64_t bytes);
+
+// A rollout's switch: when its GPUs start and stop loading (the stall), in the relay's clock.
+struct LoadWindow {
+  double start_s = 0;
+  double end_s = 0;
+};
+// The load of a version asked for at `asked_s`, from a relay with times `r` (with a pull of the
+// rollout's own copy, from the end of that pull).
+LoadWindow load_window(const SimulateConfig& c, const RelayTimes& r, std::uint64_t bytes,
+                       std::uint64_t chunk_bytes, double asked_s);
+
+// Seconds for each host to receive only its GPUs' share at link_gbps: no schedule of a
+// version's bytes over the hosts' links ends sooner.
+double line_rate_floor_s(const SimulateConfig& c, std::uint64_t bytes);
+
+// One version from the publish to the last GPU switched, every rollout asking for it at once
+// (`sluice simulate --update-only`). Seconds from the publish call.
+struct UpdateTimes {
+  std::uint32_t hosts = 0;
+  double stage_s = 0;         // the actor's publish stall (the trainer stages its shards)
+  double first_relay_s = 0;   // the first relay holds what it will hold
+  double last_relay_s = 0;    // the last relay does
+  double relay_bytes = 0;     // what each relay holds
+  double switch_start_s = 0;  // the last rollout's GPUs start loading (they stop generating)
+  double switch_end_s = 0;    // ... and hold the version: the last GPU switched
+  double stall_s = 0;         // switch_end_s - switch_start_s: the GPU stall
+  double floor_s = 0;         // line_rate_floor_s
+};
+UpdateTimes update_times(const SimulateConfig& c, std::uint32_t rollouts, std::uint64_t bytes,
+                         std::uint64_t chunk_bytes);
 
 }  // namespace sluice::sim

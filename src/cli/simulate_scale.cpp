@@ -493,53 +493,73 @@ int run_simulate_update(const SimulateArgs& args) {
   }
   const sim::SimulateConfig& c = in->sim;
   const std::uint64_t bytes = in->actor.weight_bytes;
-  const sim::Placement p = sim::place(c, in->rollouts);
-  const std::vector<double> relay = sim::relay_complete_s(c, p.hosts, bytes, in->actor.chunk_bytes);
-  const double first = *std::min_element(relay.begin(), relay.end());
-  const double last = *std::max_element(relay.begin(), relay.end());
-  const double stage = sim::publish_stall_s(c, bytes);
-  const double pull = sim::pull_s(c, bytes);
-  const double sw = sim::switch_s(c, bytes);
-  const double total = stage + last + pull + sw;
+  const std::uint64_t chunk = in->actor.chunk_bytes;
+  // Both arrangements, whatever the file says: sluice's relays, and the what-if.
+  sim::SimulateConfig whole_c = c, share_c = c;
+  whole_c.relay_holds = "whole";
+  share_c.relay_holds = "host-share";
+  const sim::UpdateTimes whole = sim::update_times(whole_c, in->rollouts, bytes, chunk);
+  const sim::UpdateTimes share = sim::update_times(share_c, in->rollouts, bytes, chunk);
+  const std::uint32_t gpus = in->rollouts * c.gpus_per_rollout;
+  auto to_json = [](const sim::UpdateTimes& u) {
+    return json{{"stage_s", u.stage_s},
+                {"first_relay_s", u.first_relay_s},
+                {"last_relay_s", u.last_relay_s},
+                {"relay_bytes", u.relay_bytes},
+                {"switch_start_s", u.switch_start_s},
+                {"switch_end_s", u.switch_end_s},
+                {"stall_s", u.stall_s},
+                {"update_s", u.switch_end_s}};
+  };
   if (args.json) {
-    json o{{"bytes", bytes},       {"inference_gpus", in->rollouts * c.gpus_per_rollout},
-           {"hosts", p.hosts},     {"trainer_gpus", c.trainer_gpus},
-           {"stage_s", stage},     {"first_relay_s", first},
-           {"last_relay_s", last}, {"pull_s", pull},
-           {"switch_s", sw},       {"update_s", total}};
+    json o = to_json(whole);
+    o["bytes"] = bytes;
+    o["inference_gpus"] = gpus;
+    o["hosts"] = whole.hosts;
+    o["trainer_gpus"] = c.trainer_gpus;
+    o["trainer_hosts"] = sim::trainer_hosts(c);
+    o["floor_s"] = whole.floor_s;
+    o["host_share"] = to_json(share);
     std::printf("%s\n", o.dump().c_str());
     return 0;
   }
   std::printf(
-      "weight update of %.3g GB (%.0f GiB) from %u trainer GPUs to %u inference GPUs on "
-      "%u hosts (%u rollouts x %u GPUs), %s broadcast, %.0f MiB chunks\n",
+      "weight update of %.3g GB (%.0f GiB) from %u trainer GPUs (%u hosts) to %u inference "
+      "GPUs on %u hosts (%u rollouts x %u GPUs), %s broadcast, %.0f MiB chunks\n",
       static_cast<double>(bytes) / 1e9, static_cast<double>(bytes) / (1u << 30), c.trainer_gpus,
-      in->rollouts * c.gpus_per_rollout, p.hosts, in->rollouts, c.gpus_per_rollout,
-      c.broadcast.c_str(), static_cast<double>(in->actor.chunk_bytes) / (1u << 20));
+      sim::trainer_hosts(c), gpus, whole.hosts, in->rollouts, c.gpus_per_rollout,
+      c.broadcast.c_str(), static_cast<double>(chunk) / (1u << 20));
   print_notes(*in);
-  std::printf("  trainer stages the version (the actor waits)   %8.3f s  at %.0f GB/s\n", stage,
-              c.stage_gbps);
+  const double master_gbps = std::min(c.link_gbps, sim::trainer_hosts(c) * c.trainer_gbps);
+  std::printf("seconds from the publish call; every rollout asks for the version at once\n");
+  std::printf("%-48s %12s %12s\n", "", "whole", "host-share");
+  std::printf("%-48s %12s %12s\n", "", "(sluice)", "(what-if)");
+  std::printf("%-48s %9.0f GB %9.0f GB\n", "each relay holds", whole.relay_bytes / 1e9,
+              share.relay_bytes / 1e9);
+  std::printf("%-48s %12.3f %12.3f\n", "trainer has staged it (the actor's stall)", whole.stage_s,
+              share.stage_s);
+  std::printf("%-48s %12.3f %12.3f\n", "first relay holds its part", whole.first_relay_s,
+              share.first_relay_s);
+  std::printf("%-48s %12.3f %12.3f\n", "last relay holds its part", whole.last_relay_s,
+              share.last_relay_s);
+  std::printf("%-48s %12.3f %12.3f\n", "GPUs start loading their shares (stall starts)",
+              whole.switch_start_s, share.switch_start_s);
+  std::printf("%-48s %12.3f %12.3f\n", "last GPU switched (stall ends): the update",
+              whole.switch_end_s, share.switch_end_s);
+  std::printf("%-48s %12.3f %12.3f\n", "the GPU stall alone", whole.stall_s, share.stall_s);
   std::printf(
-      "  first relay holds all of it                     %8.3f s  trainer -> relay %.0f GB/s\n",
-      first, c.trainer_gbps);
+      "rates: staging %.0f GB/s; a master relay reads striped from %u trainer hosts at "
+      "%.0f GB/s, %.0f GB/s in all; relay -> relay %.0f GB/s; a GPU loads its 1/%u "
+      "share (%.1f GB) at %.0f GB/s\n",
+      c.stage_gbps, sim::trainer_hosts(c), c.trainer_gbps, master_gbps, c.link_gbps,
+      c.gpus_per_rollout, static_cast<double>(bytes) / c.gpus_per_rollout / 1e9, c.h2d_gbps);
   std::printf(
-      "  last relay holds all of it                      %8.3f s  relay -> relay %.0f GB/s\n", last,
-      c.link_gbps);
-  std::printf("  a rollout pulls it from its relay (background)  %8.3f s  at %.0f GB/s\n", pull,
-              c.local_gbps);
-  std::printf("  a rollout switches to it (its GPUs stall)       %8.3f s  %.0f GB/s per GPU\n", sw,
-              c.h2d_gbps);
-  std::printf("  update, publish to the last GPU switched        %8.3f s\n", total);
-  // Not the model: what line rate allows if each host received only its own GPUs' share (as a
-  // sharded point-to-point update does) instead of a whole copy for its relay.
-  const double share = std::min(1.0, static_cast<double>(c.gpus_per_host) / c.gpus_per_rollout);
+      "line-rate floor (each host receives only its GPUs' share at %.0f GB/s, nothing "
+      "else counted): %.3f s\n",
+      c.link_gbps, whole.floor_s);
   std::printf(
-      "  for reference (not the model): each host receiving only its GPUs' share at line "
-      "rate: %.3f s\n",
-      static_cast<double>(bytes) * share / (c.link_gbps * 1e9));
-  std::printf(
-      "published for comparison: Perplexity 1.3 s, checkpoint-engine 16 s (1T "
-      "parameters)\n");
+      "published for comparison (as issue 22 quotes them, not measured here): Perplexity "
+      "1.3 s, checkpoint-engine 16 s (1T parameters)\n");
   return 0;
 }
 
