@@ -1,11 +1,47 @@
 #include "rollout/engine.hpp"
 
 #include "core/json_limits.hpp"
+#include "core/transfer.hpp"
+
+#include <fmt/format.h>
 
 #include <cmath>
 #include <limits>
 
 namespace sluice::rollout {
+
+namespace {
+
+// A region descriptor is binary: it travels in JSON as lowercase hex.
+std::string to_hex(const std::string& bytes) {
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::string out;
+  out.reserve(bytes.size() * 2);
+  for (unsigned char c : bytes) {
+    out.push_back(kDigits[c >> 4]);
+    out.push_back(kDigits[c & 15]);
+  }
+  return out;
+}
+
+int hex_digit(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  return -1;
+}
+
+core::Result<std::string> from_hex(const std::string& hex, const std::string& what) {
+  if (hex.size() % 2 != 0) return core::protocol_error(what + ": odd number of hex digits");
+  std::string out(hex.size() / 2, '\0');
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    int hi = hex_digit(hex[2 * i]), lo = hex_digit(hex[2 * i + 1]);
+    if (hi < 0 || lo < 0) return core::protocol_error(what + ": not lowercase hex");
+    out[i] = static_cast<char>(hi * 16 + lo);
+  }
+  return out;
+}
+
+}  // namespace
 
 nlohmann::json SequenceState::to_json() const {
   nlohmann::json j{{"trajectory_id", trajectory_id},
@@ -19,9 +55,16 @@ nlohmann::json SequenceState::to_json() const {
   // Floats travel as JSON numbers: nlohmann writes them with enough digits to read back the same
   // bits, so the destination's cache is bit for bit the source's.
   if (kv) {
-    j["kv"] = nlohmann::json{{"version", kv->version},   {"layers", kv->layers},
-                             {"width", kv->width},       {"positions", kv->positions},
-                             {"keys", kv->keys},         {"values", kv->values}};
+    j["kv"] = nlohmann::json{{"version", kv->version}, {"layers", kv->layers},
+                             {"width", kv->width},     {"positions", kv->positions},
+                             {"keys", kv->keys},       {"values", kv->values}};
+  }
+  if (kv_ref) {
+    j["kv_ref"] = nlohmann::json{
+        {"version", kv_ref->version},      {"layers", kv_ref->layers},
+        {"width", kv_ref->width},          {"positions", kv_ref->positions},
+        {"bytes", kv_ref->bytes},          {"checksum", fmt::format("{:016x}", kv_ref->checksum)},
+        {"region", to_hex(kv_ref->region)}};
   }
   return j;
 }
@@ -53,6 +96,48 @@ core::Result<KvState> kv_from_json(const nlohmann::json& j, const std::string& i
                                 std::to_string(want) + ") each");
   }
   return kv;
+}
+
+core::Result<KvRef> kv_ref_from_json(const nlohmann::json& j, const std::string& id) {
+  const std::string what = "sequence state " + id + " kv_ref";
+  if (!j.is_object()) return core::protocol_error(what + ": not an object");
+  namespace f = core::json_field;
+  KvRef r;
+  std::uint64_t layers = 0, width = 0, positions = 0;
+  std::string checksum, region;
+  SLUICE_TRY(f::u64(j, what, "version", r.version));
+  SLUICE_TRY(f::u64(j, what, "layers", layers));
+  SLUICE_TRY(f::u64(j, what, "width", width));
+  SLUICE_TRY(f::u64(j, what, "positions", positions));
+  SLUICE_TRY(f::u64(j, what, "bytes", r.bytes));
+  SLUICE_TRY(f::string(j, what, "checksum", checksum));
+  SLUICE_TRY(f::string(j, what, "region", region));
+  constexpr std::uint64_t kMax = 1u << 20;  // each; so that their product cannot overflow
+  if (layers > kMax || width > kMax || positions > kMax) {
+    return core::protocol_error(what + ": shape out of range");
+  }
+  r.layers = static_cast<std::uint32_t>(layers);
+  r.width = static_cast<std::uint32_t>(width);
+  r.positions = static_cast<std::uint32_t>(positions);
+  if (r.bytes != r.shape_bytes()) {
+    return core::protocol_error(what + ": " + std::to_string(r.bytes) + " bytes for a shape of " +
+                                std::to_string(r.shape_bytes()));
+  }
+  if (checksum.size() != 16) return core::protocol_error(what + ": checksum is not 16 hex digits");
+  SLUICE_ASSIGN_OR_RETURN(std::string sum, from_hex(checksum, what + " checksum"));
+  for (unsigned char c : sum)
+    r.checksum = (r.checksum << 8) | c;
+  // A descriptor is a few hundred bytes (worker address, rkey, up to 8 stream addresses).
+  constexpr std::size_t kMaxRegionHex = 64 * 1024;
+  if (region.size() > kMaxRegionHex) return core::protocol_error(what + ": region too long");
+  SLUICE_ASSIGN_OR_RETURN(r.region, from_hex(region, what + " region"));
+  auto desc = core::RegionDescriptor::decode(r.region);
+  if (!desc.is_ok()) return desc.status().with_context(what);
+  if (desc->length < r.bytes) {
+    return core::protocol_error(what + ": region of " + std::to_string(desc->length) +
+                                " bytes cannot hold " + std::to_string(r.bytes));
+  }
+  return r;
 }
 
 }  // namespace
@@ -90,6 +175,13 @@ core::Result<SequenceState> SequenceState::from_json(const nlohmann::json& j) {
   if (j.contains("kv")) {
     SLUICE_ASSIGN_OR_RETURN(KvState kv, kv_from_json(j["kv"], s.trajectory_id));
     s.kv = std::move(kv);
+  }
+  if (j.contains("kv_ref")) {
+    if (s.kv) {
+      return core::protocol_error("sequence state " + s.trajectory_id + ": both 'kv' and 'kv_ref'");
+    }
+    SLUICE_ASSIGN_OR_RETURN(KvRef ref, kv_ref_from_json(j["kv_ref"], s.trajectory_id));
+    s.kv_ref = std::move(ref);
   }
   if (s.logprobs.size() != s.generated.size()) {
     return core::protocol_error("sequence state " + s.trajectory_id + ": " +

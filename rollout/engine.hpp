@@ -38,6 +38,24 @@ struct KvState {
   std::uint64_t bytes() const { return (keys.size() + values.size()) * sizeof(float); }
 };
 
+// Where a sequence's KV cache waits to be read instead of travelling inline
+// (rollout/kv_transfer.hpp): the source's registered buffer holding the keys then the values
+// (float32, [layers][positions] [width] each), read by the destination with a one-sided GET. The
+// shape is KvState's. Untrusted on arrival: from_json checks the shape, that `bytes` matches it and
+// that `region` decodes; the reader bounds `bytes` by what its engine could hold before it
+// allocates anything.
+struct KvRef {
+  std::uint64_t version = 0;
+  std::uint32_t layers = 0, width = 0, positions = 0;
+  std::uint64_t bytes = 0;     // layers x width x positions x 2 x sizeof(float)
+  std::uint64_t checksum = 0;  // core::chunk_checksum (XXH3) of the `bytes` bytes
+  std::string region;          // core::RegionDescriptor::encode() of the source's buffer
+  // The byte count the shape calls for.
+  std::uint64_t shape_bytes() const {
+    return std::uint64_t{layers} * width * positions * 2 * sizeof(float);
+  }
+};
+
 // Everything needed to continue one sequence elsewhere: the destination rebuilds its KV cache by
 // re-prefilling prompt + generated, or imports `kv` when it came with one. Travels as JSON.
 struct SequenceState {
@@ -50,6 +68,9 @@ struct SequenceState {
   std::uint64_t max_new_tokens = 0;     // the sequence stops at this many generated tokens
   std::uint64_t rng_state = 0;          // sampling state, so a migrated sequence continues alike
   std::optional<KvState> kv;            // its KV cache, when moved with it (absent: re-prefill)
+  // Or where to read it (never both): the destination reads it before admitting, and re-prefills
+  // when the read fails.
+  std::optional<KvRef> kv_ref;
   std::uint64_t kv_tokens() const { return prompt_tokens.size() + generated.size(); }
 
   nlohmann::json to_json() const;
@@ -85,6 +106,9 @@ class Engine {
   virtual ~Engine() = default;
 
   virtual Capacity capacity() const = 0;
+  // Bytes of KV cache (keys and values) one token holds in an imported KvState; 0 for an engine
+  // that imports none. Bounds what a reader fetches for it (rollout/kv_transfer.hpp).
+  virtual std::uint64_t kv_bytes_per_token() const { return 0; }
   // The loaded weight version (0 before any load).
   virtual std::uint64_t version() const = 0;
   // Loads weights of `version`. `data` holds the version's bytes (the manifest's layout); the

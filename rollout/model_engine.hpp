@@ -80,6 +80,10 @@ class ModelEngine final : public Engine {
   ModelEngine& operator=(const ModelEngine&) = delete;
 
   Capacity capacity() const override { return capacity_; }
+  std::uint64_t kv_bytes_per_token() const override {
+    return 2ull * static_cast<std::uint64_t>(config_.gpt.n_layer) *
+           static_cast<std::uint64_t>(config_.gpt.d_model) * sizeof(float);
+  }
   std::uint64_t version() const override { return version_; }
   // kFailedPrecondition while sequences are active and !allow_active; kInvalidArgument when
   // `bytes` is not the model's parameter size (nothing changes in either case).

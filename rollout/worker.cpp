@@ -14,6 +14,7 @@
 #include "core/messaging.hpp"
 #include "core/metrics.hpp"
 #include "core/transfer.hpp"
+#include "rollout/kv_transfer.hpp"
 #include "rollout/protocol.hpp"
 #include "weightstore/client.hpp"
 #include "weightstore/reader.hpp"
@@ -85,6 +86,9 @@ struct RolloutWorker::Impl {
   // a wait. Created with the first pull; goes before the transfer engine and the store client.
   std::unique_ptr<weightstore::Reader> reader;
   std::unique_ptr<core::EventLoop::Timer> holder_beat;  // the reader's heartbeats to the store
+  // KV caches exported over UCX, readable until cfg.kv_hold_ms has passed (the destination does
+  // not say when it has read one). After `transfer`, so freed before it goes.
+  core::RetiredBuffers kv_outbox;
   std::uint64_t latest = 0;  // newest published version, as the manager last said
   std::shared_ptr<bool> alive = std::make_shared<bool>(true);
   std::atomic<bool> stopping{false};
@@ -115,6 +119,9 @@ struct RolloutWorker::Impl {
   std::uint64_t tokens = 0, steps = 0, loads = 0, imported = 0, exported_count = 0;
   std::uint64_t reprefill_tokens = 0, kv_imported = 0, pulled_bytes = 0, pulled_same_host_bytes = 0;
   std::uint64_t checksum_failures = 0;  // chunks that failed verification (each read again)
+  // KV caches sent over UCX, read over UCX, and whose read (or import) failed (re-prefilled).
+  std::uint64_t kv_published = 0;
+  KvReadStats kv_reads;
   // Versions the store acknowledged this rollout as a holder of (it served them to peers).
   std::uint64_t served_versions = 0, last_served = 0;
   std::uint64_t refused_version = 0;  // imports of another version (never expected)
@@ -139,6 +146,10 @@ struct RolloutWorker::Impl {
                 {"exported", exported_count},
                 {"reprefill_tokens", reprefill_tokens},
                 {"kv_imported", kv_imported},
+                {"kv_published", kv_published},
+                {"kv_fetched", kv_reads.fetched},
+                {"kv_fetched_bytes", kv_reads.fetched_bytes},
+                {"kv_read_failed", kv_reads.read_failed},
                 {"reprefill_s", reprefill_s},
                 {"pulled_bytes", pulled_bytes},
                 {"checksum_failures", checksum_failures},
@@ -153,6 +164,7 @@ struct RolloutWorker::Impl {
   }
 
   core::Status report() {
+    kv_outbox.sweep();
     if (reader && reader->serving() && reader->current_version() != last_served) {
       last_served = reader->current_version();
       ++served_versions;
@@ -231,11 +243,13 @@ struct RolloutWorker::Impl {
       abandon(e);
     abandon_stale();
     for (const auto& e : r.export_ids) {
-      const bool with_kv = std::find(r.export_kv.begin(), r.export_kv.end(), e) != r.export_kv.end();
+      const bool with_kv =
+          std::find(r.export_kv.begin(), r.export_kv.end(), e) != r.export_kv.end();
       auto s = with_kv ? engine->export_sequence_with_kv(e) : engine->export_sequence(e);
       if (s.is_ok()) {
         ++exported_count;
         exported.push_back(std::move(s).value());
+        if (exported.back().kv) publish_moved_kv(exported.back());
       }
     }
     for (auto& s : r.import) {
@@ -244,14 +258,35 @@ struct RolloutWorker::Impl {
       if (v != engine->version() || !engine->can_admit(s.kv_tokens())) {
         if (v != engine->version()) ++refused_version;
         s.kv.reset();  // wherever it goes next, it is re-prefilled
+        s.kv_ref.reset();
         refused.push_back(std::move(s));
         continue;
       }
+      if (s.kv_ref) fetch_moved_kv(s);
       std::uint64_t kv = s.kv_tokens();
       // A sequence that brought its KV cache is not re-prefilled.
       bool migrated = !s.generated.empty() && !s.kv;
-      if (s.kv) ++kv_imported;
-      auto st = engine->admit(std::move(s));
+      core::Status st;
+      if (s.kv) {
+        // A cache the engine refuses (another shape: never expected) costs a re-prefill, not the
+        // sequence.
+        std::optional<KvState> cache = std::move(s.kv);
+        s.kv.reset();
+        SequenceState plain = s;
+        s.kv = std::move(cache);
+        st = engine->admit(std::move(s));
+        if (st.is_ok()) {
+          ++kv_imported;
+        } else {
+          ++kv_reads.read_failed;
+          log::warn("rollout {}: KV cache of {} refused, re-prefilling: {}", cfg.rollout_id,
+                    plain.trajectory_id, st.to_string());
+          migrated = !plain.generated.empty();
+          st = engine->admit(std::move(plain));
+        }
+      } else {
+        st = engine->admit(std::move(s));
+      }
       if (!st.is_ok()) return st.with_context("import");
       if (migrated) {
         ++imported;
@@ -266,6 +301,35 @@ struct RolloutWorker::Impl {
     SLUICE_TRY(prefetch());
     if (r.load > engine->version()) SLUICE_TRY(load_version(r.load, r.allow_active));
     return {};
+  }
+
+  // Sends an exported sequence's KV cache over UCX: the state carries a reference to a buffer
+  // kept here for cfg.kv_hold_ms. Without a transfer engine (or when allocating fails) the cache
+  // travels inline.
+  void publish_moved_kv(SequenceState& s) {
+    if (!cfg.kv_ucx || !transfer) return;
+    auto p = publish_kv(*transfer, *s.kv);
+    if (!p.is_ok()) {
+      log::warn("rollout {}: KV cache of {} goes inline: {}", cfg.rollout_id, s.trajectory_id,
+                p.status().to_string());
+      return;
+    }
+    s.kv_ref = std::move(p->ref);
+    s.kv.reset();
+    kv_outbox.add(std::move(p->buffer));
+    ++kv_published;
+  }
+
+  // Reads a migrated sequence's KV cache from its source. On any failure the sequence goes on
+  // without it (re-prefilled): it is never lost.
+  void fetch_moved_kv(SequenceState& s) {
+    const std::string id = s.trajectory_id;
+    core::Status st =
+        fetch_kv_of(transfer.get(), *engine, s, Millis(cfg.kv_read_timeout_ms), kv_reads);
+    if (!st.is_ok()) {
+      log::warn("rollout {}: KV cache of {} not read, re-prefilling: {}", cfg.rollout_id, id,
+                st.to_string());
+    }
   }
 
   // Stops a trajectory queued or running here and sends it back marked abandoned.
@@ -451,6 +515,9 @@ struct RolloutWorker::Impl {
     req.capacity = engine->capacity();
     req.finished = finished;
     req.exported = exported;
+    // This process is going, and its KV buffers with it: the destinations re-prefill.
+    for (auto& s : req.exported)
+      s.kv_ref.reset();
     req.refused = refused;
     req.returned = returned;
     for (auto& s : queue)
@@ -559,6 +626,7 @@ core::Result<std::unique_ptr<RolloutWorker>> RolloutWorker::create(
   impl->engine = std::move(engine);
   impl->scorer = std::move(scorer);
   impl->environment = std::move(environment);
+  impl->kv_outbox = core::RetiredBuffers(Millis(impl->cfg.kv_hold_ms));
   SLUICE_ASSIGN_OR_RETURN(
       impl->security, core::load_security(impl->cfg.security, "rollout " + impl->cfg.rollout_id));
   // The manager takes a rollout's reports only under its authenticated identity.

@@ -84,6 +84,15 @@ struct RolloutConfig {
   // manager in one leaving report, waiting at most this long for the answer (on failure the
   // manager's heartbeat expiry reclaims them as after a kill -9).
   std::uint64_t leave_timeout_ms = 2000;
+  // A sequence exported with its KV cache sends the cache over UCX (rollout/kv_transfer.hpp): the
+  // manager forwards a reference, the destination reads the bytes from this rollout. false: the
+  // cache travels inside the manager's messages as JSON numbers.
+  bool kv_ucx = true;
+  // How long an exported KV cache stays readable here (the destination reads it when the manager
+  // forwards it, normally within a few reports); then it is freed.
+  std::uint64_t kv_hold_ms = 30000;
+  // A destination's whole read of one KV cache; past it the sequence is re-prefilled.
+  std::uint64_t kv_read_timeout_ms = 5000;
   std::string host;  // topology labels (nearest holder first)
   std::string rack;
   std::string datacenter;
@@ -107,6 +116,10 @@ struct RolloutConfig {
     v("report_ms", report_ms, "report and heartbeat period in ms");
     v("partial_every", partial_every, "stream in-flight states every N reports (0: never)");
     v("manager_timeout_ms", manager_timeout_ms, "exit when the manager is silent this long");
+    v("kv_ucx", kv_ucx, "move exported KV caches over UCX rather than in the manager's messages");
+    v("kv_hold_ms", kv_hold_ms, "how long an exported KV cache stays readable here, in ms");
+    v("kv_read_timeout_ms", kv_read_timeout_ms,
+      "a KV cache read that takes longer fails (the sequence is re-prefilled)");
     v("max_held_finished", max_held_finished,
       "finished trajectories held while the manager is unreachable; when full, no new work starts");
     v("pull_in_flight", pull_in_flight, "GETs in flight per source when pulling weights");

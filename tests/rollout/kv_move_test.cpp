@@ -1,18 +1,24 @@
 // A sequence moved between reference-model engines with its KV cache: no re-prefill, and the
 // continuation is bit for bit what the sequence generates when it never moves. A cache computed
-// by other weights is refused.
+// by other weights is refused. Moved over UCX (rollout/kv_transfer.hpp), the cache is read from the
+// source's registered memory; a read that fails or reads wrong bytes costs a re-prefill and
+// nothing else.
 #include <doctest/doctest.h>
 
 #include <map>
 #include <string>
 #include <vector>
 
+#include "core/event_loop.hpp"
+#include "core/transfer.hpp"
 #include "model/blas.hpp"
 #include "model/gpt.hpp"
 #include "model/sampling.hpp"
+#include "rollout/kv_transfer.hpp"
 #include "rollout/model_engine.hpp"
 
 using namespace sluice;
+using rollout::KvState;
 using rollout::ModelEngine;
 using rollout::ModelEngineConfig;
 using rollout::SequenceState;
@@ -64,7 +70,8 @@ std::map<std::string, SequenceState> drain(ModelEngine& e) {
 
 // The first sampling seed from `from` whose sequence generates more than `steps` tokens on
 // weights `w` (version 0: the initial weights): long enough to move mid-way.
-std::uint64_t long_seed(std::uint64_t from, int steps, const std::vector<std::uint8_t>* w = nullptr) {
+std::uint64_t long_seed(std::uint64_t from, int steps,
+                        const std::vector<std::uint8_t>* w = nullptr) {
   for (std::uint64_t rng = from; rng < from + 200; ++rng) {
     auto e = engine();
     if (w != nullptr) REQUIRE(e->load_weights(1, w->data(), w->size(), false).is_ok());
@@ -84,6 +91,72 @@ std::vector<std::uint8_t> other_weights(std::uint64_t seed) {
   REQUIRE(m.is_ok());
   const auto* p = reinterpret_cast<const std::uint8_t*>((*m)->params());
   return {p, p + (*m)->param_bytes()};
+}
+
+// Two transfer engines on one loop, one for each rollout, over loopback UCX on `tls`. The buffers
+// a test makes are declared after it, so they are freed before the engines go.
+struct Ucx {
+  std::unique_ptr<core::EventLoop> loop = core::EventLoop::create().value();
+  std::unique_ptr<core::TransferEngine> source, dest;
+  explicit Ucx(const std::string& tls) {
+    core::TransferOptions o;
+    o.ucx_config = {{"TLS", tls}, {"NET_DEVICES", "lo"}};
+    for (auto* e : {&source, &dest}) {
+      auto r = core::TransferEngine::create(*loop, o);
+      REQUIRE_MESSAGE(r.is_ok(), r.status().to_string());
+      *e = std::move(r).value();
+    }
+  }
+};
+
+// A sequence of `rng` stepped `steps` times on a fresh engine, exported with its KV cache.
+SequenceState exported_after(std::uint64_t rng, int steps) {
+  auto source = engine();
+  REQUIRE(source->admit(seq("moving", rng)).is_ok());
+  for (int i = 0; i < steps; ++i)
+    REQUIRE(source->step().finished.empty());
+  auto out = source->export_sequence_with_kv("moving");
+  REQUIRE(out.is_ok());
+  REQUIRE(out->kv.has_value());
+  return std::move(out).value();
+}
+
+// The sequence as it finishes on an engine that never moved it.
+SequenceState unmoved_run(std::uint64_t rng) {
+  auto e = engine();
+  REQUIRE(e->admit(seq("moving", rng)).is_ok());
+  return drain(*e)["moving"];
+}
+
+// Admits `s` on a fresh engine and runs it to the end; `prefill` is what the first step
+// prefilled.
+SequenceState continue_on_dest(SequenceState s, std::uint64_t& prefill) {
+  auto dest = engine();
+  REQUIRE(dest->admit(std::move(s)).is_ok());
+  auto first = dest->step();
+  prefill = first.prefill_tokens;
+  auto done = drain(*dest);
+  for (auto& f : first.finished)
+    done[f.trajectory_id] = f;
+  REQUIRE(done.count("moving") == 1);
+  return done["moving"];
+}
+
+// `x` continued after a move as `y` did unmoved. With its cache moved the computation is the same,
+// so the log-probabilities are too, bit for bit; re-prefilled, the cache is computed in one pass
+// rather than token by token, which rounds differently: the same tokens, log-probabilities equal
+// to within float rounding.
+void check_same_continuation(const SequenceState& x, const SequenceState& y, bool bit_exact) {
+  CHECK(x.generated.size() > 9);
+  CHECK(x.generated == y.generated);
+  CHECK(x.rng_state == y.rng_state);
+  REQUIRE(x.logprobs.size() == y.logprobs.size());
+  if (bit_exact) {
+    CHECK(x.logprobs == y.logprobs);
+  } else {
+    for (std::size_t i = 0; i < x.logprobs.size(); ++i)
+      CHECK(x.logprobs[i] == doctest::Approx(y.logprobs[i]).epsilon(1e-4));
+  }
 }
 
 }  // namespace
@@ -194,5 +267,155 @@ TEST_SUITE("rollout.kv_move") {
     REQUIRE(fresh.is_ok());
     CHECK_FALSE(fresh->kv.has_value());
     REQUIRE(dest->admit(*out).is_ok());
+  }
+}
+
+TEST_SUITE("rollout.kv_ucx") {
+  TEST_CASE("a KV cache read over UCX continues the sequence bit for bit, with no re-prefill") {
+    const std::uint64_t rng = long_seed(4242, 16);
+    const SequenceState stayed = unmoved_run(rng);
+    for (const std::string tls : {"tcp", "sm,self"}) {
+      CAPTURE(tls);
+      Ucx ucx(tls);
+      SequenceState out = exported_after(rng, 9);
+      const KvState sent = *out.kv;
+      auto published = rollout::publish_kv(*ucx.source, sent);
+      REQUIRE_MESSAGE(published.is_ok(), published.status().to_string());
+      CHECK(published->ref.bytes == sent.bytes());
+      out.kv_ref = published->ref;
+      out.kv.reset();
+
+      // The manager's message carries the reference, not the floats.
+      const nlohmann::json j = out.to_json();
+      CHECK_FALSE(j.contains("kv"));
+      CHECK(j.dump().size() < 2048);
+      auto back = SequenceState::from_json(nlohmann::json::parse(j.dump()));
+      REQUIRE_MESSAGE(back.is_ok(), back.status().to_string());
+      REQUIRE(back->kv_ref.has_value());
+      CHECK_FALSE(back->kv.has_value());
+
+      auto dest_engine = engine();
+      rollout::KvReadStats stats;
+      auto st =
+          rollout::fetch_kv_of(ucx.dest.get(), *dest_engine, *back, core::Millis(10000), stats);
+      REQUIRE_MESSAGE(st.is_ok(), st.to_string());
+      CHECK(stats.fetched == 1);
+      CHECK(stats.fetched_bytes == sent.bytes());
+      CHECK(stats.read_failed == 0);
+      CHECK_FALSE(back->kv_ref.has_value());
+      REQUIRE(back->kv.has_value());
+      CHECK(back->kv->keys == sent.keys);  // bit for bit
+      CHECK(back->kv->values == sent.values);
+      CHECK(back->kv->version == sent.version);
+      CHECK(back->kv->positions == sent.positions);
+
+      std::uint64_t prefill = 99;
+      SequenceState moved = continue_on_dest(std::move(back).value(), prefill);
+      CHECK(prefill == 0);
+      check_same_continuation(moved, stayed, /*bit_exact=*/true);
+    }
+  }
+
+  TEST_CASE("a KV read that gets the wrong bytes or finds no buffer falls back to re-prefill") {
+    const std::uint64_t rng = long_seed(4242, 16);
+    const SequenceState stayed = unmoved_run(rng);
+    Ucx ucx("tcp");
+    SequenceState out = exported_after(rng, 9);
+    const std::uint64_t tokens = out.kv_tokens();
+    auto published = rollout::publish_kv(*ucx.source, *out.kv);
+    REQUIRE(published.is_ok());
+    out.kv.reset();
+    auto dest_engine = engine();
+    rollout::KvReadStats stats;
+
+    SequenceState corrupt = out;
+    corrupt.kv_ref = published->ref;
+    corrupt.kv_ref->checksum ^= 1;
+    auto st =
+        rollout::fetch_kv_of(ucx.dest.get(), *dest_engine, corrupt, core::Millis(10000), stats);
+    CHECK(st.code() == core::Code::kDataLoss);
+    CHECK(stats.read_failed == 1);
+    CHECK(stats.fetched == 0);
+    CHECK_FALSE(corrupt.kv.has_value());
+    CHECK_FALSE(corrupt.kv_ref.has_value());
+
+    // The source freed its buffer (its hold passed, or it went away).
+    SequenceState orphan = out;
+    orphan.kv_ref = published->ref;
+    published->buffer.reset();
+    st = rollout::fetch_kv_of(ucx.dest.get(), *dest_engine, orphan, core::Millis(5000), stats);
+    CHECK_FALSE(st.is_ok());
+    CHECK(stats.read_failed == 2);
+    CHECK(stats.fetched == 0);
+    CHECK_FALSE(orphan.kv.has_value());
+    CHECK_FALSE(orphan.kv_ref.has_value());
+
+    // Either way the sequence itself is whole: re-prefilled, it generates what it would unmoved.
+    for (SequenceState* s : {&corrupt, &orphan}) {
+      std::uint64_t prefill = 0;
+      SequenceState moved = continue_on_dest(*s, prefill);
+      CHECK(prefill == tokens);
+      check_same_continuation(moved, stayed, /*bit_exact=*/false);
+    }
+  }
+
+  TEST_CASE("an absurd KV reference is refused before anything is allocated for it") {
+    Ucx ucx("tcp");
+    auto dest_engine = engine();
+    SequenceState s = exported_after(long_seed(7, 5), 3);
+    auto published = rollout::publish_kv(*ucx.source, *s.kv);
+    REQUIRE(published.is_ok());
+    s.kv.reset();
+
+    // A shape of 2^20 x 2^20 x 2^20 (2^63 bytes): over what this engine could ever hold, refused
+    // on its size (allocating it would fail otherwise, with another message).
+    rollout::KvRef huge = published->ref;
+    huge.layers = huge.width = huge.positions = 1u << 20;
+    huge.bytes = huge.shape_bytes();
+    rollout::FetchKvOptions o;
+    o.max_bytes = dest_engine->capacity().max_kv_tokens * dest_engine->kv_bytes_per_token();
+    auto r = rollout::fetch_kv(*ucx.dest, huge, o);
+    CHECK(r.status().code() == core::Code::kInvalidArgument);
+    CHECK(r.status().message().find("more than this engine holds") != std::string::npos);
+
+    // A byte count that disagrees with the shape, and a region that is not a descriptor.
+    rollout::KvRef lying = published->ref;
+    lying.bytes += 4;
+    CHECK(rollout::fetch_kv(*ucx.dest, lying, o).status().code() == core::Code::kInvalidArgument);
+    rollout::KvRef garbled = published->ref;
+    garbled.region = "not a descriptor";
+    CHECK(rollout::fetch_kv(*ucx.dest, garbled, o).status().code() == core::Code::kInvalidArgument);
+
+    // The wire form refuses the same before the reference exists.
+    s.kv_ref = published->ref;
+    nlohmann::json j = s.to_json();
+    REQUIRE(SequenceState::from_json(j).is_ok());
+    nlohmann::json bad = j;
+    bad["kv_ref"]["bytes"] = 1ull << 62;
+    CHECK(SequenceState::from_json(bad).status().code() == core::Code::kProtocol);
+    bad = j;
+    bad["kv_ref"]["positions"] = 1ull << 40;
+    CHECK(SequenceState::from_json(bad).status().code() == core::Code::kProtocol);
+    bad = j;
+    bad["kv_ref"]["region"] = "zz";
+    CHECK(SequenceState::from_json(bad).status().code() == core::Code::kProtocol);
+    bad = j;
+    bad["kv_ref"]["region"] = "00ff";
+    CHECK(SequenceState::from_json(bad).status().code() == core::Code::kProtocol);
+    bad = j;
+    bad["kv_ref"]["checksum"] = 7;
+    CHECK(SequenceState::from_json(bad).status().code() == core::Code::kProtocol);
+    bad = j;
+    bad["kv"] = SequenceState(exported_after(long_seed(7, 5), 3)).to_json()["kv"];
+    CHECK(SequenceState::from_json(bad).status().code() == core::Code::kProtocol);
+
+    // The engine's own bound: a sequence's fetch is limited by its capacity.
+    rollout::KvReadStats stats;
+    SequenceState too_big = s;
+    too_big.kv_ref = huge;
+    CHECK(rollout::fetch_kv_of(ucx.dest.get(), *dest_engine, too_big, core::Millis(5000), stats)
+              .code() == core::Code::kInvalidArgument);
+    CHECK(stats.read_failed == 1);
+    CHECK_FALSE(too_big.kv_ref.has_value());
   }
 }
