@@ -16,11 +16,11 @@ struct SimulateArgs {
   // JOB.json files with an optional `simulate` section: exactly one, except with --scale (any
   // number; none: kScaleJobs) and --validate (none: it builds bench e2e's workloads).
   std::vector<std::string> jobs;
-  bool scale = false;        // every mode on each job, one table of ratios (simulate_scale.cpp)
-  bool validate = false;     // bench e2e's configurations, simulated against measured
-  std::string measured;      // --validate: bench e2e --json lines of the one-host run
+  bool scale = false;          // every mode on each job, one table of ratios (simulate_scale.cpp)
+  bool validate = false;       // bench e2e's configurations, simulated against measured
+  std::string measured;        // --validate: bench e2e --json lines of the one-host run
   std::string measured_hosts;  // --validate: ... of the four-emulated-host run
-  bool update_only = false;  // the weight-movement model's time for one update, nothing else
+  bool update_only = false;    // the weight-movement model's time for one update, nothing else
   std::string modes = "sync,one-step-off,stream,partial-rollout,sluice,sluice-norepack";
   std::vector<std::string> overrides;  // --set key=value on the job
   bool json = false;
@@ -29,6 +29,7 @@ struct SimulateArgs {
   // `lengths`; prints the on/off ratio per distribution.
   bool repack_bench = false;
   std::vector<std::string> lengths;
+  std::vector<double> spreads{5, 10, 20};  // --repack-bench: lognormal p99 / median ratios
 };
 
 // A job file for the simulator: the job's own keys and `simulate`. Unknown keys anywhere are
