@@ -119,8 +119,10 @@ std::vector<std::string> split(const std::string& s) {
   return out;
 }
 
-// What a run's actor took: every trajectory of the job once, none twice (accepted, or dropped
-// or abandoned as too stale). `expected` 0 (a job without a prompt count): only "none twice".
+// What a run's actor consumed (`accepted_ids`: every trajectory it trained on or dropped as too
+// stale or abandoned): each of the job's trajectories once, none twice. `expected` 0 (a job
+// without a prompt count): only "none twice". Copies the actor refused (`duplicates`, a resend
+// of one it had) were not consumed.
 struct OnceCheck {
   std::uint64_t lost = 0, twice = 0;
   bool ok() const { return lost == 0 && twice == 0; }
@@ -131,10 +133,7 @@ OnceCheck check_once(const json& actor, std::uint64_t expected) {
   for (const auto& id : actor.value("accepted_ids", json::array())) {
     if (!ids.insert(id.get<std::string>()).second) ++c.twice;
   }
-  c.twice += actor.value("duplicates", 0ull);
-  const std::uint64_t seen =
-      ids.size() + actor.value("dropped_stale", 0ull) + actor.value("abandoned", 0ull);
-  if (expected > seen) c.lost = expected - seen;
+  if (expected > ids.size()) c.lost = expected - ids.size();
   return c;
 }
 
