@@ -62,21 +62,27 @@ struct RolloutView {
 };
 
 // The inputs of the cost model (see the header comment). Times in ms; the defaults are the
-// simulated engine's (rollout/sim_engine.hpp).
+// simulated engine's defaults (rollout/sim_engine.hpp). A job whose rollouts run the simulated
+// engine takes t0, t1 and the prefill time from its engine settings instead (engine_timing; the
+// launcher's settle_job), so that the planner prices moves with the times the rollouts take.
 struct RepackCost {
-  bool weigh_cost = true;               // false: every move that fits is made
-  double t0_ms = 2.0;                   // fixed time of a decode step, >= 0
-  double t1_ms = 0.05;                  // added time per sequence in the batch, >= 0
-  double prefill_ms_per_token = 0.005;  // re-prefill at the destination, >= 0
-  double kv_bytes_per_token = 0;        // KV cache per token; 0: KV moves unavailable
-  double kv_link_gbps = 0;              // KV transfer rate, GB/s; 0: KV moves unavailable
-  double remaining_prior = 64;          // expected decode steps left of a sequence at g = 0
+  bool weigh_cost = true;                // false: every move that fits is made
+  bool engine_timing = true;             // jobs on the simulated engine: timing from the engine
+  double t0_ms = 2.0;                    // fixed time of a decode step, >= 0
+  double t1_ms = 0.05;                   // added time per sequence in the batch, >= 0
+  double prefill_ms_per_token = 0.005;   // re-prefill at the destination, >= 0
+  double kv_bytes_per_token = 0;         // KV cache per token; 0: KV moves unavailable
+  double kv_link_gbps = 0;               // KV transfer rate, GB/s; 0: KV moves unavailable
+  double remaining_prior = 64;           // expected decode steps left of a sequence at g = 0
   double remaining_per_generated = 1.0;  // and per token it already generated
-  double min_gain = 1.0;                // move when gain > min_gain x cost, >= 0
+  double min_gain = 1.0;                 // move when gain > min_gain x cost, >= 0
 
   template <typename V>
   void describe(V& v) {
     v("weigh_cost", weigh_cost, "move only when the expected gain exceeds the cost (default on)");
+    v("engine_timing", engine_timing,
+      "rollouts on the simulated engine: t0_ms, t1_ms and prefill_ms_per_token are the engine's "
+      "(rollout.sim, times its time_scale), not the figures here (default on)");
     v("t0_ms", t0_ms, "the rollouts' fixed decode step time in ms (default 2)");
     v("t1_ms", t1_ms, "decode step time per sequence in the batch in ms (default 0.05)");
     v("prefill_ms_per_token", prefill_ms_per_token, "re-prefill time per token in ms");
@@ -108,7 +114,7 @@ struct Move {
 
 struct RepackPlan {
   std::vector<Move> moves;
-  std::vector<std::string> freed;  // rollouts emptied by the plan
+  std::vector<std::string> freed;   // rollouts emptied by the plan
   double gain_ms = 0, cost_ms = 0;  // the cost model's totals over the moves made
   std::uint32_t declined = 0;       // sources that fit elsewhere but did not pay
 };

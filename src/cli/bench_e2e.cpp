@@ -119,6 +119,156 @@ std::vector<std::string> split(const std::string& s) {
   return out;
 }
 
+// What a run's actor consumed (`accepted_ids`: every trajectory it trained on or dropped as too
+// stale or abandoned): each of the job's trajectories once, none twice. `expected` 0 (a job
+// without a prompt count): only "none twice". Copies the actor refused (`duplicates`, a resend
+// of one it had) were not consumed.
+struct OnceCheck {
+  std::uint64_t lost = 0, twice = 0;
+  bool ok() const { return lost == 0 && twice == 0; }
+};
+OnceCheck check_once(const json& actor, std::uint64_t expected) {
+  OnceCheck c;
+  std::set<std::string> ids;
+  for (const auto& id : actor.value("accepted_ids", json::array())) {
+    if (!ids.insert(id.get<std::string>()).second) ++c.twice;
+  }
+  if (expected > ids.size()) c.lost = expected - ids.size();
+  return c;
+}
+
+// The lower middle of `v` (the median for an odd count).
+double lower_median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[(v.size() - 1) / 2];
+}
+
+// --repack-bench: sluice and sluice-norepack on every length distribution, interleaved (each
+// round runs every distribution's pair, on first in odd rounds and off first in even ones, so
+// that drift in the machine's load hits both alike).
+int run_repack_bench(const BenchE2eArgs& args, const JobConfig& job, const std::string& stamp,
+                     const std::vector<std::string>& environment,
+                     const std::shared_ptr<EmulatedHosts>& hosts) {
+  if (job.rollout.engine != "sim") {
+    std::fprintf(stderr,
+                 "sluice bench e2e: --repack-bench sets the simulated engine's lengths; the "
+                 "rollouts' engine is '%s', not sim\n",
+                 job.rollout.engine.c_str());
+    return 2;
+  }
+  std::vector<LengthCase> cases =
+      repack_bench_lengths(job.rollout.sim.lengths, args.spreads, args.lengths);
+  std::vector<rollout::LengthStats> stats;
+  for (auto& c : cases) {
+    // The roles run in their own folders: a length file is named by its absolute path.
+    if (c.lengths.kind == "file") {
+      c.lengths.file = std::filesystem::absolute(c.lengths.file).lexically_normal().string();
+    }
+    auto st = rollout::length_stats(c.lengths, job.rollout.sim.seed, 20000);
+    if (!st.is_ok()) {
+      std::fprintf(stderr, "sluice bench e2e: --repack-bench: %s: %s\n", c.name.c_str(),
+                   st.status().to_string().c_str());
+      return 2;
+    }
+    stats.push_back(*st);
+  }
+  const std::uint64_t expected = job.manager.prompts * job.manager.group_size;
+  const std::uint32_t rounds = std::max<std::uint32_t>(1, args.rounds);
+  // [case][round]: the run with repack on, and with it off.
+  std::vector<std::vector<Row>> on(cases.size()), off(cases.size());
+  std::uint32_t runs = 0, failed_once = 0;
+  for (std::uint32_t round = 1; round <= rounds; ++round) {
+    for (std::size_t i = 0; i < cases.size(); ++i) {
+      const bool on_first = round % 2 == 1;
+      for (int k = 0; k < 2; ++k) {
+        const bool repack = (k == 0) == on_first;
+        const std::string label = repack ? "sluice" : "sluice-norepack";
+        JobConfig j = job;
+        j.mode = "sluice";
+        j.manager.repack = repack;
+        j.rollout.sim.lengths = cases[i].lengths;
+        j.name = label;
+        j.out_dir = fmt::format("{}/round-{}/lengths-{}/{}", stamp, round, i + 1, label);
+        if (!args.json) {
+          std::fprintf(stderr, "round %u of %u: %s, %s ...\n", round, rounds, cases[i].name.c_str(),
+                       label.c_str());
+        }
+        auto r = run_local_job(j, self_exe(), environment, hosts);
+        if (!r.is_ok()) {
+          std::fprintf(stderr, "sluice bench e2e: %s, %s: %s\n", cases[i].name.c_str(),
+                       label.c_str(), r.status().to_string().c_str());
+          return 1;
+        }
+        const OnceCheck once = check_once(r->actor, expected);
+        ++runs;
+        if (!once.ok()) {
+          ++failed_once;
+          std::fprintf(stderr,
+                       "sluice bench e2e: %s, %s, round %u: not exactly once: %llu lost, %llu "
+                       "twice (%s)\n",
+                       cases[i].name.c_str(), label.c_str(), round,
+                       static_cast<unsigned long long>(once.lost),
+                       static_cast<unsigned long long>(once.twice), r->dir.c_str());
+        }
+        (repack ? on : off)[i].push_back(summarize(label, *r, args.steady_trim));
+      }
+    }
+  }
+  auto ratio = [](double a, double b) { return b > 0 ? a / b : 0.0; };
+  if (!args.json) {
+    std::printf("\n%-40s %10s %10s %8s %-22s %6s %8s\n", "lengths", "repack on", "repack off",
+                "on/off", "rounds (on/off)", "moves", "p99/p50");
+  }
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    std::vector<double> on_tps, off_tps, each, moves;
+    for (std::uint32_t k = 0; k < rounds; ++k) {
+      on_tps.push_back(on[i][k].tokens_per_s);
+      off_tps.push_back(off[i][k].tokens_per_s);
+      each.push_back(ratio(on[i][k].tokens_per_s, off[i][k].tokens_per_s));
+      moves.push_back(static_cast<double>(on[i][k].repacks));
+    }
+    std::uint64_t off_moves = 0;
+    for (const auto& x : off[i])
+      off_moves += x.repacks;
+    const double spread =
+        stats[i].p50 > 0 ? static_cast<double>(stats[i].p99) / static_cast<double>(stats[i].p50)
+                         : 0.0;
+    if (args.json) {
+      std::printf("%s\n", json{{"lengths", cases[i].name},
+                               {"repack_on_tokens_per_s", lower_median(on_tps)},
+                               {"repack_off_tokens_per_s", lower_median(off_tps)},
+                               {"on_off", lower_median(each)},
+                               {"on_off_rounds", each},
+                               {"repack_on_tokens_per_s_rounds", on_tps},
+                               {"repack_off_tokens_per_s_rounds", off_tps},
+                               {"repacks", lower_median(moves)},
+                               {"repacks_off", off_moves},
+                               {"p50", stats[i].p50},
+                               {"p99", stats[i].p99}}
+                              .dump()
+                              .c_str());
+      continue;
+    }
+    std::string rs;
+    for (double x : each)
+      rs += fmt::format("{}{:.3f}", rs.empty() ? "" : " ", x);
+    std::printf("%-40s %10.0f %10.0f %7.3fx %-22s %6.0f %8.1f\n", cases[i].name.c_str(),
+                lower_median(on_tps), lower_median(off_tps), lower_median(each), rs.c_str(),
+                lower_median(moves), spread);
+  }
+  if (args.json) {
+    std::printf("%s\n", json{{"runs", runs}, {"exactly_once_failed", failed_once}}.dump().c_str());
+  } else {
+    std::printf(
+        "\ntokens/s and moves: each side's median round; on/off: the median of the rounds' "
+        "ratios\nexactly once (every trajectory of the job accepted or dropped as stale, none "
+        "twice): %u of %u runs\nrun folders: %s\n",
+        runs - failed_once, runs, stamp.c_str());
+  }
+  return failed_once == 0 ? 0 : 1;
+}
+
 }  // namespace
 
 JobConfig default_e2e_workload() {
@@ -234,6 +384,7 @@ int run_bench_e2e(const BenchE2eArgs& args, const std::vector<std::string>& envi
     }
     hosts = std::move(h).value();
   }
+  if (args.repack_bench) return run_repack_bench(args, job, stamp, environment, hosts);
   const std::uint32_t rounds = std::max<std::uint32_t>(1, args.rounds);
   for (std::uint32_t round = 1; round <= rounds; ++round) {
     for (const auto& m : modes) {
@@ -312,13 +463,14 @@ int run_bench_e2e(const BenchE2eArgs& args, const std::vector<std::string>& envi
     return 0;
   }
   std::printf("\n%-16s %10s %10s %8s %8s %8s %7s %6s %7s %9s %7s %7s %8s\n", "mode", "tokens/s",
-              "steady/s", "util", "w-stall", "a-idle", "stale", "max", "repacks", "overhead", "dropped", "x sync",
-              "sluice/x");
+              "steady/s", "util", "w-stall", "a-idle", "stale", "max", "repacks", "overhead",
+              "dropped", "x sync", "sluice/x");
   for (const auto& r : rows) {
     std::printf(
         "%-16s %10.0f %10.0f %7.1f%% %7.2f%% %7.1f%% %7.2f %6llu %7llu %8.2fs %7llu %7s %8s\n",
-        r.mode.c_str(), r.tokens_per_s, r.steady_tokens_per_s, 100 * r.rollout_util, 100 * r.weight_stall_frac,
-        100 * r.actor_idle_frac, r.staleness_mean, static_cast<unsigned long long>(r.staleness_max),
+        r.mode.c_str(), r.tokens_per_s, r.steady_tokens_per_s, 100 * r.rollout_util,
+        100 * r.weight_stall_frac, 100 * r.actor_idle_frac, r.staleness_mean,
+        static_cast<unsigned long long>(r.staleness_max),
         static_cast<unsigned long long>(r.repacks), r.repack_overhead_s,
         static_cast<unsigned long long>(r.dropped),
         sync ? fmt::format("{:.2f}", ratio(r.tokens_per_s, sync->tokens_per_s)).c_str() : "-",

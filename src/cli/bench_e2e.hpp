@@ -23,6 +23,11 @@ struct BenchE2eArgs {
   // Steady throughput leaves out this share of the trained batches at each end (0 .. 0.45).
   double steady_trim = 0.1;
   bool json = false;
+  // Instead of --modes: sluice against sluice-norepack on each length distribution of
+  // repack_bench_lengths (cli/bench_util.hpp), the job's and `lengths` files, in turn each round.
+  bool repack_bench = false;
+  std::vector<std::string> lengths;        // --repack-bench: length files (one length per line)
+  std::vector<double> spreads{5, 10, 20};  // --repack-bench: lognormal p99 / median ratios
 };
 
 // The default workload: a long tail with p99/median = 10, 16 rollouts.

@@ -4,6 +4,8 @@
 #include <string>
 #include <vector>
 
+#include "rollout/sim_engine.hpp"
+
 namespace sluice::cli {
 
 // The path of the running sluice executable (to start more of it).
@@ -22,5 +24,18 @@ struct CpuTimes {
 CpuTimes read_cpu_times();
 // The busy fraction of all cores between two readings (0 when nothing was counted).
 double cpu_busy_fraction(const CpuTimes& before, const CpuTimes& after);
+
+// The length distributions the repack benches compare repack on and off over (`sluice simulate
+// --repack-bench`, `sluice bench e2e --repack-bench`): the job's own; lognormal with each of
+// `spreads` as p99 / median (5, 10 and 20 by default) at the job's median (64 when the job's
+// lengths are a file), its other fields (the cap) the job's, left out where it is the job's own;
+// and each of `files` (one length per line).
+struct LengthCase {
+  std::string name;
+  rollout::LengthConfig lengths;
+};
+std::vector<LengthCase> repack_bench_lengths(const rollout::LengthConfig& job,
+                                             const std::vector<double>& spreads,
+                                             const std::vector<std::string>& files);
 
 }  // namespace sluice::cli

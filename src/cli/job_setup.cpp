@@ -68,6 +68,14 @@ core::Status settle_job(JobConfig& job) {
   // Work the actor would drop as too stale stops early.
   job.manager.abandon_stale = job.actor.staleness_policy == "drop";
   job.manager.max_staleness = job.actor.max_staleness;
+  // Repack prices its moves with the rollouts' own timing; on the simulated engine it is known.
+  rollout::RepackCost& cost = job.manager.repack_cost;
+  if (cost.engine_timing && job.rollout.engine == "sim") {
+    const rollout::SimEngineConfig& e = job.rollout.sim;
+    cost.t0_ms = e.t0_ms * e.time_scale;
+    cost.t1_ms = e.t1_ms * e.time_scale;
+    cost.prefill_ms_per_token = e.prefill_ms_per_token * e.time_scale;
+  }
   return job.validate();
 }
 

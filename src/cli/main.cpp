@@ -188,6 +188,11 @@ int main(int argc, char** argv) {
                          "repack on against off on several length distributions");
   simulate_cmd->add_option("--lengths", sa.lengths,
                            "--repack-bench: also a length file (one length per line)");
+  simulate_cmd
+      ->add_option("--spreads", sa.spreads,
+                   "--repack-bench: lognormal p99/median ratios at the job's median")
+      ->delimiter(',')
+      ->capture_default_str();
 
   auto* bench_cmd = app.add_subcommand("bench", "measure and print side-by-side tables");
   bench_cmd->require_subcommand(1);
@@ -251,6 +256,16 @@ int main(int argc, char** argv) {
                       "also run each mode with the control plane in plain mode (MODE+plain) and "
                       "print authenticated / plain throughput");
   bench_e2e->add_flag("--json", be.json, "one JSON object per mode");
+  bench_e2e->add_flag("--repack-bench", be.repack_bench,
+                      "sluice against sluice-norepack on the job's lengths, lognormal p99/median "
+                      "5, 10 and 20, and each --lengths file, interleaved every round");
+  bench_e2e->add_option("--lengths", be.lengths,
+                        "--repack-bench: also a length file (one length per line)");
+  bench_e2e
+      ->add_option("--spreads", be.spreads,
+                   "--repack-bench: lognormal p99/median ratios at the job's median")
+      ->delimiter(',')
+      ->capture_default_str();
   sluice::cli::BenchLearnerArgs bl;
   sluice::cli::BenchElasticArgs bel;
   auto* bench_elastic = bench_cmd->add_subcommand(

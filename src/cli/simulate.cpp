@@ -11,6 +11,7 @@
 #include <set>
 #include <sstream>
 
+#include "cli/bench_util.hpp"
 #include "cli/job_setup.hpp"
 #include "core/config.hpp"
 #include "core/log.hpp"
@@ -248,30 +249,8 @@ namespace {
 
 // Repack on against off, one length distribution per row.
 int run_repack_bench(const SimulateArgs& args, const sim::SimInput& base) {
-  struct Dist {
-    std::string name;
-    rollout::LengthConfig lengths;
-  };
-  std::vector<Dist> dists;
-  const rollout::LengthConfig& job = base.engine.lengths;
-  dists.push_back({job.kind == "file"
-                       ? "job: file " + job.file
-                       : fmt::format("job: lognormal p50 {:g} p99 {:g}", job.median, job.p99),
-                   job});
-  for (double k : {5.0, 10.0, 20.0}) {
-    rollout::LengthConfig l = job;
-    l.kind = "lognormal";
-    l.file.clear();
-    l.median = job.kind == "lognormal" ? job.median : 64.0;
-    l.p99 = k * l.median;
-    dists.push_back({fmt::format("lognormal p50 {:g} p99 {:g} (x{:g})", l.median, l.p99, k), l});
-  }
-  for (const auto& f : args.lengths) {
-    rollout::LengthConfig l = job;
-    l.kind = "file";
-    l.file = f;
-    dists.push_back({"file " + f, l});
-  }
+  const std::vector<LengthCase> dists =
+      repack_bench_lengths(base.engine.lengths, args.spreads, args.lengths);
   if (!args.json) {
     std::printf("%-40s %12s %12s %8s %8s %8s\n", "lengths", "repack on", "repack off", "on/off",
                 "moves", "p99/p50");

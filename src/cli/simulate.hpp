@@ -32,6 +32,7 @@ struct SimulateArgs {
   // `lengths`; prints the on/off ratio per distribution.
   bool repack_bench = false;
   std::vector<std::string> lengths;
+  std::vector<double> spreads{5, 10, 20};  // --repack-bench: lognormal p99 / median ratios
 };
 
 // A job file for the simulator: the job's own keys and `simulate`. Unknown keys anywhere are
