@@ -10,11 +10,12 @@
 #include <fstream>
 #include <iterator>
 #include <map>
+#include <thread>
 
 #include "cli/bench_e2e.hpp"
-#include "cli/simulate.hpp"
 #include "cli/bench_util.hpp"
 #include "cli/job_setup.hpp"
+#include "cli/simulate.hpp"
 #include "sim/simulator.hpp"
 #include "sim/weights.hpp"
 
@@ -112,18 +113,19 @@ int run_simulate_scale(const SimulateArgs& args) {
     }
     return 0;
   }
-  std::printf("\ntrained tokens/s per mode; sluice/x: sluice's throughput over the mode's (whole "
-              "job, and its steady middle)\n%-22s %6s %-16s %10s %10s %7s %8s %7s %7s %9s %9s\n",
-              "setup", "GPUs", "mode", "tokens/s", "steady/s", "util", "w-stall", "a-idle",
-              "stale", "sluice/x", "steady/x");
+  std::printf(
+      "\ntrained tokens/s per mode; sluice/x: sluice's throughput over the mode's (whole "
+      "job, and its steady middle)\n%-22s %6s %-16s %10s %10s %7s %8s %7s %7s %9s %9s\n",
+      "setup", "GPUs", "mode", "tokens/s", "steady/s", "util", "w-stall", "a-idle", "stale",
+      "sluice/x", "steady/x");
   for (const auto& s : setups) {
     const sim::ModeResult* sl = find_mode(s.rows, "sluice");
     for (const auto& r : s.rows) {
       std::printf("%-22s %6u %-16s %10.0f %10.0f %6.1f%% %7.2f%% %6.1f%% %7.2f %9s %9s\n",
                   s.name.c_str(), s.gpus, r.label.c_str(), r.tokens_per_s, r.steady_tokens_per_s,
                   100 * r.rollout_util, 100 * r.weight_stall_frac, 100 * r.actor_idle_frac,
-                  r.staleness_mean,
-                  ratio_text(sl, &r, false).c_str(), ratio_text(sl, &r, true).c_str());
+                  r.staleness_mean, ratio_text(sl, &r, false).c_str(),
+                  ratio_text(sl, &r, true).c_str());
     }
   }
   std::printf("\n");
@@ -132,25 +134,26 @@ int run_simulate_scale(const SimulateArgs& args) {
     const sim::ModeResult* sync = find_mode(s.rows, "sync");
     const sim::ModeResult* partial = find_mode(s.rows, "partial-rollout");
     const bool target = s.gpus >= 1024;
-    std::printf("%-22s sluice / sync %sx (steady %sx)%s; sluice / partial-rollout %sx (steady "
-                "%sx)%s\n",
-                s.name.c_str(), ratio_text(sl, sync, false).c_str(),
-                ratio_text(sl, sync, true).c_str(), target ? " [target >= 5.5]" : "",
-                ratio_text(sl, partial, false).c_str(), ratio_text(sl, partial, true).c_str(),
-                target ? " [target >= 1.4]" : "");
+    std::printf(
+        "%-22s sluice / sync %sx (steady %sx)%s; sluice / partial-rollout %sx (steady "
+        "%sx)%s\n",
+        s.name.c_str(), ratio_text(sl, sync, false).c_str(), ratio_text(sl, sync, true).c_str(),
+        target ? " [target >= 5.5]" : "", ratio_text(sl, partial, false).c_str(),
+        ratio_text(sl, partial, true).c_str(), target ? " [target >= 1.4]" : "");
     // The trainer bounds every mode: tokens/s over the time the actor was busy (training and
     // publishing) is what the job would reach with generation never in its way.
     if (sl && sl->actor_idle_frac < 1) {
-      std::printf("%-22s the trainer's own rate (sluice's tokens over the actor's busy time): %.0f "
-                  "tokens/s; sync reaches %.0f%% of it, sluice %.0f%%\n",
-                  "", sl->tokens_per_s / (1 - sl->actor_idle_frac),
-                  sync ? 100 * sync->tokens_per_s * (1 - sl->actor_idle_frac) / sl->tokens_per_s
-                       : 0.0,
-                  100 * (1 - sl->actor_idle_frac));
+      std::printf(
+          "%-22s the trainer's own rate (sluice's tokens over the actor's busy time): %.0f "
+          "tokens/s; sync reaches %.0f%% of it, sluice %.0f%%\n",
+          "", sl->tokens_per_s / (1 - sl->actor_idle_frac),
+          sync ? 100 * sync->tokens_per_s * (1 - sl->actor_idle_frac) / sl->tokens_per_s : 0.0,
+          100 * (1 - sl->actor_idle_frac));
     }
   }
-  std::printf("Laminar (arXiv 2510.12633) reports up to 5.48x over verl (synchronous) on 1024 "
-              "GPUs and 1.39x over partial-rollout on average.\n");
+  std::printf(
+      "Laminar (arXiv 2510.12633) reports up to 5.48x over verl (synchronous) on 1024 "
+      "GPUs and 1.39x over partial-rollout on average.\n");
   return 0;
 }
 
@@ -201,10 +204,31 @@ std::vector<Scenario> validation_scenarios(const SimulateArgs& args) {
   four.measured = args.measured_hosts;
   four.needs_root = true;
   out.push_back(four);
+  // The CPU the job's processes share: this machine's cores. The costs were measured apart from
+  // bench e2e (docs/benchmarks.md, "Validation with a CPU model"): one rollout alone on the
+  // default workload, with reports every 25 ms and every 5 ms (CPU seconds of the rollout and
+  // manager processes from /proc/PID/stat, per decode step and per report; the generation time
+  // lost per report from the rollout's own accounts), and a loopback TCP stream of 2 GiB
+  // (getrusage of both ends).
+  const unsigned hw = std::thread::hardware_concurrency();
   for (auto& s : out) {
     s.sim.progress_s = 0;
-    s.sim.notes = {"rates measured on this machine (docs/design.md): memcpy 13 GB/s, UCX shared "
-                   "memory 8.6 GB/s, UCX TCP 1.6 GB/s, an emulated link 1 Gbit/s"};
+    s.sim.cpu.cores = hw > 0 ? hw : 1;
+    s.sim.cpu.step_cpu_ms = 0.226;
+    s.sim.cpu.report_cpu_ms = 0.18;
+    s.sim.cpu.report_stall_ms = 0.31;
+    s.sim.cpu.cpu_s_per_gb = 0.35;
+    s.sim.notes = {
+        "rates measured on this machine (docs/design.md): memcpy 13 GB/s, UCX shared memory 8.6 "
+        "GB/s, UCX TCP 1.6 GB/s, an emulated link 1 Gbit/s",
+        fmt::format("CPU model: {} cores shared (hardware_concurrency); per decode step {} ms, "
+                    "per report {} ms (rollout 0.076 + manager 0.103), a report stops generation "
+                    "{} ms, {} CPU s per GB pulled: one rollout alone (sluice run, report_ms 25 "
+                    "and 5) and a loopback TCP stream, measured at 33e16be (docs/benchmarks.md)",
+                    s.sim.cpu.cores, s.sim.cpu.step_cpu_ms, s.sim.cpu.report_cpu_ms,
+                    s.sim.cpu.report_stall_ms, s.sim.cpu.cpu_s_per_gb),
+        "not in the CPU model: the relays' serving and the chain between them, the actor's "
+        "publish, prefill and weight switches (their times are as without it)"};
   }
   return out;
 }
@@ -222,8 +246,8 @@ core::Result<std::map<std::string, json>> parse_measured(const std::string& text
     if (line.empty() || line[0] != '{') continue;
     json j = json::parse(line, nullptr, /*allow_exceptions=*/false);
     if (!j.is_object() || !j.contains("mode") || !j["mode"].is_string()) {
-      return core::invalid_argument(fmt::format("{}: not a bench e2e --json line: {}", where,
-                                                line.substr(0, 80)));
+      return core::invalid_argument(
+          fmt::format("{}: not a bench e2e --json line: {}", where, line.substr(0, 80)));
     }
     by_mode[j["mode"].get<std::string>()] = j;
   }
@@ -281,9 +305,10 @@ int run_simulate_validate(const SimulateArgs& args) {
       std::string sets;
       for (const auto& set : s.bench_sets)
         sets += " --set " + set;
-      std::printf("== %s: not measured (emulated hosts need root: run as root, or give "
-                  "--measured-hosts FILE from `sudo sluice bench e2e --json%s`)\n\n",
-                  s.name.c_str(), sets.c_str());
+      std::printf(
+          "== %s: not measured (emulated hosts need root: run as root, or give "
+          "--measured-hosts FILE from `sudo sluice bench e2e --json%s`)\n\n",
+          s.name.c_str(), sets.c_str());
       continue;
     } else {
       auto t = measure(s, args.modes);
@@ -314,8 +339,8 @@ int run_simulate_validate(const SimulateArgs& args) {
     std::printf("== %s: simulated against measured (%s)\n", s.name.c_str(), source.c_str());
     print_job_line(in);
     print_notes(in);
-    std::printf("%-16s %9s %9s %7s %9s %9s %7s %7s %7s %8s %8s\n", "mode", "sim tok/s",
-                "real", "diff", "sim stdy", "real", "diff", "sim utl", "real", "sim wst", "real");
+    std::printf("%-16s %9s %9s %7s %9s %9s %7s %7s %7s %8s %8s\n", "mode", "sim tok/s", "real",
+                "diff", "sim stdy", "real", "diff", "sim utl", "real", "sim wst", "real");
     for (const auto& r : *ran) {
       auto it = measured->find(r.label);
       if (it == measured->end()) {
@@ -365,27 +390,29 @@ int run_simulate_update(const SimulateArgs& args) {
   const double sw = sim::switch_s(c, bytes);
   const double total = stage + last + pull + sw;
   if (args.json) {
-    json o{{"bytes", bytes},        {"inference_gpus", in->rollouts * c.gpus_per_rollout},
-           {"hosts", p.hosts},      {"trainer_gpus", c.trainer_gpus},
-           {"stage_s", stage},      {"first_relay_s", first},
-           {"last_relay_s", last},  {"pull_s", pull},
-           {"switch_s", sw},        {"update_s", total}};
+    json o{{"bytes", bytes},       {"inference_gpus", in->rollouts * c.gpus_per_rollout},
+           {"hosts", p.hosts},     {"trainer_gpus", c.trainer_gpus},
+           {"stage_s", stage},     {"first_relay_s", first},
+           {"last_relay_s", last}, {"pull_s", pull},
+           {"switch_s", sw},       {"update_s", total}};
     std::printf("%s\n", o.dump().c_str());
     return 0;
   }
-  std::printf("weight update of %.3g GB (%.0f GiB) from %u trainer GPUs to %u inference GPUs on "
-              "%u hosts (%u rollouts x %u GPUs), %s broadcast, %.0f MiB chunks\n",
-              static_cast<double>(bytes) / 1e9, static_cast<double>(bytes) / (1u << 30),
-              c.trainer_gpus, in->rollouts * c.gpus_per_rollout, p.hosts, in->rollouts,
-              c.gpus_per_rollout, c.broadcast.c_str(),
-              static_cast<double>(in->actor.chunk_bytes) / (1u << 20));
+  std::printf(
+      "weight update of %.3g GB (%.0f GiB) from %u trainer GPUs to %u inference GPUs on "
+      "%u hosts (%u rollouts x %u GPUs), %s broadcast, %.0f MiB chunks\n",
+      static_cast<double>(bytes) / 1e9, static_cast<double>(bytes) / (1u << 30), c.trainer_gpus,
+      in->rollouts * c.gpus_per_rollout, p.hosts, in->rollouts, c.gpus_per_rollout,
+      c.broadcast.c_str(), static_cast<double>(in->actor.chunk_bytes) / (1u << 20));
   print_notes(*in);
   std::printf("  trainer stages the version (the actor waits)   %8.3f s  at %.0f GB/s\n", stage,
               c.stage_gbps);
-  std::printf("  first relay holds all of it                     %8.3f s  trainer -> relay %.0f GB/s\n",
-              first, c.trainer_gbps);
-  std::printf("  last relay holds all of it                      %8.3f s  relay -> relay %.0f GB/s\n",
-              last, c.link_gbps);
+  std::printf(
+      "  first relay holds all of it                     %8.3f s  trainer -> relay %.0f GB/s\n",
+      first, c.trainer_gbps);
+  std::printf(
+      "  last relay holds all of it                      %8.3f s  relay -> relay %.0f GB/s\n", last,
+      c.link_gbps);
   std::printf("  a rollout pulls it from its relay (background)  %8.3f s  at %.0f GB/s\n", pull,
               c.local_gbps);
   std::printf("  a rollout switches to it (its GPUs stall)       %8.3f s  %.0f GB/s per GPU\n", sw,
@@ -394,11 +421,13 @@ int run_simulate_update(const SimulateArgs& args) {
   // Not the model: what line rate allows if each host received only its own GPUs' share (as a
   // sharded point-to-point update does) instead of a whole copy for its relay.
   const double share = std::min(1.0, static_cast<double>(c.gpus_per_host) / c.gpus_per_rollout);
-  std::printf("  for reference (not the model): each host receiving only its GPUs' share at line "
-              "rate: %.3f s\n",
-              static_cast<double>(bytes) * share / (c.link_gbps * 1e9));
-  std::printf("published for comparison: Perplexity 1.3 s, checkpoint-engine 16 s (1T "
-              "parameters)\n");
+  std::printf(
+      "  for reference (not the model): each host receiving only its GPUs' share at line "
+      "rate: %.3f s\n",
+      static_cast<double>(bytes) * share / (c.link_gbps * 1e9));
+  std::printf(
+      "published for comparison: Perplexity 1.3 s, checkpoint-engine 16 s (1T "
+      "parameters)\n");
   return 0;
 }
 
