@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
+
 namespace sluice::sim {
 
 core::Status GpuType::validate() const {
@@ -12,6 +14,16 @@ core::Status GpuType::validate() const {
     return core::invalid_argument(
         fmt::format("GPU type {}: times must not be negative, and a step must take time", name));
   }
+  return {};
+}
+
+core::Status CpuModel::validate() const {
+  for (double x : {cores, step_cpu_ms, report_cpu_ms, report_stall_ms, cpu_s_per_gb}) {
+    if (!std::isfinite(x) || x < 0) {
+      return core::invalid_argument("cpu: cores and every cost must be finite and >= 0");
+    }
+  }
+  if (cores > 0 && cores < 0.01) return core::invalid_argument("cpu.cores must be 0 or >= 0.01");
   return {};
 }
 
@@ -40,6 +52,7 @@ core::Status SimulateConfig::validate() const {
     return core::invalid_argument("steady_trim must be within 0 .. 0.45");
   }
   if (progress_s < 0) return core::invalid_argument("progress_s must not be negative");
+  SLUICE_TRY(cpu.validate());
   return {};
 }
 

@@ -38,6 +38,32 @@ struct GpuType {
   core::Status validate() const;
 };
 
+// The host CPU that rollouts, transfers and reports share, as processor sharing: off unless
+// `cores` > 0 (GPU fleets do not share a host's cores this way; a job emulated on one machine,
+// as bench e2e runs it, does). Every decoding rollout demands step_cpu_ms of CPU per decode step,
+// every rollout report_cpu_ms per report (it reports every report period), every weight pull
+// cpu_s_per_gb x its rate; when the demand exceeds `cores`, decode steps, pulls and the report
+// stalls are slowed by demand / cores. A report stops the rollout's generation for
+// report_stall_ms (x the slowdown): the worker calls the manager synchronously.
+struct CpuModel {
+  double cores = 0;            // 0: no CPU model
+  double step_cpu_ms = 0;      // CPU of one decode step (the rollout process)
+  double report_cpu_ms = 0;    // CPU of one report (the rollout and the manager)
+  double report_stall_ms = 0;  // a rollout's generation stops this long per report
+  double cpu_s_per_gb = 0;     // CPU seconds per GB pulled (both ends of the TCP stream)
+
+  template <typename V>
+  void describe(V& v) {
+    v("cores", cores, "cores the job's processes share (0: no CPU model)");
+    v("step_cpu_ms", step_cpu_ms, "CPU time of one decode step, ms");
+    v("report_cpu_ms", report_cpu_ms, "CPU time of one report (rollout and manager), ms");
+    v("report_stall_ms", report_stall_ms,
+      "a rollout's generation stops this long per report (the call is synchronous), ms");
+    v("cpu_s_per_gb", cpu_s_per_gb, "CPU seconds per GB a rollout pulls");
+  }
+  core::Status validate() const;
+};
+
 struct SimulateConfig {
   std::uint32_t gpus_per_rollout = 1;  // GPUs one rollout (one engine) spans, >= 1
   std::uint32_t gpus_per_host = 8;     // GPUs per host; one relay per host, >= 1
@@ -69,6 +95,7 @@ struct SimulateConfig {
   double stall_s = 6.0 * 3600;
   double steady_trim = 0.1;  // steady throughput leaves out this share of batches at each end
   double progress_s = 5.0;   // wall seconds between progress lines on stderr (0: quiet)
+  CpuModel cpu;              // shared host CPU (off by default)
   // Assumptions behind the figures above and the job's, with their sources: printed with the
   // results, never used in the model.
   std::vector<std::string> notes;
@@ -106,6 +133,9 @@ struct SimulateConfig {
     v("steady_trim", steady_trim,
       "steady throughput leaves out this share of trained batches at each end (0 .. 0.45)");
     v("progress_s", progress_s, "wall seconds between progress lines on stderr (0: quiet)");
+    v("cpu", cpu,
+      "shared host CPU: {cores (0: off), step_cpu_ms, report_cpu_ms, report_stall_ms, "
+      "cpu_s_per_gb}; demand beyond the cores slows decode, pulls and report stalls");
     v("notes", notes, "assumptions and their sources, printed with the results (not used)");
   }
   core::Status validate() const;

@@ -278,7 +278,10 @@ void Sim::prefetch(SimRollout& r, double t) {
   if (pub == published_at_.end()) return;  // not published yet as far as the model knows
   r.pulling = r.latest;
   const double from = std::max(t, pub->second + relay_[r.host].all_s);
-  r.pull_done = from + (colocated_ ? 0.0 : pull_s(in_.sim, in_.actor.weight_bytes));
+  // With the CPU model a pull's time is fixed when it starts, at the slowdown then (its own
+  // demand counted).
+  r.pull_done =
+      from + (colocated_ ? 0.0 : pull_s(in_.sim, in_.actor.weight_bytes) * cpu_slowdown());
   at(r.pull_done, Ev::kPulled, r.index);
 }
 

@@ -58,6 +58,7 @@ struct SimRollout {
   std::string id;
   std::uint32_t index = 0, host = 0;
   double t0 = 0, t1 = 0, prefill = 0;  // seconds
+  double slow = 1;  // the CPU model's factor on decode steps (1: off or not short of CPU)
   rollout::Capacity cap;
   // Engine.
   std::vector<Seq> active;
@@ -91,7 +92,8 @@ struct SimRollout {
   double reprefill_s = 0;
   std::uint64_t tokens = 0, loads = 0;
 
-  double step_s() const { return t0 + t1 * static_cast<double>(active.size()); }
+  double nominal_step_s() const { return t0 + t1 * static_cast<double>(active.size()); }
+  double step_s() const { return nominal_step_s() * slow; }
   bool in_load() const { return switching != 0; }
   std::uint64_t kv_used() const;
   std::uint64_t generated(const Seq& q) const;
@@ -127,6 +129,12 @@ class Sim {
   void want_report(SimRollout& r, double t, bool now = false);
   void after_report(SimRollout& r, double t);
 
+  // The CPU model (simulator.cpp): demand in cores, the slowdown it gives, and bringing every
+  // rollout's decode speed to it.
+  double cpu_demand() const;
+  double cpu_slowdown() const;
+  void update_cpu(double t);
+
   // The manager's changes that may change other rollouts' replies.
   void observe_manager(double t);
   void wake(double t, bool only_with_room);
@@ -154,6 +162,7 @@ class Sim {
   std::priority_queue<Event, std::vector<Event>, std::greater<Event>> events_;
   std::uint64_t seq_ = 0, n_events_ = 0, n_reports_ = 0;
   double report_s_ = 0.025;
+  double cpu_slow_ = 1;  // the CPU model's slowdown as last applied
 
   // What the manager looked like after the last call (observe_manager).
   struct Seen {

@@ -94,6 +94,10 @@ core::Status Sim::init() {
     r.phase = static_cast<double>(h % 1000) / 1000.0 * report_s_;
     want_report(r, 0);  // joins
   }
+  if (in_.sim.cpu.cores > 0) {
+    cpu_slow_ = 0;  // forces the first update_cpu to set every rollout's speed
+    update_cpu(0);
+  }
   publish(0);  // the initial weights
   const double sample_s = std::max(0.1, report_s_);
   at(sample_s, Ev::kSample);
@@ -246,6 +250,39 @@ void Sim::on_published(double t) {
   on_collect(t);
 }
 
+// ---- The CPU model (SimulateConfig::cpu).
+
+double Sim::cpu_demand() const {
+  const CpuModel& c = in_.sim.cpu;
+  double d = 0;
+  for (const auto& r : rollouts_) {
+    if (r.done) continue;
+    d += c.report_cpu_ms / 1000.0 / report_s_;
+    if (!r.active.empty() && !r.in_load()) d += c.step_cpu_ms / 1000.0 / r.nominal_step_s();
+    if (r.pulling != 0) d += in_.sim.local_gbps * c.cpu_s_per_gb;
+  }
+  return d;
+}
+
+double Sim::cpu_slowdown() const {
+  if (!(in_.sim.cpu.cores > 0)) return 1;
+  return std::max(1.0, cpu_demand() / in_.sim.cpu.cores);
+}
+
+void Sim::update_cpu(double t) {
+  const double f = cpu_slowdown();
+  if (std::fabs(f - cpu_slow_) < 1e-9) return;
+  cpu_slow_ = f;
+  // The worker's reports every report period stop generation for report_stall_ms each.
+  const double stall = in_.sim.cpu.report_stall_ms / 1000.0 * f;
+  const double slow = f * (report_s_ + stall) / report_s_;
+  for (auto& r : rollouts_) {
+    advance(r, t);  // at the old speed up to now
+    r.slow = slow;
+    reschedule_engine(r, t);
+  }
+}
+
 // ---- The loop.
 
 core::Result<ModeResult> Sim::run() {
@@ -314,6 +351,7 @@ core::Result<ModeResult> Sim::run() {
         break;
     }
     if (!fatal_.is_ok()) return fatal_;
+    if (in_.sim.cpu.cores > 0) update_cpu(t);
     if (progress_ && in_.sim.progress_s > 0 && (n_events_ & 1023) == 0) {
       const double w = wall_now();
       if (w - last_line >= in_.sim.progress_s) {

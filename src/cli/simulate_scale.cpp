@@ -10,6 +10,7 @@
 #include <fstream>
 #include <iterator>
 #include <map>
+#include <thread>
 
 #include "cli/bench_e2e.hpp"
 #include "cli/bench_util.hpp"
@@ -336,11 +337,31 @@ std::vector<Scenario> validation_scenarios(const SimulateArgs& args) {
   four.measured = args.measured_hosts;
   four.needs_root = true;
   out.push_back(four);
+  // The CPU the job's processes share: this machine's cores. The costs were measured apart from
+  // bench e2e (docs/benchmarks.md, "Validation with a CPU model"): one rollout alone on the
+  // default workload, with reports every 25 ms and every 5 ms (CPU seconds of the rollout and
+  // manager processes from /proc/PID/stat, per decode step and per report; the generation time
+  // lost per report from the rollout's own accounts), and a loopback TCP stream of 2 GiB
+  // (getrusage of both ends).
+  const unsigned hw = std::thread::hardware_concurrency();
   for (auto& s : out) {
     s.sim.progress_s = 0;
+    s.sim.cpu.cores = hw > 0 ? hw : 1;
+    s.sim.cpu.step_cpu_ms = 0.226;
+    s.sim.cpu.report_cpu_ms = 0.18;
+    s.sim.cpu.report_stall_ms = 0.31;
+    s.sim.cpu.cpu_s_per_gb = 0.35;
     s.sim.notes = {
-        "rates measured on this machine (docs/design.md): memcpy 13 GB/s, UCX shared "
-        "memory 8.6 GB/s, UCX TCP 1.6 GB/s, an emulated link 1 Gbit/s"};
+        "rates measured on this machine (docs/design.md): memcpy 13 GB/s, UCX shared memory 8.6 "
+        "GB/s, UCX TCP 1.6 GB/s, an emulated link 1 Gbit/s",
+        fmt::format("CPU model: {} cores shared (hardware_concurrency); per decode step {} ms, "
+                    "per report {} ms (rollout 0.076 + manager 0.103), a report stops generation "
+                    "{} ms, {} CPU s per GB pulled: one rollout alone (sluice run, report_ms 25 "
+                    "and 5) and a loopback TCP stream, measured at 33e16be (docs/benchmarks.md)",
+                    s.sim.cpu.cores, s.sim.cpu.step_cpu_ms, s.sim.cpu.report_cpu_ms,
+                    s.sim.cpu.report_stall_ms, s.sim.cpu.cpu_s_per_gb),
+        "not in the CPU model: the relays' serving and the chain between them, the actor's "
+        "publish, prefill and weight switches (their times are as without it)"};
   }
   return out;
 }

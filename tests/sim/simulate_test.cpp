@@ -3,6 +3,8 @@
 // tail, unknown keys refused, and 1024 GPUs simulated to the end. No timing is asserted.
 #include <doctest/doctest.h>
 
+#include <cmath>
+
 #include "core/config.hpp"
 #include "core/log.hpp"
 #include "sim/simulator.hpp"
@@ -46,8 +48,8 @@ sim::SimInput small_job() {
   return in;
 }
 
-const char* const kModes[] = {"sync", "one-step-off", "stream", "partial-rollout", "sluice",
-                              "sluice-norepack"};
+const char* const kModes[] = {"sync",   "one-step-off",   "stream", "partial-rollout",
+                              "sluice", "sluice-norepack"};
 
 }  // namespace
 
@@ -133,4 +135,51 @@ TEST_CASE("1024 GPUs: 128 rollouts of 8 GPUs run a job to its end") {
     CHECK(r->trained_trajectories == 4096);
     CHECK(r->trained_twice == 0);
   }
+}
+
+TEST_CASE("the CPU model: two rollouts needing a whole core each take twice as long on one core") {
+  sim::SimInput in = small_job();
+  in.rollouts = 2;
+  in.engine.t1_ms = 0;  // every decode step 4 ms, whatever the batch
+  in.engine.prefill_ms_per_token = 0;
+  in.engine.lengths.median = 200;  // every sequence 200 tokens
+  in.engine.lengths.p99 = 200;
+  in.manager.prompts = 16;
+  in.manager.batch_trajectories = 16;
+  in.actor.batch_trajectories = 16;
+  in.actor.train_ms_fixed = 0;
+  in.actor.train_ms_per_token = 0;
+  in.sim.cpu.step_cpu_ms = 4.0;  // a decode step keeps a core busy all through
+  auto off = sim::simulate_mode(in, "stream");
+  in.sim.cpu.cores = 2;
+  auto two = sim::simulate_mode(in, "stream");
+  in.sim.cpu.cores = 1;
+  auto one = sim::simulate_mode(in, "stream");
+  REQUIRE(off.is_ok());
+  REQUIRE(two.is_ok());
+  REQUIRE(one.is_ok());
+  // Two cores are enough: the same job as without the model.
+  CHECK(two->wall_s == doctest::Approx(off->wall_s).epsilon(0.01));
+  // One core for two: every step takes twice as long (the weight updates do not, hence 10%).
+  CHECK(one->wall_s / two->wall_s == doctest::Approx(2.0).epsilon(0.1));
+  CHECK(one->trained_trajectories == two->trained_trajectories);
+  CHECK(one->tokens_per_s < 0.6 * two->tokens_per_s);
+}
+
+TEST_CASE("the CPU model refuses a bad cores value or cost") {
+  sim::SimInput in = small_job();
+  in.sim.cpu.cores = -1;
+  CHECK_FALSE(sim::simulate_mode(in, "sluice").is_ok());
+  in.sim.cpu.cores = std::nan("");
+  CHECK_FALSE(sim::simulate_mode(in, "sluice").is_ok());
+  in.sim.cpu.cores = 2;
+  in.sim.cpu.cpu_s_per_gb = -0.5;
+  CHECK_FALSE(sim::simulate_mode(in, "sluice").is_ok());
+  sim::SimulateConfig c;
+  auto bad = core::config::parse_json_text(R"({"cpu": {"cores": -2}})", "t");
+  REQUIRE(bad.is_ok());
+  auto st = core::config::parse(*bad, c);
+  if (st.is_ok()) st = c.validate();
+  CHECK_FALSE(st.is_ok());
+  CHECK(st.message().find("cpu") != std::string::npos);
 }
