@@ -573,6 +573,7 @@ struct Trainer::Impl {
     const auto& c = buffer->counts();
     double wall = seconds(Clock::now() - started);
     return json{{"wall_s", wall},
+                {"start_offset_s", cfg.start_offset_s},
                 {"steps", steps},
                 {"version", version},
                 {"trained_tokens", trained_tokens},

@@ -61,7 +61,7 @@ struct ManagerCounts {
   std::uint64_t dead = 0;          // rollouts declared dead (missed heartbeats)
   std::uint64_t repack_plans = 0, repack_moves = 0, moved_kv_tokens = 0;
   std::uint64_t repack_declined = 0;  // sources that fit elsewhere but whose move did not pay
-  std::uint64_t cross_version = 0;  // repack moves between versions: the planner must never
+  std::uint64_t cross_version = 0;    // repack moves between versions: the planner must never
   std::uint64_t move_failures = 0;
   std::uint64_t returned = 0;   // queued trajectories handed back unstarted by draining rollouts
   std::uint64_t recovered = 0;  // in-flight trajectories accepted from rollouts after a restart

@@ -180,9 +180,11 @@ core::Status ModelEngine::check_kv(const SequenceState& s) const {
   const KvState& kv = *s.kv;
   const std::string& id = s.trajectory_id;
   if (kv.version != version_) {
-    return core::failed_precondition("model engine: sequence " + id + " comes with a KV cache of "
-                                     "version " + std::to_string(kv.version) +
-                                     ", but version " + std::to_string(version_) +
+    return core::failed_precondition("model engine: sequence " + id +
+                                     " comes with a KV cache of "
+                                     "version " +
+                                     std::to_string(kv.version) + ", but version " +
+                                     std::to_string(version_) +
                                      " is loaded here: keys and values of other weights");
   }
   if (kv.layers != static_cast<std::uint32_t>(config_.gpt.n_layer) ||
@@ -311,8 +313,7 @@ core::Result<SequenceState> ModelEngine::export_sequence(const std::string& traj
                        [&](Active& a) { free_caches_.push_back(std::move(a.cache)); });
 }
 
-core::Result<SequenceState> ModelEngine::export_sequence_with_kv(
-    const std::string& trajectory_id) {
+core::Result<SequenceState> ModelEngine::export_sequence_with_kv(const std::string& trajectory_id) {
   std::optional<KvState> kv;
   for (const auto& a : seqs_) {
     if (a.state.trajectory_id != trajectory_id) continue;

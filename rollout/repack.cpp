@@ -119,8 +119,7 @@ bool empty_onto_others(std::vector<Node>& nodes, std::size_t src, const RepackCo
 
   // What it gains and what it costs (repack.hpp), in GPU milliseconds.
   const Node& from = nodes[src];
-  const double gain =
-      from.view->freed_has_work ? from.r_max * step_ms(cost, from.count) : 0.0;
+  const double gain = from.view->freed_has_work ? from.r_max * step_ms(cost, from.count) : 0.0;
   double spend = 0;
   std::vector<bool> with_kv(seqs.size(), false);
   std::vector<double> r_after(nodes.size());
@@ -135,7 +134,8 @@ bool empty_onto_others(std::vector<Node>& nodes, std::size_t src, const RepackCo
     r_after[to[k]] = std::max(r_after[to[k]], r);
   }
   for (std::size_t j = 0; j < nodes.size(); ++j) {
-    if (r_after[j] > nodes[j].r_max) spend += (r_after[j] - nodes[j].r_max) * step_ms(cost, count[j]);
+    if (r_after[j] > nodes[j].r_max)
+      spend += (r_after[j] - nodes[j].r_max) * step_ms(cost, count[j]);
   }
   if (cost.weigh_cost && !(gain > cost.min_gain * spend)) {
     ++plan.declined;

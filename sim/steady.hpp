@@ -13,12 +13,12 @@
 namespace sluice::sim {
 
 struct StepEnd {
-  double t = 0;             // when the step ended, seconds from the job's start
+  double t = 0;              // when the step ended, seconds from the job's start
   std::uint64_t tokens = 0;  // tokens trained in that step
 };
 
 struct SteadyWindow {
-  double tokens_per_s = 0;  // 0 when there are too few steps to leave any out
+  double tokens_per_s = 0;      // 0 when there are too few steps to leave any out
   double from_s = 0, to_s = 0;  // the window: the end of the step before it .. its last step's end
   std::uint64_t steps = 0;      // steps inside the window
 };

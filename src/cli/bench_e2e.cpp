@@ -71,8 +71,11 @@ Row summarize(const std::string& label, const JobResult& r, double steady_trim) 
   row.wall_s = a.value("wall_s", 0.0);
   const sim::SteadyWindow w = sim::steady_window(read_step_ends(r.dir), steady_trim);
   row.steady_tokens_per_s = w.tokens_per_s;
-  row.steady_from_s = w.from_s;
-  row.steady_to_s = w.to_s;
+  // Step times count from the job's start, wall_s from the actor's: the window is given in the
+  // actor's clock, as wall_s is.
+  const double offset = a.value("start_offset_s", 0.0);
+  row.steady_from_s = std::max(0.0, w.from_s - offset);
+  row.steady_to_s = std::max(0.0, w.to_s - offset);
   double wall = 0, occupancy = 0, stall = 0, reprefill = 0;
   for (const auto& ro : r.manager.value("rollouts", json::array())) {
     const json& s = ro.value("stats", json::object());

@@ -6,8 +6,8 @@
 
 #include "sim/steady.hpp"
 
-using sluice::sim::StepEnd;
 using sluice::sim::steady_window;
+using sluice::sim::StepEnd;
 
 TEST_CASE("the steady window leaves out a tenth of the steps at each end") {
   // A slow start (10 s), eight steps a second apart, a slow end (20 s), 100 tokens each.
