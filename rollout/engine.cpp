@@ -71,26 +71,44 @@ nlohmann::json SequenceState::to_json() const {
 
 namespace {
 
+// The shape both KV forms carry: the weights' version and layers x width x positions, each
+// bounded so that their product cannot overflow.
+struct KvShape {
+  std::uint64_t version = 0;
+  std::uint32_t layers = 0, width = 0, positions = 0;
+};
+
+core::Result<KvShape> kv_shape_from_json(const nlohmann::json& j, const std::string& what) {
+  namespace f = core::json_field;
+  KvShape shape;
+  std::uint64_t layers = 0, width = 0, positions = 0;
+  SLUICE_TRY(f::u64(j, what, "version", shape.version));
+  SLUICE_TRY(f::u64(j, what, "layers", layers));
+  SLUICE_TRY(f::u64(j, what, "width", width));
+  SLUICE_TRY(f::u64(j, what, "positions", positions));
+  constexpr std::uint64_t kMax = 1u << 20;
+  if (layers > kMax || width > kMax || positions > kMax) {
+    return core::protocol_error(what + ": shape out of range");
+  }
+  shape.layers = static_cast<std::uint32_t>(layers);
+  shape.width = static_cast<std::uint32_t>(width);
+  shape.positions = static_cast<std::uint32_t>(positions);
+  return shape;
+}
+
 core::Result<KvState> kv_from_json(const nlohmann::json& j, const std::string& id) {
   if (!j.is_object()) return core::protocol_error("sequence state " + id + ": 'kv' not an object");
   namespace f = core::json_field;
   const std::string what = "sequence state " + id + " kv";
+  SLUICE_ASSIGN_OR_RETURN(KvShape shape, kv_shape_from_json(j, what));
   KvState kv;
-  std::uint64_t layers = 0, width = 0, positions = 0;
-  SLUICE_TRY(f::u64(j, what, "version", kv.version));
-  SLUICE_TRY(f::u64(j, what, "layers", layers));
-  SLUICE_TRY(f::u64(j, what, "width", width));
-  SLUICE_TRY(f::u64(j, what, "positions", positions));
-  constexpr std::uint64_t kMax = 1u << 20;  // each; so that their product cannot overflow
-  if (layers > kMax || width > kMax || positions > kMax) {
-    return core::protocol_error(what + ": shape out of range");
-  }
-  kv.layers = static_cast<std::uint32_t>(layers);
-  kv.width = static_cast<std::uint32_t>(width);
-  kv.positions = static_cast<std::uint32_t>(positions);
+  kv.version = shape.version;
+  kv.layers = shape.layers;
+  kv.width = shape.width;
+  kv.positions = shape.positions;
   SLUICE_TRY(f::f32_array(j, what, "keys", kv.keys));
   SLUICE_TRY(f::f32_array(j, what, "values", kv.values));
-  const std::uint64_t want = layers * width * positions;
+  const std::uint64_t want = std::uint64_t{kv.layers} * kv.width * kv.positions;
   if (kv.keys.size() != want || kv.values.size() != want) {
     return core::protocol_error(what + ": keys and values must hold layers x width x positions (" +
                                 std::to_string(want) + ") each");
@@ -102,23 +120,16 @@ core::Result<KvRef> kv_ref_from_json(const nlohmann::json& j, const std::string&
   const std::string what = "sequence state " + id + " kv_ref";
   if (!j.is_object()) return core::protocol_error(what + ": not an object");
   namespace f = core::json_field;
+  SLUICE_ASSIGN_OR_RETURN(KvShape shape, kv_shape_from_json(j, what));
   KvRef r;
-  std::uint64_t layers = 0, width = 0, positions = 0;
+  r.version = shape.version;
+  r.layers = shape.layers;
+  r.width = shape.width;
+  r.positions = shape.positions;
   std::string checksum, region;
-  SLUICE_TRY(f::u64(j, what, "version", r.version));
-  SLUICE_TRY(f::u64(j, what, "layers", layers));
-  SLUICE_TRY(f::u64(j, what, "width", width));
-  SLUICE_TRY(f::u64(j, what, "positions", positions));
   SLUICE_TRY(f::u64(j, what, "bytes", r.bytes));
   SLUICE_TRY(f::string(j, what, "checksum", checksum));
   SLUICE_TRY(f::string(j, what, "region", region));
-  constexpr std::uint64_t kMax = 1u << 20;  // each; so that their product cannot overflow
-  if (layers > kMax || width > kMax || positions > kMax) {
-    return core::protocol_error(what + ": shape out of range");
-  }
-  r.layers = static_cast<std::uint32_t>(layers);
-  r.width = static_cast<std::uint32_t>(width);
-  r.positions = static_cast<std::uint32_t>(positions);
   if (r.bytes != r.shape_bytes()) {
     return core::protocol_error(what + ": " + std::to_string(r.bytes) + " bytes for a shape of " +
                                 std::to_string(r.shape_bytes()));
