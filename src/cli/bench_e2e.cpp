@@ -218,7 +218,6 @@ int run_repack_bench(const BenchE2eArgs& args, const JobConfig& job, const std::
       }
     }
   }
-  auto ratio = [](double a, double b) { return b > 0 ? a / b : 0.0; };
   if (!args.json) {
     std::printf("\n%-40s %10s %10s %8s %-22s %6s %8s\n", "lengths", "repack on", "repack off",
                 "on/off", "rounds (on/off)", "moves", "p99/p50");
@@ -430,7 +429,6 @@ int run_bench_e2e(const BenchE2eArgs& args, const std::vector<std::string>& envi
   };
   const Row* sync = find("sync");
   const Row* sl = find("sluice");
-  auto ratio = [](double a, double b) { return b > 0 ? a / b : 0.0; };
   if (args.json) {
     for (const auto& r : rows) {
       json o{{"mode", r.mode},

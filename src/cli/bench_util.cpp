@@ -78,4 +78,8 @@ std::vector<LengthCase> repack_bench_lengths(const rollout::LengthConfig& job,
   return out;
 }
 
+double ratio(double a, double b) {
+  return b > 0 ? a / b : 0.0;
+}
+
 }  // namespace sluice::cli

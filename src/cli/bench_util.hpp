@@ -30,6 +30,9 @@ double cpu_busy_fraction(const CpuTimes& before, const CpuTimes& after);
 // `spreads` as p99 / median (5, 10 and 20 by default) at the job's median (64 when the job's
 // lengths are a file), its other fields (the cap) the job's, left out where it is the job's own;
 // and each of `files` (one length per line).
+// a / b, or 0 when b is not above 0 (a ratio of throughputs where one run produced nothing).
+double ratio(double a, double b);
+
 struct LengthCase {
   std::string name;
   rollout::LengthConfig lengths;

@@ -34,10 +34,6 @@ std::vector<std::string> split_modes(const std::string& s) {
   return out;
 }
 
-double ratio(double a, double b) {
-  return b > 0 ? a / b : 0.0;
-}
-
 json to_json(const sim::ModeResult& r, const sim::ModeResult* sync, const sim::ModeResult* sl) {
   json o{{"mode", r.label},
          {"tokens_per_s", r.tokens_per_s},

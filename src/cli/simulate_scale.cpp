@@ -25,10 +25,6 @@ using nlohmann::json;
 
 namespace {
 
-double ratio(double a, double b) {
-  return b > 0 ? a / b : 0.0;
-}
-
 void print_notes(const sim::SimInput& in) {
   for (const auto& note : in.sim.notes)
     std::printf("  assumption: %s\n", note.c_str());
