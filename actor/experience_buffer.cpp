@@ -34,6 +34,25 @@ std::uint64_t group_staleness(const std::vector<rl::Trajectory>& g, std::uint64_
 
 }  // namespace
 
+void count_staleness(StalenessCounts& counts, std::uint64_t staleness) {
+  if (counts.size() <= staleness) counts.resize(staleness + 1);
+  ++counts[staleness];
+}
+
+std::uint64_t staleness_quantile(const StalenessCounts& counts, double q) {
+  std::uint64_t total = 0;
+  for (auto c : counts)
+    total += c;
+  if (total == 0) return 0;
+  const double want = q * static_cast<double>(total);
+  std::uint64_t seen = 0;
+  for (std::size_t s = 0; s < counts.size(); ++s) {
+    seen += counts[s];
+    if (static_cast<double>(seen) >= want) return s;
+  }
+  return counts.size() - 1;
+}
+
 ExperienceBuffer::ExperienceBuffer(BufferOptions options) : options_(options) {
   // A group of 0 makes no sense; it means ungrouped, like 1.
   if (options_.group_size == 0) options_.group_size = 1;
@@ -47,6 +66,7 @@ core::Status ExperienceBuffer::add(rl::Trajectory t) {
                         "experience buffer: trajectory " + t.id + " was already accepted");
   }
   ++counts_.accepted;
+  counts_.accepted_tokens += t.response_tokens.size();
   if (t.abandoned) ++counts_.abandoned;
   if (options_.group_size == 1) {
     std::vector<rl::Trajectory> g;
@@ -75,8 +95,10 @@ std::vector<Sample> ExperienceBuffer::take(std::size_t n, std::uint64_t actor_ve
       if (any_abandoned(g) ||
           (drop_stale && group_staleness(g, actor_version) > options_.max_staleness)) {
         counts_.dropped_stale += g.size();
-        for (const auto& t : g)
+        for (const auto& t : g) {
           dropped_ids_.push_back(t.id);
+          counts_.dropped_tokens += t.response_tokens.size();
+        }
       } else {
         keep.push_back(std::move(g));
       }
@@ -116,6 +138,7 @@ BufferCounts ExperienceBuffer::counts_without_held() const {
   auto forget = [&](const std::vector<rl::Trajectory>& g) {
     for (const auto& t : g) {
       --c.accepted;
+      c.accepted_tokens -= t.response_tokens.size();
       if (t.abandoned) --c.abandoned;
     }
   };

@@ -50,7 +50,19 @@ struct BufferCounts {
   std::uint64_t dropped_stale = 0;
   std::uint64_t downweighted = 0;
   std::uint64_t abandoned = 0;  // arrived abandoned (their groups are dropped, in dropped_stale)
+  // Response tokens of the trajectories accepted, and of those dropped (stale, or in a group with
+  // an abandoned member: what it generated before it stopped). Not kept in actor checkpoints:
+  // they count from the process's start.
+  std::uint64_t accepted_tokens = 0;
+  std::uint64_t dropped_tokens = 0;
 };
+
+// Samples taken, by staleness: counts[s] is how many had staleness s.
+using StalenessCounts = std::vector<std::uint64_t>;
+void count_staleness(StalenessCounts& counts, std::uint64_t staleness);
+// The smallest staleness at or below which a share `q` (in [0, 1]) of the counted samples lie;
+// 0 when none were counted.
+std::uint64_t staleness_quantile(const StalenessCounts& counts, double q);
 
 class ExperienceBuffer {
  public:

@@ -140,6 +140,8 @@ struct Trainer::Impl {
   std::uint64_t steps = 0, trained_tokens = 0, trained_samples = 0, consumed = 0, taken = 0;
   double staleness_sum = 0;
   std::uint64_t staleness_max = 0, mixed_consumed = 0;
+  // Samples taken since this process started, by staleness (not kept in checkpoints).
+  StalenessCounts staleness_counts;
   double last_accuracy = -1, initial_accuracy = -1;
   json last_by_terms, initial_by_terms;  // the evaluations' accuracy_by_terms (null: none)
 
@@ -542,6 +544,7 @@ struct Trainer::Impl {
         ++taken;
         staleness_sum += static_cast<double>(s.staleness);
         staleness_max = std::max(staleness_max, s.staleness);
+        count_staleness(staleness_counts, s.staleness);
         if (s.trajectory.mixed_versions()) ++mixed_consumed;
         batch.push_back(std::move(s));
       }
@@ -586,6 +589,8 @@ struct Trainer::Impl {
                 {"staleness_mean",
                  trained_samples > 0 ? staleness_sum / static_cast<double>(trained_samples) : 0.0},
                 {"staleness_max", staleness_max},
+                {"staleness_p50", staleness_quantile(staleness_counts, 0.5)},
+                {"staleness_p99", staleness_quantile(staleness_counts, 0.99)},
                 {"max_staleness_bound", cfg.max_staleness},
                 {"mixed_version_consumed", mixed_consumed},
                 {"initial_accuracy", initial_accuracy},
@@ -595,6 +600,8 @@ struct Trainer::Impl {
                 {"accepted", c.accepted},
                 {"duplicates", c.duplicates},
                 {"dropped_stale", c.dropped_stale},
+                {"accepted_tokens", c.accepted_tokens},
+                {"dropped_tokens", c.dropped_tokens},
                 {"abandoned", c.abandoned},
                 {"downweighted", c.downweighted},
                 {"restarts", restarts},

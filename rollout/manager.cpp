@@ -39,6 +39,10 @@ core::Status ManagerConfig::validate() const {
                     batch_trajectories, group_size));
   }
   if (ahead_batches == 0) return core::invalid_argument("ahead_batches must be at least 1");
+  SLUICE_ASSIGN_OR_RETURN(Mode m, parse_mode(mode));
+  SLUICE_TRY(parse_admission(admission, m).status());
+  if (backlog_batches == 0) return core::invalid_argument("backlog_batches must be at least 1");
+  SLUICE_TRY(parse_tail(tail).status());
   if (prompt_source != "sim" && prompt_source != "task") {
     return core::invalid_argument(
         fmt::format("prompt_source must be sim or task, not '{}'", prompt_source));

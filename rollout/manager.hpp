@@ -11,9 +11,10 @@
 //                   weight updates are global.
 //   partial-rollout continuous generation; on each publish every rollout loads the new version at
 //                   once and continues its in-flight trajectories on it (they mix versions).
-//   sluice          continuous generation; each rollout switches on its own once it holds no
-//                   trajectory of an older version (it takes no new work meanwhile), and repack
-//                   consolidates the old versions' long tails onto few rollouts.
+//   sluice          continuous generation; each rollout pulls the newest version in the
+//                   background and switches on its own: its old version's long tail drains,
+//                   moves by repack onto few rollouts, or continues on the newest version
+//                   (`tail`). A free slot takes new work at once (`admission` continuous).
 //
 // Exactly once: a trajectory id is finished once; later copies (a resumed trajectory whose first
 // rollout also finished it) are counted and dropped. A rollout that misses heartbeats for
@@ -47,16 +48,32 @@
 
 namespace sluice::rollout {
 
+// Where idle rollout slots went, the keys of the status's `free_slot_s` (slot-seconds): a rollout
+// loading weights, one draining an old version, the admission budget used up, the actor's backlog
+// full (continuous admission), no work left in the job, anything else.
+inline constexpr const char* kFreeSlotCauses[] = {"loading", "draining", "budget",
+                                                  "backlog", "end",      "other"};
+
 struct ManagerConfig {
   std::string listen = "tcp://127.0.0.1:5560";  // control endpoint (rollouts and the actor)
   std::string mode = "sluice";            // sync, one-step-off, stream, partial-rollout, sluice
   std::uint64_t prompts = 0;              // prompts in the job; 0: unlimited
   std::uint32_t group_size = 4;           // samples per prompt (the GRPO group)
   std::uint32_t batch_trajectories = 64;  // the actor's global batch (a multiple of group_size)
-  std::uint32_t ahead_batches = 2;      // stream/partial-rollout/sluice: batches ahead of the actor
-  std::uint32_t prompt_tokens = 32;     // simulated prompts: tokens per prompt
-  std::uint64_t max_new_tokens = 4096;  // cap on a response
-  std::uint64_t seed = 1;               // prompt pool seed
+  std::uint32_t ahead_batches = 2;        // admission budget: batches released ahead of the actor
+  // How new work is admitted (rollout/mode_policy.hpp, Admission): "budget" (ahead_batches),
+  // "continuous" (a free slot takes work at once; pauses only while the actor has
+  // backlog_batches batches of complete groups not taken), or "" for the mode's default
+  // (continuous in sluice mode, budget elsewhere).
+  std::string admission;
+  std::uint32_t backlog_batches =
+      2;  // continuous admission: the actor's queue that pauses it, >= 1
+  // Sluice mode: what a rollout holding the newest version does with its old version's in-flight
+  // trajectories: "drain", "continue" or "auto" (rollout/mode_policy.hpp, TailPolicy).
+  std::string tail = "auto";
+  std::uint32_t prompt_tokens = 32;           // simulated prompts: tokens per prompt
+  std::uint64_t max_new_tokens = 4096;        // cap on a response
+  std::uint64_t seed = 1;                     // prompt pool seed
   std::uint64_t heartbeat_timeout_ms = 2000;  // a rollout silent this long is dead
   bool repack = true;                         // sluice mode: consolidate long tails
   std::uint64_t repack_interval_ms = 200;
@@ -97,7 +114,18 @@ struct ManagerConfig {
     v("prompts", prompts, "prompts in the job (0: unlimited)");
     v("group_size", group_size, "samples per prompt (GRPO group)");
     v("batch_trajectories", batch_trajectories, "the actor's global batch, in trajectories");
-    v("ahead_batches", ahead_batches, "asynchronous modes: batches generated ahead of the actor");
+    v("ahead_batches", ahead_batches,
+      "budget admission: batches released ahead of what the actor consumed (default 2)");
+    v("admission", admission,
+      "budget or continuous; empty: the mode's default (continuous in sluice mode, budget "
+      "elsewhere)");
+    v("backlog_batches", backlog_batches,
+      "continuous admission pauses while the actor has this many batches of complete groups "
+      "not taken (default 2)");
+    v("tail", tail,
+      "sluice mode, a rollout holding the newest version: drain its old trajectories, continue "
+      "them on the newest version, or auto (continue once drained to ramp-down and repack has "
+      "no destination) (default auto)");
     v("prompt_tokens", prompt_tokens, "simulated prompts: tokens per prompt");
     v("max_new_tokens", max_new_tokens, "cap on a response's length");
     v("seed", seed, "prompt pool seed");

@@ -58,7 +58,11 @@ core::Result<std::unique_ptr<ManagerState>> ManagerState::create(ManagerConfig c
                                                                  std::unique_ptr<ManagerDb> db,
                                                                  Clock::time_point now) {
   SLUICE_ASSIGN_OR_RETURN(Mode mode, parse_mode(config.mode));
+  SLUICE_ASSIGN_OR_RETURN(Admission admission, parse_admission(config.admission, mode));
+  SLUICE_ASSIGN_OR_RETURN(TailPolicy tail, parse_tail(config.tail));
   std::unique_ptr<ManagerState> s(new ManagerState(std::move(config), mode, now));
+  s->admission_ = admission;
+  s->tail_ = tail;
   if (s->cfg_.prompt_source == "task") {
     SLUICE_ASSIGN_OR_RETURN(rl::ArithmeticTask t, rl::ArithmeticTask::create(s->cfg_.task));
     s->cfg_.max_new_tokens =
@@ -81,8 +85,11 @@ core::Status ManagerState::restore(Clock::time_point now) {
   latest_ = snap.counters.latest;
   consumed_ = snap.counters.consumed;
   counts_.acked = snap.counters.acked;
-  for (const auto& id : snap.finished)
+  for (const auto& id : snap.finished) {
     trajs_[id].state = TrajState::kFinished;
+    auto ix = parse_trajectory_id(id);
+    if (ix) count_group_member(fmt::format("p{}", ix->first));
+  }
   counts_.finished = snap.finished.size();
   for (const auto& [id, text] : snap.unacked) {
     json j = json::parse(text, nullptr, false);
@@ -144,11 +151,28 @@ std::optional<ManagerState::Where> ManagerState::where(const std::string& id) co
 
 // ---- The prompt pool.
 
-// New trajectories may be released while fewer than this many are unconsumed.
+// Whether a new group may be released. Budget: while fewer than so many batches are released
+// and unconsumed (in flight or not). Continuous: while the actor's queue of complete groups it has
+// not taken is short of backlog_batches.
 bool ManagerState::budget_left() const {
+  if (admission_ == Admission::kContinuous) {
+    return ready_backlog() <
+           static_cast<std::uint64_t>(cfg_.backlog_batches) * cfg_.batch_trajectories;
+  }
   std::uint64_t released = next_prompt_ * cfg_.group_size;
   return released + cfg_.group_size <=
          consumed_ + batches_ahead(mode_, cfg_.ahead_batches) * cfg_.batch_trajectories;
+}
+
+std::uint64_t ManagerState::ready_backlog() const {
+  return complete_trajectories_ > consumed_ ? complete_trajectories_ - consumed_ : 0;
+}
+
+void ManagerState::count_group_member(const std::string& prompt_id) {
+  std::uint32_t& n = group_finished_[prompt_id];
+  if (++n < cfg_.group_size) return;
+  group_finished_.erase(prompt_id);
+  complete_trajectories_ += cfg_.group_size;
 }
 
 SequenceState ManagerState::fresh(const std::string& traj_id, const std::string& prompt_id,
@@ -300,15 +324,25 @@ void ManagerState::check_heartbeats(Clock::time_point now) {
     }
   }
   // Resumable states whose version no live rollout has (and none will get again: everyone is
-  // newer) restart from the prompt.
+  // newer) restart from the prompt, unless tails may continue on newer weights (sluice mode, tail
+  // continue or auto): then a rollout on a newer version takes them up (reply_work).
+  if (continues_orphans()) return;
   std::erase_if(resumes_, [&](const SequenceState& s) {
-    std::uint64_t v = last_version(s);
-    for (const auto& [rid, r] : rollouts_) {
-      if (r.alive && r.version <= v) return false;
-    }
+    if (!orphaned(last_version(s))) return false;
     restart(trajs_[s.trajectory_id]);
     return true;
   });
+}
+
+bool ManagerState::orphaned(std::uint64_t v) const {
+  for (const auto& [rid, r] : rollouts_) {
+    if (r.alive && r.version <= v) return false;
+  }
+  return true;
+}
+
+bool ManagerState::continues_orphans() const {
+  return mode_ == Mode::kSluice && tail_ != TailPolicy::kDrain;
 }
 
 // ---- Repack and the free-slot account.
@@ -328,7 +362,13 @@ void ManagerState::sample_free_slots(Clock::time_point now) {
     if (free <= 0) continue;
     double slot_s = dt * static_cast<double>(free);
     if (!work_waits) {
-      (all_released() ? free_slots_.end : free_slots_.budget) += slot_s;
+      if (all_released()) {
+        free_slots_.end += slot_s;
+      } else if (admission_ == Admission::kContinuous) {
+        free_slots_.backlog += slot_s;
+      } else {
+        free_slots_.budget += slot_s;
+      }
     } else if (r.loading) {
       free_slots_.loading += slot_s;
     } else if (!takes_work(r)) {
@@ -340,7 +380,40 @@ void ManagerState::sample_free_slots(Clock::time_point now) {
 }
 
 void ManagerState::plan_repack() {
-  if (!repacks(mode_) || !cfg_.repack) return;
+  // Rollouts a repack move empties or fills: their versions must stay as they are.
+  std::set<std::string> moving;
+  for (const auto& [tid, mv] : moves_) {
+    moving.insert(mv.from);
+    moving.insert(mv.to);
+  }
+  if (repacks(mode_) && cfg_.repack) plan_moves(moving);
+  if (mode_ == Mode::kSluice) decide_tails(moving);
+}
+
+// A tail continues on the newest version when draining would leave most of its rollout's slots
+// free: under `continue`, whenever the rollout holds the newest version; under `auto`, once its
+// occupancy is down to the ramp-down level with nothing queued and repack is not emptying it
+// (the planner found no destination, or the move did not pay).
+void ManagerState::decide_tails(const std::set<std::string>& moving) {
+  if (tail_ == TailPolicy::kDrain) return;
+  for (auto& [id, r] : rollouts_) {
+    r.continue_tail = false;
+    if (!r.alive || r.loading || r.version == 0 || r.version >= latest_ || r.staged < latest_ ||
+        r.active.empty() || moving.count(id) || !r.to_export.empty() || !r.to_import.empty()) {
+      continue;
+    }
+    if (tail_ == TailPolicy::kContinue) {
+      r.continue_tail = true;
+      continue;
+    }
+    const double occupancy = r.capacity.max_sequences == 0
+                                 ? 0.0
+                                 : static_cast<double>(r.active.size()) / r.capacity.max_sequences;
+    r.continue_tail = r.queued.empty() && occupancy <= cfg_.ramp_down_occupancy;
+  }
+}
+
+void ManagerState::plan_moves(std::set<std::string>& moving) {
   std::vector<RolloutView> fleet;
   for (const auto& [id, r] : rollouts_) {
     if (!r.alive || r.loading || r.version == 0 || !r.to_export.empty() || !r.to_import.empty()) {
@@ -387,6 +460,8 @@ void ManagerState::plan_repack() {
       continue;
     }
     src.to_export.push_back(m.trajectory_id);
+    moving.insert(m.from);
+    moving.insert(m.to);
     moves_[m.trajectory_id] = Move{m.from, m.to, src.version, m.with_kv};
     auto& t = trajs_[m.trajectory_id];
     t.state = TrajState::kMoving;
@@ -451,6 +526,7 @@ void ManagerState::on_finished(const rl::Trajectory& tr) {
   ++counts_.finished;
   m_finished_.inc();
   if (tr.abandoned) ++counts_.abandoned;
+  count_group_member(tr.prompt_id);
   unclaimed_.erase(tr.id);
   unacked_[tr.id] = Held{tr, false, false, {}};
   outbox_.push_back(tr.id);

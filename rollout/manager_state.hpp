@@ -147,6 +147,9 @@ class ManagerState {
     std::vector<std::string> to_abandon;  // trajectories of doomed groups it holds
     nlohmann::json stats = nlohmann::json::object();
     std::uint64_t reports = 0;  // reports received from it
+    // Sluice mode, tail auto: its old version's trajectories continue on the newest version
+    // (decided by decide_tails; cleared when it is told to load).
+    bool continue_tail = false;
     // Work sent in a reply (assigned or imported), by trajectory id, with the report it answered:
     // the rollout's next report names it (active, queued, finished, exported, returned or
     // refused) unless that reply never reached it (it timed out waiting and reported again).
@@ -171,8 +174,10 @@ class ManagerState {
   // Where free rollout slots went, in slot-seconds (sampled). While work waited in the pool: a
   // rollout loading weights, one draining an old version (given no new work), anything else.
   // While none waited: the budget ahead of the actor was used up, or none was left in the job.
+  // Continuous admission has no budget; its slots wait only while the actor's queue of complete
+  // groups is full (`backlog`: the trainer is the bound).
   struct FreeSlots {
-    double loading = 0, draining = 0, budget = 0, end = 0, other = 0;
+    double loading = 0, draining = 0, budget = 0, backlog = 0, end = 0, other = 0;
   };
 
   ManagerState(ManagerConfig config, Mode mode, Clock::time_point now);
@@ -182,6 +187,10 @@ class ManagerState {
   std::uint64_t total_trajectories() const { return cfg_.prompts * cfg_.group_size; }
   bool all_released() const { return cfg_.prompts != 0 && next_prompt_ >= cfg_.prompts; }
   bool budget_left() const;
+  // Trajectories in complete groups that the actor has not taken yet.
+  std::uint64_t ready_backlog() const;
+  // A finished member of the group of `prompt_id` (each trajectory once).
+  void count_group_member(const std::string& prompt_id);
   SequenceState fresh(const std::string& traj_id, const std::string& prompt_id,
                       std::vector<std::int32_t> prompt) const;
   core::Result<std::vector<std::int32_t>> prompt_of(std::uint64_t p) const;
@@ -191,6 +200,11 @@ class ManagerState {
   // Failures and hand-backs.
   void reclaim(const std::string& rollout_id, const std::string& why);
   void restart(Traj& t);
+  // No live rollout runs version `v` or older: a state of version `v` cannot resume on its own
+  // version any more.
+  bool orphaned(std::uint64_t v) const;
+  // Such states continue on a newer version rather than restart (sluice mode, tail not drain).
+  bool continues_orphans() const;
   void send_back(Traj& t, SequenceState s);
   void reclaim_lost(Rollout& r, const std::set<std::string>& named);
   void end_recovery();
@@ -212,6 +226,11 @@ class ManagerState {
   bool any_behind_with_work(std::uint64_t v) const;
   bool any_behind(std::uint64_t v) const;
   bool takes_work(const Rollout& r) const;
+  // Sluice mode: which rollouts' old trajectories continue on the newest version (TailPolicy);
+  // `moving`: rollouts that repack moves trajectories from or to.
+  void decide_tails(const std::set<std::string>& moving);
+  // Repack's moves (sluice mode with repack on); adds the rollouts they empty or fill to `moving`.
+  void plan_moves(std::set<std::string>& moving);
 
   ManagerCounters counters() const { return {next_prompt_, latest_, consumed_, counts_.acked}; }
   nlohmann::json status_fields(Clock::time_point now) const;
@@ -224,6 +243,8 @@ class ManagerState {
 
   ManagerConfig cfg_;
   Mode mode_;
+  Admission admission_ = Admission::kBudget;
+  TailPolicy tail_ = TailPolicy::kDrain;
   std::optional<rl::ArithmeticTask> task_;  // prompt_source task
 
   std::map<std::string, Rollout> rollouts_;
@@ -233,7 +254,11 @@ class ManagerState {
   std::map<std::string, Move> moves_;   // trajectory id -> repack move in progress
   std::uint64_t next_prompt_ = 0;
   std::uint64_t latest_ = 0;
-  std::uint64_t consumed_ = 0;    // trajectories the actor has taken (trained on or dropped)
+  std::uint64_t consumed_ = 0;  // trajectories the actor has taken (trained on or dropped)
+  // Finished members of groups not yet complete, by prompt id, and the trajectories of the
+  // complete groups (for continuous admission's backlog).
+  std::unordered_map<std::string, std::uint32_t> group_finished_;
+  std::uint64_t complete_trajectories_ = 0;
   std::set<std::string> doomed_;  // prompts whose group the actor will drop (abandon_stale)
   // Finished trajectories the actor has not acknowledged, by id; `outbox_` orders those not yet
   // sent to the actor's current epoch.

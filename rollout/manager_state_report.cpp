@@ -273,9 +273,11 @@ void ManagerState::reclaim_lost(Rollout& r, const std::set<std::string>& named) 
 // hand over or stop.
 void ManagerState::reply_work(Rollout& r, ReportReply& reply) {
   const bool has_work = !r.active.empty() || !r.queued.empty() || !r.to_import.empty();
-  const LoadDecision d =
-      decide_load(mode_, r.versions(), latest_, has_work,
-                  global_update(mode_) && any_behind_with_work(latest_), cfg_.max_assign_lag);
+  const bool continue_tail =
+      r.continue_tail || (mode_ == Mode::kSluice && tail_ == TailPolicy::kContinue);
+  const LoadDecision d = decide_load(mode_, r.versions(), latest_, has_work,
+                                     global_update(mode_) && any_behind_with_work(latest_),
+                                     cfg_.max_assign_lag, continue_tail);
   std::string state = d.barrier ? "barrier" : "run";
   const std::uint64_t load = d.load;
   // Partial states of this rollout's version resume here first.
@@ -293,7 +295,9 @@ void ManagerState::reply_work(Rollout& r, ReportReply& reply) {
         finish_abandoned(s);
         return true;
       }
-      if (last_version(s) != r.version || room() <= 0) return false;
+      const std::uint64_t v = last_version(s);
+      const bool here = v == r.version || (v < r.version && continues_orphans() && orphaned(v));
+      if (!here || room() <= 0) return false;
       ++counts_.resumed;
       auto& t = trajs_[s.trajectory_id];
       t.state = TrajState::kQueued;
@@ -328,7 +332,9 @@ void ManagerState::reply_work(Rollout& r, ReportReply& reply) {
   }
   for (const auto& item : assign)
     r.awaiting[item.trajectory_id] = {item, r.reports};
-  reply.unqueue = hands_back_queued(mode_, r.versions(), latest_, !r.queued.empty());
+  // A rollout whose tail continues on the newest version keeps its queue: it runs it there.
+  reply.unqueue =
+      !d.allow_active && hands_back_queued(mode_, r.versions(), latest_, !r.queued.empty());
   for (const auto& id : r.to_export) {
     auto mv = moves_.find(id);
     if (mv != moves_.end() && mv->second.with_kv) reply.export_kv.push_back(id);
@@ -340,7 +346,10 @@ void ManagerState::reply_work(Rollout& r, ReportReply& reply) {
   reply.abandon_before = abandon_before();
   reply.load = load;
   // Until it reports again it is switching: nothing of its old version is routed to it.
-  if (load > 0) r.loading = true;
+  if (load > 0) {
+    r.loading = true;
+    r.continue_tail = false;
+  }
   reply.allow_active = d.allow_active;
   reply.state = state;
   reply.done = done();

@@ -95,10 +95,12 @@ json ManagerState::status_fields(Clock::time_point now) const {
               {"rollout_restarts", c.rollout_restarts},
               {"left", c.left},
               {"cross_version_moves", c.cross_version},
+              {"mixed", c.mixed},
               {"free_slot_s",
                {{"loading", free_slots_.loading},
                 {"draining", free_slots_.draining},
                 {"budget", free_slots_.budget},
+                {"backlog", free_slots_.backlog},
                 {"end", free_slots_.end},
                 {"other", free_slots_.other}}},
               {"rollouts", rs}};

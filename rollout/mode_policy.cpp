@@ -14,6 +14,16 @@ core::Result<Mode> parse_mode(const std::string& s) {
       fmt::format("unknown mode '{}' (sync, one-step-off, stream, partial-rollout or sluice)", s));
 }
 
+core::Result<ModeVariant> parse_mode_variant(const std::string& label) {
+  if (label == "sluice-norepack") return ModeVariant{"sluice", false, ""};
+  if (label == "sluice-budget") return ModeVariant{"sluice", true, "budget"};
+  if (label == "partial-continuous") return ModeVariant{"partial-rollout", true, "continuous"};
+  if (parse_mode(label).is_ok()) return ModeVariant{label, true, ""};
+  return core::invalid_argument(
+      fmt::format("unknown mode '{}' (sync, one-step-off, stream, partial-rollout, sluice, {})",
+                  label, kModeVariants));
+}
+
 bool global_update(Mode m) {
   return m == Mode::kOneStepOff || m == Mode::kStream;
 }
@@ -36,6 +46,28 @@ bool repacks(Mode m) {
   return m == Mode::kSluice;
 }
 
+core::Result<Admission> parse_admission(const std::string& s, Mode m) {
+  if (s.empty()) return m == Mode::kSluice ? Admission::kContinuous : Admission::kBudget;
+  if (s == "budget") return Admission::kBudget;
+  if (s == "continuous") {
+    if (m == Mode::kSync || m == Mode::kOneStepOff) {
+      return core::invalid_argument(
+          "admission 'continuous' is not possible in sync or one-step-off mode (they release one "
+          "batch per version)");
+    }
+    return Admission::kContinuous;
+  }
+  return core::invalid_argument(fmt::format(
+      "unknown admission '{}' (budget or continuous; empty for the mode's default)", s));
+}
+
+core::Result<TailPolicy> parse_tail(const std::string& s) {
+  if (s == "drain") return TailPolicy::kDrain;
+  if (s == "continue") return TailPolicy::kContinue;
+  if (s == "auto") return TailPolicy::kAuto;
+  return core::invalid_argument(fmt::format("unknown tail '{}' (drain, continue or auto)", s));
+}
+
 bool takes_work(Mode m, const RolloutVersions& r, std::uint64_t latest,
                 std::uint32_t max_assign_lag) {
   return r.version == latest || (m == Mode::kSluice && r.version > 0 && r.staged < latest &&
@@ -43,7 +75,8 @@ bool takes_work(Mode m, const RolloutVersions& r, std::uint64_t latest,
 }
 
 LoadDecision decide_load(Mode m, const RolloutVersions& r, std::uint64_t latest, bool has_work,
-                         bool others_behind_with_work, std::uint32_t max_assign_lag) {
+                         bool others_behind_with_work, std::uint32_t max_assign_lag,
+                         bool continue_tail) {
   LoadDecision d;
   if (latest == 0 || r.version >= latest || r.loading) return d;
   if (m == Mode::kPartialRollout) {
@@ -56,6 +89,10 @@ LoadDecision decide_load(Mode m, const RolloutVersions& r, std::uint64_t latest,
     } else if (!has_work) {
       d.barrier = true;
     }
+  } else if (m == Mode::kSluice && has_work && continue_tail && r.staged >= latest) {
+    // Its tail continues on the newest version, which it already holds (no stall for a pull).
+    d.load = latest;
+    d.allow_active = true;
   } else if (!has_work && (m != Mode::kSluice || r.staged >= latest)) {
     d.load = latest;
   } else if (!has_work && r.staged > r.version && latest - r.staged <= max_assign_lag) {

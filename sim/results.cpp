@@ -15,6 +15,13 @@ ModeResult Sim::results(double end) const {
   m.actor_idle_frac = end > 0 ? actor_idle_s_ / end : 0;
   m.staleness_mean = samples_ > 0 ? staleness_sum_ / static_cast<double>(samples_) : 0;
   m.staleness_max = staleness_max_;
+  m.staleness_p50 = actor::staleness_quantile(staleness_counts_, 0.5);
+  m.staleness_p99 = actor::staleness_quantile(staleness_counts_, 0.99);
+  const actor::BufferCounts& bc = buffer_->counts();
+  m.generated_tokens = bc.accepted_tokens;
+  m.dropped_token_frac = bc.accepted_tokens > 0 ? static_cast<double>(bc.dropped_tokens) /
+                                                      static_cast<double>(bc.accepted_tokens)
+                                                : 0.0;
   m.mixed = mixed_;
   m.dropped = buffer_->counts().dropped_stale;
   m.repacks = mgr_->counts().repack_moves;
@@ -50,7 +57,7 @@ ModeResult Sim::results(double end) const {
   m.weight_stall_frac = wall > 0 ? stall / wall : 0;
   const nlohmann::json st = mgr_->status(tp(end)).fields;
   const nlohmann::json free = st.value("free_slot_s", nlohmann::json::object());
-  for (const char* cause : {"loading", "draining", "budget", "end", "other"}) {
+  for (const char* cause : rollout::kFreeSlotCauses) {
     m.free_slots.emplace_back(cause, slot_s > 0 ? free.value(cause, 0.0) / slot_s : 0.0);
   }
 

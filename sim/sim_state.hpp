@@ -183,7 +183,8 @@ class Sim {
   double collect_at_ = 0, actor_idle_s_ = 0, idle_since_ = 0;
   std::uint64_t trained_tokens_ = 0, staleness_max_ = 0, mixed_ = 0, samples_ = 0;
   double staleness_sum_ = 0;
-  std::vector<StepEnd> step_ends_;  // (time, tokens) per batch
+  actor::StalenessCounts staleness_counts_;  // trained samples by staleness
+  std::vector<StepEnd> step_ends_;           // (time, tokens) per batch
   std::map<std::string, std::uint32_t> trained_ids_;
   std::uint64_t regressions_ = 0;
   double last_progress_ = 0;  // simulated time of the last finish, load or training step

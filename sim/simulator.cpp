@@ -15,11 +15,11 @@ namespace sluice::sim {
 
 namespace {
 
-// The manager's mode a label runs.
-std::string mode_name(const std::string& label) {
-  if (label == "sluice-norepack") return "sluice";
-  if (label == "sync-colocated") return "sync";
-  return label;
+// What a label runs: a mode or a variant (rollout::parse_mode_variant), or sync-colocated (sync on
+// every GPU, see colocated_input in the command line).
+core::Result<rollout::ModeVariant> variant_of(const std::string& label) {
+  if (label == "sync-colocated") return rollout::ModeVariant{"sync", true, ""};
+  return rollout::parse_mode_variant(label);
 }
 
 double wall_now() {
@@ -33,9 +33,12 @@ Sim::Sim(const SimInput& in, std::string label, rollout::Mode mode, bool repack,
     : in_(in), label_(std::move(label)), mode_(mode), repack_(repack), progress_(progress) {}
 
 core::Status Sim::init() {
-  in_.manager.mode = mode_name(label_);
+  SLUICE_ASSIGN_OR_RETURN(rollout::ModeVariant variant, variant_of(label_));
+  in_.manager.mode = variant.mode;
   in_.manager.repack = repack_;
-  in_.manager.heartbeat_timeout_ms = UINT64_MAX / 4;  // nobody fails (check_heartbeats is not run)
+  if (!variant.admission.empty()) in_.manager.admission = variant.admission;
+  // Nobody fails: 10^12 ms (32 years) outlasts any run, and still fits a nanosecond clock.
+  in_.manager.heartbeat_timeout_ms = 1000ull * 1000 * 1000 * 1000;
   SLUICE_TRY(in_.manager.validate());
   SLUICE_TRY(in_.engine.validate());
   SLUICE_TRY(in_.sim.validate());
@@ -101,7 +104,8 @@ core::Status Sim::init() {
   publish(0);  // the initial weights
   const double sample_s = std::max(0.1, report_s_);
   at(sample_s, Ev::kSample);
-  if (repack_ && rollout::repacks(mode_)) {
+  if (rollout::repacks(mode_)) {
+    // The manager's repack timer runs with repack off too: it also decides tails (sluice mode).
     at(static_cast<double>(in_.manager.repack_interval_ms) / 1000.0, Ev::kRepack);
   }
   return {};
@@ -172,6 +176,7 @@ void Sim::on_collect(double t) {
     ++taken_;
     staleness_sum_ += static_cast<double>(s.staleness);
     staleness_max_ = std::max(staleness_max_, s.staleness);
+    actor::count_staleness(staleness_counts_, s.staleness);
     if (s.trajectory.mixed_versions()) ++mixed_;
     batch_.push_back(std::move(s));
   }
@@ -346,6 +351,9 @@ core::Result<ModeResult> Sim::run() {
         at(t + static_cast<double>(in_.manager.repack_interval_ms) / 1000.0, Ev::kRepack);
         break;
       case Ev::kSample:
+        // The manager's tick: nobody dies here, but resumable states whose version no rollout
+        // holds any more restart (or, under tail continue or auto, continue on a newer one).
+        mgr_->check_heartbeats(tp(t));
         mgr_->sample_free_slots(tp(t));
         at(t + std::max(0.1, report_s_), Ev::kSample);
         break;
@@ -378,9 +386,9 @@ core::Result<ModeResult> Sim::run() {
 
 core::Result<ModeResult> simulate_mode(const SimInput& in, const std::string& label,
                                        const Progress& progress) {
-  SLUICE_ASSIGN_OR_RETURN(rollout::Mode mode, rollout::parse_mode(mode_name(label)));
-  Sim sim(in, label, mode,
-          label != "sluice-norepack" && in.manager.repack && rollout::repacks(mode), progress);
+  SLUICE_ASSIGN_OR_RETURN(rollout::ModeVariant variant, variant_of(label));
+  SLUICE_ASSIGN_OR_RETURN(rollout::Mode mode, rollout::parse_mode(variant.mode));
+  Sim sim(in, label, mode, variant.repack && in.manager.repack && rollout::repacks(mode), progress);
   SLUICE_TRY(sim.init());
   return sim.run();
 }

@@ -52,6 +52,12 @@ struct ModeResult {
   double rollout_util = 0, weight_stall_frac = 0, actor_idle_frac = 0, staleness_mean = 0;
   std::uint64_t staleness_max = 0, repacks = 0, trained_tokens = 0, dropped = 0, mixed = 0;
   double repack_overhead_s = 0, wall_s = 0;  // wall_s: the job's simulated time
+  // The staleness of what was trained (actor version - behaviour version): median, 99th
+  // percentile (max is staleness_max). Generated tokens the actor received, and the share of them
+  // dropped as too stale (abandoned trajectories count what they generated before they stopped).
+  std::uint64_t staleness_p50 = 0, staleness_p99 = 0;
+  std::uint64_t generated_tokens = 0;
+  double dropped_token_frac = 0;
   std::vector<std::pair<std::string, double>> free_slots;
   // Beyond the bench.
   double steady_tokens_per_s = 0;  // over the middle batches (SimulateConfig::steady_trim)

@@ -16,6 +16,8 @@
 #include "cli/bench_util.hpp"
 #include "cli/job.hpp"
 #include "core/config.hpp"
+#include "rollout/manager.hpp"
+#include "rollout/mode_policy.hpp"
 #include "rollout/sim_engine.hpp"
 #include "sim/steady.hpp"
 
@@ -35,10 +37,14 @@ struct Row {
   double steady_tokens_per_s = 0, steady_from_s = 0, steady_to_s = 0;
   // Free rollout slots by cause, as fractions of all slot time (the manager's free_slot_s).
   std::vector<std::pair<std::string, double>> free_slots;
+  // The share of slot time spent generating outside start-up (before a rollout's first weights,
+  // not in its wall time) and the final drain (free slots with no work left in the job).
+  double generating_share = 0;
+  std::uint64_t staleness_p50 = 0, staleness_p99 = 0;
+  double dropped_token_frac = 0;  // generated tokens the actor dropped as too stale
 };
 
 // The manager's causes of free slots, in the order the bench prints them.
-constexpr const char* kFreeCauses[] = {"loading", "draining", "budget", "end", "other"};
 
 // The actor's steps from its metrics.jsonl: each line of a training step carries the job's
 // time and the trained tokens so far (evaluation lines carry no trained_tokens and are skipped).
@@ -65,6 +71,11 @@ Row summarize(const std::string& label, const JobResult& r, double steady_trim) 
   row.actor_idle_frac = a.value("actor_idle_frac", 0.0);
   row.staleness_mean = a.value("staleness_mean", 0.0);
   row.staleness_max = a.value("staleness_max", 0ull);
+  row.staleness_p50 = a.value("staleness_p50", 0ull);
+  row.staleness_p99 = a.value("staleness_p99", 0ull);
+  const double accepted_tokens = a.value("accepted_tokens", 0.0);
+  row.dropped_token_frac =
+      accepted_tokens > 0 ? a.value("dropped_tokens", 0.0) / accepted_tokens : 0.0;
   row.trained_tokens = a.value("trained_tokens", 0ull);
   row.dropped = a.value("dropped_stale", 0ull);
   row.mixed = a.value("mixed_version_consumed", 0ull);
@@ -96,8 +107,10 @@ Row summarize(const std::string& label, const JobResult& r, double steady_trim) 
     slot_s += s.value("wall_s", 0.0) * s.value("max_sequences", 0.0);
   }
   const json free = r.manager.value("free_slot_s", json::object());
-  for (const char* cause : kFreeCauses)
+  for (const char* cause : rollout::kFreeSlotCauses)
     row.free_slots.emplace_back(cause, slot_s > 0 ? free.value(cause, 0.0) / slot_s : 0.0);
+  const double end_share = slot_s > 0 ? free.value("end", 0.0) / slot_s : 0.0;
+  row.generating_share = end_share < 1 ? row.rollout_util / (1 - end_share) : 0.0;
   return row;
 }
 
@@ -339,14 +352,9 @@ int run_bench_e2e(const BenchE2eArgs& args, const std::vector<std::string>& envi
       std::fprintf(stderr, "sluice bench e2e: mode '%s' is named twice in --modes\n", m.c_str());
       return 2;
     }
-    std::string mode = base_label(m) == "sluice-norepack" ? "sluice" : base_label(m);
-    rollout::ManagerConfig mc;
-    mc.mode = mode;
-    if (!mc.validate().is_ok()) {
-      std::fprintf(stderr,
-                   "sluice bench e2e: unknown mode '%s' (sync, one-step-off, stream, "
-                   "partial-rollout, sluice, sluice-norepack)\n",
-                   m.c_str());
+    auto variant = rollout::parse_mode_variant(base_label(m));
+    if (!variant.is_ok()) {
+      std::fprintf(stderr, "sluice bench e2e: %s\n", variant.status().message().c_str());
       return 2;
     }
   }
@@ -388,12 +396,14 @@ int run_bench_e2e(const BenchE2eArgs& args, const std::vector<std::string>& envi
   }
   if (args.repack_bench) return run_repack_bench(args, job, stamp, environment, hosts);
   const std::uint32_t rounds = std::max<std::uint32_t>(1, args.rounds);
+  std::uint32_t once_runs = 0, once_failed = 0;
   for (std::uint32_t round = 1; round <= rounds; ++round) {
     for (const auto& m : modes) {
       JobConfig j = job;
-      const std::string label = base_label(m);
-      j.mode = label == "sluice-norepack" ? "sluice" : label;
-      j.manager.repack = label != "sluice-norepack";
+      const rollout::ModeVariant variant = *rollout::parse_mode_variant(base_label(m));
+      j.mode = variant.mode;
+      j.manager.repack = variant.repack;
+      if (!variant.admission.empty()) j.manager.admission = variant.admission;
       if (plain_label(m)) j.auth = "plain";
       j.name = m;
       j.out_dir = rounds == 1 ? fmt::format("{}/{}", stamp, m)
@@ -409,6 +419,16 @@ int run_bench_e2e(const BenchE2eArgs& args, const std::vector<std::string>& envi
       if (!r.is_ok()) {
         std::fprintf(stderr, "sluice bench e2e: %s\n", r.status().to_string().c_str());
         return 1;
+      }
+      const OnceCheck once = check_once(r->actor, job.manager.prompts * job.manager.group_size);
+      ++once_runs;
+      if (!once.ok()) {
+        ++once_failed;
+        std::fprintf(stderr,
+                     "sluice bench e2e: %s, round %u: not exactly once: %llu lost, %llu "
+                     "twice (%s)\n",
+                     m.c_str(), round, static_cast<unsigned long long>(once.lost),
+                     static_cast<unsigned long long>(once.twice), r->dir.c_str());
       }
       by_mode[m].push_back(summarize(m, *r, args.steady_trim));
     }
@@ -438,6 +458,10 @@ int run_bench_e2e(const BenchE2eArgs& args, const std::vector<std::string>& envi
              {"actor_idle_frac", r.actor_idle_frac},
              {"staleness_mean", r.staleness_mean},
              {"staleness_max", r.staleness_max},
+             {"staleness_p50", r.staleness_p50},
+             {"staleness_p99", r.staleness_p99},
+             {"dropped_token_frac", r.dropped_token_frac},
+             {"generating_share", r.generating_share},
              {"repacks", r.repacks},
              {"repack_overhead_s", r.repack_overhead_s},
              {"trained_tokens", r.trained_tokens},
@@ -461,14 +485,16 @@ int run_bench_e2e(const BenchE2eArgs& args, const std::vector<std::string>& envi
       }
       std::printf("%s\n", o.dump().c_str());
     }
+    std::printf("%s\n",
+                json{{"runs", once_runs}, {"exactly_once_failed", once_failed}}.dump().c_str());
     return 0;
   }
-  std::printf("\n%-16s %10s %10s %8s %8s %8s %7s %6s %7s %9s %7s %7s %8s\n", "mode", "tokens/s",
+  std::printf("\n%-18s %10s %10s %8s %8s %8s %7s %6s %7s %9s %7s %7s %8s\n", "mode", "tokens/s",
               "steady/s", "util", "w-stall", "a-idle", "stale", "max", "repacks", "overhead",
               "dropped", "x sync", "sluice/x");
   for (const auto& r : rows) {
     std::printf(
-        "%-16s %10.0f %10.0f %7.1f%% %7.2f%% %7.1f%% %7.2f %6llu %7llu %8.2fs %7llu %7s %8s\n",
+        "%-18s %10.0f %10.0f %7.1f%% %7.2f%% %7.1f%% %7.2f %6llu %7llu %8.2fs %7llu %7s %8s\n",
         r.mode.c_str(), r.tokens_per_s, r.steady_tokens_per_s, 100 * r.rollout_util,
         100 * r.weight_stall_frac, 100 * r.actor_idle_frac, r.staleness_mean,
         static_cast<unsigned long long>(r.staleness_max),
@@ -480,17 +506,30 @@ int run_bench_e2e(const BenchE2eArgs& args, const std::vector<std::string>& envi
   std::printf(
       "\nfree rollout slots (share of all slot time); while work waited: loading weights, "
       "draining an old\nversion, other; while none waited: the budget ahead of the actor was "
-      "used up, none left in the job\n%-16s",
+      "used up, the actor's backlog was full,\nnone left in the job\n%-18s",
       "mode");
-  for (const char* cause : kFreeCauses)
+  for (const char* cause : rollout::kFreeSlotCauses)
     std::printf(" %9s", cause);
   std::printf("\n");
   for (const auto& r : rows) {
-    std::printf("%-16s", r.mode.c_str());
+    std::printf("%-18s", r.mode.c_str());
     for (const auto& [cause, frac] : r.free_slots)
       std::printf(" %8.1f%%", 100 * frac);
     std::printf("\n");
   }
+  std::printf(
+      "\nslot time and staleness: gen = share of slot time generating outside start-up and the "
+      "final drain;\nstale = staleness of the trajectories trained (p50/p99/max); drop = "
+      "generated tokens dropped as too stale\n%-20s %7s %12s %7s\n",
+      "mode", "gen", "stale", "drop");
+  for (const auto& r : rows) {
+    const std::string stale =
+        fmt::format("{}/{}/{}", r.staleness_p50, r.staleness_p99, r.staleness_max);
+    std::printf("%-20s %6.1f%% %12s %6.1f%%\n", r.mode.c_str(), 100 * r.generating_share,
+                stale.c_str(), 100 * r.dropped_token_frac);
+  }
+  std::printf("exactly once: %u of %u runs%s\n", once_runs - once_failed, once_runs,
+              once_failed ? " (FAILED: see above)" : "");
   const Row* norepack = find("sluice-norepack");
   const Row* partial = find("partial-rollout");
   // Round by round: what each mode measured, and sluice's ratio to it within the same round.
@@ -504,13 +543,13 @@ int run_bench_e2e(const BenchE2eArgs& args, const std::vector<std::string>& envi
     return out + ")";
   };
   if (rounds > 1) {
-    std::printf("\ntokens/s in each round (the table above shows each mode's median round)\n%-16s",
+    std::printf("\ntokens/s in each round (the table above shows each mode's median round)\n%-18s",
                 "mode");
     for (std::uint32_t i = 1; i <= rounds; ++i)
       std::printf(" %9s", fmt::format("round {}", i).c_str());
     std::printf("\n");
     for (const auto& m : modes) {
-      std::printf("%-16s", m.c_str());
+      std::printf("%-18s", m.c_str());
       for (const auto& x : by_mode[m])
         std::printf(" %9.0f", x.tokens_per_s);
       std::printf("\n");
@@ -522,7 +561,7 @@ int run_bench_e2e(const BenchE2eArgs& args, const std::vector<std::string>& envi
                 ratio(sl->tokens_per_s, sync->tokens_per_s), spread("sync").c_str());
   }
   if (sl && partial) {
-    std::printf("sluice / partial-rollout: %.2fx (target >= 1.4)%s\n",
+    std::printf("sluice / partial-rollout: %.2fx (target >= 1.0)%s\n",
                 ratio(sl->tokens_per_s, partial->tokens_per_s), spread("partial-rollout").c_str());
   }
   if (sl) {

@@ -15,6 +15,7 @@
 #include "cli/job_setup.hpp"
 #include "core/config.hpp"
 #include "core/log.hpp"
+#include "rollout/manager.hpp"
 #include "rollout/mode_policy.hpp"
 #include "sim/simulator.hpp"
 
@@ -42,6 +43,9 @@ json to_json(const sim::ModeResult& r, const sim::ModeResult* sync, const sim::M
          {"actor_idle_frac", r.actor_idle_frac},
          {"staleness_mean", r.staleness_mean},
          {"staleness_max", r.staleness_max},
+         {"staleness_p50", r.staleness_p50},
+         {"staleness_p99", r.staleness_p99},
+         {"dropped_token_frac", r.dropped_token_frac},
          {"repacks", r.repacks},
          {"repack_overhead_s", r.repack_overhead_s},
          {"trained_tokens", r.trained_tokens},
@@ -135,11 +139,11 @@ core::Result<std::vector<std::string>> parse_sim_modes(const std::string& list) 
     if (!named.insert(m).second) {
       return core::invalid_argument(fmt::format("mode '{}' is named twice in --modes", m));
     }
-    if (m != "sluice-norepack" && m != "sync-colocated" && !rollout::parse_mode(m).is_ok()) {
+    if (m != "sync-colocated" && !rollout::parse_mode_variant(m).is_ok()) {
       return core::invalid_argument(
-          fmt::format("unknown mode '{}' (sync, one-step-off, stream, partial-rollout, sluice, "
-                      "sluice-norepack, sync-colocated)",
-                      m));
+          fmt::format("unknown mode '{}' (sync, one-step-off, stream, partial-rollout, sluice, {}, "
+                      "sync-colocated)",
+                      m, rollout::kModeVariants));
     }
   }
   return modes;
@@ -346,12 +350,12 @@ int run_simulate(const SimulateArgs& args) {
       std::printf("%s\n", to_json(r, sync, sl).dump().c_str());
     return 0;
   }
-  std::printf("\n%-16s %10s %10s %8s %8s %8s %7s %6s %7s %9s %7s %7s %8s\n", "mode", "tokens/s",
+  std::printf("\n%-18s %10s %10s %8s %8s %8s %7s %6s %7s %9s %7s %7s %8s\n", "mode", "tokens/s",
               "steady/s", "util", "w-stall", "a-idle", "stale", "max", "repacks", "overhead",
               "dropped", "x sync", "sluice/x");
   for (const auto& r : rows) {
     std::printf(
-        "%-16s %10.0f %10.0f %7.1f%% %7.2f%% %7.1f%% %7.2f %6llu %7llu %8.2fs %7llu %7s %8s\n",
+        "%-18s %10.0f %10.0f %7.1f%% %7.2f%% %7.1f%% %7.2f %6llu %7llu %8.2fs %7llu %7s %8s\n",
         r.label.c_str(), r.tokens_per_s, r.steady_tokens_per_s, 100 * r.rollout_util,
         100 * r.weight_stall_frac, 100 * r.actor_idle_frac, r.staleness_mean,
         static_cast<unsigned long long>(r.staleness_max),
@@ -361,23 +365,23 @@ int run_simulate(const SimulateArgs& args) {
         sl ? fmt::format("{:.2f}", ratio(sl->tokens_per_s, r.tokens_per_s)).c_str() : "-");
   }
   std::printf(
-      "\nwhere GPU time went (share of GPUs x the job's simulated time)\n%-16s %9s %9s "
+      "\nwhere GPU time went (share of GPUs x the job's simulated time)\n%-18s %9s %9s "
       "%9s %9s %10s\n",
       "mode", "generate", "load", "barrier", "idle", "job (s)");
   for (const auto& r : rows) {
     const double all = r.gpus * r.wall_s;
     auto pct = [&](double x) { return all > 0 ? 100 * x / all : 0.0; };
-    std::printf("%-16s %8.1f%% %8.1f%% %8.1f%% %8.1f%% %10.1f\n", r.label.c_str(),
+    std::printf("%-18s %8.1f%% %8.1f%% %8.1f%% %8.1f%% %10.1f\n", r.label.c_str(),
                 pct(r.gpu.generating), pct(r.gpu.loading), pct(r.gpu.barrier), pct(r.gpu.idle),
                 r.wall_s);
   }
-  std::printf("\nfree rollout slots (share of all slot time), as in sluice bench e2e\n%-16s",
+  std::printf("\nfree rollout slots (share of all slot time), as in sluice bench e2e\n%-18s",
               "mode");
-  for (const char* cause : {"loading", "draining", "budget", "end", "other"})
+  for (const char* cause : rollout::kFreeSlotCauses)
     std::printf(" %9s", cause);
   std::printf("\n");
   for (const auto& r : rows) {
-    std::printf("%-16s", r.label.c_str());
+    std::printf("%-18s", r.label.c_str());
     for (const auto& [cause, frac] : r.free_slots)
       std::printf(" %8.1f%%", 100 * frac);
     std::printf("\n");

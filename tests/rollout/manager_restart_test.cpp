@@ -177,7 +177,8 @@ rollout::ManagerConfig small_config() {
   c.prompts = 6;
   c.group_size = 2;
   c.batch_trajectories = 4;
-  c.ahead_batches = 2;  // 8 trajectories (4 prompts) ahead of what the actor consumed
+  c.admission = "budget";  // what is released is counted below
+  c.ahead_batches = 2;     // 8 trajectories (4 prompts) ahead of what the actor consumed
   c.repack = false;
   c.heartbeat_timeout_ms = 60000;
   c.recovery_grace_ms = 1000;

@@ -378,3 +378,177 @@ TEST_CASE("manager state: versions a rollout is told to load never go backwards"
     CHECK(m->counts().duplicates == 0);
   }
 }
+
+// ---- Admission and the tail (rollout/mode_policy.hpp: Admission, TailPolicy).
+
+namespace {
+
+// 16 prompts of 2, a batch of 4 (one batch ahead under the budget), one rollout of 4 slots.
+rollout::ManagerConfig tail_job(const std::string& mode, const std::string& admission) {
+  rollout::ManagerConfig cfg = small_job();
+  cfg.mode = mode;
+  cfg.prompts = 16;
+  cfg.ahead_batches = 1;
+  cfg.admission = admission;
+  return cfg;
+}
+
+double free_slot_s(const ManagerState& m, const char* cause) {
+  return m.status(at(0)).fields.at("free_slot_s").at(cause).get<double>();
+}
+
+}  // namespace
+
+TEST_CASE("manager state: continuous admission fills free slots while a batch's tail runs") {
+  for (const std::string admission : {"budget", "continuous"}) {
+    CAPTURE(admission);
+    auto m = make_state(tail_job("sluice", admission));
+    m->published({1, 0});
+    FakeRollout a("a");
+    a.report(*m, at(0));
+    REQUIRE(a.running.size() == 4);
+    // Three finish; the fourth is the batch's long tail.
+    a.step();
+    for (int k = 0; k < 3; ++k)
+      a.finish(a.running.begin()->first);
+    m->sample_free_slots(at(50));
+    rollout::ReportReply r = a.report(*m, at(100));
+    m->sample_free_slots(at(1100));  // a second with the slots as they are now
+    if (admission == "budget") {
+      // The released batch is not consumed: the three free slots wait behind the tail.
+      CHECK(r.assign.empty());
+      CHECK(free_slot_s(*m, "budget") > 2.9);
+    } else {
+      // Nothing in flight counts: every free slot takes new work at once.
+      CHECK(r.assign.size() == 3);
+      CHECK(free_slot_s(*m, "budget") == 0);
+      CHECK(free_slot_s(*m, "backlog") == 0);
+    }
+  }
+}
+
+TEST_CASE("manager state: continuous admission pauses only while the actor's queue is full") {
+  rollout::ManagerConfig cfg = tail_job("sluice", "continuous");
+  cfg.backlog_batches = 1;  // 4 trajectories of complete groups not taken pause it
+  auto m = make_state(cfg);
+  m->published({1, 0});
+  FakeRollout a("a");
+  a.capacity.max_sequences = 8;
+  a.report(*m, at(0));
+  REQUIRE(a.running.size() == 8);
+  // One member of a group finishes: no complete group, nothing waits for the actor.
+  a.step();
+  a.finish("p0/0");
+  CHECK(a.report(*m, at(10)).assign.size() == 1);
+  // The rest finish: 8 trajectories of complete groups (4 groups) wait for the actor. Only the
+  // other member of the group already released (p4) is handed out; no new group is.
+  for (const std::string id : {"p0/1", "p1/0", "p1/1", "p2/0", "p2/1", "p3/0", "p3/1"})
+    a.finish(id);
+  rollout::ReportReply r = a.report(*m, at(20));
+  REQUIRE(r.assign.size() == 1);
+  CHECK(r.assign[0].trajectory_id == "p4/1");
+  CHECK(a.report(*m, at(30)).assign.empty());
+  m->sample_free_slots(at(1030));
+  CHECK(free_slot_s(*m, "backlog") > 5.9);  // 6 free slots for a second
+  CHECK(free_slot_s(*m, "budget") == 0);
+  // The actor takes them: admission resumes.
+  rollout::CollectRequest c;
+  c.epoch = "e1";
+  c.max = 16;
+  CHECK(m->collect(c, at(1040)).trajectories.size() == 8);
+  c.consumed = 8;
+  m->collect(c, at(1050));
+  CHECK(a.report(*m, at(1060)).assign.size() == 6);
+}
+
+TEST_CASE("manager state: admission and tail settings are checked") {
+  rollout::ManagerConfig cfg = small_job();
+  cfg.mode = "sync";
+  cfg.admission = "continuous";
+  CHECK(cfg.validate().message().find("not possible in sync") != std::string::npos);
+  cfg.mode = "one-step-off";
+  CHECK_FALSE(cfg.validate().is_ok());
+  cfg.mode = "partial-rollout";
+  CHECK(cfg.validate().is_ok());
+  cfg.admission = "eager";
+  CHECK(cfg.validate().message().find("unknown admission 'eager'") != std::string::npos);
+  cfg.admission = "";
+  cfg.tail = "wait";
+  CHECK(cfg.validate().message().find("unknown tail 'wait'") != std::string::npos);
+  cfg.tail = "auto";
+  cfg.backlog_batches = 0;
+  CHECK(cfg.validate().message().find("backlog_batches") != std::string::npos);
+  // partial-rollout keeps the budget unless told otherwise: its tail holds the free slots.
+  auto m = make_state(tail_job("partial-rollout", ""));
+  m->published({1, 0});
+  FakeRollout a("a");
+  a.report(*m, at(0));
+  a.step();
+  for (int k = 0; k < 3; ++k)
+    a.finish(a.running.begin()->first);
+  CHECK(a.report(*m, at(100)).assign.empty());
+}
+
+TEST_CASE("manager state: a tail drains, or continues on the newest version") {
+  for (const std::string tail : {"drain", "continue"}) {
+    CAPTURE(tail);
+    rollout::ManagerConfig cfg = tail_job("sluice", "continuous");
+    cfg.tail = tail;
+    auto m = make_state(cfg);
+    m->published({1, 0});
+    FakeRollout a("a");
+    a.report(*m, at(0));
+    REQUIRE(a.running.size() == 4);
+    a.step();
+    m->published({2, 0});
+    a.staged = 2;  // pulled in the background
+    rollout::ReportReply r = a.report(*m, at(100));
+    CHECK(r.assign.empty());
+    if (tail == "drain") {
+      CHECK(r.load == 0);  // it waits for its version-1 trajectories to finish
+      continue;
+    }
+    CHECK(r.load == 2);
+    CHECK(r.allow_active);
+    CHECK_FALSE(r.unqueue);
+    a.version = 2;
+    a.step();
+    a.finish_all();
+    a.report(*m, at(200));
+    // Each records both versions; its staleness counts from the oldest.
+    CHECK(m->counts().mixed == 4);
+    rollout::CollectRequest c;
+    c.epoch = "e1";
+    for (const auto& t : m->collect(c, at(300)).trajectories) {
+      CHECK(t.version == 1);
+      CHECK(t.versions == std::vector<std::uint64_t>{1, 2});
+    }
+  }
+}
+
+TEST_CASE("manager state: tail auto drains while busy, continues once ramped down alone") {
+  rollout::ManagerConfig cfg = tail_job("sluice", "continuous");
+  cfg.tail = "auto";
+  cfg.ramp_down_occupancy = 0.5;
+  auto m = make_state(cfg);
+  m->published({1, 0});
+  FakeRollout a("a");
+  a.report(*m, at(0));
+  a.step();
+  m->published({2, 0});
+  a.staged = 2;
+  a.report(*m, at(10));
+  m->plan_repack();  // 4 of 4 slots busy: it drains
+  CHECK(a.report(*m, at(20)).load == 0);
+  a.finish(a.running.begin()->first);
+  a.report(*m, at(30));
+  m->plan_repack();  // 3 of 4: still above the ramp-down level
+  CHECK(a.report(*m, at(40)).load == 0);
+  a.finish(a.running.begin()->first);
+  a.finish(a.running.begin()->first);
+  a.report(*m, at(50));
+  m->plan_repack();  // 1 of 4, and no other rollout of version 1 to repack onto: it continues
+  rollout::ReportReply r = a.report(*m, at(60));
+  CHECK(r.load == 2);
+  CHECK(r.allow_active);
+}
