@@ -130,6 +130,32 @@ TEST_SUITE("core.transfer") {
     }
   }
 
+  TEST_CASE("a source rewritten during a checksummed copy cannot give a copy that verifies") {
+    // The publisher may rewrite a buffer while a same-host reader copies it. Whatever mix of old
+    // and new bytes lands in the destination, the returned checksum must be that of the
+    // destination, so a torn chunk fails verification instead of passing as the old one.
+    static std::uint8_t* racing_src = nullptr;
+    static std::size_t racing_bytes = 0;
+    std::vector<std::uint8_t> src(1u << 20), dst(src.size());
+    fill_pseudo_random(src.data(), src.size(), 7);
+    const std::uint64_t before = chunk_checksum(src.data(), src.size());
+    for (std::size_t bytes : {std::size_t{100000}, src.size()}) {
+      CAPTURE(bytes);
+      racing_src = src.data();
+      racing_bytes = bytes;
+      // A writer racing the copy: right after each read of the source, rewrite all of it.
+      detail::copy_with_checksum_read_hook = [](std::size_t) {
+        for (std::size_t i = 0; i < racing_bytes; ++i)
+          racing_src[i] = static_cast<std::uint8_t>(racing_src[i] + 1);
+      };
+      std::uint64_t got = copy_with_checksum(dst.data(), src.data(), bytes);
+      detail::copy_with_checksum_read_hook = nullptr;
+      CHECK(got == chunk_checksum(dst.data(), bytes));
+      fill_pseudo_random(src.data(), src.size(), 7);
+    }
+    CHECK(chunk_checksum(src.data(), src.size()) == before);
+  }
+
   TEST_CASE("a descriptor round-trips, and a truncated or foreign one is rejected") {
     RegionDescriptor d;
     d.worker_address = std::string("\x01\x02\x03worker", 9);
