@@ -375,6 +375,7 @@ struct RolloutWorker::Impl {
     if (reader) return {};
     core::TransferOptions to;
     to.environment = environment;
+    to.stream_reach = cfg.store;  // the chunk server binds where the job's hosts reach it
     SLUICE_ASSIGN_OR_RETURN(transfer, core::TransferEngine::create(*loop, to));
     SLUICE_ASSIGN_OR_RETURN(store, weightstore::StoreClient::create(*loop, cfg.store, security));
     weightstore::ReaderOptions ro;

@@ -821,7 +821,11 @@ Result<std::unique_ptr<TransferEngine>> TransferEngine::create(EventLoop& loop,
   impl->tcp_stream = opts.tcp_stream;
   auto ucx_config = opts.ucx_config;
   if (opts.tcp_stream && tcp_allowed(impl->tls)) {
-    auto server = ChunkServer::create(loop, opts.stream_host);
+    auto host = chunk_server_host(opts.stream_host, opts.stream_reach);
+    if (!host.is_ok()) return host.status().with_context("transfer engine");
+    if (*host == "0.0.0.0")
+      log::info("transfer: chunk server on every interface (stream_host 0.0.0.0, as configured)");
+    auto server = ChunkServer::create(loop, *host, opts.stream_server);
     if (!server.is_ok()) return server.status().with_context("transfer engine");
     impl->chunk_server = std::move(server).value();
     // tcp reads are chunk streams, so UCX goes without tcp: over it UCX 1.13 aborts a holder

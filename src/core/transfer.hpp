@@ -24,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "core/chunk_stream.hpp"
 #include "core/event_loop.hpp"
 #include "core/status.hpp"
 
@@ -171,9 +172,18 @@ struct TransferOptions {
   // tcp), and reads a source over its chunk stream when the source is on another machine or UCX
   // may not use shared memory here. See tcp_holder_survives_reader_death().
   bool tcp_stream = true;
-  // The IPv4 address the chunk server listens on; 0.0.0.0 is every interface (descriptors then
-  // list each interface's address, loopback last).
-  std::string stream_host = "0.0.0.0";
+  // The IPv4 address the chunk server listens on. "auto" (the default) binds only where the
+  // job's hosts reach this one: loopback when `stream_reach` is on loopback (all is local), else
+  // the interface that routes toward it (the address the engine advertises), and with no
+  // `stream_reach` the default route's interface (see chunk_server_host()). "0.0.0.0" is every
+  // interface (descriptors then list each interface's address, loopback last): only when
+  // configured so. Anything else is the address to bind.
+  std::string stream_host = "auto";
+  // An endpoint of the job that its other hosts reach (the store's, "tcp://10.0.0.1:5555"), to
+  // choose the interface for "auto"; empty: none known.
+  std::string stream_reach;
+  // Connection caps, timeouts and per-turn budgets of the chunk server (defaults there).
+  ChunkServerOptions stream_server;
 };
 
 struct ReadSource {
