@@ -1004,6 +1004,14 @@ bool RegisteredBuffer::pinned() const {
   return reg_->pin != nullptr;
 }
 
+Status RegisteredBuffer::rotate_stream_token() {
+  if (!reg_->server) return {};
+  SLUICE_ASSIGN_OR_RETURN(std::string fresh, reg_->server->expose(data_, size_));
+  reg_->server->withdraw(reg_->stream_token);
+  reg_->stream_token = std::move(fresh);
+  return {};
+}
+
 RegionDescriptor RegisteredBuffer::descriptor() const {
   RegionDescriptor d;
   d.worker_address = engine_->impl_->worker->address();
@@ -1119,6 +1127,20 @@ void TransferEngine::read(std::vector<ReadSource> sources, std::vector<ChunkRead
                             std::to_string(raw->bytes_done) + " bytes done)"));
     raw->pump();
   });
+  if (raw->opt.cancel) {
+    // On a later turn: cancel() may be called from inside this read's own callbacks.
+    std::weak_ptr<ReadState> target = rs;
+    EventLoop* loop = &impl->loop;
+    raw->opt.cancel->hook_ = [target, loop](const Status& why) {
+      loop->post([target, why] {
+        if (auto r = target.lock()) {
+          r->fail(why);
+          r->pump();
+        }
+      });
+    };
+    if (raw->opt.cancel->why_) raw->fail(*raw->opt.cancel->why_);
+  }
   // Start on the next loop turn so that `done` never runs inside read().
   log::trace("transfer: read of {} chunks ({} bytes) from {} sources", raw->chunks.size(),
              raw->bytes_total, raw->sources.size());
@@ -1126,6 +1148,16 @@ void TransferEngine::read(std::vector<ReadSource> sources, std::vector<ChunkRead
   impl->loop.post([weak] {
     if (auto r = weak.lock()) r->pump();
   });
+}
+
+void ReadCancel::cancel(Status why) {
+  if (why_) return;
+  why_ = why;
+  if (hook_) {
+    auto hook = std::move(hook_);
+    hook_ = nullptr;
+    hook(why);
+  }
 }
 
 Result<ReadStats> TransferEngine::read_sync(std::vector<ReadSource> sources,

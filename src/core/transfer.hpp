@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -73,6 +74,12 @@ class RegisteredBuffer {
   bool pinned() const;
   // The descriptor a reader needs to GET from this buffer.
   RegionDescriptor descriptor() const;
+  // Serves this buffer's chunk stream under a new token and withdraws the old one (a connection
+  // with a reply from it still being written is closed): a holder that reuses the buffer for
+  // other bytes calls it first, so that a reader with the old descriptor is refused over the
+  // stream rather than served the new bytes. descriptor() carries the new token. ok and nothing
+  // done when the buffer has no chunk stream; the chunk server's error when it cannot expose.
+  Status rotate_stream_token();
 
  private:
   friend class TransferEngine;
@@ -207,6 +214,21 @@ struct ReadProgress {
   std::uint32_t chunks_total = 0;
 };
 
+// Ends a read from outside: the owner of its sources' memory may reuse it now (the lease that
+// kept it still was lost), so reading on could only tear. Loop thread only.
+class ReadCancel {
+ public:
+  // Fails the read with `why` (its `done` reports it once its operations have ended); a read not
+  // yet started fails as it starts. Later calls change nothing.
+  void cancel(Status why);
+  bool cancelled() const { return why_.has_value(); }
+
+ private:
+  friend class TransferEngine;
+  std::optional<Status> why_;
+  std::function<void(const Status&)> hook_;
+};
+
 struct ReadOptions {
   std::uint32_t max_in_flight_per_source = 8;
   Millis op_timeout{10000};      // one GET; past it the source counts as failed for this read
@@ -223,6 +245,8 @@ struct ReadOptions {
   std::function<void(const ChunkRead&)> on_chunk;
   // A pull refuses a version larger than this before it allocates anything for it.
   std::uint64_t max_total_bytes = 256ull << 30;
+  // Set to end the read from outside (null: only its own timeouts end it).
+  std::shared_ptr<ReadCancel> cancel;
 };
 
 struct ReadStats {

@@ -439,6 +439,68 @@ TEST_SUITE("core.transfer") {
     CHECK(equal_bytes(*dst, expected(bytes, seed)));
   }
 
+  TEST_CASE("a read cancelled from outside ends with the reason, before or while it runs") {
+    // A pull whose lease renewal fails stops its read this way (weightstore/client.cpp).
+    const std::uint64_t bytes = 32u << 20, chunk = 1u << 20, seed = 3;
+    Source a("tcp", bytes, chunk, seed);
+    Reader rd("tcp");
+    auto ra = rd.describe(a);
+    auto dst = rd.engine->allocate(bytes).value();
+    ReadOptions opt;
+    opt.max_in_flight_per_source = 1;
+    opt.cancel = std::make_shared<ReadCancel>();
+    std::uint64_t reported = 0;
+    opt.on_chunk = [&](const ChunkRead&) {
+      if (++reported == 2) opt.cancel->cancel(unavailable("lease 7 not renewed"));
+    };
+    auto st =
+        rd.engine->read_sync({{"a", ra.descriptor}}, whole_region_chunks(ra.layout), *dst, opt);
+    REQUIRE_FALSE(st.is_ok());
+    CHECK(st.status().message().find("lease 7 not renewed") != std::string::npos);
+    CHECK(reported < bytes / chunk);
+    // Cancelled before it starts: nothing is read.
+    ReadOptions early;
+    early.cancel = std::make_shared<ReadCancel>();
+    early.cancel->cancel(unavailable("lease 8 not renewed"));
+    reported = 0;
+    early.on_chunk = [&](const ChunkRead&) { ++reported; };
+    st = rd.engine->read_sync({{"a", ra.descriptor}}, whole_region_chunks(ra.layout), *dst, early);
+    REQUIRE_FALSE(st.is_ok());
+    CHECK(st.status().message().find("lease 8 not renewed") != std::string::npos);
+    CHECK(reported == 0);
+  }
+
+  TEST_CASE("a reused buffer's new stream token refuses readers of the old one") {
+    std::unique_ptr<EventLoop> loop = EventLoop::create().value();
+    TransferOptions o;
+    o.ucx_config = {{"TLS", "tcp"}, {"NET_DEVICES", "lo"}};
+    auto holder = TransferEngine::create(*loop, o).value();
+    auto reader = TransferEngine::create(*loop, o).value();
+    const std::uint64_t bytes = 1u << 20;
+    auto buf = holder->allocate(bytes).value();
+    fill_pseudo_random(buf->data(), bytes, 1);
+    const RegionDescriptor before = buf->descriptor();
+    REQUIRE_FALSE(before.stream_token.empty());
+    // Drained and reused for other bytes.
+    REQUIRE(buf->rotate_stream_token().is_ok());
+    fill_pseudo_random(buf->data(), bytes, 2);
+    const RegionDescriptor after = buf->descriptor();
+    CHECK(after.stream_token != before.stream_token);
+    auto dst = reader->allocate(bytes).value();
+    ChunkRead c;
+    c.bytes = bytes;
+    c.checksum = chunk_checksum(buf->data(), bytes);
+    ReadOptions opt;
+    opt.op_timeout = Millis(3000);
+    auto stale = reader->read_sync({{"old", before}}, {c}, *dst, opt);
+    CHECK_FALSE(stale.is_ok());
+    auto fresh = reader->read_sync({{"new", after}}, {c}, *dst, opt);
+    REQUIRE_MESSAGE(fresh.is_ok(), fresh.status().to_string());
+    CHECK(std::memcmp(dst->data(), buf->data(), bytes) == 0);
+    dst.reset();
+    buf.reset();
+  }
+
   TEST_CASE("reads that do not fit are refused before anything moves") {
     Source a("tcp", 1u << 20, 1u << 16, 1);
     Reader rd("tcp");
