@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <deque>
+#include <fstream>
 #include <map>
 #include <optional>
 
@@ -314,6 +316,55 @@ struct Op {
   std::string error;         // why a chunk stream get failed
   std::unique_ptr<EventLoop::Timer> timer;
 };
+
+}  // namespace
+
+namespace {
+
+// The mapping of this process that holds `addr` (from /proc/self/maps).
+struct Mapping {
+  std::uintptr_t start = 0, end = 0;
+  bool readable = false, shared = false;
+};
+std::optional<Mapping> mapping_of(std::uintptr_t addr) {
+  std::ifstream maps("/proc/self/maps");
+  std::string line;
+  while (std::getline(maps, line)) {
+    unsigned long long start = 0, end = 0;
+    char perms[5] = {};
+    if (std::sscanf(line.c_str(), "%llx-%llx %4s", &start, &end, perms) != 3) continue;
+    if (addr < start || addr >= end) continue;
+    return Mapping{static_cast<std::uintptr_t>(start), static_cast<std::uintptr_t>(end),
+                   perms[0] == 'r', perms[3] == 's'};
+  }
+  return std::nullopt;
+}
+
+// Where UCX has mapped a same-host holder's segment into this process (its shared-memory
+// transports), both ucp_rkey_ptr and UCX's own GETs turn a remote address into a local pointer by
+// plain arithmetic, with no bounds check (UCX 1.13's mm transports). A descriptor whose base or
+// length says more than its key covers would then have this process read outside the holder's
+// segment: another segment, its own memory, or nothing (a crash; issue 31, hole 4). So before
+// any chunk is read, the whole of [base, base + length) must land inside one shared mapping of
+// this process, the segment UCX mapped for the key. ok when the key maps nothing here (the
+// holder's side, or the kernel for cma, checks each GET).
+Status check_mapped_region(ucp_rkey_h rkey, const RegionDescriptor& r) {
+  if (r.length == 0) return {};
+  void* first = nullptr;
+  if (ucp_rkey_ptr(rkey, r.base, &first) != UCS_OK) return {};
+  const auto p = reinterpret_cast<std::uintptr_t>(first);
+  const auto refuse = [&](const std::string& why) {
+    return permission_denied("the region's base and length (" + std::to_string(r.length) +
+                             " bytes) lie outside the memory its holder registered: " + why);
+  };
+  if (r.base > UINT64_MAX - r.length || p > UINTPTR_MAX - r.length) return refuse("they wrap");
+  auto m = mapping_of(p);
+  if (!m) return refuse("nothing is mapped there");
+  // Shared memory, or (UCX's self transport) this process's own memory at its own address.
+  if (!m->readable || (!m->shared && p != r.base)) return refuse("not a shared segment");
+  if (r.length > m->end - p) return refuse("past the end of the holder's segment");
+  return {};
+}
 
 }  // namespace
 
@@ -717,7 +768,12 @@ struct ReadState {
     for (auto ci : pending) {
       const auto& ch = chunks[ci];
       if (!servable(ch)) {
-        std::string errors = ch.errors.empty() ? "no source holds it" : ch.errors;
+        std::string errors = ch.errors;
+        // Sources that failed before this chunk was tried on them: their reasons.
+        for (std::uint32_t s = 0; s < sources.size(); ++s)
+          if (sources[s].dead && !ch.tried[s] && candidate(ch, s))
+            errors += sources[s].src.name + ": " + sources[s].why + "; ";
+        if (errors.empty()) errors = "no source holds it";
         if (errors.size() >= 2 && errors.compare(errors.size() - 2, 2, "; ") == 0)
           errors.resize(errors.size() - 2);
         bool corrupt = ch.errors.find("checksum mismatch") != std::string::npos;
@@ -1118,6 +1174,10 @@ void TransferEngine::read(std::vector<ReadSource> sources, std::vector<ChunkRead
       continue;
     }
     st.rkey = *key;
+    if (auto bounded = check_mapped_region(st.rkey, region); !bounded.is_ok()) {
+      st.rkey = nullptr;
+      rs->mark_dead(s, bounded.message());
+    }
   }
   ReadState* raw = rs.get();
   raw->total_timer = impl->loop.after(raw->opt.total_timeout, [raw] {

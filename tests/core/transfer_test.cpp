@@ -439,6 +439,64 @@ TEST_SUITE("core.transfer") {
     CHECK(equal_bytes(*dst, expected(bytes, seed)));
   }
 
+  TEST_CASE(
+      "over shared memory, a descriptor that claims more than its holder registered is "
+      "refused unread") {
+    // A member that registers a forged descriptor (its own key, a base or length of its
+    // choosing) must not make a same-host reader read outside the segment behind the key: that
+    // reads another segment, the reader's own memory, or nothing (and the reader crashes).
+    const std::uint64_t bytes = 4u << 20, chunk = 1u << 20, seed = 9;
+    Source a("sm", bytes, chunk, seed);
+    for (bool copy_mapped : {true, false}) {
+      CAPTURE(copy_mapped);
+      std::unique_ptr<EventLoop> loop = EventLoop::create().value();
+      TransferOptions o;
+      o.ucx_config = {{"TLS", "sm"}, {"NET_DEVICES", "lo"}};
+      o.copy_mapped = copy_mapped;
+      auto engine = TransferEngine::create(*loop, o).value();
+      auto client = Client::create(*loop, a.endpoint, Security::plain()).value();
+      auto region = describe_region(*client, "r", Millis(10000)).value();
+      auto dst = engine->allocate(chunk).value();
+      ReadOptions opt;
+      opt.op_timeout = Millis(3000);
+      opt.total_timeout = Millis(10000);
+      std::uint64_t reported = 0;
+      opt.on_chunk = [&](const ChunkRead&) { ++reported; };
+      // A chunk 1 GiB past the segment, under a length that claims it; the same under a base
+      // moved by 1 TiB; and one that straddles the segment's end.
+      struct Forged {
+        std::uint64_t base, length, offset;
+      };
+      const std::uint64_t b = region.descriptor.base;
+      for (Forged f :
+           {Forged{b, bytes + (2ull << 30), 1ull << 30}, Forged{b + (1ull << 40), bytes, 0},
+            Forged{b, bytes + chunk, bytes - chunk / 2}}) {
+        RegionDescriptor forged = region.descriptor;
+        forged.base = f.base;
+        forged.length = f.length;
+        std::memset(dst->data(), 0xAB, dst->size());
+        ChunkRead c;
+        c.src_offset = f.offset;
+        c.bytes = chunk;
+        c.checksum = 1;
+        auto st = engine->read_sync({{"forged", forged}}, {c}, *dst, opt);
+        REQUIRE_FALSE(st.is_ok());
+        CAPTURE(st.status().to_string());
+        CHECK(st.status().message().find("outside the memory its holder registered") !=
+              std::string::npos);
+        CHECK(reported == 0);
+        bool untouched = true;
+        for (std::size_t i = 0; i < dst->size(); ++i)
+          untouched = untouched && dst->data()[i] == 0xAB;
+        CHECK(untouched);
+      }
+      // The true descriptor still reads.
+      auto st = engine->read_sync({{"true", region.descriptor}}, whole_region_chunks(region.layout),
+                                  *engine->allocate(bytes).value(), opt);
+      CHECK_MESSAGE(st.is_ok(), st.status().to_string());
+    }
+  }
+
   TEST_CASE("a read cancelled from outside ends with the reason, before or while it runs") {
     // A pull whose lease renewal fails stops its read this way (weightstore/client.cpp).
     const std::uint64_t bytes = 32u << 20, chunk = 1u << 20, seed = 3;
