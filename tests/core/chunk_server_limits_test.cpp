@@ -161,7 +161,8 @@ TEST_SUITE("core.chunk_stream") {
       ::close(fd);
   }
 
-  TEST_CASE("a request trickled byte by byte, or none at all, is closed; the reader is served") {
+  TEST_CASE(
+      "a request trickled byte by byte, or none at all, is closed while the reader is served") {
     ChunkServerOptions opts;
     opts.request_timeout_ms = 300;
     opts.idle_timeout_ms = 600;
