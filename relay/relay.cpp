@@ -453,6 +453,7 @@ Result<std::unique_ptr<Relay>> Relay::create(core::EventLoop& loop, RelayConfig 
   auto impl = std::make_unique<Impl>(loop, std::move(config));
   core::TransferOptions to;
   to.environment = std::move(environment);
+  to.stream_reach = impl->config.store;  // the chunk server binds where the job's hosts reach it
   SLUICE_ASSIGN_OR_RETURN(impl->engine, core::TransferEngine::create(loop, to));
   SLUICE_ASSIGN_OR_RETURN(
       core::Security security,

@@ -61,10 +61,11 @@ nlohmann::json SequenceState::to_json() const {
   }
   if (kv_ref) {
     j["kv_ref"] = nlohmann::json{
-        {"version", kv_ref->version},      {"layers", kv_ref->layers},
-        {"width", kv_ref->width},          {"positions", kv_ref->positions},
-        {"bytes", kv_ref->bytes},          {"checksum", fmt::format("{:016x}", kv_ref->checksum)},
-        {"region", to_hex(kv_ref->region)}};
+        {"version", kv_ref->version},       {"layers", kv_ref->layers},
+        {"width", kv_ref->width},           {"positions", kv_ref->positions},
+        {"bytes", kv_ref->bytes},           {"checksum", fmt::format("{:016x}", kv_ref->checksum)},
+        {"region", to_hex(kv_ref->region)}, {"source", kv_ref->source}};
+    if (!kv_ref->destination.empty()) j["kv_ref"]["destination"] = kv_ref->destination;
   }
   return j;
 }
@@ -130,6 +131,12 @@ core::Result<KvRef> kv_ref_from_json(const nlohmann::json& j, const std::string&
   SLUICE_TRY(f::u64(j, what, "bytes", r.bytes));
   SLUICE_TRY(f::string(j, what, "checksum", checksum));
   SLUICE_TRY(f::string(j, what, "region", region));
+  SLUICE_TRY(f::string(j, what, "source", r.source));
+  if (j.contains("destination")) SLUICE_TRY(f::string(j, what, "destination", r.destination));
+  if (r.source.empty() || r.source.size() > kMaxKvIdBytes || r.destination.size() > kMaxKvIdBytes) {
+    return core::protocol_error(what + ": source must be 1 to " + std::to_string(kMaxKvIdBytes) +
+                                " bytes, destination at most that");
+  }
   if (r.bytes != r.shape_bytes()) {
     return core::protocol_error(what + ": " + std::to_string(r.bytes) + " bytes for a shape of " +
                                 std::to_string(r.shape_bytes()));

@@ -38,18 +38,28 @@ struct KvState {
   std::uint64_t bytes() const { return (keys.size() + values.size()) * sizeof(float); }
 };
 
+// The longest rollout or trajectory id a KV reference's header carries.
+inline constexpr std::size_t kMaxKvIdBytes = 128;
+
 // Where a sequence's KV cache waits to be read instead of travelling inline
 // (rollout/kv_transfer.hpp): the source's registered buffer holding the keys then the values
 // (float32, [layers][positions] [width] each), read by the destination with a one-sided GET. The
 // shape is KvState's. Untrusted on arrival: from_json checks the shape, that `bytes` matches it and
 // that `region` decodes; the reader bounds `bytes` by what its engine could hold before it
 // allocates anything.
+//
+// Who may use it (issue 31, hole 4): the buffer starts with a header naming the rollout that
+// published it and the sequence it holds (rollout/kv_transfer.hpp), so a reference that names
+// another rollout's buffer, or another sequence's, is refused by the reader. `destination`, when
+// set, is the one rollout the manager issued the reference to; any other refuses it.
 struct KvRef {
   std::uint64_t version = 0;
   std::uint32_t layers = 0, width = 0, positions = 0;
   std::uint64_t bytes = 0;     // layers x width x positions x 2 x sizeof(float)
   std::uint64_t checksum = 0;  // core::chunk_checksum (XXH3) of the `bytes` bytes
   std::string region;          // core::RegionDescriptor::encode() of the source's buffer
+  std::string source;          // the rollout that published it (at most kMaxKvIdBytes)
+  std::string destination;     // the rollout it is for; empty: not bound by the manager
   // The byte count the shape calls for.
   std::uint64_t shape_bytes() const {
     return std::uint64_t{layers} * width * positions * 2 * sizeof(float);

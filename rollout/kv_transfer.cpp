@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <limits>
+#include <optional>
 
 #include "core/checksum.hpp"
 
@@ -14,26 +15,75 @@ namespace {
 // whole and is checked once the read is done.
 constexpr std::uint64_t kChunkBytes = 4ull << 20;
 
+// The header, little-endian: "SLKV", u16 version, u16 0, u16 rollout id bytes, u16 trajectory
+// id bytes, u32 0, then the rollout id in 128 bytes and the trajectory id in 128 (zero-padded).
+constexpr char kKvMagic[4] = {'S', 'L', 'K', 'V'};
+constexpr std::uint16_t kKvHeaderVersion = 1;
+constexpr std::size_t kIdsAt = 16;
+static_assert(kIdsAt + 2 * kMaxKvIdBytes <= kKvHeaderBytes);
+
+void put_u16(std::uint8_t* p, std::size_t v) {
+  p[0] = static_cast<std::uint8_t>(v);
+  p[1] = static_cast<std::uint8_t>(v >> 8);
+}
+std::size_t get_u16(const std::uint8_t* p) {
+  return std::size_t{p[0]} | (std::size_t{p[1]} << 8);
+}
+
+void write_header(std::uint8_t* h, const KvOwner& owner) {
+  std::memset(h, 0, kKvHeaderBytes);
+  std::memcpy(h, kKvMagic, 4);
+  put_u16(h + 4, kKvHeaderVersion);
+  put_u16(h + 8, owner.rollout.size());
+  put_u16(h + 10, owner.trajectory.size());
+  std::memcpy(h + kIdsAt, owner.rollout.data(), owner.rollout.size());
+  std::memcpy(h + kIdsAt + kMaxKvIdBytes, owner.trajectory.data(), owner.trajectory.size());
+}
+
+// Who the header says the buffer belongs to; nothing when it is no KV header.
+std::optional<KvOwner> read_header(const std::uint8_t* h) {
+  if (std::memcmp(h, kKvMagic, 4) != 0 || get_u16(h + 4) != kKvHeaderVersion) return std::nullopt;
+  const std::size_t r = get_u16(h + 8), t = get_u16(h + 10);
+  if (r > kMaxKvIdBytes || t > kMaxKvIdBytes) return std::nullopt;
+  KvOwner o;
+  o.rollout.assign(reinterpret_cast<const char*>(h + kIdsAt), r);
+  o.trajectory.assign(reinterpret_cast<const char*>(h + kIdsAt + kMaxKvIdBytes), t);
+  return o;
+}
+
+bool valid_id(const std::string& id) {
+  return !id.empty() && id.size() <= kMaxKvIdBytes;
+}
+
 }  // namespace
 
-core::Result<PublishedKv> publish_kv(core::TransferEngine& engine, const KvState& kv) {
+core::Result<PublishedKv> publish_kv(core::TransferEngine& engine, const KvState& kv,
+                                     const KvOwner& owner) {
   const std::uint64_t want = std::uint64_t{kv.layers} * kv.width * kv.positions;
   if (want == 0 || kv.keys.size() != want || kv.values.size() != want) {
     return core::invalid_argument("kv publish: keys and values must hold layers x width x " +
                                   std::to_string(kv.positions) + " positions, and not none");
   }
+  if (!valid_id(owner.rollout) || !valid_id(owner.trajectory)) {
+    return core::invalid_argument("kv publish: rollout and trajectory ids of 1 to " +
+                                  std::to_string(kMaxKvIdBytes) + " bytes");
+  }
   const std::size_t half = kv.keys.size() * sizeof(float);
-  SLUICE_ASSIGN_OR_RETURN(auto buffer, engine.allocate(2 * half, /*prefault=*/false));
-  std::memcpy(buffer->data(), kv.keys.data(), half);
-  std::memcpy(buffer->data() + half, kv.values.data(), half);
+  SLUICE_ASSIGN_OR_RETURN(auto buffer,
+                          engine.allocate(kKvHeaderBytes + 2 * half, /*prefault=*/false));
+  write_header(buffer->data(), owner);
+  std::uint8_t* payload = buffer->data() + kKvHeaderBytes;
+  std::memcpy(payload, kv.keys.data(), half);
+  std::memcpy(payload + half, kv.values.data(), half);
   PublishedKv out;
   out.ref.version = kv.version;
   out.ref.layers = kv.layers;
   out.ref.width = kv.width;
   out.ref.positions = kv.positions;
   out.ref.bytes = 2 * half;
-  out.ref.checksum = core::chunk_checksum(buffer->data(), 2 * half);
+  out.ref.checksum = core::chunk_checksum(payload, 2 * half);
   out.ref.region = buffer->descriptor().encode();
+  out.ref.source = owner.rollout;
   out.buffer = std::move(buffer);
   return out;
 }
@@ -41,6 +91,10 @@ core::Result<PublishedKv> publish_kv(core::TransferEngine& engine, const KvState
 core::Result<KvState> fetch_kv(core::TransferEngine& engine, const KvRef& ref,
                                const FetchKvOptions& options) {
   // Everything about the reference is checked before anything is allocated for it.
+  if (!ref.destination.empty() && ref.destination != options.self) {
+    return core::permission_denied("kv fetch: the reference was issued to " + ref.destination +
+                                   ", not to " + options.self);
+  }
   if (ref.bytes == 0 || ref.bytes != ref.shape_bytes()) {
     return core::invalid_argument("kv fetch: " + std::to_string(ref.bytes) +
                                   " bytes for a shape of " + std::to_string(ref.shape_bytes()));
@@ -54,27 +108,36 @@ core::Result<KvState> fetch_kv(core::TransferEngine& engine, const KvRef& ref,
   if (!region.is_ok()) {
     return core::invalid_argument("kv fetch: " + region.status().message());
   }
-  if (region->length < ref.bytes) {
+  const std::uint64_t total = kKvHeaderBytes + ref.bytes;
+  if (region->length < total) {
     return core::invalid_argument("kv fetch: the region holds " + std::to_string(region->length) +
-                                  " bytes, not " + std::to_string(ref.bytes));
+                                  " bytes, not " + std::to_string(total));
   }
   std::vector<core::ChunkRead> chunks;
-  for (std::uint64_t off = 0; off < ref.bytes; off += kChunkBytes) {
+  for (std::uint64_t off = 0; off < total; off += kChunkBytes) {
     core::ChunkRead c;
     c.src_offset = c.dst_offset = off;
-    c.bytes = std::min(kChunkBytes, ref.bytes - off);
+    c.bytes = std::min(kChunkBytes, total - off);
     chunks.push_back(c);
   }
-  SLUICE_ASSIGN_OR_RETURN(auto dst, engine.allocate(ref.bytes, /*prefault=*/false));
+  SLUICE_ASSIGN_OR_RETURN(auto dst, engine.allocate(total, /*prefault=*/false));
   core::ReadOptions ro;
   ro.verify = false;  // one checksum covers all chunks: checked below
   ro.total_timeout = options.timeout;
   ro.op_timeout = options.timeout;
-  ro.max_total_bytes = options.max_bytes;
+  ro.max_total_bytes = options.max_bytes + kKvHeaderBytes;
   auto read = engine.read_sync({{"kv-source", std::move(region).value()}}, std::move(chunks), *dst,
                                std::move(ro));
   if (!read.is_ok()) return read.status().with_context("kv fetch");
-  const std::uint64_t sum = core::chunk_checksum(dst->data(), ref.bytes);
+  auto owner = read_header(dst->data());
+  if (!owner) return core::permission_denied("kv fetch: the region is not a published KV cache");
+  if (owner->rollout != ref.source || owner->trajectory != options.trajectory) {
+    return core::permission_denied("kv fetch: the region holds " + owner->rollout + "'s cache of " +
+                                   owner->trajectory + ", not " + ref.source + "'s of " +
+                                   options.trajectory);
+  }
+  const std::uint8_t* payload = dst->data() + kKvHeaderBytes;
+  const std::uint64_t sum = core::chunk_checksum(payload, ref.bytes);
   if (sum != ref.checksum) {
     return core::data_loss("kv fetch: checksum " + core::checksum_hex(sum) +
                            " of the bytes read, " + core::checksum_hex(ref.checksum) +
@@ -88,13 +151,13 @@ core::Result<KvState> fetch_kv(core::TransferEngine& engine, const KvRef& ref,
   const std::size_t n = static_cast<std::size_t>(ref.bytes / 2 / sizeof(float));
   kv.keys.resize(n);
   kv.values.resize(n);
-  std::memcpy(kv.keys.data(), dst->data(), n * sizeof(float));
-  std::memcpy(kv.values.data(), dst->data() + n * sizeof(float), n * sizeof(float));
+  std::memcpy(kv.keys.data(), payload, n * sizeof(float));
+  std::memcpy(kv.values.data(), payload + n * sizeof(float), n * sizeof(float));
   return kv;
 }
 
 core::Status fetch_kv_of(core::TransferEngine* transfer, const Engine& engine, SequenceState& s,
-                         core::Millis timeout, KvReadStats& stats) {
+                         const std::string& self, core::Millis timeout, KvReadStats& stats) {
   if (!s.kv_ref) return {};
   KvRef ref = std::move(*s.kv_ref);
   s.kv_ref.reset();
@@ -104,6 +167,8 @@ core::Status fetch_kv_of(core::TransferEngine* transfer, const Engine& engine, S
   if (transfer != nullptr && per_token > 0) {
     FetchKvOptions o;
     o.timeout = timeout;
+    o.self = self;
+    o.trajectory = s.trajectory_id;
     const std::uint64_t max_tokens = engine.capacity().max_kv_tokens;
     constexpr std::uint64_t kMax = std::numeric_limits<std::uint64_t>::max();
     o.max_bytes = max_tokens > kMax / per_token ? kMax : max_tokens * per_token;

@@ -308,7 +308,7 @@ struct RolloutWorker::Impl {
   // travels inline.
   void publish_moved_kv(SequenceState& s) {
     if (!cfg.kv_ucx || !transfer) return;
-    auto p = publish_kv(*transfer, *s.kv);
+    auto p = publish_kv(*transfer, *s.kv, KvOwner{cfg.rollout_id, s.trajectory_id});
     if (!p.is_ok()) {
       log::warn("rollout {}: KV cache of {} goes inline: {}", cfg.rollout_id, s.trajectory_id,
                 p.status().to_string());
@@ -324,8 +324,8 @@ struct RolloutWorker::Impl {
   // without it (re-prefilled): it is never lost.
   void fetch_moved_kv(SequenceState& s) {
     const std::string id = s.trajectory_id;
-    core::Status st =
-        fetch_kv_of(transfer.get(), *engine, s, Millis(cfg.kv_read_timeout_ms), kv_reads);
+    core::Status st = fetch_kv_of(transfer.get(), *engine, s, cfg.rollout_id,
+                                  Millis(cfg.kv_read_timeout_ms), kv_reads);
     if (!st.is_ok()) {
       log::warn("rollout {}: KV cache of {} not read, re-prefilling: {}", cfg.rollout_id, id,
                 st.to_string());
@@ -375,6 +375,7 @@ struct RolloutWorker::Impl {
     if (reader) return {};
     core::TransferOptions to;
     to.environment = environment;
+    to.stream_reach = cfg.store;  // the chunk server binds where the job's hosts reach it
     SLUICE_ASSIGN_OR_RETURN(transfer, core::TransferEngine::create(*loop, to));
     SLUICE_ASSIGN_OR_RETURN(store, weightstore::StoreClient::create(*loop, cfg.store, security));
     weightstore::ReaderOptions ro;

@@ -277,17 +277,21 @@ void pull_async(core::TransferEngine& engine, StoreClient& store, const std::str
         auto out = std::make_shared<Pulled>();
         out->buffer = std::move(buf).value();
         core::RegisteredBuffer& dst = *out->buffer;
-        // Renewed while the read runs; a renewal the store refuses (it restarted, or the lease
-        // expired) is said once: the holders then wait out the lease time-to-live themselves.
+        // Renewed while the read runs. A renewal that fails (the store refused it: it restarted,
+        // or the lease expired; or it did not answer) ends the read: without the lease a holder
+        // may reuse the memory under the reader, and reading on could only tear (issue 31).
         std::shared_ptr<core::EventLoop::Timer> renew;
         if (lease_renew > Millis(0)) {
           std::uint64_t lease = plan->lease_id;
-          auto warned = std::make_shared<bool>(false);
-          renew = sc->loop().every(lease_renew, [sc, lease, lease_renew, warned, model] {
-            sc->renew_async(lease, lease_renew, [lease, warned, model](Status s) {
-              if (s.is_ok() || *warned) return;
-              *warned = true;
-              core::log::warn("pull {}: lease {} not renewed: {}", model, lease, s.to_string());
+          auto stop = std::make_shared<core::ReadCancel>();
+          options.cancel = stop;
+          renew = sc->loop().every(lease_renew, [sc, lease, lease_renew, stop, model] {
+            sc->renew_async(lease, lease_renew, [lease, stop, model](Status s) {
+              if (s.is_ok() || stop->cancelled()) return;
+              core::log::warn("pull {}: lease {} not renewed, read stopped: {}", model, lease,
+                              s.to_string());
+              stop->cancel(core::unavailable("lease " + std::to_string(lease) +
+                                             " not renewed: " + s.to_string()));
             });
           });
         }

@@ -116,7 +116,8 @@ core::Result<Pulled> pull(core::TransferEngine& engine, StoreClient& store,
 // returns false nothing is read, the lease is released and `done` gets failed_precondition.
 // The lease is renewed every `lease_renew` while the read runs (keep it well under the store's
 // lease_ttl): a holder frees a copy only once the store says its leases drained, so a long read
-// that let its lease lapse could have the memory under it freed.
+// that let its lease lapse could have the memory under it freed. A renewal that fails ends the
+// read (unavailable, naming the lease).
 void pull_async(core::TransferEngine& engine, StoreClient& store, const std::string& model,
                 std::uint64_t version, const Topology& where, core::ReadOptions options,
                 std::function<void(core::Result<Pulled>)> done,

@@ -121,6 +121,7 @@ void connect_store(core::EventLoop& loop, const core::SecurityConfig& sc, const 
   auto sec = value(core::load_security(sc, who));
   core::TransferOptions to;
   to.environment = environment();
+  to.stream_reach = store;  // the chunk server binds where the job's hosts reach it
   engine = value(core::TransferEngine::create(loop, to));
   client = value(weightstore::StoreClient::create(loop, store, sec, millis(timeout)));
 }

@@ -325,6 +325,7 @@ int run_bench_crossdc_host(const BenchCrossdcArgs& args, const std::vector<std::
   if (!loop.is_ok()) return fail(loop.status().to_string());
   TransferOptions to;
   to.environment = env;
+  to.stream_reach = args.store;
   auto engine = TransferEngine::create(**loop, to);
   if (!engine.is_ok()) return fail(engine.status().to_string());
   SecurityConfig sc;

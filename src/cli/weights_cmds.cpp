@@ -58,6 +58,7 @@ int run_publish(const PublishArgs& args, const std::vector<std::string>& env) {
   loop->handle_shutdown_signals();
   TransferOptions topts;
   topts.environment = env;
+  topts.stream_reach = args.store;
   auto engine = TransferEngine::create(*loop, topts);
   if (!engine.is_ok()) return fail("publish", engine.status());
   auto security = tool_security(args.auth, "publish");
@@ -95,6 +96,7 @@ int run_pull(const PullArgs& args, const std::vector<std::string>& env) {
   auto loop = EventLoop::create().value();
   TransferOptions topts;
   topts.environment = env;
+  topts.stream_reach = args.store;
   auto engine = TransferEngine::create(*loop, topts);
   if (!engine.is_ok()) return fail("pull", engine.status());
   auto security = tool_security(args.auth, "pull");

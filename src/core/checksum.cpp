@@ -50,7 +50,7 @@ void stream_copy(std::uint8_t* dst, const std::uint8_t* src, std::size_t n) {
 #endif
 }
 
-constexpr std::size_t kCopyBlock = 64 << 10;  // hashed, then copied while still in L2
+constexpr std::size_t kCopyBlock = 64 << 10;  // staged, hashed and copied while still in L2
 
 struct StateDeleter {
   void operator()(XXH3_state_t* s) const { XXH3_freeState(s); }
@@ -58,19 +58,31 @@ struct StateDeleter {
 
 }  // namespace
 
+namespace detail {
+void (*copy_with_checksum_read_hook)(std::size_t offset) = nullptr;
+}
+
+// The source is read once per block, into a staging block that stays in cache; the checksum and
+// the destination both come from that staging copy. Reading the source twice (once to hash, once
+// to copy) would let a writer that changes it in between leave a torn destination whose returned
+// checksum is that of the old bytes (issue 31, hole 3).
 std::uint64_t copy_with_checksum(void* dst, const void* src, std::size_t bytes) {
   auto* d = static_cast<std::uint8_t*>(dst);
   const auto* s = static_cast<const std::uint8_t*>(src);
   if (bytes < 4 * kCopyBlock) {
     std::memcpy(d, s, bytes);
+    if (detail::copy_with_checksum_read_hook) detail::copy_with_checksum_read_hook(0);
     return chunk_checksum(d, bytes);
   }
   thread_local std::unique_ptr<XXH3_state_t, StateDeleter> state(XXH3_createState());
+  thread_local std::unique_ptr<std::uint8_t[]> stage(new std::uint8_t[kCopyBlock]);
   XXH3_64bits_reset(state.get());
   for (std::size_t off = 0; off < bytes; off += kCopyBlock) {
     std::size_t n = std::min(kCopyBlock, bytes - off);
-    XXH3_64bits_update_dispatch(state.get(), s + off, n);
-    stream_copy(d + off, s + off, n);
+    std::memcpy(stage.get(), s + off, n);
+    if (detail::copy_with_checksum_read_hook) detail::copy_with_checksum_read_hook(off);
+    XXH3_64bits_update_dispatch(state.get(), stage.get(), n);
+    stream_copy(d + off, stage.get(), n);
   }
 #if defined(__SSE2__)
   _mm_sfence();  // the streamed stores are visible before the caller hands dst on

@@ -12,6 +12,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include <netdb.h>
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
@@ -173,26 +174,75 @@ struct Reply {
   std::uint64_t sent = 0;    // of header and payload together
 };
 
+// A warning that repeats under attack (a full descriptor table, a peer over its cap): logged at
+// most once per interval, with the number of times it happened since the last one.
+struct RateLimitedWarning {
+  Clock::time_point last{};
+  std::uint64_t suppressed = 0;
+  bool ever = false;
+
+  template <typename... Args>
+  void warn(Clock::duration interval, fmt::format_string<Args...> f, Args&&... args) {
+    const auto now = Clock::now();
+    if (ever && now - last < interval) {
+      ++suppressed;
+      return;
+    }
+    std::string text = fmt::format(f, std::forward<Args>(args)...);
+    if (suppressed > 0) text += fmt::format(" ({} more since the last warning)", suppressed);
+    log::warn("{}", text);
+    last = now;
+    suppressed = 0;
+    ever = true;
+  }
+};
+
 }  // namespace
 
+Status ChunkServerOptions::validate() const {
+  if (max_connections == 0 || max_connections_per_peer == 0)
+    return invalid_argument("chunk server: max_connections and max_connections_per_peer are >= 1");
+  if (idle_timeout_ms == 0 || request_timeout_ms == 0 || accept_backoff_ms == 0 ||
+      warn_interval_ms == 0)
+    return invalid_argument("chunk server: timeouts and intervals are >= 1 ms");
+  if (requests_per_turn == 0 || bytes_per_turn == 0 || accepts_per_turn == 0)
+    return invalid_argument("chunk server: the per-turn budgets are >= 1");
+  return Status();
+}
+
 struct ChunkServer::Impl {
-  explicit Impl(EventLoop& l) : loop(l) {}
+  Impl(EventLoop& l, ChunkServerOptions o) : loop(l), opt(std::move(o)) {}
   EventLoop& loop;
+  ChunkServerOptions opt;
   int listen_fd = -1;
   std::unique_ptr<EventLoop::FdWatch> accept_watch;
+  std::unique_ptr<EventLoop::Timer> accept_resume;  // set while accepting is paused
+  bool accept_scheduled = false;                    // a continuation of on_accept is posted
+  std::unique_ptr<EventLoop::Timer> sweep_timer;
   std::vector<std::string> addresses;
   std::map<std::string, Region> regions;
   Stats stats;
+  RateLimitedWarning accept_warning, cap_warning;
+  // Destroyed first: a posted continuation that runs after the server is gone does nothing.
+  std::shared_ptr<bool> alive = std::make_shared<bool>(true);
 
   struct Conn {
     int fd = -1;
-    std::string peer;
+    std::uint64_t serial = 0;
+    std::string peer;  // ip:port
+    std::string ip;
     std::unique_ptr<EventLoop::FdWatch> read_watch;
     std::unique_ptr<EventLoop::FdWatch> write_wait;
     std::uint8_t in[kRequestBytes];
     std::size_t in_have = 0;
     std::deque<Reply> out;
-    bool throttled = false;  // stopped reading requests while kMaxQueuedReplies were queued
+    // The socket may hold requests not yet read (readiness is edge-triggered: once it said
+    // readable, only a recv that would block says the socket is drained).
+    bool unread = true;
+    bool scheduled = false;             // a continuation of pump() is posted
+    Clock::time_point last_progress;    // a byte received or sent
+    Clock::time_point request_started;  // the first byte of the partial request in `in`
+    std::uint64_t refused = 0;          // requests refused on this connection
     ~Conn() {
       write_wait.reset();
       read_watch.reset();
@@ -200,13 +250,19 @@ struct ChunkServer::Impl {
     }
   };
   std::map<Conn*, std::unique_ptr<Conn>> conns;
+  std::map<std::string, std::uint32_t> per_peer;  // open connections by peer ip
+  std::uint64_t next_serial = 1;
+
+  ~Impl() { *alive = false; }
 
   void drop(Conn* c, bool lost) {
     if (lost) ++stats.connections_lost;
-    // The watch that called us is destroyed with the connection; its callback does not run
-    // again. Destroy on a later turn: we may be inside that callback now.
     auto it = conns.find(c);
     if (it == conns.end()) return;
+    auto peer = per_peer.find(c->ip);
+    if (peer != per_peer.end() && --peer->second == 0) per_peer.erase(peer);
+    // The watch that called us is destroyed with the connection; its callback does not run
+    // again. Destroy on a later turn: we may be inside that callback now.
     std::shared_ptr<Conn> dying(std::move(it->second));
     conns.erase(it);
     dying->read_watch.reset();
@@ -215,54 +271,237 @@ struct ChunkServer::Impl {
     loop.post([dying] {});
   }
 
+  // Runs fn on a later loop turn, unless the server or (with c) that connection is gone by then.
+  void later(Conn* c, std::function<void(Conn*)> fn) {
+    std::weak_ptr<bool> a = alive;
+    const std::uint64_t serial = c->serial;
+    loop.post([this, a, c, serial, fn = std::move(fn)] {
+      if (a.expired()) return;
+      auto it = conns.find(c);
+      if (it != conns.end() && c->serial == serial) fn(c);
+    });
+  }
+
+  // A descriptor table that is full (ours or the system's) or memory that ran out: accept would
+  // fail at once for every queued connection and, edge-triggered, again on every new one, so
+  // stop accepting for a while instead (issue 31: the loop spun at about 150k warnings per
+  // second, and the process could no longer open files).
+  static bool out_of_resources(int e) {
+    return e == EMFILE || e == ENFILE || e == ENOBUFS || e == ENOMEM;
+  }
+
+  void pause_accepting(int e) {
+    ++stats.accept_pauses;
+    accept_warning.warn(Millis(opt.warn_interval_ms),
+                        "chunk server: accept: {}; not accepting for {} ms", std::strerror(e),
+                        opt.accept_backoff_ms);
+    accept_watch.reset();
+    accept_resume = loop.after(Millis(opt.accept_backoff_ms), [this] {
+      accept_resume.reset();
+      accept_watch = loop.watch_readable(listen_fd, [this] { on_accept(); });
+      on_accept();  // what queued while paused (edge-triggered: nothing else says it is there)
+    });
+  }
+
   void on_accept() {
-    for (;;) {
+    if (accept_resume) return;  // paused
+    for (std::uint32_t n = 0; n < opt.accepts_per_turn; ++n) {
       sockaddr_in addr{};
       socklen_t len = sizeof addr;
       int fd = ::accept4(listen_fd, reinterpret_cast<sockaddr*>(&addr), &len,
                          SOCK_NONBLOCK | SOCK_CLOEXEC);
       if (fd < 0) {
-        if (!would_block(errno) && errno != ECONNABORTED)
-          log::warn("chunk server: accept: {}", errno_text());
-        if (errno == ECONNABORTED || errno == EINTR) continue;
+        const int e = errno;
+        if (e == EAGAIN || e == EWOULDBLOCK) return;
+        if (e == ECONNABORTED || e == EINTR || e == EPROTO) continue;
+        if (out_of_resources(e)) return pause_accepting(e);
+        accept_warning.warn(Millis(opt.warn_interval_ms), "chunk server: accept: {}",
+                            std::strerror(e));
         return;
       }
-      set_nodelay(fd);
-      auto c = std::make_unique<Conn>();
-      c->fd = fd;
       char ip[INET_ADDRSTRLEN] = "?";
       ::inet_ntop(AF_INET, &addr.sin_addr, ip, sizeof ip);
-      c->peer = std::string(ip) + ":" + std::to_string(ntohs(addr.sin_port));
-      Conn* raw = c.get();
-      conns.emplace(raw, std::move(c));
-      raw->read_watch = loop.watch_readable(fd, [this, raw] { on_readable(raw); });
-      on_readable(raw);  // anything that arrived before the watch
+      admit(fd, ip, ntohs(addr.sin_port));
     }
+    // Budget spent: the rest on a later turn, after timers and other connections.
+    if (accept_scheduled) return;
+    accept_scheduled = true;
+    std::weak_ptr<bool> a = alive;
+    loop.post([this, a] {
+      if (a.expired()) return;
+      accept_scheduled = false;
+      on_accept();
+    });
   }
 
-  // Reads requests while there is room for their replies, queues a reply for each.
-  void on_readable(Conn* c) {
-    while (c->out.size() < kMaxQueuedReplies) {
-      ssize_t n = ::recv(c->fd, c->in + c->in_have, kRequestBytes - c->in_have, 0);
-      if (n == 0) return drop(c, !c->out.empty() || c->in_have > 0);
-      if (n < 0) {
-        if (would_block(errno)) break;
-        return drop(c, true);
+  // The connection that has moved nothing for longest and has nothing in progress, if any.
+  Conn* idlest() {
+    Conn* best = nullptr;
+    for (auto& [raw, c] : conns)
+      if (c->out.empty() && c->in_have == 0 && (!best || c->last_progress < best->last_progress))
+        best = raw;
+    return best;
+  }
+
+  void admit(int fd, const std::string& ip, std::uint16_t port) {
+    std::uint32_t& from_peer = per_peer[ip];
+    if (from_peer >= opt.max_connections_per_peer) {
+      if (from_peer == 0) per_peer.erase(ip);
+      ::close(fd);
+      ++stats.connections_refused;
+      cap_warning.warn(Millis(opt.warn_interval_ms),
+                       "chunk server: {} has {} connections open, its most: refused another", ip,
+                       opt.max_connections_per_peer);
+      return;
+    }
+    if (conns.size() >= opt.max_connections) {
+      // Full: make room by closing the idlest connection, so that idle connections cannot
+      // keep out a reader with work; with none idle, the newcomer waits its turn.
+      Conn* victim = idlest();
+      if (!victim) {
+        if (from_peer == 0) per_peer.erase(ip);
+        ::close(fd);
+        ++stats.connections_refused;
+        cap_warning.warn(Millis(opt.warn_interval_ms),
+                         "chunk server: {} connections open, its most, none idle: refused {}",
+                         opt.max_connections, ip);
+        return;
       }
-      c->in_have += static_cast<std::size_t>(n);
-      if (c->in_have < kRequestBytes) continue;
-      c->in_have = 0;
-      if (!queue_reply(c)) return;  // malformed: dropped
+      ++stats.connections_timed_out;
+      log::debug("chunk server: closing idle {} to admit {}", victim->peer, ip);
+      drop(victim, false);
     }
-    if (c->out.size() >= kMaxQueuedReplies) c->throttled = true;
-    flush(c);
+    set_nodelay(fd);
+    ++per_peer[ip];
+    auto c = std::make_unique<Conn>();
+    c->fd = fd;
+    c->serial = next_serial++;
+    c->ip = ip;
+    c->peer = ip + ":" + std::to_string(port);
+    c->last_progress = Clock::now();
+    Conn* raw = c.get();
+    conns.emplace(raw, std::move(c));
+    watch(raw);
+    later(raw, [this](Conn* c2) { pump(c2); });  // anything that arrived before the watch
   }
 
+  // Watches the connection for requests. Readiness is re-reported while unread bytes remain
+  // (the loop re-arms its epoll registration on every wait), so a connection whose replies are
+  // not being taken is not watched at all until they are: else the loop would spin on it.
+  void watch(Conn* c) {
+    c->read_watch = loop.watch_readable(c->fd, [this, c] {
+      c->unread = true;
+      pump(c);
+    });
+  }
+
+  // Drops connections past their idle or request timeout (a loop timer).
+  void sweep() {
+    const auto now = Clock::now();
+    std::vector<Conn*> doomed;
+    for (auto& [raw, c] : conns) {
+      if (c->in_have > 0 && now - c->request_started > Millis(opt.request_timeout_ms)) {
+        log::debug("chunk server: {} sent part of a request and not the rest within {} ms: closed",
+                   c->peer, opt.request_timeout_ms);
+        doomed.push_back(raw);
+      } else if (now - c->last_progress > Millis(opt.idle_timeout_ms)) {
+        log::debug("chunk server: {} moved nothing for {} ms: closed", c->peer,
+                   opt.idle_timeout_ms);
+        doomed.push_back(raw);
+      }
+    }
+    for (Conn* c : doomed) {
+      ++stats.connections_timed_out;
+      drop(c, false);
+    }
+  }
+
+  // The one place a connection's work happens, from its read watch, its write wait and its own
+  // continuation: writes queued replies, then reads requests while there is room for their
+  // replies, within a budget of requests and bytes per call. What the budget leaves is taken up
+  // on a later loop turn (posted), so one connection cannot hold the loop, and nothing here
+  // calls back into itself.
+  void pump(Conn* c) {
+    std::uint32_t requests = 0;
+    std::uint64_t bytes = 0;
+    for (;;) {
+      // Write.
+      while (!c->write_wait && !c->out.empty() && bytes < opt.bytes_per_turn) {
+        Reply& rep = c->out.front();
+        iovec iov[2];
+        int n_iov = 0;
+        if (rep.sent < kReplyBytes) {
+          iov[n_iov++] = {rep.header + rep.sent, kReplyBytes - rep.sent};
+          if (rep.length > 0) iov[n_iov++] = {const_cast<std::uint8_t*>(rep.data), rep.length};
+        } else {
+          std::uint64_t at = rep.sent - kReplyBytes;
+          iov[n_iov++] = {const_cast<std::uint8_t*>(rep.data + at), rep.length - at};
+        }
+        msghdr mh{};
+        mh.msg_iov = iov;
+        mh.msg_iovlen = static_cast<std::size_t>(n_iov);
+        // MSG_NOSIGNAL: a reader that died is EPIPE here, not a SIGPIPE that ends the holder.
+        ssize_t n = ::sendmsg(c->fd, &mh, MSG_NOSIGNAL);
+        if (n < 0) {
+          if (!would_block(errno)) return drop(c, true);
+          c->write_wait = loop.wait_writable(c->fd, [this, c] {
+            c->write_wait.reset();
+            pump(c);
+          });
+          break;
+        }
+        rep.sent += static_cast<std::uint64_t>(n);
+        bytes += static_cast<std::uint64_t>(n);
+        stats.bytes += static_cast<std::uint64_t>(n);
+        c->last_progress = Clock::now();
+        if (rep.sent == kReplyBytes + rep.length) c->out.pop_front();
+      }
+      // Read, while there is room for the replies.
+      bool queued = false;
+      while (c->unread && c->out.size() < kMaxQueuedReplies && requests < opt.requests_per_turn) {
+        ssize_t n = ::recv(c->fd, c->in + c->in_have, kRequestBytes - c->in_have, 0);
+        if (n == 0) return drop(c, !c->out.empty() || c->in_have > 0);
+        if (n < 0) {
+          if (errno == EINTR) continue;
+          if (!would_block(errno)) return drop(c, true);
+          c->unread = false;
+          break;
+        }
+        c->last_progress = Clock::now();
+        if (c->in_have == 0) c->request_started = c->last_progress;
+        c->in_have += static_cast<std::size_t>(n);
+        if (c->in_have < kRequestBytes) continue;
+        c->in_have = 0;
+        ++requests;
+        if (!queue_reply(c)) return;  // dropped
+        queued = true;
+      }
+      if (!queued || requests >= opt.requests_per_turn || bytes >= opt.bytes_per_turn) break;
+    }
+    const bool full = c->out.size() >= kMaxQueuedReplies;
+    if (full && c->read_watch) {
+      c->read_watch.reset();  // may be the watch that called us: it does not run again
+    } else if (!full && !c->read_watch) {
+      watch(c);
+      c->unread = true;  // what arrived while unwatched
+    }
+    const bool more_to_read = c->unread && !full;
+    const bool more_to_write = !c->out.empty() && !c->write_wait;
+    if ((more_to_read || more_to_write) && !c->scheduled) {
+      c->scheduled = true;
+      later(c, [this](Conn* c2) {
+        c2->scheduled = false;
+        pump(c2);
+      });
+    }
+  }
+
+  // False when the connection was dropped (a malformed request, or too many refused).
   bool queue_reply(Conn* c) {
     auto req = decode_request(c->in, kRequestBytes);
     if (!req.is_ok()) {
       ++stats.refused;
-      count_refusal("malformed", "chunk stream " + c->peer.substr(0, c->peer.rfind(':')),
+      count_refusal("malformed", "chunk stream " + c->ip,
                     "a request with a bad magic or version: connection closed");
       drop(c, false);
       return false;
@@ -279,12 +518,18 @@ struct ChunkServer::Impl {
     }
     if (h.status != kOk) {
       // A reader with a plan from before a copy was withdrawn asks for a token that is gone, so
-      // this is not always hostile; counted all the same, and logged once per peer.
+      // this is not always hostile; counted all the same, and logged once per peer. Such a
+      // reader sends a few (its requests in flight); a connection that keeps asking is closed.
       ++stats.refused;
       count_refusal(h.status == kUnknownRegion ? "unknown_region" : "range",
-                    "chunk stream " + c->peer.substr(0, c->peer.rfind(':')),
+                    "chunk stream " + c->ip,
                     h.status == kUnknownRegion ? "a request for a region this holder does not serve"
                                                : "a range outside the region");
+      if (++c->refused > opt.max_refused_per_connection) {
+        log::debug("chunk server: {} had {} requests refused: closed", c->peer, c->refused);
+        drop(c, false);
+        return false;
+      }
     } else {
       h.length = req->length;
       rep.data = it->second.data + req->offset;
@@ -295,59 +540,81 @@ struct ChunkServer::Impl {
     c->out.push_back(std::move(rep));
     return true;
   }
-
-  // Writes queued replies until the socket's send buffer is full (then waits for room).
-  void flush(Conn* c) {
-    if (c->write_wait) return;  // a wait for room is armed; it flushes
-    while (!c->out.empty()) {
-      Reply& rep = c->out.front();
-      iovec iov[2];
-      int n_iov = 0;
-      if (rep.sent < kReplyBytes) {
-        iov[n_iov++] = {rep.header + rep.sent, kReplyBytes - rep.sent};
-        if (rep.length > 0) iov[n_iov++] = {const_cast<std::uint8_t*>(rep.data), rep.length};
-      } else {
-        std::uint64_t at = rep.sent - kReplyBytes;
-        iov[n_iov++] = {const_cast<std::uint8_t*>(rep.data + at), rep.length - at};
-      }
-      msghdr mh{};
-      mh.msg_iov = iov;
-      mh.msg_iovlen = static_cast<std::size_t>(n_iov);
-      // MSG_NOSIGNAL: a reader that died is EPIPE here, not a SIGPIPE that ends the holder.
-      ssize_t n = ::sendmsg(c->fd, &mh, MSG_NOSIGNAL);
-      if (n < 0) {
-        if (would_block(errno)) {
-          c->write_wait = loop.wait_writable(c->fd, [this, c] {
-            c->write_wait.reset();
-            flush(c);
-          });
-          return;
-        }
-        return drop(c, true);
-      }
-      rep.sent += static_cast<std::uint64_t>(n);
-      stats.bytes += static_cast<std::uint64_t>(n);
-      if (rep.sent == kReplyBytes + rep.length) c->out.pop_front();
-    }
-    // Room for more replies: take the requests that waited (edge-triggered: nothing else would
-    // tell us they are there).
-    if (c->throttled) {
-      c->throttled = false;
-      on_readable(c);
-    }
-  }
 };
+
+namespace {
+
+// The IPv4 address of this host's interface that sends toward `ip` (a UDP connect routes
+// without sending anything), or nothing when no route leads there.
+std::optional<std::string> local_address_toward(const in_addr& ip, std::uint16_t port) {
+  int fd = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return std::nullopt;
+  sockaddr_in to{};
+  to.sin_family = AF_INET;
+  to.sin_addr = ip;
+  to.sin_port = htons(port == 0 ? 9 : port);
+  std::optional<std::string> out;
+  sockaddr_in local{};
+  socklen_t len = sizeof local;
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof to) == 0 &&
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) == 0) {
+    char text[INET_ADDRSTRLEN];
+    if (::inet_ntop(AF_INET, &local.sin_addr, text, sizeof text)) out = text;
+  }
+  ::close(fd);
+  return out;
+}
+
+}  // namespace
+
+Result<std::string> chunk_server_host(const std::string& configured, const std::string& reach) {
+  if (configured != "auto") return configured;
+  if (!reach.empty()) {
+    // "tcp://host:port", "host:port" or "host".
+    std::string rest = reach;
+    if (auto scheme = rest.find("://"); scheme != std::string::npos) rest = rest.substr(scheme + 3);
+    std::string host = rest;
+    std::uint16_t port = 0;
+    if (auto colon = rest.rfind(':'); colon != std::string::npos) {
+      host = rest.substr(0, colon);
+      port = static_cast<std::uint16_t>(std::strtoul(rest.c_str() + colon + 1, nullptr, 10));
+    }
+    addrinfo hints{};
+    hints.ai_family = AF_INET;
+    hints.ai_socktype = SOCK_STREAM;
+    addrinfo* found = nullptr;
+    if (host.empty() || host == "*" || ::getaddrinfo(host.c_str(), nullptr, &hints, &found) != 0)
+      return invalid_argument("chunk server: cannot tell where '" + reach +
+                              "' is, to bind toward it: set stream_host");
+    const in_addr ip = reinterpret_cast<sockaddr_in*>(found->ai_addr)->sin_addr;
+    ::freeaddrinfo(found);
+    if ((ntohl(ip.s_addr) >> 24) == 127) return std::string("127.0.0.1");  // all is local
+    if (auto local = local_address_toward(ip, port)) return *local;
+    return unavailable("chunk server: no route toward '" + reach + "' to bind on");
+  }
+  // No endpoint to go by: the interface of the default route (192.0.2.1 is TEST-NET-1, never
+  // sent to), else loopback.
+  in_addr probe{};
+  ::inet_pton(AF_INET, "192.0.2.1", &probe);
+  if (auto local = local_address_toward(probe, 9)) return *local;
+  return std::string("127.0.0.1");
+}
 
 ChunkServer::ChunkServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 ChunkServer::~ChunkServer() {
+  *impl_->alive = false;
+  impl_->sweep_timer.reset();
+  impl_->accept_resume.reset();
   impl_->conns.clear();
   impl_->accept_watch.reset();
   if (impl_->listen_fd >= 0) ::close(impl_->listen_fd);
 }
 
-Result<std::unique_ptr<ChunkServer>> ChunkServer::create(EventLoop& loop, const std::string& host) {
-  auto impl = std::make_unique<Impl>(loop);
+Result<std::unique_ptr<ChunkServer>> ChunkServer::create(EventLoop& loop, const std::string& host,
+                                                         ChunkServerOptions opts) {
+  SLUICE_TRY(opts.validate());
+  auto impl = std::make_unique<Impl>(loop, std::move(opts));
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   if (::inet_pton(AF_INET, host.c_str(), &addr.sin_addr) != 1)
@@ -386,6 +653,10 @@ Result<std::unique_ptr<ChunkServer>> ChunkServer::create(EventLoop& loop, const 
   if (addrs.empty()) return unavailable("chunk server: no IPv4 interface is up");
   Impl* raw = server->impl_.get();
   raw->accept_watch = loop.watch_readable(fd, [raw] { raw->on_accept(); });
+  // Timeouts are checked a few times per the shorter of the two (at most once a second).
+  const Millis shorter(std::min(raw->opt.idle_timeout_ms, raw->opt.request_timeout_ms));
+  const Millis period = std::clamp(shorter / 4, Millis(5), Millis(1000));
+  raw->sweep_timer = loop.every(period, [raw] { raw->sweep(); });
   log::debug("chunk server: listening on {}", addrs.front());
   return server;
 }
@@ -426,7 +697,9 @@ void ChunkServer::withdraw(const std::string& token) {
 }
 
 ChunkServer::Stats ChunkServer::stats() const {
-  return impl_->stats;
+  Stats s = impl_->stats;
+  s.connections = impl_->conns.size();
+  return s;
 }
 
 // ---------------------------------------------------------------- reader

@@ -75,10 +75,69 @@ bool range_inside(std::uint64_t size, std::uint64_t offset, std::uint64_t length
 // (shared memory reaches exactly the processes that share both).
 const std::string& local_host_id();
 
+// What a chunk server allows its peers (issue 31: anyone who could connect could stall it). A
+// reader keeps one connection per read and pipelines ReadOptions::max_in_flight_per_source
+// (8 by default) requests on it, so the defaults leave a real reader far from every limit.
+struct ChunkServerOptions {
+  // Connections open at once, in all (>= 1). When full, the connection idle longest (nothing
+  // asked, nothing owed) is closed to admit a new one; with none idle, the new one is refused.
+  std::uint32_t max_connections = 1024;
+  // Connections open at once from one peer address (>= 1); more are refused on accept. A host
+  // opens one per read of this holder in progress (one per rollout or relay reading it).
+  std::uint32_t max_connections_per_peer = 64;
+  // A connection that moves no byte either way for this long is closed (ms, >= 1).
+  std::uint32_t idle_timeout_ms = 60000;
+  // A request's 48 bytes must all arrive within this of its first byte (ms, >= 1).
+  std::uint32_t request_timeout_ms = 10000;
+  // On a full descriptor table (EMFILE, ENFILE) or no memory for a socket, accepting stops for
+  // this long (ms, >= 1) rather than failing again at once.
+  std::uint32_t accept_backoff_ms = 200;
+  // A warning that repeats (accept failing, connections refused) is logged at most once per
+  // this interval, with a count of the ones left out (ms, >= 1).
+  std::uint32_t warn_interval_ms = 10000;
+  // Work done for one connection in one loop callback (each >= 1): requests read, reply bytes
+  // written; what is left waits for a later turn, so timers and other peers are not starved.
+  std::uint32_t requests_per_turn = 64;
+  std::uint64_t bytes_per_turn = 8ull << 20;
+  // Connections accepted in one loop callback (>= 1).
+  std::uint32_t accepts_per_turn = 64;
+  // Requests refused on one connection (unknown region, range outside it) before it is closed.
+  // A reader whose copy was withdrawn meets a few (its requests in flight).
+  std::uint32_t max_refused_per_connection = 256;
+
+  template <typename V>
+  void describe(V& v) {
+    v("max_connections", max_connections, "connections open at once in all (>= 1)");
+    v("max_connections_per_peer", max_connections_per_peer,
+      "connections open at once from one address (>= 1)");
+    v("idle_timeout_ms", idle_timeout_ms, "a connection that moves nothing this long is closed");
+    v("request_timeout_ms", request_timeout_ms,
+      "a request must arrive whole within this of its first byte");
+    v("accept_backoff_ms", accept_backoff_ms, "pause in accepting when descriptors run out");
+    v("warn_interval_ms", warn_interval_ms, "a repeated warning is logged at most this often");
+    v("requests_per_turn", requests_per_turn, "requests read per connection per loop callback");
+    v("bytes_per_turn", bytes_per_turn, "reply bytes written per connection per loop callback");
+    v("accepts_per_turn", accepts_per_turn, "connections accepted per loop callback");
+    v("max_refused_per_connection", max_refused_per_connection,
+      "refused requests before a connection is closed");
+  }
+  Status validate() const;
+};
+
+// The address a chunk server binds for TransferOptions::stream_host `configured`: itself unless
+// it is "auto". For "auto": loopback when `reach` (an endpoint of the job that every host of it
+// reaches, such as the store's "tcp://host:port") is on this host's loopback, else the address
+// of the interface that routes toward `reach`; with `reach` empty, the default route's
+// interface, or loopback where there is none. Errors: invalid_argument when `reach` does not
+// resolve, unavailable when no route leads there.
+Result<std::string> chunk_server_host(const std::string& configured, const std::string& reach);
+
 class ChunkServer {
  public:
   // Listens on `host` (an IPv4 address; "0.0.0.0" for every interface) on a free port.
-  static Result<std::unique_ptr<ChunkServer>> create(EventLoop& loop, const std::string& host);
+  // invalid_argument for options that fail validate().
+  static Result<std::unique_ptr<ChunkServer>> create(EventLoop& loop, const std::string& host,
+                                                     ChunkServerOptions opts = {});
   ~ChunkServer();
   ChunkServer(const ChunkServer&) = delete;
   ChunkServer& operator=(const ChunkServer&) = delete;
@@ -97,8 +156,12 @@ class ChunkServer {
   struct Stats {
     std::uint64_t requests = 0;
     std::uint64_t bytes = 0;
-    std::uint64_t refused = 0;           // unknown region, range outside it, malformed request
-    std::uint64_t connections_lost = 0;  // closed by the reader mid-stream, or reset
+    std::uint64_t refused = 0;                // unknown region, range outside it, malformed request
+    std::uint64_t connections_lost = 0;       // closed by the reader mid-stream, or reset
+    std::uint64_t connections_refused = 0;    // over a cap, closed on accept
+    std::uint64_t connections_timed_out = 0;  // idle, a request too slow, or made room for another
+    std::uint64_t accept_pauses = 0;          // times accepting stopped for lack of descriptors
+    std::uint64_t connections = 0;            // open now
   };
   Stats stats() const;
 

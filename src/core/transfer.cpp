@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <deque>
+#include <fstream>
 #include <map>
 #include <optional>
 
@@ -314,6 +316,55 @@ struct Op {
   std::string error;         // why a chunk stream get failed
   std::unique_ptr<EventLoop::Timer> timer;
 };
+
+}  // namespace
+
+namespace {
+
+// The mapping of this process that holds `addr` (from /proc/self/maps).
+struct Mapping {
+  std::uintptr_t start = 0, end = 0;
+  bool readable = false, shared = false;
+};
+std::optional<Mapping> mapping_of(std::uintptr_t addr) {
+  std::ifstream maps("/proc/self/maps");
+  std::string line;
+  while (std::getline(maps, line)) {
+    unsigned long long start = 0, end = 0;
+    char perms[5] = {};
+    if (std::sscanf(line.c_str(), "%llx-%llx %4s", &start, &end, perms) != 3) continue;
+    if (addr < start || addr >= end) continue;
+    return Mapping{static_cast<std::uintptr_t>(start), static_cast<std::uintptr_t>(end),
+                   perms[0] == 'r', perms[3] == 's'};
+  }
+  return std::nullopt;
+}
+
+// Where UCX has mapped a same-host holder's segment into this process (its shared-memory
+// transports), both ucp_rkey_ptr and UCX's own GETs turn a remote address into a local pointer by
+// plain arithmetic, with no bounds check (UCX 1.13's mm transports). A descriptor whose base or
+// length says more than its key covers would then have this process read outside the holder's
+// segment: another segment, its own memory, or nothing (a crash; issue 31, hole 4). So before
+// any chunk is read, the whole of [base, base + length) must land inside one shared mapping of
+// this process, the segment UCX mapped for the key. ok when the key maps nothing here (the
+// holder's side, or the kernel for cma, checks each GET).
+Status check_mapped_region(ucp_rkey_h rkey, const RegionDescriptor& r) {
+  if (r.length == 0) return {};
+  void* first = nullptr;
+  if (ucp_rkey_ptr(rkey, r.base, &first) != UCS_OK) return {};
+  const auto p = reinterpret_cast<std::uintptr_t>(first);
+  const auto refuse = [&](const std::string& why) {
+    return permission_denied("the region's base and length (" + std::to_string(r.length) +
+                             " bytes) lie outside the memory its holder registered: " + why);
+  };
+  if (r.base > UINT64_MAX - r.length || p > UINTPTR_MAX - r.length) return refuse("they wrap");
+  auto m = mapping_of(p);
+  if (!m) return refuse("nothing is mapped there");
+  // Shared memory, or (UCX's self transport) this process's own memory at its own address.
+  if (!m->readable || (!m->shared && p != r.base)) return refuse("not a shared segment");
+  if (r.length > m->end - p) return refuse("past the end of the holder's segment");
+  return {};
+}
 
 }  // namespace
 
@@ -717,7 +768,12 @@ struct ReadState {
     for (auto ci : pending) {
       const auto& ch = chunks[ci];
       if (!servable(ch)) {
-        std::string errors = ch.errors.empty() ? "no source holds it" : ch.errors;
+        std::string errors = ch.errors;
+        // Sources that failed before this chunk was tried on them: their reasons.
+        for (std::uint32_t s = 0; s < sources.size(); ++s)
+          if (sources[s].dead && !ch.tried[s] && candidate(ch, s))
+            errors += sources[s].src.name + ": " + sources[s].why + "; ";
+        if (errors.empty()) errors = "no source holds it";
         if (errors.size() >= 2 && errors.compare(errors.size() - 2, 2, "; ") == 0)
           errors.resize(errors.size() - 2);
         bool corrupt = ch.errors.find("checksum mismatch") != std::string::npos;
@@ -821,7 +877,11 @@ Result<std::unique_ptr<TransferEngine>> TransferEngine::create(EventLoop& loop,
   impl->tcp_stream = opts.tcp_stream;
   auto ucx_config = opts.ucx_config;
   if (opts.tcp_stream && tcp_allowed(impl->tls)) {
-    auto server = ChunkServer::create(loop, opts.stream_host);
+    auto host = chunk_server_host(opts.stream_host, opts.stream_reach);
+    if (!host.is_ok()) return host.status().with_context("transfer engine");
+    if (*host == "0.0.0.0")
+      log::info("transfer: chunk server on every interface (stream_host 0.0.0.0, as configured)");
+    auto server = ChunkServer::create(loop, *host, opts.stream_server);
     if (!server.is_ok()) return server.status().with_context("transfer engine");
     impl->chunk_server = std::move(server).value();
     // tcp reads are chunk streams, so UCX goes without tcp: over it UCX 1.13 aborts a holder
@@ -1000,6 +1060,14 @@ bool RegisteredBuffer::pinned() const {
   return reg_->pin != nullptr;
 }
 
+Status RegisteredBuffer::rotate_stream_token() {
+  if (!reg_->server) return {};
+  SLUICE_ASSIGN_OR_RETURN(std::string fresh, reg_->server->expose(data_, size_));
+  reg_->server->withdraw(reg_->stream_token);
+  reg_->stream_token = std::move(fresh);
+  return {};
+}
+
 RegionDescriptor RegisteredBuffer::descriptor() const {
   RegionDescriptor d;
   d.worker_address = engine_->impl_->worker->address();
@@ -1106,6 +1174,10 @@ void TransferEngine::read(std::vector<ReadSource> sources, std::vector<ChunkRead
       continue;
     }
     st.rkey = *key;
+    if (auto bounded = check_mapped_region(st.rkey, region); !bounded.is_ok()) {
+      st.rkey = nullptr;
+      rs->mark_dead(s, bounded.message());
+    }
   }
   ReadState* raw = rs.get();
   raw->total_timer = impl->loop.after(raw->opt.total_timeout, [raw] {
@@ -1115,6 +1187,20 @@ void TransferEngine::read(std::vector<ReadSource> sources, std::vector<ChunkRead
                             std::to_string(raw->bytes_done) + " bytes done)"));
     raw->pump();
   });
+  if (raw->opt.cancel) {
+    // On a later turn: cancel() may be called from inside this read's own callbacks.
+    std::weak_ptr<ReadState> target = rs;
+    EventLoop* loop = &impl->loop;
+    raw->opt.cancel->hook_ = [target, loop](const Status& why) {
+      loop->post([target, why] {
+        if (auto r = target.lock()) {
+          r->fail(why);
+          r->pump();
+        }
+      });
+    };
+    if (raw->opt.cancel->why_) raw->fail(*raw->opt.cancel->why_);
+  }
   // Start on the next loop turn so that `done` never runs inside read().
   log::trace("transfer: read of {} chunks ({} bytes) from {} sources", raw->chunks.size(),
              raw->bytes_total, raw->sources.size());
@@ -1122,6 +1208,16 @@ void TransferEngine::read(std::vector<ReadSource> sources, std::vector<ChunkRead
   impl->loop.post([weak] {
     if (auto r = weak.lock()) r->pump();
   });
+}
+
+void ReadCancel::cancel(Status why) {
+  if (why_) return;
+  why_ = why;
+  if (hook_) {
+    auto hook = std::move(hook_);
+    hook_ = nullptr;
+    hook(why);
+  }
 }
 
 Result<ReadStats> TransferEngine::read_sync(std::vector<ReadSource> sources,

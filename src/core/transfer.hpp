@@ -21,9 +21,11 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "core/chunk_stream.hpp"
 #include "core/event_loop.hpp"
 #include "core/status.hpp"
 
@@ -72,6 +74,12 @@ class RegisteredBuffer {
   bool pinned() const;
   // The descriptor a reader needs to GET from this buffer.
   RegionDescriptor descriptor() const;
+  // Serves this buffer's chunk stream under a new token and withdraws the old one (a connection
+  // with a reply from it still being written is closed): a holder that reuses the buffer for
+  // other bytes calls it first, so that a reader with the old descriptor is refused over the
+  // stream rather than served the new bytes. descriptor() carries the new token. ok and nothing
+  // done when the buffer has no chunk stream; the chunk server's error when it cannot expose.
+  Status rotate_stream_token();
 
  private:
   friend class TransferEngine;
@@ -171,9 +179,18 @@ struct TransferOptions {
   // tcp), and reads a source over its chunk stream when the source is on another machine or UCX
   // may not use shared memory here. See tcp_holder_survives_reader_death().
   bool tcp_stream = true;
-  // The IPv4 address the chunk server listens on; 0.0.0.0 is every interface (descriptors then
-  // list each interface's address, loopback last).
-  std::string stream_host = "0.0.0.0";
+  // The IPv4 address the chunk server listens on. "auto" (the default) binds only where the
+  // job's hosts reach this one: loopback when `stream_reach` is on loopback (all is local), else
+  // the interface that routes toward it (the address the engine advertises), and with no
+  // `stream_reach` the default route's interface (see chunk_server_host()). "0.0.0.0" is every
+  // interface (descriptors then list each interface's address, loopback last): only when
+  // configured so. Anything else is the address to bind.
+  std::string stream_host = "auto";
+  // An endpoint of the job that its other hosts reach (the store's, "tcp://10.0.0.1:5555"), to
+  // choose the interface for "auto"; empty: none known.
+  std::string stream_reach;
+  // Connection caps, timeouts and per-turn budgets of the chunk server (defaults there).
+  ChunkServerOptions stream_server;
 };
 
 struct ReadSource {
@@ -197,6 +214,21 @@ struct ReadProgress {
   std::uint32_t chunks_total = 0;
 };
 
+// Ends a read from outside: the owner of its sources' memory may reuse it now (the lease that
+// kept it still was lost), so reading on could only tear. Loop thread only.
+class ReadCancel {
+ public:
+  // Fails the read with `why` (its `done` reports it once its operations have ended); a read not
+  // yet started fails as it starts. Later calls change nothing.
+  void cancel(Status why);
+  bool cancelled() const { return why_.has_value(); }
+
+ private:
+  friend class TransferEngine;
+  std::optional<Status> why_;
+  std::function<void(const Status&)> hook_;
+};
+
 struct ReadOptions {
   std::uint32_t max_in_flight_per_source = 8;
   Millis op_timeout{10000};      // one GET; past it the source counts as failed for this read
@@ -213,6 +245,8 @@ struct ReadOptions {
   std::function<void(const ChunkRead&)> on_chunk;
   // A pull refuses a version larger than this before it allocates anything for it.
   std::uint64_t max_total_bytes = 256ull << 30;
+  // Set to end the read from outside (null: only its own timeouts end it).
+  std::shared_ptr<ReadCancel> cancel;
 };
 
 struct ReadStats {

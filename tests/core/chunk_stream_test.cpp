@@ -53,7 +53,7 @@ struct Fixture {
 
 TEST_SUITE("core.chunk_stream") {
   TEST_CASE(
-      "the wire format: requests and replies round-trip; ranges are judged without overflow") {
+      "the wire format: requests and replies round-trip, ranges are judged without overflow") {
     namespace w = chunk_wire;
     std::uint8_t buf[w::kRequestBytes];
     w::encode_request({std::string(kStreamTokenBytes, 'k'), 4096, 512, 77}, buf);
@@ -167,7 +167,8 @@ TEST_SUITE("core.chunk_stream") {
     CHECK(std::memcmp(dst.data(), mem.data(), mem.size()) == 0);
   }
 
-  TEST_CASE("memory withdrawn under a reply closes that reader's stream; nothing reads it after") {
+  TEST_CASE(
+      "memory withdrawn under a reply closes that reader's stream, and nothing reads it after") {
     Fixture f;
     auto mem = std::make_unique<std::vector<std::uint8_t>>(pattern(64u << 20, 10));
     auto token = f.server->expose(mem->data(), mem->size()).value();

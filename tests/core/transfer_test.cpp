@@ -130,6 +130,32 @@ TEST_SUITE("core.transfer") {
     }
   }
 
+  TEST_CASE("a source rewritten during a checksummed copy cannot give a copy that verifies") {
+    // The publisher may rewrite a buffer while a same-host reader copies it. Whatever mix of old
+    // and new bytes lands in the destination, the returned checksum must be that of the
+    // destination, so a torn chunk fails verification instead of passing as the old one.
+    static std::uint8_t* racing_src = nullptr;
+    static std::size_t racing_bytes = 0;
+    std::vector<std::uint8_t> src(1u << 20), dst(src.size());
+    fill_pseudo_random(src.data(), src.size(), 7);
+    const std::uint64_t before = chunk_checksum(src.data(), src.size());
+    for (std::size_t bytes : {std::size_t{100000}, src.size()}) {
+      CAPTURE(bytes);
+      racing_src = src.data();
+      racing_bytes = bytes;
+      // A writer racing the copy: right after each read of the source, rewrite all of it.
+      detail::copy_with_checksum_read_hook = [](std::size_t) {
+        for (std::size_t i = 0; i < racing_bytes; ++i)
+          racing_src[i] = static_cast<std::uint8_t>(racing_src[i] + 1);
+      };
+      std::uint64_t got = copy_with_checksum(dst.data(), src.data(), bytes);
+      detail::copy_with_checksum_read_hook = nullptr;
+      CHECK(got == chunk_checksum(dst.data(), bytes));
+      fill_pseudo_random(src.data(), src.size(), 7);
+    }
+    CHECK(chunk_checksum(src.data(), src.size()) == before);
+  }
+
   TEST_CASE("a descriptor round-trips, and a truncated or foreign one is rejected") {
     RegionDescriptor d;
     d.worker_address = std::string("\x01\x02\x03worker", 9);
@@ -411,6 +437,126 @@ TEST_SUITE("core.transfer") {
     REQUIRE_MESSAGE(st.is_ok(), st.status().to_string());
     CHECK(st->bytes_per_source[1] == bytes);
     CHECK(equal_bytes(*dst, expected(bytes, seed)));
+  }
+
+  TEST_CASE(
+      "over shared memory, a descriptor that claims more than its holder registered is "
+      "refused unread") {
+    // A member that registers a forged descriptor (its own key, a base or length of its
+    // choosing) must not make a same-host reader read outside the segment behind the key: that
+    // reads another segment, the reader's own memory, or nothing (and the reader crashes).
+    const std::uint64_t bytes = 4u << 20, chunk = 1u << 20, seed = 9;
+    Source a("sm", bytes, chunk, seed);
+    for (bool copy_mapped : {true, false}) {
+      CAPTURE(copy_mapped);
+      std::unique_ptr<EventLoop> loop = EventLoop::create().value();
+      TransferOptions o;
+      o.ucx_config = {{"TLS", "sm"}, {"NET_DEVICES", "lo"}};
+      o.copy_mapped = copy_mapped;
+      auto engine = TransferEngine::create(*loop, o).value();
+      auto client = Client::create(*loop, a.endpoint, Security::plain()).value();
+      auto region = describe_region(*client, "r", Millis(10000)).value();
+      auto dst = engine->allocate(chunk).value();
+      ReadOptions opt;
+      opt.op_timeout = Millis(3000);
+      opt.total_timeout = Millis(10000);
+      std::uint64_t reported = 0;
+      opt.on_chunk = [&](const ChunkRead&) { ++reported; };
+      // A chunk 1 GiB past the segment, under a length that claims it; the same under a base
+      // moved by 1 TiB; and one that straddles the segment's end.
+      struct Forged {
+        std::uint64_t base, length, offset;
+      };
+      const std::uint64_t b = region.descriptor.base;
+      for (Forged f :
+           {Forged{b, bytes + (2ull << 30), 1ull << 30}, Forged{b + (1ull << 40), bytes, 0},
+            Forged{b, bytes + chunk, bytes - chunk / 2}}) {
+        RegionDescriptor forged = region.descriptor;
+        forged.base = f.base;
+        forged.length = f.length;
+        std::memset(dst->data(), 0xAB, dst->size());
+        ChunkRead c;
+        c.src_offset = f.offset;
+        c.bytes = chunk;
+        c.checksum = 1;
+        auto st = engine->read_sync({{"forged", forged}}, {c}, *dst, opt);
+        REQUIRE_FALSE(st.is_ok());
+        CAPTURE(st.status().to_string());
+        CHECK(st.status().message().find("outside the memory its holder registered") !=
+              std::string::npos);
+        CHECK(reported == 0);
+        bool untouched = true;
+        for (std::size_t i = 0; i < dst->size(); ++i)
+          untouched = untouched && dst->data()[i] == 0xAB;
+        CHECK(untouched);
+      }
+      // The true descriptor still reads.
+      auto st = engine->read_sync({{"true", region.descriptor}}, whole_region_chunks(region.layout),
+                                  *engine->allocate(bytes).value(), opt);
+      CHECK_MESSAGE(st.is_ok(), st.status().to_string());
+    }
+  }
+
+  TEST_CASE("a read cancelled from outside ends with the reason, before or while it runs") {
+    // A pull whose lease renewal fails stops its read this way (weightstore/client.cpp).
+    const std::uint64_t bytes = 32u << 20, chunk = 1u << 20, seed = 3;
+    Source a("tcp", bytes, chunk, seed);
+    Reader rd("tcp");
+    auto ra = rd.describe(a);
+    auto dst = rd.engine->allocate(bytes).value();
+    ReadOptions opt;
+    opt.max_in_flight_per_source = 1;
+    opt.cancel = std::make_shared<ReadCancel>();
+    std::uint64_t reported = 0;
+    opt.on_chunk = [&](const ChunkRead&) {
+      if (++reported == 2) opt.cancel->cancel(unavailable("lease 7 not renewed"));
+    };
+    auto st =
+        rd.engine->read_sync({{"a", ra.descriptor}}, whole_region_chunks(ra.layout), *dst, opt);
+    REQUIRE_FALSE(st.is_ok());
+    CHECK(st.status().message().find("lease 7 not renewed") != std::string::npos);
+    CHECK(reported < bytes / chunk);
+    // Cancelled before it starts: nothing is read.
+    ReadOptions early;
+    early.cancel = std::make_shared<ReadCancel>();
+    early.cancel->cancel(unavailable("lease 8 not renewed"));
+    reported = 0;
+    early.on_chunk = [&](const ChunkRead&) { ++reported; };
+    st = rd.engine->read_sync({{"a", ra.descriptor}}, whole_region_chunks(ra.layout), *dst, early);
+    REQUIRE_FALSE(st.is_ok());
+    CHECK(st.status().message().find("lease 8 not renewed") != std::string::npos);
+    CHECK(reported == 0);
+  }
+
+  TEST_CASE("a reused buffer's new stream token refuses readers of the old one") {
+    std::unique_ptr<EventLoop> loop = EventLoop::create().value();
+    TransferOptions o;
+    o.ucx_config = {{"TLS", "tcp"}, {"NET_DEVICES", "lo"}};
+    auto holder = TransferEngine::create(*loop, o).value();
+    auto reader = TransferEngine::create(*loop, o).value();
+    const std::uint64_t bytes = 1u << 20;
+    auto buf = holder->allocate(bytes).value();
+    fill_pseudo_random(buf->data(), bytes, 1);
+    const RegionDescriptor before = buf->descriptor();
+    REQUIRE_FALSE(before.stream_token.empty());
+    // Drained and reused for other bytes.
+    REQUIRE(buf->rotate_stream_token().is_ok());
+    fill_pseudo_random(buf->data(), bytes, 2);
+    const RegionDescriptor after = buf->descriptor();
+    CHECK(after.stream_token != before.stream_token);
+    auto dst = reader->allocate(bytes).value();
+    ChunkRead c;
+    c.bytes = bytes;
+    c.checksum = chunk_checksum(buf->data(), bytes);
+    ReadOptions opt;
+    opt.op_timeout = Millis(3000);
+    auto stale = reader->read_sync({{"old", before}}, {c}, *dst, opt);
+    CHECK_FALSE(stale.is_ok());
+    auto fresh = reader->read_sync({{"new", after}}, {c}, *dst, opt);
+    REQUIRE_MESSAGE(fresh.is_ok(), fresh.status().to_string());
+    CHECK(std::memcmp(dst->data(), buf->data(), bytes) == 0);
+    dst.reset();
+    buf.reset();
   }
 
   TEST_CASE("reads that do not fit are refused before anything moves") {

@@ -279,7 +279,7 @@ TEST_SUITE("rollout.kv_ucx") {
       Ucx ucx(tls);
       SequenceState out = exported_after(rng, 9);
       const KvState sent = *out.kv;
-      auto published = rollout::publish_kv(*ucx.source, sent);
+      auto published = rollout::publish_kv(*ucx.source, sent, {"rollout-a", "moving"});
       REQUIRE_MESSAGE(published.is_ok(), published.status().to_string());
       CHECK(published->ref.bytes == sent.bytes());
       out.kv_ref = published->ref;
@@ -296,8 +296,8 @@ TEST_SUITE("rollout.kv_ucx") {
 
       auto dest_engine = engine();
       rollout::KvReadStats stats;
-      auto st =
-          rollout::fetch_kv_of(ucx.dest.get(), *dest_engine, *back, core::Millis(10000), stats);
+      auto st = rollout::fetch_kv_of(ucx.dest.get(), *dest_engine, *back, "rollout-b",
+                                     core::Millis(10000), stats);
       REQUIRE_MESSAGE(st.is_ok(), st.to_string());
       CHECK(stats.fetched == 1);
       CHECK(stats.fetched_bytes == sent.bytes());
@@ -322,7 +322,7 @@ TEST_SUITE("rollout.kv_ucx") {
     Ucx ucx("tcp");
     SequenceState out = exported_after(rng, 9);
     const std::uint64_t tokens = out.kv_tokens();
-    auto published = rollout::publish_kv(*ucx.source, *out.kv);
+    auto published = rollout::publish_kv(*ucx.source, *out.kv, {"rollout-a", "moving"});
     REQUIRE(published.is_ok());
     out.kv.reset();
     auto dest_engine = engine();
@@ -331,8 +331,8 @@ TEST_SUITE("rollout.kv_ucx") {
     SequenceState corrupt = out;
     corrupt.kv_ref = published->ref;
     corrupt.kv_ref->checksum ^= 1;
-    auto st =
-        rollout::fetch_kv_of(ucx.dest.get(), *dest_engine, corrupt, core::Millis(10000), stats);
+    auto st = rollout::fetch_kv_of(ucx.dest.get(), *dest_engine, corrupt, "rollout-b",
+                                   core::Millis(10000), stats);
     CHECK(st.code() == core::Code::kDataLoss);
     CHECK(stats.read_failed == 1);
     CHECK(stats.fetched == 0);
@@ -343,7 +343,8 @@ TEST_SUITE("rollout.kv_ucx") {
     SequenceState orphan = out;
     orphan.kv_ref = published->ref;
     published->buffer.reset();
-    st = rollout::fetch_kv_of(ucx.dest.get(), *dest_engine, orphan, core::Millis(5000), stats);
+    st = rollout::fetch_kv_of(ucx.dest.get(), *dest_engine, orphan, "rollout-b", core::Millis(5000),
+                              stats);
     CHECK_FALSE(st.is_ok());
     CHECK(stats.read_failed == 2);
     CHECK(stats.fetched == 0);
@@ -359,11 +360,71 @@ TEST_SUITE("rollout.kv_ucx") {
     }
   }
 
+  TEST_CASE(
+      "a KV reference to another rollout's buffer, another sequence's, or issued to another "
+      "rollout is refused, and the sequence re-prefills") {
+    // A member that hands the manager a reference it did not get from publishing this sequence's
+    // cache itself: the bytes behind it are consistent (their checksum matches), but they are
+    // not this sequence's cache from that rollout.
+    const std::uint64_t rng = long_seed(4242, 16);
+    const SequenceState stayed = unmoved_run(rng);
+    for (const std::string tls : {"tcp", "sm,self"}) {
+      CAPTURE(tls);
+      Ucx ucx(tls);
+      SequenceState out = exported_after(rng, 9);
+      const std::uint64_t tokens = out.kv_tokens();
+      SequenceState other = exported_after(long_seed(77, 16), 9);
+      auto own = rollout::publish_kv(*ucx.source, *out.kv, {"rollout-a", "moving"});
+      auto theirs = rollout::publish_kv(*ucx.source, *other.kv, {"rollout-c", "moving"});
+      auto elsewhere = rollout::publish_kv(*ucx.source, *other.kv, {"rollout-a", "elsewhere"});
+      REQUIRE(own.is_ok());
+      REQUIRE(theirs.is_ok());
+      REQUIRE(elsewhere.is_ok());
+      out.kv.reset();
+
+      rollout::KvRef another_rollouts = theirs->ref;
+      another_rollouts.source = "rollout-a";  // passed off as rollout-a's own
+      rollout::KvRef another_sequences = elsewhere->ref;
+      rollout::KvRef another_destination = own->ref;
+      another_destination.destination = "rollout-x";
+      auto dest_engine = engine();
+      rollout::KvReadStats stats;
+      std::uint64_t failed = 0;
+      for (const rollout::KvRef& forged :
+           {another_rollouts, another_sequences, another_destination}) {
+        SequenceState s = out;
+        s.kv_ref = forged;
+        // Through the manager's message and back, as the destination receives it.
+        auto back = SequenceState::from_json(nlohmann::json::parse(s.to_json().dump()));
+        REQUIRE_MESSAGE(back.is_ok(), back.status().to_string());
+        auto st = rollout::fetch_kv_of(ucx.dest.get(), *dest_engine, *back, "rollout-b",
+                                       core::Millis(10000), stats);
+        CHECK(st.code() == core::Code::kPermissionDenied);
+        CHECK(stats.read_failed == ++failed);
+        CHECK(stats.fetched == 0);
+        CHECK_FALSE(back->kv.has_value());
+        CHECK_FALSE(back->kv_ref.has_value());
+        std::uint64_t prefill = 0;
+        SequenceState moved = continue_on_dest(std::move(back).value(), prefill);
+        CHECK(prefill == tokens);
+        check_same_continuation(moved, stayed, /*bit_exact=*/false);
+      }
+      // The reference as the manager issued it, to this rollout, is read.
+      SequenceState issued = out;
+      issued.kv_ref = own->ref;
+      issued.kv_ref->destination = "rollout-b";
+      auto st = rollout::fetch_kv_of(ucx.dest.get(), *dest_engine, issued, "rollout-b",
+                                     core::Millis(10000), stats);
+      CHECK_MESSAGE(st.is_ok(), st.to_string());
+      CHECK(stats.fetched == 1);
+    }
+  }
+
   TEST_CASE("an absurd KV reference is refused before anything is allocated for it") {
     Ucx ucx("tcp");
     auto dest_engine = engine();
     SequenceState s = exported_after(long_seed(7, 5), 3);
-    auto published = rollout::publish_kv(*ucx.source, *s.kv);
+    auto published = rollout::publish_kv(*ucx.source, *s.kv, {"rollout-a", "moving"});
     REQUIRE(published.is_ok());
     s.kv.reset();
 
@@ -413,7 +474,8 @@ TEST_SUITE("rollout.kv_ucx") {
     rollout::KvReadStats stats;
     SequenceState too_big = s;
     too_big.kv_ref = huge;
-    CHECK(rollout::fetch_kv_of(ucx.dest.get(), *dest_engine, too_big, core::Millis(5000), stats)
+    CHECK(rollout::fetch_kv_of(ucx.dest.get(), *dest_engine, too_big, "rollout-b",
+                               core::Millis(5000), stats)
               .code() == core::Code::kInvalidArgument);
     CHECK(stats.read_failed == 1);
     CHECK_FALSE(too_big.kv_ref.has_value());
