@@ -35,6 +35,15 @@ Result<std::unique_ptr<Publisher>> Publisher::create(core::EventLoop& loop,
   if (options.holder_id.empty()) return core::invalid_argument("publisher: no holder id");
   if (options.chunk_bytes == 0)
     return core::invalid_argument("publisher: chunk size must be positive");
+  // A version is something only the actor can make: in curve mode it signs every manifest, and
+  // stores and readers refuse one it did not sign.
+  const core::Security& sec = store.security();
+  if (sec.versions_signed() && sec.sign.secret_key.empty()) {
+    return core::permission_denied(
+        "publisher: '" + sec.identity +
+        "' has no version signing key: only the actor signs versions (its key file holds "
+        "sign_secret_key; sluice publish takes --as actor)");
+  }
   std::unique_ptr<Publisher> p(new Publisher());
   p->loop_ = &loop;
   p->engine_ = &engine;
@@ -203,6 +212,9 @@ Status Publisher::copy_from_device(const std::vector<TensorView>& tensors,
 void Publisher::checksummed(std::uint64_t version) {
   Pending& p = *pending_[version];
   Status valid = p.manifest.validate();
+  if (valid.is_ok() && store_->security().versions_signed()) {
+    valid = core::sign_manifest(p.manifest, store_->security().sign);
+  }
   if (!valid.is_ok()) return finish(version, valid);
   std::weak_ptr<bool> alive = alive_;
   store_->put_manifest_async(p.manifest, core::Millis(10000), [this, alive, version](Status r) {

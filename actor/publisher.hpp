@@ -1,6 +1,8 @@
 // The actor's publisher: puts a weight version into the weight store. publish() copies the
-// tensors into registered staging memory, computes the manifest (a checksum per chunk), sends it
-// to the store and registers this process as the version's first holder, which commits it.
+// tensors into registered staging memory, computes the manifest (a checksum per chunk), signs it
+// with the actor's key (curve mode: the store client's security holds it; core/manifest.hpp),
+// sends it to the store and registers this process as the version's first holder, which
+// commits it.
 // The publisher then serves the version to readers (relays, rollouts) until it drops it.
 //
 // Hand-off (options.handoff, on by default): the publisher serves a version only until relays
@@ -75,6 +77,8 @@ struct PublisherOptions {
 
 class Publisher {
  public:
+  // permission_denied in curve mode when the store client's security has no signing key (the
+  // process is not the actor): its versions would be refused.
   static core::Result<std::unique_ptr<Publisher>> create(core::EventLoop& loop,
                                                          core::TransferEngine& engine,
                                                          weightstore::StoreClient& store,

@@ -458,6 +458,13 @@ Result<std::unique_ptr<Relay>> Relay::create(core::EventLoop& loop, RelayConfig 
   SLUICE_ASSIGN_OR_RETURN(
       core::Security security,
       core::load_security(impl->config.security, "relay " + impl->config.relay_id));
+  // The store takes a relay's id from its key (docs/architecture.md, "Threat model"): a relay
+  // id other than the key's identity would be refused at every join.
+  if (security.curve() && impl->config.relay_id != security.identity) {
+    return core::invalid_argument("relay_id '" + impl->config.relay_id +
+                                  "' is not this relay's identity '" + security.identity +
+                                  "' (its key file): set relay.relay_id=" + security.identity);
+  }
   SLUICE_ASSIGN_OR_RETURN(impl->store,
                           weightstore::StoreClient::create(loop, impl->config.store, security));
   weightstore::HolderOptions ho;

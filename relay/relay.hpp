@@ -70,7 +70,8 @@ struct RelayConfig {
   void describe(V& v) {
     v("store", store, "weight store endpoint");
     v("security", security, "control-plane authentication: mode, key_file, members_file");
-    v("relay_id", relay_id, "unique relay name (default relay-<pid>)");
+    v("relay_id", relay_id,
+      "unique relay name (default relay-<pid>); in curve mode the identity of the relay's key");
     v("model", model, "model whose versions this relay carries");
     v("keep_versions", keep_versions, "versions kept in host memory (>= 1)");
     v("poll_ms", poll_ms, "how often to look for new versions and newly verified chunks");

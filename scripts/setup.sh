@@ -7,6 +7,7 @@ packages=(
   build-essential cmake pkg-config
   libucx-dev ucx-utils            # transfer engine; ucx_perftest for the side-by-side bench
   libzmq3-dev cppzmq-dev          # control plane
+  libsodium-dev                   # Ed25519 signatures of weight versions
   libboost-dev                    # Boost.Asio (header-only in 1.74)
   nlohmann-json3-dev              # configuration and message headers
   doctest-dev                     # tests

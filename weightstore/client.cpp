@@ -18,8 +18,27 @@ Result<std::unique_ptr<StoreClient>> StoreClient::create(core::EventLoop& loop,
   SLUICE_ASSIGN_OR_RETURN(core::Security to_store, security.for_server(core::kRoleWeightstore));
   SLUICE_ASSIGN_OR_RETURN(c->client_, core::Client::create(loop, endpoint, to_store));
   c->loop_ = &loop;
+  c->security_ = security;
   c->timeout_ = timeout;
   return c;
+}
+
+Result<ReadPlan> StoreClient::checked_plan(Result<ReadPlan> plan, const PlanRequest& asked) {
+  if (!plan.is_ok()) return plan;
+  const core::Manifest& m = plan->manifest;
+  Status s;
+  if (m.model != asked.model || (asked.version != 0 && m.version != asked.version)) {
+    s = core::protocol_error("a read plan for " + asked.model + "@" +
+                             std::to_string(asked.version) + " came with the manifest of " +
+                             m.model + "@" + std::to_string(m.version));
+  } else {
+    s = core::check_version_signature(m, security_);
+  }
+  if (s.is_ok()) return plan;
+  // The lease is given back at once; nothing of this version is read.
+  release_async(plan->lease_id, timeout_);
+  core::log::warn("store client: refused a read plan: {}", s.to_string());
+  return s.with_context("read plan");
 }
 
 template <class T, class Decode>
@@ -72,7 +91,8 @@ Result<std::uint64_t> StoreClient::latest(const std::string& model) {
 
 Result<ReadPlan> StoreClient::plan(const std::string& model, std::uint64_t version,
                                    const Topology& where) {
-  return call<ReadPlan>(encode(PlanRequest{model, version, where}), timeout_, decode_plain);
+  PlanRequest req{model, version, where};
+  return checked_plan(call<ReadPlan>(encode(req), timeout_, decode_plain), req);
 }
 
 Status StoreClient::release(std::uint64_t lease_id) {
@@ -146,7 +166,10 @@ void StoreClient::latest_async(const std::string& model, Millis timeout, Done<La
 }
 
 void StoreClient::plan_async(const PlanRequest& p, Millis timeout, Done<ReadPlan> done) {
-  ask<ReadPlan>(encode(p), timeout, decode_plain, std::move(done));
+  ask<ReadPlan>(encode(p), timeout, decode_plain,
+                [this, p, done = std::move(done)](Result<ReadPlan> plan) {
+                  if (done) done(checked_plan(std::move(plan), p));
+                });
 }
 
 void StoreClient::renew_async(std::uint64_t lease_id, Millis timeout, StatusDone done) {

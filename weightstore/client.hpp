@@ -27,12 +27,16 @@ class StoreClient {
 
   // `security`: this process's (core/security.hpp); in curve mode the store's public key is
   // taken from the job's members (the member with role weightstore), so a store with another
-  // key is never talked to (its requests time out).
+  // key is never talked to (its requests time out). In curve mode every read plan's manifest is
+  // checked against the members' actors' sign keys before plan()/plan_async() hand it out (see
+  // there): what the store says is not enough to load a version.
   static core::Result<std::unique_ptr<StoreClient>> create(core::EventLoop& loop,
                                                            const std::string& endpoint,
                                                            const core::Security& security,
                                                            Millis timeout = Millis(5000));
   core::EventLoop& loop() const { return *loop_; }
+  // This process's security: a publisher signs with its key (an actor's).
+  const core::Security& security() const { return security_; }
 
   // Blocking calls: they run the loop until the reply (see the thread-safety note). A `timeout`
   // of 0 means the client's own.
@@ -41,6 +45,10 @@ class StoreClient {
   core::Result<bool> register_holder(const HolderRegistration& r);
   core::Status heartbeat(const std::string& holder_id);
   core::Result<std::uint64_t> latest(const std::string& model);
+  // A read plan (and a lease) for `model`@`version` (0: the latest). The plan's manifest must
+  // be of that model and version, and in curve mode signed by an actor of the members file:
+  // otherwise permission_denied (protocol_error for another model or version), the lease is
+  // released, and nothing can be loaded from it, whatever the store said.
   core::Result<ReadPlan> plan(const std::string& model, std::uint64_t version,
                               const Topology& where);
   core::Status release(std::uint64_t lease_id);
@@ -64,7 +72,7 @@ class StoreClient {
   void add_chunks_async(const AddChunks& a, Millis timeout, Done<Committed> done);
   void heartbeat_async(const std::string& holder_id, Millis timeout, StatusDone done);
   void latest_async(const std::string& model, Millis timeout, Done<Latest> done);
-  void plan_async(const PlanRequest& p, Millis timeout, Done<ReadPlan> done);
+  void plan_async(const PlanRequest& p, Millis timeout, Done<ReadPlan> done);  // as plan()
   void renew_async(std::uint64_t lease_id, Millis timeout, StatusDone done);
   // `done` may be empty: fire and forget (a lease that is not released expires on the store).
   void release_async(std::uint64_t lease_id, Millis timeout, StatusDone done = {});
@@ -90,9 +98,12 @@ class StoreClient {
   void ask_status(core::Message req, Millis timeout, StatusDone done);
   template <class T, class Decode>
   core::Result<T> call(core::Message req, Millis timeout, Decode decode);
+  // A decoded plan, checked as plan() says; releases its lease when refused.
+  core::Result<ReadPlan> checked_plan(core::Result<ReadPlan> plan, const PlanRequest& asked);
 
   core::EventLoop* loop_ = nullptr;
   std::unique_ptr<core::Client> client_;
+  core::Security security_;
   Millis timeout_{5000};
 };
 

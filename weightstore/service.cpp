@@ -25,6 +25,7 @@ Status ServiceConfig::validate() const {
   if (max_version_bytes == 0 || max_tensors == 0 || max_chunks == 0) {
     return core::invalid_argument("max_version_bytes, max_tensors and max_chunks must be positive");
   }
+  if (max_version_ahead == 0) return core::invalid_argument("max_version_ahead must be positive");
   return {};
 }
 
@@ -37,6 +38,7 @@ StoreConfig store_config(const ServiceConfig& c) {
   s.sources_per_chunk = c.sources_per_chunk;
   s.broadcast = c.broadcast;
   s.fanout = c.fanout;
+  s.max_version_ahead = c.max_version_ahead;
   return s;
 }
 }  // namespace
@@ -53,9 +55,8 @@ Result<std::unique_ptr<StoreService>> StoreService::create(core::EventLoop& loop
                                                            const ServiceConfig& config) {
   SLUICE_TRY(config.validate());
   std::unique_ptr<StoreService> s(new StoreService(loop, config));
-  SLUICE_ASSIGN_OR_RETURN(core::Security security,
-                          core::load_security(config.security, "weightstore"));
-  SLUICE_ASSIGN_OR_RETURN(s->server_, core::Server::create(loop, config.listen, security));
+  SLUICE_ASSIGN_OR_RETURN(s->security_, core::load_security(config.security, "weightstore"));
+  SLUICE_ASSIGN_OR_RETURN(s->server_, core::Server::create(loop, config.listen, s->security_));
   s->install_handlers();
   StoreService* raw = s.get();
   s->expiry_ = loop.every(Millis(config.expire_interval_ms), [raw] {
@@ -90,26 +91,51 @@ const std::string& StoreService::endpoint() const {
 }
 
 // Who may send what (docs/architecture.md, "Authorization"). In curve mode the messaging layer
-// refuses another role before a handler runs; the handlers check what depends on the state: only
-// the identity that registered a holder acts for it, and only the actor or a relay brings a
-// version the store does not know. In plain mode nobody is authenticated and neither applies.
+// refuses another role before a handler runs; the handlers check what depends on the body and
+// the state: a version is made only from a manifest the actor signed; only the identity that
+// registered a holder acts for it; an id that names the caller is the caller's own; a lease is
+// its taker's; and only the actor or a relay brings back a version the store does not know. In
+// plain mode nobody is authenticated and none of it applies.
 namespace {
 const core::Server::Roles kActor{core::kRoleActor};
 const core::Server::Roles kHolders{core::kRoleActor, core::kRoleRelay, core::kRoleRollout};
 const core::Server::Roles kRelay{core::kRoleRelay};
 const core::Server::Roles kAnyMember{};
 
+// A refusal of the store's own (permission_denied), counted and logged as one.
+Status counted(Status s, const Message& req, const char* reason = "owner") {
+  if (s.code() == core::Code::kPermissionDenied) {
+    core::count_refusal(reason, req.peer.describe(), req.type + ": " + s.message());
+  }
+  return s;
+}
+
 // The holder's owner check, counted and logged as a refusal when it fails.
 Status owner_of(const WeightStore& st, const std::string& holder_id, const Message& req) {
-  Status s = st.check_owner(holder_id, req.peer.identity);
-  if (!s.is_ok()) core::count_refusal("owner", req.peer.describe(), req.type + ": " + s.message());
-  return s;
+  return counted(st.check_owner(holder_id, req.peer.identity), req);
+}
+
+// An id in the body that names the caller (`field`): in curve mode it must be the authenticated
+// identity, never another member's. Plain mode has no identity to compare with.
+Status caller_is(const Message& req, const std::string& id, const char* field) {
+  if (!req.peer.authenticated || id == req.peer.identity) return {};
+  return counted(
+      core::permission_denied(std::string("'") + field + "' is " + id + ", but the caller is " +
+                              req.peer.identity + ": a member acts only as itself"),
+      req);
+}
+
+// A manifest that would make a version: the actor's signature, in curve mode.
+Status signed_by_actor(const core::Manifest& m, const core::Security& security,
+                       const Message& req) {
+  return counted(core::check_version_signature(m, security), req, "signature");
 }
 }  // namespace
 
 void StoreService::install_handlers() {
   auto& srv = *server_;
   WeightStore& st = store_;
+  const core::Security& sec = security_;
   StoreDecodeLimits lim;
   lim.max_version_bytes = config_.max_version_bytes;
   lim.max_tensors = static_cast<std::size_t>(config_.max_tensors);
@@ -117,9 +143,10 @@ void StoreService::install_handlers() {
 
   srv.on_sync(
       "store.put_manifest",
-      [&st, lim](const Message& req) -> Result<Message> {
+      [&st, &sec, lim](const Message& req) -> Result<Message> {
         SLUICE_ASSIGN_OR_RETURN(auto r, decode_put_manifest(req, lim));
         const core::Manifest& m = r.manifest;
+        SLUICE_TRY(signed_by_actor(m, sec, req));
         SLUICE_TRY(st.put_manifest(m));
         log::info("weightstore: manifest {}@{} ({} bytes, {} chunks)", m.model, m.version,
                   m.total_bytes, m.chunk_count());
@@ -128,13 +155,19 @@ void StoreService::install_handlers() {
       kActor);
   srv.on_sync(
       "store.register",
-      [&st, lim](const Message& req) -> Result<Message> {
+      [&st, &sec, lim](const Message& req) -> Result<Message> {
         SLUICE_ASSIGN_OR_RETURN(auto r, decode_registration(req, lim));
+        const bool known = st.knows(r.manifest.model, r.manifest.version);
         // A registration of a version the store does not know creates it (how a restarted
-        // store learns its versions back): only the actor, which makes versions, and the
-        // relays, which carry them, may; a rollout registers only what the store already has.
-        if (req.peer.authenticated && req.peer.role == core::kRoleRollout &&
-            !st.knows(r.manifest.model, r.manifest.version)) {
+        // store learns its versions back): only from a manifest the actor signed, whoever
+        // carries it. A known version's manifest must equal the store's, which was checked when
+        // it came; an unsigned one is refused here with the reason rather than as "different".
+        if (!known || r.manifest.signature.empty()) {
+          SLUICE_TRY(signed_by_actor(r.manifest, sec, req));
+        }
+        // Only the actor, which makes versions, and the relays, which carry them, bring one
+        // back; a rollout registers only what the store already has.
+        if (req.peer.authenticated && req.peer.role == core::kRoleRollout && !known) {
           Status no = core::permission_denied(
               req.peer.identity + " (role rollout) may not bring a new version (" +
               r.manifest.model + "@" + std::to_string(r.manifest.version) + ")");
@@ -142,11 +175,7 @@ void StoreService::install_handlers() {
           return no;
         }
         bool was = st.committed(r.manifest.model, r.manifest.version);
-        Status reg = st.register_holder(r, Clock::now(), req.peer.identity);
-        if (reg.code() == core::Code::kPermissionDenied) {
-          core::count_refusal("owner", req.peer.describe(), req.type + ": " + reg.message());
-        }
-        SLUICE_TRY(reg);
+        SLUICE_TRY(counted(st.register_holder(r, Clock::now(), req.peer.identity), req));
         bool now = st.committed(r.manifest.model, r.manifest.version);
         if (!was && now) {
           log::info("weightstore: {}@{} committed (holder {})", r.manifest.model,
@@ -199,7 +228,8 @@ void StoreService::install_handlers() {
       "store.plan",
       [&st](const Message& req) -> Result<Message> {
         SLUICE_ASSIGN_OR_RETURN(auto r, decode_plan_request(req));
-        SLUICE_ASSIGN_OR_RETURN(auto plan, st.plan(r.model, r.version, r.topology, Clock::now()));
+        SLUICE_ASSIGN_OR_RETURN(
+            auto plan, st.plan(r.model, r.version, r.topology, Clock::now(), req.peer.identity));
         return encode(plan);
       },
       kAnyMember);
@@ -207,7 +237,7 @@ void StoreService::install_handlers() {
       "store.renew",
       [&st](const Message& req) -> Result<Message> {
         SLUICE_ASSIGN_OR_RETURN(auto r, decode_lease_ref(req));
-        SLUICE_TRY(st.renew(r.lease_id, Clock::now()));
+        SLUICE_TRY(counted(st.renew(r.lease_id, Clock::now(), req.peer.identity), req));
         return encode_ok();
       },
       kAnyMember);
@@ -215,7 +245,7 @@ void StoreService::install_handlers() {
       "store.release",
       [&st](const Message& req) -> Result<Message> {
         SLUICE_ASSIGN_OR_RETURN(auto r, decode_lease_ref(req));
-        SLUICE_TRY(st.release(r.lease_id));
+        SLUICE_TRY(counted(st.release(r.lease_id, req.peer.identity), req));
         return encode_ok();
       },
       kAnyMember);
@@ -224,6 +254,7 @@ void StoreService::install_handlers() {
   srv.on_sync("store.pin",
               [&st](const Message& req) -> Result<Message> {
                 SLUICE_ASSIGN_OR_RETURN(auto r, decode_pin_ref(req));
+                SLUICE_TRY(caller_is(req, r.owner, "owner"));
                 SLUICE_TRY(st.pin(r.model, r.version, r.owner));
                 return encode_ok();
               },
@@ -231,6 +262,7 @@ void StoreService::install_handlers() {
   srv.on_sync("store.unpin",
               [&st](const Message& req) -> Result<Message> {
                 SLUICE_ASSIGN_OR_RETURN(auto r, decode_pin_ref(req));
+                SLUICE_TRY(caller_is(req, r.owner, "owner"));
                 st.unpin(r.model, r.version, r.owner);
                 return encode_ok();
               },
@@ -239,7 +271,9 @@ void StoreService::install_handlers() {
       "store.join_relay",
       [&st](const Message& req) -> Result<Message> {
         SLUICE_ASSIGN_OR_RETURN(auto r, decode_join_relay(req));
-        SLUICE_TRY(st.join_relay(r.relay_id, r.topology, Clock::now()));
+        SLUICE_TRY(caller_is(req, r.relay_id, "relay_id"));
+        SLUICE_TRY(
+            counted(st.join_relay(r.relay_id, r.topology, Clock::now(), req.peer.identity), req));
         st.set_delta_maker(r.relay_id, r.makes_deltas);
         return encode_ok();
       },
@@ -248,6 +282,7 @@ void StoreService::install_handlers() {
       "store.chain_source",
       [&st](const Message& req) -> Result<Message> {
         SLUICE_ASSIGN_OR_RETURN(auto r, decode_chain_source_request(req));
+        SLUICE_TRY(caller_is(req, r.relay_id, "relay_id"));
         SLUICE_ASSIGN_OR_RETURN(auto src,
                                 st.chain_source(r.model, r.version, r.relay_id, r.exclude));
         src.distance = st.holder_distance(r.relay_id, src.holder_id);
@@ -285,11 +320,7 @@ void StoreService::install_handlers() {
       "store.register_delta",
       [&st, lim](const Message& req) -> Result<Message> {
         SLUICE_ASSIGN_OR_RETURN(auto r, decode_delta_registration(req, lim));
-        Status reg = st.register_delta(r, Clock::now(), req.peer.identity);
-        if (reg.code() == core::Code::kPermissionDenied) {
-          core::count_refusal("owner", req.peer.describe(), req.type + ": " + reg.message());
-        }
-        SLUICE_TRY(reg);
+        SLUICE_TRY(counted(st.register_delta(r, Clock::now(), req.peer.identity), req));
         log::info("weightstore: delta {}@{}->{} ({} bytes) offered by {}", r.delta.model,
                   r.delta.base, r.delta.target, r.delta.bytes, r.holder_id);
         return encode_ok();
@@ -299,8 +330,8 @@ void StoreService::install_handlers() {
       "store.delta_plan",
       [&st, lim](const Message& req) -> Result<Message> {
         SLUICE_ASSIGN_OR_RETURN(auto r, decode_delta_plan_request(req, lim));
-        SLUICE_ASSIGN_OR_RETURN(auto p,
-                                st.delta_plan(r.model, r.base, r.target, r.topology, Clock::now()));
+        SLUICE_ASSIGN_OR_RETURN(auto p, st.delta_plan(r.model, r.base, r.target, r.topology,
+                                                      Clock::now(), req.peer.identity));
         return encode(p);
       },
       kAnyMember);

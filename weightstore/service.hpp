@@ -1,6 +1,13 @@
 // The weight store service: a WeightStore behind a messaging Server on the process loop
 // (`sluice weightstore --config FILE`). See protocol.hpp for the messages.
 //
+// Before the store is touched (docs/architecture.md, "Threat model"): in curve mode a manifest
+// that would make a version (put_manifest; a registration of a version the store does not know,
+// as after a restart) must carry an actor's signature; any id in a body that names the caller
+// (a relay id, a pin owner) must be the authenticated identity; and a lease is renewed or
+// released only by the identity that took it. In plain mode the transport names nobody
+// (Peer::identity is empty): ids are taken from the body and nothing is signed or checked.
+//
 // Thread safety: loop thread only; not copyable or movable (handlers hold `this`).
 #pragma once
 
@@ -29,6 +36,10 @@ struct ServiceConfig {
   std::uint64_t max_version_bytes = 256ull << 30;
   std::uint64_t max_tensors = 1 << 16;
   std::uint64_t max_chunks = 1 << 20;
+  // A version the store does not know may be at most this far above the newest it knows (and
+  // every version is below 2^53): a version number cannot jump so far ahead that the actor's
+  // next publish is blocked, nor wrap.
+  std::uint64_t max_version_ahead = 1u << 20;
   // Who may talk to the store (core/security.hpp): curve by default, with this role's key file
   // and the job's members file; plain only when set, and loud.
   core::SecurityConfig security;
@@ -47,6 +58,8 @@ struct ServiceConfig {
     v("max_version_bytes", max_version_bytes, "largest version accepted, in bytes");
     v("max_tensors", max_tensors, "most tensors in a version");
     v("max_chunks", max_chunks, "most chunks in a version");
+    v("max_version_ahead", max_version_ahead,
+      "a new version may be at most this far above the newest known one (default 1048576)");
   }
   core::Status validate() const;
 };
@@ -71,6 +84,8 @@ class StoreService {
   core::EventLoop& loop_;
   ServiceConfig config_;
   WeightStore store_;
+  // Whose signatures make versions (the members' actors); plain mode checks none.
+  core::Security security_;
   std::unique_ptr<core::Server> server_;
   std::unique_ptr<core::EventLoop::Timer> expiry_;
   std::uint64_t requests_exported_ = 0;

@@ -49,15 +49,36 @@ WeightStore::Version* WeightStore::find_version(const std::string& model, std::u
   return v == m->second.versions.end() ? nullptr : &v->second;
 }
 
+Status WeightStore::check_new_version(const std::string& model, std::uint64_t version) const {
+  if (version == 0) return core::invalid_argument("version numbers start at 1");
+  if (version > kMaxVersion) {
+    return core::invalid_argument(vname(model, version) + ": version numbers stay below 2^53 (" +
+                                  std::to_string(kMaxVersion) + " at most)");
+  }
+  auto m = models_.find(model);
+  if (m == models_.end()) return {};
+  std::uint64_t newest = m->second.latest;
+  if (!m->second.versions.empty()) newest = std::max(newest, m->second.versions.rbegin()->first);
+  if (newest > 0 && version - std::min(version, newest) > config_.max_version_ahead) {
+    return core::invalid_argument(vname(model, version) + " is more than max_version_ahead (" +
+                                  std::to_string(config_.max_version_ahead) +
+                                  ") above the newest known version " + std::to_string(newest));
+  }
+  return {};
+}
+
 Status WeightStore::put_manifest(const core::Manifest& m) {
   SLUICE_TRY(m.validate());
   if (m.version == 0) return core::invalid_argument("version numbers start at 1");
-  auto& model = models_[m.model];
-  if (auto it = model.versions.find(m.version); it != model.versions.end()) {
-    if (same_manifest(it->second.manifest, m)) return {};
-    return core::Status(core::Code::kAlreadyExists,
-                        vname(m.model, m.version) + " exists with another manifest");
+  if (auto it = models_.find(m.model); it != models_.end()) {
+    if (auto v = it->second.versions.find(m.version); v != it->second.versions.end()) {
+      if (same_manifest(v->second.manifest, m)) return {};
+      return core::Status(core::Code::kAlreadyExists,
+                          vname(m.model, m.version) + " exists with another manifest");
+    }
   }
+  SLUICE_TRY(check_new_version(m.model, m.version));
+  auto& model = models_[m.model];
   if (!model.versions.empty() && m.version < model.versions.rbegin()->first) {
     return core::failed_precondition(vname(m.model, m.version) + " is older than " +
                                      vname(m.model, model.versions.rbegin()->first) +
@@ -94,24 +115,25 @@ Status WeightStore::register_holder(const HolderRegistration& r, Clock::time_poi
   if (r.holder_id.empty()) return core::invalid_argument("holder has no id");
   SLUICE_TRY(check_owner(r.holder_id, owner));
   const auto& man = r.manifest;
+  // Everything is checked before anything is kept: a refused registration changes nothing.
+  std::size_t n = man.chunk_count();
+  if (!r.chunks.empty() && r.chunks.size() != n) {
+    return core::invalid_argument("holder " + r.holder_id + ": chunk bitmap of " +
+                                  std::to_string(r.chunks.size()) + " for " + std::to_string(n) +
+                                  " chunks");
+  }
   Version* v = find_version(man.model, man.version);
   if (!v) {
     // After a store restart the holders bring the versions back, in whatever order they
     // reconnect: an older version is accepted here (`latest` still never goes backwards).
     SLUICE_TRY(man.validate().with_context("holder " + r.holder_id));
-    if (man.version == 0) return core::invalid_argument("version numbers start at 1");
+    SLUICE_TRY(check_new_version(man.model, man.version).with_context("holder " + r.holder_id));
     models_[man.model].versions[man.version].manifest = man;
     v = find_version(man.model, man.version);
   } else if (!same_manifest(v->manifest, man)) {
     return core::invalid_argument("holder " + r.holder_id + " holds " +
                                   vname(man.model, man.version) +
                                   " with a manifest that differs from the store's");
-  }
-  std::size_t n = man.chunk_count();
-  if (!r.chunks.empty() && r.chunks.size() != n) {
-    return core::invalid_argument("holder " + r.holder_id + ": chunk bitmap of " +
-                                  std::to_string(r.chunks.size()) + " for " + std::to_string(n) +
-                                  " chunks");
   }
   auto& h = holders_[r.holder_id];
   if (h.owner.empty()) h.owner = owner;
@@ -226,7 +248,7 @@ std::string WeightStore::state_digest() const {
     }
   }
   for (const auto& [id, l] : leases_) {
-    add("lease", id, l.model, l.version);
+    add("lease", id, l.model, l.version, l.owner, l.expires.time_since_epoch().count());
     for (const auto& h : l.holders)
       add(h);
   }
@@ -240,7 +262,8 @@ std::string WeightStore::state_digest() const {
       add("dcopy", id, std::get<0>(key), std::get<1>(key), std::get<2>(key), c.endpoint,
           c.descriptor, c.unpublished);
   for (const auto& [id, l] : delta_leases_) {
-    add("dlease", id, std::get<0>(l.key), std::get<1>(l.key), std::get<2>(l.key));
+    add("dlease", id, std::get<0>(l.key), std::get<1>(l.key), std::get<2>(l.key), l.owner,
+        l.expires.time_since_epoch().count());
     for (const auto& h : l.holders)
       add(h);
   }
@@ -282,7 +305,8 @@ std::size_t WeightStore::active_leases(const std::string& holder_id) const {
 }
 
 core::Result<ReadPlan> WeightStore::plan(const std::string& model, std::uint64_t version,
-                                         const Topology& where, Clock::time_point now) {
+                                         const Topology& where, Clock::time_point now,
+                                         const std::string& owner) {
   if (version == 0) {
     SLUICE_ASSIGN_OR_RETURN(version, latest(model));
   }
@@ -333,27 +357,45 @@ core::Result<ReadPlan> WeightStore::plan(const std::string& model, std::uint64_t
   for (const auto& h : p.holders)
     l.holders.push_back(h.holder_id);
   l.expires = now + config_.lease_ttl;
+  l.owner = owner;
   p.lease_id = next_lease_++;
   leases_[p.lease_id] = std::move(l);
   return p;
 }
 
-Status WeightStore::renew(std::uint64_t lease_id, Clock::time_point now) {
+Status WeightStore::check_lease_owner(std::uint64_t lease_id, const std::string& owner,
+                                      const std::string& identity) {
+  if (identity.empty() || owner.empty() || owner == identity) return {};
+  return core::permission_denied("lease " + std::to_string(lease_id) + " was taken by " + owner +
+                                 ", not by " + identity);
+}
+
+Status WeightStore::renew(std::uint64_t lease_id, Clock::time_point now,
+                          const std::string& identity) {
   if (auto d = delta_leases_.find(lease_id); d != delta_leases_.end()) {
+    SLUICE_TRY(check_lease_owner(lease_id, d->second.owner, identity));
     d->second.expires = now + config_.lease_ttl;
     return {};
   }
   auto it = leases_.find(lease_id);
   if (it == leases_.end()) return core::not_found("lease " + std::to_string(lease_id) + " expired");
+  SLUICE_TRY(check_lease_owner(lease_id, it->second.owner, identity));
   it->second.expires = now + config_.lease_ttl;
   return {};
 }
 
-Status WeightStore::release(std::uint64_t lease_id) {
-  if (delta_leases_.erase(lease_id) > 0) return {};
-  if (leases_.erase(lease_id) == 0) {
+Status WeightStore::release(std::uint64_t lease_id, const std::string& identity) {
+  if (auto d = delta_leases_.find(lease_id); d != delta_leases_.end()) {
+    SLUICE_TRY(check_lease_owner(lease_id, d->second.owner, identity));
+    delta_leases_.erase(d);
+    return {};
+  }
+  auto it = leases_.find(lease_id);
+  if (it == leases_.end()) {
     return core::not_found("lease " + std::to_string(lease_id) + " is not active");
   }
+  SLUICE_TRY(check_lease_owner(lease_id, it->second.owner, identity));
+  leases_.erase(it);
   return {};
 }
 
@@ -387,9 +429,11 @@ std::set<std::uint64_t> WeightStore::retained(const std::string& model) const {
 }
 
 Status WeightStore::join_relay(const std::string& relay_id, const Topology& topology,
-                               Clock::time_point now) {
+                               Clock::time_point now, const std::string& owner) {
   if (relay_id.empty()) return core::invalid_argument("relay has no id");
+  SLUICE_TRY(check_owner(relay_id, owner));
   auto& h = holders_[relay_id];
+  if (h.owner.empty()) h.owner = owner;
   h.topology = topology;
   h.last_seen = now;
   if (!relay_order_.count(relay_id)) relay_order_[relay_id] = next_relay_++;

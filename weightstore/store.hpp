@@ -44,6 +44,10 @@ struct Topology {
   std::string datacenter;
 };
 
+// Version numbers are below 2^53: exact as JSON numbers everywhere (Python, JavaScript), and far
+// from wrapping when the actor counts on from the store's latest.
+inline constexpr std::uint64_t kMaxVersion = (1ull << 53) - 1;
+
 // 0 same host, 1 same rack, 2 same datacenter, 3 remote.
 int distance(const Topology& a, const Topology& b);
 
@@ -57,6 +61,10 @@ struct StoreConfig {
   // (every relay from a complete holder, as when the publisher sends every copy itself).
   std::string broadcast = "chain";
   std::uint32_t fanout = 2;
+  // A new version more than this far above the model's newest known version is refused (a
+  // version the store does not know yet may not jump ahead; with nothing known, as after a
+  // restart, only kMaxVersion bounds it).
+  std::uint64_t max_version_ahead = 1u << 20;
 };
 
 struct HolderRegistration {
@@ -152,11 +160,17 @@ class WeightStore {
   explicit WeightStore(StoreConfig config = {});
 
   // A manifest for a new version (the publisher's first step). A version lower than or equal
-  // to the model's newest known version is refused unless it repeats an identical manifest.
+  // to the model's newest known version is refused unless it repeats an identical manifest; so
+  // is one beyond the bounds of a new version (check_new_version). Whether the manifest is the
+  // actor's (its signature) is the service's check, made before this is called.
   core::Status put_manifest(const core::Manifest& m);
+  // Whether `version` of `model` may be created now: 1 to kMaxVersion, and at most
+  // max_version_ahead above the model's newest known version. invalid_argument naming the bound.
+  core::Status check_new_version(const std::string& model, std::uint64_t version) const;
 
   // A holder says what it holds (first time, or again after a store restart: then the manifest
-  // it carries re-creates the version). Commits the version if this holder has every chunk.
+  // it carries re-creates the version, within check_new_version's bounds; the service checks
+  // first that the actor signed it). Commits the version if this holder has every chunk.
   // `owner`: the authenticated identity that sent the registration (empty in plain mode). The
   // first registration binds the holder id to its owner for as long as the holder lives; a
   // registration of that id by another identity is permission_denied and changes nothing.
@@ -195,14 +209,21 @@ class WeightStore {
   bool committed(const std::string& model, std::uint64_t version) const;
 
   // A read plan for a committed version (0 means latest), ranked for a reader at `where`.
-  // Takes a lease on the holders it names. failed_precondition for an uncommitted version,
-  // unavailable when some chunk has no live holder.
+  // Takes a lease on the holders it names, bound to `owner` (the authenticated identity that
+  // asked; empty in plain mode). failed_precondition for an uncommitted version, unavailable
+  // when some chunk has no live holder.
   core::Result<ReadPlan> plan(const std::string& model, std::uint64_t version,
-                              const Topology& where, Clock::time_point now);
-  core::Status renew(std::uint64_t lease_id, Clock::time_point now);
-  core::Status release(std::uint64_t lease_id);
+                              const Topology& where, Clock::time_point now,
+                              const std::string& owner = {});
+  // Only the identity a lease is bound to renews or releases it (permission_denied otherwise,
+  // and nothing changes); an empty `identity` (plain mode) may act on any lease. A lease or a
+  // delta lease, by id; not_found when it is not active.
+  core::Status renew(std::uint64_t lease_id, Clock::time_point now,
+                     const std::string& identity = {});
+  core::Status release(std::uint64_t lease_id, const std::string& identity = {});
 
-  // Pins keep a version from retention while generation still uses it.
+  // Pins keep a version from retention while generation still uses it. `owner` names the
+  // pinning member: the service passes the authenticated identity (curve), never another's.
   core::Status pin(const std::string& model, std::uint64_t version, const std::string& owner);
   void unpin(const std::string& model, std::uint64_t version, const std::string& owner);
   // Versions of `model` that retention keeps (newest K committed, and pinned ones).
@@ -213,8 +234,11 @@ class WeightStore {
 
   // Relays: a relay joins once (and again after a store restart); the order of joining is the
   // order of the broadcast chain.
+  // `owner`: the authenticated identity that joins (empty in plain mode); the relay's holder id
+  // is bound to it as register_holder binds one, and another identity's join of it is
+  // permission_denied and changes nothing.
   core::Status join_relay(const std::string& relay_id, const Topology& topology,
-                          Clock::time_point now);
+                          Clock::time_point now, const std::string& owner = {});
   // With "chain" and datacenter labels on the relays, the chain runs per datacenter: each
   // datacenter's first relay (its seed) pulls from the seed of the datacenter before it (the
   // publisher's datacenter first, then the others in the order their seeds joined; the
@@ -259,9 +283,10 @@ class WeightStore {
   // For a reader at `where` that holds `base`: whether and where `target` can be read as a
   // delta. Takes a lease on the holders named when available. failed_precondition when target
   // is not committed; not_found when base or target is not retained (no delta is kept then).
+  // The lease is bound to `owner` as plan()'s is.
   core::Result<DeltaPlan> delta_plan(const std::string& model, std::uint64_t base,
                                      std::uint64_t target, const Topology& where,
-                                     Clock::time_point now);
+                                     Clock::time_point now, const std::string& owner = {});
   // The holder drops its delta: no new leases on it. Returns whether it drained (no lease on it
   // is active); once drained the store forgets the copy, and the holder may free it. not_found
   // when the store does not know the copy: unknown, never drained.
@@ -316,7 +341,11 @@ class WeightStore {
     std::uint64_t version;
     std::vector<std::string> holders;
     Clock::time_point expires;
+    std::string owner;  // the identity that took it (empty: plain mode)
   };
+  // Whether `identity` may renew or release a lease bound to `owner`.
+  static core::Status check_lease_owner(std::uint64_t lease_id, const std::string& owner,
+                                        const std::string& identity);
 
   Version* find_version(const std::string& model, std::uint64_t version);
   const Copy* find_copy(const std::string& holder_id, const std::string& model,
@@ -341,6 +370,7 @@ class WeightStore {
     DeltaKey key;
     std::vector<std::string> holders;
     Clock::time_point expires;
+    std::string owner;  // as Lease::owner
   };
   std::map<std::uint64_t, DeltaLease> delta_leases_;  // share next_lease_ with leases_
   std::set<std::string> delta_makers_;                // relays that make deltas

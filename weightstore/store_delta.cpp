@@ -82,7 +82,7 @@ void WeightStore::set_delta_maker(const std::string& relay_id, bool makes) {
 
 core::Result<DeltaPlan> WeightStore::delta_plan(const std::string& model, std::uint64_t base,
                                                 std::uint64_t target, const Topology& where,
-                                                Clock::time_point now) {
+                                                Clock::time_point now, const std::string& owner) {
   const std::string name = dname(model, base, target);
   if (!committed(model, target)) {
     return core::failed_precondition(fmt::format("{}@{} is not committed", model, target));
@@ -139,6 +139,7 @@ core::Result<DeltaPlan> WeightStore::delta_plan(const std::string& model, std::u
     l.holders.push_back(c.id);
   }
   l.expires = now + config_.lease_ttl;
+  l.owner = owner;
   p.lease_id = next_lease_++;
   delta_leases_[p.lease_id] = std::move(l);
   return p;

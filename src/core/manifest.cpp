@@ -1,5 +1,6 @@
 #include "core/manifest.hpp"
 
+#include <algorithm>
 #include <set>
 
 #include "core/checksum.hpp"
@@ -70,6 +71,76 @@ Status Manifest::validate() const {
   return {};
 }
 
+namespace {
+void put_u64(std::string& out, std::uint64_t v) {
+  for (int i = 0; i < 8; ++i)
+    out.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+}
+void put_str(std::string& out, const std::string& s) {
+  put_u64(out, s.size());
+  out += s;
+}
+}  // namespace
+
+std::string Manifest::signed_bytes() const {
+  std::string out = "sluice.manifest.v1";
+  std::size_t n = 64 + model.size() + 8 * checksums.size();
+  for (const auto& t : tensors)
+    n += 48 + t.name.size() + t.dtype.size() + 8 * t.shape.size();
+  out.reserve(out.size() + n);
+  put_str(out, model);
+  put_u64(out, version);
+  put_u64(out, total_bytes);
+  put_u64(out, chunk_bytes);
+  put_u64(out, tensors.size());
+  for (const auto& t : tensors) {
+    put_str(out, t.name);
+    put_str(out, t.dtype);
+    put_u64(out, t.shape.size());
+    for (auto d : t.shape)
+      put_u64(out, d);
+    put_u64(out, t.offset);
+    put_u64(out, t.bytes);
+  }
+  put_u64(out, checksums.size());
+  for (auto c : checksums)
+    put_u64(out, c);
+  return out;
+}
+
+Status sign_manifest(Manifest& m, const SignKeyPair& key) {
+  SLUICE_ASSIGN_OR_RETURN(std::string sig, sign_message(m.signed_bytes(), key));
+  m.signature = kSignaturePrefix + sig;
+  return {};
+}
+
+Status check_signature(const Manifest& m, const std::vector<std::string>& signers) {
+  const std::string what = "manifest " + m.model + "@" + std::to_string(m.version);
+  if (m.signature.empty()) {
+    return permission_denied(what +
+                             " is not signed: a version must carry the actor's signature (a peer "
+                             "older than signed manifests, or one that is not the actor)");
+  }
+  const std::string_view prefix = kSignaturePrefix;
+  if (m.signature.compare(0, prefix.size(), prefix) != 0) {
+    return permission_denied(what + " has a signature of an unknown scheme (expected " +
+                             std::string(prefix) + ")");
+  }
+  const std::string bytes = m.signed_bytes();
+  const std::string_view sig = std::string_view(m.signature).substr(prefix.size());
+  for (const auto& key : signers) {
+    if (signature_valid(bytes, sig, key)) return {};
+  }
+  return permission_denied(
+      what + ": the signature is not an actor's signature of this manifest" +
+      (signers.empty() ? std::string(" (no actor sign_key is known)") : std::string()));
+}
+
+Status check_version_signature(const Manifest& m, const Security& security) {
+  if (!security.versions_signed()) return {};
+  return check_signature(m, security.version_signers());
+}
+
 nlohmann::json Manifest::to_json() const {
   nlohmann::json j;
   j["model"] = model;
@@ -85,6 +156,7 @@ nlohmann::json Manifest::to_json() const {
                             {"offset", t.offset},
                             {"bytes", t.bytes}});
   }
+  if (!signature.empty()) j["signature"] = signature;
   return j;
 }
 
@@ -129,6 +201,23 @@ Result<Manifest> Manifest::from_json(const nlohmann::json& j) {
     SLUICE_TRY(u64(t, "offset", s.offset).with_context("tensor '" + s.name + "'"));
     SLUICE_TRY(u64(t, "bytes", s.bytes).with_context("tensor '" + s.name + "'"));
     m.tensors.push_back(std::move(s));
+  }
+  if (auto s = j.find("signature"); s != j.end()) {
+    constexpr std::size_t kHexChars = 128;
+    const std::string_view prefix = kSignaturePrefix;
+    bool ok = s->is_string();
+    if (ok) {
+      const auto& text = s->get_ref<const std::string&>();
+      ok = text.size() == prefix.size() + kHexChars &&
+           text.compare(0, prefix.size(), prefix) == 0 &&
+           std::all_of(text.begin() + static_cast<std::ptrdiff_t>(prefix.size()), text.end(),
+                       [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
+      if (ok) m.signature = text;
+    }
+    if (!ok) {
+      return bad("'signature' must be \"" + std::string(prefix) +
+                 "\" and 128 lowercase hex characters");
+    }
   }
   SLUICE_TRY(m.validate());
   return m;

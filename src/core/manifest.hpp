@@ -2,6 +2,12 @@
 // bytes), its total size, its chunk size and a checksum per chunk. Manifests travel as JSON in
 // control messages; the weight bytes themselves live only in holders' registered memory.
 //
+// A version is something only the actor can make: the actor signs each manifest (Ed25519, its
+// key in the job's members file, core/security.hpp) over signed_bytes(), one canonical byte form
+// of everything a reader trusts: the model name, the version number, the tensors, the sizes, the
+// chunk size and every chunk checksum. Stores accept, and readers load, only a manifest whose
+// signature verifies against an actor's sign_key (check_version_signature).
+//
 // Thread safety: plain values.
 #pragma once
 
@@ -12,6 +18,7 @@
 #include <vector>
 
 #include "core/region_server.hpp"
+#include "core/security.hpp"
 #include "core/status.hpp"
 
 namespace sluice::core {
@@ -31,6 +38,10 @@ struct Manifest {
   std::uint64_t total_bytes = 0;
   std::uint64_t chunk_bytes = 0;
   std::vector<std::uint64_t> checksums;  // one per chunk (XXH3)
+  // The actor's signature of signed_bytes(): kSignaturePrefix and 128 lowercase hex characters
+  // (Ed25519). Empty: unsigned (plain mode, or a peer older than signed manifests). Not itself
+  // part of what is signed.
+  std::string signature;
 
   std::uint64_t chunk_count() const;
   // The chunk layout, for reading the version with the transfer engine.
@@ -42,10 +53,30 @@ struct Manifest {
   // chunk. The error names the first problem found (and the tensor).
   Status validate() const;
 
+  // The canonical bytes a signature covers: a format tag ("sluice.manifest.v1"), then every
+  // field in a fixed order, integers as 8 bytes little-endian, strings and lists preceded by
+  // their length. Two manifests have the same signed bytes only when they are the same manifest.
+  std::string signed_bytes() const;
+
+  // The JSON form; "signature" only when signed.
   nlohmann::json to_json() const;
-  // Parses and validates.
+  // Parses and validates. An optional "signature" must be kSignaturePrefix and 128 lowercase
+  // hex characters; whether it verifies is check_version_signature's question.
   static Result<Manifest> from_json(const nlohmann::json& j);
 };
+
+// The scheme tag of Manifest::signature: another scheme is refused, not misread.
+inline constexpr const char* kSignaturePrefix = "ed25519:";
+
+// Signs `m` with the actor's key pair: sets m.signature.
+Status sign_manifest(Manifest& m, const SignKeyPair& key);
+// ok when m.signature verifies against one of `signers` (the actors' sign keys, hex);
+// permission_denied naming the version otherwise: no signature (an older peer, or one that is not
+// the actor), a signature of another scheme, or one that no actor made for exactly this manifest.
+Status check_signature(const Manifest& m, const std::vector<std::string>& signers);
+// The check every store and reader makes before a version can be kept or loaded: in curve mode
+// check_signature against the members' actors; in plain mode nothing is checked (ok).
+Status check_version_signature(const Manifest& m, const Security& security);
 
 // Builds the manifest of `bytes` laid out as `tensors` (their offsets and sizes must already be
 // set) and computes the chunk checksums. Validates the result.

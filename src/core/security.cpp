@@ -1,6 +1,7 @@
 #include "core/security.hpp"
 
 #include <fcntl.h>
+#include <sodium.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <zmq.h>
@@ -34,6 +35,31 @@ bool valid_z85_key(const std::string& k) {
   if (k.size() != kZ85KeyChars) return false;
   std::uint8_t raw[32];
   return zmq_z85_decode(raw, k.c_str()) != nullptr;
+}
+
+// Lowercase hex of `n` bytes, and back: `hex` must be exactly 2n lowercase hex characters (one
+// spelling per value, so a signature or key compares equal only to itself).
+std::string to_hex(const unsigned char* bytes, std::size_t n) {
+  std::string out(2 * n + 1, '\0');
+  sodium_bin2hex(out.data(), out.size(), bytes, n);
+  out.pop_back();
+  return out;
+}
+
+bool from_hex(std::string_view hex, unsigned char* out, std::size_t n) {
+  if (hex.size() != 2 * n) return false;
+  for (char c : hex) {
+    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
+  }
+  std::size_t got = 0;
+  return sodium_hex2bin(out, n, hex.data(), hex.size(), nullptr, &got, nullptr) == 0 && got == n;
+}
+
+Status sodium_ready() {
+  // sodium_init() is idempotent and thread-safe: 0 the first time, 1 afterwards, -1 on failure.
+  static const int rc = sodium_init();
+  if (rc < 0) return internal_error("libsodium failed to initialise");
+  return {};
 }
 
 Result<std::string> read_small_file(const std::string& path) {
@@ -117,6 +143,66 @@ Result<KeyPair> make_key_pair() {
   return k;
 }
 
+// ---------------------------------------------------------------- version signatures
+
+bool valid_sign_key(const std::string& key) {
+  unsigned char raw[crypto_sign_PUBLICKEYBYTES];
+  return from_hex(key, raw, sizeof raw);
+}
+
+Result<SignKeyPair> sign_key_pair_from_seed(const std::string& seed_hex) {
+  SLUICE_TRY(sodium_ready());
+  unsigned char seed[crypto_sign_SEEDBYTES];
+  if (!from_hex(seed_hex, seed, sizeof seed)) {
+    return invalid_argument("a signing secret key must be 64 lowercase hex characters");
+  }
+  unsigned char pk[crypto_sign_PUBLICKEYBYTES];
+  unsigned char sk[crypto_sign_SECRETKEYBYTES];
+  crypto_sign_seed_keypair(pk, sk, seed);
+  SignKeyPair k{to_hex(pk, sizeof pk), seed_hex};
+  sodium_memzero(sk, sizeof sk);
+  sodium_memzero(seed, sizeof seed);
+  return k;
+}
+
+Result<SignKeyPair> make_sign_key_pair() {
+  SLUICE_TRY(sodium_ready());
+  unsigned char seed[crypto_sign_SEEDBYTES];
+  randombytes_buf(seed, sizeof seed);
+  std::string hex = to_hex(seed, sizeof seed);
+  sodium_memzero(seed, sizeof seed);
+  return sign_key_pair_from_seed(hex);
+}
+
+Result<std::string> sign_message(std::string_view message, const SignKeyPair& key) {
+  SLUICE_TRY(sodium_ready());
+  unsigned char seed[crypto_sign_SEEDBYTES];
+  if (!from_hex(key.secret_key, seed, sizeof seed)) {
+    return invalid_argument("no signing key (64 lowercase hex characters expected)");
+  }
+  unsigned char pk[crypto_sign_PUBLICKEYBYTES];
+  unsigned char sk[crypto_sign_SECRETKEYBYTES];
+  crypto_sign_seed_keypair(pk, sk, seed);
+  sodium_memzero(seed, sizeof seed);
+  unsigned char sig[crypto_sign_BYTES];
+  crypto_sign_detached(sig, nullptr, reinterpret_cast<const unsigned char*>(message.data()),
+                       message.size(), sk);
+  sodium_memzero(sk, sizeof sk);
+  return to_hex(sig, sizeof sig);
+}
+
+bool signature_valid(std::string_view message, std::string_view signature_hex,
+                     const std::string& public_key_hex) {
+  if (!sodium_ready().is_ok()) return false;
+  unsigned char sig[crypto_sign_BYTES];
+  unsigned char pk[crypto_sign_PUBLICKEYBYTES];
+  if (!from_hex(signature_hex, sig, sizeof sig) || !from_hex(public_key_hex, pk, sizeof pk)) {
+    return false;
+  }
+  return crypto_sign_verify_detached(sig, reinterpret_cast<const unsigned char*>(message.data()),
+                                     message.size(), pk) == 0;
+}
+
 // ---------------------------------------------------------------- members
 
 Status Members::add(Member m) {
@@ -126,6 +212,16 @@ Status Members::add(Member m) {
   }
   if (!valid_z85_key(m.public_key)) {
     return invalid_argument("member '" + m.identity + "' has a malformed public key");
+  }
+  if (!m.sign_key.empty()) {
+    if (m.role != kRoleActor) {
+      return invalid_argument("member '" + m.identity + "' (role " + m.role +
+                              ") has a sign_key: only actors sign versions");
+    }
+    if (!valid_sign_key(m.sign_key)) {
+      return invalid_argument("member '" + m.identity +
+                              "' has a malformed sign_key (64 lowercase hex characters expected)");
+    }
   }
   if (by_key_.count(m.public_key)) {
     return invalid_argument("member '" + m.identity + "' has the same key as '" +
@@ -148,6 +244,13 @@ const Member* Members::by_key(const std::string& public_key) const {
 const Member* Members::by_identity(const std::string& identity) const {
   auto it = by_identity_.find(identity);
   return it == by_identity_.end() ? nullptr : &members_[it->second];
+}
+
+std::vector<std::string> Members::version_signers() const {
+  std::vector<std::string> keys;
+  for (const auto& m : members_)
+    if (m.role == kRoleActor && !m.sign_key.empty()) keys.push_back(m.sign_key);
+  return keys;
 }
 
 Result<const Member*> Members::only_of_role(const std::string& role) const {
@@ -197,6 +300,17 @@ Result<KeyFile> read_key_file(const std::string& path) {
     return invalid_argument(where + ": keys must be 40-character Z85 text");
   }
   if (!is_known_role(k.role)) return invalid_argument(where + ": unknown role '" + k.role + "'");
+  // The signing key pair is optional in the format (only an actor has one): both halves or none.
+  if (j.contains("sign_public_key") || j.contains("sign_secret_key")) {
+    SLUICE_ASSIGN_OR_RETURN(k.sign.public_key, string_field(j, "sign_public_key", where));
+    SLUICE_ASSIGN_OR_RETURN(std::string seed, string_field(j, "sign_secret_key", where));
+    auto derived = sign_key_pair_from_seed(seed);
+    if (!derived.is_ok()) return invalid_argument(where + ": " + derived.status().message());
+    if (derived->public_key != k.sign.public_key) {
+      return invalid_argument(where + ": sign_secret_key does not belong to sign_public_key");
+    }
+    k.sign = std::move(derived).value();
+  }
   return k;
 }
 
@@ -205,6 +319,10 @@ Status write_key_file(const std::string& path, const KeyFile& k) {
          {"role", k.role},
          {"public_key", k.keys.public_key},
          {"secret_key", k.keys.secret_key}};
+  if (!k.sign.secret_key.empty()) {
+    j["sign_public_key"] = k.sign.public_key;
+    j["sign_secret_key"] = k.sign.secret_key;
+  }
   return write_private_file(path, j.dump(2) + "\n");
 }
 
@@ -226,6 +344,9 @@ Result<Members> read_members_file(const std::string& path) {
     SLUICE_ASSIGN_OR_RETURN(m.identity, string_field(e, "identity", where));
     SLUICE_ASSIGN_OR_RETURN(m.role, string_field(e, "role", where));
     SLUICE_ASSIGN_OR_RETURN(m.public_key, string_field(e, "public_key", where));
+    if (e.contains("sign_key")) {
+      SLUICE_ASSIGN_OR_RETURN(m.sign_key, string_field(e, "sign_key", where));
+    }
     SLUICE_TRY(out.add(std::move(m)).with_context(where));
   }
   return out;
@@ -234,7 +355,9 @@ Result<Members> read_members_file(const std::string& path) {
 Status write_members_file(const std::string& path, const Members& m) {
   json list = json::array();
   for (const auto& e : m.all()) {
-    list.push_back({{"identity", e.identity}, {"role", e.role}, {"public_key", e.public_key}});
+    json member{{"identity", e.identity}, {"role", e.role}, {"public_key", e.public_key}};
+    if (!e.sign_key.empty()) member["sign_key"] = e.sign_key;
+    list.push_back(std::move(member));
   }
   json j{{"version", kMembersVersion}, {"members", list}};
   return write_private_file(path, j.dump(2) + "\n");
@@ -253,8 +376,12 @@ Result<Members> make_job_keys(const std::string& dir,
       return invalid_argument("identity '" + identity + "' cannot name a key file");
     }
     SLUICE_ASSIGN_OR_RETURN(KeyPair kp, make_key_pair());
-    SLUICE_TRY(members.add(Member{identity, role, kp.public_key}));
-    files.push_back(KeyFile{identity, role, kp});
+    SignKeyPair sign;
+    if (role == kRoleActor) {
+      SLUICE_ASSIGN_OR_RETURN(sign, make_sign_key_pair());
+    }
+    SLUICE_TRY(members.add(Member{identity, role, kp.public_key, sign.public_key}));
+    files.push_back(KeyFile{identity, role, kp, sign});
   }
   for (const auto& k : files)
     SLUICE_TRY(write_key_file(key_file_path(dir, k.identity), k));
@@ -268,6 +395,11 @@ Security Security::plain() {
   Security s;
   s.mode = Mode::kPlain;
   return s;
+}
+
+std::vector<std::string> Security::version_signers() const {
+  if (!curve() || !members) return {};
+  return members->version_signers();
 }
 
 Result<Security> Security::for_server(const std::string& role) const {
@@ -309,12 +441,20 @@ Status SecurityConfig::check_files() const {
 Result<Security> load_security(const SecurityConfig& cfg, const std::string& who) {
   // Every role's /metrics shows its refusal counters from the start, at 0 until something is
   // refused (a scraper can alert on a rate without waiting for the first refusal to create it).
-  for (const char* reason : {"unauthenticated", "role", "owner", "malformed", "oversized"})
+  for (const char* reason :
+       {"unauthenticated", "role", "owner", "malformed", "oversized", "signature"})
     process_metrics().counter("sluice_refused_total", "requests refused, by reason",
                               {{"reason", reason}});
   SLUICE_TRY(cfg.check_files().with_context(who));
   if (cfg.mode == "plain") {
     warn_plain(who);
+    static std::once_flag once;
+    std::call_once(once, [&] {
+      log::warn(
+          "{}: PLAIN MODE: weight versions are neither signed nor checked; anyone who reaches the "
+          "weight store can make a version that rollouts load",
+          who);
+    });
     return Security::plain();
   }
   if (!curve_available()) {
@@ -327,10 +467,27 @@ Result<Security> load_security(const SecurityConfig& cfg, const std::string& who
     return invalid_argument("secret key file " + cfg.key_file + " (" + k.identity +
                             ") is not a member of " + cfg.members_file);
   }
+  // Versions are checked against the actors' sign keys: a members file without them (made before
+  // version signatures) would leave every reader unable to load any version.
+  for (const auto& a : m.all()) {
+    if (a.role == kRoleActor && a.sign_key.empty()) {
+      return invalid_argument("members file " + cfg.members_file + ": actor '" + a.identity +
+                              "' has no sign_key, so no version could be checked (make the "
+                              "job's keys again: sluice keys DIR, or sluice run)");
+    }
+  }
+  if (me->role == kRoleActor && k.sign.public_key != me->sign_key) {
+    return invalid_argument("secret key file " + cfg.key_file + " (" + k.identity + ") " +
+                            (k.sign.secret_key.empty()
+                                 ? std::string("has no signing key")
+                                 : std::string("holds another signing key than its sign_key")) +
+                            " in " + cfg.members_file + ": the actor could not sign versions");
+  }
   Security s;
   s.mode = Security::Mode::kCurve;
   s.identity = me->identity;
   s.keys = k.keys;
+  if (me->role == kRoleActor) s.sign = k.sign;
   s.members = std::make_shared<const Members>(std::move(m));
   log::info("{}: control plane authenticated (curve) as '{}', role {}", who, s.identity, me->role);
   return s;

@@ -17,6 +17,12 @@ done
 [ "$(stat -c %a "$work/keys")" = 700 ] || { echo "the keys folder is not 0700"; exit 1; }
 grep -q '"role": "relay"' "$work/keys/members.json"
 if grep -q secret "$work/keys/members.json"; then echo "members.json holds a secret"; exit 1; fi
+# The actor signs versions: its sign_key is in members.json (the only one), its secret half only
+# in its own key file.
+[ "$(grep -c '"sign_key"' "$work/keys/members.json")" -eq 1 ] || {
+  echo "members.json should list exactly one sign_key (the actor's)"; exit 1; }
+grep -q '"sign_secret_key"' "$work/keys/actor.key" || { echo "actor.key has no signing key"; exit 1; }
+if grep -q sign_ "$work/keys/relay-0.key"; then echo "a relay holds a signing key"; exit 1; fi
 echo "ok: $n files, mode 600"
 chmod 644 "$work/keys/weightstore.key"
 if out=$("$sluice" --log-level warn weightstore --set store.listen='tcp://127.0.0.1:*' \

@@ -165,6 +165,81 @@ TEST_SUITE("core.security") {
     CHECK(ok->call(Message("members"), Millis(5000)).is_ok());
   }
 
+  TEST_CASE("the actor's signing key: public in the members file, secret in its key file only") {
+    JobKeys keys;
+    auto members = read_members_file(members_file_path(keys.dir)).value();
+    const Member* actor = members.by_identity("actor");
+    REQUIRE(actor);
+    CHECK(valid_sign_key(actor->sign_key));
+    CHECK(members.version_signers() == std::vector<std::string>{actor->sign_key});
+    for (const auto& m : members.all())
+      if (m.role != kRoleActor) CHECK(m.sign_key.empty());
+    // Its secret half is in the actor's key file (mode 0600), and loads with it.
+    auto key = read_key_file(key_file_path(keys.dir, "actor")).value();
+    CHECK(key.sign.public_key == actor->sign_key);
+    CHECK_FALSE(key.sign.secret_key.empty());
+    Security sec = keys.security("actor");
+    CHECK(sec.sign.public_key == actor->sign_key);
+    CHECK(sec.versions_signed());
+    CHECK(sec.version_signers() == std::vector<std::string>{actor->sign_key});
+    // Nobody else holds it: a relay loads no signing key but knows whose signatures count.
+    Security relay = keys.security("relay-0");
+    CHECK(relay.sign.secret_key.empty());
+    CHECK(relay.version_signers() == std::vector<std::string>{actor->sign_key});
+    CHECK(read_key_file(key_file_path(keys.dir, "relay-0")).value().sign.secret_key.empty());
+    // A signature made with it verifies against the public half, and only for the same bytes.
+    auto sig = sign_message("version 3", sec.sign).value();
+    CHECK(signature_valid("version 3", sig, actor->sign_key));
+    CHECK_FALSE(signature_valid("version 4", sig, actor->sign_key));
+    CHECK_FALSE(signature_valid("version 3", sig, make_sign_key_pair().value().public_key));
+    CHECK_FALSE(signature_valid("version 3", "zz", actor->sign_key));
+  }
+
+  TEST_CASE("members files: a sign_key only for actors, and curve mode needs the actor's") {
+    JobKeys keys;
+    const std::string path = members_file_path(keys.dir);
+    Members members = read_members_file(path).value();
+    // A relay with a sign_key would be a second version maker: refused.
+    Member relay = *members.by_identity("relay-0");
+    relay.identity = "relay-9";
+    relay.public_key = make_key_pair().value().public_key;
+    relay.sign_key = make_sign_key_pair().value().public_key;
+    Members more = members;
+    Status s = more.add(relay);
+    CHECK(s.code() == Code::kInvalidArgument);
+    CHECK(s.message().find("only actors sign versions") != std::string::npos);
+    Member actor2{"actor-2", kRoleActor, make_key_pair().value().public_key, "ABCD"};
+    CHECK(more.add(actor2).message().find("malformed sign_key") != std::string::npos);
+
+    // A members file from before signatures (no sign_key) still parses: the format is
+    // compatible. But curve mode refuses it, naming the actor and the remedy.
+    Members old;
+    for (Member m : members.all()) {
+      m.sign_key.clear();
+      REQUIRE(old.add(m).is_ok());
+    }
+    REQUIRE(write_members_file(path, old).is_ok());
+    auto parsed = read_members_file(path);
+    REQUIRE(parsed.is_ok());
+    CHECK(parsed->version_signers().empty());
+    auto loaded = load_security(keys.config("rollout-0"), "test");
+    CHECK(loaded.status().code() == Code::kInvalidArgument);
+    CHECK(loaded.status().message().find("actor 'actor' has no sign_key") != std::string::npos);
+    CHECK(loaded.status().message().find("sluice keys") != std::string::npos);
+
+    // An actor whose key file lacks the secret half of its sign_key cannot load.
+    REQUIRE(write_members_file(path, members).is_ok());
+    KeyFile k = read_key_file(key_file_path(keys.dir, "actor")).value();
+    k.sign = SignKeyPair{};
+    REQUIRE(write_key_file(key_file_path(keys.dir, "actor"), k).is_ok());
+    auto actor_loaded = load_security(keys.config("actor"), "test");
+    CHECK(actor_loaded.status().message().find("has no signing key") != std::string::npos);
+    k.sign = make_sign_key_pair().value();
+    REQUIRE(write_key_file(key_file_path(keys.dir, "actor"), k).is_ok());
+    actor_loaded = load_security(keys.config("actor"), "test");
+    CHECK(actor_loaded.status().message().find("another signing key") != std::string::npos);
+  }
+
   TEST_CASE("curve settings without keys are refused at create; refusals are exported") {
     auto loop = EventLoop::create().value();
     Security nokeys;  // curve by default

@@ -52,4 +52,16 @@ TEST_SUITE("relay.auth") {
     impostor.members = keys.security("weightstore").members;
     CHECK(messages_seen_by(keys, impostor, 1500) == 0);
   }
+
+  TEST_CASE("in curve mode a relay's id is its key's identity: another is refused at start") {
+    JobKeys keys;
+    auto loop = core::EventLoop::create().value();
+    relay::RelayConfig rc;
+    rc.store = "tcp://127.0.0.1:1";
+    rc.relay_id = "relay-9";  // the store takes the id from the key: every join would be refused
+    rc.security = keys.config("relay-0");
+    auto r = relay::Relay::create(*loop, rc, {});
+    CHECK(r.status().code() == core::Code::kInvalidArgument);
+    CHECK(r.status().message().find("set relay.relay_id=relay-0") != std::string::npos);
+  }
 }

@@ -245,6 +245,61 @@ TEST_SUITE("weightstore.store") {
   }
 }
 
+TEST_SUITE("weightstore.store.bounds") {
+  TEST_CASE("a new version is 1 to 2^53-1 and at most max_version_ahead past the newest") {
+    StoreConfig cfg;
+    cfg.max_version_ahead = 10;
+    WeightStore s(cfg);
+    for (std::uint64_t v : {std::uint64_t(0), UINT64_MAX, kMaxVersion + 1}) {
+      CAPTURE(v);
+      CHECK(s.put_manifest(manifest(v)).code() == Code::kInvalidArgument);
+      CHECK(s.register_holder(holder("relay-0", manifest(v)), t0).code() == Code::kInvalidArgument);
+    }
+    CHECK(s.models().empty());  // nothing was kept of any of them
+    // Nothing known: a holder may bring any version below the bound (a restarted store).
+    REQUIRE(s.register_holder(holder("relay-0", manifest(kMaxVersion - 20)), t0).is_ok());
+    CHECK(s.latest("m").value() == kMaxVersion - 20);
+    CHECK(s.put_manifest(manifest(kMaxVersion - 9)).code() == Code::kInvalidArgument);
+    CHECK(s.register_holder(holder("relay-1", manifest(kMaxVersion - 9)), t0).code() ==
+          Code::kInvalidArgument);
+    REQUIRE(s.put_manifest(manifest(kMaxVersion - 10)).is_ok());
+    // kMaxVersion itself is a version; nothing above it ever is.
+    REQUIRE(s.register_holder(holder("relay-1", manifest(kMaxVersion)), t0).is_ok());
+    CHECK(s.latest("m").value() == kMaxVersion);
+  }
+
+  TEST_CASE("a lease is renewed and released only by the identity that took it") {
+    WeightStore s;
+    auto m = manifest(1);
+    REQUIRE(s.put_manifest(m).is_ok());
+    REQUIRE(s.register_holder(holder("a", m), t0).is_ok());
+    auto p = s.plan("m", 1, {}, t0, "rollout-0").value();
+    const std::string before = s.state_digest();
+    CHECK(s.renew(p.lease_id, t0 + Millis(5), "rollout-1").code() == Code::kPermissionDenied);
+    CHECK(s.release(p.lease_id, "rollout-1").code() == Code::kPermissionDenied);
+    CHECK(s.state_digest() == before);
+    CHECK(s.renew(p.lease_id, t0 + Millis(5), "rollout-0").is_ok());
+    CHECK(s.state_digest() != before);  // the expiry moved: the digest sees it
+    CHECK(s.release(p.lease_id, "rollout-0").is_ok());
+    CHECK(s.active_leases("a") == 0);
+    // Plain mode names nobody: a lease taken without an identity is anyone's.
+    auto q = s.plan("m", 1, {}, t0).value();
+    CHECK(s.release(q.lease_id).is_ok());
+  }
+
+  TEST_CASE("a relay's holder id is bound to the identity that joined with it") {
+    WeightStore s;
+    REQUIRE(s.join_relay("relay-0", {}, t0, "relay-0").is_ok());
+    const std::string before = s.state_digest();
+    CHECK(s.join_relay("relay-0", {"elsewhere", "", ""}, t0 + Millis(1), "relay-1").code() ==
+          Code::kPermissionDenied);
+    CHECK(s.register_holder(holder("relay-0", manifest(1)), t0, "rollout-0").code() ==
+          Code::kPermissionDenied);
+    CHECK(s.state_digest() == before);
+    CHECK(s.join_relay("relay-0", {}, t0 + Millis(1), "relay-0").is_ok());
+  }
+}
+
 TEST_SUITE("weightstore.broadcast") {
   TEST_CASE("relays pull from their chain predecessor, their tree parent, or the publisher") {
     auto m = manifest(1);
