@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "sim/sim_state.hpp"
+#include "sim/steady.hpp"
 
 namespace sluice::sim {
 
@@ -60,6 +61,12 @@ ModeResult Sim::results(double end) const {
   for (const char* cause : rollout::kFreeSlotCauses) {
     m.free_slots.emplace_back(cause, slot_s > 0 ? free.value(cause, 0.0) / slot_s : 0.0);
   }
+
+  double end_share = 0;
+  for (const auto& [cause, frac] : m.free_slots) {
+    if (cause == "end") end_share = frac;
+  }
+  m.generating_share = active_generating_share(m.rollout_util, end_share);
 
   // Steady state: the batches between the first and the last steady_trim of them.
   const SteadyWindow w = steady_window(step_ends_, in_.sim.steady_trim);

@@ -58,6 +58,8 @@ struct ModeResult {
   std::uint64_t staleness_p50 = 0, staleness_p99 = 0;
   std::uint64_t generated_tokens = 0;
   double dropped_token_frac = 0;
+  // The share of slot time generating outside start-up and the final drain (sim/steady.hpp).
+  double generating_share = 0;
   std::vector<std::pair<std::string, double>> free_slots;
   // Beyond the bench.
   double steady_tokens_per_s = 0;  // over the middle batches (SimulateConfig::steady_trim)

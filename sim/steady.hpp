@@ -41,4 +41,11 @@ inline SteadyWindow steady_window(const std::vector<StepEnd>& steps, double trim
   return w;
 }
 
+// The share of rollout slot time spent generating outside start-up and the job's final drain:
+// `occupancy`, the occupied share of all slot time counted from each rollout's first weights on,
+// over the share that was not idle for want of work left in the job (`end_share`).
+inline double active_generating_share(double occupancy, double end_share) {
+  return end_share < 1 ? occupancy / (1 - end_share) : 0.0;
+}
+
 }  // namespace sluice::sim

@@ -110,7 +110,7 @@ Row summarize(const std::string& label, const JobResult& r, double steady_trim) 
   for (const char* cause : rollout::kFreeSlotCauses)
     row.free_slots.emplace_back(cause, slot_s > 0 ? free.value(cause, 0.0) / slot_s : 0.0);
   const double end_share = slot_s > 0 ? free.value("end", 0.0) / slot_s : 0.0;
-  row.generating_share = end_share < 1 ? row.rollout_util / (1 - end_share) : 0.0;
+  row.generating_share = sim::active_generating_share(row.rollout_util, end_share);
   return row;
 }
 

@@ -16,6 +16,7 @@
 #include "cli/bench_util.hpp"
 #include "cli/job_setup.hpp"
 #include "cli/simulate.hpp"
+#include "rollout/manager.hpp"
 #include "sim/simulator.hpp"
 #include "sim/weights.hpp"
 
@@ -181,6 +182,7 @@ void print_scale_json(const std::vector<Setup>& setups) {
              {"staleness_max", r.staleness_max},
              {"dropped_token_frac", r.dropped_token_frac},
              {"gpu_generating", generating_share(r)},
+             {"generating_share", r.generating_share},
              {"actor_idle_frac", r.actor_idle_frac},
              {"wall_s", r.wall_s},
              {"run_s", r.run_s}};
@@ -227,7 +229,8 @@ void print_scale_table(const std::vector<Setup>& setups) {
   }
   std::printf(
       "\neach mode at its best split; sluice/x: sluice's throughput (at its best) over the "
-      "mode's (whole job, and its steady middle); gen: share of rollout GPU time generating; "
+      "mode's (whole job, and its steady middle); gen: share of slot time generating outside "
+      "start-up and the final drain; "
       "stale p50/p99/max: of the trajectories trained; drop: generated tokens dropped as too "
       "stale\n%-22s %6s %-18s %6s %10s %10s %6s %7s %7s %11s %6s %9s %9s\n",
       "setup", "GPUs", "mode", "share", "tokens/s", "steady/s", "gen", "w-stall", "a-idle", "stale",
@@ -242,24 +245,30 @@ void print_scale_table(const std::vector<Setup>& setups) {
       std::printf(
           "%-22s %6u %-18s %6s %10.0f %10.0f %5.1f%% %6.2f%% %6.1f%% %11s %5.1f%% %9s %9s\n",
           s.name.c_str(), s.gpus, r.label.c_str(), share_text(run).c_str(), r.tokens_per_s,
-          r.steady_tokens_per_s, 100 * generating_share(r), 100 * r.weight_stall_frac,
+          r.steady_tokens_per_s, 100 * r.generating_share, 100 * r.weight_stall_frac,
           100 * r.actor_idle_frac, stale.c_str(), 100 * r.dropped_token_frac,
           run_ratio_text(sl, &run, false).c_str(), run_ratio_text(sl, &run, true).c_str());
     }
   }
   std::printf(
-      "\nwhere each mode's rollout GPU time went at its best split\n%-22s %6s %-18s %9s "
-      "%9s %9s %9s\n",
+      "\nwhere each mode's rollout GPU time went at its best split, and where its free slots went "
+      "(share of slot time)\n%-22s %6s %-18s %9s %9s %9s %9s",
       "setup", "GPUs", "mode", "generate", "load", "barrier", "idle");
+  for (const char* cause : rollout::kFreeSlotCauses)
+    std::printf(" %9s", cause);
+  std::printf("\n");
   for (const auto& s : setups) {
     for (const auto& run : s.runs) {
       if (!run.best) continue;
       const sim::ModeResult& r = run.r;
       const double all = r.gpus * r.wall_s;
       auto pct = [&](double x) { return all > 0 ? 100 * x / all : 0.0; };
-      std::printf("%-22s %6u %-18s %8.1f%% %8.1f%% %8.1f%% %8.1f%%\n", s.name.c_str(), s.gpus,
+      std::printf("%-22s %6u %-18s %8.1f%% %8.1f%% %8.1f%% %8.1f%%", s.name.c_str(), s.gpus,
                   r.label.c_str(), pct(r.gpu.generating), pct(r.gpu.loading), pct(r.gpu.barrier),
                   pct(r.gpu.idle));
+      for (const auto& [cause, frac] : r.free_slots)
+        std::printf(" %8.1f%%", 100 * frac);
+      std::printf("\n");
     }
   }
   std::printf("\n");
