@@ -19,8 +19,10 @@ namespace {
 namespace fs = std::filesystem;
 
 constexpr char kMagic[8] = {'S', 'L', 'U', 'I', 'C', 'E', 'A', 'C'};
-constexpr std::uint32_t kFormatVersion = 1;
-// Far above any real checkpoint (a million ids take about 20 MB): a size beyond it is damage.
+constexpr std::uint32_t kFormatVersion = 2;
+constexpr std::uint32_t kOldestFormat = 1;  // lists every consumed id (still read)
+// Far above any real checkpoint (the consumed ids are a bounded set, the summary's lists stop at
+// a million ids, about 20 MB): a size beyond it is damage.
 constexpr std::uint64_t kMaxCheckpointBytes = 1ull << 30;
 constexpr std::size_t kHeaderBytes = sizeof(kMagic) + sizeof(std::uint32_t) + sizeof(std::uint64_t);
 
@@ -110,10 +112,10 @@ core::Result<CheckpointState> read_checkpoint(const std::string& path) {
     return damaged("checksum mismatch");
   }
   const auto version = get<std::uint32_t>(in, sizeof(kMagic));
-  if (version != kFormatVersion) {
-    return core::invalid_argument("actor checkpoint '" + path + "' has format version " +
-                                  std::to_string(version) + ", expected " +
-                                  std::to_string(kFormatVersion));
+  if (version < kOldestFormat || version > kFormatVersion) {
+    return core::invalid_argument(
+        "actor checkpoint '" + path + "' has format version " + std::to_string(version) +
+        ", expected " + std::to_string(kOldestFormat) + " to " + std::to_string(kFormatVersion));
   }
   const auto body_len = get<std::uint64_t>(in, sizeof(kMagic) + sizeof(std::uint32_t));
   if (body_len != end - kHeaderBytes) return damaged("body length does not match the file");
@@ -122,6 +124,7 @@ core::Result<CheckpointState> read_checkpoint(const std::string& path) {
   if (doc.is_discarded()) return damaged("body is not JSON");
   CheckpointState s;
   if (core::Status st = core::config::parse(doc, s); !st.is_ok()) return damaged(st.message());
+  if (version == 1) s.consumed_group_size = 0;  // its consumed_ids is the whole set
   if (s.policy_file.empty() || s.policy_file.find('/') != std::string::npos) {
     return damaged("bad policy file name '" + s.policy_file + "'");
   }

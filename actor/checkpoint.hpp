@@ -8,6 +8,8 @@
 //
 // actor.ckpt on disk: magic "SLUICEAC", format version (u32), body length (u64), the body (JSON,
 // CheckpointState::describe), chunk_checksum of everything before it (u64); little-endian.
+// Format 2 holds the consumed ids as a bounded set (consumed_group_size > 0); format 1, still
+// read, listed every id in consumed_ids.
 //
 // Errors: no file is not_found; a damaged file (short, bad magic, bad checksum, sizes that do
 // not add up, a body that does not parse) is data_loss; another format version is
@@ -43,8 +45,17 @@ struct CheckpointState {
   std::uint64_t accepted = 0, duplicates = 0, consumed = 0, dropped_stale = 0, downweighted = 0,
                 abandoned = 0;
 
-  std::vector<std::string> consumed_ids;  // trained on or dropped, in order
+  // Every consumed id (trained on or dropped), as an IdSet (actor/id_set.hpp): its group size
+  // (0: format 1, where consumed_ids lists every id), its floor and the ids above it. Bounded in
+  // a long job, unlike a list of every id (50M ids overran the 1 GiB load cap).
+  std::uint32_t consumed_group_size = 0;
+  std::uint64_t consumed_floor = 0;
+  std::vector<std::string> consumed_listed;
+  // The summary's lists, in order (actor/consumed.hpp): cut at a bound in a long job, which
+  // ids_complete then says.
+  std::vector<std::string> consumed_ids;  // trained on or dropped
   std::vector<std::string> trained_ids;   // of those, trained on
+  bool ids_complete = true;
 
   template <typename V>
   void describe(V& v) {
@@ -75,6 +86,10 @@ struct CheckpointState {
     v("abandoned", abandoned);
     v("consumed_ids", consumed_ids);
     v("trained_ids", trained_ids);
+    v("consumed_group_size", consumed_group_size);
+    v("consumed_floor", consumed_floor);
+    v("consumed_listed", consumed_listed);
+    v("ids_complete", ids_complete);
   }
 };
 

@@ -53,14 +53,15 @@ std::uint64_t staleness_quantile(const StalenessCounts& counts, double q) {
   return counts.size() - 1;
 }
 
-ExperienceBuffer::ExperienceBuffer(BufferOptions options) : options_(options) {
+ExperienceBuffer::ExperienceBuffer(BufferOptions options)
+    : options_(options), seen_(options.group_size) {
   // A group of 0 makes no sense; it means ungrouped, like 1.
   if (options_.group_size == 0) options_.group_size = 1;
 }
 
 core::Status ExperienceBuffer::add(rl::Trajectory t) {
   if (t.id.empty()) return core::invalid_argument("experience buffer: trajectory without an id");
-  if (!seen_.insert(t.id).second) {
+  if (!seen_.insert(t.id)) {
     ++counts_.duplicates;
     return core::Status(core::Code::kAlreadyExists,
                         "experience buffer: trajectory " + t.id + " was already accepted");

@@ -3,7 +3,8 @@
 //
 // - Exactly once: a trajectory id is accepted once; a second arrival (a resumed trajectory whose
 //   first copy also landed, a retried send) is refused and counted as a duplicate. Ids of
-//   trajectories already consumed stay remembered, so a late duplicate is refused too.
+//   trajectories already consumed stay remembered, so a late duplicate is refused too; they are
+//   an IdSet (actor/id_set.hpp), so remembering them all takes bounded memory in a long job.
 // - Groups: with group_size G > 1 (GRPO), trajectories are released only as whole groups of G
 //   sharing a prompt_id.
 // - Abandoned trajectories (stopped by the fleet because they could no longer be trained on)
@@ -23,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "actor/id_set.hpp"
 #include "core/status.hpp"
 #include "rl/trajectory.hpp"
 
@@ -82,9 +84,9 @@ class ExperienceBuffer {
   std::size_t held() const;
   const BufferCounts& counts() const { return counts_; }
   // Every id ever accepted (for an actor checkpoint: consumed ids must survive a restart).
-  const std::set<std::string>& seen_ids() const { return seen_; }
+  const IdSet& seen() const { return seen_; }
   // Restores the seen set from a checkpoint.
-  void restore_seen(std::set<std::string> ids) { seen_ = std::move(ids); }
+  void restore_seen(IdSet ids) { seen_ = std::move(ids); }
   // Ids of the trajectories take() dropped (stale, or in a group with an abandoned member) since
   // the last call, in the order dropped.
   std::vector<std::string> drain_dropped_ids();
@@ -97,7 +99,7 @@ class ExperienceBuffer {
  private:
   BufferOptions options_;
   BufferCounts counts_;
-  std::set<std::string> seen_;
+  IdSet seen_;
   std::vector<std::string> dropped_ids_;  // since the last drain_dropped_ids()
   std::map<std::string, std::vector<rl::Trajectory>> partial_groups_;  // by prompt_id
   std::deque<std::vector<rl::Trajectory>> ready_groups_;               // arrival order

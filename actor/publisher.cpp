@@ -44,6 +44,8 @@ Result<std::unique_ptr<Publisher>> Publisher::create(core::EventLoop& loop,
         "' has no version signing key: only the actor signs versions (its key file holds "
         "sign_secret_key; sluice publish takes --as actor)");
   }
+  if (options.publish_timeout <= core::Millis(0))
+    return core::invalid_argument("publisher: publish_timeout must be positive");
   std::unique_ptr<Publisher> p(new Publisher());
   p->loop_ = &loop;
   p->engine_ = &engine;
@@ -101,6 +103,8 @@ Status Publisher::publish_async(std::uint64_t version, const std::vector<TensorV
                                 std::function<void(Result<core::Manifest>)> committed) {
   if (pending_.count(version)) return core::invalid_argument("version already being published");
   auto p = std::make_unique<Pending>();
+  p->gen = ++next_gen_;
+  const std::uint64_t gen = p->gen;
   core::Manifest& m = p->manifest;
   m.model = options_.model;
   m.version = version;
@@ -141,11 +145,18 @@ Status Publisher::publish_async(std::uint64_t version, const std::vector<TensorV
     ++submitted;
     std::uint64_t off = i * chunk;
     hasher_->submit(base + off, std::min(chunk, total - off),
-                    [this, alive, version, i](std::uint64_t sum) {
+                    [this, alive, version, gen, i](std::uint64_t sum) {
                       if (alive.expired()) return;
-                      auto it = pending_.find(version);
-                      if (it == pending_.end()) return;
-                      Pending& pd = *it->second;
+                      if (auto a = abandoned_.find(gen); a != abandoned_.end()) {
+                        // Given up: the buffer is reused once the hash thread is done with it.
+                        if (--a->second->remaining > 0) return;
+                        give_back(std::move(a->second->buffer));
+                        abandoned_.erase(a);
+                        return;
+                      }
+                      Pending* found = find_pending(version, gen);
+                      if (!found) return;
+                      Pending& pd = *found;
                       pd.manifest.checksums[i] = sum;
                       if (--pd.remaining > 0) return;
                       if (pd.failed.is_ok()) return checksummed(version);
@@ -209,6 +220,11 @@ Status Publisher::copy_from_device(const std::vector<TensorView>& tensors,
       .with_context("publish: copy from device " + std::to_string(device));
 }
 
+Publisher::Pending* Publisher::find_pending(std::uint64_t version, std::uint64_t gen) {
+  auto it = pending_.find(version);
+  return it == pending_.end() || it->second->gen != gen ? nullptr : it->second.get();
+}
+
 void Publisher::checksummed(std::uint64_t version) {
   Pending& p = *pending_[version];
   Status valid = p.manifest.validate();
@@ -217,24 +233,28 @@ void Publisher::checksummed(std::uint64_t version) {
   }
   if (!valid.is_ok()) return finish(version, valid);
   std::weak_ptr<bool> alive = alive_;
-  store_->put_manifest_async(p.manifest, core::Millis(10000), [this, alive, version](Status r) {
-    if (alive.expired()) return;
-    if (!r.is_ok()) return finish(version, r);
-    auto it = pending_.find(version);
-    if (it == pending_.end()) return;
-    holder_->serve(it->second->manifest, it->second->buffer->descriptor().encode(),
-                   [this, alive, version](Result<weightstore::Committed> rr) {
-                     if (alive.expired()) return;
-                     if (!rr.is_ok()) return finish(version, rr.status());
-                     if (!rr->committed) {
-                       return finish(version, core::internal_error(
-                                                  "the store did not commit a complete version"));
-                     }
-                     auto it2 = pending_.find(version);
-                     if (it2 == pending_.end()) return;
-                     finish(version, it2->second->manifest);
-                   });
-  });
+  const std::uint64_t gen = p.gen;
+  // Replies to a publish given up after its time-out find no pending of their gen and end there
+  // (a retry of the same version is another gen).
+  store_->put_manifest_async(
+      p.manifest, core::Millis(10000), [this, alive, version, gen](Status r) {
+        if (alive.expired() || !find_pending(version, gen)) return;
+        if (!r.is_ok()) return finish(version, r);
+        Pending* pd = find_pending(version, gen);
+        holder_->serve(pd->manifest, pd->buffer->descriptor().encode(),
+                       [this, alive, version, gen](Result<weightstore::Committed> rr) {
+                         if (alive.expired()) return;
+                         Pending* mine = find_pending(version, gen);
+                         if (!mine) return;
+                         if (!rr.is_ok()) return finish(version, rr.status());
+                         if (!rr->committed) {
+                           return finish(
+                               version,
+                               core::internal_error("the store did not commit a complete version"));
+                         }
+                         finish(version, mine->manifest);
+                       });
+      });
 }
 
 void Publisher::finish(std::uint64_t version, Result<core::Manifest> result) {
@@ -260,13 +280,26 @@ Result<core::Manifest> Publisher::publish(std::uint64_t version,
   std::optional<Result<core::Manifest>> out;
   SLUICE_TRY(publish_async(version, tensors,
                            [&out](Result<core::Manifest> r) { out.emplace(std::move(r)); }));
-  loop_->run_until([&out] { return out.has_value(); }, core::Millis(60000));
-  if (!out) {
-    pending_.erase(version);
-    return core::timeout_error("publish " + options_.model + "@" + std::to_string(version) +
-                               ": not committed within 60 s");
+  loop_->run_until([&out] { return out.has_value(); }, options_.publish_timeout);
+  if (out) return std::move(*out);
+  const Status timed_out =
+      core::timeout_error(fmt::format("publish {}@{}: not committed within {} ms", options_.model,
+                                      version, options_.publish_timeout.count()));
+  auto it = pending_.find(version);
+  if (it == pending_.end()) return timed_out;
+  it->second->committed = nullptr;  // `out` goes with this call
+  if (it->second->remaining > 0) {
+    // Still hashing: never offered to anyone, but the hash thread reads the buffer. It comes
+    // back once the last hash lands; the version may be published again meanwhile.
+    abandoned_[it->second->gen] = std::move(it->second);
+    pending_.erase(it);
+    return timed_out;
   }
-  return std::move(*out);
+  // The manifest or the registration is out: the store may have committed the copy and named it
+  // to readers already. So it is retired like any copy: unpublished, and its memory kept until
+  // the store says its leases drained (never freed here, where a reader may still read it).
+  finish(version, timed_out);
+  return timed_out;
 }
 
 Status Publisher::close(core::Millis timeout) {

@@ -73,6 +73,11 @@ struct PublisherOptions {
   // grants no leases on a copy it does not know, and the old store's leases have expired by
   // then). Never on a timer while the store may still hold a lease. Default 10000, >= 1.
   core::Millis lease_ttl{10000};
+  // How long publish() waits for the commit (> 0). On a time-out the copy is handled as a
+  // retired one: its staging memory is kept until the store says its leases drained (the
+  // registration may have reached the store, which may already have named it to readers), or
+  // until the hash thread is done with it when it was never offered. Default 60000.
+  core::Millis publish_timeout{60000};
 };
 
 class Publisher {
@@ -91,7 +96,8 @@ class Publisher {
   core::Status publish_async(std::uint64_t version, const std::vector<TensorView>& tensors,
                              std::function<void(core::Result<core::Manifest>)> committed);
   // publish_async, then runs the loop until the version is committed (for tools and tests; not
-  // from a loop callback).
+  // from a loop callback). timeout_error after options.publish_timeout; the same version may
+  // then be published again.
   core::Result<core::Manifest> publish(std::uint64_t version,
                                        const std::vector<TensorView>& tensors);
   // Allocates and touches `count` staging buffers of `bytes` ahead of time, so that publishing
@@ -130,6 +136,7 @@ class Publisher {
   void check_handoff(std::uint64_t version);
 
   struct Pending {
+    std::uint64_t gen = 0;    // which publish of the version (one may be retried after a time-out)
     core::Manifest manifest;  // checksums filled in as they arrive
     std::unique_ptr<core::RegisteredBuffer> buffer;
     std::size_t remaining = 0;
@@ -145,6 +152,9 @@ class Publisher {
                                 const core::Manifest& manifest, core::RegisteredBuffer& buffer,
                                 const std::function<void(std::uint64_t)>& landed);
   void finish(std::uint64_t version, core::Result<core::Manifest> result);
+  // The pending publish of `version` started as `gen`, or null (it ended, or was given up and
+  // the version is being published again).
+  Pending* find_pending(std::uint64_t version, std::uint64_t gen);
 
   core::EventLoop* loop_ = nullptr;
   core::TransferEngine* engine_ = nullptr;
@@ -152,6 +162,10 @@ class Publisher {
   PublisherOptions options_;
   std::vector<Held> held_;
   std::map<std::uint64_t, std::unique_ptr<Pending>> pending_;
+  // Publishes given up (timed out) while the hash thread still read their staging buffers, by
+  // gen: their buffers come back for reuse once the last hash lands.
+  std::map<std::uint64_t, std::unique_ptr<Pending>> abandoned_;
+  std::uint64_t next_gen_ = 0;
   std::vector<std::unique_ptr<core::RegisteredBuffer>> free_;  // staging buffers to reuse
   core::RetiredBuffers retired_;  // drained buffers beyond free_, freed after a grace period
   std::unique_ptr<core::HashWorker> hasher_;

@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "actor/checkpoint.hpp"
+#include "actor/consumed.hpp"
 #include "actor/gpt_policy.hpp"
 #include "actor/policy.hpp"
 #include "actor/publisher.hpp"
@@ -118,13 +119,11 @@ struct Trainer::Impl {
 
   // The manager protocol (see trainer.hpp).
   std::string epoch = random_epoch();
-  std::vector<std::string> have;      // received since the last collect that got through
-  std::vector<std::string> ack;       // durable, not acknowledged yet
-  std::vector<std::string> unsynced;  // consumed, not in a checkpoint yet (checkpoint_dir only)
-  std::set<std::string> durable;      // consumed and durable: a re-sent copy is acknowledged
-
-  // Consumed ids (the summary's accepted_ids) and, of those, the trained ones.
-  std::vector<std::string> consumed_ids, trained_ids;
+  std::vector<std::string> have;  // received since the last collect that got through
+  std::vector<std::string> ack;   // durable, not acknowledged yet
+  // What was consumed and what of it is durable: a re-sent copy of a durable one is
+  // acknowledged again. Bounded in a long job (actor/consumed.hpp says why that is safe).
+  std::unique_ptr<Consumed> ledger;
 
   // Checkpoints.
   std::uint64_t sequence = 0, restarts = 0;
@@ -157,15 +156,7 @@ struct Trainer::Impl {
 
   // A consumed trajectory: acknowledged after the next checkpoint (without checkpoints, it was
   // acknowledged on receipt).
-  void consume(const std::string& id, bool trained) {
-    consumed_ids.push_back(id);
-    if (trained) trained_ids.push_back(id);
-    if (cfg.checkpoint_dir.empty()) {
-      durable.insert(id);
-    } else {
-      unsynced.push_back(id);
-    }
-  }
+  void consume(const std::string& id, bool trained) { ledger->consume(id, trained); }
 
   core::Status publish_next() {
     const auto give_up = Clock::now() + Millis(cfg.store_timeout_ms);
@@ -247,7 +238,7 @@ struct Trainer::Impl {
       auto st = buffer->add(std::move(t));
       // A copy of one already durable (its acknowledgement was lost, or the actor restarted
       // before sending it): acknowledge it again.
-      if (st.code() == core::Code::kAlreadyExists && durable.count(id) > 0) ack.push_back(id);
+      if (st.code() == core::Code::kAlreadyExists && ledger->durable(id)) ack.push_back(id);
     }
     return {};
   }
@@ -328,7 +319,7 @@ struct Trainer::Impl {
   core::Status maybe_checkpoint(bool force) {
     if (cfg.checkpoint_dir.empty()) return {};
     const bool changed = policy_file.empty() || steps != checkpoint_steps ||
-                         version != checkpoint_version || !unsynced.empty();
+                         version != checkpoint_version || ledger->unsynced();
     if (!changed) return {};
     const bool by_steps =
         cfg.checkpoint_every_steps > 0 && steps - checkpoint_steps >= cfg.checkpoint_every_steps;
@@ -341,7 +332,7 @@ struct Trainer::Impl {
   // Idle for checkpoint_idle_s with consumed trajectories not yet acknowledged: a checkpoint
   // now lets them go (a manager may wait for them before it says done).
   bool idle_flush_due() const {
-    return !cfg.checkpoint_dir.empty() && !unsynced.empty() && cfg.checkpoint_idle_s > 0 &&
+    return !cfg.checkpoint_dir.empty() && ledger->unsynced() && cfg.checkpoint_idle_s > 0 &&
            seconds(Clock::now() - last_progress) >= cfg.checkpoint_idle_s;
   }
 
@@ -374,8 +365,7 @@ struct Trainer::Impl {
     s.dropped_stale = c.dropped_stale;
     s.downweighted = c.downweighted;
     s.abandoned = c.abandoned;
-    s.consumed_ids = consumed_ids;
-    s.trained_ids = trained_ids;
+    ledger->save(s);
 
     const std::string path = in_checkpoint_dir(s.policy_file);
     SLUICE_TRY(policy->save_state(path).with_context("actor checkpoint"));
@@ -391,13 +381,13 @@ struct Trainer::Impl {
     checkpoint_steps = steps;
     checkpoint_version = version;
     last_checkpoint = Clock::now();
-    for (auto& id : unsynced) {
-      durable.insert(id);
+    for (auto& id : ledger->synced())
       ack.push_back(std::move(id));
-    }
-    unsynced.clear();
-    log::info("actor: checkpoint {} at step {}, version {} ({} consumed ids, {:.3f} s)", sequence,
-              steps, version, consumed_ids.size(), seconds(Clock::now() - t0));
+    log::info(
+        "actor: checkpoint {} at step {}, version {} ({} consumed ids, {} listed one by one, "
+        "{:.3f} s)",
+        sequence, steps, version, ledger->count(), s.consumed_listed.size(),
+        seconds(Clock::now() - t0));
     return {};
   }
 
@@ -440,6 +430,8 @@ struct Trainer::Impl {
       return j;
     };
     SLUICE_ASSIGN_OR_RETURN(json initial_terms, by_terms(s.initial_by_terms));
+    Consumed restored(consumed_options());
+    SLUICE_TRY(restored.restore(s).with_context("'" + path + "'"));
     SLUICE_ASSIGN_OR_RETURN(json last_terms, by_terms(s.last_by_terms));
     SLUICE_TRY(policy->load_state(in_checkpoint_dir(s.policy_file))
                    .with_context("actor checkpoint '" + path + "'"));
@@ -473,14 +465,19 @@ struct Trainer::Impl {
     c.downweighted = s.downweighted;
     c.abandoned = s.abandoned;
     buffer->restore_counts(c);
-    buffer->restore_seen(std::set<std::string>(s.consumed_ids.begin(), s.consumed_ids.end()));
-    durable = std::set<std::string>(s.consumed_ids.begin(), s.consumed_ids.end());
-    consumed_ids = std::move(s.consumed_ids);
-    trained_ids = std::move(s.trained_ids);
+    *ledger = std::move(restored);
+    buffer->restore_seen(ledger->ids());
     consumed = taken + c.dropped_stale;
     log::info("actor: resumed from checkpoint at step {}, version {} (store latest {}; restart {})",
               steps, s.version, latest, restarts);
     return true;
+  }
+
+  ConsumedOptions consumed_options() const {
+    ConsumedOptions o;
+    o.group_size = cfg.group_size;
+    o.checkpoints = !cfg.checkpoint_dir.empty();
+    return o;
   }
 
   // The last acknowledgement, after the last checkpoint: a few bounded tries.
@@ -607,8 +604,9 @@ struct Trainer::Impl {
                 {"restarts", restarts},
                 {"resumed_from_step", resumed_from_step ? json(*resumed_from_step) : json()},
                 {"checkpoints", sequence},
-                {"accepted_ids", consumed_ids},
-                {"trained_ids", trained_ids}};
+                {"accepted_ids", ledger->listed()},
+                {"trained_ids", ledger->trained_listed()},
+                {"ids_complete", ledger->ids_complete()}};
   }
 };
 
@@ -626,6 +624,7 @@ core::Result<std::unique_ptr<Trainer>> Trainer::create(core::EventLoop& loop, Tr
       impl->cfg.staleness_policy == "drop" ? StalenessPolicy::kDrop : StalenessPolicy::kDownweight;
   bo.stale_weight = impl->cfg.stale_weight;
   impl->buffer = std::make_unique<ExperienceBuffer>(bo);
+  impl->ledger = std::make_unique<Consumed>(impl->consumed_options());
   SLUICE_ASSIGN_OR_RETURN(core::Security security,
                           core::load_security(impl->cfg.security, "actor " + impl->cfg.actor_id));
   SLUICE_ASSIGN_OR_RETURN(core::Security to_manager, security.for_server(core::kRoleManager));

@@ -16,6 +16,9 @@ Status ServiceConfig::validate() const {
   if (holder_ttl_ms == 0 || lease_ttl_ms == 0 || expire_interval_ms == 0) {
     return core::invalid_argument("ttls and the expiry interval must be positive");
   }
+  if (lease_max_life_ms < lease_ttl_ms) {
+    return core::invalid_argument("lease_max_life_ms must be at least lease_ttl_ms");
+  }
   if (sources_per_chunk == 0) return core::invalid_argument("sources_per_chunk must be positive");
   if (broadcast != "chain" && broadcast != "tree" && broadcast != "direct") {
     return core::invalid_argument("broadcast must be chain, tree or direct, not '" + broadcast +
@@ -35,6 +38,7 @@ StoreConfig store_config(const ServiceConfig& c) {
   s.keep_versions = c.keep_versions;
   s.holder_ttl = Millis(c.holder_ttl_ms);
   s.lease_ttl = Millis(c.lease_ttl_ms);
+  s.lease_max_life = Millis(c.lease_max_life_ms);
   s.sources_per_chunk = c.sources_per_chunk;
   s.broadcast = c.broadcast;
   s.fanout = c.fanout;

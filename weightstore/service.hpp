@@ -31,6 +31,9 @@ struct ServiceConfig {
   std::uint32_t sources_per_chunk = 4;          // ranked sources per chunk in a read plan
   std::string broadcast = "chain";              // chain, tree or direct (see StoreConfig)
   std::uint32_t fanout = 2;                     // children per relay in a tree
+  // A lease's longest life, renewed or not (>= lease_ttl_ms): bounds how long one reader can
+  // keep a retired copy (a whole version in a relay) from being freed. Default one hour.
+  std::uint64_t lease_max_life_ms = 3600000;
   // Refused before anything is kept: a version larger than this, or with more tensors or
   // chunks (a manifest that claims 2^64 bytes would otherwise reach every relay and reader).
   std::uint64_t max_version_bytes = 256ull << 30;
@@ -51,6 +54,8 @@ struct ServiceConfig {
     v("keep_versions", keep_versions, "newest committed versions kept per model, at least 2");
     v("holder_ttl_ms", holder_ttl_ms, "a holder without a heartbeat this long expires");
     v("lease_ttl_ms", lease_ttl_ms, "a lease not renewed this long expires");
+    v("lease_max_life_ms", lease_max_life_ms,
+      "a lease expires this long after it was granted, however often renewed (>= lease_ttl_ms)");
     v("expire_interval_ms", expire_interval_ms, "how often expiry runs");
     v("sources_per_chunk", sources_per_chunk, "ranked sources per chunk in a read plan");
     v("broadcast", broadcast, "how relays receive a version: chain, tree or direct");

@@ -125,7 +125,14 @@ Status WeightStore::register_holder(const HolderRegistration& r, Clock::time_poi
   Version* v = find_version(man.model, man.version);
   if (!v) {
     // After a store restart the holders bring the versions back, in whatever order they
-    // reconnect: an older version is accepted here (`latest` still never goes backwards).
+    // reconnect: an older version is accepted here (`latest` still never goes backwards). But
+    // not one this store erased, nor one below it: that is a late message about a retired
+    // version, and bringing it back would undo retention.
+    if (auto m = models_.find(man.model); m != models_.end() && man.version <= m->second.erased) {
+      return core::not_found("holder " + r.holder_id + ": " + vname(man.model, man.version) +
+                             " was retired and erased (versions up to " +
+                             std::to_string(m->second.erased) + " are gone)");
+    }
     SLUICE_TRY(man.validate().with_context("holder " + r.holder_id));
     SLUICE_TRY(check_new_version(man.model, man.version).with_context("holder " + r.holder_id));
     models_[man.model].versions[man.version].manifest = man;
@@ -212,16 +219,21 @@ core::Result<bool> WeightStore::drained(const std::string& holder_id, const std:
     if (l.model != model || l.version != version) continue;
     if (std::find(l.holders.begin(), l.holders.end(), holder_id) != l.holders.end()) return false;
   }
+  return !relay_reading(holder_id, model, version);
+}
+
+bool WeightStore::relay_reading(const std::string& source, const std::string& model,
+                                std::uint64_t version) const {
   // A relay still receiving the version may be mid-GET on this copy: it was pointed here and
   // has not asked for a source since. Once it asks again it is sent elsewhere (an unpublished
   // copy is never named), and once it holds every chunk it reads from nobody.
-  for (const auto& [key, source] : chain_reads_) {
+  for (const auto& [key, named] : chain_reads_) {
     const auto& [relay, m, v] = key;
-    if (m != model || v != version || source != holder_id) continue;
+    if (m != model || v != version || named != source) continue;
     const Copy* c = find_copy(relay, model, version);
-    if (c && !all_set(c->chunks)) return false;
+    if (c && !all_set(c->chunks)) return true;
   }
-  return true;
+  return false;
 }
 
 std::string WeightStore::state_digest() const {
@@ -229,7 +241,7 @@ std::string WeightStore::state_digest() const {
   std::string t;
   auto add = [&t](const auto&... parts) { ((t += fmt::format("{}|", parts)), ...); };
   for (const auto& [name, m] : models_) {
-    add("model", name, m.latest);
+    add("model", name, m.latest, m.erased);
     for (const auto& [v, ver] : m.versions) {
       add(v, ver.committed, ver.manifest.total_bytes, ver.manifest.chunk_bytes);
       for (auto c : ver.manifest.checksums)
@@ -242,7 +254,7 @@ std::string WeightStore::state_digest() const {
     add("holder", id, h.owner, h.topology.host, h.topology.rack, h.topology.datacenter);
     for (const auto& [key, c] : h.copies) {
       add(key.first, key.second, c.endpoint, c.descriptor, c.unpublished,
-          c.leases_unknown_until.has_value());
+          c.leases_unknown_until.has_value(), c.drained_since.has_value());
       for (bool b : c.chunks)
         add(b);
     }
@@ -356,7 +368,8 @@ core::Result<ReadPlan> WeightStore::plan(const std::string& model, std::uint64_t
   l.version = version;
   for (const auto& h : p.holders)
     l.holders.push_back(h.holder_id);
-  l.expires = now + config_.lease_ttl;
+  l.deadline = now + config_.lease_max_life;
+  l.expires = std::min(now + config_.lease_ttl, l.deadline);
   l.owner = owner;
   p.lease_id = next_lease_++;
   leases_[p.lease_id] = std::move(l);
@@ -372,16 +385,24 @@ Status WeightStore::check_lease_owner(std::uint64_t lease_id, const std::string&
 
 Status WeightStore::renew(std::uint64_t lease_id, Clock::time_point now,
                           const std::string& identity) {
-  if (auto d = delta_leases_.find(lease_id); d != delta_leases_.end()) {
-    SLUICE_TRY(check_lease_owner(lease_id, d->second.owner, identity));
-    d->second.expires = now + config_.lease_ttl;
+  // A lease never outlives lease_max_life, however often it is renewed: a reader that keeps
+  // renewing would otherwise keep a retired copy (a whole version in a relay) forever.
+  auto extend = [&](auto& table, auto it) -> Status {
+    SLUICE_TRY(check_lease_owner(lease_id, it->second.owner, identity));
+    if (now >= it->second.deadline) {
+      table.erase(it);
+      return core::not_found(fmt::format("lease {} reached its longest life ({} ms): plan again",
+                                         lease_id, config_.lease_max_life.count()));
+    }
+    it->second.expires = std::min(now + config_.lease_ttl, it->second.deadline);
     return {};
+  };
+  if (auto d = delta_leases_.find(lease_id); d != delta_leases_.end()) {
+    return extend(delta_leases_, d);
   }
   auto it = leases_.find(lease_id);
   if (it == leases_.end()) return core::not_found("lease " + std::to_string(lease_id) + " expired");
-  SLUICE_TRY(check_lease_owner(lease_id, it->second.owner, identity));
-  it->second.expires = now + config_.lease_ttl;
-  return {};
+  return extend(leases_, it);
 }
 
 Status WeightStore::release(std::uint64_t lease_id, const std::string& identity) {
@@ -683,7 +704,89 @@ std::vector<std::string> WeightStore::expire(Clock::time_point now) {
   for (const auto& id : gone)
     delta_makers_.erase(id);
   forget_unheld_deltas();
+  erase_retired(now);
   return gone;
+}
+
+void WeightStore::erase_retired(Clock::time_point now) {
+  // Copies their holders unpublished: once drained (no lease, no relay reading; that never
+  // changes for an unpublished copy until it is registered again), the holder frees the memory
+  // on its next question. One lease time-to-live later the store forgets the copy: a holder
+  // asking after that hears not_found, which it treats as unknown and answers by waiting one
+  // lease time-to-live before it frees (slower, never unsafe).
+  for (auto& [id, h] : holders_) {
+    for (auto it = h.copies.begin(); it != h.copies.end();) {
+      Copy& c = it->second;
+      const auto& [model, version] = it->first;
+      if (!c.unpublished || !drained(id, model, version).value_or(false)) {
+        c.drained_since.reset();
+        ++it;
+        continue;
+      }
+      if (!c.drained_since) c.drained_since = now;
+      if (now - *c.drained_since >= config_.lease_ttl) {
+        chain_reads_.erase({id, model, version});
+        it = h.copies.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  // Versions retention no longer keeps, once no copy holds them and no lease or relay read
+  // names them: a holder that still serves a retired version (a rollout generating with it)
+  // keeps it readable, so the store's tables stay proportional to what holders really hold.
+  std::set<std::pair<std::string, std::uint64_t>> named;
+  for (const auto& [id, h] : holders_)
+    for (const auto& [key, c] : h.copies)
+      named.insert(key);
+  for (const auto& [id, l] : leases_)
+    named.emplace(l.model, l.version);
+  for (auto& [name, m] : models_) {
+    const std::set<std::uint64_t> keep = retained(name);
+    // Uncommitted versions count as in flight (retained), except those older than every
+    // committed version retention keeps: what a publisher killed mid-publish left behind (a
+    // publish that is merely slow is not overtaken by keep_versions newer commits).
+    std::uint64_t oldest_kept = 0;
+    std::uint32_t newer = 0;
+    for (auto r = m.versions.rbegin(); r != m.versions.rend() && newer < config_.keep_versions;
+         ++r) {
+      if (r->second.committed) oldest_kept = r->first, ++newer;
+    }
+    if (newer < config_.keep_versions) oldest_kept = 0;
+    for (auto it = m.versions.begin(); it != m.versions.end();) {
+      const std::uint64_t v = it->first;
+      const bool abandoned = !it->second.committed && v < oldest_kept && it->second.pins.empty();
+      if ((keep.count(v) && !abandoned) || named.count({name, v})) {
+        ++it;
+        continue;
+      }
+      m.erased = std::max(m.erased, v);
+      for (auto g = chain_reads_.begin(); g != chain_reads_.end();) {
+        g = std::get<1>(g->first) == name && std::get<2>(g->first) == v ? chain_reads_.erase(g)
+                                                                        : std::next(g);
+      }
+      it = m.versions.erase(it);
+    }
+  }
+}
+
+WeightStore::Sizes WeightStore::sizes() const {
+  Sizes n;
+  for (const auto& [name, m] : models_) {
+    n.versions += m.versions.size();
+    n.deltas += m.deltas.size();
+    for (const auto& [v, ver] : m.versions)
+      n.chunk_entries += ver.manifest.checksums.size();
+  }
+  for (const auto& [id, h] : holders_) {
+    n.copies += h.copies.size();
+    n.deltas += h.deltas.size();
+    for (const auto& [key, c] : h.copies)
+      n.chunk_entries += c.chunks.size();
+  }
+  n.leases = leases_.size() + delta_leases_.size();
+  n.chain_reads = chain_reads_.size();
+  return n;
 }
 
 }  // namespace sluice::weightstore

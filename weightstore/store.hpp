@@ -12,6 +12,13 @@
 // - a plan holds a lease on the holders it names; a holder that unpublishes gets no new leases
 //   and may free its copy once its leases have drained (been released or expired);
 // - retention keeps the newest K committed versions and pinned ones; holders ask which to drop;
+// - memory stays bounded in a long job: a version that retention no longer keeps is erased
+//   (manifest, pins) once no copy, lease or relay read names it, and an unpublished copy once it
+//   has drained for one lease time-to-live (its holder has long asked and freed it by then). A
+//   late message about an erased version or copy gets not_found, like one the store never knew;
+//   a version at or below the newest one erased is never created again by a registration (see
+//   register_holder). A lease lives at most lease_max_life however often it is renewed, so one
+//   reader cannot keep a retired copy from draining;
 // - a relay that the store has pointed at a source (chain_source) keeps that source's copy from
 //   draining until the relay asks again or holds every chunk: relays read without leases, and
 //   this is what keeps a publisher that hands a version off from freeing it under a relay's GETs;
@@ -65,6 +72,9 @@ struct StoreConfig {
   // version the store does not know yet may not jump ahead; with nothing known, as after a
   // restart, only kMaxVersion bounds it).
   std::uint64_t max_version_ahead = 1u << 20;
+  // A lease expires this long after it was granted, renewed or not (> 0): longer than any one
+  // read of a version takes, short enough that a retired copy is freed in bounded time.
+  Millis lease_max_life{3600000};
 };
 
 struct HolderRegistration {
@@ -171,6 +181,8 @@ class WeightStore {
   // A holder says what it holds (first time, or again after a store restart: then the manifest
   // it carries re-creates the version, within check_new_version's bounds; the service checks
   // first that the actor signed it). Commits the version if this holder has every chunk.
+  // not_found for a version this store erased (or one below it that it does not know): a late
+  // registration never brings a retired version back.
   // `owner`: the authenticated identity that sent the registration (empty in plain mode). The
   // first registration binds the holder id to its owner for as long as the holder lives; a
   // registration of that id by another identity is permission_denied and changes nothing.
@@ -217,7 +229,8 @@ class WeightStore {
                               const std::string& owner = {});
   // Only the identity a lease is bound to renews or releases it (permission_denied otherwise,
   // and nothing changes); an empty `identity` (plain mode) may act on any lease. A lease or a
-  // delta lease, by id; not_found when it is not active.
+  // delta lease, by id; not_found when it is not active. Renewing extends a lease by lease_ttl,
+  // never past lease_max_life from when it was granted (one that reached it is dropped).
   core::Status renew(std::uint64_t lease_id, Clock::time_point now,
                      const std::string& identity = {});
   core::Status release(std::uint64_t lease_id, const std::string& identity = {});
@@ -229,8 +242,21 @@ class WeightStore {
   // Versions of `model` that retention keeps (newest K committed, and pinned ones).
   std::set<std::uint64_t> retained(const std::string& model) const;
 
-  // Drops holders without a heartbeat and leases past their ttl. Returns the expired holder ids.
+  // Drops holders without a heartbeat and leases past their ttl, then erases what retention and
+  // drained copies allow (see the rules above). Returns the expired holder ids.
   std::vector<std::string> expire(Clock::time_point now);
+
+  // How many entries the store's tables hold: bounded by the versions retained and the copies
+  // live holders hold, however many versions went before (a long job's memory stays flat).
+  struct Sizes {
+    std::size_t versions = 0;       // manifests kept, all models
+    std::size_t copies = 0;         // holders' copies of versions
+    std::size_t chunk_entries = 0;  // per-chunk entries: manifests' checksums and copies' bitmaps
+    std::size_t leases = 0;         // version and delta leases
+    std::size_t chain_reads = 0;    // relays' current sources
+    std::size_t deltas = 0;         // delta objects and holders' copies of them
+  };
+  Sizes sizes() const;
 
   // Relays: a relay joins once (and again after a store restart); the order of joining is the
   // order of the broadcast chain.
@@ -312,6 +338,8 @@ class WeightStore {
     bool unpublished = false;
     // Registered again after a restart: leases from before may be out until then (see again).
     std::optional<Clock::time_point> leases_unknown_until;
+    // Unpublished and drained since then (expire() sees it): erased one lease ttl later.
+    std::optional<Clock::time_point> drained_since;
   };
   using DeltaKey = std::tuple<std::string, std::uint64_t, std::uint64_t>;  // model, base, target
   struct DeltaCopy {
@@ -335,13 +363,15 @@ class WeightStore {
     std::map<std::uint64_t, Version> versions;
     std::map<std::pair<std::uint64_t, std::uint64_t>, DeltaObject> deltas;  // (base, target)
     std::uint64_t latest = 0;  // 0: nothing committed yet
+    std::uint64_t erased = 0;  // the newest version erased (0: none)
   };
   struct Lease {
     std::string model;
     std::uint64_t version;
     std::vector<std::string> holders;
     Clock::time_point expires;
-    std::string owner;  // the identity that took it (empty: plain mode)
+    std::string owner;           // the identity that took it (empty: plain mode)
+    Clock::time_point deadline;  // lease_max_life after it was granted
   };
   // Whether `identity` may renew or release a lease bound to `owner`.
   static core::Status check_lease_owner(std::uint64_t lease_id, const std::string& owner,
@@ -351,6 +381,12 @@ class WeightStore {
   const Copy* find_copy(const std::string& holder_id, const std::string& model,
                         std::uint64_t version) const;
   void maybe_commit(const std::string& model, std::uint64_t version, const Copy& c);
+  // What expire() erases: drained unpublished copies, then retired versions nothing names.
+  void erase_retired(Clock::time_point now);
+  // Whether a relay still receiving `model`@`version` was last pointed at `source` (it may be
+  // mid-GET there: relays take no lease).
+  bool relay_reading(const std::string& source, const std::string& model,
+                     std::uint64_t version) const;
   // Whether the holder has registered `version` of `model` or a newer one (it started on it, or
   // moved past it and never will).
   bool started_on(const std::string& holder_id, const std::string& model,
@@ -370,7 +406,8 @@ class WeightStore {
     DeltaKey key;
     std::vector<std::string> holders;
     Clock::time_point expires;
-    std::string owner;  // as Lease::owner
+    std::string owner;           // as Lease::owner
+    Clock::time_point deadline;  // lease_max_life after it was granted
   };
   std::map<std::uint64_t, DeltaLease> delta_leases_;  // share next_lease_ with leases_
   std::set<std::string> delta_makers_;                // relays that make deltas

@@ -138,7 +138,8 @@ core::Result<DeltaPlan> WeightStore::delta_plan(const std::string& model, std::u
     p.holders.push_back({c.id, c.copy->endpoint, c.copy->descriptor, c.dist});
     l.holders.push_back(c.id);
   }
-  l.expires = now + config_.lease_ttl;
+  l.deadline = now + config_.lease_max_life;
+  l.expires = std::min(now + config_.lease_ttl, l.deadline);
   l.owner = owner;
   p.lease_id = next_lease_++;
   delta_leases_[p.lease_id] = std::move(l);

@@ -204,7 +204,10 @@ class Publisher {
     });
   }
 
+  // Even calls that only read take the loop lock, which a blocking call on another thread may
+  // hold for seconds: waiting for it with the GIL held would stop every Python thread.
   std::uint64_t committed() {
+    py::gil_scoped_release nogil;
     return lt_.exclusive([&] { return committed_; });
   }
 
@@ -323,10 +326,13 @@ class Reader {
       return value(std::move(r));
     });
   }
+  // The GIL is released before the loop lock is taken, as in every call (see committed()).
   std::uint64_t current() {
+    py::gil_scoped_release nogil;
     return lt_.exclusive([&] { return reader_ ? reader_->current_version() : 0; });
   }
   std::uint64_t staged() {
+    py::gil_scoped_release nogil;
     return lt_.exclusive([&] { return reader_ ? reader_->staged_version() : 0; });
   }
 
@@ -398,6 +404,7 @@ class Reader {
   }
 
   std::vector<TensorInfo> tensors() {
+    py::gil_scoped_release nogil;  // TensorInfo holds no Python object
     return lt_.exclusive([&] {
       std::vector<TensorInfo> out;
       const core::Manifest* m = reader_ ? reader_->current_manifest() : nullptr;
@@ -409,11 +416,15 @@ class Reader {
   }
 
   py::bytes tensor_bytes(const std::string& name) {
-    std::string copy = lt_.exclusive([&] {
-      alive();
-      auto span = value(reader_->current_tensor(name));
-      return std::string(reinterpret_cast<const char*>(span.data()), span.size());
-    });
+    std::string copy;
+    {
+      py::gil_scoped_release nogil;
+      copy = lt_.exclusive([&] {
+        alive();
+        auto span = value(reader_->current_tensor(name));
+        return std::string(reinterpret_cast<const char*>(span.data()), span.size());
+      });
+    }
     return py::bytes(copy);
   }
 

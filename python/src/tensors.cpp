@@ -3,6 +3,8 @@
 #include <set>
 #include <stdexcept>
 
+#include "core/cuda_device.hpp"
+
 namespace sluice::python {
 
 namespace {
@@ -35,6 +37,9 @@ struct DLManagedTensor {
 constexpr std::int32_t kDLCPU = 1;
 constexpr std::int32_t kDLCUDA = 2;
 constexpr std::int32_t kDLCUDAHost = 3;
+// The stream a consumer names to __dlpack__ for CUDA's legacy default stream (the Python array
+// API standard's value; torch maps it to its default stream).
+constexpr int kLegacyDefaultStream = 1;
 constexpr std::uint8_t kDLInt = 0;
 constexpr std::uint8_t kDLUInt = 1;
 constexpr std::uint8_t kDLFloat = 2;
@@ -181,9 +186,33 @@ TensorRef tensor_ref(const std::string& name, const py::handle& obj) {
     if (py::hasattr(src, "detach") && py::hasattr(src, "requires_grad") &&
         src.attr("requires_grad").cast<bool>())
       src = src.attr("detach")();
+    // The DLPack protocol: a consumer that reads device memory on a stream names it, and the
+    // producer makes that stream wait for its own pending work (torch's current stream, where
+    // optimizer.step() may still be writing). We name the legacy default stream and wait for
+    // it on the host before anything reads the bytes: our copies run on streams of their own,
+    // so this is the one point where the order is set, whatever stream the producer used.
+    // (Only a GPU run can show it: scripts/gpu_check.sh.)
+    int device_type = kDLCPU;
+    if (py::hasattr(src, "__dlpack_device__")) {
+      py::tuple dev = src.attr("__dlpack_device__")();
+      device_type = static_cast<int>(py::int_(dev[0]));
+    }
     try {
-      py::object cap = src.attr("__dlpack__")();
-      return from_capsule(name, cap.cast<py::capsule>());
+      py::object cap = device_type == kDLCUDA
+                           ? src.attr("__dlpack__")(py::arg("stream") = kLegacyDefaultStream)
+                           : src.attr("__dlpack__")();
+      TensorRef r = from_capsule(name, cap.cast<py::capsule>());
+      if (r.cuda) {
+        core::Status waited;
+        {
+          py::gil_scoped_release nogil;
+          waited = core::cuda_wait_legacy_stream(r.device);
+        }
+        if (!waited.is_ok()) {
+          throw std::runtime_error("tensor '" + name + "': " + waited.to_string());
+        }
+      }
+      return r;
     } catch (py::error_already_set& e) {
       // numpy cannot export a read-only array through DLPack; its buffer serves.
       if (!PyObject_CheckBuffer(obj.ptr())) throw;

@@ -172,6 +172,15 @@ core::Status make_job_security(JobConfig& job, const std::string& keys_dir, bool
   return {};
 }
 
+core::Status check_plain_public(const JobConfig& job, bool allowed, const std::string& command) {
+  if (job.auth != "plain" || allowed) return {};
+  return core::invalid_argument(
+      "auth \"plain\" with the store and the manager bound on 0.0.0.0: anyone who reaches their "
+      "ports could publish weights or take trajectories. Use auth \"curve\" (the default), or "
+      "pass --allow-plain-public to " +
+      command + " if the network is private");
+}
+
 relay::RelayConfig relay_config(const JobConfig& job, std::uint32_t i,
                                 const std::string& keys_dir) {
   relay::RelayConfig rc = job.relay;

@@ -67,6 +67,12 @@ core::SecurityConfig role_security(const JobConfig& job, const std::string& keys
 // their security sections.
 core::Status make_job_security(JobConfig& job, const std::string& keys_dir, bool keep_existing);
 
+// A cluster job (`sluice slurm`, `sluice k8s`) binds the store and the manager on every
+// interface (0.0.0.0): with auth "plain" anyone who reaches those ports may register versions
+// or collect trajectories. invalid_argument unless `allowed` (--allow-plain-public) says that
+// is meant; `command` names the subcommand in the error.
+core::Status check_plain_public(const JobConfig& job, bool allowed, const std::string& command);
+
 // Relay i's and rollout i's configuration: the job's section with its id and security.
 relay::RelayConfig relay_config(const JobConfig& job, std::uint32_t i, const std::string& keys_dir);
 rollout::RolloutConfig rollout_config(const JobConfig& job, std::uint32_t i,

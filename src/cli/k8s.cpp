@@ -171,6 +171,7 @@ core::Status write_manifests(JobConfig job, const K8sArgs& args) {
       args.manager_port < 1 || args.manager_port > 65535) {
     return core::invalid_argument("--store-port and --manager-port: two different ports");
   }
+  SLUICE_TRY(check_plain_public(job, args.allow_plain_public, "sluice k8s"));
   SLUICE_ASSIGN_OR_RETURN(std::string prefix, k8s_name(job.name));
   SLUICE_ASSIGN_OR_RETURN(std::string ns, k8s_name(args.name_space));
   Names n{prefix, ns, args.image};

@@ -32,6 +32,7 @@ struct K8sArgs {
   std::string pvc;  // a ReadWriteMany claim for /sluice/run (default: emptyDir per pod)
   int store_port = 5550;
   int manager_port = 5551;
+  bool allow_plain_public = false;  // auth plain on 0.0.0.0 binds (refused without it)
 };
 
 // 0 written, 2 bad job or arguments, 1 the files could not be written.

@@ -104,7 +104,7 @@ core::Status check_for_slurm(const JobConfig& job, const SlurmArgs& args) {
   if (args.store_port == args.manager_port) {
     return core::invalid_argument("--store-port and --manager-port must differ");
   }
-  return {};
+  return check_plain_public(job, args.allow_plain_public, "sluice slurm");
 }
 
 std::string sbatch_lines(const JobConfig& job, const SlurmArgs& args, const fs::path& dir) {

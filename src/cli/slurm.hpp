@@ -36,6 +36,7 @@ struct SlurmArgs {
   int store_port = 5550;                 // the store's port on the head node
   int manager_port = 5551;               // the manager's port on the head node
   bool submit = false;                   // run sbatch
+  bool allow_plain_public = false;       // auth plain on 0.0.0.0 binds (refused without it)
   bool wait = false;                     // with submit: wait for the job's end
   double wait_timeout_s = 0;             // 0: the job's timeout_s plus 300 s
 };

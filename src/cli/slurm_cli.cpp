@@ -29,6 +29,8 @@ void add_cluster_commands(CLI::App& app, ClusterCommands& c) {
                 "the rollout manager's port on the first node")
       ->capture_default_str();
   s->add_flag("--submit", c.slurm.submit, "submit the batch script with sbatch");
+  s->add_flag("--allow-plain-public", c.slurm.allow_plain_public,
+              "allow auth plain although the store and the manager listen on every interface");
   s->add_flag("--wait", c.slurm.wait, "with --submit: wait for the Slurm job's end");
   s->add_option("--wait-timeout", c.slurm.wait_timeout_s,
                 "with --wait: give up waiting after this many seconds (default: the job's "
@@ -57,6 +59,8 @@ void add_cluster_commands(CLI::App& app, ClusterCommands& c) {
   k->add_option("--store-port", c.k8s.store_port, "the weight store's port")->capture_default_str();
   k->add_option("--manager-port", c.k8s.manager_port, "the rollout manager's port")
       ->capture_default_str();
+  k->add_flag("--allow-plain-public", c.k8s.allow_plain_public,
+              "allow auth plain although the store and the manager listen on every interface");
 }
 
 int run_cluster_command(const ClusterCommands& c, const std::vector<std::string>& environment) {

@@ -56,4 +56,14 @@ Status cuda_roundtrip_check(std::size_t bytes) {
   return s;
 }
 
+Status cuda_wait_legacy_stream(int device) {
+  int previous = 0;
+  SLUICE_TRY(cuda_status(cudaGetDevice(&previous), "cudaGetDevice"));
+  SLUICE_TRY(cuda_status(cudaSetDevice(device), "cudaSetDevice"));
+  Status waited =
+      cuda_status(cudaStreamSynchronize(cudaStreamLegacy), "waiting for the legacy default stream");
+  Status back = cuda_status(cudaSetDevice(previous), "cudaSetDevice (back)");
+  return waited.is_ok() ? back : waited;
+}
+
 }  // namespace sluice::core

@@ -11,4 +11,8 @@ Status cuda_roundtrip_check(std::size_t /*bytes*/) {
   return failed_precondition("built without CUDA");
 }
 
+Status cuda_wait_legacy_stream(int /*device*/) {
+  return failed_precondition("built without CUDA");
+}
+
 }  // namespace sluice::core

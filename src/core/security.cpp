@@ -98,6 +98,37 @@ Status write_private_file(const std::string& path, const std::string& text) {
   return {};
 }
 
+std::string octal_mode(mode_t mode) {
+  char text[8];
+  std::snprintf(text, sizeof text, "%04o", static_cast<unsigned>(mode & 07777));
+  return text;
+}
+
+// A file that decides who may talk to the job (`what`: "members file", "secret key file") must
+// be a regular file that nobody but this user (or root) could have written: owned by this user
+// or root, and not writable by group or others. `secret`: nor readable by them.
+Status check_trusted_file(const std::string& path, const std::string& what, bool secret) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0)
+    return not_found(what + " " + path + ": " + std::strerror(errno));
+  if (!S_ISREG(st.st_mode)) return invalid_argument(what + " " + path + " is not a file");
+  const uid_t me = ::geteuid();
+  if (st.st_uid != me && st.st_uid != 0) {
+    return invalid_argument(what + " " + path + " is owned by uid " + std::to_string(st.st_uid) +
+                            ", not by this user (uid " + std::to_string(me) +
+                            ") or root: another user could have written it");
+  }
+  if ((st.st_mode & 022) != 0) {
+    return invalid_argument(what + " " + path + " may be written by others (mode " +
+                            octal_mode(st.st_mode) + "); chmod go-w " + path);
+  }
+  if (secret && (st.st_mode & 077) != 0) {
+    return invalid_argument(what + " " + path + " may be read by others (mode " +
+                            octal_mode(st.st_mode) + "); chmod 600 " + path);
+  }
+  return {};
+}
+
 Result<json> parse_file_json(const std::string& path) {
   SLUICE_ASSIGN_OR_RETURN(std::string text, read_small_file(path));
   json j = json::parse(text, nullptr, false);
@@ -278,17 +309,7 @@ std::string members_file_path(const std::string& dir) {
 }
 
 Result<KeyFile> read_key_file(const std::string& path) {
-  struct stat st {};
-  if (::stat(path.c_str(), &st) != 0) {
-    return not_found("secret key file " + path + ": " + std::strerror(errno));
-  }
-  if (!S_ISREG(st.st_mode)) return invalid_argument("secret key file " + path + " is not a file");
-  if ((st.st_mode & 077) != 0) {
-    char mode[8];
-    std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.st_mode & 07777));
-    return invalid_argument("secret key file " + path + " may be read by others (mode " + mode +
-                            "); chmod 600 " + path);
-  }
+  SLUICE_TRY(check_trusted_file(path, "secret key file", /*secret=*/true));
   SLUICE_ASSIGN_OR_RETURN(json j, parse_file_json(path));
   KeyFile k;
   std::string where = "secret key file " + path;
@@ -327,6 +348,8 @@ Status write_key_file(const std::string& path, const KeyFile& k) {
 }
 
 Result<Members> read_members_file(const std::string& path) {
+  // The allow-list: whoever can rewrite it can add a key of their own, with any role.
+  SLUICE_TRY(check_trusted_file(path, "members file", /*secret=*/false));
   SLUICE_ASSIGN_OR_RETURN(json j, parse_file_json(path));
   std::string where = "members file " + path;
   auto v = j.find("version");
@@ -435,7 +458,7 @@ Status SecurityConfig::check_files() const {
   if (::access(members_file.c_str(), R_OK) != 0) {
     return not_found("members file " + members_file + ": " + std::strerror(errno));
   }
-  return {};
+  return check_trusted_file(members_file, "members file", /*secret=*/false);
 }
 
 Result<Security> load_security(const SecurityConfig& cfg, const std::string& who) {

@@ -108,6 +108,9 @@ struct KeyFile {
   // file with a secret that does not derive the public key it names is refused.
   SignKeyPair sign;
 };
+// Reading a key file or the members file refuses one that another user could have written
+// (owned by someone other than this user or root, or writable by group or others) and a key file
+// that others may read, with an error that names the file and its mode.
 Result<KeyFile> read_key_file(const std::string& path);
 // Writes a key file with mode 0600 (created so, never readable by others in between).
 Status write_key_file(const std::string& path, const KeyFile& k);

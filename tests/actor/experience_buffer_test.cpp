@@ -48,7 +48,7 @@ TEST_SUITE("actor.experience_buffer") {
 
     // The seen set survives a restart through a checkpoint.
     ExperienceBuffer restarted(BufferOptions{});
-    restarted.restore_seen(b.seen_ids());
+    restarted.restore_seen(b.seen());
     CHECK(restarted.add(traj("p", 0, 1)).code() == core::Code::kAlreadyExists);
     CHECK(restarted.add(traj("p", 1, 1)).is_ok());
     CHECK(restarted.counts().duplicates == 1);
@@ -206,7 +206,10 @@ TEST_SUITE("actor.experience_buffer") {
     CHECK(c.dropped_stale == 2);
     ExperienceBuffer r(o);
     r.restore_counts(c);
-    r.restore_seen({"old/0", "old/1"});
+    IdSet old;
+    old.insert("old/0");
+    old.insert("old/1");
+    r.restore_seen(old);
     CHECK(r.add(traj("old", 0, 1)).code() == core::Code::kAlreadyExists);
     REQUIRE(r.add(traj("new", 0, 5)).is_ok());
     CHECK(r.counts().accepted == 3);

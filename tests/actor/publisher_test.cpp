@@ -74,6 +74,51 @@ std::vector<std::string> plan_holders(weightstore::StoreClient& c, std::uint64_t
 }  // namespace
 
 TEST_SUITE("actor.publisher") {
+  TEST_CASE("a publish that timed out keeps its memory until the store says its readers drained") {
+    // A store that takes the registration (so it may name the copy to readers) but is slow to
+    // answer it: the publish times out with its copy possibly already served.
+    auto loop = core::EventLoop::create().value();
+    auto engine = core::TransferEngine::create(*loop, {}).value();
+    auto server = core::Server::create(*loop, "tcp://127.0.0.1:*", core::Security::plain()).value();
+    int registered = 0, unpublished = 0;
+    bool drained = false;
+    std::vector<core::Responder> unanswered;
+    server->on("store.put_manifest", [](const core::Message&, core::Responder r) {
+      r.respond(weightstore::encode_ok());
+    });
+    server->on("store.register", [&](const core::Message&, core::Responder r) {
+      ++registered;
+      unanswered.push_back(r);
+    });
+    server->on("store.unpublish", [&](const core::Message&, core::Responder r) {
+      ++unpublished;
+      r.respond(weightstore::encode(weightstore::Drained{false}));
+    });
+    server->on("store.drained", [&](const core::Message&, core::Responder r) {
+      r.respond(weightstore::encode(weightstore::Drained{drained}));
+    });
+    auto client =
+        weightstore::StoreClient::create(*loop, server->endpoint(), core::Security::plain())
+            .value();
+    actor::PublisherOptions po;
+    po.model = "policy";
+    po.holder_id = "actor-0";
+    po.chunk_bytes = 64 * 1024;
+    po.publish_timeout = Millis(1000);
+    auto pub = actor::Publisher::create(*loop, *engine, *client, po).value();
+    auto w1 = weights(1, 256 * 1024);
+    auto r = pub->publish(1, views(w1));
+    CHECK(r.status().code() == core::Code::kTimeout);
+    CHECK(registered == 1);
+    // Withdrawn like any served copy, and kept while the store says readers may still read it.
+    CHECK(loop->run_until([&] { return unpublished == 1; }, Millis(3000)));
+    loop->run_until([] { return false; }, Millis(600));
+    CHECK(pub->retiring() == 1);
+    drained = true;
+    CHECK(loop->run_until([&] { return pub->retiring() == 0; }, Millis(3000)));
+    unanswered.clear();
+  }
+
   TEST_CASE("published versions are pulled byte for byte and latest only moves forward") {
     Setup setup;
     auto& client = setup.client;

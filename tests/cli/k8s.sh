@@ -181,9 +181,17 @@ for f, role, envs in checks:
 print("ok: 6 manifest files, kinds, headless Services, commands, role files, keys per pod")
 PY
 
+# A plain job listens unauthenticated on every interface: refused unless that is said, with an
+# error that names the flag; nothing is written.
+if out=$("$sluice" k8s "$work/job.json" --set auth=plain --out "$work/plain" 2>&1); then
+  fail "a plain job on 0.0.0.0 was written without --allow-plain-public"
+fi
+echo "$out" | grep -q "0.0.0.0.*--allow-plain-public" || fail "unclear: $out"
+[ ! -e "$work/plain" ] || fail "a refused plain job wrote $work/plain"
+echo "ok: plain job refused without --allow-plain-public"
 # Plain jobs get no Secret and no keys volume.
-"$sluice" k8s "$work/job.json" --set auth=plain --out "$work/plain" >/dev/null 2>&1 ||
-  fail "a plain job"
+"$sluice" k8s "$work/job.json" --set auth=plain --allow-plain-public --out "$work/plain" \
+  >/dev/null 2>&1 || fail "a plain job"
 grep -q '"Secret"' "$work/plain/00-config.json" && fail "a plain job has a Secret"
 grep -q '"secretName"' "$work/plain/50-actor.json" && fail "a plain job mounts keys"
 echo "ok: plain job without keys"

@@ -1,5 +1,6 @@
 #include <doctest/doctest.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -95,6 +96,50 @@ TEST_SUITE("core.security") {
     auto p = load_security(plain, "test");
     REQUIRE(p.is_ok());
     CHECK_FALSE(p->curve());
+  }
+
+  TEST_CASE("a members or key file that another user could have written is refused, named") {
+    JobKeys keys;
+    const std::string members = members_file_path(keys.dir);
+    const std::string key = key_file_path(keys.dir, "actor");
+    REQUIRE(load_security(keys.config("actor"), "test").is_ok());
+    // Group- or world-writable members file: anyone could add a key with any role.
+    for (auto p : {std::filesystem::perms::group_write, std::filesystem::perms::others_write}) {
+      std::filesystem::permissions(
+          members, std::filesystem::perms::owner_read | std::filesystem::perms::owner_write | p);
+      auto r = read_members_file(members);
+      CHECK(r.status().code() == Code::kInvalidArgument);
+      CHECK(r.status().message().find(members) != std::string::npos);
+      CHECK(r.status().message().find(p == std::filesystem::perms::group_write ? "0620" : "0602") !=
+            std::string::npos);
+      auto loaded = load_security(keys.config("actor"), "test");
+      CHECK(loaded.status().message().find("may be written by others") != std::string::npos);
+    }
+    // Readable by all is fine for the members file (it holds no secret), not for a key file.
+    std::filesystem::permissions(members, std::filesystem::perms::owner_read |
+                                              std::filesystem::perms::owner_write |
+                                              std::filesystem::perms::others_read);
+    CHECK(read_members_file(members).is_ok());
+    std::filesystem::permissions(key, std::filesystem::perms::owner_read |
+                                          std::filesystem::perms::owner_write |
+                                          std::filesystem::perms::group_write);
+    auto k = read_key_file(key);
+    CHECK(k.status().message().find(key) != std::string::npos);
+    CHECK(k.status().message().find("0620") != std::string::npos);
+    std::filesystem::permissions(
+        key, std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
+    REQUIRE(read_key_file(key).is_ok());
+    // Owned by another user (only root can hand a file to someone else, so only root checks it).
+    if (::geteuid() != 0) {
+      MESSAGE("skipped: the owner check needs root to chown a file");
+      return;
+    }
+    REQUIRE(::chown(members.c_str(), 12345, 12345) == 0);
+    auto r = read_members_file(members);
+    CHECK(r.status().message().find("owned by uid 12345") != std::string::npos);
+    CHECK(r.status().message().find(members) != std::string::npos);
+    REQUIRE(::chown(key.c_str(), 12345, 12345) == 0);
+    CHECK(read_key_file(key).status().message().find("owned by uid 12345") != std::string::npos);
   }
 
   TEST_CASE(
