@@ -631,6 +631,7 @@ core::Result<std::unique_ptr<Trainer>> Trainer::create(core::EventLoop& loop, Tr
   SLUICE_ASSIGN_OR_RETURN(impl->manager, core::Client::create(loop, impl->cfg.manager, to_manager));
   core::TransferOptions to;
   to.environment = impl->environment;
+  to.stream_reach = impl->cfg.store;  // the chunk server binds where the job's hosts reach it
   SLUICE_ASSIGN_OR_RETURN(impl->transfer, core::TransferEngine::create(loop, to));
   SLUICE_ASSIGN_OR_RETURN(impl->store,
                           weightstore::StoreClient::create(loop, impl->cfg.store, security));

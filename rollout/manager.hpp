@@ -70,7 +70,9 @@ struct ManagerConfig {
       2;  // continuous admission: the actor's queue that pauses it, >= 1
   // Sluice mode: what a rollout holding the newest version does with its old version's in-flight
   // trajectories: "drain", "continue" or "auto" (rollout/mode_policy.hpp, TailPolicy).
-  std::string tail = "auto";
+  // Measured in `sluice simulate examples/simulate.json`: continue 13581 trained tokens/s and 97%
+  // of slot time generating outside start-up and drain; auto 13008 and 87%.
+  std::string tail = "continue";
   std::uint32_t prompt_tokens = 32;           // simulated prompts: tokens per prompt
   std::uint64_t max_new_tokens = 4096;        // cap on a response
   std::uint64_t seed = 1;                     // prompt pool seed
@@ -125,7 +127,7 @@ struct ManagerConfig {
     v("tail", tail,
       "sluice mode, a rollout holding the newest version: drain its old trajectories, continue "
       "them on the newest version, or auto (continue once drained to ramp-down and repack has "
-      "no destination) (default auto)");
+      "no destination) (default continue)");
     v("prompt_tokens", prompt_tokens, "simulated prompts: tokens per prompt");
     v("max_new_tokens", max_new_tokens, "cap on a response's length");
     v("seed", seed, "prompt pool seed");

@@ -1,6 +1,6 @@
 // The repack planner: a pure function from the fleet's state to a list of moves. The manager runs
-// it periodically and right after each publish (../shared/design.md, "Rollouts, asynchrony and
-// repack").
+// it periodically and right after each publish (docs/architecture.md, "Trajectories, end to
+// end").
 //
 // Rules:
 // - Rollouts are grouped by loaded version; a sequence only ever moves to a rollout of the same

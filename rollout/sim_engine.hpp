@@ -1,5 +1,5 @@
 // The simulated engine: continuous batching without computing, so scheduling (asynchrony,
-// repack, the baselines) can be measured without a GPU (../shared/design.md, "Workloads").
+// repack, the baselines) can be measured without a GPU (docs/architecture.md).
 //
 // - A trajectory's response length is a deterministic function of (seed, trajectory_id) only,
 //   drawn from a configured distribution: every benchmark mode and every migration sees the same

@@ -4,7 +4,7 @@
 // retention and holder liveness. This class is the pure state machine: no I/O, time passed in,
 // so that every rule can be tested directly; the service around it speaks the protocol.
 //
-// Rules (../shared/design.md, weight store semantics):
+// Rules (the weight store semantics):
 // - versions of a model are increasing integers; a version is committed once one holder has
 //   every chunk verified; `latest` is the highest committed version and never goes backwards;
 // - read plans rank the holders of each chunk: same host, same rack, same datacenter, remote;
