@@ -6,6 +6,7 @@
 // Thread safety: a pure function.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <vector>
@@ -44,8 +45,10 @@ inline SteadyWindow steady_window(const std::vector<StepEnd>& steps, double trim
 // The share of rollout slot time spent generating outside start-up and the job's final drain:
 // `occupancy`, the occupied share of all slot time counted from each rollout's first weights on,
 // over the share that was not idle for want of work left in the job (`end_share`).
+// The two come from different clocks (occupancy from the rollouts, free slots sampled by the
+// manager), so the ratio can pass 1 by the sampling error; it is capped there.
 inline double active_generating_share(double occupancy, double end_share) {
-  return end_share < 1 ? occupancy / (1 - end_share) : 0.0;
+  return end_share < 1 ? std::min(1.0, occupancy / (1 - end_share)) : 0.0;
 }
 
 }  // namespace sluice::sim

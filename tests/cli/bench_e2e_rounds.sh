@@ -11,13 +11,19 @@ cd "$work"
   --json >out.jsonl
 python3 - out.jsonl <<'PY'
 import json, math, sys
-rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+lines = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+rows = [r for r in lines if "mode" in r]
 assert [r["mode"] for r in rows] == ["sync", "sluice"], rows
+# The last line: every run (2 modes x 2 rounds) trained each trajectory exactly once.
+assert lines[-1] == {"runs": 4, "exactly_once_failed": 0}, lines[-1]
 for r in rows:
     each = r["tokens_per_s_rounds"]
     assert len(each) == 2 and all(x > 0 for x in each), r
     assert r["tokens_per_s"] == min(each), r
     assert r["trained_tokens"] > 0, r
+    assert 0 <= r["generating_share"] <= 1.0 + 1e-9, r
+    assert r["staleness_p50"] <= r["staleness_p99"] <= r["staleness_max"], r
+    assert 0 <= r["dropped_token_frac"] <= 1, r
     # Steady throughput from the actor's steps: present, finite, its window within the job.
     lo, hi = r["steady_window_s"]
     assert math.isfinite(r["steady_tokens_per_s"]) and r["steady_tokens_per_s"] > 0, r

@@ -238,6 +238,7 @@ TEST_CASE("manager state: a finished trajectory is held until the actor acknowle
 TEST_CASE("manager state: repack moves trajectories only between rollouts of one version") {
   rollout::ManagerConfig cfg;
   cfg.mode = "sluice";
+  cfg.tail = "drain";  // the tails wait for repack rather than continue on the newest version
   cfg.prompts = 16;
   cfg.group_size = 1;
   cfg.batch_trajectories = 8;

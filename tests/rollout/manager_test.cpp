@@ -89,6 +89,8 @@ rollout::ManagerConfig sluice_config() {
   c.batch_trajectories = 32;
   c.ahead_batches = 4;
   c.max_assign_lag = 1;
+  c.tail = "drain";  // these cases check draining and repack (continue is checked in
+                     // manager_state_test.cpp)
   c.repack_interval_ms = 20;
   c.heartbeat_timeout_ms = 60000;
   return c;
