@@ -327,6 +327,9 @@ int main(int argc, char** argv) {
   study_staleness->add_option("--set", sta.overrides, "override a job field: key=value");
   study_staleness->add_option("--jobs", sta.jobs, "runs at a time, on threads (1..64)")
       ->capture_default_str();
+  study_staleness->add_option("--replot", sta.replot,
+                              "run nothing: redraw the table, page and figure in this study "
+                              "folder from its results.json (give the study's flags)");
   sluice::cli::BenchDeltaArgs bd;
   auto* bench_delta = bench_cmd->add_subcommand(
       "delta", "bit-exact deltas between consecutive versions: synthetic and the real job's");

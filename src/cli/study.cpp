@@ -248,6 +248,10 @@ core::Result<Plan> make_plan(const StudyArgs& args) {
     plan.out = args.out;
   }
   std::error_code ec;
+  if (!args.replot.empty()) {
+    plan.out = args.replot;
+    return plan;
+  }
   if (std::filesystem::exists(plan.out, ec) && !std::filesystem::is_empty(plan.out, ec)) {
     return core::invalid_argument("--out " + plan.out.string() +
                                   " already holds files: give a new or empty folder");
@@ -452,6 +456,13 @@ struct Series {
   bool band = false;
 };
 
+// After a curve's label: how many seeds it is the mean of, when not all yet.
+std::string legend_note(const Plan& plan, const Summary* s) {
+  if (!s || s->seeds == 0) return " (not run yet)";
+  if (s->seeds < plan.seeds) return fmt::format(" ({} of {} seeds)", s->seeds, plan.seeds);
+  return "";
+}
+
 // One panel at (x, y) of size w x h: accuracy (%) against trained samples, mean over seeds, with
 // a band of +- std where asked.
 std::string panel(const Plan& plan, double x, double y, double w, double h,
@@ -517,13 +528,7 @@ std::string panel(const Plan& plan, double x, double y, double w, double h,
         "stroke-width=\"{:.1f}\"{}/><text x=\"{:.1f}\" y=\"{:.1f}\" font-size=\"10\">{}{}</text>\n",
         lx, lx + 22, ly - 3, ly - 3, s.colour, s.width,
         s.dash.empty() ? "" : " stroke-dasharray=\"" + s.dash + "\"", lx + 26, ly,
-        escape_html(s.label),
-        s.summary && s.summary->seeds > 0 ? fmt::format(" ({})", s.summary->seeds == plan.seeds
-                                                                     ? std::string("")
-                                                                     : fmt::format(
-                                                                           "{} seeds",
-                                                                           s.summary->seeds))
-                                          : std::string(" (not run yet)"));
+        escape_html(s.label), legend_note(plan, s.summary));
     ly += 14;
   }
   o += "</g>\n";
@@ -727,6 +732,52 @@ core::Status write_outputs(const Plan& plan, const std::vector<Run>& runs, std::
   return {};
 }
 
+// The runs of an earlier study's results.json, checked against this plan (the same settings,
+// updates and evaluations).
+core::Result<std::vector<Run>> read_runs(Plan& plan) {
+  const std::string path = (plan.out / "results.json").string();
+  SLUICE_ASSIGN_OR_RETURN(Json j, core::config::read_json_file(path));
+  auto differs = [&](const std::string& what) {
+    return core::invalid_argument(path + ": not the same " + what +
+                                  " as this command's flags (give the study's own)");
+  };
+  try {
+    if (j.at("updates").get<std::uint32_t>() != plan.updates) return differs("updates");
+    plan.commit = j.at("commit").get<std::string>();  // the study's, not this binary's
+    if (j.at("every").get<std::uint32_t>() != plan.every) return differs("--every");
+    if (j.at("seeds").get<std::uint32_t>() != plan.seeds) return differs("seeds");
+    const auto& settings = j.at("settings");
+    if (settings.size() != plan.settings.size()) return differs("settings");
+    for (std::size_t k = 0; k < settings.size(); ++k)
+      if (settings[k].at("setting").get<std::string>() != plan.settings[k].label)
+        return differs("settings");
+    std::vector<Run> runs;
+    for (const auto& jr : j.at("runs")) {
+      Run r;
+      const std::string label = jr.at("setting").get<std::string>();
+      r.setting = plan.settings.size();
+      for (std::size_t k = 0; k < plan.settings.size(); ++k)
+        if (plan.settings[k].label == label) r.setting = k;
+      if (r.setting == plan.settings.size()) return differs("settings (" + label + ")");
+      r.seed = jr.at("seed").get<std::uint32_t>();
+      r.at = jr.at("at").get<std::vector<std::uint32_t>>();
+      r.accuracy = jr.at("accuracy").get<std::vector<double>>();
+      if (r.accuracy.size() != plan.points()) return differs("evaluations");
+      r.generated_by = jr.at("generated_by").get<std::vector<std::uint64_t>>();
+      r.train_ms = jr.at("learner_ms_per_step").get<double>();
+      r.masked_fraction = jr.at("masked_fraction").get<double>();
+      r.truncated_fraction = jr.at("truncated_fraction").get<double>();
+      r.behaviour_kl = jr.at("behaviour_kl").get<double>();
+      r.clip_fraction = jr.at("clip_fraction").get<double>();
+      r.seconds = jr.at("seconds").get<double>();
+      runs.push_back(std::move(r));
+    }
+    return runs;
+  } catch (const std::exception& e) {
+    return core::invalid_argument(path + ": " + e.what());
+  }
+}
+
 }  // namespace
 
 int run_study_staleness(const StudyArgs& args) {
@@ -736,7 +787,16 @@ int run_study_staleness(const StudyArgs& args) {
   };
   auto plan_or = make_plan(args);
   if (!plan_or.is_ok()) return fail(plan_or.status().message());
-  const Plan& plan = *plan_or;
+  Plan& plan = *plan_or;
+  if (!args.replot.empty()) {
+    auto runs = read_runs(plan);
+    if (!runs.is_ok()) return fail(runs.status().message());
+    std::string md;
+    if (auto st = write_outputs(plan, *runs, plan.settings.size() * plan.seeds, &md); !st.is_ok())
+      return fail(st.to_string());
+    std::printf("%s\n\n%s", plan.command.c_str(), md.c_str());
+    return 0;
+  }
   std::error_code ec;
   std::filesystem::create_directories(plan.out, ec);
   if (ec) return fail("cannot create " + plan.out.string() + ": " + ec.message());

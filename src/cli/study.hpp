@@ -41,6 +41,9 @@ struct StudyArgs {
   std::uint32_t every = 0;              // 0: actor.eval_every
   std::string out;                      // "": runs/study-staleness-<time>
   std::uint32_t jobs = 1;               // runs at a time (threads), 1..64
+  // Not "": run nothing, redraw the table, page and figure of the study in this folder from its
+  // results.json (the same flags as the study's; a study still running is drawn as it stands).
+  std::string replot;
 };
 
 int run_study_staleness(const StudyArgs& args);

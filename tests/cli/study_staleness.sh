@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `sluice study staleness`: a tiny study (a 10-step warm start, 6 updates of 4 prompts x 8
+# `sluice study staleness`: a tiny study (an 80-step warm start, 6 updates of 4 prompts x 8
 # samples, 40 held-out prompts) checks what a reader of its results relies on:
 # - every setting (sync, then each lag x correction) ran every seed, and all were evaluated at
 #   the same sample counts;
@@ -7,6 +7,7 @@
 #   behaviour log-probs differ from its learner's (behaviour KL above sync's, which is ~0);
 # - m2po masks tokens only when the batch is stale, and its masked fraction is reported;
 # - the table, the JSON, the HTML page and the SVG are written;
+# - --replot draws the same page again from results.json;
 # - --jobs 2 gives the same results as one run at a time;
 # - a refused study starts nothing: no output folder.
 set -euo pipefail
@@ -14,10 +15,13 @@ sluice=$1
 job=$2
 dir=$(mktemp -d "${TMPDIR:-/tmp}/study_staleness.XXXXXX")
 trap 'rm -rf "$dir"' EXIT
+# A short warm start at a high lr: enough that some answers are right and groups' rewards differ
+# (all-equal rewards give no gradient, and the weights, stale or not, would never move).
+tiny=(--set actor.learner.warmstart_steps=80 --set actor.learner.warmstart_lr=0.003
+  --set actor.learner.eval_prompts=40 --set manager.batch_trajectories=32)
 "$sluice" study staleness "$job" --lags 0,1,3 --corrections none,behaviour-cap,m2po --seeds 2 \
   --updates 6 --every 2 --out "$dir/out" \
-  --set actor.learner.warmstart_steps=10 --set actor.learner.eval_prompts=40 \
-  --set manager.batch_trajectories=32 >"$dir/stdout" 2>"$dir/stderr"
+  "${tiny[@]}" >"$dir/stdout" 2>"$dir/stderr"
 grep -q '^| sync | 2 |' "$dir/stdout" || { cat "$dir/stdout"; exit 1; }
 grep -q '^| lag 3, m2po | 2 |' "$dir/stdout" || { cat "$dir/stdout"; exit 1; }
 grep -q 'seed 2/2, lag 3, m2po: update 6/6, held-out accuracy' "$dir/stderr"
@@ -60,11 +64,22 @@ assert by[("sync", 0)]["accuracy"] != by[("sync", 1)]["accuracy"] or \
     by[("sync", 0)]["behaviour_kl"] != by[("sync", 1)]["behaviour_kl"]
 print("ok:", len(r["runs"]), "runs,", len(names), "settings")
 PY
+# --replot redraws the same page and figure from results.json, and refuses other flags.
+cp "$dir/out/staleness.svg" "$dir/drawn.svg"
+cp "$dir/out/staleness.html" "$dir/drawn.html"
+"$sluice" study staleness "$job" --lags 0,1,3 --corrections none,behaviour-cap,m2po --seeds 2 \
+  --updates 6 --every 2 --replot "$dir/out" "${tiny[@]}" >/dev/null
+cmp "$dir/drawn.svg" "$dir/out/staleness.svg"
+cmp "$dir/drawn.html" "$dir/out/staleness.html"
+if "$sluice" study staleness "$job" --lags 0,1 --corrections none --seeds 2 --updates 6 \
+  --every 2 --replot "$dir/out" "${tiny[@]}" 2>"$dir/err3"; then
+  echo "--replot with other settings was accepted"; exit 1
+fi
+grep -q 'not the same settings as this command' "$dir/err3"
 # Two runs at a time (--jobs 2, threads) give the very same results as one at a time.
 "$sluice" study staleness "$job" --lags 0,3 --corrections m2po,none --seeds 1 --jobs 2 \
   --updates 6 --every 2 --out "$dir/jobs2" \
-  --set actor.learner.warmstart_steps=10 --set actor.learner.eval_prompts=40 \
-  --set manager.batch_trajectories=32 >/dev/null 2>&1
+  "${tiny[@]}" >/dev/null 2>&1
 python3 - "$dir/out/results.json" "$dir/jobs2/results.json" <<'PY'
 import json, sys
 one, two = (json.load(open(f)) for f in sys.argv[1:3])
