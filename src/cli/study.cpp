@@ -468,7 +468,7 @@ std::string legend_note(const Plan& plan, const Summary* s) {
 std::string panel(const Plan& plan, double x, double y, double w, double h,
                   const std::string& title, const std::vector<Series>& series, double lo,
                   double hi) {
-  const double ml = 46, mr = 10, mt = 24, mb = 34;
+  const double ml = 46, mr = 22, mt = 24, mb = 34;
   const double pw = w - ml - mr, ph = h - mt - mb;
   const double xmax = static_cast<double>(plan.samples_at(plan.updates));
   auto px = [&](double samples) { return x + ml + pw * samples / xmax; };
@@ -519,10 +519,13 @@ std::string panel(const Plan& plan, double x, double y, double w, double h,
         "<polyline points=\"{}\" fill=\"none\" stroke=\"{}\" stroke-width=\"{:.1f}\"{}/>\n", pts,
         s.colour, s.width, s.dash.empty() ? "" : " stroke-dasharray=\"" + s.dash + "\"");
   }
-  // legend, bottom right
+  // legend, bottom right, as wide as its longest line (about 5.6 px a character at 10 px)
+  std::size_t longest = 0;
+  for (const auto& s : series)
+    longest = std::max(longest, s.label.size() + legend_note(plan, s.summary).size());
+  const double lx = x + ml + pw - 34 - 5.6 * static_cast<double>(longest);
   double ly = y + mt + ph - 8 - 14.0 * static_cast<double>(series.size() - 1);
   for (const auto& s : series) {
-    const double lx = x + ml + pw - 150;
     o += fmt::format(
         "<line x1=\"{:.1f}\" x2=\"{:.1f}\" y1=\"{:.1f}\" y2=\"{:.1f}\" stroke=\"{}\" "
         "stroke-width=\"{:.1f}\"{}/><text x=\"{:.1f}\" y=\"{:.1f}\" font-size=\"10\">{}{}</text>\n",
