@@ -443,8 +443,7 @@ core::Result<TrainStats> Learner::train(const std::vector<Sample>& batch) {
       pb.advantages = slice(advantages, t0, t1);
       pb.sample_weights = slice(weights, b0, b1);
       if (m2po) pb.token_mask = std::span<const std::uint8_t>(mask).subspan(t0, t1 - t0);
-      SLUICE_ASSIGN_OR_RETURN(rl::SurrogateResult sr,
-                              rl::clipped_surrogate(sub_layout, pb, clip));
+      SLUICE_ASSIGN_OR_RETURN(rl::SurrogateResult sr, rl::clipped_surrogate(sub_layout, pb, clip));
       // The surrogate is a mean over this minibatch's tokens; rescale to the batch's.
       const double n_sub = static_cast<double>(t1 - t0);
       const double scale = n_sub / total;

@@ -150,7 +150,8 @@ int run_bench_delta(const BenchDeltaArgs& args) {
 
   if (args.job != "none" && args.updates > 0) {
     const std::string path = args.job.empty() ? default_job() : args.job;
-    auto job = load_learner_job(path, args.overrides, {}, "the delta bench (its versions are the reference GPT's)");
+    auto job = load_learner_job(path, args.overrides, {},
+                                "the delta bench (its versions are the reference GPT's)");
     if (!job.is_ok()) return fail(path + ": " + job.status().to_string());
     model::set_blas_threads(1);  // as the actor runs
     auto learner = actor::Learner::create(job->actor.learner);

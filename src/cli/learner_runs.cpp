@@ -23,8 +23,8 @@ core::Result<JobConfig> load_learner_job(const std::string& path,
   SLUICE_TRY(core::config::parse(doc, job));
   SLUICE_TRY(job.validate());
   if (job.actor.policy != "gpt") {
-    return core::invalid_argument("the job's actor.policy is '" + job.actor.policy + "': " +
-                                  command + " needs the gpt policy");
+    return core::invalid_argument("the job's actor.policy is '" + job.actor.policy +
+                                  "': " + command + " needs the gpt policy");
   }
   if (job.manager.group_size == 0 || job.manager.batch_trajectories % job.manager.group_size) {
     return core::invalid_argument(

@@ -52,7 +52,8 @@ class WarmStarts {
   explicit WarmStarts(std::filesystem::path dir) : dir_(std::move(dir)) {}
   // The checkpoint of `config`'s warm start, run now (with a line on stderr naming `label`) if no
   // earlier call had the same warm-start settings.
-  core::Result<std::string> checkpoint(const actor::LearnerConfig& config, const std::string& label);
+  core::Result<std::string> checkpoint(const actor::LearnerConfig& config,
+                                       const std::string& label);
 
  private:
   std::filesystem::path dir_;

@@ -40,11 +40,11 @@ struct Setting {
 struct Run {
   std::size_t setting = 0;
   std::uint32_t seed = 0;
-  std::vector<std::uint32_t> at;          // updates done at each evaluation (0: the warm start)
-  std::vector<double> accuracy;           // held-out accuracy at each
+  std::vector<std::uint32_t> at;            // updates done at each evaluation (0: the warm start)
+  std::vector<double> accuracy;             // held-out accuracy at each
   std::vector<std::uint64_t> generated_by;  // per update (0-based): the version that sampled it
-  double train_ms = 0.0;                  // Learner::train per update, mean
-  double masked_fraction = 0.0;           // means over the updates
+  double train_ms = 0.0;                    // Learner::train per update, mean
+  double masked_fraction = 0.0;             // means over the updates
   double truncated_fraction = 0.0;
   double behaviour_kl = 0.0;
   double clip_fraction = 0.0;
@@ -135,9 +135,8 @@ core::Result<std::vector<std::uint32_t>> parse_lags(const std::vector<std::strin
       return core::invalid_argument("--lags: '" + item + "' is not a whole number");
     }
     if (v < 0 || v > kMaxLag) {
-      return core::invalid_argument(
-          fmt::format("--lags: lag {} is outside 0..{} (updates behind the newest version)", v,
-                      kMaxLag));
+      return core::invalid_argument(fmt::format(
+          "--lags: lag {} is outside 0..{} (updates behind the newest version)", v, kMaxLag));
     }
     const auto lag = static_cast<std::uint32_t>(v);
     if (std::find(lags.begin(), lags.end(), lag) != lags.end()) {
@@ -330,7 +329,8 @@ core::Result<Run> run_setting(const Plan& plan, std::size_t setting, std::uint32
       SLUICE_ASSIGN_OR_RETURN(actor::EvalStats e, learner->evaluate());
       r.at.push_back(done);
       r.accuracy.push_back(e.accuracy);
-      std::fprintf(stderr, "study: seed %u/%u, %s: update %u/%u, held-out accuracy %.1f%% (%.0f s)\n",
+      std::fprintf(stderr,
+                   "study: seed %u/%u, %s: update %u/%u, held-out accuracy %.1f%% (%.0f s)\n",
                    seed + 1, plan.seeds, s.label.c_str(), done, plan.updates, 100.0 * e.accuracy,
                    std::chrono::duration<double>(Clock::now() - t0).count());
     }
@@ -374,11 +374,10 @@ Table make_table(const Plan& plan, const std::vector<Run>& runs) {
   const auto shown = table_points(points);
   t.head = {"setting", "seeds"};
   for (std::size_t i : shown)
-    t.head.push_back(fmt::format("acc. at {} samples", plan.samples_at(static_cast<std::uint32_t>(
-                                                         i * plan.every))));
+    t.head.push_back(fmt::format("acc. at {} samples",
+                                 plan.samples_at(static_cast<std::uint32_t>(i * plan.every))));
   t.head.insert(t.head.end(), {"mean of last 3 evals", "gap to sync, end", "gap to sync, last 3",
-                               "learner ms/step", "x sync", "masked", "truncated",
-                               "behaviour KL"});
+                               "learner ms/step", "x sync", "masked", "truncated", "behaviour KL"});
   const Summary sync = summarize(runs, 0, points);
   for (std::size_t k = 0; k < plan.settings.size(); ++k) {
     const Summary s = summarize(runs, k, points);
@@ -392,9 +391,9 @@ Table make_table(const Plan& plan, const std::vector<Run>& runs) {
       row.push_back(fmt::format("{} ± {}", pct(s.mean[i]), pct(s.std[i])));
     row.push_back(pct(s.last3));
     const bool have_sync = sync.seeds > 0;
-    row.push_back(k == 0 || !have_sync ? "-"
-                                       : fmt::format("{:+.1f}", 100.0 * (s.mean.back() -
-                                                                           sync.mean.back())));
+    row.push_back(k == 0 || !have_sync
+                      ? "-"
+                      : fmt::format("{:+.1f}", 100.0 * (s.mean.back() - sync.mean.back())));
     row.push_back(k == 0 || !have_sync ? "-"
                                        : fmt::format("{:+.1f}", 100.0 * (s.last3 - sync.last3)));
     row.push_back(fmt::format("{:.0f}", s.train_ms));
@@ -429,11 +428,20 @@ std::string escape_html(const std::string& s) {
   std::string out;
   for (char c : s) {
     switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      default: out += c;
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      default:
+        out += c;
     }
   }
   return out;
@@ -474,8 +482,9 @@ std::string panel(const Plan& plan, double x, double y, double w, double h,
   auto px = [&](double samples) { return x + ml + pw * samples / xmax; };
   auto py = [&](double acc) { return y + mt + ph * (1.0 - (acc - lo) / (hi - lo)); };
   std::string o;
-  o += fmt::format("<g><text x=\"{:.1f}\" y=\"{:.1f}\" font-size=\"13\" font-weight=\"bold\">{}</text>\n",
-                   x + ml, y + 16, escape_html(title));
+  o += fmt::format(
+      "<g><text x=\"{:.1f}\" y=\"{:.1f}\" font-size=\"13\" font-weight=\"bold\">{}</text>\n",
+      x + ml, y + 16, escape_html(title));
   o += fmt::format(
       "<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{:.1f}\" fill=\"none\" "
       "stroke=\"#999\"/>\n",
@@ -508,8 +517,9 @@ std::string panel(const Plan& plan, double x, double y, double w, double h,
       for (std::size_t i = points; i-- > 0;)
         pts += fmt::format("{:.1f},{:.1f} ", px(plan.samples_at(i * plan.every)),
                            py(std::max(lo, s.summary->mean[i] - s.summary->std[i])));
-      o += fmt::format("<polygon points=\"{}\" fill=\"{}\" fill-opacity=\"0.12\" stroke=\"none\"/>\n",
-                       pts, s.colour);
+      o += fmt::format(
+          "<polygon points=\"{}\" fill=\"{}\" fill-opacity=\"0.12\" stroke=\"none\"/>\n", pts,
+          s.colour);
     }
     std::string pts;
     for (std::size_t i = 0; i < points; ++i)
@@ -576,7 +586,8 @@ std::string figure_svg(const Plan& plan, const std::vector<Summary>& sums) {
     const auto& st = plan.settings[k];
     const std::size_t li =
         static_cast<std::size_t>(std::find(lags.begin(), lags.end(), st.lag) - lags.begin());
-    all.push_back({st.label, correction_colour(st.correction), dashes[li % 6], 1.4, &sums[k], false});
+    all.push_back(
+        {st.label, correction_colour(st.correction), dashes[li % 6], 1.4, &sums[k], false});
   }
   o += panel(plan, 0, 0, w, h, "held-out accuracy, every setting (mean over seeds)", all, lo, hi);
   for (std::size_t li = 0; li < lags.size(); ++li) {
@@ -604,8 +615,8 @@ std::string html_page(const Plan& plan, const Table& t, const std::string& svg,
       "padding:2px 6px;text-align:right}td:first-child,th:first-child{text-align:left}"
       "code{background:#f4f4f4}</style></head><body>\n<h1>Staleness study</h1>\n";
   o += "<p><code>" + escape_html(plan.command) + "</code> at commit <code>" +
-       escape_html(plan.commit) + "</code>: " +
-       fmt::format("{} of {} runs finished", finished, total) + ".</p>\n";
+       escape_html(plan.commit) +
+       "</code>: " + fmt::format("{} of {} runs finished", finished, total) + ".</p>\n";
   o += fmt::format(
       "<p>Each run: the job's warm start (shared), then {} updates of {} trajectories ({} prompts "
       "x {} samples), held-out accuracy on {} prompts every {} updates. At lag k the batch of "
@@ -727,11 +738,10 @@ core::Status write_outputs(const Plan& plan, const std::vector<Run>& runs, std::
   if (table_out) *table_out = md;
   const std::string svg = figure_svg(plan, sums);
   SLUICE_TRY(write_text(plan.out / "results.json", results_json(plan, runs, sums).dump(1) + "\n"));
-  SLUICE_TRY(write_text(plan.out / "study.md", "`" + plan.command + "` at " + plan.commit +
-                                                   "\n\n" + md));
+  SLUICE_TRY(
+      write_text(plan.out / "study.md", "`" + plan.command + "` at " + plan.commit + "\n\n" + md));
   SLUICE_TRY(write_text(plan.out / "staleness.svg", svg));
-  SLUICE_TRY(write_text(plan.out / "staleness.html",
-                        html_page(plan, t, svg, runs.size(), total)));
+  SLUICE_TRY(write_text(plan.out / "staleness.html", html_page(plan, t, svg, runs.size(), total)));
   return {};
 }
 
@@ -869,7 +879,8 @@ int run_study_staleness(const StudyArgs& args) {
   };
   {
     std::vector<std::thread> threads;
-    const std::uint32_t n = std::min<std::uint32_t>(args.jobs, static_cast<std::uint32_t>(tasks.size()));
+    const std::uint32_t n =
+        std::min<std::uint32_t>(args.jobs, static_cast<std::uint32_t>(tasks.size()));
     for (std::uint32_t j = 1; j < n; ++j)
       threads.emplace_back(worker);
     worker();

@@ -32,15 +32,15 @@
 namespace sluice::cli {
 
 struct StudyArgs {
-  std::string job;                      // the job file (actor.policy gpt)
-  std::vector<std::string> overrides;   // --set key=value
-  std::vector<std::string> lags;        // --lags 0,2,4 (0..64, no repeats)
-  std::vector<std::string> corrections; // --corrections none,behaviour-cap,m2po
-  std::uint32_t seeds = 3;              // 1..16
-  std::uint32_t updates = 0;            // 0: the job's (prompts x group_size / batch_trajectories)
-  std::uint32_t every = 0;              // 0: actor.eval_every
-  std::string out;                      // "": runs/study-staleness-<time>
-  std::uint32_t jobs = 1;               // runs at a time (threads), 1..64
+  std::string job;                       // the job file (actor.policy gpt)
+  std::vector<std::string> overrides;    // --set key=value
+  std::vector<std::string> lags;         // --lags 0,2,4 (0..64, no repeats)
+  std::vector<std::string> corrections;  // --corrections none,behaviour-cap,m2po
+  std::uint32_t seeds = 3;               // 1..16
+  std::uint32_t updates = 0;             // 0: the job's (prompts x group_size / batch_trajectories)
+  std::uint32_t every = 0;               // 0: actor.eval_every
+  std::string out;                       // "": runs/study-staleness-<time>
+  std::uint32_t jobs = 1;                // runs at a time (threads), 1..64
   // Not "": run nothing, redraw the table, page and figure of the study in this folder from its
   // results.json (the same flags as the study's; a study still running is drawn as it stands).
   std::string replot;

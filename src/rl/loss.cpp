@@ -271,9 +271,8 @@ core::Result<std::vector<std::uint8_t>> second_moment_mask(std::span<const float
   std::vector<std::size_t> order(n);
   for (std::size_t i = 0; i < n; ++i)
     order[i] = i;
-  std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
-    return m[a] != m[b] ? m[a] < m[b] : a < b;
-  });
+  std::sort(order.begin(), order.end(),
+            [&](std::size_t a, std::size_t b) { return m[a] != m[b] ? m[a] < m[b] : a < b; });
   // The mean of the k smallest is nondecreasing in k: keep the longest prefix whose sum is at
   // most threshold x its length (a sum, not a division, so that the edge is exact).
   std::vector<std::uint8_t> keep(n, 0);

@@ -317,8 +317,8 @@ TEST_SUITE("learner") {
     REQUIRE(stale_a.is_ok());
     REQUIRE(stale_b.is_ok());
     REQUIRE(stale_c.is_ok());
-    const double good_share = static_cast<double>(gold(*a2, 3).size()) /
-                              static_cast<double>(stale_a->tokens);
+    const double good_share =
+        static_cast<double>(gold(*a2, 3).size()) / static_cast<double>(stale_a->tokens);
     // behaviour-cap truncates w at 2 on those tokens; none has no w to truncate; m2po masks
     // exactly them ((log w)^2 = 4 each, the other tokens 0: only removing all of them brings the
     // mean under 0.04) and truncates nothing.

@@ -20,6 +20,35 @@ std::vector<float> plus_log(const std::vector<float>& base, const std::vector<do
   return out;
 }
 
+// The decoupled example of two tests below: proximal = behaviour + log(1.5, 3.0, 0.8), ratios
+// against the proximal 1.1, 1.5, 0.5, A = 1, 1, 2, sample weights 1, 0.5 (trajectories of 2 and
+// 1 tokens).
+struct DecoupledExample {
+  TokenLayout layout{{2, 1}};
+  std::vector<float> behaviour = {-1.0f, -2.0f, -0.5f};
+  std::vector<float> proximal = plus_log(behaviour, {1.5, 3.0, 0.8});
+  std::vector<float> now = plus_log(proximal, {1.1, 1.5, 0.5});
+  std::vector<float> adv = {1.0f, 1.0f, 2.0f};
+  std::vector<float> weights = {1.0f, 0.5f};
+  PolicyBatch batch() const {
+    return {.logp_new = now,
+            .logp_behaviour = behaviour,
+            .logp_proximal = proximal,
+            .advantages = adv,
+            .sample_weights = weights};
+  }
+};
+
+// Two batches that must give the same surrogate: the same loss and the same gradients.
+void check_same_surrogate(const TokenLayout& layout, const PolicyBatch& x, const PolicyBatch& y) {
+  auto a = clipped_surrogate(layout, x);
+  auto b = clipped_surrogate(layout, y);
+  REQUIRE(a.is_ok());
+  REQUIRE(b.is_ok());
+  CHECK(a->loss == Approx(b->loss));
+  CHECK(a->grad_logp_new == b->grad_logp_new);
+}
+
 }  // namespace
 
 TEST_SUITE("rl.loss") {
@@ -168,17 +197,9 @@ TEST_SUITE("rl.loss") {
     // Ratios against the proximal as before: 1.1, 1.5, 0.5 with A = 1, 1, 2, weights 1, 0.5.
     //   loss = -(1/3) (1.5 * 1.1 + 2.0 * 1.2 + 0.5 * 0.8 * 1.0) = -(1/3) 4.45 = -1.483333
     //   grads: -(1/3) 1.5 * 1.1 = -0.55, 0, -(1/3) 0.5 * 0.8 * 0.5 * 2 = -0.133333
-    TokenLayout layout({2, 1});
-    std::vector<float> behaviour = {-1.0f, -2.0f, -0.5f};
-    std::vector<float> proximal = plus_log(behaviour, {1.5, 3.0, 0.8});
-    std::vector<float> now = plus_log(proximal, {1.1, 1.5, 0.5});
-    std::vector<float> adv = {1.0f, 1.0f, 2.0f};
-    std::vector<float> weights = {1.0f, 0.5f};
-    PolicyBatch batch{.logp_new = now,
-                      .logp_behaviour = behaviour,
-                      .logp_proximal = proximal,
-                      .advantages = adv,
-                      .sample_weights = weights};
+    const DecoupledExample ex;
+    const TokenLayout& layout = ex.layout;
+    const PolicyBatch batch = ex.batch();
     auto r = clipped_surrogate(layout, batch, {.behaviour_cap = 2.0});
     REQUIRE(r.is_ok());
     CHECK(r->loss == Approx(-1.483333).epsilon(1e-5));
@@ -191,34 +212,21 @@ TEST_SUITE("rl.loss") {
 
     // Proximal equal to behaviour is the same as no proximal at all.
     PolicyBatch same = batch;
-    same.logp_proximal = behaviour;
+    same.logp_proximal = ex.behaviour;
     PolicyBatch absent = batch;
     absent.logp_proximal = {};
-    auto a = clipped_surrogate(layout, same);
-    auto b = clipped_surrogate(layout, absent);
-    REQUIRE(a.is_ok());
-    REQUIRE(b.is_ok());
-    CHECK(a->loss == Approx(b->loss));
-    CHECK(a->grad_logp_new == b->grad_logp_new);
+    check_same_surrogate(layout, same, absent);
   }
 
   TEST_CASE("a token mask: masked tokens give no loss and no gradient, N still counts them") {
     // The decoupled example above with the cap lifted (w = 1.5, 3.0, 0.8) and token 1 masked:
     //   loss = -(1/3) (1.5 * 1.1 + 0.5 * 0.8 * 1.0) = -(1/3) 2.05 = -0.683333
     // Token 1 would have been clipped (ratio 1.5, A > 0); masked, it is not counted as clipped.
-    TokenLayout layout({2, 1});
-    std::vector<float> behaviour = {-1.0f, -2.0f, -0.5f};
-    std::vector<float> proximal = plus_log(behaviour, {1.5, 3.0, 0.8});
-    std::vector<float> now = plus_log(proximal, {1.1, 1.5, 0.5});
-    std::vector<float> adv = {1.0f, 1.0f, 2.0f};
-    std::vector<float> weights = {1.0f, 0.5f};
+    const DecoupledExample ex;
+    const TokenLayout& layout = ex.layout;
     std::vector<std::uint8_t> mask = {1, 0, 1};
-    PolicyBatch batch{.logp_new = now,
-                      .logp_behaviour = behaviour,
-                      .logp_proximal = proximal,
-                      .advantages = adv,
-                      .sample_weights = weights,
-                      .token_mask = mask};
+    PolicyBatch batch = ex.batch();
+    batch.token_mask = mask;
     auto r = clipped_surrogate(layout, batch, {.behaviour_cap = INFINITY});
     REQUIRE(r.is_ok());
     CHECK(r->loss == Approx(-0.683333).epsilon(1e-5));
@@ -235,13 +243,8 @@ TEST_SUITE("rl.loss") {
     kept.token_mask = ones;
     PolicyBatch none = batch;
     none.token_mask = {};
-    auto a = clipped_surrogate(layout, kept);
-    auto b = clipped_surrogate(layout, none);
-    REQUIRE(a.is_ok());
-    REQUIRE(b.is_ok());
-    CHECK(a->loss == b->loss);
-    CHECK(a->grad_logp_new == b->grad_logp_new);
-    CHECK(a->stats.masked_fraction == 0.0);
+    check_same_surrogate(layout, kept, none);
+    CHECK(clipped_surrogate(layout, kept)->stats.masked_fraction == 0.0);
 
     std::vector<std::uint8_t> two = {1, 1};
     PolicyBatch bad = batch;
