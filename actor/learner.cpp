@@ -389,7 +389,7 @@ core::Result<TrainStats> Learner::train(const std::vector<Sample>& batch) {
   //   none: the proximal is left out of the surrogate, so its ratio is taken against the
   //     behaviour log-probs and w = 1 (proximal log-probs are still computed, for behaviour_kl).
   //   m2po: the mask of rl::second_moment_mask over log w = proximal - behaviour, for the whole
-  //     batch, fixed for every epoch. Two choices, from the paper (arXiv 2510.01161, sec. 4 and
+  //     batch, fixed for every epoch. Two choices, from the paper (arXiv 2510.01161,
   //     its objective J_M2PO = mean over tokens of M_t r_t A_t): the kept tokens take the full,
   //     uncapped importance weight, because the second-moment bound is what replaces truncation
   //     and clipping (the paper's point is that clipping throws away the informative,

@@ -82,8 +82,8 @@ struct LearnerConfig {
   rl::SurrogateOptions clip;
   // How stale samples are corrected (see the header comment): "behaviour-cap", "none" or "m2po".
   std::string correction = "behaviour-cap";
-  // m2po: the largest mean of (log w)^2 over the kept tokens. 0.04 is the M2PO paper's
-  // (Zheng et al., arXiv 2510.01161, "Prosperity before Collapse"), used at every model scale.
+  // m2po: the largest mean of (log w)^2 over the kept tokens; 0.04 is the value of the M2PO paper
+  // (Zheng et al., arXiv 2510.01161, "Prosperity before Collapse").
   double m2po_threshold = 0.04;
   rl::GrpoOptions grpo;
   rl::GaeOptions gae;
