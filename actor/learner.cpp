@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <span>
 #include <utility>
@@ -179,6 +180,12 @@ core::Status LearnerConfig::validate() const {
   SLUICE_TRY(clip.validate().with_context("learner config: clip"));
   SLUICE_TRY(grpo.validate().with_context("learner config: grpo"));
   SLUICE_TRY(gae.validate().with_context("learner config: gae"));
+  if (correction != "behaviour-cap" && correction != "none" && correction != "m2po") {
+    return bad("correction must be behaviour-cap, none or m2po, not '" + correction + "'");
+  }
+  if (!(m2po_threshold >= 0.0) || !std::isfinite(m2po_threshold)) {
+    return bad("m2po_threshold must be finite and >= 0");
+  }
   if (algorithm != "grpo" && algorithm != "ppo") {
     return bad("algorithm must be grpo or ppo, not '" + algorithm + "'");
   }
@@ -347,9 +354,18 @@ core::Result<TrainStats> Learner::train(const std::vector<Sample>& batch) {
     stats.mean_reward += r / static_cast<double>(n_seq);
 
   const bool ppo = config_.algorithm == "ppo";
+  const bool m2po = config_.correction == "m2po";
   const std::size_t mb = config_.minibatch;
   std::vector<float> proximal(n_tok), advantages, returns;
   bool have_proximal = false;
+  if (m2po && !ppo) {
+    // M2PO's mask is over the whole batch, so every proximal log-prob is needed before the first
+    // gradient: one pass without gradients (GRPO would otherwise take them from the first
+    // epoch's forward passes). This pass is m2po's cost in the learner's time per step.
+    for (std::size_t b = 0; b < n_seq; b += mb)
+      SLUICE_TRY(score(*model_, seq, b, std::min(n_seq, b + mb), proximal, nullptr));
+    have_proximal = true;
+  }
   if (ppo) {
     // GAE needs every value of the batch (for the normalisation) before any gradient: one pass
     // without gradients gives the values and, on the way, the proximal log-probs.
@@ -369,11 +385,36 @@ core::Result<TrainStats> Learner::train(const std::vector<Sample>& batch) {
     SLUICE_ASSIGN_OR_RETURN(advantages, rl::broadcast_to_tokens(seq.layout, per_traj));
   }
 
+  // The correction of stale samples (LearnerConfig::correction).
+  //   none: the proximal is left out of the surrogate, so its ratio is taken against the
+  //     behaviour log-probs and w = 1 (proximal log-probs are still computed, for behaviour_kl).
+  //   m2po: the mask of rl::second_moment_mask over log w = proximal - behaviour, for the whole
+  //     batch, fixed for every epoch. Two choices, from the paper (arXiv 2510.01161,
+  //     its objective J_M2PO = mean over tokens of M_t r_t A_t): the kept tokens take the full,
+  //     uncapped importance weight, because the second-moment bound is what replaces truncation
+  //     and clipping (the paper's point is that clipping throws away the informative,
+  //     high-entropy tokens of stale data; a cap would do the same to exactly the tokens the
+  //     mask chose to keep); and the clip stays, but only against the proximal policy (the
+  //     current weights), where with one epoch (the default) it never acts and with more it
+  //     bounds how far the epochs move from the current weights; the paper's r_t is against the
+  //     behaviour policy with no clip at all, which this matches at one epoch.
+  rl::SurrogateOptions clip = config_.clip;
+  std::vector<std::uint8_t> mask;
+  if (m2po) {
+    clip.behaviour_cap = std::numeric_limits<double>::infinity();
+    std::vector<float> log_w(n_tok);
+    for (std::size_t i = 0; i < n_tok; ++i)
+      log_w[i] = proximal[i] - behaviour[i];
+    SLUICE_ASSIGN_OR_RETURN(mask, rl::second_moment_mask(log_w, config_.m2po_threshold));
+  }
+  const bool use_proximal = config_.correction != "none";
+
   const double total = static_cast<double>(n_tok);
   std::vector<float> logp_new(n_tok), values_new(ppo ? n_tok : 0);
   for (std::uint32_t epoch = 0; epoch < config_.epochs; ++epoch) {
     model_->zero_grad();
     double policy_loss = 0.0, value_loss = 0.0, clipped = 0.0, kl = 0.0, truncated = 0.0;
+    double masked = 0.0;
     double behaviour_kl = 0.0;
     for (std::size_t b0 = 0; b0 < n_seq; b0 += mb) {
       const std::size_t b1 = std::min(n_seq, b0 + mb);
@@ -398,11 +439,11 @@ core::Result<TrainStats> Learner::train(const std::vector<Sample>& batch) {
       rl::PolicyBatch pb;
       pb.logp_new = slice(logp_new, t0, t1);
       pb.logp_behaviour = slice(behaviour, t0, t1);
-      pb.logp_proximal = slice(proximal, t0, t1);
+      if (use_proximal) pb.logp_proximal = slice(proximal, t0, t1);
       pb.advantages = slice(advantages, t0, t1);
       pb.sample_weights = slice(weights, b0, b1);
-      SLUICE_ASSIGN_OR_RETURN(rl::SurrogateResult sr,
-                              rl::clipped_surrogate(sub_layout, pb, config_.clip));
+      if (m2po) pb.token_mask = std::span<const std::uint8_t>(mask).subspan(t0, t1 - t0);
+      SLUICE_ASSIGN_OR_RETURN(rl::SurrogateResult sr, rl::clipped_surrogate(sub_layout, pb, clip));
       // The surrogate is a mean over this minibatch's tokens; rescale to the batch's.
       const double n_sub = static_cast<double>(t1 - t0);
       const double scale = n_sub / total;
@@ -410,6 +451,7 @@ core::Result<TrainStats> Learner::train(const std::vector<Sample>& batch) {
       clipped += sr.stats.clip_fraction * n_sub;
       kl += sr.stats.approx_kl * n_sub;
       truncated += sr.stats.truncated_fraction * n_sub;
+      masked += sr.stats.masked_fraction * n_sub;
 
       std::vector<std::vector<float>> dlogp(out.logprobs.size());
       std::vector<std::vector<float>> dvalue;
@@ -456,6 +498,7 @@ core::Result<TrainStats> Learner::train(const std::vector<Sample>& batch) {
     stats.clip_fraction = clipped / total;
     stats.approx_kl = kl / total;
     stats.truncated_fraction = truncated / total;
+    stats.masked_fraction = masked / total;
   }
   model_->zero_grad();
   return stats;
@@ -576,6 +619,16 @@ core::Status Learner::save(const std::string& path) const {
     return core::unavailable("learner: cannot rename '" + tmp + "' to '" + path + "'");
   }
   return {};
+}
+
+core::Status Learner::load_weights(std::span<const float> params) {
+  if (params.size() != model_->param_count()) {
+    return core::invalid_argument("learner: load_weights got " + std::to_string(params.size()) +
+                                  " floats, the model has " +
+                                  std::to_string(model_->param_count()));
+  }
+  return model_->load(reinterpret_cast<const std::uint8_t*>(params.data()),
+                      params.size() * sizeof(float));
 }
 
 core::Status Learner::load(const std::string& path) {

@@ -15,7 +15,12 @@
 //     of the weights before this update, behaviour = Trajectory::logprobs, sample weight =
 //     Sample::weight; PPO adds value_coef x the value loss (0.5 (V - R)^2 per token, each token
 //     weighted by its sample's weight). Every term is a mean over the response tokens of the
-//     batch;
+//     batch. `correction` picks how stale samples (behaviour != proximal) are corrected:
+//     "behaviour-cap" (the default) as just said, w = min(exp(proximal - behaviour), cap);
+//     "none", the ratio taken against the behaviour log-probs directly (no proximal, w = 1: a
+//     naive asynchronous PPO); "m2po", M2PO's second-moment trust region
+//     (rl::second_moment_mask over log w for the whole batch, w uncapped on the kept tokens, the
+//     masked tokens giving no loss and no gradient);
 //   - the batch runs `minibatch` sequences per forward/backward, gradients accumulate over the
 //     whole batch, and AdamW takes one step per epoch (`epochs` passes, the proximal log-probs
 //     fixed at the first pass).
@@ -32,6 +37,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -74,6 +80,11 @@ struct LearnerConfig {
   std::uint32_t lr_decay_steps = 0;
   float lr_final = 0.1f;  // in (0, 1]
   rl::SurrogateOptions clip;
+  // How stale samples are corrected (see the header comment): "behaviour-cap", "none" or "m2po".
+  std::string correction = "behaviour-cap";
+  // m2po: the largest mean of (log w)^2 over the kept tokens; 0.04 is the value of the M2PO paper
+  // (Zheng et al., arXiv 2510.01161, "Prosperity before Collapse").
+  double m2po_threshold = 0.04;
   rl::GrpoOptions grpo;
   rl::GaeOptions gae;
   double value_coef = 0.5;       // weight of the value loss (ppo), >= 0
@@ -104,6 +115,14 @@ struct LearnerConfig {
       "(default 0)");
     v("lr_final", lr_final, "the RL lr's final fraction of adamw.lr (default 0.1)");
     v("clip", clip, "the clipped surrogate");
+    v("correction", correction,
+      "correction of stale samples: behaviour-cap (decoupled PPO, w capped at "
+      "clip.behaviour_cap), none (ratio against the behaviour log-probs, w = 1) or m2po "
+      "(second-moment trust region: mask the tokens of largest (log w)^2) (default "
+      "behaviour-cap)");
+    v("m2po_threshold", m2po_threshold,
+      "m2po: the mean of (log w)^2 over the kept tokens is at most this (default 0.04, the "
+      "M2PO paper's)");
     v("grpo", grpo, "GRPO advantages");
     v("gae", gae, "PPO's generalised advantage estimation");
     v("value_coef", value_coef, "weight of the PPO value loss (default 0.5)");
@@ -131,6 +150,7 @@ struct TrainStats {
   double approx_kl = 0.0;      // KL(proximal || current), last epoch (0 with one epoch)
   double behaviour_kl = 0.0;   // approximate KL(behaviour || proximal): how off-policy the batch is
   double truncated_fraction = 0.0;  // share of tokens whose behaviour weight hit the cap
+  double masked_fraction = 0.0;     // m2po: share of tokens masked by the second-moment bound
   double grad_norm = 0.0;           // global gradient norm before clipping (last epoch)
   std::size_t tokens = 0;           // response tokens trained on
   std::size_t samples = 0;          // samples trained on (weight > 0)
@@ -213,6 +233,10 @@ class Learner {
   // the learner unchanged.
   core::Status save(const std::string& path) const;
   core::Status load(const std::string& path);
+  // Replaces the weights only (model().param_count() floats, as model().params() holds them);
+  // the optimizer's state and the step count are unchanged. For generating from a copy of older
+  // weights (sluice study staleness). A buffer of another size is invalid_argument.
+  core::Status load_weights(std::span<const float> params);
 
  private:
   Learner(LearnerConfig config, rl::ArithmeticTask task, std::unique_ptr<model::Gpt> model,

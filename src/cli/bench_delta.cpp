@@ -10,6 +10,7 @@
 #include "actor/learner.hpp"
 #include "cli/bench_util.hpp"
 #include "cli/job.hpp"
+#include "cli/learner_runs.hpp"
 #include "core/config.hpp"
 #include "core/delta.hpp"
 #include "core/units.hpp"
@@ -97,23 +98,6 @@ std::string default_job() {
   return "examples/grpo_arith.json";
 }
 
-core::Result<JobConfig> load_job(const std::string& path, const std::vector<std::string>& sets) {
-  SLUICE_ASSIGN_OR_RETURN(core::config::Json doc, core::config::read_json_file(path));
-  for (const auto& o : sets)
-    SLUICE_TRY(core::config::apply_override(doc, o));
-  JobConfig job;
-  SLUICE_TRY(core::config::parse(doc, job));
-  SLUICE_TRY(job.validate());
-  if (job.actor.policy != "gpt") {
-    return core::invalid_argument("the job's actor.policy is '" + job.actor.policy +
-                                  "': its versions are not the reference GPT's");
-  }
-  if (job.manager.group_size == 0 || job.manager.batch_trajectories % job.manager.group_size) {
-    return core::invalid_argument("manager.batch_trajectories must be a multiple of group_size");
-  }
-  return job;
-}
-
 std::vector<std::uint8_t> snapshot(const actor::Learner& l) {
   const auto& m = l.model();
   std::uint64_t bytes = 0;
@@ -126,31 +110,9 @@ std::vector<std::uint8_t> snapshot(const actor::Learner& l) {
 // One on-policy GRPO update of the job's batch size: what the actor does between two versions.
 core::Status update(actor::Learner& l, const JobConfig& job, std::uint64_t& next_prompt,
                     std::uint64_t& rng, std::uint64_t version) {
-  const std::uint32_t group = job.manager.group_size;
-  const std::uint32_t prompts_per = job.manager.batch_trajectories / group;
-  const auto max_new = static_cast<std::uint32_t>(
-      std::min<std::uint64_t>(job.manager.max_new_tokens, job.actor.learner.gpt.context));
-  std::vector<rl::Prompt> prompts;
-  for (std::uint32_t p = 0; p < prompts_per; ++p, ++next_prompt) {
-    SLUICE_ASSIGN_OR_RETURN(rl::Prompt prompt, l.task().train_prompt(next_prompt));
-    for (std::uint32_t k = 0; k < group; ++k)
-      prompts.push_back(prompt);
-  }
-  SLUICE_ASSIGN_OR_RETURN(
-      auto out, l.generate(prompts, static_cast<float>(job.rollout.gpt.temperature), max_new, rng));
-  std::vector<actor::Sample> batch(prompts.size());
-  for (std::size_t i = 0; i < prompts.size(); ++i) {
-    rl::Trajectory& t = batch[i].trajectory;
-    t.prompt_id = fmt::format("p{}", next_prompt - prompts_per + i / group);
-    t.id = fmt::format("{}/{}", t.prompt_id, i % group);
-    t.version = version;
-    t.versions = {version};
-    t.prompt_tokens = prompts[i].tokens;
-    t.response_tokens = std::move(out[i].tokens);
-    t.logprobs = std::move(out[i].logprobs);
-    t.reward = l.task().reward(prompts[i], t.response_tokens);
-  }
-  return l.train(batch).status();
+  SLUICE_ASSIGN_OR_RETURN(SampledBatch batch,
+                          sample_batch(l, BatchShape::of(job), next_prompt, rng, version));
+  return l.train(batch.samples).status();
 }
 
 }  // namespace
@@ -188,7 +150,8 @@ int run_bench_delta(const BenchDeltaArgs& args) {
 
   if (args.job != "none" && args.updates > 0) {
     const std::string path = args.job.empty() ? default_job() : args.job;
-    auto job = load_job(path, args.overrides);
+    auto job = load_learner_job(path, args.overrides, {},
+                                "the delta bench (its versions are the reference GPT's)");
     if (!job.is_ok()) return fail(path + ": " + job.status().to_string());
     model::set_blas_threads(1);  // as the actor runs
     auto learner = actor::Learner::create(job->actor.learner);

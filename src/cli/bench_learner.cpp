@@ -1,17 +1,15 @@
 #include "cli/bench_learner.hpp"
 
 #include <fmt/format.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <filesystem>
-#include <map>
 #include <sstream>
 
 #include "actor/learner.hpp"
 #include "cli/job.hpp"
+#include "cli/learner_runs.hpp"
 #include "core/config.hpp"
 #include "model/blas.hpp"
 
@@ -52,36 +50,7 @@ core::Result<Variant> parse_variant(const std::string& text) {
 }
 
 core::Result<JobConfig> variant_job(const BenchLearnerArgs& args, const Variant& v) {
-  SLUICE_ASSIGN_OR_RETURN(core::config::Json doc, core::config::read_json_file(args.job));
-  for (const auto& o : args.overrides)
-    SLUICE_TRY(core::config::apply_override(doc, o));
-  for (const auto& o : v.sets)
-    SLUICE_TRY(core::config::apply_override(doc, o));
-  JobConfig job;
-  SLUICE_TRY(core::config::parse(doc, job));
-  SLUICE_TRY(job.validate());
-  if (job.actor.policy != "gpt") {
-    return core::invalid_argument("the job's actor.policy is '" + job.actor.policy +
-                                  "': the learner bench needs the gpt policy");
-  }
-  if (job.manager.group_size == 0 || job.manager.batch_trajectories % job.manager.group_size) {
-    return core::invalid_argument(
-        fmt::format("manager.batch_trajectories ({}) must be a multiple of manager.group_size ({})",
-                    job.manager.batch_trajectories, job.manager.group_size));
-  }
-  return job;
-}
-
-// What a warm start depends on: variants that agree here share one.
-std::string warm_start_key(const actor::LearnerConfig& c) {
-  core::config::Json k;
-  k["gpt"] = core::config::to_json(c.gpt);
-  k["task"] = core::config::to_json(c.task);
-  k["steps"] = c.warmstart_steps;
-  k["batch"] = c.warmstart_batch;
-  k["lr"] = c.warmstart_lr;
-  k["lr_final"] = c.warmstart_lr_final;
-  return k.dump();
+  return load_learner_job(args.job, args.overrides, v.sets, "the learner bench");
 }
 
 struct Round {
@@ -106,45 +75,20 @@ core::Result<Round> run_round(const JobConfig& job, const std::string& warm_path
                               std::uint32_t round) {
   SLUICE_ASSIGN_OR_RETURN(auto learner, actor::Learner::create(job.actor.learner));
   SLUICE_TRY(learner->load(warm_path));
-  const std::uint32_t group = job.manager.group_size;
-  const std::uint32_t per_update = job.manager.batch_trajectories / group;
-  const auto temperature = static_cast<float>(job.rollout.gpt.temperature);
-  const auto max_new = static_cast<std::uint32_t>(
-      std::min<std::uint64_t>(job.manager.max_new_tokens, job.actor.learner.gpt.context));
+  const BatchShape shape = BatchShape::of(job);
   Round r;
   SLUICE_ASSIGN_OR_RETURN(actor::EvalStats e0, learner->evaluate());
   r.at.push_back(0);
   r.accuracy.push_back(e0.accuracy);
-  std::uint64_t rng = 0x5eedULL + round;
-  std::uint64_t next_prompt = static_cast<std::uint64_t>(round) * updates * per_update;
+  std::uint64_t rng = round_rng(round);
+  std::uint64_t next_prompt = round_first_prompt(round, updates, shape.per_update);
   const std::uint32_t tenth = std::max<std::uint32_t>(1, updates / 10);
   const auto t0 = Clock::now();
   for (std::uint32_t u = 1; u <= updates; ++u) {
-    std::vector<rl::Prompt> prompts;
-    std::vector<std::string> ids;
-    for (std::uint32_t p = 0; p < per_update; ++p, ++next_prompt) {
-      SLUICE_ASSIGN_OR_RETURN(rl::Prompt prompt, learner->task().train_prompt(next_prompt));
-      for (std::uint32_t k = 0; k < group; ++k) {
-        prompts.push_back(prompt);
-        ids.push_back(fmt::format("p{}", next_prompt));
-      }
-    }
-    SLUICE_ASSIGN_OR_RETURN(auto out, learner->generate(prompts, temperature, max_new, rng));
-    std::vector<actor::Sample> batch(prompts.size());
-    double reward = 0.0;
-    for (std::size_t i = 0; i < prompts.size(); ++i) {
-      rl::Trajectory& t = batch[i].trajectory;
-      t.prompt_id = ids[i];
-      t.id = fmt::format("{}/{}", ids[i], i % group);
-      t.version = u - 1;
-      t.versions = {u - 1};
-      t.prompt_tokens = prompts[i].tokens;
-      t.response_tokens = std::move(out[i].tokens);
-      t.logprobs = std::move(out[i].logprobs);
-      t.reward = learner->task().reward(prompts[i], t.response_tokens);
-      reward += t.reward / static_cast<double>(prompts.size());
-    }
-    SLUICE_TRY(learner->train(batch).status());
+    SLUICE_ASSIGN_OR_RETURN(SampledBatch batch,
+                            sample_batch(*learner, shape, next_prompt, rng, u - 1));
+    const double reward = batch.mean_reward;
+    SLUICE_TRY(learner->train(batch.samples).status());
     if (u <= tenth) r.first_reward += reward / tenth;
     if (u > updates - tenth) r.last_reward += reward / tenth;
     if (u % every == 0 || u == updates) {
@@ -199,9 +143,7 @@ int run_bench_learner(const BenchLearnerArgs& args) {
   // The same numbers of updates and evaluations for every variant: the base job's.
   const JobConfig& base = jobs.front();
   const std::uint32_t per_update = base.manager.batch_trajectories / base.manager.group_size;
-  const std::uint32_t updates = args.updates > 0
-                                    ? args.updates
-                                    : static_cast<std::uint32_t>(base.manager.prompts / per_update);
+  const std::uint32_t updates = args.updates > 0 ? args.updates : job_updates(base);
   if (updates == 0) return fail("no updates: manager.prompts is below one batch's prompts");
   const std::uint32_t every = args.eval_every > 0 ? args.eval_every
                               : base.actor.eval_every > 0
@@ -209,38 +151,15 @@ int run_bench_learner(const BenchLearnerArgs& args) {
                                   : updates;
 
   model::set_blas_threads(1);  // as the actor runs
-  const std::filesystem::path dir =
-      std::filesystem::temp_directory_path() / fmt::format("sluice-bench-learner-{}", ::getpid());
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec) return fail("cannot create " + dir.string() + ": " + ec.message());
-  struct Cleanup {
-    std::filesystem::path dir;
-    ~Cleanup() {
-      std::error_code ignored;
-      std::filesystem::remove_all(dir, ignored);
-    }
-  } cleanup{dir};
-
-  std::map<std::string, std::string> warm_paths;  // warm_start_key -> checkpoint
+  auto scratch = ScratchDir::create("sluice-bench-learner");
+  if (!scratch.is_ok()) return fail(scratch.status().to_string());
+  WarmStarts warm_starts(scratch->path());
   std::vector<std::vector<Round>> results(variants.size());
   for (std::size_t i = 0; i < variants.size(); ++i) {
-    const actor::LearnerConfig& lc = jobs[i].actor.learner;
-    const std::string key = warm_start_key(lc);
-    if (!warm_paths.count(key)) {
-      std::fprintf(stderr, "%s: warm start, %u steps\n", variants[i].label.c_str(),
-                   lc.warmstart_steps);
-      auto learner = actor::Learner::create(lc);
-      if (!learner.is_ok()) return fail(variants[i].label + ": " + learner.status().to_string());
-      auto ws = (*learner)->warm_start();
-      if (!ws.is_ok()) return fail(variants[i].label + ": " + ws.status().to_string());
-      const std::string path = (dir / fmt::format("warm-{}.ckpt", warm_paths.size())).string();
-      auto saved = (*learner)->save(path);
-      if (!saved.is_ok()) return fail(saved.to_string());
-      warm_paths[key] = path;
-    }
+    auto warm = warm_starts.checkpoint(jobs[i].actor.learner, variants[i].label);
+    if (!warm.is_ok()) return fail(variants[i].label + ": " + warm.status().to_string());
     for (std::uint32_t round = 0; round < args.rounds; ++round) {
-      auto r = run_round(jobs[i], warm_paths[key], variants[i].label, updates, every, round);
+      auto r = run_round(jobs[i], *warm, variants[i].label, updates, every, round);
       if (!r.is_ok()) return fail(variants[i].label + ": " + r.status().to_string());
       results[i].push_back(std::move(*r));
     }

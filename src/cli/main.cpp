@@ -20,6 +20,7 @@
 #include "cli/job_elastic.hpp"
 #include "cli/simulate.hpp"
 #include "cli/slurm.hpp"
+#include "cli/study.hpp"
 #include "cli/transfer_cmds.hpp"
 #include "cli/weights_cmds.hpp"
 #include "core/build_info.hpp"
@@ -296,6 +297,39 @@ int main(int argc, char** argv) {
   add_rounds(bench_learner, bl.rounds,
              "run every variant this many times with other samples; report the median");
   bench_learner->add_flag("--json", bl.json, "one JSON object per variant");
+  auto* study_cmd = app.add_subcommand("study", "learning studies, run in one process");
+  study_cmd->require_subcommand(1);
+  sluice::cli::StudyArgs sta;
+  sta.lags = {"0", "2", "4", "8", "16"};
+  sta.corrections = {"none", "behaviour-cap", "m2po"};
+  auto* study_staleness = study_cmd->add_subcommand(
+      "staleness",
+      "held-out accuracy against trained samples when generation lags the newest weights by a "
+      "chosen number of versions, per correction of stale samples, against sync");
+  study_staleness->add_option("job", sta.job, "job file (actor.policy gpt)")->required();
+  study_staleness->add_option("--lags", sta.lags, "versions behind the newest, 0..64 (0: sync)")
+      ->delimiter(',')
+      ->capture_default_str();
+  study_staleness
+      ->add_option("--corrections", sta.corrections,
+                   "corrections of stale samples: none, behaviour-cap, m2po")
+      ->delimiter(',')
+      ->capture_default_str();
+  study_staleness->add_option("--seeds", sta.seeds, "seeds per setting, 1..16 (prompts and RNG)")
+      ->capture_default_str();
+  study_staleness->add_option(
+      "--updates", sta.updates,
+      "updates per run (default: the job's, manager.prompts / prompts per batch)");
+  study_staleness->add_option("--every", sta.every,
+                              "held-out evaluation every N updates (default: actor.eval_every)");
+  study_staleness->add_option("--out", sta.out,
+                              "output folder (default runs/study-staleness-<time>-<pid>)");
+  study_staleness->add_option("--set", sta.overrides, "override a job field: key=value");
+  study_staleness->add_option("--jobs", sta.jobs, "runs at a time, on threads (1..64)")
+      ->capture_default_str();
+  study_staleness->add_option("--replot", sta.replot,
+                              "run nothing: redraw the table, page and figure in this study "
+                              "folder from its results.json (give the study's flags)");
   sluice::cli::BenchDeltaArgs bd;
   auto* bench_delta = bench_cmd->add_subcommand(
       "delta", "bit-exact deltas between consecutive versions: synthetic and the real job's");
@@ -481,6 +515,7 @@ int main(int argc, char** argv) {
   if (bench_e2e->parsed()) return sluice::cli::run_bench_e2e(be, environment());
   if (bench_elastic->parsed()) return sluice::cli::run_bench_elastic(bel, environment());
   if (bench_learner->parsed()) return sluice::cli::run_bench_learner(bl);
+  if (study_staleness->parsed()) return sluice::cli::run_study_staleness(sta);
   if (bench_delta->parsed()) return sluice::cli::run_bench_delta(bd);
   if (bench_transfer->parsed()) return sluice::cli::run_bench_transfer(bt, environment());
   if (int rc = sluice::cli::run_bench_crossdc(bench_crossdc, bc, environment()); rc >= 0) return rc;

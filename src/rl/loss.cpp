@@ -190,6 +190,9 @@ core::Result<SurrogateResult> clipped_surrogate(const TokenLayout& layout, const
     return wrong_size("sample_weights", batch.sample_weights.size(), layout.trajectories(),
                       "trajectories");
   }
+  if (!batch.token_mask.empty() && batch.token_mask.size() != n) {
+    return wrong_size("token_mask", batch.token_mask.size(), n, "response tokens");
+  }
 
   const double lo = 1.0 - options.clip_low;
   const double hi = 1.0 + options.clip_high;
@@ -199,6 +202,7 @@ core::Result<SurrogateResult> clipped_surrogate(const TokenLayout& layout, const
   double objective = 0.0;  // sum of s w min(...); the loss is its negated mean
   std::size_t clipped = 0;
   std::size_t truncated = 0;
+  std::size_t masked = 0;
   double sum_ratio = 0.0;
   double sum_kl = 0.0;
   double sum_w = 0.0;
@@ -216,6 +220,15 @@ core::Result<SurrogateResult> clipped_surrogate(const TokenLayout& layout, const
           ++truncated;
         }
       }
+      const bool kept = batch.token_mask.empty() || batch.token_mask[i] != 0;
+      sum_ratio += ratio;
+      sum_kl += (ratio - 1.0) - log_ratio;
+      sum_w += w;
+      if (!kept) {  // no loss, no gradient, not counted as clipped
+        ++masked;
+        out.grad_logp_new[i] = 0.0f;
+        continue;
+      }
       const double a = batch.advantages[i];
       const double unclipped = ratio * a;
       const double clipped_term = std::clamp(ratio, lo, hi) * a;
@@ -225,9 +238,6 @@ core::Result<SurrogateResult> clipped_surrogate(const TokenLayout& layout, const
       objective += s * w * (take_clipped ? clipped_term : unclipped);
       out.grad_logp_new[i] = take_clipped ? 0.0f : static_cast<float>(-inv_n * s * w * unclipped);
       clipped += take_clipped ? 1 : 0;
-      sum_ratio += ratio;
-      sum_kl += (ratio - 1.0) - log_ratio;
-      sum_w += w;
     }
   }
   out.loss = -objective * inv_n;
@@ -237,7 +247,42 @@ core::Result<SurrogateResult> clipped_surrogate(const TokenLayout& layout, const
   out.stats.approx_kl = sum_kl * inv_n;
   out.stats.mean_behaviour_weight = sum_w * inv_n;
   out.stats.truncated_fraction = static_cast<double>(truncated) * inv_n;
+  out.stats.masked_fraction = static_cast<double>(masked) * inv_n;
   return out;
+}
+
+core::Result<std::vector<std::uint8_t>> second_moment_mask(std::span<const float> log_w,
+                                                           double threshold) {
+  if (!(threshold >= 0.0) || !std::isfinite(threshold)) {
+    return core::invalid_argument(
+        fmt::format("second-moment mask: threshold is {}, must be finite and >= 0", threshold));
+  }
+  const std::size_t n = log_w.size();
+  std::vector<double> m(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    if (!std::isfinite(log_w[i])) {
+      return core::invalid_argument(
+          fmt::format("second-moment mask: log_w[{}] is {}, not finite", i, log_w[i]));
+    }
+    m[i] = static_cast<double>(log_w[i]) * static_cast<double>(log_w[i]);
+  }
+  // Ascending by m, then by position: keeping a prefix of this order masks the largest first,
+  // and among equal values the later token first.
+  std::vector<std::size_t> order(n);
+  for (std::size_t i = 0; i < n; ++i)
+    order[i] = i;
+  std::sort(order.begin(), order.end(),
+            [&](std::size_t a, std::size_t b) { return m[a] != m[b] ? m[a] < m[b] : a < b; });
+  // The mean of the k smallest is nondecreasing in k: keep the longest prefix whose sum is at
+  // most threshold x its length (a sum, not a division, so that the edge is exact).
+  std::vector<std::uint8_t> keep(n, 0);
+  double sum = 0.0;
+  for (std::size_t k = 0; k < n; ++k) {
+    sum += m[order[k]];
+    if (sum > threshold * static_cast<double>(k + 1)) break;
+    keep[order[k]] = 1;
+  }
+  return keep;
 }
 
 core::Result<ValueLossResult> value_loss(std::span<const float> values,

@@ -16,6 +16,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <span>
 #include <string>
 #include <vector>
@@ -133,6 +134,9 @@ struct PolicyBatch {
   std::span<const float> advantages = {};
   // Per trajectory, or empty (all 1): the experience buffer's down-weighting of stale samples.
   std::span<const float> sample_weights = {};
+  // Per token, or empty (all kept): 0 masks the token out (no loss, no gradient, not counted as
+  // clipped; it still counts in N), as second_moment_mask returns.
+  std::span<const std::uint8_t> token_mask = {};
 };
 
 struct SurrogateStats {
@@ -145,6 +149,7 @@ struct SurrogateStats {
                                        // KL(proximal || new), >= 0
   double mean_behaviour_weight = 0.0;  // mean of w
   double truncated_fraction = 0.0;     // share of tokens whose w hit behaviour_cap
+  double masked_fraction = 0.0;        // share of tokens that token_mask masked
 };
 
 struct SurrogateResult {
@@ -158,9 +163,24 @@ struct SurrogateResult {
 //   loss = -(1/N) sum_b s_b sum_t w_t min(ratio_t A_t, clip(ratio_t, 1-clip_low, 1+clip_high) A_t)
 // where N is the number of response tokens in the batch and s_b the sample weight of
 // trajectory b. Where the clipped branch is taken the gradient is 0; elsewhere
-// dL/dlogp_new_t = -(1/N) s_b w_t ratio_t A_t. A batch with no tokens is an error.
+// dL/dlogp_new_t = -(1/N) s_b w_t ratio_t A_t. A token that token_mask masks adds nothing to the
+// sum and gets gradient 0 (N still counts it). A batch with no tokens is an error.
 core::Result<SurrogateResult> clipped_surrogate(const TokenLayout& layout, const PolicyBatch& batch,
                                                 const SurrogateOptions& options = {});
+
+// ---- M2PO: the second-moment trust region ----
+
+// M2PO's token mask (Zheng et al., "Prosperity before Collapse: How Far Can Off-Policy RL Reach
+// with Stale Data on LLMs?", arXiv 2510.01161): with m_t = (log_w_t)^2, mask the tokens of
+// largest m_t until the mean of m_t over the kept tokens is at most `threshold` (so the mean
+// over all tokens may be at most threshold and nothing is masked). Returns one entry per token,
+// 1 kept, 0 masked. Equivalently: the kept tokens are the K smallest m_t for the largest K whose
+// mean is <= threshold (the mean of the k smallest only grows with k, so the greedy removal and
+// this agree); among equal m_t the later token is masked first. When every m_t exceeds the
+// threshold every token is masked; an empty input gives an empty mask. A threshold below 0, or
+// a log_w that is not finite, is invalid_argument.
+core::Result<std::vector<std::uint8_t>> second_moment_mask(std::span<const float> log_w,
+                                                           double threshold);
 
 // ---- PPO value loss ----
 

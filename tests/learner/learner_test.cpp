@@ -284,6 +284,82 @@ TEST_SUITE("learner") {
     CHECK(stats->behaviour_kl > 0.0);
   }
 
+  TEST_CASE("corrections of stale samples: none ignores the proximal, m2po masks stale tokens") {
+    LearnerConfig cap = small_config();
+    LearnerConfig none = small_config();
+    none.correction = "none";
+    LearnerConfig m2po = small_config();
+    m2po.correction = "m2po";
+    auto batch = [](Learner& l, float shift) {
+      rl::Trajectory good = trajectory(l, 3, gold(l, 3), 1.0, "p3/0");
+      rl::Trajectory bad = trajectory(l, 3, wrong(l, 3), 0.0, "p3/1");
+      for (auto& lp : good.logprobs)
+        lp -= shift;  // log w = shift on the rewarded response's tokens
+      return std::vector<Sample>{Sample{good, 1.0, 3}, Sample{bad, 1.0, 3}};
+    };
+    // On-policy (behaviour = proximal exactly) the three are one and the same step.
+    auto a = make(cap), b = make(none), c = make(m2po);
+    auto sa = a->train(batch(*a, 0.0f)), sb = b->train(batch(*b, 0.0f)),
+         sc = c->train(batch(*c, 0.0f));
+    REQUIRE(sa.is_ok());
+    REQUIRE(sb.is_ok());
+    REQUIRE(sc.is_ok());
+    CHECK(sc->masked_fraction == 0.0);
+    CHECK(params(*a) == params(*b));
+    CHECK(params(*a) == params(*c));
+
+    // Stale: the rewarded response's behaviour log-probs 2 below the learner's (w = e^2).
+    auto a2 = make(cap), b2 = make(none), c2 = make(m2po);
+    const auto p0 = params(*a2);
+    auto stale_a = a2->train(batch(*a2, 2.0f));
+    auto stale_b = b2->train(batch(*b2, 2.0f));
+    auto stale_c = c2->train(batch(*c2, 2.0f));
+    REQUIRE(stale_a.is_ok());
+    REQUIRE(stale_b.is_ok());
+    REQUIRE(stale_c.is_ok());
+    const double good_share =
+        static_cast<double>(gold(*a2, 3).size()) / static_cast<double>(stale_a->tokens);
+    // behaviour-cap truncates w at 2 on those tokens; none has no w to truncate; m2po masks
+    // exactly them ((log w)^2 = 4 each, the other tokens 0: only removing all of them brings the
+    // mean under 0.04) and truncates nothing.
+    CHECK(stale_a->truncated_fraction == doctest::Approx(good_share));
+    CHECK(stale_b->truncated_fraction == 0.0);
+    CHECK(stale_c->truncated_fraction == 0.0);
+    CHECK(stale_c->masked_fraction == doctest::Approx(good_share));
+    CHECK(stale_a->masked_fraction == 0.0);
+    // behaviour-cap still learns from the rewarded tokens (w capped at 2); none clips them (ratio
+    // e^2 against the behaviour policy, above 1 + clip_high with A > 0) and m2po masks them, so
+    // those two take the same step here, from the other response alone.
+    CHECK(params(*a2) != params(*b2));
+    CHECK(params(*a2) != params(*c2));
+    CHECK(moved(params(*b2), params(*c2)) < 1e-6 * moved(p0, params(*c2)));
+    CHECK(moved(p0, params(*c2)) > 0.0);
+
+    LearnerConfig unknown = small_config();
+    unknown.correction = "clip";
+    auto u = Learner::create(unknown);
+    CHECK(u.status().code() == core::Code::kInvalidArgument);
+    CHECK(u.status().message().find("behaviour-cap, none or m2po") != std::string::npos);
+    LearnerConfig negative = small_config();
+    negative.m2po_threshold = -0.1;
+    CHECK(Learner::create(negative).status().code() == core::Code::kInvalidArgument);
+  }
+
+  TEST_CASE("load_weights copies weights in and leaves the optimizer alone") {
+    auto a = make(small_config());
+    LearnerConfig other = small_config();
+    other.gpt.init_seed = 7;
+    auto b = make(other);
+    REQUIRE(params(*a) != params(*b));
+    REQUIRE(b->load_weights(params(*a)).is_ok());
+    CHECK(params(*a) == params(*b));
+    CHECK(b->steps() == 0);
+    std::vector<float> short_buffer(3, 0.0f);
+    auto bad = b->load_weights(short_buffer);
+    CHECK(bad.code() == core::Code::kInvalidArgument);
+    CHECK(params(*a) == params(*b));
+  }
+
   TEST_CASE("a PPO step lowers the value loss on a repeated batch") {
     LearnerConfig c = small_config();
     c.algorithm = "ppo";

@@ -1,6 +1,7 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -17,6 +18,35 @@ std::vector<float> plus_log(const std::vector<float>& base, const std::vector<do
   for (std::size_t i = 0; i < base.size(); ++i)
     out[i] = static_cast<float>(base[i] + std::log(factor[i]));
   return out;
+}
+
+// The decoupled example of two tests below: proximal = behaviour + log(1.5, 3.0, 0.8), ratios
+// against the proximal 1.1, 1.5, 0.5, A = 1, 1, 2, sample weights 1, 0.5 (trajectories of 2 and
+// 1 tokens).
+struct DecoupledExample {
+  TokenLayout layout{{2, 1}};
+  std::vector<float> behaviour = {-1.0f, -2.0f, -0.5f};
+  std::vector<float> proximal = plus_log(behaviour, {1.5, 3.0, 0.8});
+  std::vector<float> now = plus_log(proximal, {1.1, 1.5, 0.5});
+  std::vector<float> adv = {1.0f, 1.0f, 2.0f};
+  std::vector<float> weights = {1.0f, 0.5f};
+  PolicyBatch batch() const {
+    return {.logp_new = now,
+            .logp_behaviour = behaviour,
+            .logp_proximal = proximal,
+            .advantages = adv,
+            .sample_weights = weights};
+  }
+};
+
+// Two batches that must give the same surrogate: the same loss and the same gradients.
+void check_same_surrogate(const TokenLayout& layout, const PolicyBatch& x, const PolicyBatch& y) {
+  auto a = clipped_surrogate(layout, x);
+  auto b = clipped_surrogate(layout, y);
+  REQUIRE(a.is_ok());
+  REQUIRE(b.is_ok());
+  CHECK(a->loss == Approx(b->loss));
+  CHECK(a->grad_logp_new == b->grad_logp_new);
 }
 
 }  // namespace
@@ -167,17 +197,9 @@ TEST_SUITE("rl.loss") {
     // Ratios against the proximal as before: 1.1, 1.5, 0.5 with A = 1, 1, 2, weights 1, 0.5.
     //   loss = -(1/3) (1.5 * 1.1 + 2.0 * 1.2 + 0.5 * 0.8 * 1.0) = -(1/3) 4.45 = -1.483333
     //   grads: -(1/3) 1.5 * 1.1 = -0.55, 0, -(1/3) 0.5 * 0.8 * 0.5 * 2 = -0.133333
-    TokenLayout layout({2, 1});
-    std::vector<float> behaviour = {-1.0f, -2.0f, -0.5f};
-    std::vector<float> proximal = plus_log(behaviour, {1.5, 3.0, 0.8});
-    std::vector<float> now = plus_log(proximal, {1.1, 1.5, 0.5});
-    std::vector<float> adv = {1.0f, 1.0f, 2.0f};
-    std::vector<float> weights = {1.0f, 0.5f};
-    PolicyBatch batch{.logp_new = now,
-                      .logp_behaviour = behaviour,
-                      .logp_proximal = proximal,
-                      .advantages = adv,
-                      .sample_weights = weights};
+    const DecoupledExample ex;
+    const TokenLayout& layout = ex.layout;
+    const PolicyBatch batch = ex.batch();
     auto r = clipped_surrogate(layout, batch, {.behaviour_cap = 2.0});
     REQUIRE(r.is_ok());
     CHECK(r->loss == Approx(-1.483333).epsilon(1e-5));
@@ -190,15 +212,99 @@ TEST_SUITE("rl.loss") {
 
     // Proximal equal to behaviour is the same as no proximal at all.
     PolicyBatch same = batch;
-    same.logp_proximal = behaviour;
+    same.logp_proximal = ex.behaviour;
     PolicyBatch absent = batch;
     absent.logp_proximal = {};
-    auto a = clipped_surrogate(layout, same);
-    auto b = clipped_surrogate(layout, absent);
-    REQUIRE(a.is_ok());
-    REQUIRE(b.is_ok());
-    CHECK(a->loss == Approx(b->loss));
-    CHECK(a->grad_logp_new == b->grad_logp_new);
+    check_same_surrogate(layout, same, absent);
+  }
+
+  TEST_CASE("a token mask: masked tokens give no loss and no gradient, N still counts them") {
+    // The decoupled example above with the cap lifted (w = 1.5, 3.0, 0.8) and token 1 masked:
+    //   loss = -(1/3) (1.5 * 1.1 + 0.5 * 0.8 * 1.0) = -(1/3) 2.05 = -0.683333
+    // Token 1 would have been clipped (ratio 1.5, A > 0); masked, it is not counted as clipped.
+    const DecoupledExample ex;
+    const TokenLayout& layout = ex.layout;
+    std::vector<std::uint8_t> mask = {1, 0, 1};
+    PolicyBatch batch = ex.batch();
+    batch.token_mask = mask;
+    auto r = clipped_surrogate(layout, batch, {.behaviour_cap = INFINITY});
+    REQUIRE(r.is_ok());
+    CHECK(r->loss == Approx(-0.683333).epsilon(1e-5));
+    CHECK(r->grad_logp_new[0] == Approx(-0.55).epsilon(1e-5));
+    CHECK(r->grad_logp_new[1] == 0.0f);
+    CHECK(r->grad_logp_new[2] == Approx(-0.133333).epsilon(1e-5));
+    CHECK(r->stats.masked_fraction == Approx(1.0 / 3.0));
+    CHECK(r->stats.clip_fraction == 0.0);
+    CHECK(r->stats.truncated_fraction == 0.0);
+
+    // All kept is the same as no mask.
+    std::vector<std::uint8_t> ones = {1, 1, 1};
+    PolicyBatch kept = batch;
+    kept.token_mask = ones;
+    PolicyBatch none = batch;
+    none.token_mask = {};
+    check_same_surrogate(layout, kept, none);
+    CHECK(clipped_surrogate(layout, kept)->stats.masked_fraction == 0.0);
+
+    std::vector<std::uint8_t> two = {1, 1};
+    PolicyBatch bad = batch;
+    bad.token_mask = two;
+    auto e = clipped_surrogate(layout, bad);
+    REQUIRE_FALSE(e.is_ok());
+    CHECK(e.status().message().find("token_mask has 2 entries") != std::string::npos);
+  }
+
+  TEST_CASE("M2PO's second-moment mask by hand: the largest (log w)^2 go first") {
+    // (log w)^2 = 1/64, 1, 0, 1/4, 1/16 (exact in float and double). Over all five the mean is
+    // 1.328125 / 5 = 0.266 > 0.04: mask the 1 (0.328125 / 4 = 0.082, still over), then the 1/4
+    // (0.078125 / 3 = 0.026 <= 0.04): kept are tokens 0, 2 and 4.
+    std::vector<float> log_w = {0.125f, -1.0f, 0.0f, 0.5f, -0.25f};
+    auto m = second_moment_mask(log_w, 0.04);
+    REQUIRE(m.is_ok());
+    CHECK(*m == std::vector<std::uint8_t>{1, 0, 1, 0, 1});
+    // A looser bound keeps more: 0.082 is under 0.1, so only the 1 goes.
+    CHECK(*second_moment_mask(log_w, 0.1) == std::vector<std::uint8_t>{1, 0, 1, 1, 1});
+    // The sign of log w does not matter, only its square.
+    std::vector<float> flipped = {-0.125f, 1.0f, 0.0f, -0.5f, 0.25f};
+    CHECK(*second_moment_mask(flipped, 0.04) == *m);
+  }
+
+  TEST_CASE("M2PO's mask at the threshold's edge: a mean equal to it is kept") {
+    // (log w)^2 = 1/4, 1/4, 0, 0: the mean is exactly 1/8.
+    std::vector<float> log_w = {0.5f, -0.5f, 0.0f, 0.0f};
+    CHECK(*second_moment_mask(log_w, 0.125) == std::vector<std::uint8_t>{1, 1, 1, 1});
+    // Just under: one of the equal largest goes, the later one (1/4 / 3 = 0.083 <= 0.1249).
+    CHECK(*second_moment_mask(log_w, 0.1249) == std::vector<std::uint8_t>{1, 0, 1, 1});
+    // 1/12 exactly would keep three; just under it keeps the two zeros only.
+    CHECK(*second_moment_mask(log_w, 0.0833) == std::vector<std::uint8_t>{0, 0, 1, 1});
+    // Threshold 0 keeps exactly the tokens with log w = 0.
+    CHECK(*second_moment_mask(log_w, 0.0) == std::vector<std::uint8_t>{0, 0, 1, 1});
+  }
+
+  TEST_CASE("M2PO's mask: nothing masked when already under, or on-policy; all when all over") {
+    std::vector<float> under = {0.125f, -0.125f, 0.0f, 0.0625f};  // mean (log w)^2 < 0.01
+    CHECK(*second_moment_mask(under, 0.04) == std::vector<std::uint8_t>{1, 1, 1, 1});
+    // On-policy: proximal = behaviour, log w = 0 everywhere; nothing is masked at any threshold.
+    std::vector<float> on_policy(7, 0.0f);
+    CHECK(*second_moment_mask(on_policy, 0.04) == std::vector<std::uint8_t>(7, 1));
+    CHECK(*second_moment_mask(on_policy, 0.0) == std::vector<std::uint8_t>(7, 1));
+    // Every (log w)^2 over the threshold: no prefix is under it, every token is masked.
+    std::vector<float> over = {1.0f, -1.0f, 0.5f};
+    CHECK(*second_moment_mask(over, 0.04) == std::vector<std::uint8_t>{0, 0, 0});
+    // An empty batch gives an empty mask.
+    auto empty = second_moment_mask({}, 0.04);
+    REQUIRE(empty.is_ok());
+    CHECK(empty->empty());
+  }
+
+  TEST_CASE("M2PO's mask: a negative threshold or a non-finite log w is an error") {
+    std::vector<float> ok = {0.0f};
+    CHECK(second_moment_mask(ok, -0.01).status().message().find("threshold") != std::string::npos);
+    CHECK_FALSE(second_moment_mask(ok, NAN).is_ok());
+    std::vector<float> bad = {0.0f, INFINITY};
+    auto r = second_moment_mask(bad, 0.04);
+    REQUIRE_FALSE(r.is_ok());
+    CHECK(r.status().message().find("log_w[1]") != std::string::npos);
   }
 
   TEST_CASE("dL/dlogp_new matches central finite differences") {
