@@ -49,9 +49,8 @@ bool repacks(Mode m);
 //               consumed (ManagerConfig::max_staleness), not by a global in-flight count.
 enum class Admission { kBudget, kContinuous };
 
-// "budget" or "continuous"; "" picks the mode's default (continuous in sluice mode, budget
-// elsewhere). sync and one-step-off release one batch per version by definition: continuous is
-// refused there.
+// "budget" or "continuous"; "" is budget (continuous is opt-in: see parse_admission). sync and
+// one-step-off release one batch per version by definition: continuous is refused there.
 core::Result<Admission> parse_admission(const std::string& s, Mode m);
 
 // What a sluice-mode rollout does with the long tail of an older version once it holds the
@@ -67,15 +66,20 @@ enum class TailPolicy { kDrain, kContinue, kAuto };
 // "drain", "continue" or "auto"; anything else is an error.
 core::Result<TailPolicy> parse_tail(const std::string& s);
 
-// A row of the benchmarks and the simulator: a mode, or a mode with one part changed, so that a
-// table shows what each part buys.
-//   sluice-norepack      sluice without repack
-//   sluice-budget        sluice with partial-rollout's admission (budget)
+// A row of the benchmarks and the simulator: a mode with its policies fixed, so that a table
+// compares the policies whatever the job's manager section says.
+//   sluice               continuous admission, tails continue on the newest version, repack
+//   sluice-norepack      the same without repack
+//   sluice-budget        sluice with partial-rollout's admission (budget) and draining tails: the
+//                        manager's defaults in sluice mode (and sluice before continuous admission)
+//   partial-rollout      budget admission, as its users run it
 //   partial-continuous   partial-rollout with sluice's admission (continuous)
+// Any other mode runs with the job's settings.
 struct ModeVariant {
   std::string mode;       // the manager's mode
   bool repack = true;     // false: repack off
-  std::string admission;  // ManagerConfig::admission for the row ("" the mode's default)
+  std::string admission;  // ManagerConfig::admission for the row ("": the job's)
+  std::string tail;       // ManagerConfig::tail for the row ("": the job's)
 };
 inline constexpr const char* kModeVariants = "sluice-norepack, sluice-budget, partial-continuous";
 // A mode name or one of the variants above; anything else is an error naming them.

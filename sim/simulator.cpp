@@ -18,7 +18,7 @@ namespace {
 // What a label runs: a mode or a variant (rollout::parse_mode_variant), or sync-colocated (sync on
 // every GPU, see colocated_input in the command line).
 core::Result<rollout::ModeVariant> variant_of(const std::string& label) {
-  if (label == "sync-colocated") return rollout::ModeVariant{"sync", true, ""};
+  if (label == "sync-colocated") return rollout::ModeVariant{"sync", true, "", ""};
   return rollout::parse_mode_variant(label);
 }
 
@@ -37,6 +37,7 @@ core::Status Sim::init() {
   in_.manager.mode = variant.mode;
   in_.manager.repack = repack_;
   if (!variant.admission.empty()) in_.manager.admission = variant.admission;
+  if (!variant.tail.empty()) in_.manager.tail = variant.tail;
   // Nobody fails: 10^12 ms (32 years) outlasts any run, and still fits a nanosecond clock.
   in_.manager.heartbeat_timeout_ms = 1000ull * 1000 * 1000 * 1000;
   SLUICE_TRY(in_.manager.validate());

@@ -404,6 +404,7 @@ int run_bench_e2e(const BenchE2eArgs& args, const std::vector<std::string>& envi
       j.mode = variant.mode;
       j.manager.repack = variant.repack;
       if (!variant.admission.empty()) j.manager.admission = variant.admission;
+      if (!variant.tail.empty()) j.manager.tail = variant.tail;
       if (plain_label(m)) j.auth = "plain";
       j.name = m;
       j.out_dir = rounds == 1 ? fmt::format("{}/{}", stamp, m)
