@@ -32,6 +32,9 @@ int run_transfer_source(const TransferSourceArgs& args, const std::vector<std::s
   TransferOptions topts;
   topts.environment = env;
   topts.tcp_stream = !args.ucx_get;
+  // Its readers reach it where its control endpoint listens (an emulated host's address in the
+  // multi-source bench): the chunk server binds there too.
+  topts.stream_reach = args.listen;
   auto engine = TransferEngine::create(*loop, topts);
   if (!engine.is_ok()) {
     std::fprintf(stderr, "transfer-source: %s\n", engine.status().to_string().c_str());
