@@ -250,7 +250,9 @@ int run_bench_broadcast_inside(const BenchBroadcastArgs& args,
     std::this_thread::sleep_for(std::chrono::milliseconds(50));  // keep the join order
   }
   auto loop = EventLoop::create().value();
-  auto engine = TransferEngine::create(*loop, {}).value();
+  TransferOptions topts;
+  topts.stream_reach = store_ep;  // the chunk server binds where the emulated hosts reach it
+  auto engine = TransferEngine::create(*loop, topts).value();
   SecurityConfig sc;
   sc.key_file = key_file_path(keys, "actor");
   sc.members_file = members;

@@ -227,7 +227,9 @@ int run_bench_crossdc_inside(const BenchCrossdcArgs& args, const std::vector<std
   }
 
   auto loop = EventLoop::create().value();
-  auto engine = TransferEngine::create(*loop, {}).value();
+  TransferOptions topts;
+  topts.stream_reach = store_ep;  // the chunk server binds where the emulated hosts reach it
+  auto engine = TransferEngine::create(*loop, topts).value();
   SecurityConfig sc;
   sc.key_file = key_file_path(keys, "actor");
   sc.members_file = members;
