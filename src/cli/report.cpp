@@ -140,33 +140,6 @@ core::Result<Metrics> read_metrics(const fs::path& path) {
 
 // ---- HTML and SVG ----
 
-std::string escape_html(std::string_view s) {
-  std::string out;
-  out.reserve(s.size());
-  for (char c : s) {
-    switch (c) {
-      case '&':
-        out += "&amp;";
-        break;
-      case '<':
-        out += "&lt;";
-        break;
-      case '>':
-        out += "&gt;";
-        break;
-      case '"':
-        out += "&quot;";
-        break;
-      case '\'':
-        out += "&#39;";
-        break;
-      default:
-        out += c;
-    }
-  }
-  return out;
-}
-
 // An axis range [lo, hi] cut into ticks `step` apart, with lo and hi on ticks.
 struct Axis {
   double lo = 0;
@@ -429,6 +402,33 @@ std::string render_page(const Metrics& m, const std::string& title, const fs::pa
 }
 
 }  // namespace
+
+std::string escape_html(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  for (char c : s) {
+    switch (c) {
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      case '\'':
+        out += "&#39;";
+        break;
+      default:
+        out += c;
+    }
+  }
+  return out;
+}
 
 core::Status write_report(const std::string& run_dir, const std::string& title) {
   fs::path dir(run_dir);

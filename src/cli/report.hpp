@@ -19,6 +19,7 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 
 #include "core/status.hpp"
 
@@ -29,6 +30,9 @@ namespace sluice::cli {
 // is missing; kInvalidArgument when it holds no usable line (empty, or every line malformed);
 // kInternal when it cannot be read or the page cannot be written. A summary.json that is not a
 // JSON object is not an error: the page says so and shows the plots without the table.
+// Text made safe inside HTML elements and attribute values (& < > " ').
+std::string escape_html(std::string_view s);
+
 core::Status write_report(const std::string& run_dir, const std::string& title);
 
 }  // namespace sluice::cli

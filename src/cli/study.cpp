@@ -18,6 +18,7 @@
 
 #include "actor/learner.hpp"
 #include "cli/learner_runs.hpp"
+#include "cli/report.hpp"
 #include "core/config.hpp"
 #include "model/blas.hpp"
 
@@ -420,29 +421,6 @@ std::string markdown(const Table& t) {
     for (const auto& c : row)
       out += " " + c + " |";
     out += "\n";
-  }
-  return out;
-}
-
-std::string escape_html(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    switch (c) {
-      case '&':
-        out += "&amp;";
-        break;
-      case '<':
-        out += "&lt;";
-        break;
-      case '>':
-        out += "&gt;";
-        break;
-      case '"':
-        out += "&quot;";
-        break;
-      default:
-        out += c;
-    }
   }
   return out;
 }
