@@ -3,6 +3,7 @@
 #   scripts/test.sh                      the normal build, in build/
 #   scripts/test.sh --sanitizer address  an AddressSanitizer build, in build-address/
 #   scripts/test.sh --sanitizer undefined
+#   scripts/test.sh --sanitizer address+undefined   both in one build (what CI runs)
 # Extra arguments after -- go to ctest (e.g. -- -R messaging).
 # Exits non-zero on any failure.
 set -euo pipefail
@@ -15,15 +16,20 @@ while [ $# -gt 0 ]; do
     --sanitizer) sanitizer=${2:?--sanitizer needs a value}; shift 2 ;;
     --sanitizer=*) sanitizer=${1#*=}; shift ;;
     --) shift; ctest_args=("$@"); break ;;
-    -h|--help) sed -n '2,8p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,9p' "$0"; exit 0 ;;
     *) echo "test.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
 
+case "$sanitizer" in
+  none | address | undefined | address+undefined) ;;
+  *) echo "test.sh: --sanitizer must be address, undefined or address+undefined, not '$sanitizer'" >&2; exit 2 ;;
+esac
+
 bash scripts/setup.sh
 
 build=build
-[ "$sanitizer" != none ] && build=build-$sanitizer
+[ "$sanitizer" != none ] && build=build-${sanitizer/+/-}
 jobs=$(nproc 2>/dev/null || echo 2)
 
 echo "== configure ($build, sanitizer=$sanitizer)"
@@ -31,12 +37,12 @@ cmake -S . -B "$build" -DSLUICE_WERROR=ON -DSLUICE_SANITIZER="$sanitizer" -DSLUI
 echo "== build"
 cmake --build "$build" -j "$jobs"
 echo "== test"
-if [ "$sanitizer" = address ]; then
+if [[ "$sanitizer" == address* ]]; then
   # UCX installs memory hooks that LeakSanitizer cannot see through; leaks are still checked.
   export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
   export LSAN_OPTIONS=${LSAN_OPTIONS:-suppressions=$PWD/tests/lsan.supp:print_suppressions=0}
 fi
-if [ "$sanitizer" = undefined ]; then
+if [[ "$sanitizer" == *undefined ]]; then
   export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 fi
 cd "$build"
