@@ -281,6 +281,11 @@ void ManagerState::send_back(Traj& t, SequenceState s) {
     finish_abandoned(s);
     return;
   }
+  // A KV reference was bound to where the state was sent; wherever it goes next re-prefills.
+  if (s.kv_ref) {
+    ++counts_.kv_refs_dropped;
+    s.kv_ref.reset();
+  }
   t.state = TrajState::kPending;
   t.rollout.clear();
   if (s.generated.empty()) {

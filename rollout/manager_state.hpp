@@ -63,6 +63,9 @@ struct ManagerCounts {
   std::uint64_t repack_declined = 0;  // sources that fit elsewhere but whose move did not pay
   std::uint64_t cross_version = 0;    // repack moves between versions: the planner must never
   std::uint64_t move_failures = 0;
+  // KV references dropped: named another source than the rollout that exported them (a forged
+  // reference), or their move failed (the state resumes elsewhere and re-prefills).
+  std::uint64_t kv_refs_dropped = 0;
   std::uint64_t returned = 0;   // queued trajectories handed back unstarted by draining rollouts
   std::uint64_t recovered = 0;  // in-flight trajectories accepted from rollouts after a restart
   std::uint64_t recovery_restarted = 0;  // unnamed after the grace period: restarted
@@ -221,7 +224,7 @@ class ManagerState {
   void recover(Rollout& r, const std::string& tid, const Traj& t);
   Rollout* admit(const ReportRequest& q, Clock::time_point now);
   void take_report(Rollout& r, ReportRequest& q);
-  void route_exported(SequenceState s);
+  void route_exported(const std::string& source, SequenceState s);
   void reply_work(Rollout& r, ReportReply& reply);
   bool any_behind_with_work(std::uint64_t v) const;
   bool any_behind(std::uint64_t v) const;

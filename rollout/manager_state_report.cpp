@@ -187,11 +187,13 @@ void ManagerState::take_report(Rollout& r, ReportRequest& q) {
   for (auto& s : q.exported) {
     traj_named(s.trajectory_id);
     named.insert(s.trajectory_id);
-    route_exported(std::move(s));
+    route_exported(id, std::move(s));
   }
   for (auto& s : q.partial) {
     Traj& t = traj_named(s.trajectory_id);
-    if (t.state != TrajState::kFinished) t.partial = std::move(s);
+    if (t.state == TrajState::kFinished) continue;
+    t.partial = std::move(s);
+    t.partial->kv_ref.reset();  // only an exported state's reference is honoured, for its move
   }
   // Queued work handed back unstarted (sluice mode: see hands_back_queued) starts elsewhere.
   for (auto& s : q.returned) {
@@ -214,9 +216,18 @@ void ManagerState::take_report(Rollout& r, ReportRequest& q) {
   reclaim_lost(r, named);
 }
 
-// A trajectory a rollout exported for a repack move: to its destination when that still runs the
-// same version, else back to the resumes.
-void ManagerState::route_exported(SequenceState s) {
+// A trajectory rollout `source` exported for a repack move: to its destination when that still
+// runs the same version, else back to the resumes. A KV reference travels only with the move, and
+// only as the manager issues it: published by `source` and bound to the move's destination (a
+// reader refuses one bound to another rollout). Anywhere else the state re-prefills.
+void ManagerState::route_exported(const std::string& source, SequenceState s) {
+  auto drop_kv_ref = [&](SequenceState& st, const char* why) {
+    if (!st.kv_ref) return;
+    log::debug("manager: {}'s kv reference dropped: {}", st.trajectory_id, why);
+    ++counts_.kv_refs_dropped;
+    st.kv_ref.reset();
+  };
+  if (s.kv_ref && s.kv_ref->source != source) drop_kv_ref(s, "it names another source");
   auto mv = moves_.find(s.trajectory_id);
   auto& t = trajs_[s.trajectory_id];
   if (t.state == TrajState::kFinished) return;
@@ -226,6 +237,7 @@ void ManagerState::route_exported(SequenceState s) {
     return;
   }
   t.partial = s;
+  t.partial->kv_ref.reset();
   std::uint64_t v = last_version(s);
   if (mv != moves_.end()) {
     auto dst = rollouts_.find(mv->second.to);
@@ -233,12 +245,14 @@ void ManagerState::route_exported(SequenceState s) {
         dst->second.version == v) {
       counts_.moved_kv_tokens += s.kv_tokens();
       t.rollout = dst->first;
+      if (s.kv_ref) s.kv_ref->destination = dst->first;
       dst->second.to_import.push_back(std::move(s));
       return;
     }
     ++counts_.move_failures;
     moves_.erase(mv);
   }
+  drop_kv_ref(s, "its move failed");
   t.state = TrajState::kPending;
   t.rollout.clear();
   resumes_.push_back(std::move(s));

@@ -85,7 +85,7 @@ json ManagerState::status_fields(Clock::time_point now) const {
               {"repack_plans", c.repack_plans},
               {"repack_moves", c.repack_moves},
               {"repack_declined", c.repack_declined},
-              {"moved_kv_tokens", c.moved_kv_tokens},
+              {"moved_kv_tokens", c.moved_kv_tokens}, {"kv_refs_dropped", c.kv_refs_dropped},
               {"move_failures", c.move_failures},
               {"returned", c.returned},
               {"abandoned", c.abandoned},

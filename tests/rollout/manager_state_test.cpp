@@ -322,6 +322,163 @@ TEST_CASE("manager state: repack moves trajectories only between rollouts of one
   CHECK(m->counts().move_failures == 0);
 }
 
+// A repack move with a KV reference: the manager binds the reference to the move's destination,
+// and drops one that names another source than its exporter (a member forging a reference to
+// someone else's cache), so the destination re-prefills instead of reading it.
+TEST_CASE("manager state: a kv reference is honoured only as issued, for its destination") {
+  for (bool forged : {false, true}) {
+    CAPTURE(forged);
+    rollout::ManagerConfig cfg;
+    cfg.mode = "sluice";
+    cfg.tail = "drain";
+    cfg.prompts = 8;
+    cfg.group_size = 1;
+    cfg.batch_trajectories = 4;
+    cfg.ahead_batches = 2;
+    cfg.prefetch = 0;
+    cfg.repack = true;
+    cfg.ramp_down_occupancy = 0.75;
+    cfg.heartbeat_timeout_ms = 1000;
+    cfg.repack_cost.weigh_cost = false;
+    auto m = make_state(cfg);
+    FakeRollout a("a", 1), b("b", 1);
+    m->published({1, 0});
+    a.report(*m, at(0));
+    b.report(*m, at(0));
+    REQUIRE(a.running.size() == 4);
+    REQUIRE(b.running.size() == 4);
+    m->published({2, 0});
+    int t = 10;
+    for (auto* r : {&a, &b}) {
+      r->staged = 2;
+      r->step();
+      r->report(*m, at(t));
+    }
+    for (auto* r : {&a, &b}) {
+      while (r->running.size() > 1)
+        r->finish(r->running.begin()->first);
+      r->report(*m, at(t += 10));
+    }
+    m->plan_repack();
+    REQUIRE(m->counts().repack_moves == 1);
+
+    std::string source;
+    std::vector<SequenceState> imported;
+    for (int round = 0; round < 3; ++round) {
+      for (auto* r : {&a, &b}) {
+        rollout::ReportReply reply = r->report(*m, at(t += 10));
+        for (const auto& st : reply.import)
+          imported.push_back(st);
+        for (auto& st : r->exported) {
+          source = r->id;
+          rollout::KvRef ref;
+          ref.version = 1;
+          ref.layers = 1;
+          ref.width = 2;
+          ref.positions = 1;
+          ref.bytes = ref.shape_bytes();
+          ref.region = "region";
+          ref.source = forged ? std::string("c") : r->id;
+          ref.destination = r->id;  // whatever the exporter writes here is overwritten
+          st.kv_ref = ref;
+        }
+      }
+    }
+    REQUIRE(imported.size() == 1);
+    const std::string destination = source == "a" ? "b" : "a";
+    if (forged) {
+      CHECK_FALSE(imported[0].kv_ref.has_value());
+      CHECK(m->counts().kv_refs_dropped == 1);
+    } else {
+      REQUIRE(imported[0].kv_ref.has_value());
+      CHECK(imported[0].kv_ref->source == source);
+      CHECK(imported[0].kv_ref->destination == destination);
+      CHECK(m->counts().kv_refs_dropped == 0);
+    }
+  }
+}
+
+// A move whose destination changed version meanwhile: the exported state resumes elsewhere
+// without its KV reference.
+TEST_CASE("manager state: a failed move's state resumes without its kv reference") {
+  rollout::ManagerConfig cfg;
+  cfg.mode = "sluice";
+  cfg.tail = "drain";
+  cfg.prompts = 8;
+  cfg.group_size = 1;
+  cfg.batch_trajectories = 4;
+  cfg.ahead_batches = 2;
+  cfg.prefetch = 0;
+  cfg.repack = true;
+  cfg.ramp_down_occupancy = 0.75;
+  cfg.heartbeat_timeout_ms = 1000;
+  cfg.repack_cost.weigh_cost = false;
+  auto m = make_state(cfg);
+  FakeRollout a("a", 1), b("b", 1), c("c", 1);
+  c.capacity.max_sequences = 0;  // c holds version 1 but takes nothing until the move fails
+  m->published({1, 0});
+  a.report(*m, at(0));
+  b.report(*m, at(0));
+  c.report(*m, at(0));
+  m->published({2, 0});
+  int t = 10;
+  for (auto* r : {&a, &b}) {
+    r->staged = 2;
+    r->step();
+    r->report(*m, at(t));
+    while (r->running.size() > 1)
+      r->finish(r->running.begin()->first);
+    r->report(*m, at(t += 10));
+  }
+  m->plan_repack();
+  REQUIRE(m->counts().repack_moves == 1);
+  // The source learns of its move; its destination goes silent before the state arrives.
+  FakeRollout* src = nullptr;
+  for (int round = 0; round < 2 && src == nullptr; ++round) {
+    for (auto* r : {&a, &b}) {
+      r->report(*m, at(t += 10));
+      if (!r->exported.empty()) {
+        src = r;
+        break;
+      }
+    }
+  }
+  REQUIRE(src != nullptr);
+  // Its destination moves on to a newer version before the state arrives.
+  FakeRollout* dst = src == &a ? &b : &a;
+  m->published({3, 0});
+  dst->version = 3;
+  dst->staged = 3;
+  dst->report(*m, at(t += 10));
+  for (auto& st : src->exported) {
+    rollout::KvRef ref;
+    ref.version = 1;
+    ref.layers = 1;
+    ref.width = 2;
+    ref.positions = 1;
+    ref.bytes = ref.shape_bytes();
+    ref.region = "region";
+    ref.source = src->id;
+    st.kv_ref = ref;
+  }
+  src->report(*m, at(t += 10));
+  CHECK(m->counts().move_failures >= 1);
+  CHECK(m->counts().kv_refs_dropped >= 1);
+  // Wherever it resumes, it comes without a reference.
+  c.capacity.max_sequences = 8;
+  bool resumed = false;
+  for (int round = 0; round < 3; ++round) {
+    for (auto* r : {src, &c}) {
+      rollout::ReportReply reply = r->report(*m, at(t += 10));
+      for (const auto& st : reply.import) {
+        resumed = true;
+        CHECK_FALSE(st.kv_ref.has_value());
+      }
+    }
+  }
+  CHECK(resumed);
+}
+
 TEST_CASE("manager state: a refused report changes nothing") {
   auto m = make_state(small_job());
   m->published({1, 0});
