@@ -79,6 +79,15 @@ std::unique_ptr<core::RegisteredBuffer> Publisher::take_buffer(std::uint64_t byt
   if (best == free_.end()) return nullptr;
   auto b = std::move(*best);
   free_.erase(best);
+  // New bytes under a new token: a reader still holding the retired copy's descriptor is refused
+  // over the chunk stream instead of served this version's bytes as the old one's.
+  Status rotated = b->rotate_stream_token();
+  if (!rotated.is_ok()) {
+    log::warn("publisher: a drained buffer could not take a new stream token ({}): freed",
+              rotated.to_string());
+    retired_.add(std::move(b));
+    return nullptr;
+  }
   return b;
 }
 

@@ -7,6 +7,7 @@
 #include <csignal>
 #include <cstring>
 #include <map>
+#include <optional>
 
 #include "../support/holders.hpp"
 #include "../support/store_process.hpp"
@@ -223,6 +224,47 @@ TEST_SUITE("actor.publisher") {
     CHECK(client->plan("policy", 1, {}).status().code() == core::Code::kUnavailable);
     REQUIRE(client->release(plan->lease_id).is_ok());
     CHECK(loop->run_until([&] { return pub->retiring() == 0; }, Millis(5000)));
+  }
+
+  TEST_CASE("a reused buffer is served under a new stream token: the old descriptor is refused") {
+    Setup setup;
+    auto& loop = setup.loop;
+    auto& client = setup.client;
+    auto& pub = setup.pub;
+    auto w1 = weights(1, 256 * 1024);
+    REQUIRE(pub->publish(1, views(w1)).is_ok());
+    // A reader's descriptor of version 1, kept past the version's life.
+    auto plan = client->plan("policy", 1, {});
+    REQUIRE(plan.is_ok());
+    REQUIRE(plan->holders.size() == 1);
+    auto old = core::RegionDescriptor::decode(plan->holders[0].descriptor);
+    REQUIRE(old.is_ok());
+    REQUIRE_FALSE(old->stream.empty());  // the engine serves a chunk stream
+    REQUIRE(client->release(plan->lease_id).is_ok());
+    // Versions 2 and 3 push version 1 out; once drained its buffer is free for reuse, and version
+    // 4 (the same size) takes it.
+    auto w2 = weights(2, 256 * 1024), w3 = weights(3, 256 * 1024), w4 = weights(4, 256 * 1024);
+    REQUIRE(pub->publish(2, views(w2)).is_ok());
+    REQUIRE(pub->publish(3, views(w3)).is_ok());
+    REQUIRE(loop->run_until([&] { return pub->retiring() == 0; }, Millis(5000)));
+    REQUIRE(pub->publish(4, views(w4)).is_ok());
+    auto now = client->plan("policy", 4, {});
+    REQUIRE(now.is_ok());
+    auto fresh = core::RegionDescriptor::decode(now->holders[0].descriptor);
+    REQUIRE(fresh.is_ok());
+    REQUIRE(client->release(now->lease_id).is_ok());
+    REQUIRE(fresh->base == old->base);  // the same memory
+    CHECK(fresh->stream_token != old->stream_token);
+
+    // The old token over the stream: refused, not version 4's bytes.
+    auto stream = core::ChunkStream::connect(*loop, old->stream, old->stream_token, Millis(2000));
+    REQUIRE(stream.is_ok());
+    std::vector<std::uint8_t> got(4096, 0);
+    std::optional<core::Status> done;
+    (*stream)->get(0, got.size(), got.data(), [&](core::Status st) { done = st; });
+    REQUIRE(loop->run_until([&] { return done.has_value(); }, Millis(5000)));
+    CHECK(done->code() == core::Code::kNotFound);
+    CHECK(std::memcmp(got.data(), w4.data(), got.size()) != 0);
   }
 
   TEST_CASE("close() withdraws every version and waits for its readers, within its bound") {
