@@ -58,7 +58,7 @@ std::string while_serving(core::EventLoop& loop, int port, const std::string& re
 }  // namespace
 
 TEST_SUITE("core.metrics_http") {
-  TEST_CASE("GET /metrics returns the registry's text; other requests get 404, 405 or 400") {
+  TEST_CASE("GET /metrics returns the registry's text: other requests get 404, 405 or 400") {
     auto loop = core::EventLoop::create().value();
     core::MetricsRegistry reg;
     auto& served = reg.counter("sluice_bytes_served_total", "bytes served", {{"role", "relay"}});

@@ -285,7 +285,7 @@ TEST_SUITE("core.security") {
     CHECK(actor_loaded.status().message().find("another signing key") != std::string::npos);
   }
 
-  TEST_CASE("curve settings without keys are refused at create; refusals are exported") {
+  TEST_CASE("curve settings without keys are refused at create: refusals are exported") {
     auto loop = EventLoop::create().value();
     Security nokeys;  // curve by default
     CHECK(Server::create(*loop, "tcp://127.0.0.1:*", nokeys).status().code() ==

@@ -281,7 +281,7 @@ TEST_SUITE("rl.loss") {
     CHECK(*second_moment_mask(log_w, 0.0) == std::vector<std::uint8_t>{0, 0, 1, 1});
   }
 
-  TEST_CASE("M2PO's mask: nothing masked when already under, or on-policy; all when all over") {
+  TEST_CASE("M2PO's mask: nothing masked when already under, or on-policy: all when all over") {
     std::vector<float> under = {0.125f, -0.125f, 0.0f, 0.0625f};  // mean (log w)^2 < 0.01
     CHECK(*second_moment_mask(under, 0.04) == std::vector<std::uint8_t>{1, 1, 1, 1});
     // On-policy: proximal = behaviour, log w = 0 everywhere; nothing is masked at any threshold.

@@ -159,7 +159,7 @@ TEST_CASE("a local job is authenticated by default: its keys are 0600, its roles
   CHECK_FALSE(fs::exists(p.dir / "keys"));
 }
 
-TEST_CASE("trajectories too stale to train stop early; their groups still reach the buffer once") {
+TEST_CASE("trajectories too stale to train stop early: their groups still reach the buffer once") {
   for (std::string mode : {"sluice", "partial-rollout"}) {
     CAPTURE(mode);
     json job = small_job(mode);

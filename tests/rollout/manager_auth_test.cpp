@@ -57,7 +57,7 @@ struct Harness {
 }  // namespace
 
 TEST_SUITE("rollout.manager.auth") {
-  TEST_CASE("only the actor collects and announces; a rollout reports only as itself") {
+  TEST_CASE("only the actor collects and announces: a rollout reports only as itself") {
     Harness h;
     auto actor = h.client("actor");
     auto r0 = h.client("rollout-0");

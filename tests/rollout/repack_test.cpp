@@ -268,7 +268,7 @@ TEST_SUITE("rollout.repack") {
     CHECK(plan_repack(fleet, policy).freed == std::vector<std::string>{"a"});
   }
 
-  TEST_CASE("a long tail is not moved onto a rollout about to finish; the short ones join it") {
+  TEST_CASE("a long tail is not moved onto a rollout about to finish: the short ones join it") {
     RepackPolicy policy;
     // a: one sequence 2000 tokens in (expected to run on for long); b: three fresh ones.
     std::vector<RolloutView> fleet = {rollout("a", 1, 8, 8000, {2032}),

@@ -81,7 +81,7 @@ TEST_CASE("sync mode trains fewer tokens per second than sluice on a long tail")
   CHECK(sync->tokens_per_s < sl->tokens_per_s);
 }
 
-TEST_CASE("the same seed gives the same result; another seed another") {
+TEST_CASE("the same seed gives the same result: another seed another") {
   const sim::SimInput in = small_job();
   auto a = sim::simulate_mode(in, "sluice");
   auto b = sim::simulate_mode(in, "sluice");
