@@ -46,4 +46,10 @@ if [[ "$sanitizer" == *undefined ]]; then
   export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 fi
 cd "$build"
+# Tests labelled slow (whole jobs, benches, the simulator at scale) run in the plain build only:
+# under the sanitizers they take several times as long and exercise the same code as the unit
+# tests beneath them. Arguments after -- replace this choice.
+if [ "$sanitizer" != none ] && [ ${#ctest_args[@]} -eq 0 ]; then
+  ctest_args=(-LE slow)
+fi
 ctest --output-on-failure --timeout 300 -j "$jobs" "${ctest_args[@]}"
