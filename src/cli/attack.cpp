@@ -285,6 +285,51 @@ void Attacker::versions() {
   huge.version = v + (1ull << 21);
   play("relay-far-version",
        fmt::format("version {} (2^21 ahead), the newest's signature", huge.version), huge);
+  // Ids that name the caller, taken from the body: another holder's copy (the actor's, or whoever
+  // holds the newest version besides this key), another relay's place in the chain.
+  std::string other;
+  for (const auto& h : rp.holders)
+    if (h.holder_id != who && other.empty()) other = h.holder_id;
+  if (other.empty()) {
+    report_.skip("holder-as-another", "the newest version has no holder but " + who);
+  } else {
+    weightstore::Unpublish unpublish;
+    unpublish.holder_id = other;
+    unpublish.model = t_.model;
+    unpublish.version = v;
+    report_.add(member_attempt(
+        "unpublish-another-copy",
+        fmt::format("store.unpublish as {} of {}'s copy of version {}", who, other, v),
+        call_as(who, core::kRoleWeightstore, weightstore::encode(unpublish))));
+    weightstore::AddChunks add;
+    add.holder_id = other;
+    add.model = t_.model;
+    add.version = v;
+    add.chunks = {0};
+    report_.add(member_attempt("add-chunks-for-another",
+                               fmt::format("store.add_chunks as {} for {}", who, other),
+                               call_as(who, core::kRoleWeightstore, weightstore::encode(add))));
+    report_.add(member_attempt(
+        "heartbeat-for-another", fmt::format("store.heartbeat as {} for {}", who, other),
+        call_as(who, core::kRoleWeightstore, weightstore::encode(weightstore::Heartbeat{other}))));
+  }
+  if (!t_.relays.empty()) {
+    const std::string relay = t_.relays.front();
+    const std::string posed = t_.relays.size() > 1 ? t_.relays[1] : "relay-forged";
+    weightstore::JoinRelay join;
+    join.relay_id = posed;
+    report_.add(member_attempt("join-as-another-relay",
+                               fmt::format("store.join_relay as {} with relay_id {}", relay, posed),
+                               call_as(relay, core::kRoleWeightstore, weightstore::encode(join))));
+    weightstore::ChainSourceRequest source;
+    source.model = t_.model;
+    source.version = v;
+    source.relay_id = posed;
+    report_.add(
+        member_attempt("chain-source-as-another-relay",
+                       fmt::format("store.chain_source as {} with relay_id {}", relay, posed),
+                       call_as(relay, core::kRoleWeightstore, weightstore::encode(source))));
+  }
   // Making a manifest at all is the actor's.
   report_.add(member_attempt(
       "relay-put-manifest", fmt::format("store.put_manifest as {}: version {}", who, v + 1),
