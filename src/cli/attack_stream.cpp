@@ -280,6 +280,14 @@ void with_real_read(Attempt& a, const Server& s, const PlanSource& plan,
   }
 }
 
+// A chunk server that a read plan named and that no longer takes a connection while its job
+// runs: its holder died or stopped accepting (Report drops the verdict if the job has ended).
+Attempt gone(Attempt a, const Status& why) {
+  a.got = "cannot connect: " + why.message() + " (the server is gone or turns everyone away)";
+  a.verdict = Verdict::kBreach;
+  return a;
+}
+
 // The descriptor table this process may fill: raised to its hard limit for the idle connections.
 std::size_t descriptor_room() {
   rlimit rl{};
@@ -359,7 +367,7 @@ class ServerAttacks {
               Verdict::kRefused};
     auto fd = dial(s_.address, source(s_, 900), Millis(3000));
     if (!fd.is_ok()) {
-      report_.skip(a.name, "cannot connect: " + fd.status().message());
+      report_.add(gone(std::move(a), fd.status()));
       return;
     }
     std::mt19937_64 rng(std::random_device{}());
@@ -428,6 +436,7 @@ class ServerAttacks {
     for (const auto& t : tries) {
       if (!fd.is_ok()) {
         got.push_back("cannot connect: " + fd.status().message());
+        a.verdict = Verdict::kBreach;
         break;
       }
       std::uint8_t req[wire::kRequestBytes];
@@ -504,7 +513,7 @@ void slow_loris(const std::vector<Server>& servers, const PlanSource& plan,
   const auto deadline = start + bound;
   for (auto& p : partials) {
     if (!p.fd.is_ok()) {
-      report.skip(p.a.name, "cannot connect: " + p.fd.status().message());
+      report.add(gone(std::move(p.a), p.fd.status()));
       continue;
     }
     if (wait_closed(p.fd->get(), deadline)) {
