@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "cli/attack.hpp"
 #include "cli/bench_broadcast.hpp"
 #include "cli/bench_crossdc.hpp"
 #include "cli/bench_delta.hpp"
@@ -149,6 +150,20 @@ int main(int argc, char** argv) {
   chaos_cmd->add_option("--set", ca.overrides, "override a job field: key=value (repeatable)");
   chaos_cmd->add_option("--out", ca.out_dir, "folder for both run folders");
   chaos_cmd->add_flag("--json", ca.json, "one JSON object with every figure");
+
+  sluice::cli::AttackArgs aa;
+  auto* attack_cmd = app.add_subcommand(
+      "attack", "play known attacks against a running job (its run folder); exit 1 on a breach");
+  attack_cmd->add_option("run_dir", aa.run_dir, "run folder of a running job (sluice run --out)")
+      ->required();
+  attack_cmd->add_option("--wait-ms", aa.wait_ms, "how long a refused request is waited for")
+      ->capture_default_str()
+      ->check(CLI::Range(100u, 60000u));
+  attack_cmd
+      ->add_option("--idle-connections", aa.idle_connections,
+                   "idle connections held open against each chunk server")
+      ->capture_default_str()
+      ->check(CLI::Range(1u, 100000u));
 
   std::vector<std::string> compare_dirs;
   double compare_within = 5.0;
@@ -508,6 +523,7 @@ int main(int argc, char** argv) {
   if (chaos_cmd->parsed()) {
     return sluice::cli::run_chaos(ca, sluice::cli::self_exe(), environment());
   }
+  if (attack_cmd->parsed()) return sluice::cli::run_attack(aa);
   if (compare_cmd->parsed()) {
     return sluice::cli::run_compare(compare_dirs[0], compare_dirs[1], compare_within);
   }
