@@ -702,9 +702,11 @@ struct ChunkServer::Impl {
     if (!hello.is_ok()) return malformed(c, "a malformed hello");
     Accept a;
     if (crypto == StreamCrypto::kClear) {
+      // A reader set to encrypt meets a holder set not to: a setting, not an attack. The reader
+      // is told why; the holder counts it (handshakes_refused).
       a.status = kClearOnly;
-      count_refusal("malformed", "chunk stream " + c->ip,
-                    "a hello to a holder that serves clear streams only");
+      log::debug("chunk server: {} sent a hello, and this holder serves clear streams only",
+                 c->peer);
     } else if (!keys->reader(hello->static_key)) {
       a.status = kNotMember;
       count_refusal("unauthenticated", "chunk stream " + c->ip,
