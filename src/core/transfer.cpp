@@ -1002,11 +1002,14 @@ Result<std::unique_ptr<TransferEngine>> TransferEngine::create(EventLoop& loop,
   std::string applied;
   for (const auto& a : engine->defaults_applied())
     applied += (applied.empty() ? "" : ", ") + a;
-  log::info("transfer: ucx transports {}, progress by {}; sluice defaults: {}; chunk streams {}",
-            raw->tls, wakeup ? "event fd" : "polling",
-            applied.empty() ? "none (all set by the user)" : applied,
-            raw->chunk_server ? "on " + raw->chunk_server->addresses().front()
-                              : std::string(raw->tcp_stream ? "off (no tcp)" : "off"));
+  log::info(
+      "transfer: ucx transports {}, progress by {}; sluice defaults: {}; chunk streams {}; "
+      "stream_encryption {}{}",
+      raw->tls, wakeup ? "event fd" : "polling",
+      applied.empty() ? "none (all set by the user)" : applied,
+      raw->chunk_server ? "on " + raw->chunk_server->addresses().front()
+                        : std::string(raw->tcp_stream ? "off (no tcp)" : "off"),
+      raw->stream_encryption, raw->stream_keys ? "" : " (no keys: clear)");
   return engine;
 }
 
