@@ -66,7 +66,7 @@ core::Status TrainerConfig::validate() const {
   if (store_lease_ttl_ms == 0) {
     return core::invalid_argument("store_lease_ttl_ms must be at least 1");
   }
-  return {};
+  return core::check_stream_encryption(stream_encryption, security.mode == "curve", "actor");
 }
 
 namespace {
@@ -632,6 +632,8 @@ core::Result<std::unique_ptr<Trainer>> Trainer::create(core::EventLoop& loop, Tr
   core::TransferOptions to;
   to.environment = impl->environment;
   to.stream_reach = impl->cfg.store;  // the chunk server binds where the job's hosts reach it
+  SLUICE_TRY(core::set_stream_security(to, impl->cfg.stream_encryption, impl->cfg.datacenter,
+                                       security, "actor " + impl->cfg.actor_id));
   SLUICE_ASSIGN_OR_RETURN(impl->transfer, core::TransferEngine::create(loop, to));
   SLUICE_ASSIGN_OR_RETURN(impl->store,
                           weightstore::StoreClient::create(loop, impl->cfg.store, security));
@@ -640,6 +642,7 @@ core::Result<std::unique_ptr<Trainer>> Trainer::create(core::EventLoop& loop, Tr
   po.holder_id = impl->cfg.actor_id;
   po.chunk_bytes = impl->cfg.chunk_bytes;
   po.lease_ttl = Millis(impl->cfg.store_lease_ttl_ms);
+  po.topology.datacenter = impl->cfg.datacenter;
   SLUICE_ASSIGN_OR_RETURN(impl->publisher,
                           Publisher::create(loop, *impl->transfer, *impl->store, po));
   if (impl->cfg.policy == "gpt") {

@@ -73,6 +73,9 @@ struct TrainerConfig {
   double checkpoint_every_s = 0;              // and every S seconds (0: not by time), >= 0
   double checkpoint_idle_s = 1.0;     // idle this long with unacknowledged work: checkpoint (0: no)
   std::uint64_t heartbeat_ms = 1000;  // store heartbeats at least this often, >= 1
+  std::string datacenter;  // topology: the actor's datacenter label (its copies carry it)
+  // core::TransferOptions::stream_encryption: auto, on or off.
+  std::string stream_encryption = "auto";
   // The actor's key and the job's members (core/security.hpp). Curve by default; plain only
   // when set.
   core::SecurityConfig security;
@@ -122,6 +125,10 @@ struct TrainerConfig {
     v("checkpoint_idle_s", checkpoint_idle_s,
       "a checkpoint once idle this long (no arrival, no step) with consumed trajectories not yet "
       "acknowledged, so the manager gets their acknowledgements; 0 for none (default 1)");
+    v("datacenter", datacenter, "topology: datacenter label");
+    v("stream_encryption", stream_encryption,
+      "chunk streams (TCP reads of weights between hosts): auto (encrypted and authenticated "
+      "from a holder in another datacenter; default), on (always; needs auth curve) or off");
     v("heartbeat_ms", heartbeat_ms,
       "store heartbeats at least this often, also during a training step; well under the "
       "store's holder_ttl_ms (default 1000)");

@@ -30,7 +30,7 @@ Status RelayConfig::validate() const {
   if (max_version_bytes == 0) return core::invalid_argument("max_version_bytes must be positive");
   if (abandon_after_ms == 0) return core::invalid_argument("abandon_after_ms must be positive");
   if (model.empty()) return core::invalid_argument("model must not be empty");
-  return {};
+  return core::check_stream_encryption(stream_encryption, security.mode == "curve", "relay");
 }
 
 namespace {
@@ -454,10 +454,12 @@ Result<std::unique_ptr<Relay>> Relay::create(core::EventLoop& loop, RelayConfig 
   core::TransferOptions to;
   to.environment = std::move(environment);
   to.stream_reach = impl->config.store;  // the chunk server binds where the job's hosts reach it
-  SLUICE_ASSIGN_OR_RETURN(impl->engine, core::TransferEngine::create(loop, to));
   SLUICE_ASSIGN_OR_RETURN(
       core::Security security,
       core::load_security(impl->config.security, "relay " + impl->config.relay_id));
+  SLUICE_TRY(core::set_stream_security(to, impl->config.stream_encryption, impl->config.datacenter,
+                                       security, "relay " + impl->config.relay_id));
+  SLUICE_ASSIGN_OR_RETURN(impl->engine, core::TransferEngine::create(loop, to));
   // The store takes a relay's id from its key (docs/architecture.md, "Threat model"): a relay
   // id other than the key's identity would be refused at every join.
   if (security.curve() && impl->config.relay_id != security.identity) {

@@ -43,6 +43,8 @@ struct RelayConfig {
   std::string host;  // topology labels
   std::string rack;
   std::string datacenter;
+  // core::TransferOptions::stream_encryption: auto, on or off.
+  std::string stream_encryption = "auto";
   // The store's lease_ttl_ms (sluice run copies it): a retired copy the store does not know
   // (it restarted) is freed only after this long.
   std::uint64_t store_lease_ttl_ms = 10000;
@@ -84,6 +86,9 @@ struct RelayConfig {
     v("host", host, "topology: host label");
     v("rack", rack, "topology: rack label");
     v("datacenter", datacenter, "topology: datacenter label");
+    v("stream_encryption", stream_encryption,
+      "chunk streams (TCP reads of weights between hosts): auto (encrypted and authenticated "
+      "from a holder in another datacenter; default), on (always; needs auth curve) or off");
     v("store_lease_ttl_ms", store_lease_ttl_ms,
       "the store's lease_ttl_ms: how long a copy the store does not know waits to be freed");
     v("max_version_bytes", max_version_bytes, "largest version this relay takes, in bytes");

@@ -47,6 +47,7 @@ core::Status RolloutConfig::validate() const {
   if (manager_timeout_ms < report_ms) {
     return core::invalid_argument("manager_timeout_ms must be at least report_ms");
   }
+  SLUICE_TRY(core::check_stream_encryption(stream_encryption, security.mode == "curve", "rollout"));
   return sim.validate();
 }
 
@@ -376,6 +377,8 @@ struct RolloutWorker::Impl {
     core::TransferOptions to;
     to.environment = environment;
     to.stream_reach = cfg.store;  // the chunk server binds where the job's hosts reach it
+    SLUICE_TRY(core::set_stream_security(to, cfg.stream_encryption, cfg.datacenter, security,
+                                         "rollout " + cfg.rollout_id));
     SLUICE_ASSIGN_OR_RETURN(transfer, core::TransferEngine::create(*loop, to));
     SLUICE_ASSIGN_OR_RETURN(store, weightstore::StoreClient::create(*loop, cfg.store, security));
     weightstore::ReaderOptions ro;

@@ -96,6 +96,8 @@ struct RolloutConfig {
   std::string host;  // topology labels (nearest holder first)
   std::string rack;
   std::string datacenter;
+  // core::TransferOptions::stream_encryption: auto, on or off.
+  std::string stream_encryption = "auto";
   // The rollout's key and the job's members (core/security.hpp). Curve by default; plain only
   // when set.
   core::SecurityConfig security;
@@ -142,6 +144,9 @@ struct RolloutConfig {
     v("host", host, "topology: host label");
     v("rack", rack, "topology: rack label");
     v("datacenter", datacenter, "topology: datacenter label");
+    v("stream_encryption", stream_encryption,
+      "chunk streams (TCP reads of weights between hosts): auto (encrypted and authenticated "
+      "from a holder in another datacenter; default), on (always; needs auth curve) or off");
   }
   core::Status validate() const;
 };

@@ -84,6 +84,11 @@ BenchCrossdcCommands add_bench_crossdc(CLI::App& bench, BenchCrossdcArgs& a) {
                    "seed, delta: how often a receiving relay asks the store for its source's "
                    "progress (relay.follow_poll_ms)")
       ->capture_default_str();
+  c.outer
+      ->add_option("--encryption", a.encryptions,
+                   "chunk stream encryption: auto, on, off, or a list (off,on) to run each design "
+                   "with each and print encrypted/clear")
+      ->capture_default_str();
   c.outer->add_flag("--json", a.json, "one JSON object per row");
 
   for (CLI::App** sub : {&c.run, &c.host}) {
@@ -106,6 +111,7 @@ BenchCrossdcCommands add_bench_crossdc(CLI::App& bench, BenchCrossdcArgs& a) {
     (*sub)->add_option("--store", a.store);
     (*sub)->add_option("--keys", a.keys);
     (*sub)->add_option("--index", a.index);
+    (*sub)->add_option("--encryption", a.encryption);
   }
   return c;
 }
@@ -145,6 +151,15 @@ int run_bench_crossdc(const BenchCrossdcCommands& c, const BenchCrossdcArgs& arg
     if (std::find(designs.begin(), designs.end(), d) == designs.end()) designs.push_back(d);
   }
   if (designs.empty()) return usage_error("--designs names no design");
+  std::vector<std::string> encryptions;
+  std::stringstream es(args.encryptions);
+  for (std::string e; std::getline(es, e, ',');) {
+    if (e != "auto" && e != "on" && e != "off")
+      return usage_error("unknown encryption '" + e + "' (auto, on, off)");
+    if (std::find(encryptions.begin(), encryptions.end(), e) == encryptions.end())
+      encryptions.push_back(e);
+  }
+  if (encryptions.empty()) return usage_error("--encryption names no setting");
   if (::geteuid() != 0) {
     std::fprintf(stderr, "bench crossdc: needs root (network namespaces and tc)\n");
     return 1;
@@ -157,8 +172,14 @@ int run_bench_crossdc(const BenchCrossdcCommands& c, const BenchCrossdcArgs& arg
 
   const std::string prefix = "sluice-dc";
   std::vector<nlohmann::json> rows;
-  for (const auto& design : designs) {
-    if (!args.json) std::fprintf(stderr, "bench crossdc: %s...\n", design.c_str());
+  std::vector<std::pair<std::string, std::string>> passes;  // (design, encryption)
+  for (const auto& design : designs)
+    for (const auto& e : encryptions)
+      passes.emplace_back(design, e);
+  for (const auto& [design, encryption] : passes) {
+    if (!args.json)
+      std::fprintf(stderr, "bench crossdc: %s, encryption %s...\n", design.c_str(),
+                   encryption.c_str());
     auto up = run_capture({emu, "up", "--dcs", std::to_string(args.dcs), "--hosts-per-dc",
                            std::to_string(args.hosts_per_dc), "--lan-rate", args.lan_rate,
                            "--wan-rate", args.wan_rate, "--prefix", prefix},
@@ -202,7 +223,9 @@ int run_bench_crossdc(const BenchCrossdcCommands& c, const BenchCrossdcArgs& arg
                             "--emuhosts",
                             emu,
                             "--prefix",
-                            prefix},
+                            prefix,
+                            "--encryption",
+                            encryption},
                            kUcxEnv, Millis(1800000));
     run_capture({emu, "down", "--prefix", prefix}, {}, Millis(60000)).status().ignore();
     if (!out.is_ok()) {
@@ -216,6 +239,7 @@ int run_bench_crossdc(const BenchCrossdcCommands& c, const BenchCrossdcArgs& arg
       if (line.rfind("{\"", 0) != 0) continue;
       auto j = nlohmann::json::parse(line, nullptr, false);
       if (j.is_discarded() || !j.contains("version")) continue;
+      j["encryption"] = encryption;
       rows.push_back(std::move(j));
       ++got;
     }
@@ -226,11 +250,17 @@ int run_bench_crossdc(const BenchCrossdcCommands& c, const BenchCrossdcArgs& arg
     }
   }
 
-  // Per row: WAN bytes in copies of the version, and the time against "direct"'s for the same
-  // version in this run.
-  std::map<std::uint64_t, double> direct_s;
-  for (const auto& r : rows)
-    if (r["design"] == "direct") direct_s[r["version"].get<std::uint64_t>()] = r["seconds"];
+  // Per row: WAN bytes in copies of the version, the time against "direct"'s for the same
+  // version and encryption in this run, and (encrypted rows) clear's time over this row's.
+  using Key = std::pair<std::uint64_t, std::string>;
+  std::map<Key, double> direct_s;
+  std::map<std::pair<std::string, std::uint64_t>, double> clear_s;  // (design, version)
+  for (const auto& r : rows) {
+    const auto v = r["version"].get<std::uint64_t>();
+    if (r["design"] == "direct") direct_s[{v, r["encryption"].get<std::string>()}] = r["seconds"];
+    if (r["encryption"] == "off") clear_s[{r["design"].get<std::string>(), v}] = r["seconds"];
+  }
+  const bool compare = encryptions.size() > 1;
   bool cpu_bound = false;
   for (auto& r : rows) {
     double bytes = r["bytes"].get<double>();
@@ -245,10 +275,15 @@ int run_bench_crossdc(const BenchCrossdcCommands& c, const BenchCrossdcArgs& arg
     r["wan_copies_out"] = out;
     r["wan_copies_in"] = in;
     r["wan_copies_max"] = most;
-    auto it = direct_s.find(r["version"].get<std::uint64_t>());
+    const auto v = r["version"].get<std::uint64_t>();
+    auto it = direct_s.find({v, r["encryption"].get<std::string>()});
     double s = r["seconds"].get<double>();
     r["speedup_vs_direct"] = nullptr;
     if (it != direct_s.end() && s > 0) r["speedup_vs_direct"] = it->second / s;
+    r["encrypted_over_clear"] = nullptr;
+    auto cl = clear_s.find({r["design"].get<std::string>(), v});
+    if (r["encryption"] != "off" && cl != clear_s.end() && s > 0)
+      r["encrypted_over_clear"] = cl->second / s;
     cpu_bound = cpu_bound || r["cpu_busy"].get<double>() >= kCpuBound;
   }
   if (args.json) {
@@ -256,8 +291,9 @@ int run_bench_crossdc(const BenchCrossdcCommands& c, const BenchCrossdcArgs& arg
       std::printf("%s\n", r.dump().c_str());
     return 0;
   }
-  std::printf("%-7s %7s %9s %10s %9s %9s  %s\n", "design", "version", "seconds", "vs direct",
-              "WAN max", "CPU busy", "WAN copies per datacenter (out/in)");
+  std::printf("%-7s %5s %7s %9s %10s %9s %9s %9s  %s\n", "design", "enc", "version", "seconds",
+              "vs direct", "enc/clear", "WAN max", "CPU busy",
+              "WAN copies per datacenter (out/in)");
   for (const auto& r : rows) {
     std::string per_dc;
     for (std::size_t d = 0; d < r["wan_copies_out"].size(); ++d) {
@@ -269,12 +305,15 @@ int run_bench_crossdc(const BenchCrossdcCommands& c, const BenchCrossdcArgs& arg
     char ratio[32] = "-";
     if (!r["speedup_vs_direct"].is_null())
       std::snprintf(ratio, sizeof ratio, "%.2fx", r["speedup_vs_direct"].get<double>());
+    char enc_ratio[32] = "-";
+    if (!r["encrypted_over_clear"].is_null())
+      std::snprintf(enc_ratio, sizeof enc_ratio, "%.2fx", r["encrypted_over_clear"].get<double>());
     double busy = r["cpu_busy"].get<double>();
-    std::printf("%-7s %7llu %9.3f %10s %9.2f %8.0f%%  %s%s\n",
-                r["design"].get<std::string>().c_str(),
+    std::printf("%-7s %5s %7llu %9.3f %10s %9s %9.2f %8.0f%%  %s%s\n",
+                r["design"].get<std::string>().c_str(), r["encryption"].get<std::string>().c_str(),
                 static_cast<unsigned long long>(r["version"].get<std::uint64_t>()),
-                r["seconds"].get<double>(), ratio, r["wan_copies_max"].get<double>(), busy * 100.0,
-                per_dc.c_str(), busy >= kCpuBound ? "  (CPU-bound)" : "");
+                r["seconds"].get<double>(), ratio, enc_ratio, r["wan_copies_max"].get<double>(),
+                busy * 100.0, per_dc.c_str(), busy >= kCpuBound ? "  (CPU-bound)" : "");
   }
   std::printf(
       "%u datacenter(s) x %u host(s) x %u rollout(s); host 0 of dc0 is the trainer's (store, "
@@ -285,7 +324,11 @@ int run_bench_crossdc(const BenchCrossdcCommands& c, const BenchCrossdcArgs& arg
   std::printf(
       "seconds: from the start of publish until every rollout holds the version; vs direct: "
       "direct's seconds over this row's; WAN copies: bytes through each datacenter's WAN link "
-      "(its counters, control traffic included) over the version's size\n");
+      "(its counters, control traffic included) over the version's size; enc: chunk stream "
+      "encryption (auto: between datacenters only)%s\n",
+      compare ? "; enc/clear: the clear row's seconds over this row's (1.00x: encryption costs "
+                "nothing)"
+              : "");
   if (cpu_bound) {
     std::printf(
         "CPU-bound rows: this machine's cores were at least %.0f%% busy, so they, not the "

@@ -5,6 +5,9 @@
 // counters, in copies of the version), the time from publish until every rollout holds the
 // version, and the ratio to "direct".
 //
+// With --encryption off,on every design runs clear and encrypted (chunk streams, keys from the
+// job's identities), and the table gives encrypted/clear: clear's seconds over encrypted's.
+//
 // Designs: "direct" (every rollout reads the trainer's copy), "seed" (a relay per host; the
 // store chains one seed per datacenter across the WAN and fans out inside it; rollouts wait for
 // their host's relay), and "delta" (seed, with version N+1 sent over the WAN as a delta against
@@ -44,7 +47,12 @@ struct BenchCrossdcArgs {
   // source's progress; every question from another datacenter than the store's crosses the WAN)
   unsigned relay_follow_ms = 20;
   bool json = false;
+  // Chunk stream encryption (TransferOptions::stream_encryption) of every process, one pass per
+  // value: "auto" (encrypted between datacenters), "on", "off", or a list ("off,on") to run each
+  // design with each, side by side, and print the encrypted/clear ratio.
+  std::string encryptions = "auto";
   // crossdc-run and crossdc-host only
+  std::string encryption = "auto";
   std::string design = "seed";
   std::string emuhosts;
   std::string prefix;

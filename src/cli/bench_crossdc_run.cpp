@@ -175,7 +175,8 @@ int run_bench_crossdc_inside(const BenchCrossdcArgs& args, const std::vector<std
               (args.design == "delta" && i == 1 && args.hosts_per_dc > 1 ? "true" : "false"),
           "--set", std::string("relay.use_deltas=") + (args.design == "delta" ? "true" : "false"),
           "--set", "relay.security.key_file=" + key_file_path(keys, relay_identity(i)), "--set",
-          "relay.security.members_file=" + members};
+          "relay.security.members_file=" + members, "--set",
+          "relay.stream_encryption=" + args.encryption};
       auto r = Subprocess::spawn(ro);
       if (!r.is_ok()) return fail(r.status().to_string());
       auto l = (*r)->read_line(Millis(20000));
@@ -213,7 +214,9 @@ int run_bench_crossdc_inside(const BenchCrossdcArgs& args, const std::vector<std
                "--keys",
                keys,
                "--index",
-               std::to_string(i)};
+               std::to_string(i),
+               "--encryption",
+               args.encryption};
     // Ended with this process however it ends (the namespace's exec keeps the pid).
     ho.extra_env = {std::string(kParentPidVar) + "=" + std::to_string(::getpid())};
     auto h = Subprocess::spawn(ho);
@@ -227,14 +230,18 @@ int run_bench_crossdc_inside(const BenchCrossdcArgs& args, const std::vector<std
   }
 
   auto loop = EventLoop::create().value();
-  TransferOptions topts;
-  topts.stream_reach = store_ep;  // the chunk server binds where the emulated hosts reach it
-  auto engine = TransferEngine::create(*loop, topts).value();
   SecurityConfig sc;
   sc.key_file = key_file_path(keys, "actor");
   sc.members_file = members;
   auto security = load_security(sc, "crossdc-run");
   if (!security.is_ok()) return fail(security.status().to_string());
+  TransferOptions topts;
+  topts.stream_reach = store_ep;  // the chunk server binds where the emulated hosts reach it
+  if (auto st = set_stream_security(topts, args.encryption, dc_label(0), *security, "actor");
+      !st.is_ok())
+    return fail(st.to_string());
+  auto engine = TransferEngine::create(*loop, topts);
+  if (!engine.is_ok()) return fail(engine.status().to_string());
   auto client = weightstore::StoreClient::create(*loop, store_ep, *security).value();
   loop->run_until([] { return false; }, Millis(1000));  // relays join
   actor::PublisherOptions po;
@@ -245,7 +252,7 @@ int run_bench_crossdc_inside(const BenchCrossdcArgs& args, const std::vector<std
   // "direct" has the publisher send every rollout its own copy, so it keeps serving; with relays
   // it hands each version off once they hold it.
   po.handoff = relays_on;
-  auto pub = actor::Publisher::create(*loop, *engine, *client, po);
+  auto pub = actor::Publisher::create(*loop, **engine, *client, po);
   if (!pub.is_ok()) return fail(pub.status().to_string());
   auto beat = loop->every(Millis(300), [&] { (*pub)->heartbeat(); });
   if (auto st = (*pub)->reserve(*size, 2); !st.is_ok()) return fail(st.to_string());
@@ -325,16 +332,20 @@ int run_bench_crossdc_host(const BenchCrossdcArgs& args, const std::vector<std::
   if (args.hosts_per_dc == 0 || args.rollouts_per_host == 0) return fail("bad layout");
   auto loop = EventLoop::create();
   if (!loop.is_ok()) return fail(loop.status().to_string());
-  TransferOptions to;
-  to.environment = env;
-  to.stream_reach = args.store;
-  auto engine = TransferEngine::create(**loop, to);
-  if (!engine.is_ok()) return fail(engine.status().to_string());
   SecurityConfig sc;
   sc.key_file = key_file_path(args.keys, rollout_identity(args.index));
   sc.members_file = members_file_path(args.keys);
   auto security = load_security(sc, "crossdc-host");
   if (!security.is_ok()) return fail(security.status().to_string());
+  TransferOptions to;
+  to.environment = env;
+  to.stream_reach = args.store;
+  if (auto st = set_stream_security(to, args.encryption, dc_label(args.index / args.hosts_per_dc),
+                                    *security, rollout_identity(args.index));
+      !st.is_ok())
+    return fail(st.to_string());
+  auto engine = TransferEngine::create(**loop, to);
+  if (!engine.is_ok()) return fail(engine.status().to_string());
   auto client = weightstore::StoreClient::create(**loop, args.store, *security);
   if (!client.is_ok()) return fail(client.status().to_string());
   const bool direct = args.design == "direct";

@@ -8,6 +8,8 @@
 #include <csignal>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <sstream>
@@ -19,6 +21,7 @@
 #include "core/event_loop.hpp"
 #include "core/log.hpp"
 #include "core/process.hpp"
+#include "core/security.hpp"
 #include "core/transfer.hpp"
 #include "core/units.hpp"
 
@@ -73,6 +76,8 @@ struct Row {
   double perftest_region_gbps = 0;
   double cold_seconds = 0;  // the first read, mapping included
   double memcpy_gbps = 0;
+  std::string encryption = "-";  // tcp: chunk stream encryption off or on
+  double cpu_per_gib = 0;        // CPU seconds of reader and source per GiB read (tcp)
   std::string note;
 
   // sluice / ucx_perftest, and sluice / the 1-GET run (0 where that run is missing).
@@ -93,14 +98,26 @@ struct SourceProcess {
   }
 };
 
+// Chunk stream encryption for a row: the job keys folder and "off" or "on" (no keys: clear).
+struct Encryption {
+  std::string keys;
+  std::string setting = "off";
+  void add_to(std::vector<std::string>& argv) const {
+    if (keys.empty()) return;
+    argv.insert(argv.end(), {"--keys", keys, "--encryption", setting});
+  }
+};
+
 Result<std::unique_ptr<SourceProcess>> start_source(const std::vector<std::string>& extra_env,
                                                     const BenchTransferArgs& args,
-                                                    std::uint64_t bytes, bool ucx_get = false) {
+                                                    std::uint64_t bytes, bool ucx_get = false,
+                                                    const Encryption& enc = {}) {
   auto sp = std::make_unique<SourceProcess>();
   Subprocess::Options so;
   so.argv = {self_exe(), "--log-level",         "warn",    "transfer-source",
              "--bytes",  std::to_string(bytes), "--chunk", args.chunk};
   if (ucx_get) so.argv.push_back("--ucx-get");
+  enc.add_to(so.argv);
   so.extra_env = extra_env;
   SLUICE_ASSIGN_OR_RETURN(sp->proc, Subprocess::spawn(so));
   std::string line;
@@ -111,17 +128,36 @@ Result<std::unique_ptr<SourceProcess>> start_source(const std::vector<std::strin
   return sp;
 }
 
+constexpr int kRepeat = 3;  // timed reads per reader process
+
+// CPU seconds (user and system) a process has used so far, from /proc; 0 when unreadable.
+double process_cpu_seconds(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  auto close = text.rfind(')');  // the command name may hold spaces
+  if (close == std::string::npos) return 0;
+  std::istringstream fields(text.substr(close + 2));
+  std::string f;
+  unsigned long long utime = 0, stime = 0;
+  for (int i = 3; i <= 15 && fields >> f; ++i) {
+    if (i == 14) utime = std::stoull(f);
+    if (i == 15) stime = std::stoull(f);
+  }
+  return static_cast<double>(utime + stime) / static_cast<double>(::sysconf(_SC_CLK_TCK));
+}
+
 // One reader process: three timed reads of the whole region, best reported. The first read also
 // pays for mapping the holder's memory (page faults on first touch), which later pulls from the
 // same holder do not; ucx_perftest likewise reports after its warm-up iterations.
 Result<nlohmann::json> sluice_read(const std::vector<std::string>& extra_env,
                                    const BenchTransferArgs& args, const std::string& endpoint,
-                                   bool ucx_get = false) {
+                                   bool ucx_get = false, const Encryption& enc = {}) {
   Subprocess::Options ro;
   ro.argv = {self_exe(),     "--log-level", "warn",        "transfer-read",
              "--from",       endpoint,      "--in-flight", std::to_string(args.in_flight),
-             "--timeout-ms", "600000",      "--repeat",    "3"};
+             "--timeout-ms", "600000",      "--repeat",    std::to_string(kRepeat)};
   if (ucx_get) ro.argv.push_back("--ucx-get");
+  enc.add_to(ro.argv);
   ro.extra_env = extra_env;
   SLUICE_ASSIGN_OR_RETURN(auto reader, Subprocess::spawn(ro));
   auto out = reader->read_line(Millis(600000));
@@ -214,9 +250,9 @@ Result<double> perftest_get(const std::vector<std::string>& extra_env, std::uint
 }
 
 void print_table(const std::vector<Row>& rows) {
-  std::printf("%-9s %10s %10s %9s %9s %14s %16s %12s %12s %14s %13s\n", "transport", "bytes",
-              "chunk", "seconds", "GB/s", "perftest GB/s", "sluice/perftest", "first read s",
-              "memcpy GB/s", "1-GET perftest", "sluice/1-GET");
+  std::printf("%-9s %4s %10s %10s %9s %9s %14s %16s %12s %12s %14s %13s %10s\n", "transport", "enc",
+              "bytes", "chunk", "seconds", "GB/s", "perftest GB/s", "sluice/perftest",
+              "first read s", "memcpy GB/s", "1-GET perftest", "sluice/1-GET", "CPU s/GiB");
   for (const auto& r : rows) {
     // The 1-GET columns stay "-" where that run was skipped or failed (see the loop below).
     std::string region = "-", region_ratio = "-";
@@ -224,10 +260,24 @@ void print_table(const std::vector<Row>& rows) {
       region = fmt::format("{:.3f}", r.perftest_region_gbps);
       region_ratio = fmt::format("{:.3f}", r.region_ratio());
     }
-    std::printf("%-9s %10s %10s %9.3f %9.3f %14.3f %16.3f %12.3f %12.3f %14s %13s%s\n",
-                r.transport.c_str(), format_bytes(r.bytes).c_str(), format_bytes(r.chunk).c_str(),
-                r.seconds, r.gbps, r.perftest_gbps, r.ratio(), r.cold_seconds, r.memcpy_gbps,
-                region.c_str(), region_ratio.c_str(), r.note.c_str());
+    std::string cpu = r.cpu_per_gib > 0 ? fmt::format("{:.3f}", r.cpu_per_gib) : "-";
+    std::printf("%-9s %4s %10s %10s %9.3f %9.3f %14.3f %16.3f %12.3f %12.3f %14s %13s %10s%s\n",
+                r.transport.c_str(), r.encryption.c_str(), format_bytes(r.bytes).c_str(),
+                format_bytes(r.chunk).c_str(), r.seconds, r.gbps, r.perftest_gbps, r.ratio(),
+                r.cold_seconds, r.memcpy_gbps, region.c_str(), region_ratio.c_str(), cpu.c_str(),
+                r.note.c_str());
+  }
+  const Row* clear = nullptr;
+  const Row* encrypted = nullptr;
+  for (const auto& r : rows) {
+    if (r.transport == "tcp" && r.encryption == "off") clear = &r;
+    if (r.transport == "tcp" && r.encryption == "on") encrypted = &r;
+  }
+  if (clear && encrypted && clear->gbps > 0) {
+    std::printf(
+        "encrypted/clear (tcp chunk streams): %.3fx the throughput; CPU s/GiB %.3f clear, "
+        "%.3f encrypted (reader and source together)\n",
+        encrypted->gbps / clear->gbps, clear->cpu_per_gib, encrypted->cpu_per_gib);
   }
   std::printf(
       "seconds and GB/s: best of %d rounds of three reads of the whole region from one "
@@ -236,7 +286,9 @@ void print_table(const std::vector<Row>& rows) {
       "the same number of distinct bytes in this process, for scale (a same-host sluice "
       "read copies on two threads; ucx_perftest re-reads one chunk-sized buffer, which can "
       "stay in cache); 1-GET perftest: ucx_perftest reading the whole region as one GET, the "
-      "same distinct bytes as sluice's read (best of %d runs)\n",
+      "same distinct bytes as sluice's read (best of %d runs); enc: chunk stream encryption "
+      "(tcp); CPU s/GiB: CPU seconds of the reader (its timed reads) and the source (while the "
+      "reader ran) per GiB read, all rounds\n",
       kRounds, kRounds, kRounds);
 }
 
@@ -536,16 +588,56 @@ int run_bench_transfer(const BenchTransferArgs& args, const std::vector<std::str
     }
   }
   if (args.memory == "cuda") return bench_device(args, env, *size);
-  std::vector<Row> rows;
+  auto encryptions = split_commas(args.encryption);
+  for (const auto& e : encryptions) {
+    if (e != "off" && e != "on") {
+      std::fprintf(stderr, "bench transfer: --encryption takes off and on, not '%s'\n", e.c_str());
+      return 2;
+    }
+  }
+  if (encryptions.empty()) encryptions = {"off"};
+  // Keys for encrypted rows, as a job has them: the source is the actor, the reader rollout-0.
+  std::string keys;
+  struct RemoveKeys {
+    std::string dir;
+    ~RemoveKeys() {
+      std::error_code ec;
+      if (!dir.empty()) std::filesystem::remove_all(dir, ec);
+    }
+  } remove_keys;
+  if (std::find(encryptions.begin(), encryptions.end(), "on") != encryptions.end()) {
+    keys = (std::filesystem::temp_directory_path() /
+            ("sluice-bench-transfer-keys-" + std::to_string(::getpid())))
+               .string();
+    auto made = make_job_keys(keys, {{"actor", kRoleActor}, {"rollout-0", kRoleRollout}});
+    if (!made.is_ok()) {
+      std::fprintf(stderr, "bench transfer: %s\n", made.status().to_string().c_str());
+      return 1;
+    }
+    remove_keys.dir = keys;
+  }
+  std::vector<std::pair<std::string, std::string>> plan;  // (transport, encryption)
   for (const auto& t : transports) {
+    if (t != "tcp") {
+      plan.emplace_back(t, "-");  // not a chunk stream: nothing to encrypt
+      continue;
+    }
+    for (const auto& e : encryptions)
+      plan.emplace_back(t, e);
+  }
+  std::vector<Row> rows;
+  for (const auto& [t, enc_setting] : plan) {
+    Encryption enc;
+    if (enc_setting != "-") enc = {keys, enc_setting};
+    const std::string label = enc_setting == "-" ? t : t + " (encryption " + enc_setting + ")";
     // tcp reads go over chunk streams; tcp-ucx over UCX's GET, as before them (one GET in
     // flight with UCX 1.13, see core/transfer.cpp).
     const bool ucx_get = t == "tcp-ucx";
     auto extra = transport_env(ucx_get ? "tcp" : t, env);
-    if (!args.json) std::fprintf(stderr, "bench transfer: %s: sluice reader...\n", t.c_str());
+    if (!args.json) std::fprintf(stderr, "bench transfer: %s: sluice reader...\n", label.c_str());
     // Rounds alternate sluice and ucx_perftest, so that both see the same machine (these
     // machines are shared and noisy); each side's best round is reported.
-    auto source = start_source(extra, args, *size, ucx_get);
+    auto source = start_source(extra, args, *size, ucx_get, enc);
     if (!source.is_ok()) {
       std::fprintf(stderr, "bench transfer: %s: %s\n", t.c_str(),
                    source.status().to_string().c_str());
@@ -561,14 +653,21 @@ int run_bench_transfer(const BenchTransferArgs& args, const std::vector<std::str
       std::fprintf(stderr, "bench transfer: %s: no 1-GET perftest above %s\n", t.c_str(),
                    format_bytes(kRegionPerftestMax).c_str());
     double cold = 0;
+    double cpu_seconds = 0;
+    std::uint64_t cpu_bytes = 0;
     for (int round = 0; round < kRounds; ++round) {
       if (!args.json)
         std::fprintf(stderr, "bench transfer: %s: round %d of %d\n", t.c_str(), round + 1, kRounds);
-      auto r = sluice_read(extra, args, (*source)->endpoint, ucx_get);
+      const double source_cpu0 = process_cpu_seconds((*source)->proc->pid());
+      auto r = sluice_read(extra, args, (*source)->endpoint, ucx_get, enc);
       if (!r.is_ok()) {
-        std::fprintf(stderr, "bench transfer: %s: %s\n", t.c_str(), r.status().to_string().c_str());
+        std::fprintf(stderr, "bench transfer: %s: %s\n", label.c_str(),
+                     r.status().to_string().c_str());
         return 1;
       }
+      cpu_seconds += process_cpu_seconds((*source)->proc->pid()) - source_cpu0;
+      cpu_seconds += r->value("cpu_seconds", 0.0);
+      cpu_bytes += kRepeat * (*r)["bytes"].get<std::uint64_t>();
       if (round == 0) cold = (*r)["all_seconds"][0].get<double>();
       if (!best || (*r)["seconds"].get<double>() < (*best)["seconds"].get<double>()) best = *r;
       auto p = perftest_get(extra, *chunk, *size);
@@ -601,6 +700,11 @@ int run_bench_transfer(const BenchTransferArgs& args, const std::vector<std::str
     row.gbps = (*r)["gbps"].get<double>();
     row.perftest_gbps = *p;
     row.perftest_region_gbps = best_region;
+    if (enc_setting != "-") {
+      row.encryption = enc_setting;
+      row.cpu_per_gib =
+          cpu_bytes > 0 ? cpu_seconds / (static_cast<double>(cpu_bytes) / (1 << 30)) : 0.0;
+    }
     row.note = row.ratio() >= 0.95 ? "  (>= 0.95 of perftest)" : "  (below 0.95 of perftest)";
     rows.push_back(row);
     if (args.json) {
@@ -621,6 +725,8 @@ int run_bench_transfer(const BenchTransferArgs& args, const std::vector<std::str
       }
       j["cold_seconds"] = row.cold_seconds;
       j["memcpy_gbps"] = row.memcpy_gbps;
+      j["encryption"] = row.encryption;
+      j["cpu_seconds_per_gib"] = row.cpu_per_gib;
       std::printf("%s\n", j.dump().c_str());
       std::fflush(stdout);
     }

@@ -58,6 +58,11 @@ core::Status JobConfig::validate() const {
   if (auth != "curve" && auth != "plain") {
     return core::invalid_argument("auth must be curve or plain, not '" + auth + "'");
   }
+  const bool keys = auth == "curve";
+  SLUICE_TRY(core::check_stream_encryption(stream_encryption, keys, "job"));
+  SLUICE_TRY(core::check_stream_encryption(relay.stream_encryption, keys, "relay"));
+  SLUICE_TRY(core::check_stream_encryption(rollout.stream_encryption, keys, "rollout"));
+  SLUICE_TRY(core::check_stream_encryption(actor.stream_encryption, keys, "actor"));
   if (duration_s < 0) return core::invalid_argument("duration_s must not be negative");
   if (max_rollouts != 0 && max_rollouts < rollouts) {
     return core::invalid_argument(fmt::format(

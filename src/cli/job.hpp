@@ -64,6 +64,10 @@ struct JobConfig {
   // curve: the launcher makes the job's keys in RUN_DIR/keys (mode 0600) and gives each role its
   // key file and the members file; plain: no authentication, only when set here, and loud.
   std::string auth = "curve";
+  // Chunk streams between hosts (core::TransferOptions::stream_encryption): auto (encrypted
+  // between datacenters), on or off; given to every relay, rollout and actor whose own setting
+  // is auto. on needs auth curve; with auth plain, auto means off (and warns once).
+  std::string stream_encryption = "auto";
   std::uint32_t rollouts = 4;  // rollout processes
   std::uint32_t relays = 1;    // relay processes
   // Elastic fleets: identities (keys) are made up front for this many rollouts and relays, so
@@ -101,6 +105,9 @@ struct JobConfig {
     v("auth", auth,
       "control-plane authentication: curve (keys made in RUN_DIR/keys; default) or plain (none: "
       "anyone who reaches a port drives the roles; warns)");
+    v("stream_encryption", stream_encryption,
+      "chunk streams (TCP reads of weights between hosts): auto (encrypted and authenticated "
+      "between datacenters; default), on (always; needs auth curve) or off");
     v("rollouts", rollouts, "rollout processes");
     v("relays", relays, "relay processes");
     v("max_rollouts", max_rollouts,

@@ -138,6 +138,9 @@ void wire_job(JobConfig& job, const JobEndpoints& ep, const std::string& dir_nam
   job.relay.store_lease_ttl_ms = job.store.lease_ttl_ms;
   job.rollout.store_lease_ttl_ms = job.store.lease_ttl_ms;
   job.relay.model = job.rollout.model = job.actor.model;
+  for (std::string* s :
+       {&job.relay.stream_encryption, &job.rollout.stream_encryption, &job.actor.stream_encryption})
+    if (*s == "auto") *s = job.stream_encryption;
 }
 
 core::SecurityConfig role_security(const JobConfig& job, const std::string& keys_dir,
@@ -165,6 +168,11 @@ core::Status make_job_security(JobConfig& job, const std::string& keys_dir, bool
     }
   } else {
     core::warn_plain("job " + job.name + " (auth plain)");
+    if (job.stream_encryption == "auto")
+      core::log::warn(
+          "job {}: auth plain has no keys to encrypt with: chunk streams between "
+          "datacenters go clear (stream_encryption auto)",
+          job.name);
   }
   job.store.security = role_security(job, keys_dir, "weightstore");
   job.manager.security = role_security(job, keys_dir, "rollout-manager");

@@ -236,6 +236,11 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   bench_transfer->add_flag("--fanout", bt.fanout,
                            "with --memory cuda: NCCL fan-out to the host's other GPUs");
+  bench_transfer
+      ->add_option("--encryption", bt.encryption,
+                   "chunk streams on tcp: off, on, or off,on for both side by side (with the "
+                   "encrypted/clear ratio and CPU seconds per GiB)")
+      ->capture_default_str();
 
   sluice::cli::BenchCrossdcArgs bc;
   auto bench_crossdc = sluice::cli::add_bench_crossdc(*bench_cmd, bc);
@@ -384,6 +389,8 @@ int main(int argc, char** argv) {
   source_cmd->add_option("--corrupt-chunk", ts.corrupt_chunk,
                          "fault injection: corrupt this chunk after checksumming");
   source_cmd->add_flag("--ucx-get", ts.ucx_get, "serve tcp readers through UCX's GET, no stream");
+  source_cmd->add_option("--keys", ts.keys, "job keys folder (its actor key): streams may encrypt");
+  source_cmd->add_option("--encryption", ts.encryption, "chunk streams: auto, on or off");
   sluice::cli::TransferReadArgs tr;
   auto* read_cmd = app.add_subcommand("transfer-read", "read a region from sources, print JSON");
   read_cmd->group("");
@@ -399,6 +406,9 @@ int main(int argc, char** argv) {
   read_cmd->add_option("--memory", tr.memory, "host, or cuda: also pull into GPU memory");
   read_cmd->add_option("--device-path", tr.device_path, "with cuda: auto, staged or direct");
   read_cmd->add_flag("--fanout", tr.fanout, "with cuda: NCCL fan-out to the other GPUs");
+  read_cmd->add_option("--keys", tr.keys,
+                       "job keys folder (its rollout-0 key): streams may encrypt");
+  read_cmd->add_option("--encryption", tr.encryption, "chunk streams: auto, on or off");
 
   sluice::cli::PublishArgs pub;
   auto* publish_cmd = app.add_subcommand(

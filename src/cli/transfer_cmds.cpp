@@ -2,6 +2,8 @@
 
 #include "cli/transfer_device.hpp"
 
+#include <sys/resource.h>
+
 #include <csignal>
 #include <cstdio>
 #include <nlohmann/json.hpp>
@@ -17,6 +19,31 @@
 namespace sluice::cli {
 
 using namespace sluice::core;
+
+namespace {
+
+// A bench helper's chunk stream settings: `encryption` with `identity`'s key from the job keys
+// in `keys` (none: clear only, and "on" is refused).
+Status bench_stream_security(TransferOptions& to, const std::string& keys,
+                             const std::string& identity, const std::string& encryption) {
+  Security security = Security::plain();
+  if (!keys.empty()) {
+    SecurityConfig sc;
+    sc.key_file = key_file_path(keys, identity);
+    sc.members_file = members_file_path(keys);
+    SLUICE_ASSIGN_OR_RETURN(security, load_security(sc, identity));
+  }
+  return set_stream_security(to, encryption, "", security, identity);
+}
+
+double process_cpu_seconds() {
+  rusage ru{};
+  ::getrusage(RUSAGE_SELF, &ru);
+  return static_cast<double>(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+         static_cast<double>(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
+}
+
+}  // namespace
 
 int run_transfer_source(const TransferSourceArgs& args, const std::vector<std::string>& env) {
   log::set_process_name("transfer-source");
@@ -35,6 +62,10 @@ int run_transfer_source(const TransferSourceArgs& args, const std::vector<std::s
   // Its readers reach it where its control endpoint listens (an emulated host's address in the
   // multi-source bench): the chunk server binds there too.
   topts.stream_reach = args.listen;
+  if (auto st = bench_stream_security(topts, args.keys, "actor", args.encryption); !st.is_ok()) {
+    std::fprintf(stderr, "transfer-source: %s\n", st.to_string().c_str());
+    return 2;
+  }
   auto engine = TransferEngine::create(*loop, topts);
   if (!engine.is_ok()) {
     std::fprintf(stderr, "transfer-source: %s\n", engine.status().to_string().c_str());
@@ -97,6 +128,11 @@ int run_transfer_read(const TransferReadArgs& args, const std::vector<std::strin
   TransferOptions topts;
   topts.environment = env;
   topts.tcp_stream = !args.ucx_get;
+  if (auto st = bench_stream_security(topts, args.keys, "rollout-0", args.encryption);
+      !st.is_ok()) {
+    std::fprintf(stderr, "transfer-read: %s\n", st.to_string().c_str());
+    return 2;
+  }
   auto engine_r = TransferEngine::create(*loop, topts);
   if (!engine_r.is_ok()) {
     std::fprintf(stderr, "transfer-read: %s\n", engine_r.status().to_string().c_str());
@@ -157,6 +193,7 @@ int run_transfer_read(const TransferReadArgs& args, const std::vector<std::strin
   };
   std::optional<ReadStats> best;
   std::vector<double> all_seconds;
+  const double cpu0 = process_cpu_seconds();
   for (unsigned rep = 0; rep < std::max(1u, args.repeat); ++rep) {
     auto st = engine.read_sync(sources, chunks, **dst, opts);
     if (!st.is_ok()) {
@@ -166,6 +203,7 @@ int run_transfer_read(const TransferReadArgs& args, const std::vector<std::strin
     all_seconds.push_back(st->seconds);
     if (!best || st->seconds < best->seconds) best = *st;
   }
+  const double cpu_seconds = process_cpu_seconds() - cpu0;
   auto* stats = &*best;
   bool equal = true;
   if (args.verify_seed != 0) {
@@ -182,6 +220,7 @@ int run_transfer_read(const TransferReadArgs& args, const std::vector<std::strin
   out["bytes_per_source"] = stats->bytes_per_source;
   out["failed_sources"] = stats->failed_sources;
   out["all_seconds"] = all_seconds;
+  out["cpu_seconds"] = cpu_seconds;
   if (args.verify_seed != 0) out["bytes_equal"] = equal;
   std::printf("%s\n", out.dump().c_str());
   return equal ? 0 : 1;

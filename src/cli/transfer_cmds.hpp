@@ -16,6 +16,10 @@ struct TransferSourceArgs {
   long corrupt_chunk =
       -1;                // fault injection for tests: flip a byte of this chunk after checksumming
   bool ucx_get = false;  // serve no chunk stream: tcp readers use UCX's GET (for comparison)
+  // Chunk stream encryption (core::TransferOptions::stream_encryption) with the "actor" key of
+  // the job keys in `keys` (empty: none, clear only).
+  std::string keys;
+  std::string encryption = "auto";
 };
 
 struct TransferReadArgs {
@@ -33,6 +37,11 @@ struct TransferReadArgs {
   std::string memory = "host";
   std::string device_path = "auto";  // with cuda: auto, staged or direct (core/device_read.hpp)
   bool fanout = false;  // with cuda: broadcast the pulled copy to the host's other GPUs (NCCL)
+  // Chunk stream encryption with the "rollout-0" key of the job keys in `keys` (see
+  // TransferSourceArgs). The JSON then also reports this process's CPU seconds in the timed
+  // reads ("cpu_seconds").
+  std::string keys;
+  std::string encryption = "auto";
 };
 
 struct BenchTransferArgs {
@@ -47,6 +56,10 @@ struct BenchTransferArgs {
   // exits 77 (skipped) when there is no CUDA device.
   std::string memory = "host";
   bool fanout = false;  // with cuda and two or more GPUs: NCCL fan-out to the others as well
+  // Chunk stream encryption to compare on the tcp transport: "off", "on" or both ("off,on"),
+  // each a row; with "on" the table adds the encrypted/clear throughput ratio and CPU seconds
+  // per GiB (reader and source together) of each row.
+  std::string encryption = "off";
 };
 
 // The exit status of a command that needs a GPU on a machine without one ("skipped": ctest's

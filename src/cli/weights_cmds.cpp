@@ -59,10 +59,13 @@ int run_publish(const PublishArgs& args, const std::vector<std::string>& env) {
   TransferOptions topts;
   topts.environment = env;
   topts.stream_reach = args.store;
-  auto engine = TransferEngine::create(*loop, topts);
-  if (!engine.is_ok()) return fail("publish", engine.status());
   auto security = tool_security(args.auth, "publish");
   if (!security.is_ok()) return fail("publish", security.status(), 2);
+  // Chunk streams as a job's roles have them (auto), with no datacenter label of its own.
+  if (auto st = set_stream_security(topts, "auto", "", *security, "publish"); !st.is_ok())
+    return fail("publish", st, 2);
+  auto engine = TransferEngine::create(*loop, topts);
+  if (!engine.is_ok()) return fail("publish", engine.status());
   auto store = weightstore::StoreClient::create(*loop, args.store, *security);
   if (!store.is_ok()) return fail("publish", store.status(), 2);
   actor::PublisherOptions po;
@@ -97,10 +100,13 @@ int run_pull(const PullArgs& args, const std::vector<std::string>& env) {
   TransferOptions topts;
   topts.environment = env;
   topts.stream_reach = args.store;
-  auto engine = TransferEngine::create(*loop, topts);
-  if (!engine.is_ok()) return fail("pull", engine.status());
   auto security = tool_security(args.auth, "pull");
   if (!security.is_ok()) return fail("pull", security.status(), 2);
+  // Chunk streams as a job's roles have them (auto), with no datacenter label of its own.
+  if (auto st = set_stream_security(topts, "auto", "", *security, "pull"); !st.is_ok())
+    return fail("pull", st, 2);
+  auto engine = TransferEngine::create(*loop, topts);
+  if (!engine.is_ok()) return fail("pull", engine.status());
   auto store = weightstore::StoreClient::create(*loop, args.store, *security);
   if (!store.is_ok()) return fail("pull", store.status(), 2);
   ReadOptions ro;

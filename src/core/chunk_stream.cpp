@@ -6,6 +6,7 @@
 #include <net/if.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <sodium.h>
 #include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -37,6 +38,11 @@ constexpr char kReplyMagic[4] = {'S', 'L', 'C', 'P'};
 constexpr std::size_t kMaxQueuedReplies = 64;
 // Requests a reader may have sent and not yet had answered; more wait in its own queue.
 constexpr std::size_t kMaxReaderPipeline = 64;
+static_assert(kMaxReaderPipeline == kMaxRequestsPerRecord);
+// The largest unit a holder reads whole: a record of requests, with its header and tag.
+constexpr std::size_t kMaxInBytes =
+    kMaxRequestsPerRecord * kRequestBytes + stream_crypto::kRecordOverhead;
+static_assert(kMaxInBytes >= stream_crypto::kHelloBytes);
 
 void put_u(std::uint8_t* p, std::uint64_t v, int bytes) {
   for (int i = 0; i < bytes; ++i)
@@ -134,7 +140,8 @@ Result<ReplyHeader> decode_reply_header(const std::uint8_t* p, std::size_t n) {
   h.status = static_cast<std::uint16_t>(get_u(p + 6, 2));
   h.id = get_u(p + 8, 8);
   h.length = get_u(p + 16, 8);
-  if (h.status != kOk && h.status != kUnknownRegion && h.status != kOutOfRange)
+  if (h.status != kOk && h.status != kUnknownRegion && h.status != kOutOfRange &&
+      h.status != kEncryptionRequired)
     return protocol_error("chunk stream reply of unknown status " + std::to_string(h.status));
   if (h.status != kOk && h.length != 0)
     return protocol_error("chunk stream refusal that carries a payload");
@@ -214,6 +221,8 @@ struct ChunkServer::Impl {
   Impl(EventLoop& l, ChunkServerOptions o) : loop(l), opt(std::move(o)) {}
   EventLoop& loop;
   ChunkServerOptions opt;
+  StreamCrypto crypto = StreamCrypto::kClear;
+  std::shared_ptr<const StreamKeys> keys;  // set unless crypto is kClear
   int listen_fd = -1;
   std::unique_ptr<EventLoop::FdWatch> accept_watch;
   std::unique_ptr<EventLoop::Timer> accept_resume;  // set while accepting is paused
@@ -233,13 +242,29 @@ struct ChunkServer::Impl {
     std::string ip;
     std::unique_ptr<EventLoop::FdWatch> read_watch;
     std::unique_ptr<EventLoop::FdWatch> write_wait;
-    std::uint8_t in[kRequestBytes];
+    // What the connection is: its first 4 bytes say clear ("SLCQ") or encrypted ("SLCH").
+    enum class Phase { kStart, kClear, kHello, kSecure, kClosing };
+    Phase phase = Phase::kStart;
+    // The unit being read (the first bytes, a request, the hello, a record): in_need bytes.
+    std::uint8_t in[kMaxInBytes];
     std::size_t in_have = 0;
+    std::size_t in_need = 4;
+    std::size_t record_length = 0;  // encrypted: the record's plaintext bytes (0: its header next)
+    std::unique_ptr<stream_crypto::RecordCipher> rx, tx;
+    // Encrypted: requests decrypted from the last record and not yet taken (at most one
+    // record's: the next record is read only once these are taken).
+    std::uint8_t plain[kMaxRequestsPerRecord * kRequestBytes];
+    std::size_t plain_have = 0, plain_at = 0;
+    // Bytes to send before any reply: the accept, a refusal, a sealed record.
+    std::vector<std::uint8_t> wire;
+    std::size_t wire_sent = 0;
+    bool shut = false;  // closing: the refusal is sent and the write side shut
     std::deque<Reply> out;
     // The socket may hold requests not yet read (readiness is edge-triggered: once it said
     // readable, only a recv that would block says the socket is drained).
     bool unread = true;
     bool scheduled = false;             // a continuation of pump() is posted
+    bool dropped_now = false;           // drop() ran for it (it lives until a later turn)
     Clock::time_point last_progress;    // a byte received or sent
     Clock::time_point request_started;  // the first byte of the partial request in `in`
     std::uint64_t refused = 0;          // requests refused on this connection
@@ -338,7 +363,9 @@ struct ChunkServer::Impl {
   Conn* idlest() {
     Conn* best = nullptr;
     for (auto& [raw, c] : conns)
-      if (c->out.empty() && c->in_have == 0 && (!best || c->last_progress < best->last_progress))
+      if (c->out.empty() && c->in_have == 0 && c->wire_sent == c->wire.size() &&
+          c->plain_at == c->plain_have && c->phase != Conn::Phase::kClosing &&
+          (!best || c->last_progress < best->last_progress))
         best = raw;
     return best;
   }
@@ -400,7 +427,9 @@ struct ChunkServer::Impl {
     const auto now = Clock::now();
     std::vector<Conn*> doomed;
     for (auto& [raw, c] : conns) {
-      if (c->in_have > 0 && now - c->request_started > Millis(opt.request_timeout_ms)) {
+      // A partial unit (request, hello, record), or a refused connection that lingers.
+      const bool pending = c->in_have > 0 || c->phase == Conn::Phase::kClosing;
+      if (pending && now - c->request_started > Millis(opt.request_timeout_ms)) {
         log::debug("chunk server: {} sent part of a request and not the rest within {} ms: closed",
                    c->peer, opt.request_timeout_ms);
         doomed.push_back(raw);
@@ -425,56 +454,45 @@ struct ChunkServer::Impl {
     std::uint32_t requests = 0;
     std::uint64_t bytes = 0;
     for (;;) {
-      // Write.
-      while (!c->write_wait && !c->out.empty() && bytes < opt.bytes_per_turn) {
-        Reply& rep = c->out.front();
-        iovec iov[2];
-        int n_iov = 0;
-        if (rep.sent < kReplyBytes) {
-          iov[n_iov++] = {rep.header + rep.sent, kReplyBytes - rep.sent};
-          if (rep.length > 0) iov[n_iov++] = {const_cast<std::uint8_t*>(rep.data), rep.length};
-        } else {
-          std::uint64_t at = rep.sent - kReplyBytes;
-          iov[n_iov++] = {const_cast<std::uint8_t*>(rep.data + at), rep.length - at};
-        }
-        msghdr mh{};
-        mh.msg_iov = iov;
-        mh.msg_iovlen = static_cast<std::size_t>(n_iov);
-        // MSG_NOSIGNAL: a reader that died is EPIPE here, not a SIGPIPE that ends the holder.
-        ssize_t n = ::sendmsg(c->fd, &mh, MSG_NOSIGNAL);
-        if (n < 0) {
-          if (!would_block(errno)) return drop(c, true);
-          c->write_wait = loop.wait_writable(c->fd, [this, c] {
-            c->write_wait.reset();
-            pump(c);
-          });
-          break;
-        }
-        rep.sent += static_cast<std::uint64_t>(n);
-        bytes += static_cast<std::uint64_t>(n);
-        stats.bytes += static_cast<std::uint64_t>(n);
-        c->last_progress = Clock::now();
-        if (rep.sent == kReplyBytes + rep.length) c->out.pop_front();
-      }
+      if (!write_some(c, bytes)) return;  // dropped
       // Read, while there is room for the replies.
       bool queued = false;
-      while (c->unread && c->out.size() < kMaxQueuedReplies && requests < opt.requests_per_turn) {
-        ssize_t n = ::recv(c->fd, c->in + c->in_have, kRequestBytes - c->in_have, 0);
-        if (n == 0) return drop(c, !c->out.empty() || c->in_have > 0);
+      while (readable(c) && c->out.size() < kMaxQueuedReplies && requests < opt.requests_per_turn) {
+        // Requests decrypted from the last record come before the socket's next bytes.
+        if (c->plain_at < c->plain_have) {
+          const std::uint8_t* request = c->plain + c->plain_at;
+          c->plain_at += kRequestBytes;
+          ++requests;
+          if (!queue_reply(c, request)) return;  // dropped
+          queued = true;
+          continue;
+        }
+        std::uint8_t discard[512];
+        const bool closing = c->phase == Conn::Phase::kClosing;
+        ssize_t n = closing ? ::recv(c->fd, discard, sizeof discard, 0)
+                            : ::recv(c->fd, c->in + c->in_have, c->in_need - c->in_have, 0);
+        if (n == 0) return drop(c, !closing && (!c->out.empty() || c->in_have > 0));
         if (n < 0) {
           if (errno == EINTR) continue;
-          if (!would_block(errno)) return drop(c, true);
+          if (!would_block(errno)) return drop(c, !closing);
           c->unread = false;
           break;
+        }
+        if (closing) {
+          ++requests;  // bounds the bytes thrown away per turn
+          continue;
         }
         c->last_progress = Clock::now();
         if (c->in_have == 0) c->request_started = c->last_progress;
         c->in_have += static_cast<std::size_t>(n);
-        if (c->in_have < kRequestBytes) continue;
-        c->in_have = 0;
-        ++requests;
-        if (!queue_reply(c)) return;  // dropped
-        queued = true;
+        if (c->in_have < c->in_need) continue;
+        const Unit u = take_unit(c);
+        if (u == Unit::kDropped) return;
+        if (u == Unit::kRequest) {
+          ++requests;
+          queued = true;
+        }
+        if (u == Unit::kSent) queued = true;  // bytes to write: go round again
       }
       if (!queued || requests >= opt.requests_per_turn || bytes >= opt.bytes_per_turn) break;
     }
@@ -485,8 +503,8 @@ struct ChunkServer::Impl {
       watch(c);
       c->unread = true;  // what arrived while unwatched
     }
-    const bool more_to_read = c->unread && !full;
-    const bool more_to_write = !c->out.empty() && !c->write_wait;
+    const bool more_to_read = readable(c) && !full;
+    const bool more_to_write = (!c->out.empty() || c->wire_sent < c->wire.size()) && !c->write_wait;
     if ((more_to_read || more_to_write) && !c->scheduled) {
       c->scheduled = true;
       later(c, [this](Conn* c2) {
@@ -496,9 +514,237 @@ struct ChunkServer::Impl {
     }
   }
 
-  // False when the connection was dropped (a malformed request, or too many refused).
-  bool queue_reply(Conn* c) {
+  static bool readable(const Conn* c) { return c->unread || c->plain_at < c->plain_have; }
+
+  // Writes what the connection owes within the turn's byte budget: raw bytes first (the accept,
+  // a refusal, a sealed record), then replies (sealed record by record on an encrypted
+  // connection). False when the connection was dropped.
+  bool write_some(Conn* c, std::uint64_t& bytes) {
+    while (!c->write_wait && bytes < opt.bytes_per_turn) {
+      if (c->wire_sent < c->wire.size()) {
+        ssize_t n = ::send(c->fd, c->wire.data() + c->wire_sent, c->wire.size() - c->wire_sent,
+                           MSG_NOSIGNAL);
+        if (!sent(c, n, bytes)) return !c->dropped_now;
+        c->wire_sent += static_cast<std::size_t>(n);
+        continue;
+      }
+      if (c->phase == Conn::Phase::kClosing) {
+        // The refusal is out: no more to say. The reader closes on reading it (its bytes are
+        // read and dropped until then, and the request timeout bounds the wait).
+        if (!c->shut) ::shutdown(c->fd, SHUT_WR);
+        c->shut = true;
+        return true;
+      }
+      if (c->out.empty()) return true;
+      if (c->phase == Conn::Phase::kSecure) {
+        seal_next(c);
+        continue;
+      }
+      Reply& rep = c->out.front();
+      iovec iov[2];
+      int n_iov = 0;
+      if (rep.sent < kReplyBytes) {
+        iov[n_iov++] = {rep.header + rep.sent, kReplyBytes - rep.sent};
+        if (rep.length > 0) iov[n_iov++] = {const_cast<std::uint8_t*>(rep.data), rep.length};
+      } else {
+        std::uint64_t at = rep.sent - kReplyBytes;
+        iov[n_iov++] = {const_cast<std::uint8_t*>(rep.data + at), rep.length - at};
+      }
+      msghdr mh{};
+      mh.msg_iov = iov;
+      mh.msg_iovlen = static_cast<std::size_t>(n_iov);
+      // MSG_NOSIGNAL: a reader that died is EPIPE here, not a SIGPIPE that ends the holder.
+      ssize_t n = ::sendmsg(c->fd, &mh, MSG_NOSIGNAL);
+      if (!sent(c, n, bytes)) return !c->dropped_now;
+      rep.sent += static_cast<std::uint64_t>(n);
+      if (rep.sent == kReplyBytes + rep.length) c->out.pop_front();
+    }
+    return true;
+  }
+
+  // Accounts for a send's result. False when nothing was sent: the socket is full (a write wait
+  // is set) or failed (the connection is dropped and dropped_now set).
+  bool sent(Conn* c, ssize_t n, std::uint64_t& bytes) {
+    if (n < 0) {
+      if (!would_block(errno)) {
+        c->dropped_now = true;
+        drop(c, true);
+        return false;
+      }
+      c->write_wait = loop.wait_writable(c->fd, [this, c] {
+        c->write_wait.reset();
+        pump(c);
+      });
+      return false;
+    }
+    bytes += static_cast<std::uint64_t>(n);
+    stats.bytes += static_cast<std::uint64_t>(n);
+    c->last_progress = Clock::now();
+    return true;
+  }
+
+  // Seals the next record of the oldest reply into c->wire: its header and the first part of its
+  // payload, or the next part of its payload (straight from the region, not copied first).
+  void seal_next(Conn* c) {
+    using namespace stream_crypto;
+    Reply& rep = c->out.front();
+    const std::uint64_t total = kReplyBytes + rep.length;
+    const std::size_t n =
+        static_cast<std::size_t>(std::min<std::uint64_t>(total - rep.sent, kMaxRecordBytes));
+    c->wire.resize(n + kRecordOverhead);
+    c->wire_sent = 0;
+    std::uint8_t* body = c->wire.data() + kRecordHeaderBytes;
+    if (rep.sent == 0) {
+      std::memcpy(body, rep.header, kReplyBytes);
+      if (n > kReplyBytes) std::memcpy(body + kReplyBytes, rep.data, n - kReplyBytes);
+      c->tx->seal(body, n, c->wire.data());
+    } else {
+      c->tx->seal(rep.data + (rep.sent - kReplyBytes), n, c->wire.data());
+    }
+    rep.sent += n;
+    if (rep.sent == total) c->out.pop_front();
+  }
+
+  enum class Unit { kDropped, kRequest, kSent, kNone };
+
+  // A whole unit is in c->in (c->in_need bytes): decides what the connection is from its first
+  // bytes, takes a clear request, the hello, or a record.
+  Unit take_unit(Conn* c) {
+    using namespace stream_crypto;
+    using Phase = Conn::Phase;
+    switch (c->phase) {
+      case Phase::kStart:
+        if (std::memcmp(c->in, "SLCQ", 4) == 0) {
+          c->phase = Phase::kClear;
+          c->in_need = kRequestBytes;
+        } else if (std::memcmp(c->in, "SLCH", 4) == 0) {
+          c->phase = Phase::kHello;
+          c->in_need = kHelloBytes;
+        } else {
+          return malformed(c, "neither a request nor a hello");
+        }
+        return Unit::kNone;
+      case Phase::kClear:
+        c->in_have = 0;
+        if (crypto == StreamCrypto::kEncrypted) return refuse_clear(c);
+        return queue_reply(c, c->in) ? Unit::kRequest : Unit::kDropped;
+      case Phase::kHello:
+        c->in_have = 0;
+        return handshake(c);
+      case Phase::kSecure:
+        if (c->record_length == 0) {
+          auto n = decode_record_header(c->in, kMaxRequestsPerRecord * kRequestBytes);
+          if (!n.is_ok() || *n % kRequestBytes != 0)
+            return malformed(c, "a record that is not 1 to 64 whole requests");
+          c->record_length = *n;
+          c->in_need = kRecordHeaderBytes + *n + kTagBytes;
+          return Unit::kNone;
+        }
+        {
+          const std::size_t n = c->record_length;
+          c->in_have = 0;
+          c->in_need = kRecordHeaderBytes;
+          c->record_length = 0;
+          const std::uint8_t* body = c->in + kRecordHeaderBytes;
+          if (auto st = c->rx->open(body, n, body + n, c->plain); !st.is_ok()) {
+            ++stats.records_refused;
+            count_refusal("malformed", "chunk stream " + c->ip,
+                          "a record that failed its authentication tag: connection closed");
+            drop(c, false);
+            return Unit::kDropped;
+          }
+          c->plain_have = n;
+          c->plain_at = 0;
+        }
+        return Unit::kNone;
+      case Phase::kClosing:
+        break;
+    }
+    return Unit::kNone;
+  }
+
+  Unit malformed(Conn* c, const std::string& what) {
+    ++stats.refused;
+    if (c->phase == Conn::Phase::kSecure) ++stats.records_refused;
+    count_refusal("malformed", "chunk stream " + c->ip, what + ": connection closed");
+    drop(c, false);
+    return Unit::kDropped;
+  }
+
+  // Says why, then closes: what `bytes` holds goes out first (see write_some()).
+  Unit close_after(Conn* c, const std::uint8_t* bytes, std::size_t n) {
+    ++stats.handshakes_refused;
+    c->wire.assign(bytes, bytes + n);
+    c->wire_sent = 0;
+    c->phase = Conn::Phase::kClosing;
+    c->out.clear();
+    c->request_started = Clock::now();
+    return Unit::kSent;
+  }
+
+  Unit refuse_clear(Conn* c) {
+    count_refusal("unauthenticated", "chunk stream " + c->ip,
+                  "a clear request to a holder that serves encrypted streams only");
     auto req = decode_request(c->in, kRequestBytes);
+    ReplyHeader h;
+    h.status = kEncryptionRequired;
+    h.id = req.is_ok() ? req->id : 0;
+    std::uint8_t out[kReplyBytes];
+    encode_reply_header(h, out);
+    return close_after(c, out, sizeof out);
+  }
+
+  // The reader's hello: accepts a member that may read, with a cipher both ends run, and agrees
+  // the connection's keys; else says why and closes.
+  Unit handshake(Conn* c) {
+    using namespace stream_crypto;
+    auto hello = decode_hello(c->in, kHelloBytes);
+    if (!hello.is_ok()) return malformed(c, "a malformed hello");
+    Accept a;
+    if (crypto == StreamCrypto::kClear) {
+      // A reader set to encrypt meets a holder set not to: a setting, not an attack. The reader
+      // is told why; the holder counts it (handshakes_refused).
+      a.status = kClearOnly;
+      log::debug("chunk server: {} sent a hello, and this holder serves clear streams only",
+                 c->peer);
+    } else if (!keys->reader(hello->static_key)) {
+      a.status = kNotMember;
+      count_refusal("unauthenticated", "chunk stream " + c->ip,
+                    "a hello from a key that is no member allowed to read");
+    } else if ((a.suite = choose_suite(hello->suites)) == 0) {
+      a.status = kNoCommonSuite;
+    }
+    std::uint8_t accept[kAcceptBytes];
+    if (a.status != kAccepted) {
+      a.suite = 0;
+      encode_accept(a, accept);
+      return close_after(c, accept, sizeof accept);
+    }
+    auto eph = make_ephemeral();
+    if (!eph.is_ok() || !fill_random(a.random.data(), a.random.size()).is_ok())
+      return malformed(c, "no randomness for a handshake");
+    a.static_key = keys->public_key;
+    a.ephemeral_key = eph->public_key;
+    encode_accept(a, accept);
+    auto k = derive_keys(c->in, accept, keys->secret_key, hello->static_key, eph->secret_key,
+                         hello->ephemeral_key);
+    sodium_memzero(eph->secret_key.data(), eph->secret_key.size());
+    if (!k.is_ok()) return malformed(c, k.status().message());
+    c->rx = std::make_unique<RecordCipher>(a.suite, k->reader_to_holder);
+    c->tx = std::make_unique<RecordCipher>(a.suite, k->holder_to_reader);
+    sodium_memzero(&*k, sizeof(SessionKeys));
+    c->wire.assign(accept, accept + kAcceptBytes);
+    c->wire_sent = 0;
+    c->phase = Conn::Phase::kSecure;
+    c->in_need = kRecordHeaderBytes;
+    ++stats.handshakes;
+    return Unit::kSent;
+  }
+
+  // Answers the request (kRequestBytes at `request`). False when the connection was dropped (a
+  // malformed request, or too many refused).
+  bool queue_reply(Conn* c, const std::uint8_t* request) {
+    auto req = decode_request(request, kRequestBytes);
     if (!req.is_ok()) {
       ++stats.refused;
       count_refusal("malformed", "chunk stream " + c->ip,
@@ -612,9 +858,15 @@ ChunkServer::~ChunkServer() {
 }
 
 Result<std::unique_ptr<ChunkServer>> ChunkServer::create(EventLoop& loop, const std::string& host,
-                                                         ChunkServerOptions opts) {
+                                                         ChunkServerOptions opts,
+                                                         StreamCrypto crypto,
+                                                         std::shared_ptr<const StreamKeys> keys) {
   SLUICE_TRY(opts.validate());
+  if (crypto != StreamCrypto::kClear && !keys)
+    return invalid_argument("chunk server: encrypted streams need this process's keys");
   auto impl = std::make_unique<Impl>(loop, std::move(opts));
+  impl->crypto = crypto;
+  impl->keys = std::move(keys);
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   if (::inet_pton(AF_INET, host.c_str(), &addr.sin_addr) != 1)
@@ -659,6 +911,10 @@ Result<std::unique_ptr<ChunkServer>> ChunkServer::create(EventLoop& loop, const 
   raw->sweep_timer = loop.every(period, [raw] { raw->sweep(); });
   log::debug("chunk server: listening on {}", addrs.front());
   return server;
+}
+
+StreamCrypto ChunkServer::crypto() const {
+  return impl_->crypto;
 }
 
 const std::vector<std::string>& ChunkServer::addresses() const {
@@ -738,11 +994,31 @@ struct ChunkStream::Impl {
   bool in_payload = false;
   std::uint64_t payload_have = 0;
   std::string last_error;
+  // Encrypted connections (keys set): the handshake, then a cipher per direction.
+  std::shared_ptr<const StreamKeys> keys;
+  bool handshaking = false;  // the hello is sent, the accept not yet read
+  stream_crypto::Ephemeral ephemeral;
+  std::uint8_t hello[stream_crypto::kHelloBytes];
+  std::uint8_t accept[stream_crypto::kAcceptBytes];
+  std::size_t accept_have = 0;
+  std::unique_ptr<stream_crypto::RecordCipher> tx, rx;
+  // The record being read: its header, then its body (into the oldest get's destination when
+  // the whole record is its payload, else into `scratch`) and its tag.
+  std::uint8_t record_header[stream_crypto::kRecordHeaderBytes];
+  std::size_t record_header_have = 0;
+  std::size_t record_length = 0;  // 0: the header is next
+  std::uint8_t* record_body = nullptr;
+  std::size_t record_body_have = 0;
+  bool record_direct = false;
+  std::vector<std::uint8_t> scratch;
+  std::uint8_t tag[stream_crypto::kTagBytes];
+  std::size_t tag_have = 0;
   std::shared_ptr<bool> alive = std::make_shared<bool>(true);
 
   ~Impl() {
     *alive = false;
     close_fd();
+    sodium_memzero(ephemeral.secret_key.data(), ephemeral.secret_key.size());
   }
 
   void close_fd() {
@@ -820,13 +1096,66 @@ struct ChunkStream::Impl {
 
   void on_connected() {
     connect_timer.reset();
-    connected = true;
     read_watch = loop.watch_readable(fd, [this] { on_readable(); });
+    if (keys) return start_handshake();
+    connected = true;
+    send_waiting();
+  }
+
+  void start_handshake() {
+    using namespace stream_crypto;
+    auto e = make_ephemeral();
+    if (!e.is_ok()) return fail(e.status());
+    ephemeral = *e;
+    Hello h;
+    h.suites = local_suites();
+    h.static_key = keys->public_key;
+    h.ephemeral_key = ephemeral.public_key;
+    if (auto st = fill_random(h.random.data(), h.random.size()); !st.is_ok()) return fail(st);
+    encode_hello(h, hello);
+    handshaking = true;
+    accept_have = 0;
+    out.assign(reinterpret_cast<const char*>(hello), kHelloBytes);
+    connect_timer = loop.after(connect_timeout, [this] {
+      fail(timeout_error("chunk stream: the holder did not answer the handshake within " +
+                         std::to_string(connect_timeout.count()) + " ms"));
+    });
+    flush();
+  }
+
+  // The holder's accept is in: checks it, and agrees the connection's keys.
+  void finish_handshake() {
+    using namespace stream_crypto;
+    handshaking = false;
+    connect_timer.reset();
+    auto a = decode_accept(accept, kAcceptBytes);
+    if (!a.is_ok()) return fail(a.status().with_context("chunk stream handshake"));
+    if (a->status == kClearOnly)
+      return fail(failed_precondition(
+          "chunk stream: the holder serves clear streams only and this reader encrypts (see "
+          "stream_encryption: both ends must agree)"));
+    if (a->status == kNotMember)
+      return fail(permission_denied("chunk stream: the holder refused this reader's key " +
+                                    keys->identity + " (not a job member that may read)"));
+    if (a->status == kNoCommonSuite)
+      return fail(
+          failed_precondition("chunk stream: the holder runs none of this reader's ciphers"));
+    if (!keys->holder(a->static_key))
+      return fail(permission_denied("chunk stream: the holder's key is not a job member"));
+    auto k = derive_keys(hello, accept, keys->secret_key, a->static_key, ephemeral.secret_key,
+                         a->ephemeral_key);
+    sodium_memzero(ephemeral.secret_key.data(), ephemeral.secret_key.size());
+    if (!k.is_ok()) return fail(k.status());
+    tx = std::make_unique<RecordCipher>(a->suite, k->reader_to_holder);
+    rx = std::make_unique<RecordCipher>(a->suite, k->holder_to_reader);
+    sodium_memzero(&*k, sizeof(SessionKeys));
+    connected = true;
     send_waiting();
   }
 
   void send_waiting() {
     if (!connected || failure) return;
+    if (tx) return send_waiting_sealed();
     while (!waiting.empty() && sent.size() < kMaxReaderPipeline) {
       Get& g = waiting.front();
       std::uint8_t r[kRequestBytes];
@@ -834,6 +1163,25 @@ struct ChunkStream::Impl {
       out.append(reinterpret_cast<const char*>(r), kRequestBytes);
       sent.push_back(std::move(g));
       waiting.pop_front();
+    }
+    flush();
+  }
+
+  // Encrypted: up to kMaxRequestsPerRecord requests per record.
+  void send_waiting_sealed() {
+    std::uint8_t plain[kMaxRequestsPerRecord * kRequestBytes];
+    while (!waiting.empty() && sent.size() < kMaxReaderPipeline) {
+      std::size_t n = 0;
+      while (!waiting.empty() && sent.size() < kMaxReaderPipeline && n < sizeof plain) {
+        Get& g = waiting.front();
+        encode_request({token, g.offset, g.length, g.id}, plain + n);
+        n += kRequestBytes;
+        sent.push_back(std::move(g));
+        waiting.pop_front();
+      }
+      const std::size_t at = out.size();
+      out.resize(at + n + stream_crypto::kRecordOverhead);
+      tx->seal(plain, n, reinterpret_cast<std::uint8_t*>(out.data() + at));
     }
     flush();
   }
@@ -856,7 +1204,33 @@ struct ChunkStream::Impl {
     }
   }
 
+  // recv's result: the bytes received, or nothing when the socket is drained or the stream
+  // failed (fd < 0 then).
+  std::optional<std::size_t> received(ssize_t n, const char* during) {
+    if (n == 0) {
+      fail(unavailable(std::string("chunk stream: the holder closed the connection") + during));
+      return std::nullopt;
+    }
+    if (n < 0) {
+      if (!would_block(errno))
+        fail(unavailable("chunk stream: receive from the holder: " + errno_text()));
+      return std::nullopt;
+    }
+    return static_cast<std::size_t>(n);
+  }
+
   void on_readable() {
+    if (handshaking) {
+      while (fd >= 0 && handshaking) {
+        auto n = received(::recv(fd, accept + accept_have, sizeof accept - accept_have, 0),
+                          " during the handshake (it may serve clear streams only, or be an "
+                          "older sluice)");
+        if (!n) return;
+        accept_have += *n;
+        if (accept_have == sizeof accept) finish_handshake();
+      }
+    }
+    if (rx) return read_records();
     while (fd >= 0 && !failure) {
       if (!in_payload) {
         ssize_t n = ::recv(fd, header + header_have, kReplyBytes - header_have, 0);
@@ -886,6 +1260,89 @@ struct ChunkStream::Impl {
     }
   }
 
+  void read_records() {
+    using namespace stream_crypto;
+    while (fd >= 0 && !failure) {
+      if (record_length == 0) {
+        auto n = received(::recv(fd, record_header + record_header_have,
+                                 kRecordHeaderBytes - record_header_have, 0),
+                          "");
+        if (!n) return;
+        record_header_have += *n;
+        if (record_header_have < kRecordHeaderBytes) continue;
+        record_header_have = 0;
+        auto len = decode_record_header(record_header, kMaxRecordBytes);
+        if (!len.is_ok()) return fail(len.status());
+        record_length = *len;
+        record_body_have = 0;
+        tag_have = 0;
+        // A record that is all payload of the oldest get is received and decrypted in place in
+        // its destination: no copy.
+        record_direct = in_payload && !sent.empty() && *len <= sent.front().length - payload_have;
+        if (record_direct) {
+          record_body = sent.front().dst + payload_have;
+        } else {
+          scratch.resize(*len);
+          record_body = scratch.data();
+        }
+        continue;
+      }
+      iovec iov[2];
+      int n_iov = 0;
+      if (record_body_have < record_length)
+        iov[n_iov++] = {record_body + record_body_have, record_length - record_body_have};
+      iov[n_iov++] = {tag + tag_have, kTagBytes - tag_have};
+      auto n = received(::readv(fd, iov, n_iov), "");
+      if (!n) return;
+      const std::size_t to_body = std::min(*n, record_length - record_body_have);
+      record_body_have += to_body;
+      tag_have += *n - to_body;
+      if (tag_have < kTagBytes) continue;
+      const std::size_t len = record_length;
+      record_length = 0;
+      if (auto st = rx->open(record_body, len, tag, record_body); !st.is_ok()) return fail(st);
+      if (record_direct) {
+        payload_have += len;
+        if (payload_have == sent.front().length) {
+          in_payload = false;
+          finish_front(Status());
+        }
+      } else if (!consume(scratch.data(), len)) {
+        return;
+      }
+    }
+  }
+
+  // Takes decrypted bytes of the reply stream: reply headers and payloads. False when the stream
+  // failed.
+  bool consume(const std::uint8_t* p, std::size_t n) {
+    while (n > 0) {
+      if (!in_payload) {
+        const std::size_t k = std::min(n, kReplyBytes - header_have);
+        std::memcpy(header + header_have, p, k);
+        header_have += k;
+        p += k;
+        n -= k;
+        if (header_have < kReplyBytes) continue;
+        header_have = 0;
+        if (!take_header()) return false;
+        continue;
+      }
+      Get& g = sent.front();
+      const std::size_t k =
+          static_cast<std::size_t>(std::min<std::uint64_t>(n, g.length - payload_have));
+      std::memcpy(g.dst + payload_have, p, k);
+      payload_have += k;
+      p += k;
+      n -= k;
+      if (payload_have == g.length) {
+        in_payload = false;
+        finish_front(Status());
+      }
+    }
+    return true;
+  }
+
   // Checks a reply header against the oldest request; false when the stream failed.
   bool take_header() {
     auto h = decode_reply_header(header, kReplyBytes);
@@ -900,6 +1357,12 @@ struct ChunkStream::Impl {
     const auto status = h->status;
     const auto id = h->id;
     const auto length = h->length;
+    if (status == kEncryptionRequired) {
+      fail(failed_precondition(
+          "chunk stream: the holder serves encrypted streams only and this reader sends clear "
+          "(see stream_encryption: both ends must agree)"));
+      return false;
+    }
     const Get& g = sent.front();
     if (id != g.id) {
       fail(protocol_error("chunk stream: reply " + std::to_string(id) + " out of order (expected " +
@@ -938,8 +1401,8 @@ ChunkStream::~ChunkStream() = default;
 
 Result<std::unique_ptr<ChunkStream>> ChunkStream::connect(EventLoop& loop,
                                                           std::vector<std::string> addresses,
-                                                          std::string token,
-                                                          Millis connect_timeout) {
+                                                          std::string token, Millis connect_timeout,
+                                                          std::shared_ptr<const StreamKeys> keys) {
   if (addresses.empty()) return invalid_argument("chunk stream: no address to connect to");
   if (token.size() != kStreamTokenBytes)
     return invalid_argument("chunk stream: a region token is " + std::to_string(kStreamTokenBytes) +
@@ -948,6 +1411,7 @@ Result<std::unique_ptr<ChunkStream>> ChunkStream::connect(EventLoop& loop,
   impl->addresses = std::move(addresses);
   impl->token = std::move(token);
   impl->connect_timeout = connect_timeout;
+  impl->keys = std::move(keys);
   std::unique_ptr<ChunkStream> s(new ChunkStream(std::move(impl)));
   s->impl_->try_next_address();
   return s;

@@ -10,11 +10,18 @@
 //
 // Wire format, little-endian, one TCP connection per reader and holder; requests are pipelined
 // and answered in order:
-//   request (48 bytes): "SLCQ", u16 version, u16 0, 16-byte region token, u64 offset,
+//   request (48 bytes): "SLCQ", u16 version (2), u16 0, 16-byte region token, u64 offset,
 //                       u64 length, u64 request id
 //   reply   (32 bytes): "SLCP", u16 version, u16 status (0 ok, 1 unknown region, 2 range
-//                       outside the region), u64 request id, u64 length, u64 0; then `length`
-//                       bytes when the status is 0.
+//                       outside the region, 3 this holder serves encrypted streams only), u64
+//                       request id, u64 length, u64 0; then `length` bytes when the status is 0.
+// An encrypted connection (core/stream_crypto.hpp) opens with a hello from the reader ("SLCH")
+// and the holder's accept ("SLCA"); from then on each direction is a sequence of AEAD records
+// whose plaintext is exactly the byte stream above. A reader's record holds 1 to 64 whole
+// requests; a holder's record holds at most 256 KiB of one reply (its header and the first part
+// of its payload, or later payload). A record that fails its tag, a malformed record, and a
+// clear request to a holder that serves encrypted streams only (or a hello to one that serves
+// clear streams only) close the connection, the last two after a reply that says why.
 // The token is 16 random bytes per exposed region, handed to readers in the region's descriptor
 // (so only those given a read plan can name it); a range is checked against what the holder
 // exposed, overflow-safe. Nothing a peer sends can write to the holder's memory.
@@ -31,10 +38,11 @@
 
 #include "core/event_loop.hpp"
 #include "core/status.hpp"
+#include "core/stream_crypto.hpp"
 
 namespace sluice::core {
 
-inline constexpr std::uint16_t kChunkStreamVersion = 1;
+inline constexpr std::uint16_t kChunkStreamVersion = stream_crypto::kVersion;
 inline constexpr std::size_t kStreamTokenBytes = 16;
 
 // The wire format above as pure functions, shared by both ends and by the fuzz target
@@ -45,6 +53,10 @@ inline constexpr std::size_t kReplyBytes = 32;
 inline constexpr std::uint16_t kOk = 0;
 inline constexpr std::uint16_t kUnknownRegion = 1;
 inline constexpr std::uint16_t kOutOfRange = 2;
+inline constexpr std::uint16_t kEncryptionRequired = 3;
+// Requests in one record of an encrypted connection, at most (a reader keeps at most this many
+// in flight, so a holder's buffer of decrypted requests stays this small).
+inline constexpr std::size_t kMaxRequestsPerRecord = 64;
 
 struct Request {
   std::string token;  // kStreamTokenBytes
@@ -87,7 +99,8 @@ struct ChunkServerOptions {
   std::uint32_t max_connections_per_peer = 64;
   // A connection that moves no byte either way for this long is closed (ms, >= 1).
   std::uint32_t idle_timeout_ms = 60000;
-  // A request's 48 bytes must all arrive within this of its first byte (ms, >= 1).
+  // A request's 48 bytes (on an encrypted connection: the hello, and each record) must all arrive
+  // within this of its first byte (ms, >= 1).
   std::uint32_t request_timeout_ms = 10000;
   // On a full descriptor table (EMFILE, ENFILE) or no memory for a socket, accepting stops for
   // this long (ms, >= 1) rather than failing again at once.
@@ -134,10 +147,15 @@ Result<std::string> chunk_server_host(const std::string& configured, const std::
 
 class ChunkServer {
  public:
-  // Listens on `host` (an IPv4 address; "0.0.0.0" for every interface) on a free port.
-  // invalid_argument for options that fail validate().
+  // Listens on `host` (an IPv4 address; "0.0.0.0" for every interface) on a free port, serving
+  // connections as `crypto` says: clear only (the default), encrypted only, or either. Encrypted
+  // connections are from readers whose static key `keys` lists as a member that may read.
+  // invalid_argument for options that fail validate(), or for encryption without keys.
   static Result<std::unique_ptr<ChunkServer>> create(EventLoop& loop, const std::string& host,
-                                                     ChunkServerOptions opts = {});
+                                                     ChunkServerOptions opts = {},
+                                                     StreamCrypto crypto = StreamCrypto::kClear,
+                                                     std::shared_ptr<const StreamKeys> keys = {});
+  StreamCrypto crypto() const;
   ~ChunkServer();
   ChunkServer(const ChunkServer&) = delete;
   ChunkServer& operator=(const ChunkServer&) = delete;
@@ -162,6 +180,11 @@ class ChunkServer {
     std::uint64_t connections_timed_out = 0;  // idle, a request too slow, or made room for another
     std::uint64_t accept_pauses = 0;          // times accepting stopped for lack of descriptors
     std::uint64_t connections = 0;            // open now
+    std::uint64_t handshakes = 0;             // encrypted connections established
+    // Hellos refused (a stranger's key, a role that may not read, no common cipher, or a hello
+    // to a clear-only server) and clear requests refused by an encrypted-only server.
+    std::uint64_t handshakes_refused = 0;
+    std::uint64_t records_refused = 0;  // records that failed their tag or were malformed
   };
   Stats stats() const;
 
@@ -178,10 +201,13 @@ class ChunkStream {
   using Done = std::function<void(Status)>;
 
   // Starts connecting to the first of `addresses` that accepts (each within connect_timeout).
-  // Gets may be issued at once; they are sent once connected.
+  // With `keys`, the connection is encrypted: the handshake (within another connect_timeout)
+  // agrees its keys, and the holder's static key must be a member that may serve. Gets may be
+  // issued at once; they are sent once connected (and, encrypted, once the handshake is done).
   static Result<std::unique_ptr<ChunkStream>> connect(EventLoop& loop,
                                                       std::vector<std::string> addresses,
-                                                      std::string token, Millis connect_timeout);
+                                                      std::string token, Millis connect_timeout,
+                                                      std::shared_ptr<const StreamKeys> keys = {});
   // Drops every pending get without calling it.
   ~ChunkStream();
   ChunkStream(const ChunkStream&) = delete;
@@ -190,7 +216,9 @@ class ChunkStream {
   // Reads `length` bytes at `offset` of the holder's region into dst (which must stay valid
   // until `done` runs). `done` runs exactly once, on a later loop turn: ok once every byte is in
   // dst; not_found or out_of_range when the holder refused the request; unavailable when the
-  // connection failed (every pending get fails with it).
+  // connection failed (every pending get fails with it); on an encrypted connection data_loss
+  // when a record failed its tag, permission_denied when the holder refused this reader or is
+  // not a member; failed_precondition when the holder and this reader disagree on encryption.
   void get(std::uint64_t offset, std::uint64_t length, std::uint8_t* dst, Done done);
   // Closes the connection: every pending get fails with `why`, on a later loop turn. No byte is
   // written to any dst afterwards.

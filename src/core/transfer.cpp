@@ -7,6 +7,7 @@
 #include <deque>
 #include <fstream>
 #include <map>
+#include <mutex>
 #include <optional>
 
 #include "core/checksum.hpp"
@@ -144,6 +145,9 @@ std::string RegionDescriptor::encode() const {
   }
   put_le(out, stream_token.size(), 1);
   out += stream_token;
+  put_le(out, static_cast<std::uint8_t>(stream_crypto), 1);
+  put_le(out, datacenter.size(), 1);
+  out += datacenter;
   return out;
 }
 
@@ -182,6 +186,7 @@ struct DescReader {
 constexpr std::uint64_t kMaxHostId = 256;
 constexpr std::uint64_t kMaxStreamAddresses = 8;
 constexpr std::uint64_t kMaxStreamAddress = 64;
+constexpr std::uint64_t kMaxDatacenter = 255;
 
 }  // namespace
 
@@ -215,7 +220,12 @@ Result<RegionDescriptor> RegionDescriptor::decode(const std::string& in) {
   for (std::uint64_t i = 0; i < n && !r.error; ++i)
     d.stream.push_back(r.text(r.number(2, "stream address"), kMaxStreamAddress, "stream address"));
   d.stream_token = r.text(r.number(1, "stream token"), kStreamTokenBytes, "stream token");
+  const auto crypto = r.number(1, "stream encryption");
+  d.datacenter = r.text(r.number(1, "datacenter"), kMaxDatacenter, "datacenter");
   if (r.error) return *r.error;
+  if (crypto > static_cast<std::uint8_t>(StreamCrypto::kEncrypted))
+    return protocol_error("region descriptor: unknown stream encryption " + std::to_string(crypto));
+  d.stream_crypto = static_cast<StreamCrypto>(crypto);
   if (d.worker_address.empty()) return protocol_error("region descriptor: empty worker address");
   if (d.rkey.empty()) return protocol_error("region descriptor: empty rkey");
   if (d.stream.empty() != d.stream_token.empty() ||
@@ -380,6 +390,9 @@ struct TransferEngine::Impl {
   std::unique_ptr<HashWorker> hasher;         // null: verify on the loop thread
   std::unique_ptr<ChunkServer> chunk_server;  // null: this engine serves no stream
   bool tcp_stream = false;                    // TransferOptions::tcp_stream
+  std::string stream_encryption;              // TransferOptions' (checked)
+  std::string datacenter;
+  std::shared_ptr<const StreamKeys> stream_keys;
   bool net_rdma = false;  // UCX reaches other hosts without tcp (see network_rdma())
   std::map<std::string, std::shared_ptr<Peer>> peers;  // by worker address
   std::map<ReadState*, std::shared_ptr<ReadState>> reads;
@@ -860,6 +873,61 @@ void TransferEngine::shutdown() {
   *impl->alive = false;
 }
 
+Status check_stream_encryption(const std::string& value, bool have_keys, const std::string& where) {
+  if (value != "auto" && value != "on" && value != "off")
+    return invalid_argument(where + ": stream_encryption is auto, on or off, not '" + value + "'");
+  if (value == "on" && !have_keys)
+    return invalid_argument(where +
+                            ": stream_encryption on needs the job's keys, and a job with auth "
+                            "plain has none (use auth curve, or stream_encryption auto or off)");
+  return {};
+}
+
+Status set_stream_security(TransferOptions& to, const std::string& stream_encryption,
+                           const std::string& datacenter, const Security& security,
+                           const std::string& who) {
+  SLUICE_TRY(check_stream_encryption(stream_encryption, security.curve(), who));
+  to.stream_encryption = stream_encryption;
+  to.datacenter = datacenter;
+  if (security.curve()) {
+    SLUICE_ASSIGN_OR_RETURN(to.stream_keys, StreamKeys::from_security(security));
+  }
+  return {};
+}
+
+namespace {
+
+StreamCrypto server_crypto(const std::string& setting, const std::shared_ptr<const StreamKeys>& k) {
+  if (setting == "off" || !k) return StreamCrypto::kClear;
+  return setting == "on" ? StreamCrypto::kEncrypted : StreamCrypto::kEither;
+}
+
+// Whether a reader encrypts its chunk stream from `region` (see TransferOptions::
+// stream_encryption). With "on" and no keys the engine was never made.
+bool encrypt_stream(const std::string& setting, const std::string& datacenter,
+                    const std::shared_ptr<const StreamKeys>& keys, const RegionDescriptor& region) {
+  if (setting == "off") return false;
+  if (setting == "on") return true;
+  // Labels that differ, one side's missing included: only two hosts that both say they are in
+  // one datacenter (or a job that labels none) read clear.
+  const bool other_dc = datacenter != region.datacenter;
+  const bool wanted = other_dc || region.stream_crypto == StreamCrypto::kEncrypted;
+  if (wanted && !keys) {
+    static std::once_flag once;
+    std::call_once(once, [&] {
+      log::warn(
+          "transfer: chunk streams from datacenter {} to {} go clear: this job has no keys "
+          "(auth plain), so stream_encryption auto cannot encrypt",
+          region.datacenter.empty() ? "?" : region.datacenter,
+          datacenter.empty() ? "?" : datacenter);
+    });
+    return false;
+  }
+  return wanted;
+}
+
+}  // namespace
+
 Result<std::unique_ptr<TransferEngine>> TransferEngine::create(EventLoop& loop,
                                                                TransferOptions opts) {
   auto impl = std::make_unique<Impl>(loop);
@@ -875,13 +943,20 @@ Result<std::unique_ptr<TransferEngine>> TransferEngine::create(EventLoop& loop,
     impl->hasher = std::make_unique<HashWorker>(loop, std::max(1u, opts.verify_threads));
   impl->copy_mapped = opts.copy_mapped && impl->hasher && shm_allowed(impl->tls);
   impl->tcp_stream = opts.tcp_stream;
+  SLUICE_TRY(check_stream_encryption(opts.stream_encryption, opts.stream_keys != nullptr,
+                                     "transfer engine"));
+  impl->stream_encryption = opts.stream_encryption;
+  impl->datacenter = opts.datacenter;
+  impl->stream_keys = opts.stream_keys;
   auto ucx_config = opts.ucx_config;
   if (opts.tcp_stream && tcp_allowed(impl->tls)) {
     auto host = chunk_server_host(opts.stream_host, opts.stream_reach);
     if (!host.is_ok()) return host.status().with_context("transfer engine");
     if (*host == "0.0.0.0")
       log::info("transfer: chunk server on every interface (stream_host 0.0.0.0, as configured)");
-    auto server = ChunkServer::create(loop, *host, opts.stream_server);
+    auto server = ChunkServer::create(loop, *host, opts.stream_server,
+                                      server_crypto(opts.stream_encryption, opts.stream_keys),
+                                      opts.stream_keys);
     if (!server.is_ok()) return server.status().with_context("transfer engine");
     impl->chunk_server = std::move(server).value();
     // tcp reads are chunk streams, so UCX goes without tcp: over it UCX 1.13 aborts a holder
@@ -927,11 +1002,14 @@ Result<std::unique_ptr<TransferEngine>> TransferEngine::create(EventLoop& loop,
   std::string applied;
   for (const auto& a : engine->defaults_applied())
     applied += (applied.empty() ? "" : ", ") + a;
-  log::info("transfer: ucx transports {}, progress by {}; sluice defaults: {}; chunk streams {}",
-            raw->tls, wakeup ? "event fd" : "polling",
-            applied.empty() ? "none (all set by the user)" : applied,
-            raw->chunk_server ? "on " + raw->chunk_server->addresses().front()
-                              : std::string(raw->tcp_stream ? "off (no tcp)" : "off"));
+  log::info(
+      "transfer: ucx transports {}, progress by {}; sluice defaults: {}; chunk streams {}; "
+      "stream_encryption {}{}",
+      raw->tls, wakeup ? "event fd" : "polling",
+      applied.empty() ? "none (all set by the user)" : applied,
+      raw->chunk_server ? "on " + raw->chunk_server->addresses().front()
+                        : std::string(raw->tcp_stream ? "off (no tcp)" : "off"),
+      raw->stream_encryption, raw->stream_keys ? "" : " (no keys: clear)");
   return engine;
 }
 
@@ -1078,7 +1156,9 @@ RegionDescriptor RegisteredBuffer::descriptor() const {
   if (reg_->server) {
     d.stream = reg_->server->addresses();
     d.stream_token = reg_->stream_token;
+    d.stream_crypto = reg_->server->crypto();
   }
+  d.datacenter = engine_->impl_->datacenter;
   return d;
 }
 
@@ -1159,8 +1239,12 @@ void TransferEngine::read(std::vector<ReadSource> sources, std::vector<ChunkRead
       if (use_stream) st.peer.reset();
     }
     if (use_stream) {
-      auto stream = ChunkStream::connect(impl->loop, region.stream, region.stream_token,
-                                         std::min(rs->opt.op_timeout, Millis(5000)));
+      auto stream = ChunkStream::connect(
+          impl->loop, region.stream, region.stream_token,
+          std::min(rs->opt.op_timeout, Millis(5000)),
+          encrypt_stream(impl->stream_encryption, impl->datacenter, impl->stream_keys, region)
+              ? impl->stream_keys
+              : nullptr);
       if (!stream.is_ok()) {
         rs->mark_dead(s, stream.status().to_string());
         continue;

@@ -31,7 +31,7 @@
 
 namespace sluice::core {
 
-inline constexpr std::uint16_t kRegionDescriptorVersion = 2;
+inline constexpr std::uint16_t kRegionDescriptorVersion = 3;
 
 // Where a region lives and how to read it. Serialized with a format version; decode rejects a
 // truncated descriptor or one of another version.
@@ -47,6 +47,11 @@ struct RegionDescriptor {
   // token there (kStreamTokenBytes); both empty when the holder serves no chunk stream.
   std::vector<std::string> stream;
   std::string stream_token;
+  // What the chunk server accepts (clear, either, encrypted only), and the holder's datacenter
+  // label (TransferOptions::datacenter; empty: none): a reader decides from them whether to
+  // encrypt (TransferOptions::stream_encryption).
+  StreamCrypto stream_crypto = StreamCrypto::kClear;
+  std::string datacenter;
 
   std::string encode() const;
   static Result<RegionDescriptor> decode(const std::string& bytes);
@@ -191,7 +196,35 @@ struct TransferOptions {
   std::string stream_reach;
   // Connection caps, timeouts and per-turn budgets of the chunk server (defaults there).
   ChunkServerOptions stream_server;
+  // Whether chunk streams are encrypted and authenticated (core/stream_crypto.hpp: keys agreed
+  // from the job's CURVE identities, AES-256-GCM or ChaCha20-Poly1305 records). Same-host shared
+  // memory and UCX's own transports are not chunk streams and stay as they are.
+  //   "auto" (the default): a reader encrypts its stream from a holder in another datacenter
+  //          (their `datacenter` labels differ; a label on one side only counts as different,
+  //          so a job that labels no datacenter is one) and from a holder that serves
+  //          encrypted streams only; within a datacenter it reads clear. The chunk server
+  //          accepts both. Without stream_keys (a job with auth plain): off, with one warning
+  //          the first time a stream would have been encrypted.
+  //   "on":  every stream this engine serves or reads is encrypted; needs stream_keys
+  //          (create() refuses it without them).
+  //   "off": none is; the chunk server refuses encrypted connections.
+  // A reader and a holder that disagree ("on" against "off") fail the read with a
+  // failed_precondition that says so.
+  std::string stream_encryption = "auto";
+  // This process's datacenter label (its topology), for "auto"; descriptors carry it.
+  std::string datacenter;
+  // This process's key pair and the job's members (StreamKeys::from_security); null: none.
+  std::shared_ptr<const StreamKeys> stream_keys;
 };
+
+// Checks a stream_encryption value: "auto", "on" or "off"; "on" needs keys (`have_keys`: the
+// job authenticates with curve). invalid_argument naming `where` otherwise.
+Status check_stream_encryption(const std::string& value, bool have_keys, const std::string& where);
+// Sets `to`'s stream_encryption, datacenter and (with curve security) stream_keys for a role:
+// check_stream_encryption's errors, with `who` named.
+Status set_stream_security(TransferOptions& to, const std::string& stream_encryption,
+                           const std::string& datacenter, const Security& security,
+                           const std::string& who);
 
 struct ReadSource {
   std::string name;  // for messages and stats ("relay-2", "tcp://10.0.0.2:5555", ...)

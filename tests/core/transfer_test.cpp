@@ -7,6 +7,7 @@
 #include <cstring>
 #include <thread>
 
+#include "../support/job_keys.hpp"
 #include "core/checksum.hpp"
 #include "core/chunk_stream.hpp"
 #include "core/cuda_device.hpp"
@@ -19,6 +20,7 @@
 #include "core/units.hpp"
 
 using namespace sluice::core;
+using sluice::testing::JobKeys;
 
 namespace {
 
@@ -165,6 +167,8 @@ TEST_SUITE("core.transfer") {
     d.host = "boot/ipc";
     d.stream = {"10.0.0.2:4000", "127.0.0.1:4000"};
     d.stream_token = std::string(kStreamTokenBytes, 't');
+    d.stream_crypto = StreamCrypto::kEither;
+    d.datacenter = "dc-west";
     std::string enc = d.encode();
     auto back = RegionDescriptor::decode(enc);
     REQUIRE(back.is_ok());
@@ -175,6 +179,8 @@ TEST_SUITE("core.transfer") {
     CHECK(back->host == d.host);
     CHECK(back->stream == d.stream);
     CHECK(back->stream_token == d.stream_token);
+    CHECK(back->stream_crypto == StreamCrypto::kEither);
+    CHECK(back->datacenter == "dc-west");
 
     // A chunk stream needs both its addresses and a whole token.
     RegionDescriptor half = d;
@@ -192,10 +198,10 @@ TEST_SUITE("core.transfer") {
     CHECK_FALSE(RegionDescriptor::decode(enc + "x").is_ok());  // trailing bytes
 
     std::string other = enc;
-    other[4] = 3;  // format version 3
+    other[4] = 4;  // format version 4
     auto v = RegionDescriptor::decode(other);
     REQUIRE_FALSE(v.is_ok());
-    CHECK(v.status().message().find("version 3 is not supported") != std::string::npos);
+    CHECK(v.status().message().find("version 4 is not supported") != std::string::npos);
 
     std::string magic = enc;
     magic[0] = 'X';
@@ -557,6 +563,78 @@ TEST_SUITE("core.transfer") {
     CHECK(std::memcmp(dst->data(), buf->data(), bytes) == 0);
     dst.reset();
     buf.reset();
+  }
+
+  TEST_CASE("stream_encryption: auto, on or off; on needs the job's keys") {
+    CHECK(check_stream_encryption("auto", false, "x").is_ok());
+    CHECK(check_stream_encryption("off", false, "x").is_ok());
+    CHECK(check_stream_encryption("on", true, "x").is_ok());
+    auto no_keys = check_stream_encryption("on", false, "job");
+    CHECK(no_keys.code() == Code::kInvalidArgument);
+    CHECK(no_keys.message().find("auth") != std::string::npos);
+    CHECK(check_stream_encryption("yes", true, "x").code() == Code::kInvalidArgument);
+    CHECK(StreamKeys::from_security(Security::plain()).status().code() ==
+          Code::kFailedPrecondition);
+  }
+
+  TEST_CASE("stream_encryption auto encrypts between datacenters, and ends that disagree fail") {
+    JobKeys job;
+    JobKeys other;  // a holder of another job: a reader that encrypts refuses it
+    std::unique_ptr<EventLoop> loop = EventLoop::create().value();
+    auto engine = [&](const std::string& setting, const std::string& dc, const JobKeys& keys,
+                      const std::string& identity) {
+      TransferOptions o;
+      o.ucx_config = {{"TLS", "tcp"}, {"NET_DEVICES", "lo"}};
+      REQUIRE(set_stream_security(o, setting, dc, keys.security(identity), identity).is_ok());
+      auto e = TransferEngine::create(*loop, o);
+      REQUIRE_MESSAGE(e.is_ok(), e.status().to_string());
+      return std::move(e).value();
+    };
+    const std::uint64_t bytes = 1u << 20;
+    auto read = [&](TransferEngine& reader, const RegionDescriptor& d, std::uint64_t checksum) {
+      auto dst = reader.allocate(bytes).value();
+      ChunkRead c;
+      c.bytes = bytes;
+      c.checksum = checksum;
+      ReadOptions opt;
+      opt.op_timeout = Millis(3000);
+      opt.total_timeout = Millis(10000);
+      auto st = reader.read_sync({{"holder", d}}, {c}, *dst, opt);
+      return st.is_ok() ? Status() : st.status();
+    };
+    auto stranger = engine("auto", "dc0", other, "relay-0");
+    auto buf = stranger->allocate(bytes).value();
+    fill_pseudo_random(buf->data(), bytes, 3);
+    const std::uint64_t sum = chunk_checksum(buf->data(), bytes);
+    const RegionDescriptor d = buf->descriptor();
+    CHECK(d.stream_crypto == StreamCrypto::kEither);
+    CHECK(d.datacenter == "dc0");
+    // Within dc0 the read is clear and works; from dc1 it is encrypted, and the holder's key is
+    // no member of this job: refused both ways.
+    auto near = engine("auto", "dc0", job, "rollout-0");
+    CHECK(read(*near, d, sum).is_ok());
+    auto far = engine("auto", "dc1", job, "rollout-1");
+    Status refused = read(*far, d, sum);
+    CHECK_FALSE(refused.is_ok());
+    CHECK_MESSAGE(refused.message().find("member") != std::string::npos, refused.to_string());
+    // A holder with "on" is read encrypted by an auto reader, and refused by an "off" one.
+    auto strict = engine("on", "dc0", job, "relay-0");
+    auto sbuf = strict->allocate(bytes).value();
+    fill_pseudo_random(sbuf->data(), bytes, 4);
+    const std::uint64_t ssum = chunk_checksum(sbuf->data(), bytes);
+    CHECK(sbuf->descriptor().stream_crypto == StreamCrypto::kEncrypted);
+    CHECK(read(*near, sbuf->descriptor(), ssum).is_ok());
+    auto clear = engine("off", "dc0", job, "rollout-1");
+    Status mismatch = read(*clear, sbuf->descriptor(), ssum);
+    CHECK_FALSE(mismatch.is_ok());
+    CHECK_MESSAGE(mismatch.message().find("encrypted streams only") != std::string::npos,
+                  mismatch.to_string());
+    // "on" without keys is refused when the engine is made.
+    TransferOptions no_keys;
+    no_keys.stream_encryption = "on";
+    CHECK(TransferEngine::create(*loop, no_keys).status().code() == Code::kInvalidArgument);
+    buf.reset();
+    sbuf.reset();
   }
 
   TEST_CASE("reads that do not fit are refused before anything moves") {
