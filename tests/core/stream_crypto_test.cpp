@@ -171,7 +171,7 @@ struct Holder {
 }  // namespace
 
 TEST_SUITE("core.stream_crypto") {
-  TEST_CASE("the handshake messages round-trip; a record opens once, in order, untampered") {
+  TEST_CASE("the handshake messages round-trip: a record opens once, in order, untampered") {
     namespace sc = stream_crypto;
     sc::Hello h;
     h.suites = sc::local_suites();

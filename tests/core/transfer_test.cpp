@@ -565,7 +565,7 @@ TEST_SUITE("core.transfer") {
     buf.reset();
   }
 
-  TEST_CASE("stream_encryption: auto, on or off; on needs the job's keys") {
+  TEST_CASE("stream_encryption: auto, on or off: on needs the job's keys") {
     CHECK(check_stream_encryption("auto", false, "x").is_ok());
     CHECK(check_stream_encryption("off", false, "x").is_ok());
     CHECK(check_stream_encryption("on", true, "x").is_ok());

@@ -93,7 +93,7 @@ struct Store {
 
 TEST_SUITE("weightstore.auth") {
   TEST_CASE(
-      "only the actor puts manifests; a rollout cannot bring a version; refusals change nothing") {
+      "only the actor puts manifests: a rollout cannot bring a version: refusals change nothing") {
     Store s;
     auto actor = s.client("actor");
     auto rollout = s.client("rollout-0");
