@@ -49,7 +49,7 @@ def main():
         worst = max(worst, time.monotonic() - last)
         waited = not ended or ended[0][1] > start + 0.5
         h.check(waited, f"{name}: the call was still waiting for the loop while this thread ran")
-        h.check(worst < 0.3, f"{name}: this thread never stopped for long ({worst:.3f} s) while it waited")
+        h.check(worst < 1.0, f"{name}: this thread never stopped for long ({worst:.3f} s) while it waited")
         h.check(spins > 1000, f"{name}: this thread ran ({spins} iterations)")
         holder.join(10)
         waiter.join(10)
