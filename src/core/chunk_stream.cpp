@@ -23,6 +23,7 @@
 #include <optional>
 #include <set>
 
+#include "core/le_bytes.hpp"
 #include "core/log.hpp"
 #include "core/security.hpp"
 
@@ -43,17 +44,6 @@ static_assert(kMaxReaderPipeline == kMaxRequestsPerRecord);
 constexpr std::size_t kMaxInBytes =
     kMaxRequestsPerRecord * kRequestBytes + stream_crypto::kRecordOverhead;
 static_assert(kMaxInBytes >= stream_crypto::kHelloBytes);
-
-void put_u(std::uint8_t* p, std::uint64_t v, int bytes) {
-  for (int i = 0; i < bytes; ++i)
-    p[i] = static_cast<std::uint8_t>(v >> (8 * i));
-}
-std::uint64_t get_u(const std::uint8_t* p, int bytes) {
-  std::uint64_t v = 0;
-  for (int i = 0; i < bytes; ++i)
-    v |= static_cast<std::uint64_t>(p[i]) << (8 * i);
-  return v;
-}
 
 std::string errno_text() {
   return std::strerror(errno);

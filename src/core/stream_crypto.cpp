@@ -5,6 +5,8 @@
 
 #include <cstring>
 
+#include "core/le_bytes.hpp"
+
 namespace sluice::core {
 
 namespace {
@@ -20,17 +22,6 @@ static_assert(crypto_aead_chacha20poly1305_ietf_NPUBBYTES == kAeadNonceBytes);
 static_assert(crypto_aead_aes256gcm_ABYTES == stream_crypto::kTagBytes);
 static_assert(crypto_aead_chacha20poly1305_ietf_ABYTES == stream_crypto::kTagBytes);
 static_assert(crypto_scalarmult_BYTES == kStreamKeyBytes);
-
-void put_u(std::uint8_t* p, std::uint64_t v, int bytes) {
-  for (int i = 0; i < bytes; ++i)
-    p[i] = static_cast<std::uint8_t>(v >> (8 * i));
-}
-std::uint64_t get_u(const std::uint8_t* p, int bytes) {
-  std::uint64_t v = 0;
-  for (int i = 0; i < bytes; ++i)
-    v |= static_cast<std::uint64_t>(p[i]) << (8 * i);
-  return v;
-}
 
 bool sodium_ready() {
   static const int rc = sodium_init();  // idempotent and thread-safe; -1 on failure
