@@ -322,25 +322,47 @@ TEST_CASE("manager state: repack moves trajectories only between rollouts of one
   CHECK(m->counts().move_failures == 0);
 }
 
+namespace {
+
+// Two or three rollouts of one version whose tails repack moves gather (the kv reference cases).
+rollout::ManagerConfig kv_move_job() {
+  rollout::ManagerConfig cfg;
+  cfg.mode = "sluice";
+  cfg.tail = "drain";
+  cfg.prompts = 8;
+  cfg.group_size = 1;
+  cfg.batch_trajectories = 4;
+  cfg.ahead_batches = 2;
+  cfg.prefetch = 0;
+  cfg.repack = true;
+  cfg.ramp_down_occupancy = 0.75;
+  cfg.heartbeat_timeout_ms = 1000;
+  cfg.repack_cost.weigh_cost = false;
+  return cfg;
+}
+
+// A KV reference as rollout `source` exports it (the manager never reads the bytes).
+rollout::KvRef kv_ref_from(const std::string& source) {
+  rollout::KvRef ref;
+  ref.version = 1;
+  ref.layers = 1;
+  ref.width = 2;
+  ref.positions = 1;
+  ref.bytes = ref.shape_bytes();
+  ref.region = "region";
+  ref.source = source;
+  return ref;
+}
+
+}  // namespace
+
 // A repack move with a KV reference: the manager binds the reference to the move's destination,
 // and drops one that names another source than its exporter (a member forging a reference to
 // someone else's cache), so the destination re-prefills instead of reading it.
 TEST_CASE("manager state: a kv reference is honoured only as issued, for its destination") {
   for (bool forged : {false, true}) {
     CAPTURE(forged);
-    rollout::ManagerConfig cfg;
-    cfg.mode = "sluice";
-    cfg.tail = "drain";
-    cfg.prompts = 8;
-    cfg.group_size = 1;
-    cfg.batch_trajectories = 4;
-    cfg.ahead_batches = 2;
-    cfg.prefetch = 0;
-    cfg.repack = true;
-    cfg.ramp_down_occupancy = 0.75;
-    cfg.heartbeat_timeout_ms = 1000;
-    cfg.repack_cost.weigh_cost = false;
-    auto m = make_state(cfg);
+    auto m = make_state(kv_move_job());
     FakeRollout a("a", 1), b("b", 1);
     m->published({1, 0});
     a.report(*m, at(0));
@@ -371,16 +393,8 @@ TEST_CASE("manager state: a kv reference is honoured only as issued, for its des
           imported.push_back(st);
         for (auto& st : r->exported) {
           source = r->id;
-          rollout::KvRef ref;
-          ref.version = 1;
-          ref.layers = 1;
-          ref.width = 2;
-          ref.positions = 1;
-          ref.bytes = ref.shape_bytes();
-          ref.region = "region";
-          ref.source = forged ? std::string("c") : r->id;
-          ref.destination = r->id;  // whatever the exporter writes here is overwritten
-          st.kv_ref = ref;
+          st.kv_ref = kv_ref_from(forged ? std::string("c") : r->id);
+          st.kv_ref->destination = r->id;  // whatever the exporter writes here is overwritten
         }
       }
     }
@@ -401,19 +415,7 @@ TEST_CASE("manager state: a kv reference is honoured only as issued, for its des
 // A move whose destination changed version meanwhile: the exported state resumes elsewhere
 // without its KV reference.
 TEST_CASE("manager state: a failed move's state resumes without its kv reference") {
-  rollout::ManagerConfig cfg;
-  cfg.mode = "sluice";
-  cfg.tail = "drain";
-  cfg.prompts = 8;
-  cfg.group_size = 1;
-  cfg.batch_trajectories = 4;
-  cfg.ahead_batches = 2;
-  cfg.prefetch = 0;
-  cfg.repack = true;
-  cfg.ramp_down_occupancy = 0.75;
-  cfg.heartbeat_timeout_ms = 1000;
-  cfg.repack_cost.weigh_cost = false;
-  auto m = make_state(cfg);
+  auto m = make_state(kv_move_job());
   FakeRollout a("a", 1), b("b", 1), c("c", 1);
   c.capacity.max_sequences = 0;  // c holds version 1 but takes nothing until the move fails
   m->published({1, 0});
@@ -451,15 +453,7 @@ TEST_CASE("manager state: a failed move's state resumes without its kv reference
   dst->staged = 3;
   dst->report(*m, at(t += 10));
   for (auto& st : src->exported) {
-    rollout::KvRef ref;
-    ref.version = 1;
-    ref.layers = 1;
-    ref.width = 2;
-    ref.positions = 1;
-    ref.bytes = ref.shape_bytes();
-    ref.region = "region";
-    ref.source = src->id;
-    st.kv_ref = ref;
+    st.kv_ref = kv_ref_from(src->id);
   }
   src->report(*m, at(t += 10));
   CHECK(m->counts().move_failures >= 1);
