@@ -12,6 +12,7 @@
 #include <optional>
 #include <vector>
 
+#include "../support/await_gets.hpp"
 #include "core/chunk_stream.hpp"
 #include "core/units.hpp"
 
@@ -35,17 +36,7 @@ struct Fixture {
   }
   // Runs gets to completion; returns each one's status.
   std::vector<Status> run(std::vector<std::optional<Status>>& out) {
-    loop->run_until(
-        [&] {
-          for (auto& o : out)
-            if (!o) return false;
-          return true;
-        },
-        Millis(20000));
-    std::vector<Status> s;
-    for (auto& o : out)
-      s.push_back(o ? *o : timeout_error("never answered"));
-    return s;
+    return testing::await_gets(*loop, out);
   }
 };
 

@@ -17,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "../support/await_gets.hpp"
 #include "../support/job_keys.hpp"
 #include "core/chunk_stream.hpp"
 #include "core/stream_crypto.hpp"
@@ -154,17 +155,7 @@ struct Holder {
       const std::uint64_t at = i * piece;
       s->get(at, std::min(piece, length - at), dst + at, [&out, i](Status st) { out[i] = st; });
     }
-    loop->run_until(
-        [&] {
-          for (auto& o : out)
-            if (!o) return false;
-          return true;
-        },
-        Millis(20000));
-    std::vector<Status> st;
-    for (auto& o : out)
-      st.push_back(o ? *o : timeout_error("never answered"));
-    return st;
+    return testing::await_gets(*loop, out);
   }
 };
 
