@@ -2,6 +2,7 @@
 // and `sluice bench transfer`.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
