@@ -22,8 +22,17 @@ import os
 import sys
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
-from . import _sluice
-from ._sluice import (  # noqa: F401  (re-exported)
+# Where PyTorch is installed it is imported before the extension: on a GPU machine (g++ 13, the
+# CUDA 13 toolkit, torch 2.11+cu130 from pip), importing torch after the extension aborted
+# ("free(): invalid pointer") inside torch's own import; torch first worked. Both bring CUDA
+# libraries of the same names, and whichever loads first serves both.
+try:
+    import torch  # noqa: F401
+except ImportError:
+    pass
+
+from . import _sluice  # noqa: E402
+from ._sluice import (  # noqa: E402  # noqa: F401  (re-exported)
     ArithmeticTask,
     Batch,
     Error,

@@ -25,7 +25,7 @@ def build(seed):
     try:
         import transformers
         cfg = transformers.GPT2Config(n_layer=2, n_embd=256, n_head=4, vocab_size=4096,
-                                      n_positions=256)
+                                      n_positions=256, bos_token_id=0, eos_token_id=0)
         model = transformers.GPT2LMHeadModel(cfg)
     except ImportError:
         model = torch.nn.ModuleDict({
@@ -56,7 +56,17 @@ def main():
     store = h.start_store(work, keys)
     child = subprocess.Popen([sys.executable, "-c", PUBLISHER, os.path.dirname(__file__), store, keys],
                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    h.check(child.stdout.readline().strip() == "committed", "another process published its GPU model")
+    # Libraries may print to the child's stdout too (transformers 5 prints its warnings there):
+    # read up to the word, or to the end when the child died.
+    said = []
+    for line in iter(child.stdout.readline, ""):
+        said.append(line.strip())
+        if said[-1] == "committed":
+            break
+    if not said or said[-1] != "committed":
+        child.stdin.close()
+        h.check(False, f"another process published its GPU model (it exited {child.wait(30)}, "
+                       f"saying {said[-5:]})")
     target = build(99)  # other weights, same shapes
     sd = target.state_dict()
     reader = sluice.Reader(store, "hf", holder_id="rollout-0", security=h.security(keys, "rollout-0"))
