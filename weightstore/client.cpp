@@ -300,7 +300,7 @@ void pull_async(core::TransferEngine& engine, StoreClient& store, const std::str
           auto p = core::plan_shard(plan->manifest, *shard);
           if (!p.is_ok()) {
             release(plan->lease_id);
-            return done(p.status().with_context("pull " + model));
+            return done(p.status());  // names the model, version and tensor
           }
           shard_plan = std::move(p).value();
         }

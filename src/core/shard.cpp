@@ -247,8 +247,7 @@ Result<ShardPlan> plan_shard(const Manifest& m, const ShardLayout& layout) {
     if (!layout.names.empty()) {
       auto it = layout.names.find(t.name);
       if (it == layout.names.end()) {
-        return invalid_argument(what + ": the name map has no entry for tensor '" + t.name +
-                                "'; nothing was read");
+        return invalid_argument(what + ": the name map has no entry for tensor '" + t.name + "'");
       }
       st.name = it->second;
     } else {
