@@ -347,3 +347,81 @@ TEST_SUITE("weightstore.reader_shard") {
           std::string::npos);
   }
 }
+
+TEST_SUITE("weightstore.reader_shard") {
+  TEST_CASE("over tcp, the holder sends each rank only its shard's bytes (counted on its socket)") {
+    auto loop = core::EventLoop::create().value();
+    // The holder's memory, served by a chunk server whose counters are what left its sockets.
+    auto holder_engine = core::TransferEngine::create(*loop, same_host()).value();
+    auto server = core::ChunkServer::create(*loop, "127.0.0.1").value();
+    core::TransferOptions tcp;
+    tcp.ucx_config = {{"TLS", "tcp"}};
+    tcp.stream_host = "127.0.0.1";
+    auto engine = core::TransferEngine::create(*loop, tcp).value();
+    Version v = make_version(12);
+    std::vector<core::TensorSpec> specs;
+    for (const auto& t : v.views())
+      specs.push_back({t.name, t.dtype, t.shape, v.offset.at(t.name), t.bytes});
+    core::Manifest m =
+        core::make_manifest("policy", 1, specs, v.bytes.data(), v.bytes.size(), kChunk).value();
+    REQUIRE(core::add_shard_checksums(m, layout(0, 2), v.bytes.data()).is_ok());
+    REQUIRE(core::add_shard_checksums(m, layout(0, 4), v.bytes.data()).is_ok());
+    auto held = holder_engine->allocate(v.bytes.size()).value();
+    std::memcpy(held->data(), v.bytes.data(), v.bytes.size());
+    core::RegionDescriptor d = held->descriptor();
+    d.host = "trainer-host";  // another machine: read over its chunk stream
+    d.stream = server->addresses();
+    d.stream_token = server->expose(held->data(), v.bytes.size()).value();
+    auto plan = std::make_shared<weightstore::ReadPlan>();
+    plan->manifest = m;
+    plan->holders = {{"actor-0", "", d.encode(), 3}};
+    plan->chunks.assign(m.chunk_count(), weightstore::ChunkSources{{0}});
+    auto wire = [&] {
+      auto s = server->stats();
+      return std::pair<std::uint64_t, std::uint64_t>(s.bytes, s.requests);
+    };
+
+    // The whole version, as a reader without a layout reads it.
+    auto [b0, q0] = wire();
+    {
+      auto dst = engine->allocate(v.bytes.size()).value();
+      auto whole =
+          engine->read_sync({{"actor-0", d}}, core::whole_region_chunks(m.layout()), *dst, {});
+      REQUIRE_MESSAGE(whole.is_ok(), whole.status().to_string());
+      CHECK(std::memcmp(dst->data(), v.bytes.data(), v.bytes.size()) == 0);
+    }
+    auto [b1, q1] = wire();
+    const std::uint64_t whole_wire = b1 - b0;
+    CHECK(whole_wire - (q1 - q0) * core::chunk_wire::kReplyBytes == v.bytes.size());
+
+    std::uint64_t replicated = 0;
+    for (const auto& t : kTensors)
+      if (t.split == core::Split::kReplicated) replicated += t.rows * t.cols * t.elem;
+    for (std::uint32_t tp : {2u, 4u}) {
+      for (std::uint32_t r = 0; r < tp; ++r) {
+        CAPTURE(tp);
+        CAPTURE(r);
+        auto [s0, n0] = wire();
+        std::optional<core::Result<weightstore::Pulled>> out;
+        weightstore::read_shard_async(
+            *engine, plan, {{"actor-0", d}}, core::plan_shard(m, layout(r, tp)).value(),
+            layout(r, tp), {},
+            [&](core::Result<weightstore::Pulled> p) { out.emplace(std::move(p)); });
+        REQUIRE(loop->run_until([&] { return out.has_value(); }, Millis(20000)));
+        REQUIRE_MESSAGE(out->is_ok(), out->status().to_string());
+        auto [s1, n1] = wire();
+        const std::uint64_t sent = s1 - s0,
+                            payload = sent - (n1 - n0) * core::chunk_wire::kReplyBytes;
+        CHECK(payload == (*out)->stats.bytes);
+        CHECK(payload == (v.bytes.size() - replicated) / tp + replicated);
+        CHECK(sent < whole_wire / tp + replicated + (n1 - n0) * core::chunk_wire::kReplyBytes + 1);
+        MESSAGE("tcp, tp " << tp << " rank " << r << ": the holder sent " << sent
+                           << " bytes on the wire (" << (n1 - n0) << " replies) against "
+                           << whole_wire << " for the whole version ("
+                           << static_cast<double>(sent) / static_cast<double>(whole_wire) << ")");
+        (*out)->buffer.reset();
+      }
+    }
+    server->withdraw(d.stream_token);
+  }
+}
