@@ -1,14 +1,15 @@
 """A tensor-parallel rollout's Reader takes a layout and reads only its shard: every rank of tp 2
 and 4 gets its tensors (its names, its shard shapes) bit for bit equal to slicing the published
 state_dict, and the bytes it read are its shard's, about 1/tp of the version plus the replicated
-tensors. A cast on the way matches torch's own conversion. A bad layout raises a clear error and
-loads nothing."""
+tensors. A cast on the way matches torch's own bf16 conversion, and fp8 e4m3 with block scales
+matches a reference written here. A bad layout raises a clear error and loads nothing."""
 
 import os
 import subprocess
 import sys
 
 import _harness as h
+import numpy as np
 
 h.need_torch()
 import torch  # noqa: E402
@@ -41,6 +42,26 @@ def shard(name, t, rank, tp):
     if split == "columns":
         return t.chunk(tp, dim=1)[rank].contiguous()
     return t
+
+
+def e4m3_values():
+    """The e4m3fn value of each code 0..0x7e, from the format (bias 7, 3 mantissa bits)."""
+    return np.array([(b & 7) * 2.0 ** -9 if b >> 3 == 0 else (1 + (b & 7) / 8) * 2.0 ** ((b >> 3) - 7)
+                     for b in range(0x7f)])
+
+
+def ref_fp8(x):
+    """Reference float32 -> e4m3fn codes: the nearest value, ties to the even code, saturating at
+    448, NaN to 0x7f (with the sign)."""
+    vals, codes = e4m3_values(), np.arange(0x7f)
+    a = np.abs(x.astype(np.float64))
+    d = np.abs(a[:, None] - vals[None, :])
+    tie = d == d.min(axis=1)[:, None]
+    even = np.where(tie & (codes % 2 == 0), codes, 999).min(axis=1)
+    q = np.where(even < 999, even, np.where(tie, codes, 999).min(axis=1))
+    q = np.where(a >= 448, 0x7e, q)
+    q = np.where(np.isnan(x), 0x7f, q)
+    return (q | np.where(np.signbit(x), 0x80, 0)).astype(np.uint8)
 
 
 def same_bits(a, b):
@@ -104,6 +125,25 @@ def main():
     for k, t in expect.items():
         assert same_bits(sd["rollout." + k], shard(k, t, 1, 2).to(torch.bfloat16)), k
     h.check(True, "cast bf16: every tensor equals torch's bf16 of its slice")
+    reader.close()
+
+    # bf16 to fp8 e4m3 with a scale per block of 32 elements, against the reference above.
+    reader = sluice.Reader(store, "policy", holder_id="rollout-fp8", security=h.security(keys, "rollout-0"),
+                           layout=layout(0, 4, cast="fp8_e4m3", cast_block=32))
+    reader.pull(1, timeout=30)
+    for k, t in expect.items():
+        part = shard(k, t, 0, 4)
+        if part.dtype != torch.bfloat16:
+            assert same_bits(torch.from_numpy(reader.numpy("rollout." + k)), part), k
+            continue
+        x = part.float().flatten().numpy()
+        blocks = x.reshape(-1, 32)
+        amax = np.where(np.isfinite(blocks), np.abs(blocks), 0).max(axis=1).astype(np.float32)
+        scale = np.where(amax > 0, amax / np.float32(448), np.float32(1)).astype(np.float32)
+        want = ref_fp8((blocks / scale[:, None]).astype(np.float32).flatten())
+        assert np.array_equal(reader.numpy("rollout." + k + ".scale"), scale), k
+        assert np.array_equal(reader.numpy("rollout." + k).flatten(), want), k
+        h.check(True, f"fp8 e4m3: {k} {tuple(part.shape)} and its {len(scale)} block scales match the reference")
     reader.close()
 
     # Bad layouts: a clear error, nothing loaded.
