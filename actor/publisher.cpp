@@ -46,6 +46,12 @@ Result<std::unique_ptr<Publisher>> Publisher::create(core::EventLoop& loop,
   }
   if (options.publish_timeout <= core::Millis(0))
     return core::invalid_argument("publisher: publish_timeout must be positive");
+  if (options.shard_layouts.size() > core::kMaxShardLayouts) {
+    return core::invalid_argument("publisher: at most " + std::to_string(core::kMaxShardLayouts) +
+                                  " shard layouts");
+  }
+  for (const auto& l : options.shard_layouts)
+    SLUICE_TRY(l.validate().with_context("publisher: a declared shard layout"));
   std::unique_ptr<Publisher> p(new Publisher());
   p->loop_ = &loop;
   p->engine_ = &engine;
@@ -237,6 +243,12 @@ Publisher::Pending* Publisher::find_pending(std::uint64_t version, std::uint64_t
 void Publisher::checksummed(std::uint64_t version) {
   Pending& p = *pending_[version];
   Status valid = p.manifest.validate();
+  for (const auto& layout : options_.shard_layouts) {
+    if (!valid.is_ok()) break;
+    valid = core::add_shard_checksums(p.manifest, layout, p.buffer->data())
+                .with_context("publish: declared shard layout tp_size " +
+                              std::to_string(layout.tp_size));
+  }
   if (valid.is_ok() && store_->security().versions_signed()) {
     valid = core::sign_manifest(p.manifest, store_->security().sign);
   }

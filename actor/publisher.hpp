@@ -37,6 +37,7 @@
 #include "core/event_loop.hpp"
 #include "core/hash_worker.hpp"
 #include "core/manifest.hpp"
+#include "core/shard.hpp"
 #include "core/transfer.hpp"
 #include "weightstore/client.hpp"
 #include "weightstore/holder.hpp"
@@ -78,6 +79,13 @@ struct PublisherOptions {
   // registration may have reached the store, which may already have named it to readers), or
   // until the hash thread is done with it when it was never offered. Default 60000.
   core::Millis publish_timeout{60000};
+  // The inference layouts the job's rollouts declare (core/shard.hpp; only tp_size and splits
+  // count here). For each, every version's manifest carries signed checksums of every rank's
+  // shard, so that those rollouts read only their shard's bytes and still verify them all
+  // (weightstore/shard_read.hpp). A layout that does not tile a version's tensors fails its
+  // publish. Default none: rollouts with a layout then read whole chunks. Computing them reads
+  // the version once per layout on the loop thread.
+  std::vector<core::ShardLayout> shard_layouts;
 };
 
 class Publisher {

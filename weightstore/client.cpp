@@ -1,8 +1,12 @@
 #include "weightstore/client.hpp"
 
+#include <optional>
+
 #include "core/log.hpp"
+#include "core/shard.hpp"
 
 #include "weightstore/protocol.hpp"
+#include "weightstore/shard_read.hpp"
 
 namespace sluice::weightstore {
 
@@ -260,13 +264,14 @@ Result<Pulled> pull(core::TransferEngine& engine, StoreClient& store, const std:
 void pull_async(core::TransferEngine& engine, StoreClient& store, const std::string& model,
                 std::uint64_t version, const Topology& where, core::ReadOptions options,
                 std::function<void(core::Result<Pulled>)> done,
-                std::function<bool(ReadPlan&)> accept, Millis lease_renew) {
+                std::function<bool(ReadPlan&)> accept, Millis lease_renew,
+                std::shared_ptr<const core::ShardLayout> shard) {
   StoreClient* sc = &store;
   core::TransferEngine* eng = &engine;
   core::log::debug("pull {}@{}: asking for a read plan", model, version);
   store.plan_async(
       PlanRequest{model, version, where}, Millis(5000),
-      [sc, eng, model, options, done, accept, lease_renew](Result<ReadPlan> plan_r) mutable {
+      [sc, eng, model, options, done, accept, lease_renew, shard](Result<ReadPlan> plan_r) mutable {
         core::log::debug("pull {}: read plan: {}", model, plan_r.status().to_string());
         if (!plan_r.is_ok()) return done(plan_r.status().with_context("pull " + model));
         auto plan = std::make_shared<ReadPlan>(std::move(plan_r).value());
@@ -289,17 +294,16 @@ void pull_async(core::TransferEngine& engine, StoreClient& store, const std::str
           }
           sources.push_back({h.holder_id, std::move(d).value()});
         }
-        auto chunks = core::whole_region_chunks(plan->manifest.layout());
-        for (std::size_t i = 0; i < chunks.size(); ++i)
-          chunks[i].sources = plan->chunks[i].holders;
-        auto buf = eng->allocate(plan->manifest.total_bytes, false);
-        if (!buf.is_ok()) {
-          release(plan->lease_id);
-          return done(buf.status());
+        // A layout that does not fit this version fails here, before anything is read.
+        std::optional<core::ShardPlan> shard_plan;
+        if (shard) {
+          auto p = core::plan_shard(plan->manifest, *shard);
+          if (!p.is_ok()) {
+            release(plan->lease_id);
+            return done(p.status());  // names the model, version and tensor
+          }
+          shard_plan = std::move(p).value();
         }
-        auto out = std::make_shared<Pulled>();
-        out->buffer = std::move(buf).value();
-        core::RegisteredBuffer& dst = *out->buffer;
         // Renewed while the read runs. A renewal that fails (the store refused it: it restarted,
         // or the lease expired; or it did not answer) ends the read: without the lease a holder
         // may reuse the memory under the reader, and reading on could only tear (issue 31).
@@ -318,6 +322,27 @@ void pull_async(core::TransferEngine& engine, StoreClient& store, const std::str
             });
           });
         }
+        if (shard_plan) {
+          return read_shard_async(*eng, plan, std::move(sources), std::move(*shard_plan), *shard,
+                                  options,
+                                  [plan, done, release, renew](Result<Pulled> pulled) mutable {
+                                    renew.reset();
+                                    release(plan->lease_id);
+                                    done(std::move(pulled));
+                                  });
+        }
+        auto chunks = core::whole_region_chunks(plan->manifest.layout());
+        for (std::size_t i = 0; i < chunks.size(); ++i)
+          chunks[i].sources = plan->chunks[i].holders;
+        auto buf = eng->allocate(plan->manifest.total_bytes, false);
+        if (!buf.is_ok()) {
+          renew.reset();
+          release(plan->lease_id);
+          return done(buf.status());
+        }
+        auto out = std::make_shared<Pulled>();
+        out->buffer = std::move(buf).value();
+        core::RegisteredBuffer& dst = *out->buffer;
         eng->read(std::move(sources), std::move(chunks), dst, options,
                   [plan, out, done, release, model, renew](Result<core::ReadStats> stats) mutable {
                     renew.reset();

@@ -17,6 +17,10 @@
 #include "weightstore/protocol.hpp"
 #include "weightstore/store.hpp"
 
+namespace sluice::core {
+struct ShardLayout;
+}  // namespace sluice::core
+
 namespace sluice::weightstore {
 
 class StoreClient {
@@ -112,6 +116,11 @@ struct Pulled {
   std::unique_ptr<core::RegisteredBuffer> buffer;  // the version's bytes, verified chunk by chunk
   core::ReadStats stats;
   std::uint64_t same_host_bytes = 0;  // of stats.bytes, read from holders on the reader's host
+  // A shard read (pull_async with a layout): `manifest` and `buffer` are the rollout's tensors,
+  // version_bytes the whole version's size, and whole_chunks whether the layout was undeclared
+  // and whole chunks were read (weightstore/shard_read.hpp).
+  std::uint64_t version_bytes = 0;
+  bool whole_chunks = false;
 };
 
 // Reads `model`@`version` (0: latest committed) from the holders the store names, nearest and
@@ -129,10 +138,14 @@ core::Result<Pulled> pull(core::TransferEngine& engine, StoreClient& store,
 // lease_ttl): a holder frees a copy only once the store says its leases drained, so a long read
 // that let its lease lapse could have the memory under it freed. A renewal that fails ends the
 // read (unavailable, naming the lease).
+// With `shard`, only that rank's shard is read and assembled (weightstore/shard_read.hpp); a
+// layout that does not fit the version (core::plan_shard's errors) fails the pull before
+// anything is read.
 void pull_async(core::TransferEngine& engine, StoreClient& store, const std::string& model,
                 std::uint64_t version, const Topology& where, core::ReadOptions options,
                 std::function<void(core::Result<Pulled>)> done,
-                std::function<bool(ReadPlan&)> accept = {}, Millis lease_renew = Millis(3000));
+                std::function<bool(ReadPlan&)> accept = {}, Millis lease_renew = Millis(3000),
+                std::shared_ptr<const core::ShardLayout> shard = nullptr);
 
 // For `accept`: keeps only the holders on the reader's own host as each chunk's sources; false
 // when some chunk has none there.

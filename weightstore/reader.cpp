@@ -57,7 +57,16 @@ Result<std::unique_ptr<Reader>> Reader::create(core::EventLoop& loop, core::Tran
         "reader: request_timeout, drain_check, lease_ttl and local_check must be positive, "
         "drain_timeout not negative");
   }
+  if (options.layout) {
+    SLUICE_TRY(options.layout->validate().with_context("reader " + options.model));
+    if (options.serve) {
+      return core::invalid_argument("reader " + options.model +
+                                    ": a reader with a shard layout holds only its shard and "
+                                    "cannot serve the version; set serve to false");
+    }
+  }
   std::unique_ptr<Reader> r(new Reader());
+  if (options.layout) r->shard_ = std::make_shared<core::ShardLayout>(*options.layout);
   r->loop_ = &loop;
   r->engine_ = &engine;
   r->store_ = &store;
@@ -267,12 +276,14 @@ void Reader::fetch(std::uint64_t version, Scope scope) {
               std::make_unique<Held>(Held{std::move(pulled->manifest), std::move(pulled->buffer)});
           last_stats_ = pulled->stats;
           last_same_host_bytes_ = pulled->same_host_bytes;
+          last_version_bytes_ = shard_ ? pulled->version_bytes : staged_->manifest.total_bytes;
+          last_whole_chunks_ = pulled->whole_chunks;
           log::info("{}: staged {} ({} bytes in {:.3f} s)", name(), vname(options_.model, got),
                     staged_->manifest.total_bytes, pulled->stats.seconds);
         }
         finish(got);
       },
-      accept_for(scope), options_.lease_renew);
+      accept_for(scope), options_.lease_renew, shard_);
 }
 
 bool Reader::restricted() const {

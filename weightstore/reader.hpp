@@ -21,12 +21,14 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "core/event_loop.hpp"
 #include "core/manifest.hpp"
+#include "core/shard.hpp"
 #include "core/transfer.hpp"
 #include "weightstore/client.hpp"
 #include "weightstore/holder.hpp"
@@ -74,6 +76,11 @@ struct ReaderOptions {
   bool only_from_first = false;
   // How often a pull renews its lease while it reads (well under the store's lease_ttl).
   Millis lease_renew{3000};
+  // The rollout's inference layout (core/shard.hpp): when set, a pull reads only this rank's
+  // shard, assembled into the rollout's tensors (names, shard shapes, cast dtypes), and the
+  // current version is those tensors, not the published bytes. Such a reader holds no whole
+  // version, so it cannot serve one: serve must be false. Unset: the whole version.
+  std::optional<core::ShardLayout> layout;
 };
 
 // For ReaderOptions::only_from: narrows each chunk of `plan` to the first holder of `ids` (in
@@ -85,8 +92,9 @@ class Reader {
  public:
   using Done = std::function<void(core::Result<std::uint64_t>)>;
 
-  // invalid_argument for a missing model name, a serving reader without a holder id, or a
-  // timeout that is not positive.
+  // invalid_argument for a missing model name, a serving reader without a holder id, a
+  // timeout that is not positive, or a layout that is invalid on its own (an unsupported cast,
+  // a rank not below the size) or set on a reader that serves.
   static core::Result<std::unique_ptr<Reader>> create(core::EventLoop& loop,
                                                       core::TransferEngine& engine,
                                                       StoreClient& store, ReaderOptions options);
@@ -145,6 +153,11 @@ class Reader {
   const core::ReadStats& last_stats() const { return last_stats_; }
   // Of the last staged version's bytes, those read from holders on this reader's host.
   std::uint64_t last_same_host_bytes() const { return last_same_host_bytes_; }
+  // The whole size of the last staged version as published (for a shard reader, against
+  // last_stats().bytes: what its shard cost on the wire), and whether that shard was read as
+  // whole chunks because the actor declared no checksums for its layout.
+  std::uint64_t last_version_bytes() const { return last_version_bytes_; }
+  bool last_read_whole_chunks() const { return last_whole_chunks_; }
 
   // Keeps the holder registration alive (the store expires holders that stop sending them);
   // registers the current version again when the store has forgotten this holder (after a store
@@ -188,6 +201,9 @@ class Reader {
   std::unique_ptr<Held> staged_;
   core::ReadStats last_stats_;
   std::uint64_t last_same_host_bytes_ = 0;
+  std::uint64_t last_version_bytes_ = 0;
+  bool last_whole_chunks_ = false;
+  std::shared_ptr<const core::ShardLayout> shard_;  // options_.layout, shared with each pull
   bool busy_ = false;
   std::uint64_t pull_generation_ = 0;  // a pull given up on (timeout) is ignored when it ends
   std::vector<Done> waiters_;

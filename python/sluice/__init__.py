@@ -60,10 +60,12 @@ __all__ = [
 _TORCH_DTYPES = {
     "F32": "float32", "F16": "float16", "BF16": "bfloat16", "F64": "float64", "I8": "int8",
     "I16": "int16", "I32": "int32", "I64": "int64", "U8": "uint8", "BOOL": "bool",
+    "F8_E4M3": "float8_e4m3fn",
 }
 _NUMPY_DTYPES = {
     "F32": "<f4", "F16": "<f2", "F64": "<f8", "I8": "i1", "I16": "<i2", "I32": "<i4",
     "I64": "<i8", "U8": "u1", "BOOL": "?", "BF16": "<u2",  # bfloat16: its raw 16 bits
+    "F8_E4M3": "u1",  # fp8 e4m3: its raw 8 bits
 }
 
 
@@ -99,6 +101,9 @@ class Publisher:
     process serves the version to relays and generators. ``wait(version)`` blocks until the
     store committed it. Versions must increase. Tensor names are the ``state_dict``'s (Hugging
     Face names for a Hugging Face model). CUDA tensors (one GPU) are copied on CUDA streams.
+    ``layouts`` declares the rollouts' inference layouts (dicts as :class:`Reader` takes; only
+    ``tp_size`` and ``splits`` count): each version then carries signed checksums of every
+    rank's shard, so those readers read only their shard's bytes.
 
     Example::
 
@@ -109,11 +114,13 @@ class Publisher:
 
     def __init__(self, store: str, model: str, *, holder_id: str = "actor-0",
                  security: Optional[Mapping[str, str]] = None, chunk_bytes: int = 8 << 20,
-                 keep_versions: int = 2, lease_ttl: float = 10.0, timeout: float = 10.0) -> None:
+                 keep_versions: int = 2, lease_ttl: float = 10.0, timeout: float = 10.0,
+                 layouts: Optional[Sequence[Mapping[str, Any]]] = None) -> None:
         self._p = _sluice.Publisher(store, model, holder_id=holder_id,
                                     security=_security(security), chunk_bytes=chunk_bytes,
                                     keep_versions=keep_versions, lease_ttl=lease_ttl,
-                                    timeout=timeout)
+                                    timeout=timeout,
+                                    layouts=None if layouts is None else [dict(l) for l in layouts])
         self.model = model
 
     def publish(self, version: int, tensors: Any) -> None:
@@ -157,6 +164,13 @@ class Reader:
     current at the caller's safe point; until then the current version stays as it was. A reader
     that serves (the default) is a source of its current version for its peers.
 
+    ``layout`` makes it a tensor-parallel rollout's reader: it reads only its shard's bytes and
+    holds its own tensors (names from ``names``, shard shapes, cast dtypes), e.g.
+    ``{"tp_rank": 1, "tp_size": 4, "splits": {"q.weight": "rows", "o.weight": "columns"},
+    "names": {...}, "cast": "bf16"}`` (``cast``: "bf16" from F32, or "fp8_e4m3" from BF16 with a
+    "<name>.scale" F32 tensor per ``cast_block`` elements). A bad layout raises before anything
+    is loaded. Such a reader does not serve. ``last_read()`` says what the last pull moved.
+
     Example::
 
         reader = sluice.Reader(store, "policy", holder_id="gen-0", security=cfg["security"])
@@ -164,10 +178,13 @@ class Reader:
     """
 
     def __init__(self, store: str, model: str, *, holder_id: str = "reader-0",
-                 security: Optional[Mapping[str, str]] = None, serve: bool = True,
-                 timeout: float = 10.0, drain_timeout: float = 30.0) -> None:
+                 security: Optional[Mapping[str, str]] = None, serve: Optional[bool] = None,
+                 timeout: float = 10.0, drain_timeout: float = 30.0,
+                 layout: Optional[Mapping[str, Any]] = None) -> None:
+        # serve: True unless a layout is given (a shard reader holds no whole version to serve).
         self._r = _sluice.Reader(store, model, holder_id=holder_id, security=_security(security),
-                                 serve=serve, timeout=timeout, drain_timeout=drain_timeout)
+                                 serve=serve, timeout=timeout, drain_timeout=drain_timeout,
+                                 layout=None if layout is None else dict(layout))
         self.model = model
 
     def latest(self) -> int:
@@ -240,6 +257,12 @@ class Reader:
         self._r.copy_into(host, strict)
         self._to_device(device)
 
+    def last_read(self) -> Dict[str, Any]:
+        """What the last pull that staged a version read: ``bytes`` (as the transfer engine
+        counted them), ``version_bytes`` (the whole version as published) and ``whole_chunks``
+        (a shard read as whole chunks: its layout was not declared by the publisher)."""
+        return self._r.last_read()
+
     def tensors(self) -> List[TensorInfo]:
         """The current version's tensors: name, dtype, shape, nbytes."""
         return self._r.tensors()
@@ -257,7 +280,8 @@ class Reader:
         out = {}
         for t in self.tensors():
             raw = bytearray(self._r.tensor_bytes(t.name))
-            dtype = getattr(torch, _TORCH_DTYPES[t.dtype])
+            # fp8 as torch.float8_e4m3fn where torch has it (2.1 and later), else its raw bits.
+            dtype = getattr(torch, _TORCH_DTYPES[t.dtype], torch.uint8)
             x = torch.frombuffer(raw, dtype=dtype) if raw else torch.empty(0, dtype=dtype)
             out[t.name] = x.reshape(t.shape).to(device)
         return out

@@ -22,6 +22,7 @@
 #include "core/device_copy.hpp"
 #include "core/log.hpp"
 #include "core/security.hpp"
+#include "core/shard.hpp"
 #include "core/transfer.hpp"
 #include "loop_thread.hpp"
 #include "rl/task.hpp"
@@ -126,15 +127,29 @@ void connect_store(core::EventLoop& loop, const core::SecurityConfig& sc, const 
   client = value(weightstore::StoreClient::create(loop, store, sec, millis(timeout)));
 }
 
+// A shard layout from a Python dict (core::ShardLayout::from_json's keys); None: none.
+std::optional<core::ShardLayout> shard_layout(const py::object& layout) {
+  if (layout.is_none()) return std::nullopt;
+  if (!py::isinstance<py::dict>(layout)) throw py::type_error("layout: expected a dict or None");
+  std::string text = py::str(py::module_::import("json").attr("dumps")(layout));
+  auto j = value(core::config::parse_json_text(text, "layout"));
+  return value(core::ShardLayout::from_json(nlohmann::json::parse(j.dump())));
+}
+
 // ---------------------------------------------------------------- publisher
 
 class Publisher {
  public:
   Publisher(std::string store, std::string model, std::string holder_id, py::object security,
             std::uint64_t chunk_bytes, std::uint32_t keep_versions, double lease_ttl,
-            double timeout)
+            double timeout, py::object layouts)
       : model_(std::move(model)) {
     auto sc = security_config(security);
+    std::vector<core::ShardLayout> declared;
+    if (!layouts.is_none()) {
+      for (const auto& l : layouts)
+        declared.push_back(*shard_layout(py::reinterpret_borrow<py::object>(l)));
+    }
     py::gil_scoped_release nogil;
     lt_.exclusive([&] {
       connect_store(lt_.loop(), sc, "publisher " + holder_id, store, timeout, engine_, store_);
@@ -144,6 +159,7 @@ class Publisher {
       po.chunk_bytes = chunk_bytes;
       po.keep_versions = keep_versions;
       po.lease_ttl = millis(lease_ttl);
+      po.shard_layouts = std::move(declared);
       publisher_ = value(actor::Publisher::create(lt_.loop(), *engine_, *store_, po));
       beat_ = lt_.loop().every(Millis(1000), [this] { publisher_->heartbeat(); });
     });
@@ -294,9 +310,13 @@ std::string mismatches(const core::Manifest& m, const std::vector<TensorRef>& in
 class Reader {
  public:
   Reader(std::string store, std::string model, std::string holder_id, py::object security,
-         bool serve, double timeout, double drain_timeout)
+         py::object serve_arg, double timeout, double drain_timeout, py::object layout_arg)
       : model_(std::move(model)) {
     auto sc = security_config(security);
+    std::optional<core::ShardLayout> layout = shard_layout(layout_arg);
+    // A shard reader holds no whole version to serve: it serves only when asked to (and is then
+    // refused with the reason).
+    const bool serve = serve_arg.is_none() ? !layout : serve_arg.cast<bool>();
     py::gil_scoped_release nogil;
     lt_.exclusive([&] {
       connect_store(lt_.loop(), sc, "reader " + holder_id, store, timeout, engine_, store_);
@@ -306,6 +326,7 @@ class Reader {
       ro.serve = serve;
       ro.request_timeout = millis(timeout);
       ro.drain_timeout = millis(drain_timeout);
+      ro.layout = layout;
       reader_ = value(weightstore::Reader::create(lt_.loop(), *engine_, *store_, ro));
       if (serve) beat_ = lt_.loop().every(Millis(1000), [this] { reader_->heartbeat(); });
     });
@@ -426,6 +447,27 @@ class Reader {
       });
     }
     return py::bytes(copy);
+  }
+
+  // What the last staged version cost: bytes read (as the transfer engine counted them), the
+  // whole version's bytes, and whether a shard was read as whole chunks (undeclared layout).
+  py::dict last_read() {
+    std::uint64_t bytes = 0, version_bytes = 0;
+    bool whole = false;
+    {
+      py::gil_scoped_release nogil;
+      lt_.exclusive([&] {
+        alive();
+        bytes = reader_->last_stats().bytes;
+        version_bytes = reader_->last_version_bytes();
+        whole = reader_->last_read_whole_chunks();
+      });
+    }
+    py::dict d;
+    d["bytes"] = bytes;
+    d["version_bytes"] = version_bytes;
+    d["whole_chunks"] = whole;
+    return d;
   }
 
   void close() {
@@ -667,10 +709,11 @@ PYBIND11_MODULE(_sluice, m) {
 
   py::class_<Publisher>(m, "Publisher")
       .def(py::init<std::string, std::string, std::string, py::object, std::uint64_t, std::uint32_t,
-                    double, double>(),
+                    double, double, py::object>(),
            py::arg("store"), py::arg("model"), py::kw_only(), py::arg("holder_id") = "actor-0",
            py::arg("security") = py::none(), py::arg("chunk_bytes") = 8u << 20,
-           py::arg("keep_versions") = 2, py::arg("lease_ttl") = 10.0, py::arg("timeout") = 10.0)
+           py::arg("keep_versions") = 2, py::arg("lease_ttl") = 10.0, py::arg("timeout") = 10.0,
+           py::arg("layouts") = py::none())
       .def("publish", &Publisher::publish, py::arg("version"), py::arg("tensors"))
       .def("wait", &Publisher::wait, py::arg("version"), py::arg("timeout") = 60.0)
       .def("committed", &Publisher::committed)
@@ -692,10 +735,13 @@ PYBIND11_MODULE(_sluice, m) {
       });
 
   py::class_<Reader>(m, "Reader")
-      .def(py::init<std::string, std::string, std::string, py::object, bool, double, double>(),
+      .def(py::init<std::string, std::string, std::string, py::object, py::object, double, double,
+                    py::object>(),
            py::arg("store"), py::arg("model"), py::kw_only(), py::arg("holder_id") = "reader-0",
-           py::arg("security") = py::none(), py::arg("serve") = true, py::arg("timeout") = 10.0,
-           py::arg("drain_timeout") = 30.0)
+           py::arg("security") = py::none(), py::arg("serve") = py::none(),
+           py::arg("timeout") = 10.0, py::arg("drain_timeout") = 30.0,
+           py::arg("layout") = py::none())
+      .def("last_read", &Reader::last_read)
       .def("latest", &Reader::latest)
       .def_property_readonly("current", &Reader::current)
       .def_property_readonly("staged", &Reader::staged)

@@ -5,6 +5,7 @@
 
 #include "core/checksum.hpp"
 #include "core/safetensors.hpp"
+#include "core/shard.hpp"
 
 namespace sluice::core {
 
@@ -68,6 +69,35 @@ Status Manifest::validate() const {
     return bad(std::to_string(checksums.size()) + " checksums for " +
                std::to_string(chunk_count()) + " chunks");
   }
+  if (shards.size() > kMaxShardLayouts) {
+    return bad(std::to_string(shards.size()) + " shard layouts (at most " +
+               std::to_string(kMaxShardLayouts) + ")");
+  }
+  for (std::size_t i = 0; i < shards.size(); ++i) {
+    const auto& sc = shards[i];
+    const std::string who =
+        "shard layout " + std::to_string(i) + " (tp_size " + std::to_string(sc.tp_size) + ")";
+    if (sc.tp_size == 0 || sc.tp_size > kMaxTensorParallel) {
+      return bad(who + ": tp_size must be 1.." + std::to_string(kMaxTensorParallel));
+    }
+    for (std::size_t j = 0; j < i; ++j) {
+      if (shards[j].tp_size == sc.tp_size && shards[j].splits == sc.splits)
+        return bad(who + " is declared twice");
+    }
+    auto stream = shard_stream_bytes(*this, sc.tp_size, sc.splits);
+    if (!stream.is_ok()) return bad(who + ": " + stream.status().message());
+    const std::uint64_t per_rank = *stream / chunk_bytes + (*stream % chunk_bytes != 0 ? 1 : 0);
+    if (sc.ranks.size() != sc.tp_size) {
+      return bad(who + " has checksums for " + std::to_string(sc.ranks.size()) + " ranks");
+    }
+    for (std::size_t r = 0; r < sc.ranks.size(); ++r) {
+      if (sc.ranks[r].size() != per_rank) {
+        return bad(who + ": rank " + std::to_string(r) + " has " +
+                   std::to_string(sc.ranks[r].size()) + " checksums for " +
+                   std::to_string(per_rank) + " chunks");
+      }
+    }
+  }
   return {};
 }
 
@@ -83,7 +113,8 @@ void put_str(std::string& out, const std::string& s) {
 }  // namespace
 
 std::string Manifest::signed_bytes() const {
-  std::string out = "sluice.manifest.v1";
+  // v1 without shard checksums: the bytes every manifest before them was signed over.
+  std::string out = shards.empty() ? "sluice.manifest.v1" : "sluice.manifest.v2";
   std::size_t n = 64 + model.size() + 8 * checksums.size();
   for (const auto& t : tensors)
     n += 48 + t.name.size() + t.dtype.size() + 8 * t.shape.size();
@@ -105,6 +136,18 @@ std::string Manifest::signed_bytes() const {
   put_u64(out, checksums.size());
   for (auto c : checksums)
     put_u64(out, c);
+  if (shards.empty()) return out;
+  put_u64(out, shards.size());
+  for (const auto& sc : shards) {
+    put_u64(out, sc.tp_size);
+    put_str(out, sc.splits);
+    put_u64(out, sc.ranks.size());
+    for (const auto& rank : sc.ranks) {
+      put_u64(out, rank.size());
+      for (auto c : rank)
+        put_u64(out, c);
+    }
+  }
   return out;
 }
 
@@ -156,6 +199,13 @@ nlohmann::json Manifest::to_json() const {
                             {"offset", t.offset},
                             {"bytes", t.bytes}});
   }
+  if (!shards.empty()) {
+    j["shards"] = nlohmann::json::array();
+    for (const auto& sc : shards) {
+      j["shards"].push_back(
+          {{"tp_size", sc.tp_size}, {"splits", sc.splits}, {"checksums", sc.ranks}});
+    }
+  }
   if (!signature.empty()) j["signature"] = signature;
   return j;
 }
@@ -201,6 +251,45 @@ Result<Manifest> Manifest::from_json(const nlohmann::json& j) {
     SLUICE_TRY(u64(t, "offset", s.offset).with_context("tensor '" + s.name + "'"));
     SLUICE_TRY(u64(t, "bytes", s.bytes).with_context("tensor '" + s.name + "'"));
     m.tensors.push_back(std::move(s));
+  }
+  if (auto sh = j.find("shards"); sh != j.end()) {
+    // Sizes are checked before anything is kept; validate() checks the rest.
+    if (!sh->is_array() || sh->size() > kMaxShardLayouts) {
+      return bad("'shards' must be an array of at most " + std::to_string(kMaxShardLayouts) +
+                 " layouts");
+    }
+    for (const auto& e : *sh) {
+      if (!e.is_object()) return bad("a shard layout is not an object");
+      ShardChecksums sc;
+      auto tp = e.find("tp_size");
+      if (tp == e.end() || !tp->is_number_unsigned() ||
+          tp->get<std::uint64_t>() > kMaxTensorParallel) {
+        return bad("a shard layout's 'tp_size' must be an integer 1.." +
+                   std::to_string(kMaxTensorParallel));
+      }
+      sc.tp_size = tp->get<std::uint32_t>();
+      auto sp = e.find("splits");
+      if (sp == e.end() || !sp->is_string() ||
+          sp->get_ref<const std::string&>().size() != m.tensors.size()) {
+        return bad("a shard layout's 'splits' must be a string of one letter per tensor");
+      }
+      sc.splits = sp->get<std::string>();
+      auto cs = e.find("checksums");
+      if (cs == e.end() || !cs->is_array() || cs->size() != sc.tp_size) {
+        return bad("a shard layout's 'checksums' must be one array per rank");
+      }
+      for (const auto& rank : *cs) {
+        if (!rank.is_array()) return bad("a shard layout's rank checksums are not an array");
+        std::vector<std::uint64_t> list;
+        list.reserve(rank.size());
+        for (const auto& c : rank) {
+          if (!c.is_number_unsigned()) return bad("a shard checksum is not a non-negative integer");
+          list.push_back(c.get<std::uint64_t>());
+        }
+        sc.ranks.push_back(std::move(list));
+      }
+      m.shards.push_back(std::move(sc));
+    }
   }
   if (auto s = j.find("signature"); s != j.end()) {
     constexpr std::size_t kHexChars = 128;

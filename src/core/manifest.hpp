@@ -31,6 +31,23 @@ struct TensorSpec {
   std::uint64_t bytes = 0;
 };
 
+// The checksums of one inference layout's shards, which the actor declares (core/shard.hpp): for
+// a tensor-parallel size and one split per tensor, rank r's shard is the bytes it loads, tensor
+// after tensor in manifest order, and ranks[r] holds one XXH3 checksum per chunk_bytes of that
+// stream (the last one shorter). A rollout of that layout reads only its shard's bytes and still
+// verifies every one of them; one of an undeclared layout reads whole chunks instead.
+struct ShardChecksums {
+  std::uint32_t tp_size = 0;  // 1..kMaxTensorParallel
+  // One letter per tensor, in manifest order: 'r' split along dim 0 (rows), 'c' along dim 1
+  // (columns), '-' replicated (core/shard.hpp: Split).
+  std::string splits;
+  std::vector<std::vector<std::uint64_t>> ranks;  // tp_size lists
+};
+
+// Bounds a manifest's shard checksums (decoded from peers): layouts declared, ranks per layout.
+inline constexpr std::size_t kMaxShardLayouts = 16;
+inline constexpr std::uint32_t kMaxTensorParallel = 1024;
+
 struct Manifest {
   std::string model;
   std::uint64_t version = 0;
@@ -38,6 +55,8 @@ struct Manifest {
   std::uint64_t total_bytes = 0;
   std::uint64_t chunk_bytes = 0;
   std::vector<std::uint64_t> checksums;  // one per chunk (XXH3)
+  // Per inference layout the actor declared (none: only whole chunks can be verified).
+  std::vector<ShardChecksums> shards;
   // The actor's signature of signed_bytes(): kSignaturePrefix and 128 lowercase hex characters
   // (Ed25519). Empty: unsigned (plain mode, or a peer older than signed manifests). Not itself
   // part of what is signed.
@@ -50,12 +69,18 @@ struct Manifest {
   // Checks that the manifest is self-consistent: a model name; tensors with unique, non-empty
   // names and known dtypes; bytes == product(shape) x dtype size; tensors in offset order, not
   // overlapping, covering [0, total_bytes) with no gap; a positive chunk size; one checksum per
-  // chunk. The error names the first problem found (and the tensor).
+  // chunk; shard checksums (at most kMaxShardLayouts, no layout twice) whose splits tile their
+  // tensors and whose counts match the shards' sizes. The error names the first problem found
+  // (and the tensor).
   Status validate() const;
 
-  // The canonical bytes a signature covers: a format tag ("sluice.manifest.v1"), then every
-  // field in a fixed order, integers as 8 bytes little-endian, strings and lists preceded by
-  // their length. Two manifests have the same signed bytes only when they are the same manifest.
+  // The canonical bytes a signature covers: a format tag, then every field in a fixed order,
+  // integers as 8 bytes little-endian, strings and lists preceded by their length. Two
+  // manifests have the same signed bytes only when they are the same manifest. The tag is
+  // "sluice.manifest.v1" without shard checksums (the bytes every earlier manifest was signed
+  // over, so those stay valid), "sluice.manifest.v2" with them, which follow the chunk
+  // checksums. A peer older than v2 ignores "shards" and then finds the signature invalid: it
+  // refuses such a version rather than misreading it.
   std::string signed_bytes() const;
 
   // The JSON form; "signature" only when signed.

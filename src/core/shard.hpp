@@ -1,0 +1,136 @@
+// Resharding on the way: a rollout that runs the model tensor-parallel declares its layout, and
+// reads from the trainer's version (published in the trainer's own layout and names) only the
+// bytes its shard needs, assembled into its own tensors, optionally cast.
+//
+// A layout is a tensor-parallel rank and size, a split per tensor, a name map and a cast:
+//   - Split::kRows    (column-parallel layers): dim 0 is cut into tp_size equal parts; rank r
+//                     loads rows [r * n / tp, (r + 1) * n / tp), one contiguous range.
+//   - Split::kColumns (row-parallel layers): dim 1 is cut; rank r loads its part of every row,
+//                     a strided piece of each index of dim 0.
+//   - Split::kReplicated: every rank loads the whole tensor (norms, biases of row-parallel
+//                     layers). A tensor with no split given is replicated.
+//   - names: trainer name -> rollout name, for every tensor of the version.
+//   - cast: "" (none), "bf16" (F32 tensors to BF16, round to nearest even, NaN stays NaN) or
+//     "fp8_e4m3" (BF16 tensors to OCP E4M3FN with one F32 scale per cast_block elements,
+//     scale = amax / 448, in a tensor "<rollout name>.scale" that follows it). A cast converts
+//     tensors of its source dtype only; others arrive as they are.
+//
+// Rank r's shard stream is its tensors' bytes in manifest order, before any cast: what the actor
+// signs checksums of (Manifest::shards) and what a reader assembles and verifies, chunk_bytes at
+// a time, before it casts.
+//
+// Thread safety: plain values and pure functions.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <map>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/manifest.hpp"
+#include "core/status.hpp"
+
+namespace sluice::core {
+
+enum class Split : char { kReplicated = '-', kRows = 'r', kColumns = 'c' };
+
+struct ShardLayout {
+  std::uint32_t tp_rank = 0;  // < tp_size
+  std::uint32_t tp_size = 1;  // 1..kMaxTensorParallel
+  // Trainer tensor name -> split; a tensor not listed is replicated. Every name must be a tensor
+  // of the version.
+  std::map<std::string, Split> splits;
+  // Trainer tensor name -> rollout tensor name; every tensor of the version must be listed, the
+  // rollout names must be distinct. Empty: every tensor keeps its name.
+  std::map<std::string, std::string> names;
+  std::string cast;                // "", "bf16" or "fp8_e4m3"
+  std::uint32_t cast_block = 128;  // elements per fp8 scale block (> 0)
+
+  // {"tp_rank": 0, "tp_size": 2, "splits": {"w": "rows"|"columns"|"replicated"},
+  //  "names": {"w": "model.w"}, "cast": "bf16", "cast_block": 128}; every key optional, unknown
+  // keys and wrong types are errors naming the key. Checks what needs no manifest (rank < size,
+  // a known cast, a positive block).
+  static Result<ShardLayout> from_json(const nlohmann::json& j);
+  nlohmann::json to_json() const;
+  Status validate() const;
+};
+
+// One contiguous range of the version read into the shard stream.
+struct ShardPiece {
+  std::uint64_t src_offset = 0;  // in the version's bytes
+  std::uint64_t dst_offset = 0;  // in the shard stream
+  std::uint64_t bytes = 0;
+};
+
+struct ShardTensor {
+  std::string source;                // the trainer's name
+  std::string name;                  // the rollout's name
+  std::string dtype;                 // as published
+  std::vector<std::uint64_t> shape;  // the shard's shape
+  Split split = Split::kReplicated;
+  std::uint64_t offset = 0;  // in the shard stream
+  std::uint64_t bytes = 0;
+};
+
+struct ShardPlan {
+  std::uint32_t tp_rank = 0;
+  std::uint32_t tp_size = 1;
+  std::string splits;                // one Split letter per tensor (ShardChecksums::splits)
+  std::vector<ShardTensor> tensors;  // manifest order
+  // In shard-stream order; none crosses a chunk of the version (so each is read from the holders
+  // of one chunk); contiguous neighbours are merged.
+  std::vector<ShardPiece> pieces;
+  std::uint64_t bytes = 0;  // the shard stream's length
+};
+
+// Maps a version and a layout to the pieces rank layout.tp_rank reads and its tensors. Refuses,
+// naming the tensor, and before anything is read: a split dimension that tp_size does not
+// divide (or that the tensor lacks), a tensor missing from a non-empty name map, a split or name
+// for a tensor the version lacks, two tensors under one rollout name, and what validate() does.
+Result<ShardPlan> plan_shard(const Manifest& m, const ShardLayout& layout);
+
+// The split letters of `layout` for `m`'s tensors (plan_shard's checks on splits only).
+Result<std::string> shard_splits(const Manifest& m, const ShardLayout& layout);
+
+// The length of every rank's shard stream for tp_size and split letters over m's tensors (in
+// manifest order); invalid_argument naming the tensor whose split does not tile it.
+Result<std::uint64_t> shard_stream_bytes(const Manifest& m, std::uint32_t tp_size,
+                                         std::string_view splits);
+
+// The declared checksums for plan's layout and rank in m.shards; nullptr when not declared.
+const std::vector<std::uint64_t>* declared_checksums(const Manifest& m, const ShardPlan& plan);
+
+// Computes every rank's shard checksums of `layout`'s tp_size and splits over the version's
+// bytes `data` (m.total_bytes of them) and adds them to m.shards (replacing the same layout's).
+// For the actor, before it signs. Errors: plan_shard's, or too many layouts.
+Status add_shard_checksums(Manifest& m, const ShardLayout& layout, const std::uint8_t* data);
+
+// The checksums of a shard stream cut at chunk_bytes.
+std::vector<std::uint64_t> stream_checksums(std::span<const std::uint8_t> stream,
+                                            std::uint64_t chunk_bytes);
+
+// Copies the pieces out of whole-version bytes into the shard stream (out: plan.bytes).
+void assemble_shard(const ShardPlan& plan, const std::uint8_t* version, std::uint8_t* out);
+
+// The rollout's tensors after the cast (names, dtypes, shapes, offsets in the cast output, fp8
+// scales after their tensor) as a manifest of `m`'s model and version, its checksums computed
+// by the caller over the output. total_bytes is the output's length.
+Manifest shard_manifest(const Manifest& m, const ShardPlan& plan, const ShardLayout& layout);
+
+// Casts the shard stream `in` (plan.bytes) into `out` (shard_manifest's total_bytes), tensor by
+// tensor, at most `step_bytes` of input at a time (each tensor's fp8 blocks whole).
+void cast_shard(const ShardPlan& plan, const ShardLayout& layout, const std::uint8_t* in,
+                std::uint8_t* out, std::uint64_t step_bytes);
+
+// The element casts (exposed for tests): fp32 -> bf16, round to nearest even, NaN stays a
+// (quiet) NaN; bf16 -> fp8 e4m3fn of value / scale, round to nearest even, saturating at +-448,
+// NaN to NaN (0x7f / 0xff).
+std::uint16_t fp32_to_bf16(float f);
+float bf16_to_fp32(std::uint16_t b);
+std::uint8_t fp32_to_fp8_e4m3(float f);
+float fp8_e4m3_to_fp32(std::uint8_t b);
+
+}  // namespace sluice::core

@@ -1,0 +1,40 @@
+// Reads one rank's shard of a version (core/shard.hpp) from the holders a read plan names, and
+// assembles it into the rollout's own tensors.
+//
+// Two ways, both verified before anything is used:
+//   - declared: the actor signed checksums of this layout's shard streams (Manifest::shards).
+//     Only the shard's pieces are read (sub-chunk GETs at the pieces' offsets), assembled, and
+//     each chunk_bytes of the assembled stream is checked against the rank's checksum. A chunk
+//     that fails is read again, one holder at a time, until one gives the right bytes.
+//   - not declared: the version's whole chunks that hold any of the shard's bytes are read,
+//     each verified against the manifest's chunk checksums as usual, and the shard is cut out of
+//     them. More bytes move (a columns split touches every chunk of its tensor); said so once in
+//     the log.
+// Then the cast, if any, runs over the verified stream chunk_bytes at a time.
+//
+// Thread safety: loop thread only (as the transfer engine).
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "core/shard.hpp"
+#include "core/transfer.hpp"
+#include "weightstore/client.hpp"
+#include "weightstore/store.hpp"
+
+namespace sluice::weightstore {
+
+// Reads `shard` (planned for plan->manifest and `layout`) from `sources` (plan->holders, in that
+// order). `done` runs once on the loop thread with the rollout's tensors: Pulled::manifest is
+// shard_manifest() with checksums over the delivered bytes, Pulled::stats.bytes every byte read
+// (retries included), Pulled::version_bytes the whole version's size. options.verify is ignored
+// (shards are always verified) and options.on_chunk is not called. Errors: the read's, or
+// data_loss naming the shard chunk that no holder could supply intact.
+void read_shard_async(core::TransferEngine& engine, std::shared_ptr<const ReadPlan> plan,
+                      std::vector<core::ReadSource> sources, core::ShardPlan shard,
+                      core::ShardLayout layout, core::ReadOptions options,
+                      std::function<void(core::Result<Pulled>)> done);
+
+}  // namespace sluice::weightstore
