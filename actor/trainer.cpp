@@ -18,6 +18,7 @@
 #include "actor/consumed.hpp"
 #include "actor/gpt_policy.hpp"
 #include "actor/policy.hpp"
+#include "actor/publish_dtype.hpp"
 #include "actor/publisher.hpp"
 #include "actor/sim_policy.hpp"
 #include "core/log.hpp"
@@ -52,6 +53,11 @@ core::Status TrainerConfig::validate() const {
   }
   if (weight_bytes < 16) return core::invalid_argument("weight_bytes must be at least 16");
   if (chunk_bytes == 0) return core::invalid_argument("chunk_bytes must be at least 1");
+  SLUICE_TRY(check_publish_dtype(publish_dtype));
+  if (publish_dtype == "bf16" && policy != "gpt") {
+    return core::invalid_argument(
+        "publish_dtype bf16 needs policy gpt: the simulated trainer's bytes are not fp32 values");
+  }
   if (train_ms_per_token < 0 || train_ms_fixed < 0) {
     return core::invalid_argument("training times must not be negative");
   }
@@ -110,6 +116,9 @@ struct Trainer::Impl {
   std::unique_ptr<Publisher> publisher;
   std::unique_ptr<ExperienceBuffer> buffer;
   std::unique_ptr<Policy> policy;
+  // publish_dtype bf16: the rounded weights of the version being published (the publisher copies
+  // them into its staging memory before publish() returns).
+  std::vector<std::uint8_t> publish_storage;
   std::unique_ptr<std::ofstream> metrics;  // metrics.jsonl, one line per step
   std::atomic<bool> stopping{false};
 
@@ -163,7 +172,9 @@ struct Trainer::Impl {
     for (int skip = 0;; ++skip) {
       ++version;
       auto t0 = Clock::now();
-      auto m = publisher->publish(version, policy->tensors());
+      auto views = tensors_to_publish(policy->tensors(), cfg.publish_dtype, publish_storage);
+      if (!views.is_ok()) return views.status().with_context("actor");
+      auto m = publisher->publish(version, *views);
       publish_s += seconds(Clock::now() - t0);
       if (m.is_ok()) {
         m_version.set(static_cast<double>(version));

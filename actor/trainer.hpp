@@ -55,6 +55,9 @@ struct TrainerConfig {
   double train_ms_per_token = 0.01;        // simulated trainer: time per trained token
   std::uint64_t weight_bytes = 16u << 20;  // simulated trainer: bytes of a version
   std::uint64_t chunk_bytes = 4u << 20;
+  // The dtype of published versions (actor/publish_dtype.hpp): f32 as the policy holds its
+  // weights, or bf16 (rounded to nearest even; the master weights stay fp32). Default f32.
+  std::string publish_dtype = "f32";
   std::uint64_t steps = 0;        // stop after this many steps (0: when the manager is done)
   std::uint64_t collect_ms = 10;  // poll period when waiting for trajectories
   std::uint64_t manager_timeout_ms = 20000;
@@ -96,6 +99,10 @@ struct TrainerConfig {
     v("train_ms_per_token", train_ms_per_token, "simulated trainer: ms per trained token");
     v("weight_bytes", weight_bytes, "simulated trainer: bytes of a weight version");
     v("chunk_bytes", chunk_bytes, "chunk size of published versions");
+    v("publish_dtype", publish_dtype,
+      "dtype of published versions: f32 (as the policy holds its weights) or bf16 (F32 tensors "
+      "rounded to nearest even; the master weights stay fp32; rollouts generate from the bf16 "
+      "values) (default f32)");
     v("steps", steps, "stop after this many steps (0: when the manager says done)");
     v("collect_ms", collect_ms, "poll period while waiting for trajectories");
     v("manager_timeout_ms", manager_timeout_ms, "fail when the manager is silent this long");

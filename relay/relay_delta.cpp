@@ -226,9 +226,11 @@ void fetch_delta(core::TransferEngine& engine, weightstore::StoreClient& store,
               auto view = core::parse_delta(bytes);
               if (!view.is_ok()) return done(view.status());
               const core::DeltaHeader& h = view->header;
-              if (h.base_version != base || h.target_version != target.version ||
-                  h.total_bytes != target.total_bytes || h.chunk_bytes != target.chunk_bytes) {
-                return done(core::protocol_error("the delta read is not the one asked for"));
+              if (Status fits = core::check_delta_fits(h, base, target.version, target.total_bytes,
+                                                       target.chunk_bytes);
+                  !fits.is_ok()) {
+                return done(core::protocol_error("the delta read is not the one asked for: " +
+                                                 fits.message()));
               }
               f.available = true;
               f.delta_bytes = blob->size();

@@ -5,6 +5,7 @@
 #include <optional>
 #include <span>
 
+#include "core/bf16.hpp"
 #include "core/checksum.hpp"
 #include "core/log.hpp"
 #include "model/device.hpp"
@@ -88,6 +89,20 @@ core::Status ModelEngine::load_weights(std::uint64_t version, const std::uint8_t
     return core::failed_precondition(
         "model engine: cannot load version " + std::to_string(version) + " with " +
         std::to_string(seqs_.size()) + " active sequences of version " + std::to_string(version_));
+  }
+  const std::uint64_t f32_bytes = model_->param_bytes();
+  if (bytes == f32_bytes / 2 && bytes != f32_bytes) {
+    // A bf16 version (the actor's publish_dtype bf16): widened exactly, then loaded as fp32.
+    widened_.resize(f32_bytes / 4);
+    SLUICE_TRY(core::widen_bf16({data, static_cast<std::size_t>(bytes)}, widened_)
+                   .with_context("model engine: version " + std::to_string(version)));
+    data = reinterpret_cast<const std::uint8_t*>(widened_.data());
+    bytes = f32_bytes;
+  } else if (bytes != f32_bytes) {
+    return core::invalid_argument("model engine: version " + std::to_string(version) + " has " +
+                                  std::to_string(bytes) + " bytes; this model takes " +
+                                  std::to_string(f32_bytes) + " (f32) or " +
+                                  std::to_string(f32_bytes / 2) + " (bf16)");
   }
   SLUICE_TRY(model_->load(data, static_cast<std::size_t>(bytes))
                  .with_context("model engine: version " + std::to_string(version)));

@@ -19,7 +19,9 @@
 //   (kInvalidArgument) unless it fits the model's shape and holds prompt + generated but the last.
 // - `versions` gets the loaded version appended when it differs from its last entry, on admission
 //   and on every token.
-// - load_weights() replaces the weights (Gpt::load, size checked against the model's layout). It
+// - load_weights() replaces the weights (Gpt::load, size checked against the model's layout):
+//   the model's fp32 bytes, or half as many, a bf16 version (the actor's publish_dtype bf16),
+//   widened exactly to fp32 before the load. Any other size is refused, nothing loaded. It
 //   is refused while sequences are active unless allow_active; then every active sequence's KV
 //   cache is recomputed (re-prefilled) with the new weights before its next token.
 // - Work is done inside step(): StepResult::wait_s is always 0.
@@ -86,7 +88,8 @@ class ModelEngine final : public Engine {
   }
   std::uint64_t version() const override { return version_; }
   // kFailedPrecondition while sequences are active and !allow_active; kInvalidArgument when
-  // `bytes` is not the model's parameter size (nothing changes in either case).
+  // `bytes` is neither the model's fp32 parameter size nor half of it (bf16) (nothing changes in
+  // either case).
   core::Status load_weights(std::uint64_t version, const std::uint8_t* data, std::uint64_t bytes,
                             bool allow_active) override;
   // A free decode slot and kv_tokens more KV tokens within max_kv_tokens.
@@ -145,6 +148,7 @@ class ModelEngine final : public Engine {
   std::vector<std::int32_t> batch_tokens_;
   std::vector<std::size_t> batch_index_;
   std::vector<unsigned char> failed_;
+  std::vector<float> widened_;  // a bf16 version widened to fp32, kept for the next load
 };
 
 }  // namespace sluice::rollout

@@ -7,6 +7,7 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -72,6 +73,13 @@ BenchCrossdcCommands add_bench_crossdc(CLI::App& bench, BenchCrossdcArgs& a) {
       ->add_option("--change-rate", a.change_rate,
                    "fraction of elements each version changes against the one before")
       ->capture_default_str();
+  c.outer
+      ->add_option("--versions-dir", a.versions_dir,
+                   "publish real versions from here (v<N>.bin, from `bench delta "
+                   "--save-versions`) instead of synthetic ones")
+      ->capture_default_str();
+  c.outer->add_option("--first-version", a.first_version, "--versions-dir: the first v<N>.bin")
+      ->capture_default_str();
   c.outer->add_option("--designs", a.designs, "direct, seed, delta")->capture_default_str();
   c.outer->add_option("--poll-ms", a.poll_ms, "how often a rollout asks for a newer version")
       ->capture_default_str();
@@ -103,6 +111,8 @@ BenchCrossdcCommands add_bench_crossdc(CLI::App& bench, BenchCrossdcArgs& a) {
     (*sub)->add_option("--chunk", a.chunk);
     (*sub)->add_option("--versions", a.versions);
     (*sub)->add_option("--change-rate", a.change_rate);
+    (*sub)->add_option("--versions-dir", a.versions_dir);
+    (*sub)->add_option("--first-version", a.first_version);
     (*sub)->add_option("--poll-ms", a.poll_ms);
     (*sub)->add_option("--local-check-ms", a.local_check_ms);
     (*sub)->add_option("--relay-follow-ms", a.relay_follow_ms);
@@ -141,6 +151,14 @@ int run_bench_crossdc(const BenchCrossdcCommands& c, const BenchCrossdcArgs& arg
     return usage_error("--relay-follow-ms must be between 1 and 1000");
   auto size = parse_bytes(args.size);
   auto chunk = parse_bytes(args.chunk);
+  BenchCrossdcArgs real = args;  // with the versions' absolute folder and their size
+  if (!args.versions_dir.empty()) {
+    auto files = real_version_files(args.versions_dir, args.first_version, args.versions);
+    if (!files.is_ok()) return usage_error("--versions-dir: " + files.status().message());
+    real.versions_dir = std::filesystem::absolute(args.versions_dir).string();
+    size = files->bytes;
+    real.size = std::to_string(files->bytes);
+  }
   if (!size.is_ok() || *size == 0) return usage_error("bad --size '" + args.size + "'");
   if (!chunk.is_ok() || *chunk == 0) return usage_error("bad --chunk '" + args.chunk + "'");
   std::vector<std::string> designs;
@@ -207,7 +225,11 @@ int run_bench_crossdc(const BenchCrossdcCommands& c, const BenchCrossdcArgs& arg
                             "--rollouts-per-host",
                             std::to_string(args.rollouts_per_host),
                             "--size",
-                            args.size,
+                            real.size,
+                            "--versions-dir",
+                            real.versions_dir,
+                            "--first-version",
+                            std::to_string(args.first_version),
                             "--chunk",
                             args.chunk,
                             "--versions",
@@ -318,9 +340,13 @@ int run_bench_crossdc(const BenchCrossdcCommands& c, const BenchCrossdcArgs& arg
   std::printf(
       "%u datacenter(s) x %u host(s) x %u rollout(s); host 0 of dc0 is the trainer's (store, "
       "publisher), every other host has the rollouts (and in seed a relay); WAN %s per "
-      "datacenter, LAN %s per host; version %s\n",
+      "datacenter, LAN %s per host; version %s%s\n",
       args.dcs, args.hosts_per_dc, args.rollouts_per_host, args.wan_rate.c_str(),
-      args.lan_rate.c_str(), format_bytes(*size).c_str());
+      args.lan_rate.c_str(), format_bytes(*size).c_str(),
+      args.versions_dir.empty() ? ""
+                                : (" (real versions from " + args.versions_dir + ", v" +
+                                   std::to_string(args.first_version) + " on)")
+                                      .c_str());
   std::printf(
       "seconds: from the start of publish until every rollout holds the version; vs direct: "
       "direct's seconds over this row's; WAN copies: bytes through each datacenter's WAN link "

@@ -13,13 +13,20 @@
 // their host's relay), and "delta" (seed, with version N+1 sent over the WAN as a delta against
 // N: the trainer's datacenter's seed makes it, the other seeds read it; needs --hosts-per-dc >= 2).
 //
+// Versions are synthetic (--size bytes, --change-rate of the elements changed each time), or a
+// job's real consecutive versions read from --versions-dir (files v<N>.bin of one size, as `bench
+// delta --save-versions` writes them; --first-version picks where to start).
+//
 // The outer command sets up the hosts for each design and starts `bench crossdc-run` inside
 // host 0, which starts the store, the publisher, the relays and one `bench crossdc-host`
 // process per rollout host (its rollouts' readers), and prints one JSON line per version.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
+
+#include "core/status.hpp"
 
 namespace CLI {
 class App;
@@ -38,6 +45,11 @@ struct BenchCrossdcArgs {
   std::string chunk = "1MiB";
   unsigned versions = 2;
   double change_rate = 0.03;  // fraction of elements version N+1 changes against N
+  // Real versions instead of synthetic ones: <dir>/v<first_version>.bin, then the next ones
+  // (written by `bench delta --save-versions`), each published as it is (--size and
+  // --change-rate unused). "" for synthetic versions.
+  std::string versions_dir;
+  unsigned first_version = 1;
   std::string designs = "direct,seed,delta";
   unsigned poll_ms = 100;  // how often each rollout asks for a newer version
   // seed: how often a rollout waiting for its host's relay asks for a read plan again (each
@@ -72,6 +84,15 @@ BenchCrossdcCommands add_bench_crossdc(CLI::App& bench, BenchCrossdcArgs& args);
 // Runs whichever of them was parsed; -1 when none was.
 int run_bench_crossdc(const BenchCrossdcCommands& commands, const BenchCrossdcArgs& args,
                       const std::vector<std::string>& env);
+
+// --versions-dir: the paths of `count` consecutive version files from v<first>.bin and their
+// common size. invalid_argument naming the file that is missing, empty or of another size.
+struct RealVersionFiles {
+  std::vector<std::string> paths;
+  std::uint64_t bytes = 0;
+};
+core::Result<RealVersionFiles> real_version_files(const std::string& dir, unsigned first,
+                                                  unsigned count);
 
 // The parts (bench_crossdc_run.cpp).
 int run_bench_crossdc_inside(const BenchCrossdcArgs& args, const std::vector<std::string>& env);

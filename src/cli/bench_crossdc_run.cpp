@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -94,6 +95,25 @@ void change_elements(std::vector<std::uint8_t>& w, double rate, std::uint64_t se
 const char* kModel = "policy";
 
 }  // namespace
+
+Result<RealVersionFiles> real_version_files(const std::string& dir, unsigned first,
+                                            unsigned count) {
+  RealVersionFiles out;
+  for (unsigned v = first; v < first + count; ++v) {
+    const std::string path = dir + "/v" + std::to_string(v) + ".bin";
+    std::error_code ec;
+    const std::uint64_t n = std::filesystem::file_size(path, ec);
+    if (ec) return invalid_argument(path + ": " + ec.message());
+    if (n == 0) return invalid_argument(path + " is empty");
+    if (out.bytes != 0 && n != out.bytes) {
+      return invalid_argument(path + " has " + std::to_string(n) + " bytes, the versions before " +
+                              std::to_string(out.bytes));
+    }
+    out.bytes = n;
+    out.paths.push_back(path);
+  }
+  return out;
+}
 
 int run_bench_crossdc_inside(const BenchCrossdcArgs& args, const std::vector<std::string>& env) {
   (void)env;
@@ -269,9 +289,24 @@ int run_bench_crossdc_inside(const BenchCrossdcArgs& args, const std::vector<std
     }
   };
   std::vector<std::uint8_t> weights(*size);
-  fill_pseudo_random(weights.data(), weights.size(), 99);
+  std::vector<std::string> real_paths;  // --versions-dir: version v is real_paths[v - 1]
+  if (!args.versions_dir.empty()) {
+    auto files = real_version_files(args.versions_dir, args.first_version, args.versions);
+    if (!files.is_ok()) return fail(files.status().to_string());
+    if (files->bytes != weights.size()) return fail("--size is not the versions' size");
+    real_paths = std::move(files->paths);
+  } else {
+    fill_pseudo_random(weights.data(), weights.size(), 99);
+  }
   for (std::uint64_t v = 1; v <= args.versions; ++v) {
-    if (v > 1) change_elements(weights, args.change_rate, v);
+    if (!real_paths.empty()) {
+      std::ifstream f(real_paths[v - 1], std::ios::binary);
+      f.read(reinterpret_cast<char*>(weights.data()), static_cast<std::streamsize>(weights.size()));
+      if (!f || f.gcount() != static_cast<std::streamsize>(weights.size()))
+        return fail("cannot read " + real_paths[v - 1]);
+    } else if (v > 1) {
+      change_elements(weights, args.change_rate, v);
+    }
     auto wan0 = read_wan(args.emuhosts, args.prefix, args.dcs);
     if (!wan0.is_ok()) return fail(wan0.status().to_string());
     const CpuTimes cpu0 = read_cpu_times();

@@ -366,6 +366,14 @@ int main(int argc, char** argv) {
   bench_delta->add_option("--updates", bd.updates, "the job's consecutive version pairs")
       ->capture_default_str();
   bench_delta->add_option("--level", bd.level, "zstd level")->capture_default_str();
+  bench_delta
+      ->add_option("--dtype", bd.dtype,
+                   "dtype of the job's versions: f32 (as held) or bf16 (rounded, as published "
+                   "with actor.publish_dtype bf16)")
+      ->capture_default_str();
+  bench_delta->add_option("--save-versions", bd.save_versions,
+                          "write each of the job's versions here (v<N>.bin: its bytes), for "
+                          "`bench crossdc --versions-dir`");
   bench_delta->add_flag("--json", bd.json, "one JSON object per row");
   auto* bench_broadcast_run = bench_cmd->add_subcommand("broadcast-run", "one broadcast run");
   bench_broadcast_run->group("");

@@ -93,6 +93,67 @@ void sparse_form(const std::uint8_t* base, const std::uint8_t* target, std::size
     raw.push_back(base[i] ^ target[i]);
 }
 
+std::uint16_t load_u16(const std::uint8_t* p) {
+  return static_cast<std::uint16_t>(p[0] | (p[1] << 8));
+}
+
+void put_varint(std::vector<std::uint8_t>& raw, std::uint64_t v) {
+  while (v >= 0x80) {
+    raw.push_back(static_cast<std::uint8_t>(v | 0x80));
+    v >>= 7;
+  }
+  raw.push_back(static_cast<std::uint8_t>(v));
+}
+
+// Reads one varint of at most 5 bytes (a gap below 2^35) at raw[at], advancing `at`; false when
+// it runs past `end` or is longer.
+bool get_varint(const std::vector<std::uint8_t>& raw, std::size_t& at, std::size_t end,
+                std::uint64_t& v) {
+  v = 0;
+  for (int shift = 0; shift <= 28; shift += 7) {
+    if (at >= end) return false;
+    const std::uint8_t byte = raw[at++];
+    v |= static_cast<std::uint64_t>(byte & 0x7f) << shift;
+    if (!(byte & 0x80)) return true;
+  }
+  return false;
+}
+
+// target - base of one 2-byte value, mod 2^16, zigzagged so that small steps either way are
+// small numbers (-1 -> 1, +1 -> 2, -2 -> 3, ...), and back.
+std::uint16_t zigzag16(std::uint16_t base, std::uint16_t target) {
+  const auto d = static_cast<std::int16_t>(static_cast<std::uint16_t>(target - base));
+  return static_cast<std::uint16_t>((static_cast<std::uint16_t>(d) << 1) ^
+                                    static_cast<std::uint16_t>(d >> 15));
+}
+std::uint16_t unzigzag16(std::uint16_t base, std::uint16_t z) {
+  const auto d = static_cast<std::uint16_t>((z >> 1) ^ static_cast<std::uint16_t>(-(z & 1)));
+  return static_cast<std::uint16_t>(base + d);
+}
+
+// The sparse16 form's raw bytes: count u32, each changed 2-byte value's gap from the previous
+// one (varint), their zigzagged differences as two byte planes (low, high), then the XOR of the
+// tail byte.
+void sparse16_form(const std::uint8_t* base, const std::uint8_t* target, std::size_t n,
+                   const std::vector<std::uint32_t>& changed, std::vector<std::uint8_t>& raw) {
+  raw.clear();
+  put_u32(raw, static_cast<std::uint32_t>(changed.size()));
+  std::uint64_t prev = 0;
+  for (std::size_t k = 0; k < changed.size(); ++k) {
+    put_varint(raw, changed[k] - (k == 0 ? 0 : prev + 1));
+    prev = changed[k];
+  }
+  const std::size_t planes_at = raw.size();
+  raw.resize(planes_at + 2 * changed.size());
+  for (std::size_t k = 0; k < changed.size(); ++k) {
+    const std::size_t v = changed[k];
+    const std::uint16_t z = zigzag16(load_u16(base + 2 * v), load_u16(target + 2 * v));
+    raw[planes_at + k] = static_cast<std::uint8_t>(z);
+    raw[planes_at + changed.size() + k] = static_cast<std::uint8_t>(z >> 8);
+  }
+  if (n % 2) raw.push_back(base[n - 1] ^ target[n - 1]);
+}
+
 // The frames carry zstd's content checksum (4 bytes): a damaged payload is refused when it is
 // decompressed, before a chunk is rebuilt from it.
 Status compress(ZSTD_CCtx* cctx, const std::vector<std::uint8_t>& raw,
@@ -101,6 +162,48 @@ Status compress(ZSTD_CCtx* cctx, const std::vector<std::uint8_t>& raw,
   const std::size_t n = ZSTD_compress2(cctx, out.data(), out.size(), raw.data(), raw.size());
   if (ZSTD_isError(n)) return internal_error(fmt::format("zstd: {}", ZSTD_getErrorName(n)));
   out.resize(n);
+  return {};
+}
+
+// Rebuilds an n-byte chunk into `o` from the base chunk `b` and the decompressed sparse16 form.
+Status apply_sparse16(const std::vector<std::uint8_t>& raw, std::uint64_t i, const std::uint8_t* b,
+                      std::uint8_t* o, std::uint64_t n) {
+  const std::uint64_t values = n / 2;
+  const std::uint64_t tail = n % 2;
+  const std::uint64_t count = get_u32(raw.data());
+  if (count > values) {
+    return protocol_error(
+        fmt::format("delta: chunk {} names {} changed values of {}", i, count, values));
+  }
+  std::memcpy(o, b, n);
+  std::size_t at = 4;
+  const std::size_t end = raw.size();
+  std::vector<std::uint32_t> index(count);
+  std::uint64_t next = 0;
+  for (std::uint64_t k = 0; k < count; ++k) {
+    std::uint64_t gap = 0;
+    if (!get_varint(raw, at, end, gap)) {
+      return protocol_error(fmt::format("delta: chunk {}'s indices are malformed", i));
+    }
+    next += gap;
+    if (next >= values) {
+      return protocol_error(fmt::format("delta: chunk {} names value {} of {}", i, next, values));
+    }
+    index[k] = static_cast<std::uint32_t>(next);
+    ++next;
+  }
+  if (end - at != 2 * count + tail) {
+    return protocol_error(
+        fmt::format("delta: chunk {}'s sparse16 form has {} bytes of differences, not {}", i,
+                    end - at, 2 * count + tail));
+  }
+  for (std::uint64_t k = 0; k < count; ++k) {
+    const auto z = static_cast<std::uint16_t>(raw[at + k] | (raw[at + count + k] << 8));
+    const std::uint16_t v = unzigzag16(load_u16(b + 2 * index[k]), z);
+    o[2 * index[k]] = static_cast<std::uint8_t>(v);
+    o[2 * index[k] + 1] = static_cast<std::uint8_t>(v >> 8);
+  }
+  if (tail) o[n - 1] = b[n - 1] ^ raw[at + 2 * count];
   return {};
 }
 
@@ -151,7 +254,7 @@ Result<std::vector<std::uint8_t>> encode_delta(std::span<const std::uint8_t> bas
   const std::size_t entries_at = out.size();
   out.resize(entries_at + count * kDeltaEntryBytes);
   std::vector<std::uint8_t> raw, packed, alt_raw, alt_packed;
-  std::vector<std::uint32_t> changed;
+  std::vector<std::uint32_t> changed, changed16;
   for (std::uint64_t i = 0; i < count; ++i) {
     const std::uint64_t start = i * chunk_bytes;
     const std::size_t n = static_cast<std::size_t>(std::min(chunk_bytes, total - start));
@@ -171,6 +274,13 @@ Result<std::vector<std::uint8_t>> encode_delta(std::span<const std::uint8_t> bas
     for (auto w : changed)
       for (int k = 0; k < 4; ++k)
         st.changed_bytes += b[4 * w + k] != t[4 * w + k];
+    const std::size_t values16 = n / 2;
+    changed16.clear();
+    for (std::size_t v = 0; v < values16; ++v)
+      if (load_u16(b + 2 * v) != load_u16(t + 2 * v))
+        changed16.push_back(static_cast<std::uint32_t>(v));
+    st.values16 += values16;
+    st.changed_values16 += changed16.size();
     DeltaEncoding enc = DeltaEncoding::kSame;
     packed.clear();
     if (!changed.empty() || tail_changed) {
@@ -185,10 +295,29 @@ Result<std::vector<std::uint8_t>> encode_delta(std::span<const std::uint8_t> bas
           enc = DeltaEncoding::kSparse;
         }
       }
+      if (options.sparse16 && changed16.size() <= values16 / 2) {
+        sparse16_form(b, t, n, changed16, alt_raw);
+        SLUICE_TRY(compress(cctx.get(), alt_raw, alt_packed));
+        if (alt_packed.size() < packed.size()) {
+          packed.swap(alt_packed);
+          enc = DeltaEncoding::kSparse16;
+        }
+      }
     }
-    (enc == DeltaEncoding::kSame  ? st.same_chunks
-     : enc == DeltaEncoding::kXor ? st.xor_chunks
-                                  : st.sparse_chunks)++;
+    switch (enc) {
+      case DeltaEncoding::kSame:
+        ++st.same_chunks;
+        break;
+      case DeltaEncoding::kXor:
+        ++st.xor_chunks;
+        break;
+      case DeltaEncoding::kSparse:
+        ++st.sparse_chunks;
+        break;
+      case DeltaEncoding::kSparse16:
+        ++st.sparse16_chunks;
+        break;
+    }
     std::uint8_t* e = out.data() + entries_at + i * kDeltaEntryBytes;
     std::vector<std::uint8_t> entry;
     put_u32(entry, static_cast<std::uint32_t>(enc));
@@ -243,7 +372,7 @@ Result<DeltaView> parse_delta(std::span<const std::uint8_t> blob) {
     const std::uint8_t* e = p + kDeltaHeaderBytes + i * kDeltaEntryBytes;
     const std::uint32_t enc = get_u32(e);
     const std::uint64_t bytes = get_u64(e + 8);
-    if (enc > static_cast<std::uint32_t>(DeltaEncoding::kSparse) || get_u32(e + 4) != 0) {
+    if (enc > static_cast<std::uint32_t>(DeltaEncoding::kSparse16) || get_u32(e + 4) != 0) {
       return protocol_error(fmt::format("delta: chunk {} has an unknown encoding {}", i, enc));
     }
     if ((enc == 0) != (bytes == 0)) {
@@ -261,6 +390,27 @@ Result<DeltaView> parse_delta(std::span<const std::uint8_t> blob) {
     return protocol_error(fmt::format("delta: {} bytes after the last payload", blob.size() - at));
   }
   return v;
+}
+
+Status check_delta_fits(const DeltaHeader& h, std::uint64_t held_version,
+                        std::uint64_t target_version, std::uint64_t total_bytes,
+                        std::uint64_t chunk_bytes) {
+  if (h.base_version != held_version) {
+    return failed_precondition(
+        fmt::format("delta {} -> {} is against version {}; this reader holds version {}",
+                    h.base_version, h.target_version, h.base_version, held_version));
+  }
+  if (h.target_version != target_version) {
+    return failed_precondition(fmt::format("delta {} -> {} makes version {}, not the {} wanted",
+                                           h.base_version, h.target_version, h.target_version,
+                                           target_version));
+  }
+  if (h.total_bytes != total_bytes || h.chunk_bytes != chunk_bytes) {
+    return invalid_argument(fmt::format(
+        "delta {} -> {} is for {} bytes in chunks of {}; the version is {} bytes in chunks of {}",
+        h.base_version, h.target_version, h.total_bytes, h.chunk_bytes, total_bytes, chunk_bytes));
+  }
+  return {};
 }
 
 Status apply_delta_chunk(const DeltaView& view, std::span<const std::uint8_t> blob, std::uint64_t i,
@@ -298,10 +448,16 @@ Status apply_delta_chunk(const DeltaView& view, std::span<const std::uint8_t> bl
       return protocol_error(
           fmt::format("delta: chunk {} decodes to {} bytes, not its {}", i, declared, n));
     }
-  } else if (declared < 4 + tail || declared > 4 + 9 * words + tail) {
-    // Sparse: a count, at most 5 varint bytes and 4 XOR bytes per word, and the tail.
+  } else if (c.encoding == DeltaEncoding::kSparse) {
+    if (declared < 4 + tail || declared > 4 + 9 * words + tail) {
+      // A count, at most 5 varint bytes and 4 XOR bytes per word, and the tail.
+      return protocol_error(fmt::format(
+          "delta: chunk {}'s sparse form of {} bytes does not fit {} bytes", i, declared, n));
+    }
+  } else if (declared < 4 + n % 2 || declared > 4 + 7 * (n / 2) + n % 2) {
+    // Sparse16: a count, at most 5 varint bytes and 2 difference bytes per value, and the tail.
     return protocol_error(fmt::format(
-        "delta: chunk {}'s sparse form of {} bytes does not fit {} bytes", i, declared, n));
+        "delta: chunk {}'s sparse16 form of {} bytes does not fit {} bytes", i, declared, n));
   }
   std::vector<std::uint8_t> raw(static_cast<std::size_t>(declared));
   std::unique_ptr<ZSTD_DCtx, DCtxFree> dctx(ZSTD_createDCtx());
@@ -328,6 +484,7 @@ Status apply_delta_chunk(const DeltaView& view, std::span<const std::uint8_t> bl
       o[k] = b[k] ^ raw[k];
     return {};
   }
+  if (c.encoding == DeltaEncoding::kSparse16) return apply_sparse16(raw, i, b, o, n);
   // Sparse.
   const std::uint64_t count = get_u32(raw.data());
   if (count > words) {

@@ -3,8 +3,11 @@
 // catch.
 #include <doctest/doctest.h>
 
+#include <zstd.h>
+
 #include <cstring>
 
+#include "core/bf16.hpp"
 #include "core/checksum.hpp"
 #include "core/delta.hpp"
 #include "core/units.hpp"
@@ -32,6 +35,46 @@ Pair make_pair(std::size_t bytes, double fraction, std::uint64_t seed) {
     for (std::size_t i = bytes & ~std::size_t{3}; i < bytes; ++i)
       p.target[i] ^= 0x5a;
   return p;
+}
+
+// Two consecutive bf16 versions as the actor publishes them: fp32 master weights rounded to bf16,
+// then one AdamW-like step (every element moved by about `step`, either way) rounded again. With
+// step 5e-6 on weights of standard deviation 0.02, most bf16 values stay bit for bit the same.
+Pair make_bf16_pair(std::size_t values, float step, std::uint64_t seed) {
+  std::vector<std::uint8_t> master(4 * values);
+  core::fill_weights_fp32(master, seed);
+  std::span<float> w(reinterpret_cast<float*>(master.data()), values);
+  Pair p;
+  p.base.resize(2 * values);
+  p.target.resize(2 * values);
+  REQUIRE(core::round_to_bf16(w, p.base).is_ok());
+  std::uint64_t x = seed | 1;
+  for (float& v : w) {
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    v += (x & 1) ? step : -step;
+  }
+  REQUIRE(core::round_to_bf16(w, p.target).is_ok());
+  for (std::size_t i = 0; i < values; ++i)
+    p.changed += p.base[2 * i] != p.target[2 * i] || p.base[2 * i + 1] != p.target[2 * i + 1];
+  return p;
+}
+
+// A one-chunk delta of `total` bytes whose chunk 0 is `encoding` with `raw` as its (compressed)
+// payload: for forms the encoder would never make.
+std::vector<std::uint8_t> hand_made_delta(std::uint64_t total, std::uint32_t encoding,
+                                          const std::vector<std::uint8_t>& raw) {
+  std::vector<std::uint8_t> frame(ZSTD_compressBound(raw.size()));
+  frame.resize(ZSTD_compress(frame.data(), frame.size(), raw.data(), raw.size(), 1));
+  std::vector<std::uint8_t> out = {'S', 'L', 'D', 'E', 'L', 'T', 'A', 0};
+  auto put = [&out](std::uint64_t v, int bytes) {
+    for (int i = 0; i < bytes; ++i)
+      out.push_back(static_cast<std::uint8_t>(v >> (8 * i)));
+  };
+  put(core::kDeltaFormatVersion, 4), put(0, 4), put(1, 8), put(2, 8), put(total, 8);
+  put(total, 8), put(1, 8);  // chunk bytes, chunk count
+  put(encoding, 4), put(0, 4), put(frame.size(), 8);
+  out.insert(out.end(), frame.begin(), frame.end());
+  return out;
 }
 
 std::vector<std::uint8_t> rebuild(const std::vector<std::uint8_t>& blob,
@@ -166,5 +209,114 @@ TEST_SUITE("core") {
     }
     MESSAGE(refused << " corruptions refused, " << caught << " caught by checksums");
     CHECK(refused + caught == 2 * view.chunks.size());
+  }
+
+  TEST_CASE("bf16 versions: a sparse16 delta rebuilds the published version bit for bit") {
+    const std::size_t values = 600001;  // 1,200,002 bytes
+    Pair p = make_bf16_pair(values, 5e-6f, 21);
+    const double changed = static_cast<double>(p.changed) / values;
+    CHECK(changed > 0.005);
+    CHECK(changed < 0.2);
+    // An odd chunk size: every chunk but the first starts mid-value and ends with a tail byte.
+    for (std::uint64_t chunk : {std::uint64_t{1} << 20, std::uint64_t{100001}}) {
+      CAPTURE(chunk);
+      core::DeltaStats with, without;
+      core::DeltaOptions no16;
+      no16.sparse16 = false;
+      auto blob = core::encode_delta(p.base, p.target, 8, 9, chunk, {}, &with);
+      auto old = core::encode_delta(p.base, p.target, 8, 9, chunk, no16, &without);
+      REQUIRE(blob.is_ok());
+      REQUIRE(old.is_ok());
+      // Values are counted within chunks: with an odd chunk size they straddle the boundaries.
+      if (chunk % 2 == 0) CHECK(with.changed_values16 == p.changed);
+      CHECK(with.sparse16_chunks > 0);
+      CHECK(without.sparse16_chunks == 0);
+      const auto out = rebuild(*blob, p.base);
+      CHECK(out == p.target);
+      // Chunk by chunk, what a reader checks: the rebuilt chunk's checksum is the target's.
+      auto view = core::parse_delta(*blob).value();
+      for (std::uint64_t i = 0; i < view.chunks.size(); ++i) {
+        const std::uint64_t at = i * chunk, n = view.chunk_size(i);
+        CHECK(core::chunk_checksum(out.data() + at, n) ==
+              core::chunk_checksum(p.target.data() + at, n));
+      }
+      CHECK(rebuild(*old, p.base) == p.target);
+      MESSAGE((100 * changed) << "% of bf16 values changed: sparse16 " << blob->size()
+                              << " bytes, without it " << old->size() << ", full "
+                              << p.base.size());
+      CHECK(blob->size() < old->size());
+      CHECK(blob->size() * 8 < p.base.size());
+    }
+  }
+
+  TEST_CASE("sparse16 rebuilds any 2-byte change, wrap-around and odd tails included") {
+    std::vector<std::uint8_t> base(4099), target;
+    for (std::size_t i = 0; i < base.size(); ++i)
+      base[i] = static_cast<std::uint8_t>(i * 37);
+    target = base;
+    // Values moved by +1, -1, across 0xffff -> 0x0000 and by large steps; the tail byte too.
+    const std::size_t at[] = {0, 2, 40, 41, 1000, 2048, 4096};
+    for (std::size_t k : at)
+      target[k] = static_cast<std::uint8_t>(target[k] + 1 + k);
+    target[10] = 0xff, target[11] = 0xff, base[10] = 0x00, base[11] = 0x00;
+    target[4098] ^= 0x81;
+    for (std::uint64_t chunk : {std::uint64_t{4099}, std::uint64_t{1023}, std::uint64_t{2}}) {
+      CAPTURE(chunk);
+      core::DeltaStats st;
+      auto blob = core::encode_delta(base, target, 1, 2, chunk, {}, &st);
+      REQUIRE(blob.is_ok());
+      CHECK(rebuild(*blob, base) == target);
+    }
+  }
+
+  TEST_CASE("a delta against a base the reader does not hold is refused, nothing written") {
+    Pair p = make_bf16_pair(50000, 5e-6f, 5);
+    const auto blob = core::encode_delta(p.base, p.target, 3, 4, 16384).value();
+    auto view = core::parse_delta(blob).value();
+    // The reader holds version 5, not 3: refused before a byte is rebuilt.
+    auto st = core::check_delta_fits(view.header, 5, 4, p.base.size(), 16384);
+    CHECK(st.code() == core::Code::kFailedPrecondition);
+    CHECK(st.message() == "delta 3 -> 4 is against version 3; this reader holds version 5");
+    st = core::check_delta_fits(view.header, 3, 6, p.base.size(), 16384);
+    CHECK(st.code() == core::Code::kFailedPrecondition);
+    CHECK(st.message().find("not the 6 wanted") != std::string::npos);
+    st = core::check_delta_fits(view.header, 3, 4, p.base.size(), 8192);
+    CHECK(st.code() == core::Code::kInvalidArgument);
+    CHECK(core::check_delta_fits(view.header, 3, 4, p.base.size(), 16384).is_ok());
+    // Bytes of another version under the right number (a reader whose copy is not what the
+    // delta was made against): the rebuilt chunks fail the target's checksums, none passes.
+    Pair other = make_bf16_pair(50000, 5e-6f, 6);
+    std::vector<std::uint8_t> out(p.base.size());
+    REQUIRE(core::apply_delta(blob, other.base, out).is_ok());
+    for (std::uint64_t i = 0; i < view.chunks.size(); ++i) {
+      const std::uint64_t at = i * 16384, n = view.chunk_size(i);
+      CHECK(core::chunk_checksum(out.data() + at, n) !=
+            core::chunk_checksum(p.target.data() + at, n));
+    }
+  }
+
+  TEST_CASE("a malformed sparse16 payload is refused with a clear error") {
+    const std::vector<std::uint8_t> base(64, 7);
+    std::vector<std::uint8_t> out(64, 0xee);
+    auto refused = [&](const std::vector<std::uint8_t>& raw, const char* words) {
+      const auto blob = hand_made_delta(64, 3, raw);
+      auto st = core::apply_delta(blob, base, out);
+      CHECK(st.code() == core::Code::kProtocol);
+      CHECK_MESSAGE(st.message().find(words) != std::string::npos, st.message());
+    };
+    // count 2, gaps 0 and 1 (values 0 and 2), differences 2 x 2 bytes: well formed.
+    const std::vector<std::uint8_t> good = {2, 0, 0, 0, 0, 1, 2, 1, 0, 0};
+    REQUIRE(core::apply_delta(hand_made_delta(64, 3, good), base, out).is_ok());
+    CHECK(out[0] == 8);  // +1 (zigzag 2)
+    CHECK(out[4] == 6);  // -1 (zigzag 1)
+    CHECK(out[2] == 7);
+    refused({40, 0, 0, 0}, "names 40 changed values of 32");
+    refused({1, 0, 0, 0, 32, 2, 0}, "names value 32 of 32");
+    refused({1, 0, 0, 0, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 2, 0}, "indices are malformed");
+    refused({2, 0, 0, 0, 0, 1, 2, 1, 0}, "3 bytes of differences, not 4");
+    refused({1, 0, 0, 0}, "indices are malformed");
+    refused({0, 0, 0}, "sparse16 form of 3 bytes does not fit 64 bytes");
+    std::vector<std::uint8_t> huge(4 + 7 * 32 + 1, 0);
+    refused(huge, "does not fit 64 bytes");
   }
 }

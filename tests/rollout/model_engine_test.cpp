@@ -11,6 +11,7 @@
 
 #include "../support/store_process.hpp"
 #include "actor/publisher.hpp"
+#include "core/bf16.hpp"
 #include "core/process.hpp"
 #include "core/units.hpp"
 #include "model/blas.hpp"
@@ -360,6 +361,36 @@ TEST_SUITE("rollout.model_engine") {
     CHECK(ModelEngine::create(cfg).status().code() == core::Code::kInvalidArgument);
     cfg = engine_config(1.0, 0);
     CHECK(ModelEngine::create(cfg).status().code() == core::Code::kInvalidArgument);
+  }
+
+  TEST_CASE("a bf16 version loads as its exact fp32 widening; other sizes are refused") {
+    auto m = make_gpt(tiny_gpt(8));
+    const auto w = bytes_of(*m);
+    std::vector<std::uint8_t> half(w.size() / 2);
+    REQUIRE(core::round_to_bf16({reinterpret_cast<const float*>(w.data()), w.size() / 4}, half)
+                .is_ok());
+    std::vector<float> widened(w.size() / 4);
+    REQUIRE(core::widen_bf16(half, widened).is_ok());
+    const auto* wb = reinterpret_cast<const std::uint8_t*>(widened.data());
+
+    // Greedy generation from the bf16 version equals generation from its widened fp32 values.
+    auto from_bf16 = make_engine(engine_config(0.0));
+    auto from_f32 = make_engine(engine_config(0.0));
+    REQUIRE(from_bf16->load_weights(3, half.data(), half.size(), false).is_ok());
+    REQUIRE(from_f32->load_weights(3, wb, w.size(), false).is_ok());
+    CHECK(from_bf16->version() == 3);
+    for (auto* e : {from_bf16.get(), from_f32.get()})
+      REQUIRE(e->admit(make_seq("a", prompt_of(6, 4), 12, 5)).is_ok());
+    auto x = drain(*from_bf16), y = drain(*from_f32);
+    CHECK(x["a"].generated == y["a"].generated);
+    CHECK(x["a"].logprobs == y["a"].logprobs);
+
+    // A size that is neither: refused, nothing loaded, the message names both sizes.
+    auto st = from_bf16->load_weights(4, half.data(), half.size() - 2, false);
+    CHECK(st.code() == core::Code::kInvalidArgument);
+    CHECK(st.message().find(std::to_string(w.size()) + " (f32) or " + std::to_string(half.size()) +
+                            " (bf16)") != std::string::npos);
+    CHECK(from_bf16->version() == 3);
   }
 
   TEST_CASE("weights load by version, refused while active unless allowed, then recomputed") {
