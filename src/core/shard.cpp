@@ -1,11 +1,11 @@
 #include "core/shard.hpp"
 
 #include <algorithm>
-#include <bit>
 #include <cmath>
 #include <cstring>
 #include <set>
 
+#include "core/bf16.hpp"
 #include "core/checksum.hpp"
 
 namespace sluice::core {
@@ -377,18 +377,6 @@ Manifest shard_manifest(const Manifest& m, const ShardPlan& plan, const ShardLay
   return out;
 }
 
-std::uint16_t fp32_to_bf16(float f) {
-  const std::uint32_t bits = std::bit_cast<std::uint32_t>(f);
-  if (std::isnan(f)) return static_cast<std::uint16_t>((bits >> 16) | 0x0040);  // quiet NaN
-  // Round to nearest even: add half an ulp of bf16, less one unless the kept lsb is odd.
-  const std::uint32_t rounded = bits + 0x7fffu + ((bits >> 16) & 1u);
-  return static_cast<std::uint16_t>(rounded >> 16);
-}
-
-float bf16_to_fp32(std::uint16_t b) {
-  return std::bit_cast<float>(static_cast<std::uint32_t>(b) << 16);
-}
-
 std::uint8_t fp32_to_fp8_e4m3(float f) {
   const std::uint8_t sign = std::signbit(f) ? 0x80 : 0x00;
   if (std::isnan(f)) return sign | 0x7f;
@@ -439,7 +427,7 @@ void cast_shard(const ShardPlan& plan, const ShardLayout& layout, const std::uin
         for (std::uint64_t i = i0; i < std::min(n, i0 + step); ++i) {
           float f;
           std::memcpy(&f, src + 4 * i, 4);
-          const std::uint16_t b = fp32_to_bf16(f);
+          const std::uint16_t b = bf16_from_f32(f);
           std::memcpy(out + at + 2 * i, &b, 2);
         }
       }
@@ -458,7 +446,7 @@ void cast_shard(const ShardPlan& plan, const ShardLayout& layout, const std::uin
         auto value = [&](std::uint64_t i) {
           std::uint16_t h;
           std::memcpy(&h, src + 2 * i, 2);
-          return bf16_to_fp32(h);
+          return f32_from_bf16(h);
         };
         float amax = 0.0f;
         for (std::uint64_t i = b0; i < b1; ++i) {

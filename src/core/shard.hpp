@@ -125,11 +125,8 @@ Manifest shard_manifest(const Manifest& m, const ShardPlan& plan, const ShardLay
 void cast_shard(const ShardPlan& plan, const ShardLayout& layout, const std::uint8_t* in,
                 std::uint8_t* out, std::uint64_t step_bytes);
 
-// The element casts (exposed for tests): fp32 -> bf16, round to nearest even, NaN stays a
-// (quiet) NaN; bf16 -> fp8 e4m3fn of value / scale, round to nearest even, saturating at +-448,
-// NaN to NaN (0x7f / 0xff).
-std::uint16_t fp32_to_bf16(float f);
-float bf16_to_fp32(std::uint16_t b);
+// The fp8 element casts (exposed for tests; fp32 <-> bf16 is core/bf16.hpp's): bf16 -> fp8
+// e4m3fn of value / scale, round to nearest even, saturating at +-448, NaN to NaN (0x7f / 0xff).
 std::uint8_t fp32_to_fp8_e4m3(float f);
 float fp8_e4m3_to_fp32(std::uint8_t b);
 

@@ -12,7 +12,7 @@
 using namespace sluice;
 
 TEST_SUITE("actor") {
-  TEST_CASE("publish_dtype bf16 rounds every F32 tensor; f32 publishes them as they are") {
+  TEST_CASE("publish_dtype bf16 rounds every F32 tensor, and f32 publishes them as they are") {
     const std::vector<float> a = {1.0f, 1.0f + 0x1p-8f, -3.25f, 0x1p-140f, 65504.0f, -0.0f};
     const std::vector<float> b = {0.02f, -0.017f};
     std::vector<actor::TensorView> in = {

@@ -11,6 +11,7 @@
 #include <random>
 #include <vector>
 
+#include "core/bf16.hpp"
 #include "core/manifest.hpp"
 #include "core/shard.hpp"
 #include "core/units.hpp"
@@ -288,14 +289,14 @@ TEST_SUITE("core.shard") {
                                std::bit_cast<float>(0x7f7f8000u)};  // ties to infinity
     for (float f : edge) {
       CAPTURE(f);
-      CHECK(fp32_to_bf16(f) == ref_bf16(f));
+      CHECK(bf16_from_f32(f) == ref_bf16(f));
     }
-    CHECK(fp32_to_bf16(std::bit_cast<float>(0x3f808000u)) == 0x3f80);
-    CHECK(fp32_to_bf16(std::bit_cast<float>(0x3f818000u)) == 0x3f82);
-    CHECK(fp32_to_bf16(std::numeric_limits<float>::max()) == 0x7f80);  // rounds to infinity
+    CHECK(bf16_from_f32(std::bit_cast<float>(0x3f808000u)) == 0x3f80);
+    CHECK(bf16_from_f32(std::bit_cast<float>(0x3f818000u)) == 0x3f82);
+    CHECK(bf16_from_f32(std::numeric_limits<float>::max()) == 0x7f80);  // rounds to infinity
     for (std::uint32_t nan : {0x7fc00000u, 0x7f800001u, 0xff800001u, 0x7fffffffu}) {
-      const std::uint16_t b = fp32_to_bf16(std::bit_cast<float>(nan));
-      CHECK(std::isnan(bf16_to_fp32(b)));
+      const std::uint16_t b = bf16_from_f32(std::bit_cast<float>(nan));
+      CHECK(std::isnan(f32_from_bf16(b)));
       CHECK((b & 0x8000) == ((nan >> 16) & 0x8000));
     }
     // Every upper half with low halves around the rounding point.
@@ -305,7 +306,7 @@ TEST_SUITE("core.shard") {
                                static_cast<std::uint32_t>(rng() & 0xffffu)}) {
         const float f = std::bit_cast<float>((hi << 16) | lo);
         if (std::isnan(f)) continue;
-        if (fp32_to_bf16(f) != ref_bf16(f)) {
+        if (bf16_from_f32(f) != ref_bf16(f)) {
           FAIL_CHECK("bits " << ((hi << 16) | lo));
           return;
         }
@@ -315,7 +316,7 @@ TEST_SUITE("core.shard") {
 
   TEST_CASE("bf16 to fp8 e4m3 matches the reference on every bf16 value") {
     for (std::uint32_t b = 0; b < 0x10000u; ++b) {
-      const float f = bf16_to_fp32(static_cast<std::uint16_t>(b));
+      const float f = f32_from_bf16(static_cast<std::uint16_t>(b));
       if (fp32_to_fp8_e4m3(f) != ref_fp8(f)) {
         FAIL_CHECK("bf16 bits " << b << " (" << f << ")");
         return;
@@ -344,8 +345,8 @@ TEST_SUITE("core.shard") {
     std::memcpy(bytes.data(), w.data(), 96);
     std::vector<std::uint16_t> h(20);
     for (std::size_t i = 0; i < h.size(); ++i)
-      h[i] = fp32_to_bf16(std::ldexp(static_cast<float>(i) - 9.0f, static_cast<int>(i % 5)));
-    h[6] = fp32_to_bf16(std::numeric_limits<float>::infinity());
+      h[i] = bf16_from_f32(std::ldexp(static_cast<float>(i) - 9.0f, static_cast<int>(i % 5)));
+    h[6] = bf16_from_f32(std::numeric_limits<float>::infinity());
     h[13] = 0x7fc0;  // NaN
     std::memcpy(bytes.data() + 96, h.data(), 40);
     std::vector<TensorSpec> t = {{"w", "F32", {4, 6}, 0, 96}, {"h", "BF16", {2, 10}, 96, 40}};
@@ -383,7 +384,7 @@ TEST_SUITE("core.shard") {
           CHECK(out_m.tensors[0].dtype == "BF16");
           CHECK(out_m.tensors[1].dtype == "BF16");  // already bf16: as it is
           for (float f : wslice) {
-            std::uint16_t b = std::isnan(f) ? fp32_to_bf16(f) : ref_bf16(f);
+            std::uint16_t b = std::isnan(f) ? bf16_from_f32(f) : ref_bf16(f);
             put(&b, 2);
           }
           put(hslice.data(), 2 * hslice.size());
@@ -398,13 +399,13 @@ TEST_SUITE("core.shard") {
           for (std::size_t b0 = 0; b0 < hslice.size(); b0 += 4) {
             float amax = 0;
             for (std::size_t i = b0; i < std::min<std::size_t>(b0 + 4, hslice.size()); ++i) {
-              float a = std::fabs(bf16_to_fp32(hslice[i]));
+              float a = std::fabs(f32_from_bf16(hslice[i]));
               if (std::isfinite(a) && a > amax) amax = a;
             }
             const float scale = amax > 0 ? amax / 448.0f : 1.0f;
             scales.push_back(scale);
             for (std::size_t i = b0; i < std::min<std::size_t>(b0 + 4, hslice.size()); ++i) {
-              std::uint8_t q = ref_fp8(bf16_to_fp32(hslice[i]) / scale);
+              std::uint8_t q = ref_fp8(f32_from_bf16(hslice[i]) / scale);
               put(&q, 1);
             }
           }

@@ -363,7 +363,7 @@ TEST_SUITE("rollout.model_engine") {
     CHECK(ModelEngine::create(cfg).status().code() == core::Code::kInvalidArgument);
   }
 
-  TEST_CASE("a bf16 version loads as its exact fp32 widening; other sizes are refused") {
+  TEST_CASE("a bf16 version loads as its exact fp32 widening, and other sizes are refused") {
     auto m = make_gpt(tiny_gpt(8));
     const auto w = bytes_of(*m);
     std::vector<std::uint8_t> half(w.size() / 2);

@@ -12,6 +12,7 @@
 
 #include "../support/store_process.hpp"
 #include "actor/publisher.hpp"
+#include "core/bf16.hpp"
 #include "core/shard.hpp"
 #include "core/units.hpp"
 #include "weightstore/reader.hpp"
@@ -227,7 +228,7 @@ TEST_SUITE("weightstore.reader_shard") {
         for (std::size_t i = 0; i < slice.size(); i += 4) {
           float f;
           std::memcpy(&f, slice.data() + i, 4);
-          const std::uint16_t b = core::fp32_to_bf16(f);
+          const std::uint16_t b = core::bf16_from_f32(f);
           want.push_back(static_cast<std::uint8_t>(b & 0xff));
           want.push_back(static_cast<std::uint8_t>(b >> 8));
         }
