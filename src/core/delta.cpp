@@ -119,6 +119,34 @@ bool get_varint(const std::vector<std::uint8_t>& raw, std::size_t& at, std::size
   return false;
 }
 
+// The sparse forms' index list: a u32 count (at most `limit`), then the indices of the changed
+// `unit`s (words or values) as varint gaps, each index below `limit`. Leaves `at` after it.
+Status read_sparse_indices(const std::vector<std::uint8_t>& raw, std::uint64_t i,
+                           std::uint64_t limit, const char* unit, std::size_t& at,
+                           std::vector<std::uint32_t>& index) {
+  const std::uint64_t count = get_u32(raw.data());
+  if (count > limit) {
+    return protocol_error(
+        fmt::format("delta: chunk {} names {} changed {}s of {}", i, count, unit, limit));
+  }
+  at = 4;
+  index.resize(count);
+  std::uint64_t next = 0;
+  for (std::uint64_t k = 0; k < count; ++k) {
+    std::uint64_t gap = 0;
+    if (!get_varint(raw, at, raw.size(), gap)) {
+      return protocol_error(fmt::format("delta: chunk {}'s indices are malformed", i));
+    }
+    next += gap;
+    if (next >= limit) {
+      return protocol_error(fmt::format("delta: chunk {} names {} {} of {}", i, unit, next, limit));
+    }
+    index[k] = static_cast<std::uint32_t>(next);
+    ++next;
+  }
+  return {};
+}
+
 // target - base of one 2-byte value, mod 2^16, zigzagged so that small steps either way are
 // small numbers (-1 -> 1, +1 -> 2, -2 -> 3, ...), and back.
 std::uint16_t zigzag16(std::uint16_t base, std::uint16_t target) {
@@ -170,28 +198,12 @@ Status apply_sparse16(const std::vector<std::uint8_t>& raw, std::uint64_t i, con
                       std::uint8_t* o, std::uint64_t n) {
   const std::uint64_t values = n / 2;
   const std::uint64_t tail = n % 2;
-  const std::uint64_t count = get_u32(raw.data());
-  if (count > values) {
-    return protocol_error(
-        fmt::format("delta: chunk {} names {} changed values of {}", i, count, values));
-  }
-  std::memcpy(o, b, n);
-  std::size_t at = 4;
+  std::vector<std::uint32_t> index;
+  std::size_t at = 0;
+  SLUICE_TRY(read_sparse_indices(raw, i, values, "value", at, index));
+  const std::uint64_t count = index.size();
   const std::size_t end = raw.size();
-  std::vector<std::uint32_t> index(count);
-  std::uint64_t next = 0;
-  for (std::uint64_t k = 0; k < count; ++k) {
-    std::uint64_t gap = 0;
-    if (!get_varint(raw, at, end, gap)) {
-      return protocol_error(fmt::format("delta: chunk {}'s indices are malformed", i));
-    }
-    next += gap;
-    if (next >= values) {
-      return protocol_error(fmt::format("delta: chunk {} names value {} of {}", i, next, values));
-    }
-    index[k] = static_cast<std::uint32_t>(next);
-    ++next;
-  }
+  std::memcpy(o, b, n);
   if (end - at != 2 * count + tail) {
     return protocol_error(
         fmt::format("delta: chunk {}'s sparse16 form has {} bytes of differences, not {}", i,
@@ -486,35 +498,12 @@ Status apply_delta_chunk(const DeltaView& view, std::span<const std::uint8_t> bl
   }
   if (c.encoding == DeltaEncoding::kSparse16) return apply_sparse16(raw, i, b, o, n);
   // Sparse.
-  const std::uint64_t count = get_u32(raw.data());
-  if (count > words) {
-    return protocol_error(
-        fmt::format("delta: chunk {} names {} changed words of {}", i, count, words));
-  }
-  std::memcpy(o, b, n);
-  std::size_t at = 4;
+  std::vector<std::uint32_t> index;
+  std::size_t at = 0;
+  SLUICE_TRY(read_sparse_indices(raw, i, words, "word", at, index));
+  const std::uint64_t count = index.size();
   const std::size_t end = raw.size();
-  std::vector<std::uint32_t> index(count);
-  std::uint64_t next = 0;
-  for (std::uint64_t k = 0; k < count; ++k) {
-    std::uint64_t gap = 0;
-    int shift = 0;
-    while (true) {
-      if (at >= end || shift > 28) {
-        return protocol_error(fmt::format("delta: chunk {}'s indices are malformed", i));
-      }
-      const std::uint8_t byte = raw[at++];
-      gap |= static_cast<std::uint64_t>(byte & 0x7f) << shift;
-      shift += 7;
-      if (!(byte & 0x80)) break;
-    }
-    next += gap;
-    if (next >= words) {
-      return protocol_error(fmt::format("delta: chunk {} names word {} of {}", i, next, words));
-    }
-    index[k] = static_cast<std::uint32_t>(next);
-    ++next;
-  }
+  std::memcpy(o, b, n);
   if (end - at != 4 * count + tail) {
     return protocol_error(
         fmt::format("delta: chunk {}'s sparse form has {} bytes of values, "
