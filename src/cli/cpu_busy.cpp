@@ -43,15 +43,22 @@ CpuWindow cpu_window(const std::vector<CpuSample>& samples, double from_s, doubl
   w.from_s = from_s;
   w.to_s = std::max(from_s, to_s);
   unsigned long long busy = 0, total = 0;
-  for (std::size_t i = 0; i + 1 < samples.size(); ++i) {
-    const CpuSample& a = samples[i];
-    const CpuSample& b = samples[i + 1];
-    if (b.t_s < w.from_s || a.t_s > w.to_s) continue;  // outside the window
-    if (b.times.total <= a.times.total || b.times.busy < a.times.busy) continue;  // no jiffies
+  auto add = [&](const CpuSample& a, const CpuSample& b) {
+    if (b.times.total <= a.times.total || b.times.busy < a.times.busy) return;  // no jiffies
     ++w.intervals;
     busy += b.times.busy - a.times.busy;
     total += b.times.total - a.times.total;
     w.peak = std::max(w.peak, cpu_busy_fraction(a.times, b.times));
+  };
+  for (std::size_t i = 0; i + 1 < samples.size(); ++i) {
+    if (samples[i].t_s >= w.from_s && samples[i].t_s < w.to_s) add(samples[i], samples[i + 1]);
+  }
+  if (w.intervals == 0) {
+    // A window shorter than an interval: the intervals it overlaps.
+    for (std::size_t i = 0; i + 1 < samples.size(); ++i) {
+      if (samples[i + 1].t_s >= w.from_s && samples[i].t_s <= w.to_s)
+        add(samples[i], samples[i + 1]);
+    }
   }
   if (total > 0) w.mean = static_cast<double>(busy) / static_cast<double>(total);
   return w;

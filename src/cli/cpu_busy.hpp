@@ -49,9 +49,9 @@ struct CpuWindow {
   double mean = 0;              // busy over the whole window (jiffies busy / jiffies)
   double peak = 0;              // the busiest single interval
 };
-// The intervals [samples[i], samples[i+1]] that overlap [from_s, to_s], samples sorted by time.
-// An interval that only touches the window counts: a short window is judged by at least the
-// interval that holds it.
+// The intervals [samples[i], samples[i+1]] that start in [from_s, to_s), samples sorted by time:
+// what ran before the window (a start-up that ends where the window opens) is left out. A window
+// that holds no interval's start is judged by the intervals it overlaps.
 CpuWindow cpu_window(const std::vector<CpuSample>& samples, double from_s, double to_s);
 
 // Whether a figure taken over `w` counts: measured (at least one interval) and no interval above

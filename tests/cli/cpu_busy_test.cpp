@@ -44,11 +44,16 @@ TEST_CASE("the limit is 70% busy") {
 
 TEST_CASE("a window's CPU: the mean over its intervals and the busiest one") {
   auto s = samples({0.10, 0.20, 0.90, 0.40, 0.10});
-  // 101.5 to 103.5 s overlaps the intervals 101-102, 102-103 and 103-104.
-  CpuWindow w = cpu_window(s, 101.5, 103.5);
+  // 101 to 104 s holds the starts of the intervals 101-102, 102-103 and 103-104.
+  CpuWindow w = cpu_window(s, 101, 104);
   CHECK(w.intervals == 3);
   CHECK(w.mean == doctest::Approx(0.50));
   CHECK(w.peak == doctest::Approx(0.90));
+  // An interval counts for the window it starts in: 102.6 to 104 leaves out the busy 102-103,
+  // which began before the window opened.
+  CpuWindow after = cpu_window(s, 102.6, 104);
+  CHECK(after.intervals == 1);
+  CHECK(after.peak == doctest::Approx(0.40));
   // A window shorter than one interval is judged by the interval that holds it.
   CpuWindow point = cpu_window(s, 100.2, 100.3);
   CHECK(point.intervals == 1);
