@@ -121,10 +121,18 @@ struct Join {
   }
 };
 
+json cpu_json(const CpuWindow& w, const CpuVerdict& verdict) {
+  return json{{"mean", w.mean},           {"peak", w.peak},    {"intervals", w.intervals},
+              {"from_unix", w.from_s},    {"to_unix", w.to_s}, {"admitted", verdict.admitted},
+              {"refusal", verdict.reason}};
+}
+
 // A figure over all joiners: median and max, and how busy the CPU was from the first joiner's
-// span start to the last one's end.
+// span start to the last one's end, but not before `all_up` (the last joiner's process start):
+// the wave's start-ups (about 0.2 s of CPU each, all at once) come before the joiners' reads, and
+// are reported on their own (wave_startup_cpu).
 json figure(const std::vector<Join>& joins, const std::string& key,
-            const std::vector<CpuSample>& samples) {
+            const std::vector<CpuSample>& samples, double all_up) {
   std::vector<double> v;
   double from = 0, to = 0;
   bool any = false;
@@ -137,11 +145,8 @@ json figure(const std::vector<Join>& joins, const std::string& key,
     any = true;
   }
   json out = median_max(v);
-  CpuWindow w = any ? cpu_window(samples, from, to) : CpuWindow{};
-  CpuVerdict verdict = judge_cpu(w);
-  out["cpu"] = json{{"mean", w.mean},           {"peak", w.peak},    {"intervals", w.intervals},
-                    {"from_unix", w.from_s},    {"to_unix", w.to_s}, {"admitted", verdict.admitted},
-                    {"refusal", verdict.reason}};
+  CpuWindow w = any ? cpu_window(samples, std::max(from, all_up), to) : CpuWindow{};
+  out["cpu"] = cpu_json(w, judge_cpu(w));
   return out;
 }
 
@@ -240,6 +245,8 @@ core::Result<json> run_design(const BenchElasticArgs& a, const Plan& plan,
     // reading from the actor too would go around the trainer's link rather than through it.
     add.push_back(R"(rollout.join_read_from=["relay-0"])");
   }
+  const double add_unix =
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
   SLUICE_ASSIGN_OR_RETURN(auto adder, start(add, out / ("add-" + design + ".log")));
   bool all_joined = wait_for([&] { return read_lines(dir / "joins.jsonl").size() >= joiners; },
                              a.timeout_s / 2, adder.get());
@@ -303,8 +310,13 @@ core::Result<json> run_design(const BenchElasticArgs& a, const Plan& plan,
            {"outcome", checks.value("outcome", std::string())},
            {"cpu_busy", cpu_run},
            {"run_dir", dir.string()}};
+  double all_up = add_unix;
+  for (const Join& j : joins)
+    all_up = std::max(all_up, j.created);
+  const CpuWindow startup = cpu_window(samples, add_unix, all_up);
+  row["wave_startup_cpu"] = cpu_json(startup, judge_cpu(startup));
   for (const auto& f : kFigures)
-    row[f.key] = figure(joins, f.key, samples);
+    row[f.key] = figure(joins, f.key, samples, all_up);
   return row;
 }
 
@@ -435,6 +447,12 @@ int run_bench_elastic(const BenchElasticArgs& a, const std::vector<std::string>&
           static_cast<unsigned long long>((*r)["expected"].get<std::uint64_t>()),
           (*r)["lost"].dump().c_str(), (*r)["consumed_twice"].dump().c_str(),
           100.0 * (*r)["cpu_busy"].get<double>());
+      const json& su = (*r)["wave_startup_cpu"];
+      std::printf(
+          "  %-8s the wave's start-up (the --add until the last joiner is up, %.2f s; not a "
+          "figure): CPU mean %.0f%%, peak %.0f%%\n",
+          d.c_str(), number(su["to_unix"]) - number(su["from_unix"]), 100.0 * number(su["mean"]),
+          100.0 * number(su["peak"]));
       for (const auto& f : kFigures) {
         std::printf("  %-8s %s: %s\n", d.c_str(), f.label, figure_text((*r)[f.key]).c_str());
       }

@@ -22,9 +22,11 @@
 //
 // The links, not this machine's cores, must set the pace: the bench samples /proc/stat every
 // 200 ms and prints beside every figure how busy all cores were over the figure's window (mean and
-// peak). A figure whose window was above kCpuBusyLimit (70%) busy at peak is marked as not a
-// figure, and a ratio that needs it is refused ("refused: CPU 92% busy at peak ...") instead of
-// printed. The load average at the start is printed too.
+// peak), from the last joiner's process start (every joiner up) to the last joiner's figure. A
+// figure whose window was above kCpuBusyLimit (70%) busy at peak is marked as not a figure, and a
+// ratio that needs it is refused ("refused: CPU 92.0% busy at peak ...") instead of printed. The
+// wave's start-up (the joiners' processes starting at once, before their first requests) is
+// printed on its own, and the load average at the start of the bench and of each design.
 //
 // Exit status: 0 done (every joiner joined, exactly-once held, the headline ratio admitted), 1 a
 // run failed or a check did not hold, 2 bad arguments, 3 the headline ratio (first weights from
