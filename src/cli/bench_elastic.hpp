@@ -43,16 +43,18 @@ struct BenchElasticArgs {
   // Hosts with a relay (the holders); the joiners' hosts come on top, one each.
   std::uint32_t hosts = 6;
   // Slow enough, and versions small enough, that the links, not this machine's two cores, pace
-  // both designs: a version crosses a link in 2.7 s, and 6 joiners at 50 Mbit/s each move under
-  // 40 MB/s through the kernel in the `many` wave. (At 100-500 Mbit/s with 32 MiB versions the
-  // cores were 93-100% busy through the wave.)
-  std::string link_rate = "50mbit";
+  // both designs: a version crosses a link in 2.7 s (ten times a read's fixed costs), and 6
+  // joiners at 25 Mbit/s each move under 20 MB/s through the kernel in the `many` wave. Measured
+  // beside other jobs, the bench's own processes used at most 24% of the two cores in the `many`
+  // figure's window at 25 Mbit/s with 8 MiB, 47% at 50 Mbit/s with 16 MiB; at 100-500 Mbit/s with
+  // 32 MiB the cores were 93-100% busy through the wave.
+  std::string link_rate = "25mbit";
   // Host 0's link (the store, the manager and the actor; "none": not limited). The control plane
   // shares it: shaped like the others, joiners reading from the actor queued the store's and the
   // manager's replies behind weights, and steps 5.4 s apart came 25-50 s apart. The trainer's copy
   // that the `trainer` design reads is the master relay, on host 1, behind link_rate.
   std::string trainer_link_rate = "none";
-  std::string size = "16MiB";  // weight version size
+  std::string size = "8MiB";  // weight version size
   std::string steps = "2,8,3";
   std::string designs = "many,trainer";
   std::uint64_t prompts = 128;  // prompts in the job (group size 4)
