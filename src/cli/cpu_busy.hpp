@@ -11,7 +11,6 @@
 
 #include <condition_variable>
 #include <cstddef>
-#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
