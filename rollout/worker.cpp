@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <deque>
 #include <optional>
 #include <random>
@@ -109,7 +110,10 @@ struct RolloutWorker::Impl {
   Clock::time_point last_heard = Clock::now();
 
   // Accounting, in seconds.
-  const Clock::time_point created = Clock::now();        // the process's start (a joiner's join)
+  const Clock::time_point created = Clock::now();  // the process's start (a joiner's join)
+  // `created` on the wall clock (Unix seconds): a bench lines a joiner's times up with its own.
+  const double created_unix =
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
   double first_weights_s = -1, first_trajectory_s = -1;  // since `created` (-1: not yet)
   // The first request for weights (the reader's first pull): a joiner's first weights take
   // first_read_s from here, whatever its process start-up cost (-1: not yet).
@@ -158,6 +162,7 @@ struct RolloutWorker::Impl {
                 {"served_versions", served_versions},
                 {"refused_version", refused_version},
                 {"abandoned", abandoned},
+                {"created_unix", created_unix},
                 {"first_weights_s", first_weights_s},
                 {"first_read_s", first_read_s},
                 {"first_trajectory_s", first_trajectory_s},

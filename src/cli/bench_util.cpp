@@ -3,9 +3,6 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
-#include <fstream>
-#include <sstream>
-
 namespace sluice::cli {
 
 std::string self_exe() {
@@ -25,28 +22,6 @@ std::string find_emuhosts(const std::vector<std::string>& environment) {
     if (::access(p.c_str(), X_OK) == 0) return p;
   }
   return "";
-}
-
-CpuTimes read_cpu_times() {
-  CpuTimes t;
-  std::ifstream f("/proc/stat");
-  std::string line;
-  if (!std::getline(f, line) || line.rfind("cpu ", 0) != 0) return t;
-  std::istringstream in(line.substr(4));
-  // user nice system idle iowait irq softirq steal (guest time is already in user)
-  unsigned long long v[8] = {};
-  for (auto& x : v)
-    if (!(in >> x)) break;
-  for (auto x : v)
-    t.total += x;
-  t.busy = t.total - v[3] - v[4];
-  return t;
-}
-
-double cpu_busy_fraction(const CpuTimes& before, const CpuTimes& after) {
-  if (after.total <= before.total) return 0.0;
-  return static_cast<double>(after.busy - before.busy) /
-         static_cast<double>(after.total - before.total);
 }
 
 std::vector<LengthCase> repack_bench_lengths(const rollout::LengthConfig& job,

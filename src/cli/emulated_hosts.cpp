@@ -10,6 +10,7 @@
 #include <cctype>
 #include <cerrno>
 #include <cstring>
+#include <utility>
 
 #include "cli/bench_util.hpp"
 #include "core/event_loop.hpp"
@@ -49,11 +50,58 @@ bool is_prefix(const std::string& p) {
 
 }  // namespace
 
+core::Result<double> link_rate_bytes_per_s(const std::string& rate) {
+  if (!is_rate(rate)) {
+    return core::invalid_argument(
+        fmt::format("'{}' is not a rate (tc syntax: 500mbit, 1gbit, 10mbps)", rate));
+  }
+  std::size_t unit = 0;
+  while (unit < rate.size() && !std::isalpha(static_cast<unsigned char>(rate[unit])))
+    ++unit;
+  const double n = std::stod(rate.substr(0, unit));
+  std::string u = rate.substr(unit);
+  std::transform(u.begin(), u.end(), u.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  // tc's units (tc(8)): bits ("bit") or bytes ("bps") per second after an SI (k, m, g, t) or IEC
+  // (ki, mi, gi, ti) prefix; a bare number is bytes per second.
+  double per_unit = 1;
+  if (u.size() >= 3 && u.compare(u.size() - 3, 3, "bit") == 0) {
+    per_unit = 1.0 / 8;
+    u.resize(u.size() - 3);
+  } else if (u.size() >= 3 && u.compare(u.size() - 3, 3, "bps") == 0) {
+    u.resize(u.size() - 3);
+  } else if (!u.empty()) {
+    u = "?" + u;  // no unit tc knows
+  }
+  static const std::pair<const char*, double> kPrefixes[] = {
+      {"", 1},           {"k", 1e3},           {"m", 1e6},
+      {"g", 1e9},        {"t", 1e12},          {"ki", 1024.0},
+      {"mi", 1048576.0}, {"gi", 1073741824.0}, {"ti", 1099511627776.0}};
+  for (const auto& [prefix, factor] : kPrefixes) {
+    if (u == prefix) return n * factor * per_unit;
+  }
+  return core::invalid_argument(
+      fmt::format("'{}' is not a rate: unknown unit (tc syntax: 500mbit, 1gbit, 10mbps)", rate));
+}
+
 core::Status EmulatedHostsConfig::validate() const {
   if (count > 64) return core::invalid_argument("hosts.count must be at most 64");
+  if (joiner_hosts > 0 && joiner_hosts >= count) {
+    return core::invalid_argument(fmt::format(
+        "hosts.joiner_hosts ({}) must be fewer than hosts.count ({}): the job's own relays and "
+        "rollouts need a host",
+        joiner_hosts, count));
+  }
   if (count > 0 && !is_rate(link_rate)) {
     return core::invalid_argument(
         fmt::format("hosts.link_rate '{}' is not a rate (tc syntax: 500mbit, 1gbit)", link_rate));
+  }
+  if (count > 0 && !trainer_link_rate.empty() && trainer_link_rate != "none" &&
+      !is_rate(trainer_link_rate)) {
+    return core::invalid_argument(
+        fmt::format("hosts.trainer_link_rate '{}' is not a rate (tc syntax: 500mbit, 1gbit), "
+                    "none or empty",
+                    trainer_link_rate));
   }
   if (!is_prefix(prefix)) {
     return core::invalid_argument("hosts.prefix must be 1-30 letters, digits, '_' or '-'");
@@ -96,11 +144,20 @@ core::Result<std::unique_ptr<EmulatedHosts>> EmulatedHosts::up(
   if (h->home_ns_ < 0) {
     return core::internal_error(fmt::format("open /proc/self/ns/net: {}", std::strerror(errno)));
   }
-  log::info("job: {} emulated hosts behind {} links ({})", config.count + 1, config.link_rate,
+  log::info("job: {} emulated hosts behind {} links{} ({})", config.count + 1, config.link_rate,
+            config.trainer_link_rate.empty()
+                ? std::string()
+                : fmt::format(", host 0's {}", config.trainer_link_rate == "none"
+                                                   ? std::string("not limited")
+                                                   : config.trainer_link_rate),
             h->script_);
-  SLUICE_TRY(run_script({h->script_, "up", std::to_string(config.count + 1), "--rate",
-                         config.link_rate, "--prefix", config.prefix},
-                        Millis(120000)));
+  std::vector<std::string> argv{
+      h->script_, "up",         std::to_string(config.count + 1), "--rate", config.link_rate,
+      "--prefix", config.prefix};
+  if (!config.trainer_link_rate.empty()) {
+    argv.insert(argv.end(), {"--host-rate", "0=" + config.trainer_link_rate});
+  }
+  SLUICE_TRY(run_script(argv, Millis(120000)));
   return h;
 }
 

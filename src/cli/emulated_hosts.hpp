@@ -18,17 +18,32 @@ namespace sluice::cli {
 struct EmulatedHostsConfig {
   std::uint32_t count = 0;          // rollout hosts (0: every role on this host, on loopback)
   std::string link_rate = "1gbit";  // every host's link, both ways (tc syntax)
+  // Host 0's link (the store, the manager and the actor): empty, link_rate; "none", not limited.
+  std::string trainer_link_rate;
   std::string prefix = "sluice-job";
+  // The last `joiner_hosts` of the `count` hosts start empty: no relay, no rollout of the job's
+  // own; rollouts added later with `sluice run --add` go there, one a host in turn. New machines
+  // joining a fleet: a joiner has no copy on its host and reads every byte over links.
+  std::uint32_t joiner_hosts = 0;
 
   template <typename V>
   void describe(V& v) {
     v("count", count,
-      "rollout hosts emulated with network namespaces (0: none; needs root), each with a relay");
+      "rollout hosts emulated with network namespaces (0: none; needs root), each with a relay "
+      "unless it is one of the joiner_hosts");
     v("link_rate", link_rate, "every emulated host's link rate, both ways (tc syntax: 1gbit)");
+    v("trainer_link_rate", trainer_link_rate,
+      "host 0's link (store, manager, actor): empty, link_rate; none, not limited; or a rate");
     v("prefix", prefix, "name prefix of the emulated hosts' namespaces");
+    v("joiner_hosts", joiner_hosts,
+      "the last N hosts start without a relay or rollout; rollouts added with sluice run --add "
+      "go there (0: none; fewer than count)");
   }
   core::Status validate() const;
 };
+
+// A tc rate ("500mbit", "1.5gbit", "10mbps") in bytes per second; an error names what is wrong.
+core::Result<double> link_rate_bytes_per_s(const std::string& rate);
 
 class EmulatedHosts {
  public:

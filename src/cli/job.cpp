@@ -358,12 +358,28 @@ std::vector<std::string> job_role_environment(const JobConfig& job,
   return env;
 }
 
+namespace {
+
+// Hosts 1..relay_hosts hold the relays and the job's own rollouts; the rest, if any, are for
+// joiners (EmulatedHostsConfig::joiner_hosts).
+std::uint32_t relay_hosts(const JobConfig& job) {
+  return job.hosts.joiner_hosts < job.hosts.count ? job.hosts.count - job.hosts.joiner_hosts
+                                                  : job.hosts.count;
+}
+
+}  // namespace
+
 std::uint32_t rollout_host(const JobConfig& job, std::uint32_t index) {
-  return job.hosts.count > 0 ? 1 + index % job.hosts.count : 0;
+  if (job.hosts.count == 0) return 0;
+  const std::uint32_t base = relay_hosts(job);
+  if (base < job.hosts.count && index >= job.rollouts) {
+    return 1 + base + (index - job.rollouts) % (job.hosts.count - base);
+  }
+  return 1 + index % base;
 }
 
 std::uint32_t relay_host(const JobConfig& job, std::uint32_t index) {
-  return job.hosts.count > 0 ? 1 + index % job.hosts.count : 0;
+  return job.hosts.count > 0 ? 1 + index % relay_hosts(job) : 0;
 }
 
 core::SecurityConfig job_role_security(const JobConfig& job, const std::string& identity) {
@@ -418,9 +434,10 @@ core::Result<JobResult> run_local_job(JobConfig job, const std::string& sluice_e
       SLUICE_ASSIGN_OR_RETURN(hosts, EmulatedHosts::up(job.hosts, environment));
     }
     SLUICE_TRY(hosts->enter(0));
-    if (job.relays != job.hosts.count) {
-      log::info("job: {} relays, one on each rollout host", job.hosts.count);
-      job.relays = job.hosts.count;
+    if (job.relays != relay_hosts(job)) {
+      log::info("job: {} relays, one on each rollout host{}", relay_hosts(job),
+                job.hosts.joiner_hosts > 0 ? " but the joiners' hosts" : "");
+      job.relays = relay_hosts(job);
     }
   } else if (!user_tls) {
     log::info("job: UCX_TLS=sm,self for its processes (one host; set UCX_TLS to choose)");

@@ -179,7 +179,9 @@ core::Result<JobConfig> load_run_job(const std::string& run_dir);
 std::vector<std::string> job_role_environment(const JobConfig& job,
                                               const std::vector<std::string>& environment);
 
-// Emulated host of rollout `index` and of relay `index` (0: none, every role on this host).
+// Emulated host of rollout `index` and of relay `index` (0: none, every role on this host): in
+// turn over the hosts with a relay, except that rollouts beyond the job's own (index >=
+// job.rollouts, added with sluice run --add) go to the joiner hosts in turn when there are any.
 std::uint32_t rollout_host(const JobConfig& job, std::uint32_t index);
 std::uint32_t relay_host(const JobConfig& job, std::uint32_t index);
 // Rollout `index`'s configuration as the launcher writes it (its id, key, host label; a rollout

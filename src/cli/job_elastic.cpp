@@ -328,6 +328,7 @@ int run_add(const std::string& spec, const std::string& run_dir,
             recorded.insert(id);
             out << json{{"name", id},
                         {"added_unix", start_unix},
+                        {"created_unix", stats.value("created_unix", 0.0)},
                         {"first_weights_s", stats.value("first_weights_s", -1.0)},
                         {"first_read_s", stats.value("first_read_s", -1.0)},
                         {"first_trajectory_s", stats.value("first_trajectory_s", -1.0)},

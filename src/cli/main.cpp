@@ -291,10 +291,18 @@ int main(int argc, char** argv) {
   sluice::cli::BenchElasticArgs bel;
   auto* bench_elastic = bench_cmd->add_subcommand(
       "elastic",
-      "scale a running job 2 -> 16 -> 4 rollouts on emulated hosts: join times, "
-      "many holders against the trainer's copy, exactly-once");
-  bench_elastic->add_option("--hosts", bel.hosts, "emulated rollout hosts")->capture_default_str();
+      "scale a running job 2 -> 8 -> 3 rollouts on emulated hosts: join times, "
+      "many holders against the trainer's copy, exactly-once, each figure with the CPU busy");
+  bench_elastic
+      ->add_option("--hosts", bel.hosts,
+                   "emulated hosts with a relay (each joiner gets a host of its own besides)")
+      ->capture_default_str();
   bench_elastic->add_option("--link-rate", bel.link_rate, "every host's link (tc)")
+      ->capture_default_str();
+  bench_elastic
+      ->add_option("--trainer-link-rate", bel.trainer_link_rate,
+                   "host 0's link (store, manager, actor): a rate, none (not limited) or empty "
+                   "(--link-rate)")
       ->capture_default_str();
   bench_elastic->add_option("--size", bel.size, "weight version size")->capture_default_str();
   bench_elastic->add_option("--steps", bel.steps, "rollouts: FROM,PEAK,TO")->capture_default_str();
