@@ -285,17 +285,25 @@ namespace {
 
 // Reads rank 1 of tp 2 straight from two holders' memory (no store): `bad` serves the version
 // with every 997th byte flipped, `good` serves it as published.
-core::Result<weightstore::Pulled> read_from(bool second_good) {
-  auto loop = core::EventLoop::create().value();
-  auto engine = core::TransferEngine::create(*loop, same_host()).value();
-  auto reader_engine = core::TransferEngine::create(*loop, same_host()).value();
-  Version v = make_version(11);
+// Version 1 of `v` as the actor would publish it, with the shard checksums of each tensor-parallel
+// size in `tp_sizes` declared.
+core::Manifest signed_for(const Version& v, std::initializer_list<std::uint32_t> tp_sizes) {
   std::vector<core::TensorSpec> specs;
   for (const auto& t : v.views())
     specs.push_back({t.name, t.dtype, t.shape, v.offset.at(t.name), t.bytes});
   core::Manifest m =
       core::make_manifest("policy", 1, specs, v.bytes.data(), v.bytes.size(), kChunk).value();
-  REQUIRE(core::add_shard_checksums(m, layout(0, 2), v.bytes.data()).is_ok());
+  for (std::uint32_t tp : tp_sizes)
+    REQUIRE(core::add_shard_checksums(m, layout(0, tp), v.bytes.data()).is_ok());
+  return m;
+}
+
+core::Result<weightstore::Pulled> read_from(bool second_good) {
+  auto loop = core::EventLoop::create().value();
+  auto engine = core::TransferEngine::create(*loop, same_host()).value();
+  auto reader_engine = core::TransferEngine::create(*loop, same_host()).value();
+  Version v = make_version(11);
+  core::Manifest m = signed_for(v, {2});
   auto bad = engine->allocate(v.bytes.size()).value();
   auto good = engine->allocate(v.bytes.size()).value();
   std::memcpy(bad->data(), v.bytes.data(), v.bytes.size());
@@ -360,13 +368,7 @@ TEST_SUITE("weightstore.reader_shard") {
     tcp.stream_host = "127.0.0.1";
     auto engine = core::TransferEngine::create(*loop, tcp).value();
     Version v = make_version(12);
-    std::vector<core::TensorSpec> specs;
-    for (const auto& t : v.views())
-      specs.push_back({t.name, t.dtype, t.shape, v.offset.at(t.name), t.bytes});
-    core::Manifest m =
-        core::make_manifest("policy", 1, specs, v.bytes.data(), v.bytes.size(), kChunk).value();
-    REQUIRE(core::add_shard_checksums(m, layout(0, 2), v.bytes.data()).is_ok());
-    REQUIRE(core::add_shard_checksums(m, layout(0, 4), v.bytes.data()).is_ok());
+    core::Manifest m = signed_for(v, {2, 4});
     auto held = holder_engine->allocate(v.bytes.size()).value();
     std::memcpy(held->data(), v.bytes.data(), v.bytes.size());
     core::RegionDescriptor d = held->descriptor();
