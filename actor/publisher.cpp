@@ -7,6 +7,7 @@
 #include <optional>
 
 #include "core/log.hpp"
+#include "core/shard.hpp"
 #include "weightstore/protocol.hpp"
 
 namespace sluice::actor {
@@ -32,6 +33,10 @@ Result<std::unique_ptr<Publisher>> Publisher::create(core::EventLoop& loop,
                                                      weightstore::StoreClient& store,
                                                      PublisherOptions options) {
   if (options.model.empty()) return core::invalid_argument("publisher: no model name");
+  if (core::is_share_model(options.model)) {
+    return core::invalid_argument("publisher: model name '" + options.model +
+                                  "' has a '~', which marks the name of a host share");
+  }
   if (options.holder_id.empty()) return core::invalid_argument("publisher: no holder id");
   if (options.chunk_bytes == 0)
     return core::invalid_argument("publisher: chunk size must be positive");

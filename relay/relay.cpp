@@ -4,8 +4,10 @@
 #include <optional>
 #include <set>
 
+#include "core/checksum.hpp"
 #include "core/log.hpp"
 #include "core/metrics.hpp"
+#include "core/shard.hpp"
 #include "core/transfer.hpp"
 #include "relay/relay_delta.hpp"
 #include "weightstore/client.hpp"
@@ -30,6 +32,14 @@ Status RelayConfig::validate() const {
   if (max_version_bytes == 0) return core::invalid_argument("max_version_bytes must be positive");
   if (abandon_after_ms == 0) return core::invalid_argument("abandon_after_ms must be positive");
   if (model.empty()) return core::invalid_argument("model must not be empty");
+  if (share_tp_size > core::kMaxTensorParallel)
+    return core::invalid_argument("share_tp_size must be at most " +
+                                  std::to_string(core::kMaxTensorParallel));
+  if (share_tp_size > 0 && share_rank >= share_tp_size)
+    return core::invalid_argument("share_rank " + std::to_string(share_rank) +
+                                  " is not below share_tp_size " + std::to_string(share_tp_size));
+  if (share_tp_size > 0 && make_deltas)
+    return core::invalid_argument("a host-share relay (share_tp_size) makes no deltas");
   return core::check_stream_encryption(stream_encryption, security.mode == "curve", "relay");
 }
 
@@ -41,7 +51,11 @@ constexpr Millis kDeltaReask{50};
 constexpr Millis kHeartbeat{250};
 
 struct Copy {
-  core::Manifest manifest;
+  core::Manifest manifest;  // the version's, or for a host share the share's (core/shard.hpp)
+  // A host share: the version's manifest and the share's pieces in it (read from a holder of
+  // the whole version), by offset in the share's stream.
+  std::optional<core::Manifest> parent;
+  core::ShardPlan share;
   std::unique_ptr<core::RegisteredBuffer> buffer;
   std::vector<bool> have;
   bool complete = false;
@@ -53,6 +67,7 @@ struct Copy {
   std::string source;  // the predecessor read from now ("" : ask the store)
   core::RegionDescriptor source_desc;
   std::vector<bool> source_has;           // its verified chunks, as the store last said
+  bool source_whole = false;              // a host share read from the whole version
   std::set<std::uint32_t> reading;        // chunks with a read in flight
   std::vector<std::uint32_t> unreported;  // verified here, not yet told to the store
   bool asking = false;                    // a chain_source request is out
@@ -115,8 +130,15 @@ struct Relay::Impl {
 
   weightstore::Topology topology() const { return {config.host, config.rack, config.datacenter}; }
 
+  weightstore::JoinRelay joining() const {
+    weightstore::JoinRelay j{config.relay_id, topology(), config.make_deltas, {}};
+    if (config.share_tp_size > 0)
+      j.share = "tp" + std::to_string(config.share_tp_size) + "." + std::to_string(config.share_rank);
+    return j;
+  }
+
   Status join() {
-    SLUICE_TRY(store->join_relay({config.relay_id, topology(), config.make_deltas}));
+    SLUICE_TRY(store->join_relay(joining()));
     joined = true;
     return {};
   }
@@ -140,8 +162,12 @@ struct Relay::Impl {
     if (!c.source.empty() && c.delta == Copy::Delta::kNone) {
       for (std::uint32_t i = 0; i < layout.chunk_count(); ++i) {
         if (c.reading.size() >= config.in_flight) break;
-        if (c.have[i] || c.reading.count(i) || i >= c.source_has.size() || !c.source_has[i])
+        if (c.have[i] || c.reading.count(i)) continue;
+        if (c.source_whole) {
+          read_share_chunk(c, i);  // from a complete holder
           continue;
+        }
+        if (i >= c.source_has.size() || !c.source_has[i]) continue;
         read_chunk(c, i);
       }
       waiting = c.reading.size() < config.in_flight;
@@ -178,7 +204,13 @@ struct Relay::Impl {
                   desc.status().to_string());
         return;
       }
+      if (!r->model.empty() && (!cp->parent || r->model != cp->parent->model)) {
+        log::warn("relay {}: the store named a copy of {} for {}@{}", config.relay_id, r->model,
+                  cp->manifest.model, cp->manifest.version);
+        return;
+      }
       cp->source = r->holder_id;
+      cp->source_whole = !r->model.empty();
       cp->source_distance = r->distance;
       cp->source_desc = std::move(desc).value();
       cp->source_has = std::move(r->chunks);
@@ -198,25 +230,71 @@ struct Relay::Impl {
     engine->read({{from, c.source_desc}}, {r}, *c.buffer, read_options(),
                  [this, cp, i, from, bytes = r.bytes](Result<core::ReadStats> st) {
                    cp->reading.erase(i);
-                   if (!st.is_ok()) {
-                     log::warn(
-                         "relay {}: chunk {} of {}@{} from {} failed: {}; trying another "
-                         "source",
-                         config.relay_id, i, cp->manifest.model, cp->manifest.version, from,
-                         st.status().to_string());
-                     cp->failed_sources.insert(from);
-                     if (cp->source == from) cp->source.clear();
-                   } else {
-                     cp->have[i] = true;
-                     cp->progressed = Clock::now();
-                     m_bytes.inc(bytes);
-                     holder->update_chunks(cp->manifest.version, cp->have);
-                     cp->unreported.push_back(i);
-                     check_complete(*cp);
-                     report(*cp);
-                   }
-                   pump(*cp);
+                   chunk_read(*cp, i, from, bytes, st.status());
                  });
+  }
+
+  // A host share's chunk i from a complete holder of the whole version: the share's pieces that
+  // fall in it, read into place unchecked, then the assembled chunk checked against the
+  // checksum that the actor declared for it.
+  void read_share_chunk(Copy& c, std::uint32_t i) {
+    const auto layout = c.manifest.layout();
+    const std::uint64_t from_off = layout.chunk_offset(i), to_off = from_off + layout.chunk_size(i);
+    std::vector<core::ChunkRead> reads;
+    const auto& ps = c.share.pieces;
+    auto it = std::upper_bound(ps.begin(), ps.end(), from_off,
+                               [](std::uint64_t off, const core::ShardPiece& p) {
+                                 return off < p.dst_offset;
+                               });
+    if (it != ps.begin()) --it;
+    for (; it != ps.end() && it->dst_offset < to_off; ++it) {
+      const std::uint64_t a = std::max(from_off, it->dst_offset);
+      const std::uint64_t b = std::min(to_off, it->dst_offset + it->bytes);
+      if (a >= b) continue;
+      core::ChunkRead r;
+      r.src_offset = it->src_offset + (a - it->dst_offset);
+      r.dst_offset = a;
+      r.bytes = b - a;
+      reads.push_back(r);
+    }
+    core::ReadOptions ro = read_options();
+    ro.verify = false;  // a piece has no checksum of its own: the assembled chunk has
+    ro.max_in_flight_per_source = 4;
+    c.reading.insert(i);
+    Copy* cp = &c;
+    std::string from = c.source;
+    engine->read(
+        {{from, c.source_desc}}, std::move(reads), *c.buffer, ro,
+        [this, cp, i, from, from_off, bytes = to_off - from_off](Result<core::ReadStats> st) {
+          cp->reading.erase(i);
+          Status s = st.status();
+          if (s.is_ok() && core::chunk_checksum(cp->buffer->data() + from_off, bytes) !=
+                               cp->manifest.checksums[i]) {
+            s = core::data_loss("chunk " + std::to_string(i) +
+                                " assembled from its pieces does not match its declared checksum");
+          }
+          chunk_read(*cp, i, from, bytes, s);
+        });
+  }
+
+  // After a chunk read: the chunk counts, or its source is set aside for this version.
+  void chunk_read(Copy& c, std::uint32_t i, const std::string& from, std::uint64_t bytes,
+                  const Status& s) {
+    if (!s.is_ok()) {
+      log::warn("relay {}: chunk {} of {}@{} from {} failed: {}; trying another source",
+                config.relay_id, i, c.manifest.model, c.manifest.version, from, s.to_string());
+      c.failed_sources.insert(from);
+      if (c.source == from) c.source.clear();
+    } else {
+      c.have[i] = true;
+      c.progressed = Clock::now();
+      m_bytes.inc(bytes);
+      holder->update_chunks(c.manifest.version, c.have);
+      c.unreported.push_back(i);
+      check_complete(c);
+      report(c);
+    }
+    pump(c);
   }
 
   void check_complete(Copy& c) {
@@ -332,22 +410,55 @@ struct Relay::Impl {
     // The manifest comes with a read plan; the lease is not needed and is released at once.
     SLUICE_ASSIGN_OR_RETURN(auto plan, store->plan(config.model, version, topology()));
     store->release(plan.lease_id).ignore();
-    if (plan.manifest.total_bytes > config.max_version_bytes) {
-      return core::invalid_argument(std::to_string(plan.manifest.total_bytes) +
+    Copy c;
+    c.manifest = plan.manifest;
+    if (config.share_tp_size > 0) SLUICE_TRY(take_share(c));
+    if (c.manifest.total_bytes > config.max_version_bytes) {
+      return core::invalid_argument(std::to_string(c.manifest.total_bytes) +
                                     " bytes exceed max_version_bytes " +
                                     std::to_string(config.max_version_bytes));
     }
-    Copy c;
-    c.manifest = plan.manifest;
     SLUICE_ASSIGN_OR_RETURN(c.buffer, engine->allocate(c.manifest.total_bytes, false));
     c.have.assign(c.manifest.chunk_count(), false);
     c.delta_since = c.progressed = Clock::now();
-    if (config.use_deltas && !copies.empty()) c.delta = Copy::Delta::kWanted;
+    if (config.use_deltas && !copies.empty() && !c.parent) c.delta = Copy::Delta::kWanted;
     // A partial holder from the start: the next relay can follow. Sent before any chain_source
     // question about the version (one socket, in order); one that fails is sent again by the
     // holder's next heartbeat.
     holder->serve(c.manifest, c.buffer->descriptor().encode(), {}, c.have);
     copies.push_back(std::move(c));
+    return {};
+  }
+
+  // Turns a copy of the version into one of this relay's host share: the one layout of
+  // share_tp_size that the actor declared, rank share_rank.
+  Status take_share(Copy& c) {
+    const core::Manifest& m = c.manifest;
+    const core::ShardChecksums* declared = nullptr;
+    for (const auto& sc : m.shards) {
+      if (sc.tp_size != config.share_tp_size) continue;
+      if (declared) {
+        return core::failed_precondition(
+            "the version declares more than one layout of tp_size " +
+            std::to_string(config.share_tp_size) + ": a host share needs exactly one");
+      }
+      declared = &sc;
+    }
+    if (!declared) {
+      return core::failed_precondition(
+          "the version declares no layout of tp_size " + std::to_string(config.share_tp_size) +
+          " (the actor's shard layouts): a host share is verified against declared checksums");
+    }
+    core::ShardLayout l;
+    l.tp_size = config.share_tp_size;
+    l.tp_rank = config.share_rank;
+    l.splits = core::splits_by_name(m, declared->splits);
+    SLUICE_ASSIGN_OR_RETURN(c.share, core::plan_shard(m, l));
+    SLUICE_ASSIGN_OR_RETURN(
+        core::Manifest share,
+        core::share_manifest(m, core::share_model(m.model, l.tp_size, l.tp_rank, declared->splits)));
+    c.parent = m;
+    c.manifest = std::move(share);
     return {};
   }
 
@@ -491,8 +602,7 @@ Result<std::unique_ptr<Relay>> Relay::create(core::EventLoop& loop, RelayConfig 
     // Deltas are offered again once the copies they refer to are back.
     if (raw->offers) raw->reoffer_at = Clock::now() + kHeartbeat;
     // Before the copies are registered again (the same socket keeps the order).
-    raw->store->join_relay_async({raw->config.relay_id, raw->topology(), raw->config.make_deltas},
-                                 Millis(5000), [raw](Status st) {
+    raw->store->join_relay_async(raw->joining(), Millis(5000), [raw](Status st) {
                                    if (!st.is_ok())
                                      log::warn("relay {}: joining again: {}", raw->config.relay_id,
                                                st.to_string());

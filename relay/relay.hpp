@@ -64,6 +64,13 @@ struct RelayConfig {
   // most keep_versions complete copies, the one it receives and the ones it gave up and is
   // draining, however slow its sources are.
   std::uint64_t abandon_after_ms = 15000;
+  // Host share (share_tp_size > 0): the relay holds only rank share_rank's shard stream of the
+  // layout of tp_size share_tp_size that the actor declares (one such layout; core/shard.hpp),
+  // which is what its host's rollout GPUs load when their layout is share_tp_size x (GPUs a
+  // host) wide. The relays of one share form their own chain; its head reads the pieces from a
+  // complete holder of the whole version. Deltas are not made or used for shares.
+  std::uint32_t share_tp_size = 0;
+  std::uint32_t share_rank = 0;
   // The relay's key and the job's members (core/security.hpp): it talks only to the store whose
   // public key the members file names. Curve by default; plain only when set.
   core::SecurityConfig security;
@@ -100,6 +107,10 @@ struct RelayConfig {
     v("delta_wait_ms", delta_wait_ms,
       "how long to wait for a delta that a delta-making relay is expected to offer (default "
       "5000)");
+    v("share_tp_size", share_tp_size,
+      "hold only a host share: rank share_rank of the declared layout of this tp_size (0: whole "
+      "versions; default)");
+    v("share_rank", share_rank, "with share_tp_size: the rank of the share this relay holds");
     v("abandon_after_ms", abandon_after_ms,
       "a version being received that made no progress for this long is given up for a newer "
       "one (default 15000)");

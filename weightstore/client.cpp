@@ -271,7 +271,8 @@ void pull_async(core::TransferEngine& engine, StoreClient& store, const std::str
   core::log::debug("pull {}@{}: asking for a read plan", model, version);
   store.plan_async(
       PlanRequest{model, version, where}, Millis(5000),
-      [sc, eng, model, options, done, accept, lease_renew, shard](Result<ReadPlan> plan_r) mutable {
+      [sc, eng, model, where, options, done, accept, lease_renew,
+       shard](Result<ReadPlan> plan_r) mutable {
         core::log::debug("pull {}: read plan: {}", model, plan_r.status().to_string());
         if (!plan_r.is_ok()) return done(plan_r.status().with_context("pull " + model));
         auto plan = std::make_shared<ReadPlan>(std::move(plan_r).value());
@@ -323,13 +324,13 @@ void pull_async(core::TransferEngine& engine, StoreClient& store, const std::str
           });
         }
         if (shard_plan) {
-          return read_shard_async(*eng, plan, std::move(sources), std::move(*shard_plan), *shard,
-                                  options,
-                                  [plan, done, release, renew](Result<Pulled> pulled) mutable {
-                                    renew.reset();
-                                    release(plan->lease_id);
-                                    done(std::move(pulled));
-                                  });
+          return read_shard_via_share_async(
+              *eng, *sc, where, plan, std::move(sources), std::move(*shard_plan), *shard, options,
+              [plan, done, release, renew](Result<Pulled> pulled) mutable {
+                renew.reset();
+                release(plan->lease_id);
+                done(std::move(pulled));
+              });
         }
         auto chunks = core::whole_region_chunks(plan->manifest.layout());
         for (std::size_t i = 0; i < chunks.size(); ++i)

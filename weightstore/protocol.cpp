@@ -198,6 +198,7 @@ Message encode(const JoinRelay& m) {
   Message r = with_body("store.join_relay",
                         {{"relay_id", m.relay_id}, {"topology", topology_to_json(m.topology)}});
   if (m.makes_deltas) r.body["makes_deltas"] = true;
+  if (!m.share.empty()) r.body["share"] = m.share;
   return r;
 }
 Message encode(const ChainSourceRequest& m) {
@@ -233,6 +234,7 @@ Message encode(const ChainSource& m) {
       with_body("store.chain_source",
                 {{"holder_id", m.holder_id}, {"endpoint", m.endpoint}, {"chunks", m.chunks}});
   r.body["distance"] = m.distance;
+  if (!m.model.empty()) r.body["model"] = m.model;
   r.blobs.push_back(m.descriptor);
   return r;
 }
@@ -364,6 +366,7 @@ Result<JoinRelay> decode_join_relay(const Message& m, const Limits& lim) {
   SLUICE_ASSIGN_OR_RETURN(r.topology, topology_from_json(optional(m.body, "topology")));
   if (m.body.contains("makes_deltas"))
     SLUICE_TRY(field::boolean(m.body, "store.join_relay", "makes_deltas", r.makes_deltas));
+  if (m.body.contains("share")) SLUICE_TRY(id_field(m.body, "store.join_relay", "share", lim, r.share));
   return r;
 }
 
@@ -443,6 +446,7 @@ Result<ChainSource> decode_chain_source(const Message& m, const Limits& lim) {
   if (s.is_ok()) s = bool_list(m.body, what, "chunks", lim, r.chunks);
   std::uint64_t distance = 3;
   if (s.is_ok() && m.body.contains("distance")) s = u64_field(m.body, what, "distance", distance);
+  if (s.is_ok() && m.body.contains("model")) s = id_field(m.body, what, "model", lim, r.model);
   if (!s.is_ok()) return reply_error(s);
   r.distance = static_cast<int>(std::min<std::uint64_t>(distance, 3));
   if (m.blobs.size() != 1) return core::protocol_error("store.chain_source reply: no descriptor");

@@ -106,6 +106,7 @@ struct JoinRelay {
   std::string relay_id;
   Topology topology;
   bool makes_deltas = false;  // it offers the delta of each version it completes (optional field)
+  std::string share = {};     // a host-share relay's share ("tp4.1"); empty: whole versions
 };
 struct ChainSourceRequest {
   std::string model;

@@ -2,6 +2,7 @@
 
 #include "core/log.hpp"
 #include "core/metrics.hpp"
+#include "core/shard.hpp"
 #include "weightstore/protocol.hpp"
 
 namespace sluice::weightstore {
@@ -134,6 +135,24 @@ Status signed_by_actor(const core::Manifest& m, const core::Security& security,
                        const Message& req) {
   return counted(core::check_version_signature(m, security), req, "signature");
 }
+// A host share's manifest (core/shard.hpp): the store must know the parent version, and the
+// manifest must be exactly what the parent's signed manifest gives for that share.
+Status follows_parent(const WeightStore& st, const core::Manifest& m) {
+  const std::string parent = core::share_parent(m.model);
+  const core::Manifest* p = st.manifest(parent, m.version);
+  if (!p) {
+    return core::failed_precondition(m.model + "@" + std::to_string(m.version) +
+                                     ": the store has no manifest of " + parent + "@" +
+                                     std::to_string(m.version) + " to check the share against");
+  }
+  SLUICE_ASSIGN_OR_RETURN(core::Manifest want, core::share_manifest(*p, m.model));
+  if (!m.signature.empty() || want.signed_bytes() != m.signed_bytes()) {
+    return core::invalid_argument(m.model + "@" + std::to_string(m.version) +
+                                  ": the manifest is not the share that " + parent + "@" +
+                                  std::to_string(m.version) + " declares");
+  }
+  return {};
+}
 }  // namespace
 
 void StoreService::install_handlers() {
@@ -150,6 +169,11 @@ void StoreService::install_handlers() {
       [&st, &sec, lim](const Message& req) -> Result<Message> {
         SLUICE_ASSIGN_OR_RETURN(auto r, decode_put_manifest(req, lim));
         const core::Manifest& m = r.manifest;
+        if (core::is_share_model(m.model)) {
+          return counted(core::invalid_argument("'" + m.model +
+                                                "' names a host share, which no actor publishes"),
+                         req);
+        }
         SLUICE_TRY(signed_by_actor(m, sec, req));
         SLUICE_TRY(st.put_manifest(m));
         log::info("weightstore: manifest {}@{} ({} bytes, {} chunks)", m.model, m.version,
@@ -166,7 +190,11 @@ void StoreService::install_handlers() {
         // store learns its versions back): only from a manifest the actor signed, whoever
         // carries it. A known version's manifest must equal the store's, which was checked when
         // it came; an unsigned one is refused here with the reason rather than as "different".
-        if (!known || r.manifest.signature.empty()) {
+        // A host share's manifest is not signed: it must be the one that the parent version's
+        // signed manifest gives.
+        if (core::is_share_model(r.manifest.model)) {
+          SLUICE_TRY(counted(follows_parent(st, r.manifest), req));
+        } else if (!known || r.manifest.signature.empty()) {
           SLUICE_TRY(signed_by_actor(r.manifest, sec, req));
         }
         // Only the actor, which makes versions, and the relays, which carry them, bring one
@@ -277,7 +305,8 @@ void StoreService::install_handlers() {
         SLUICE_ASSIGN_OR_RETURN(auto r, decode_join_relay(req));
         SLUICE_TRY(caller_is(req, r.relay_id, "relay_id"));
         SLUICE_TRY(
-            counted(st.join_relay(r.relay_id, r.topology, Clock::now(), req.peer.identity), req));
+            counted(st.join_relay(r.relay_id, r.topology, Clock::now(), req.peer.identity, r.share),
+                    req));
         st.set_delta_maker(r.relay_id, r.makes_deltas);
         return encode_ok();
       },

@@ -6,6 +6,7 @@
 #include <optional>
 
 #include "core/checksum.hpp"
+#include "core/event_loop.hpp"
 #include "core/log.hpp"
 
 namespace sluice::weightstore {
@@ -28,6 +29,20 @@ struct ShardJob {
   core::ReadStats stats;                                 // summed over every read
   std::size_t next_holder = 0;                           // the declared path's retries
   bool whole_chunks = false;
+  // Read from the host share's relays (read_shard_via_share_async), as they receive it.
+  struct Share {
+    StoreClient* store = nullptr;
+    Topology where;
+    std::string model;                   // the share's (core::share_model)
+    std::vector<core::ShardPiece> pieces;  // src_offset in the share's stream
+    std::vector<bool> got;
+    std::size_t left = 0;
+    core::Clock::time_point progressed;
+    std::uint64_t same_host_bytes = 0;
+    std::unique_ptr<core::EventLoop::Timer> timer;
+    std::shared_ptr<ShardJob> self;  // keeps the job while a timer waits
+  };
+  std::unique_ptr<Share> share;
 
   std::string what() const {
     return "shard " + std::to_string(shard.tp_rank) + "/" + std::to_string(shard.tp_size) + " of " +
@@ -82,6 +97,7 @@ void deliver(const std::shared_ptr<ShardJob>& job) {
     if (i < job->plan->holders.size() && job->plan->holders[i].distance == 0)
       out.same_host_bytes += out.stats.bytes_per_source[i];
   }
+  if (job->share) out.same_host_bytes += job->share->same_host_bytes;
   out.version_bytes = job->plan->manifest.total_bytes;
   out.whole_chunks = job->whole_chunks;
   job->done(std::move(out));
@@ -208,7 +224,153 @@ void read_whole_chunks(const std::shared_ptr<ShardJob>& job) {
                     });
 }
 
+// Reads the pieces that the share's holders have so far, then asks again until every piece is
+// here (then checks them all as the declared path does), or until the share has made no
+// progress for kShareStall (then the rest is read from the whole version's holders).
+constexpr core::Millis kShareFollow{5};     // between questions while the share arrives
+constexpr core::Millis kShareStall{10000};  // a relay that long without a new chunk is not used
+void share_round(const std::shared_ptr<ShardJob>& job);
+
+void all_pieces_from_version(const std::shared_ptr<ShardJob>& job, const std::string& why) {
+  core::log::info("{}: {}; reading it from the version's holders", job->what(), why);
+  std::vector<std::size_t> all(job->shard.pieces.size());
+  for (std::size_t i = 0; i < all.size(); ++i)
+    all[i] = i;
+  read_pieces(job, all, std::nullopt);
+}
+
+void share_again(const std::shared_ptr<ShardJob>& job) {
+  auto& sh = *job->share;
+  if (core::Clock::now() - sh.progressed > kShareStall) {
+    return all_pieces_from_version(job, "its host share " + sh.model + " made no progress");
+  }
+  sh.self = job;
+  ShardJob* raw = job.get();
+  sh.timer = sh.store->loop().after(kShareFollow, [raw] {
+    auto j = std::move(raw->share->self);
+    share_round(j);
+  });
+}
+
+void share_round(const std::shared_ptr<ShardJob>& job) {
+  ShardJob::Share& share = *job->share;
+  share.store->plan_async(
+      PlanRequest{share.model, job->plan->manifest.version, share.where}, core::Millis(5000),
+      [job](Result<ReadPlan> r) {
+        auto& sh = *job->share;
+        if (!r.is_ok()) {
+          return all_pieces_from_version(job, "its host share: " + r.status().to_string());
+        }
+        auto release = [&sh, lease = r->lease_id] { sh.store->release_async(lease, core::Millis(5000)); };
+        std::vector<core::ReadSource> sources;
+        for (const auto& h : r->holders) {
+          auto d = core::RegionDescriptor::decode(h.descriptor);
+          if (!d.is_ok()) {
+            release();
+            return all_pieces_from_version(job, "holder " + h.holder_id + ": " +
+                                                    d.status().to_string());
+          }
+          sources.push_back({h.holder_id, std::move(d).value()});
+        }
+        const std::uint64_t cb = r->manifest.chunk_bytes;
+        std::vector<core::ChunkRead> reads;
+        std::vector<std::size_t> which;
+        for (std::size_t i = 0; i < sh.pieces.size(); ++i) {
+          const auto& p = sh.pieces[i];
+          const std::uint64_t c = p.src_offset / cb;
+          if (sh.got[i] || c >= r->chunks.size() || r->chunks[c].holders.empty()) continue;
+          core::ChunkRead cr;
+          cr.src_offset = p.src_offset;
+          cr.dst_offset = p.dst_offset;
+          cr.bytes = p.bytes;
+          cr.sources = r->chunks[c].holders;
+          reads.push_back(std::move(cr));
+          which.push_back(i);
+        }
+        if (reads.empty()) {
+          release();
+          return share_again(job);
+        }
+        core::ReadOptions o = job->options;
+        o.verify = false;  // checked per assembled chunk once every piece is here
+        o.on_chunk = nullptr;
+        auto near = std::make_shared<std::vector<bool>>();
+        for (const auto& h : r->holders)
+          near->push_back(h.distance == 0);
+        job->engine->read(std::move(sources), std::move(reads), *job->stream, o,
+                          [job, which, near, release](Result<core::ReadStats> st) {
+                            release();
+                            auto& state = *job->share;
+                            if (!st.is_ok()) {
+                              return all_pieces_from_version(
+                                  job, "reading its host share: " + st.status().to_string());
+                            }
+                            job->stats.bytes += st->bytes;
+                            job->stats.seconds += st->seconds;
+                            for (std::size_t i = 0; i < st->bytes_per_source.size(); ++i)
+                              if (i < near->size() && (*near)[i])
+                                state.same_host_bytes += st->bytes_per_source[i];
+                            for (std::size_t i : which)
+                              state.got[i] = true;
+                            state.left -= which.size();
+                            state.progressed = core::Clock::now();
+                            if (state.left > 0) return share_round(job);
+                            std::vector<std::size_t> all(job->shard.pieces.size());
+                            for (std::size_t i = 0; i < all.size(); ++i)
+                              all[i] = i;
+                            check_pieces(job, all);  // wrong bytes: read from the version
+                          });
+      });
+}
+
 }  // namespace
+
+void read_shard_via_share_async(core::TransferEngine& engine, StoreClient& store,
+                                const Topology& where, std::shared_ptr<const ReadPlan> plan,
+                                std::vector<core::ReadSource> sources, core::ShardPlan shard,
+                                core::ShardLayout layout, core::ReadOptions options,
+                                std::function<void(Result<Pulled>)> done) {
+  const core::Manifest& m = plan->manifest;
+  const std::uint32_t host_tp = layout.host_tp_size;
+  const core::ShardChecksums* declared = nullptr;
+  for (const auto& sc : m.shards)
+    if (host_tp > 0 && sc.tp_size == host_tp && sc.splits == shard.splits) declared = &sc;
+  const bool fine_declared = core::declared_checksums(m, shard) != nullptr;
+  if (!declared || !fine_declared || shard.pieces.empty()) {
+    return read_shard_async(engine, std::move(plan), std::move(sources), std::move(shard),
+                            std::move(layout), std::move(options), std::move(done));
+  }
+  core::ShardLayout coarse_layout;
+  coarse_layout.tp_size = host_tp;
+  coarse_layout.tp_rank = shard.tp_rank / (shard.tp_size / host_tp);
+  coarse_layout.splits = core::splits_by_name(m, declared->splits);
+  auto coarse = core::plan_shard(m, coarse_layout);
+  auto pieces = coarse.is_ok() ? core::rebase_pieces(shard, *coarse, m.chunk_bytes)
+                               : Result<std::vector<core::ShardPiece>>(coarse.status());
+  if (!pieces.is_ok()) return done(pieces.status());
+  auto job = std::make_shared<ShardJob>();
+  job->engine = &engine;
+  job->plan = std::move(plan);
+  job->sources = std::move(sources);
+  job->shard = std::move(shard);
+  job->layout = std::move(layout);
+  job->options = std::move(options);
+  job->done = std::move(done);
+  job->declared = core::declared_checksums(job->plan->manifest, job->shard);
+  auto buf = engine.allocate(job->shard.bytes, false);
+  if (!buf.is_ok()) return job->done(buf.status().with_context(job->what()));
+  job->stream = std::move(buf).value();
+  job->share = std::make_unique<ShardJob::Share>();
+  auto& sh = *job->share;
+  sh.store = &store;
+  sh.where = where;
+  sh.model = core::share_model(m.model, host_tp, coarse_layout.tp_rank, declared->splits);
+  sh.pieces = std::move(pieces).value();
+  sh.got.assign(sh.pieces.size(), false);
+  sh.left = sh.pieces.size();
+  sh.progressed = core::Clock::now();
+  share_round(job);
+}
 
 void read_shard_async(core::TransferEngine& engine, std::shared_ptr<const ReadPlan> plan,
                       std::vector<core::ReadSource> sources, core::ShardPlan shard,

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "core/checksum.hpp"
+#include "core/shard.hpp"
 
 namespace sluice::weightstore {
 
@@ -103,6 +104,14 @@ Status WeightStore::check_owner(const std::string& holder_id, const std::string&
   if (h == holders_.end() || h->second.owner.empty() || h->second.owner == identity) return {};
   return core::permission_denied("holder '" + holder_id + "' was registered by " + h->second.owner +
                                  ", not by " + identity);
+}
+
+const core::Manifest* WeightStore::manifest(const std::string& model,
+                                            std::uint64_t version) const {
+  auto m = models_.find(model);
+  if (m == models_.end()) return nullptr;
+  auto v = m->second.versions.find(version);
+  return v == m->second.versions.end() ? nullptr : &v->second.manifest;
 }
 
 bool WeightStore::knows(const std::string& model, std::uint64_t version) const {
@@ -229,8 +238,10 @@ bool WeightStore::relay_reading(const std::string& source, const std::string& mo
   // copy is never named), and once it holds every chunk it reads from nobody.
   for (const auto& [key, named] : chain_reads_) {
     const auto& [relay, m, v] = key;
-    if (m != model || v != version || named != source) continue;
-    const Copy* c = find_copy(relay, model, version);
+    // A host-share relay reads its share's pieces from a holder of the parent version.
+    const bool of_model = m == model || (core::is_share_model(m) && core::share_parent(m) == model);
+    if (!of_model || v != version || named != source) continue;
+    const Copy* c = find_copy(relay, m, version);
     if (c && !all_set(c->chunks)) return true;
   }
   return false;
@@ -324,7 +335,9 @@ core::Result<ReadPlan> WeightStore::plan(const std::string& model, std::uint64_t
   }
   Version* v = find_version(model, version);
   if (!v) return core::not_found("no " + vname(model, version));
-  if (!v->committed) {
+  // A host share is read while it arrives: its plan names the chunks held so far.
+  const bool share = core::is_share_model(model);
+  if (!v->committed && !share) {
     return core::failed_precondition(vname(model, version) + " is not committed yet");
   }
   ReadPlan p;
@@ -358,7 +371,7 @@ core::Result<ReadPlan> WeightStore::plan(const std::string& model, std::uint64_t
       if (added) p.holders.push_back({c.id, c.copy->endpoint, c.copy->descriptor, c.dist});
       p.chunks[i].holders.push_back(it->second);
     }
-    if (p.chunks[i].holders.empty()) {
+    if (p.chunks[i].holders.empty() && !share) {
       return core::unavailable("chunk " + std::to_string(i) + " of " + vname(model, version) +
                                " has no live holder");
     }
@@ -450,12 +463,14 @@ std::set<std::uint64_t> WeightStore::retained(const std::string& model) const {
 }
 
 Status WeightStore::join_relay(const std::string& relay_id, const Topology& topology,
-                               Clock::time_point now, const std::string& owner) {
+                               Clock::time_point now, const std::string& owner,
+                               const std::string& share) {
   if (relay_id.empty()) return core::invalid_argument("relay has no id");
   SLUICE_TRY(check_owner(relay_id, owner));
   auto& h = holders_[relay_id];
   if (h.owner.empty()) h.owner = owner;
   h.topology = topology;
+  h.share = share;
   h.last_seen = now;
   if (!relay_order_.count(relay_id)) relay_order_[relay_id] = next_relay_++;
   return {};
@@ -547,12 +562,36 @@ core::Result<WeightStore::CopyInfo> WeightStore::chain_source(
   // not count as drained under the relay's GETs (relays take no lease).
   auto info = [this, &key](const std::string& id, const Copy& c) {
     chain_reads_[key] = id;
-    return CopyInfo{id, c.endpoint, c.descriptor, c.chunks};
+    return CopyInfo{id, {}, c.endpoint, c.descriptor, c.chunks};
+  };
+  // A share's last resort: the nearest complete holder of the parent version, the publisher
+  // before a whole relay (pieces of it are read and verified against the declared checksums).
+  auto parent_source = [&]() -> std::optional<CopyInfo> {
+    if (!core::is_share_model(model)) return std::nullopt;
+    const std::string parent = core::share_parent(model);
+    const Holder& mine = holders_.at(relay_id);
+    const std::string* best = nullptr;
+    const Copy* best_copy = nullptr;
+    int best_rank = 0;
+    for (const auto& [id, h] : holders_) {
+      if (id == relay_id || exclude.count(id)) continue;
+      auto c = h.copies.find({parent, version});
+      if (c == h.copies.end() || c->second.unpublished || !all_set(c->second.chunks)) continue;
+      const int rank = distance(mine.topology, h.topology) * 2 + (relay_order_.count(id) ? 1 : 0);
+      if (!best || rank < best_rank) best = &id, best_copy = &c->second, best_rank = rank;
+    }
+    if (!best) return std::nullopt;
+    chain_reads_[key] = *best;
+    return CopyInfo{*best, parent, best_copy->endpoint, best_copy->descriptor, best_copy->chunks};
   };
   // Relays in join order; this relay is number `me_index` (1-based: 0 is the publisher).
+  // Only the relays that carry the same share (or, with none, whole versions) form its chain.
+  const std::string& my_share = holders_.at(relay_id).share;
   std::vector<std::pair<std::uint64_t, std::string>> order;
-  for (const auto& [id, seq] : relay_order_)
-    order.emplace_back(seq, id);
+  for (const auto& [id, seq] : relay_order_) {
+    auto h = holders_.find(id);
+    if (h != holders_.end() && h->second.share == my_share) order.emplace_back(seq, id);
+  }
   std::sort(order.begin(), order.end());
   std::size_t me_index = 0;
   for (std::size_t i = 0; i < order.size(); ++i)
@@ -622,6 +661,7 @@ core::Result<WeightStore::CopyInfo> WeightStore::chain_source(
       if (!best || rank < best_rank) best = &id, best_copy = c, best_rank = rank;
     }
     if (best) return info(*best, *best_copy);
+    if (auto p = parent_source()) return *p;
     chain_reads_.erase(key);
     return core::unavailable("no source for relay '" + relay_id + "' to pull " +
                              vname(model, version) + " from");
@@ -640,6 +680,7 @@ core::Result<WeightStore::CopyInfo> WeightStore::chain_source(
     if (seq <= me->second || id == relay_id) continue;
     if (const Copy* c = usable(id, true)) return info(id, *c);
   }
+  if (auto p = parent_source()) return *p;
   chain_reads_.erase(key);
   return core::unavailable("no source for relay '" + relay_id + "' to pull " +
                            vname(model, version) + " from");

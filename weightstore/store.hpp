@@ -193,6 +193,8 @@ class WeightStore {
   // is unauthenticated (empty identity: plain mode) or when the store does not know the holder
   // (the request itself then answers not_found); permission_denied otherwise.
   core::Status check_owner(const std::string& holder_id, const std::string& identity) const;
+  // The store's manifest of `model`@`version` (committed or not); null when it has none.
+  const core::Manifest* manifest(const std::string& model, std::uint64_t version) const;
   // Whether the store has a manifest for `model`@`version` (committed or not).
   bool knows(const std::string& model, std::uint64_t version) const;
   // A partial holder's newly verified chunks.
@@ -223,7 +225,8 @@ class WeightStore {
   // A read plan for a committed version (0 means latest), ranked for a reader at `where`.
   // Takes a lease on the holders it names, bound to `owner` (the authenticated identity that
   // asked; empty in plain mode). failed_precondition for an uncommitted version, unavailable
-  // when some chunk has no live holder.
+  // when some chunk has no live holder. A host share's (core::share_model) plan is given while
+  // the share arrives, committed or not: a chunk no copy holds yet has no holders.
   core::Result<ReadPlan> plan(const std::string& model, std::uint64_t version,
                               const Topology& where, Clock::time_point now,
                               const std::string& owner = {});
@@ -263,8 +266,12 @@ class WeightStore {
   // `owner`: the authenticated identity that joins (empty in plain mode); the relay's holder id
   // is bound to it as register_holder binds one, and another identity's join of it is
   // permission_denied and changes nothing.
+  // `share`: empty for a relay that holds whole versions; for a host-share relay a name of the
+  // share it holds ("tp4.1"): relays of one share form a chain of their own, apart from every
+  // other share's and from the whole versions' (see chain_source).
   core::Status join_relay(const std::string& relay_id, const Topology& topology,
-                          Clock::time_point now, const std::string& owner = {});
+                          Clock::time_point now, const std::string& owner = {},
+                          const std::string& share = {});
   // With "chain" and datacenter labels on the relays, the chain runs per datacenter: each
   // datacenter's first relay (its seed) pulls from the seed of the datacenter before it (the
   // publisher's datacenter first, then the others in the order their seeds joined; the
@@ -280,8 +287,12 @@ class WeightStore {
   // behind must still complete). Holders in `exclude` are skipped (ones that just failed).
   // The source named stays undrained for this relay until it asks again or completes (see
   // drained()). unavailable when there is none.
+  // A share's model (core::share_model): the chain is the relays that joined with the same
+  // share; its head, and any relay with no live ancestor holding the share, is named a complete
+  // holder of the parent version (`model` then says so) and reads its share's pieces from it.
   struct CopyInfo {
     std::string holder_id;
+    std::string model;  // the model the source holds: empty for the one asked about
     std::string endpoint;
     std::string descriptor;
     std::vector<bool> chunks;
@@ -349,6 +360,7 @@ class WeightStore {
   };
   struct Holder {
     std::string owner;  // the authenticated identity that registered it (empty: plain mode)
+    std::string share;  // a relay's share as it joined (empty: whole versions)
     Topology topology;
     Clock::time_point last_seen;
     std::map<std::pair<std::string, std::uint64_t>, Copy> copies;  // (model, version)

@@ -3,7 +3,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <cstdio>
+#include <optional>
 #include <set>
+
+#include <fmt/format.h>
 
 #include "core/bf16.hpp"
 #include "core/checksum.hpp"
@@ -89,6 +93,10 @@ Status ShardLayout::validate() const {
                             "' (supported: \"bf16\" from F32, \"fp8_e4m3\" from BF16)");
   }
   if (cast_block == 0) return invalid_argument("shard layout: cast_block must be positive");
+  if (host_tp_size > 0 && tp_size % host_tp_size != 0) {
+    return invalid_argument("shard layout: host_tp_size " + std::to_string(host_tp_size) +
+                            " does not divide tp_size " + std::to_string(tp_size));
+  }
   return {};
 }
 
@@ -114,6 +122,8 @@ Result<ShardLayout> ShardLayout::from_json(const nlohmann::json& j) {
       SLUICE_TRY(u32(l.tp_size));
     } else if (key == "cast_block") {
       SLUICE_TRY(u32(l.cast_block));
+    } else if (key == "host_tp_size") {
+      SLUICE_TRY(u32(l.host_tp_size));
     } else if (key == "cast") {
       if (!v.is_string()) return bad("'cast' must be a string");
       l.cast = v.get<std::string>();
@@ -139,7 +149,7 @@ Result<ShardLayout> ShardLayout::from_json(const nlohmann::json& j) {
       }
     } else {
       return bad("unknown key '" + key +
-                 "' (known: tp_rank, tp_size, splits, names, cast, cast_block)");
+                 "' (known: tp_rank, tp_size, splits, names, cast, cast_block, host_tp_size)");
     }
   }
   SLUICE_TRY(l.validate());
@@ -153,6 +163,7 @@ nlohmann::json ShardLayout::to_json() const {
   for (const auto& [name, s] : splits)
     j["splits"][name] = split_word(s);
   j["names"] = names;
+  if (host_tp_size > 0) j["host_tp_size"] = host_tp_size;
   return j;
 }
 
@@ -374,6 +385,130 @@ Manifest shard_manifest(const Manifest& m, const ShardPlan& plan, const ShardLay
     offset += s.bytes;
   }
   out.total_bytes = offset;
+  return out;
+}
+
+namespace {
+
+std::string splits_hash(std::string_view splits) {
+  return fmt::format("{:016x}", chunk_checksum(splits.data(), splits.size()));
+}
+
+struct ShareName {
+  std::string parent;
+  std::uint32_t tp_size = 0;
+  std::uint32_t tp_rank = 0;
+  std::string hash;
+};
+
+// "<parent>~tp<T>.<R>~<16 hex>"; nullopt for anything else.
+std::optional<ShareName> parse_share(const std::string& name) {
+  const auto a = name.find('~');
+  if (a == std::string::npos || a == 0) return std::nullopt;
+  const auto b = name.find('~', a + 1);
+  if (b == std::string::npos || name.size() - b - 1 != 16) return std::nullopt;
+  ShareName out;
+  out.parent = name.substr(0, a);
+  out.hash = name.substr(b + 1);
+  unsigned t = 0, r = 0;
+  int used = 0;
+  const std::string mid = name.substr(a + 1, b - a - 1);
+  if (std::sscanf(mid.c_str(), "tp%u.%u%n", &t, &r, &used) != 2 ||
+      static_cast<std::size_t>(used) != mid.size() || t == 0 || t > kMaxTensorParallel || r >= t)
+    return std::nullopt;
+  if (out.hash.find_first_not_of("0123456789abcdef") != std::string::npos) return std::nullopt;
+  out.tp_size = t;
+  out.tp_rank = r;
+  return out;
+}
+
+}  // namespace
+
+std::string share_model(const std::string& model, std::uint32_t tp_size, std::uint32_t tp_rank,
+                        std::string_view splits) {
+  return fmt::format("{}~tp{}.{}~{}", model, tp_size, tp_rank, splits_hash(splits));
+}
+
+bool is_share_model(const std::string& name) {
+  return name.find('~') != std::string::npos;
+}
+
+std::string share_parent(const std::string& name) {
+  return name.substr(0, name.find('~'));
+}
+
+std::map<std::string, Split> splits_by_name(const Manifest& m, std::string_view splits) {
+  std::map<std::string, Split> out;
+  for (std::size_t i = 0; i < m.tensors.size() && i < splits.size(); ++i) {
+    if (static_cast<Split>(splits[i]) != Split::kReplicated)
+      out[m.tensors[i].name] = static_cast<Split>(splits[i]);
+  }
+  return out;
+}
+
+Result<Manifest> share_manifest(const Manifest& m, const std::string& name) {
+  const auto share = parse_share(name);
+  if (!share || share->parent != m.model) {
+    return invalid_argument("'" + name + "' is not the name of a share of " + m.model);
+  }
+  const ShardChecksums* declared = nullptr;
+  for (const auto& sc : m.shards) {
+    if (sc.tp_size == share->tp_size && splits_hash(sc.splits) == share->hash) declared = &sc;
+  }
+  if (!declared || share->tp_rank >= declared->ranks.size()) {
+    return failed_precondition(m.model + "@" + std::to_string(m.version) +
+                               " declares no layout of tp_size " +
+                               std::to_string(share->tp_size) + " with the splits of " + name +
+                               ": a host share is verified against declared checksums only");
+  }
+  ShardLayout layout;
+  layout.tp_size = share->tp_size;
+  layout.tp_rank = share->tp_rank;
+  layout.splits = splits_by_name(m, declared->splits);
+  SLUICE_ASSIGN_OR_RETURN(ShardPlan plan, plan_shard(m, layout));
+  Manifest out = shard_manifest(m, plan, layout);
+  out.model = name;
+  out.checksums = declared->ranks[share->tp_rank];
+  if (out.checksums.size() != out.chunk_count()) {
+    return invalid_argument(name + ": " + std::to_string(out.checksums.size()) +
+                            " declared checksums for " + std::to_string(out.chunk_count()) +
+                            " chunks");
+  }
+  return out;
+}
+
+Result<std::vector<ShardPiece>> rebase_pieces(const ShardPlan& fine, const ShardPlan& coarse,
+                                              std::uint64_t chunk_bytes) {
+  // Coarse pieces ascend in src_offset (tensors in offset order, rows in order), so the one that
+  // holds a byte is found by search.
+  std::vector<ShardPiece> out;
+  const auto& cp = coarse.pieces;
+  auto holder = [&cp](std::uint64_t src) -> const ShardPiece* {
+    auto it = std::upper_bound(cp.begin(), cp.end(), src, [](std::uint64_t s, const ShardPiece& p) {
+      return s < p.src_offset;
+    });
+    if (it == cp.begin()) return nullptr;
+    --it;
+    return src < it->src_offset + it->bytes ? &*it : nullptr;
+  };
+  for (const auto& p : fine.pieces) {
+    std::uint64_t done = 0;
+    while (done < p.bytes) {
+      const ShardPiece* c = holder(p.src_offset + done);
+      if (!c) {
+        return invalid_argument("rank " + std::to_string(fine.tp_rank) + " of tp_size " +
+                                std::to_string(fine.tp_size) + " needs byte " +
+                                std::to_string(p.src_offset + done) +
+                                " of the version, which rank " + std::to_string(coarse.tp_rank) +
+                                " of tp_size " + std::to_string(coarse.tp_size) + " does not hold");
+      }
+      const std::uint64_t at = c->dst_offset + (p.src_offset + done - c->src_offset);
+      std::uint64_t n = std::min(p.bytes - done, c->src_offset + c->bytes - (p.src_offset + done));
+      n = std::min(n, chunk_bytes - at % chunk_bytes);
+      out.push_back({at, p.dst_offset + done, n});
+      done += n;
+    }
+  }
   return out;
 }
 

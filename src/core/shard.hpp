@@ -28,6 +28,7 @@
 #include <map>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/manifest.hpp"
@@ -48,11 +49,15 @@ struct ShardLayout {
   std::map<std::string, std::string> names;
   std::string cast;                // "", "bf16" or "fp8_e4m3"
   std::uint32_t cast_block = 128;  // elements per fp8 scale block (> 0)
+  // The tp_size of the host share that this host's relay holds (relay share_tp_size), which
+  // divides tp_size: rank tp_rank then reads from the relays of share rank
+  // tp_rank / (tp_size / host_tp_size) first, while they receive it. 0: none.
+  std::uint32_t host_tp_size = 0;
 
   // {"tp_rank": 0, "tp_size": 2, "splits": {"w": "rows"|"columns"|"replicated"},
-  //  "names": {"w": "model.w"}, "cast": "bf16", "cast_block": 128}; every key optional, unknown
-  // keys and wrong types are errors naming the key. Checks what needs no manifest (rank < size,
-  // a known cast, a positive block).
+  //  "names": {"w": "model.w"}, "cast": "bf16", "cast_block": 128, "host_tp_size": 4}; every
+  //  key optional, unknown keys and wrong types are errors naming the key. Checks what needs no
+  //  manifest (rank < size, a known cast, a positive block, host_tp_size dividing tp_size).
   static Result<ShardLayout> from_json(const nlohmann::json& j);
   nlohmann::json to_json() const;
   Status validate() const;
@@ -124,6 +129,36 @@ Manifest shard_manifest(const Manifest& m, const ShardPlan& plan, const ShardLay
 // tensor, at most `step_bytes` of input at a time (each tensor's fp8 blocks whole).
 void cast_shard(const ShardPlan& plan, const ShardLayout& layout, const std::uint8_t* in,
                 std::uint8_t* out, std::uint64_t step_bytes);
+
+// Host shares. A relay that serves one host's rollouts holds one rank's shard stream of a
+// coarser layout than theirs: with 8 GPUs a host and tp_size 32, host h loads ranks 8h..8h+7,
+// whose rows (or columns) together are rank h of tp_size 4 under the same splits. The actor
+// declares that coarser layout's checksums too, so the share is verified as a shard is. The
+// store tracks a share's copies as versions of a model of its own, named by share_model(), whose
+// manifest (share_manifest) follows from the version's signed manifest alone.
+//
+// "<model>~tp<T>.<R>~<16 hex digits of XXH3 of the split letters>", e.g. "policy~tp4.1~0a1b...".
+std::string share_model(const std::string& model, std::uint32_t tp_size, std::uint32_t tp_rank,
+                        std::string_view splits);
+// Whether `name` is a share's model name (a '~' marks one: the parent's name never has one).
+bool is_share_model(const std::string& name);
+// The parent's model name of a share's (the name itself when it is not a share's).
+std::string share_parent(const std::string& name);
+// The manifest of the share `name` of version m (m's model and version): the shard tensors of
+// rank R of tp_size T in stream order, their offsets in the stream, the declared checksums of
+// that rank, no shard checksums and no signature. invalid_argument for a name that is not a
+// share of m's model; failed_precondition when m declares no layout of that tp_size and splits.
+Result<Manifest> share_manifest(const Manifest& m, const std::string& name);
+// The split letters as a layout's split map over m's tensors (replicated ones left out).
+std::map<std::string, Split> splits_by_name(const Manifest& m, std::string_view splits);
+
+// Rebases `fine`'s pieces (offsets in the version) onto the stream of `coarse`, a shard of the
+// same version that contains every byte of `fine` (same splits, a tp_size that divides fine's,
+// the rank that holds fine's rows): each piece's src_offset becomes an offset in coarse's stream,
+// cut where that stream's chunks (chunk_bytes) end. invalid_argument when some byte of `fine` is
+// not in `coarse`.
+Result<std::vector<ShardPiece>> rebase_pieces(const ShardPlan& fine, const ShardPlan& coarse,
+                                              std::uint64_t chunk_bytes);
 
 // The fp8 element casts (exposed for tests; fp32 <-> bf16 is core/bf16.hpp's): bf16 -> fp8
 // e4m3fn of value / scale, round to nearest even, saturating at +-448, NaN to NaN (0x7f / 0xff).

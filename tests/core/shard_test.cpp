@@ -272,6 +272,61 @@ TEST_SUITE("core.shard") {
     }
   }
 
+  TEST_CASE("a host share is a declared coarser shard, and a rank's pieces rebase onto it") {
+    Version v = version();
+    REQUIRE(add_shard_checksums(v.manifest, layout(0, 2), v.bytes.data()).is_ok());
+    REQUIRE(add_shard_checksums(v.manifest, layout(0, 4), v.bytes.data()).is_ok());
+    const std::string splits = plan_shard(v.manifest, layout(1, 2)).value().splits;
+    const std::string name = share_model("m", 2, 1, splits);
+    CHECK(name.rfind("m~tp2.1~", 0) == 0);
+    CHECK(is_share_model(name));
+    CHECK_FALSE(is_share_model("m"));
+    CHECK(share_parent(name) == "m");
+
+    // The share's manifest: rank 1 of tp 2's stream, with the checksums the actor declared.
+    ShardLayout coarse_layout = layout(1, 2);
+    coarse_layout.names.clear();
+    const ShardPlan coarse = plan_shard(v.manifest, coarse_layout).value();
+    auto share = share_manifest(v.manifest, name);
+    REQUIRE_MESSAGE(share.is_ok(), share.status().to_string());
+    CHECK(share->model == name);
+    CHECK(share->total_bytes == coarse.bytes);
+    CHECK(share->validate().is_ok());
+    std::vector<std::uint8_t> held(coarse.bytes);
+    assemble_shard(coarse, v.bytes.data(), held.data());
+    CHECK(share->checksums == stream_checksums(held, v.manifest.chunk_bytes));
+    CHECK(share->signature.empty());
+
+    // Ranks 2 and 3 of tp 4 are inside rank 1 of tp 2: read out of the share's stream alone,
+    // their shards equal the slices of the whole version, and no piece crosses a share chunk.
+    for (std::uint32_t r : {2u, 3u}) {
+      const ShardPlan fine = plan_shard(v.manifest, layout(r, 4)).value();
+      auto pieces = rebase_pieces(fine, coarse, v.manifest.chunk_bytes);
+      REQUIRE_MESSAGE(pieces.is_ok(), pieces.status().to_string());
+      std::vector<std::uint8_t> got(fine.bytes, 0), want(fine.bytes);
+      for (const auto& p : *pieces) {
+        CHECK(p.src_offset / v.manifest.chunk_bytes ==
+              (p.src_offset + p.bytes - 1) / v.manifest.chunk_bytes);
+        std::memcpy(got.data() + p.dst_offset, held.data() + p.src_offset, p.bytes);
+      }
+      assemble_shard(fine, v.bytes.data(), want.data());
+      CHECK(got == want);
+    }
+    // Rank 0 of tp 4 lives in the other half: refused, not read wrong.
+    auto outside = rebase_pieces(plan_shard(v.manifest, layout(0, 4)).value(), coarse,
+                                 v.manifest.chunk_bytes);
+    CHECK(outside.status().code() == Code::kInvalidArgument);
+    CHECK(has(outside.status(), "does not hold"));
+
+    // A share of a layout the actor did not declare, or of another model, has no manifest.
+    CHECK(share_manifest(v.manifest, share_model("m", 6, 0, splits)).status().code() ==
+          Code::kFailedPrecondition);
+    CHECK(share_manifest(v.manifest, share_model("other", 2, 1, splits)).status().code() ==
+          Code::kInvalidArgument);
+    CHECK(share_manifest(v.manifest, "m~tp2.5~0000000000000000").status().code() ==
+          Code::kInvalidArgument);
+  }
+
   TEST_CASE("fp32 to bf16 matches the reference, rounding to nearest even, NaN kept") {
     std::vector<float> edge = {0.0f,
                                -0.0f,

@@ -236,7 +236,7 @@ TEST_SUITE("relay") {
     // maker would, which offers N -> N+1 once it holds N+1: so it holds each target first.
     auto v1 = job.engine->allocate(w[1].size(), false).value();
     std::memcpy(v1->data(), w[1].data(), w[1].size());
-    REQUIRE(job.client->join_relay({"maker", {"host-maker", "", "dc-a"}, true}).is_ok());
+    REQUIRE(job.client->join_relay({"maker", {"host-maker", "", "dc-a"}, true, {}}).is_ok());
     weightstore::HolderRegistration hr;
     hr.holder_id = "maker";
     hr.endpoint = "maker";

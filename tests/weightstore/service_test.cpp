@@ -6,6 +6,7 @@
 #include "core/event_loop.hpp"
 #include "core/messaging.hpp"
 #include "core/process.hpp"
+#include "core/shard.hpp"
 #include "weightstore/protocol.hpp"
 #include "weightstore/service.hpp"
 
@@ -221,6 +222,50 @@ TEST_SUITE("weightstore.service") {
     auto o = call(*c, older);
     CHECK(o.status().code() == Code::kInvalidArgument);
     CHECK(o.status().message().find("has 4000 bytes") != std::string::npos);
+  }
+
+  TEST_CASE("a host share is registered only as its parent version declares it") {
+    StoreProcess store("tcp://127.0.0.1:*");
+    auto loop = core::EventLoop::create().value();
+    auto c = core::Client::create(*loop, store.endpoint, core::Security::plain()).value();
+    // policy@1 of one [64, 16] F32 tensor, rows of tp 2 declared.
+    std::vector<std::uint8_t> bytes(4096);
+    for (std::size_t i = 0; i < bytes.size(); ++i)
+      bytes[i] = static_cast<std::uint8_t>(i * 7);
+    core::TensorSpec t{"w", "F32", {64, 16}, 0, 4096};
+    auto m = core::make_manifest("policy", 1, {t}, bytes.data(), bytes.size(), 1024).value();
+    core::ShardLayout l;
+    l.tp_size = 2;
+    l.splits = {{"w", core::Split::kRows}};
+    REQUIRE(core::add_shard_checksums(m, l, bytes.data()).is_ok());
+    const std::string name = core::share_model("policy", 2, 1, "r");
+    const auto share = core::share_manifest(m, name).value();
+    auto share_reg = [&](core::Manifest sm) {
+      HolderRegistration r;
+      r.holder_id = "relay-1";
+      r.endpoint = "relay:relay-1";
+      r.descriptor = "d";
+      r.manifest = std::move(sm);
+      r.chunks = {false, false};
+      return encode(r);
+    };
+    // Before the store knows the parent version, a share of it cannot be checked: refused.
+    CHECK(call(*c, share_reg(share)).status().code() == Code::kFailedPrecondition);
+    Message put("store.put_manifest");
+    put.body["manifest"] = m.to_json();
+    REQUIRE(call(*c, put).is_ok());
+    // A share manifest with other checksums (another relay's bytes) is not the declared one.
+    core::Manifest forged = share;
+    forged.checksums[0] ^= 1;
+    auto f = call(*c, share_reg(forged));
+    CHECK(f.status().code() == Code::kInvalidArgument);
+    CHECK(f.status().message().find("not the share") != std::string::npos);
+    auto ok = call(*c, share_reg(share));
+    CHECK_MESSAGE(ok.is_ok(), ok.status().to_string());
+    // Nobody publishes a share as a version of its own.
+    Message put_share("store.put_manifest");
+    put_share.body["manifest"] = share.to_json();
+    CHECK(call(*c, put_share).status().code() == Code::kInvalidArgument);
   }
 
   TEST_CASE("a killed store restarts and rebuilds holders and latest from re-registrations") {

@@ -4,6 +4,7 @@
 #include <map>
 #include <numeric>
 
+#include "core/shard.hpp"
 #include "weightstore/store.hpp"
 
 using namespace sluice;
@@ -351,6 +352,72 @@ TEST_SUITE("weightstore.broadcast") {
     REQUIRE(s.join_relay("r4", {}, t0).is_ok());
     REQUIRE(s.join_relay("r5", {}, t0).is_ok());
     CHECK(s.chain_source("m", 1, "r5", {}).value().holder_id == "r2");
+  }
+}
+
+TEST_SUITE("weightstore.share") {
+  // A version of one [64, 16] F32 tensor in 1 KiB chunks, with a rows layout of tp 2 declared:
+  // each rank's share is 2 KiB, 2 chunks.
+  core::Manifest shared_manifest(std::uint64_t version) {
+    std::vector<std::uint8_t> bytes(4096);
+    std::iota(bytes.begin(), bytes.end(), static_cast<std::uint8_t>(version));
+    core::TensorSpec t{"w", "F32", {64, 16}, 0, 4096};
+    auto m = core::make_manifest("m", version, {t}, bytes.data(), bytes.size(), 1024).value();
+    core::ShardLayout l;
+    l.tp_size = 2;
+    l.splits = {{"w", core::Split::kRows}};
+    REQUIRE(core::add_shard_checksums(m, l, bytes.data()).is_ok());
+    return m;
+  }
+
+  TEST_CASE("relays of one share form a chain of their own, headed by the whole version") {
+    const auto m = shared_manifest(1);
+    const std::string s0 = core::share_model("m", 2, 0, "r"), s1 = core::share_model("m", 2, 1, "r");
+    const auto share0 = core::share_manifest(m, s0).value();
+    WeightStore s;
+    REQUIRE(s.put_manifest(m).is_ok());
+    REQUIRE(s.register_holder(holder("actor", m), t0).is_ok());
+    REQUIRE(s.join_relay("whole", {}, t0).is_ok());
+    REQUIRE(s.join_relay("a0", {}, t0, {}, "tp2.0").is_ok());
+    REQUIRE(s.join_relay("b1", {}, t0, {}, "tp2.1").is_ok());
+    REQUIRE(s.join_relay("c0", {}, t0, {}, "tp2.0").is_ok());
+    // The first relay of a share reads its pieces from the publisher's whole version.
+    auto head = s.chain_source(s0, 1, "a0", {});
+    REQUIRE_MESSAGE(head.is_ok(), head.status().to_string());
+    CHECK(head->holder_id == "actor");
+    CHECK(head->model == "m");
+    // Once it has started, the next relay of its share follows it, not the publisher; a relay
+    // of the other share is not in that chain.
+    REQUIRE(s.register_holder(holder("a0", share0, {}, {true, false}), t0).is_ok());
+    auto next = s.chain_source(s0, 1, "c0", {});
+    REQUIRE(next.is_ok());
+    CHECK(next->holder_id == "a0");
+    CHECK(next->model.empty());
+    CHECK(s.chain_source(s1, 1, "b1", {}).value().holder_id == "actor");
+    // A whole-version relay's chain has no share relay in it.
+    CHECK(s.chain_source("m", 1, "whole", {}).value().holder_id == "actor");
+    // A share copy never commits the version, and the share commits once a copy is whole.
+    CHECK_FALSE(s.committed(s0, 1));
+    REQUIRE(s.add_chunks("a0", s0, 1, {1}, t0).is_ok());
+    CHECK(s.committed(s0, 1));
+    CHECK(s.latest(s0).value() == 1);
+  }
+
+  TEST_CASE("a publisher's copy stays undrained while a share relay reads pieces of it") {
+    const auto m = shared_manifest(1);
+    const std::string s0 = core::share_model("m", 2, 0, "r");
+    WeightStore s;
+    REQUIRE(s.put_manifest(m).is_ok());
+    REQUIRE(s.register_holder(holder("actor", m), t0).is_ok());
+    REQUIRE(s.join_relay("a0", {}, t0, {}, "tp2.0").is_ok());
+    REQUIRE(s.register_holder(holder("a0", core::share_manifest(m, s0).value(), {}, {false, false}),
+                              t0)
+                .is_ok());
+    REQUIRE(s.chain_source(s0, 1, "a0", {}).value().holder_id == "actor");
+    REQUIRE(s.unpublish("actor", "m", 1).is_ok());
+    CHECK_FALSE(s.drained("actor", "m", 1).value());
+    REQUIRE(s.add_chunks("a0", s0, 1, {0, 1}, t0).is_ok());
+    CHECK(s.drained("actor", "m", 1).value());
   }
 }
 
