@@ -1,6 +1,7 @@
 #include "weightstore/protocol.hpp"
 
 #include "core/json_limits.hpp"
+#include "core/shard.hpp"
 
 namespace sluice::weightstore {
 
@@ -520,9 +521,11 @@ Result<ReadPlan> decode_plan(const Message& m, const Limits& lim) {
     return core::protocol_error("plan has sources for " + std::to_string(cs->size()) + " of " +
                                 std::to_string(p.manifest.chunk_count()) + " chunks");
   }
+  // A host share's plan is given while it arrives: its chunks not held yet have no sources.
+  const bool share = core::is_share_model(p.manifest.model);
   for (const auto& c : *cs) {
     ChunkSources src;
-    if (!c.is_array() || c.empty() || c.size() > p.holders.size())
+    if (!c.is_array() || (c.empty() && !share) || c.size() > p.holders.size())
       return core::protocol_error("a chunk has no sources");
     for (const auto& i : c) {
       if (!i.is_number_unsigned() || i.get<std::uint64_t>() >= p.holders.size()) {

@@ -39,6 +39,8 @@ struct ShardJob {
     std::size_t left = 0;
     core::Clock::time_point progressed;
     std::uint64_t same_host_bytes = 0;
+    bool appeared = false;  // the store has named the share's version
+    core::Clock::time_point started;
     std::unique_ptr<core::EventLoop::Timer> timer;
     std::shared_ptr<ShardJob> self;  // keeps the job while a timer waits
   };
@@ -229,6 +231,9 @@ void read_whole_chunks(const std::shared_ptr<ShardJob>& job) {
 // progress for kShareStall (then the rest is read from the whole version's holders).
 constexpr core::Millis kShareFollow{5};     // between questions while the share arrives
 constexpr core::Millis kShareStall{10000};  // a relay that long without a new chunk is not used
+// How long a share may take to appear in the store after its version did: relays look for new
+// versions every poll_ms (50 ms by default), so 20 of their polls.
+constexpr core::Millis kShareAppear{1000};
 void share_round(const std::shared_ptr<ShardJob>& job);
 
 void all_pieces_from_version(const std::shared_ptr<ShardJob>& job, const std::string& why) {
@@ -241,8 +246,9 @@ void all_pieces_from_version(const std::shared_ptr<ShardJob>& job, const std::st
 
 void share_again(const std::shared_ptr<ShardJob>& job) {
   auto& sh = *job->share;
-  if (core::Clock::now() - sh.progressed > kShareStall) {
-    return all_pieces_from_version(job, "its host share " + sh.model + " made no progress");
+  if (core::Clock::now() - sh.progressed > (sh.appeared ? kShareStall : kShareAppear)) {
+    return all_pieces_from_version(job, "its host share " + sh.model +
+                                            (sh.appeared ? " made no progress" : " did not appear"));
   }
   sh.self = job;
   ShardJob* raw = job.get();
@@ -258,9 +264,13 @@ void share_round(const std::shared_ptr<ShardJob>& job) {
       PlanRequest{share.model, job->plan->manifest.version, share.where}, core::Millis(5000),
       [job](Result<ReadPlan> r) {
         auto& sh = *job->share;
+        if (!r.is_ok() && r.status().code() == core::Code::kNotFound && !sh.appeared) {
+          return share_again(job);  // no relay has started on it yet
+        }
         if (!r.is_ok()) {
           return all_pieces_from_version(job, "its host share: " + r.status().to_string());
         }
+        sh.appeared = true;
         auto release = [&sh, lease = r->lease_id] { sh.store->release_async(lease, core::Millis(5000)); };
         std::vector<core::ReadSource> sources;
         for (const auto& h : r->holders) {
@@ -273,6 +283,16 @@ void share_round(const std::shared_ptr<ShardJob>& job) {
           sources.push_back({h.holder_id, std::move(d).value()});
         }
         const std::uint64_t cb = r->manifest.chunk_bytes;
+        // With a relay of the share on this host, only it is read from, at the pace it receives:
+        // other hosts' links stay free. Without one, any holder.
+        const bool local = std::any_of(r->holders.begin(), r->holders.end(),
+                                       [](const ReadPlan::Holder& h) { return h.distance == 0; });
+        // This host's relay may not have started on the version yet: it is waited for as a share
+        // that has not appeared is.
+        if (!local && core::Clock::now() - sh.started < kShareAppear) {
+          release();
+          return share_again(job);
+        }
         std::vector<core::ChunkRead> reads;
         std::vector<std::size_t> which;
         for (std::size_t i = 0; i < sh.pieces.size(); ++i) {
@@ -283,7 +303,9 @@ void share_round(const std::shared_ptr<ShardJob>& job) {
           cr.src_offset = p.src_offset;
           cr.dst_offset = p.dst_offset;
           cr.bytes = p.bytes;
-          cr.sources = r->chunks[c].holders;
+          for (std::uint32_t h : r->chunks[c].holders)
+            if (!local || r->holders[h].distance == 0) cr.sources.push_back(h);
+          if (cr.sources.empty()) continue;  // not on this host's relay yet
           reads.push_back(std::move(cr));
           which.push_back(i);
         }
@@ -368,7 +390,7 @@ void read_shard_via_share_async(core::TransferEngine& engine, StoreClient& store
   sh.pieces = std::move(pieces).value();
   sh.got.assign(sh.pieces.size(), false);
   sh.left = sh.pieces.size();
-  sh.progressed = core::Clock::now();
+  sh.started = sh.progressed = core::Clock::now();
   share_round(job);
 }
 

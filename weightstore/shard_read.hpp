@@ -38,11 +38,12 @@ void read_shard_async(core::TransferEngine& engine, std::shared_ptr<const ReadPl
                       std::function<void(core::Result<Pulled>)> done);
 
 // As read_shard_async, for a layout with host_tp_size: the shard's pieces are read from the
-// relays that hold its host share (the store's plan of the share, asked again every few
-// milliseconds while the share arrives, so reading overlaps the relays' receiving), then every
+// relay on this host that holds its host share (the store's plan of the share, asked again
+// every few milliseconds while the share arrives, so reading overlaps the relay's receiving;
+// another host's relay only when none on this host has started within 1 s), then every
 // assembled chunk is checked against the declared checksums; chunks that fail are read from
-// `sources` (the version's holders) in turn. A share that no relay holds, or that makes no
-// progress for 10 s, is given up for the version's holders. Without host_tp_size, or without
+// `sources` (the version's holders) in turn. A share that no relay has started on within 1 s,
+// or that makes no progress for 10 s, is given up for the version's holders. Without host_tp_size, or without
 // declared checksums for both layouts, it is read_shard_async.
 void read_shard_via_share_async(core::TransferEngine& engine, StoreClient& store,
                                 const Topology& where, std::shared_ptr<const ReadPlan> plan,

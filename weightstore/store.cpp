@@ -376,6 +376,13 @@ core::Result<ReadPlan> WeightStore::plan(const std::string& model, std::uint64_t
                                " has no live holder");
     }
   }
+  // A share's copies that hold nothing yet are named too: a reader on their host waits for them.
+  if (share) {
+    for (const auto& c : cands) {
+      if (index.try_emplace(c.id, static_cast<std::uint32_t>(p.holders.size())).second)
+        p.holders.push_back({c.id, c.copy->endpoint, c.copy->descriptor, c.dist});
+    }
+  }
   Lease l;
   l.model = model;
   l.version = version;
