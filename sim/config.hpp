@@ -75,7 +75,7 @@ struct SimulateConfig {
   std::string broadcast = "chain";         // how relays receive a version: chain or tree
   std::uint32_t fanout = 2;                // tree: children per relay, >= 1
   // What a relay holds: "whole" (every relay the whole version, as sluice's relays do) or
-  // "host-share" (a what-if, not built in sluice: only its host's GPUs' share; sim/weights.hpp).
+  // "host-share" (relays with relay.share_tp_size: only their host's GPUs' share; sim/weights.hpp).
   std::string relay_holds = "whole";
   double stage_gbps = 10.0;      // the actor's publish: copy into staging memory (the actor waits)
   double trainer_gbps = 25.0;    // a trainer host's NICs; masters read striped from all of them
@@ -114,7 +114,7 @@ struct SimulateConfig {
     v("broadcast", broadcast, "how relays receive a version: chain or tree");
     v("fanout", fanout, "tree: children per relay");
     v("relay_holds", relay_holds,
-      "what a relay holds: whole (sluice) or host-share (a what-if: its host's GPUs' share)");
+      "what a relay holds: whole, or host-share (relay.share_tp_size: its host's GPUs' share)");
     v("stage_gbps", stage_gbps, "actor publish: copy into staging memory, GB/s (the actor waits)");
     v("trainer_gbps", trainer_gbps,
       "a trainer host's NICs, GB/s (a master relay reads striped from every trainer host)");

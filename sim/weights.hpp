@@ -7,8 +7,9 @@
 // relay. Hosts are split into datacenters of hosts_per_datacenter (the trainer sits in the first).
 //
 // What a relay holds (relay_holds): "whole" (sluice's relays: every relay holds all of a
-// version) or "host-share" (a what-if, not built in sluice: a relay holds only the slices its
-// host's GPUs need, 1/hosts-per-rollout of the version when a rollout spans several hosts).
+// version) or "host-share" (relays with relay.share_tp_size: a relay holds only the slices its
+// host's GPUs need, 1/hosts-per-rollout of the version when a rollout spans several hosts, and
+// the host's GPUs load from it while it receives).
 // Relays holding the same bytes form one broadcast group: every relay with "whole"; with
 // "host-share" the relays at the same position within their rollouts.
 //

@@ -550,7 +550,7 @@ int run_simulate_update(const SimulateArgs& args) {
   const sim::SimulateConfig& c = in->sim;
   const std::uint64_t bytes = in->actor.weight_bytes;
   const std::uint64_t chunk = in->actor.chunk_bytes;
-  // Both arrangements, whatever the file says: sluice's relays, and the what-if.
+  // Both arrangements, whatever the file says: relays of whole versions, and host-share relays.
   sim::SimulateConfig whole_c = c, share_c = c;
   whole_c.relay_holds = "whole";
   share_c.relay_holds = "host-share";
@@ -589,7 +589,7 @@ int run_simulate_update(const SimulateArgs& args) {
   const double master_gbps = std::min(c.link_gbps, sim::trainer_hosts(c) * c.trainer_gbps);
   std::printf("seconds from the publish call; every rollout asks for the version at once\n");
   std::printf("%-48s %12s %12s\n", "", "whole", "host-share");
-  std::printf("%-48s %12s %12s\n", "", "(sluice)", "(what-if)");
+  std::printf("%-48s %12s %12s\n", "", "(relays)", "(relays)");
   std::printf("%-48s %9.0f GB %9.0f GB\n", "each relay holds", whole.relay_bytes / 1e9,
               share.relay_bytes / 1e9);
   std::printf("%-48s %12.3f %12.3f\n", "trainer has staged it (the actor's stall)", whole.stage_s,
@@ -614,7 +614,7 @@ int run_simulate_update(const SimulateArgs& args) {
       "else counted): %.3f s\n",
       c.link_gbps, whole.floor_s);
   std::printf(
-      "published for comparison (as issue 22 quotes them, not measured here): Perplexity "
+      "published for comparison (not measured here): Perplexity "
       "1.3 s, checkpoint-engine 16 s (1T parameters)\n");
   return 0;
 }
