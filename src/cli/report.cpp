@@ -405,7 +405,7 @@ Headline make_headline(const json& summary, const json& job) {
     h.accuracy_after = a;
   if (actor.contains("tokens_per_s")) h.tokens_per_s = number_at(actor, "tokens_per_s");
 
-  double wall = 0, stall = 0, occupied = 0;
+  double wall = 0, stall = 0;
   auto rollouts = manager.find("rollouts");
   if (rollouts != manager.end() && rollouts->is_array()) {
     for (const json& r : *rollouts) {
@@ -414,23 +414,22 @@ Headline make_headline(const json& summary, const json& job) {
       const double slots = number_at(st, "max_sequences");
       wall += number_at(st, "wall_s");
       stall += number_at(st, "load_s") + number_at(st, "barrier_s");
-      // occupancy_s is wall time weighted by the share of slots in use.
-      occupied += number_at(st, "occupancy_s") * slots;
       h.slot_s += number_at(st, "wall_s") * slots;
     }
   }
   if (wall > 0) h.weight_stall_frac = stall / wall;
   if (h.slot_s > 0) {
+    // A rollout's wall time counts from its first weights, and from then on the manager samples
+    // every slot that holds no sequence, by cause; the rest held one. (The engine's own
+    // occupancy_s misses the model engine's compute time, so it is not used here.)
     const json& free = object_at(manager, "free_slot_s");
-    double accounted = occupied;
-    h.slots.emplace_back("generating", occupied);
+    double idle = 0;
     for (const auto& [key, label] : kSlotCauses) {
-      const double v = number_at(free, key);
-      accounted += v;
-      h.slots.emplace_back(std::string(label), v);
+      idle += number_at(free, key);
+      h.slots.emplace_back(std::string(label), number_at(free, key));
     }
-    // Before a rollout's first weights the manager does not sample its slots.
-    h.slots.emplace_back("not sampled (start-up)", std::max(0.0, h.slot_s - accounted));
+    h.slots.insert(h.slots.begin(),
+                   {"generating (holding a sequence)", std::max(0.0, h.slot_s - idle)});
   }
 
   auto accepted = actor.find("accepted_ids");
@@ -456,8 +455,12 @@ Headline make_headline(const json& summary, const json& job) {
 std::string render_slot_bar(const Headline& h) {
   constexpr double kBarW = 640, kBarH = 28, kRow = 18;
   const char* colors[] = {"#2ca02c", "#d62728", "#ff7f0e", "#1f77b4",
-                          "#9467bd", "#8c564b", "#7f7f7f", "#c7c7c7"};
+                          "#9467bd", "#8c564b", "#7f7f7f"};
   const double height = kBarH + 16 + kRow * static_cast<double>(h.slots.size());
+  // The parts add up to slot_s, or to more when the manager's samples overshoot it a little.
+  double drawn = 0;
+  for (const auto& part : h.slots)
+    drawn += part.second;
   std::string s = fmt::format(
       "<svg class=\"slots\" id=\"slot-time\" width=\"{w}\" height=\"{h:.0f}\" viewBox=\"0 0 {w} "
       "{h:.0f}\" role=\"img\" aria-label=\"where slot time went\">\n<title>Where slot time "
@@ -466,7 +469,7 @@ std::string render_slot_bar(const Headline& h) {
   double x = 0;
   for (std::size_t i = 0; i < h.slots.size(); ++i) {
     const auto& [label, v] = h.slots[i];
-    const double w = v / h.slot_s * kBarW;
+    const double w = v / drawn * kBarW;
     const char* color = colors[i % std::size(colors)];
     s += fmt::format(
         "<rect class=\"slot\" data-cause=\"{}\" data-slot-s=\"{}\" x=\"{:.2f}\" y=\"0\" "
@@ -477,7 +480,7 @@ std::string render_slot_bar(const Headline& h) {
     s += fmt::format(
         "<rect x=\"0\" y=\"{:.0f}\" width=\"12\" height=\"12\" fill=\"{}\"/>"
         "<text class=\"legend\" x=\"18\" y=\"{:.0f}\">{}: {:.0f} slot-s ({:.1f}%)</text>\n",
-        y - 10, color, y, escape_html(label), v, 100.0 * v / h.slot_s);
+        y - 10, color, y, escape_html(label), v, 100.0 * v / drawn);
   }
   s += "</svg>\n";
   return s;

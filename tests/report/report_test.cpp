@@ -352,10 +352,10 @@ TEST_SUITE("report") {
     dir.write("job.json", R"({"duration_s": 0, "manager": {"prompts": 2, "group_size": 2}})");
     // Two rollouts of 8 and 4 slots; the free slots by cause as the manager reports them.
     const std::string rollouts = R"([
-      {"id": "rollout-0", "stats": {"wall_s": 100.0, "max_sequences": 8, "occupancy_s": 40.0,
-                                    "load_s": 1.5, "barrier_s": 0.5}},
-      {"id": "rollout-1", "stats": {"wall_s": 50.0, "max_sequences": 4, "occupancy_s": 10.0,
-                                    "load_s": 0.25, "barrier_s": 0.0}}])";
+      {"id": "rollout-0", "stats": {"wall_s": 100.0, "max_sequences": 8, "load_s": 1.5,
+                                    "barrier_s": 0.5}},
+      {"id": "rollout-1", "stats": {"wall_s": 50.0, "max_sequences": 4, "load_s": 0.25,
+                                    "barrier_s": 0.0}}])";
     const std::string free = R"({"loading": 12.5, "draining": 3.0, "budget": 250.0,
                                  "backlog": 0.0, "end": 100.0, "other": 20.0})";
     auto summary = [&](const std::string& accepted, const std::string& trained) {
@@ -383,17 +383,15 @@ TEST_SUITE("report") {
       CHECK(number(html, "<dd id=\"headline-stall\"", "data-value") == 2.25 / 150.0);
       CHECK(attr(html, "<dd id=\"headline-once\"", "data-held") == "true");
       CHECK(number(html, "<dd id=\"headline-once\"", "data-consumed") == 4);
-      // Slot time: 100 x 8 + 50 x 4 = 1000 slot-seconds; generating 40 x 8 + 10 x 4 = 360.
+      // Slot time: 100 x 8 + 50 x 4 = 1000 slot-seconds; 385.5 free, the rest held a sequence.
       CHECK(number(html, "<p class=\"slot-total\"", "data-slot-s") == 1000.0);
-      const std::pair<const char*, double> parts[] = {
-          {"generating", 360.0},
-          {"waiting for weights", 12.5},
-          {"draining an old version", 3.0},
-          {"parked by the in-flight budget", 250.0},
-          {"paused by the actor&#39;s backlog", 0.0},
-          {"no work left (the job&#39;s end)", 100.0},
-          {"idle, other", 20.0},
-          {"not sampled (start-up)", 1000.0 - 360.0 - 385.5}};
+      const std::pair<const char*, double> parts[] = {{"generating (holding a sequence)", 614.5},
+                                                      {"waiting for weights", 12.5},
+                                                      {"draining an old version", 3.0},
+                                                      {"parked by the in-flight budget", 250.0},
+                                                      {"paused by the actor&#39;s backlog", 0.0},
+                                                      {"no work left (the job&#39;s end)", 100.0},
+                                                      {"idle, other", 20.0}};
       double sum = 0;
       for (const auto& [cause, slot_s] : parts) {
         CAPTURE(cause);
