@@ -15,6 +15,7 @@
 
 #include "cli/bench_util.hpp"
 #include "cli/job.hpp"
+#include "cli/job_setup.hpp"
 #include "core/config.hpp"
 #include "rollout/manager.hpp"
 #include "rollout/mode_policy.hpp"
@@ -322,7 +323,7 @@ int run_bench_e2e(const BenchE2eArgs& args, const std::vector<std::string>& envi
   // A workload file is a job file: it replaces the defaults field by field.
   core::config::Json doc = core::config::to_json(base);
   if (!args.workload.empty()) {
-    auto w = core::config::read_json_file(args.workload);
+    auto w = read_job_file(args.workload);
     if (!w.is_ok()) {
       std::fprintf(stderr, "sluice bench e2e: %s\n", w.status().to_string().c_str());
       return 2;

@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "cli/job.hpp"
+#include "cli/job_setup.hpp"
 #include "cli/supervisor.hpp"
 #include "core/config.hpp"
 
@@ -195,8 +196,7 @@ json chaos_checks(const std::string& run_dir, std::uint64_t expected) {
 namespace {
 
 core::Result<JobConfig> load_job(const ChaosArgs& args) {
-  SLUICE_ASSIGN_OR_RETURN(JobConfig job,
-                          core::config::load<JobConfig>(args.job_path, args.overrides));
+  SLUICE_ASSIGN_OR_RETURN(JobConfig job, load_job_file(args.job_path, args.overrides));
   SLUICE_TRY(job.validate().with_context(args.job_path));
   return job;
 }

@@ -8,6 +8,7 @@
 #include "cli/compare.hpp"
 #include "cli/fleet_roles.hpp"
 #include "cli/job.hpp"
+#include "cli/job_setup.hpp"
 #include "cli/role_metrics.hpp"
 #include "core/config.hpp"
 #include "core/event_loop.hpp"
@@ -209,7 +210,7 @@ int print_job_result(const JobConfig& job, const core::Result<JobResult>& r) {
 
 int run_job(const std::string& job_path, const std::vector<std::string>& overrides,
             const std::string& out_dir, const std::vector<std::string>& environment) {
-  auto job = core::config::load<JobConfig>(job_path, overrides);
+  auto job = load_job_file(job_path, overrides);
   if (job.is_ok()) {
     if (!out_dir.empty()) job->out_dir = out_dir;
     core::Status v = job->validate();

@@ -386,7 +386,8 @@ core::SecurityConfig job_role_security(const JobConfig& job, const std::string& 
   core::SecurityConfig sc;
   sc.mode = job.auth;
   if (job.auth == "curve") {
-    const fs::path keys_dir = fs::path(job.out_dir) / "keys";
+    // Absolute: a command role runs in its own workdir.
+    const fs::path keys_dir = fs::absolute(job.out_dir) / "keys";
     sc.key_file = core::key_file_path(keys_dir.string(), identity);
     sc.members_file = core::members_file_path(keys_dir.string());
   }
@@ -449,7 +450,8 @@ core::Result<JobResult> run_local_job(JobConfig job, const std::string& sluice_e
   const std::string& rollout_program = programs.rollout;
 
   if (job.out_dir.empty()) job.out_dir = default_run_dir(job);
-  fs::path dir(job.out_dir);
+  // Absolute: a command role runs in its own workdir and reads these paths from its role file.
+  const fs::path dir = fs::absolute(job.out_dir).lexically_normal();
   SLUICE_TRY(make_run_dir(dir, resume));
 
   SLUICE_ASSIGN_OR_RETURN(int store_port, free_port());
@@ -483,7 +485,7 @@ core::Result<JobResult> run_local_job(JobConfig job, const std::string& sluice_e
 
   JobResult result;
   auto job_start = Clock::now();
-  result.dir = dir.string();
+  result.dir = job.out_dir;
   Supervisor sup(job.restart, dir / "events.jsonl", job_start);
   if (resume) sup.event("resumed", nullptr, json{{"run_dir", dir.string()}});
   // A role's process: `sluice ROLE --config FILE`, or a command role's `ARGV... --config FILE`
@@ -507,6 +509,7 @@ core::Result<JobResult> run_local_job(JobConfig job, const std::string& sluice_e
     ps.env = child_env;
     if (command) ps.env.insert(ps.env.end(), command->env.begin(), command->env.end());
     ps.log_path = (dir / (name + ".log")).string();
+    if (command && command->enabled()) ps.cwd = command->workdir;
     ps.ready = ready;
     ps.clean_exit_ends = role == "actor" || role == "rollout";
     return ps;

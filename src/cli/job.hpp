@@ -35,24 +35,28 @@ namespace sluice::cli {
 
 // A role played by a program of the user's instead of the built-in `sluice <role>` (a Python actor
 // or generator, for example; docs/architecture.md, "Command roles"). The launcher runs
-// `argv... --config FILE` in its own working directory (relative paths in argv are relative to
-// it, as out_dir is), under the same supervision as a built-in role. FILE is the role file the
+// `argv... --config FILE` in `workdir` (a job file's loader sets it to the job file's folder, so
+// relative paths in argv and env are taken from there), under the same supervision as a
+// built-in role. FILE is the role file the
 // built-in role would get (its endpoints, id, security section with its own key file, model and
 // options) plus `options`, passed through as given.
 struct RoleCommand {
   std::vector<std::string> argv;  // the program and its first arguments (empty: the built-in role)
   std::vector<std::string> env;   // NAME=VALUE entries added to its environment
   nlohmann::ordered_json options = nlohmann::ordered_json::object();  // free-form, passed through
+  std::string workdir;  // the program's working folder (empty: the launcher's)
 
   template <typename V>
   void describe(V& v) {
     v("argv", argv,
-      "the program and its first arguments, run as ARGV... --config FILE from the launcher's "
-      "working directory; a name without '/' is looked up on PATH (default empty: the built-in "
-      "role)");
+      "the program and its first arguments, run as ARGV... --config FILE in workdir; a name "
+      "without '/' is looked up on PATH (default empty: the built-in role)");
     v("env", env, "NAME=VALUE entries added to the program's environment (default none)");
     v("options", options,
       "any JSON value, written to the program's role file as \"options\" (default {})");
+    v("workdir", workdir,
+      "the program's working folder; relative paths in argv and env are taken from it (default: "
+      "the job file's folder; a relative one is taken from there)");
   }
   core::Status validate() const;
   bool enabled() const { return !argv.empty(); }

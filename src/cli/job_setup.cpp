@@ -6,9 +6,12 @@
 
 #include <algorithm>
 #include <ctime>
+#include <initializer_list>
+#include <optional>
 
 #include "cli/commands.hpp"
 #include "cli/report.hpp"
+#include "core/config.hpp"
 #include "core/log.hpp"
 
 namespace sluice::cli {
@@ -19,28 +22,35 @@ using nlohmann::json;
 
 namespace {
 
-// The file a command role's argv[0] names: a path (relative to the working directory) when it has
-// a '/', else the first executable of that name on the PATH of `environment`. posix_spawn looks
+// The file a command role's argv[0] names: a path (relative to the role's workdir) when it has a
+// '/', else the first executable of that name on the PATH of `environment`. posix_spawn looks
 // nothing up, and a missing program should fail the job before anything starts, by its name.
-core::Result<std::string> resolve_program(const std::string& what, const std::string& program,
+core::Result<std::string> resolve_program(const std::string& what, const RoleCommand& command,
                                           const std::vector<std::string>& environment) {
+  const std::string& program = command.argv[0];
   auto executable = [](const fs::path& p) {
     std::error_code ec;
     return fs::is_regular_file(p, ec) && ::access(p.c_str(), X_OK) == 0;
   };
   if (program.find('/') != std::string::npos) {
     std::error_code ec;
-    if (!fs::exists(program, ec)) {
-      return core::not_found(
-          fmt::format("{}: the program {} does not exist (relative paths are "
-                      "taken from the working directory {})",
-                      what, program, fs::current_path(ec).string()));
+    // Absolute, as the role starts in its workdir.
+    const fs::path base =
+        command.workdir.empty() ? fs::current_path(ec) : fs::absolute(command.workdir, ec);
+    const fs::path file = (base / program).lexically_normal();
+    if (!fs::exists(file, ec)) {
+      return core::not_found(fmt::format(
+          "{}: the program {} does not exist (relative paths are taken from {} {})", what,
+          file.string(),
+          command.workdir.empty() ? "the working folder"
+                                  : "its workdir (in a job file: the job file's folder unless set)",
+          base.string()));
     }
-    if (!executable(program)) {
+    if (!executable(file)) {
       return core::failed_precondition(
-          fmt::format("{}: {} is not an executable file", what, program));
+          fmt::format("{}: {} is not an executable file", what, file.string()));
     }
-    return program;
+    return file.string();
   }
   std::string path = "/usr/local/bin:/usr/bin:/bin";
   for (const auto& e : environment) {
@@ -57,7 +67,65 @@ core::Result<std::string> resolve_program(const std::string& what, const std::st
       fmt::format("{}: the program {} is not on PATH ({})", what, program, path));
 }
 
+// The string at `keys` in `doc`, taken from `folder` when relative; returns the path it became.
+// Absent or of another type: left to the parser, which names a wrong type.
+std::optional<fs::path> resolve_path(core::config::Json& doc,
+                                     std::initializer_list<const char*> keys,
+                                     const fs::path& folder) {
+  core::config::Json* j = &doc;
+  for (const char* key : keys) {
+    if (!j->is_object() || !j->contains(key)) return std::nullopt;
+    j = &(*j)[key];
+  }
+  if (!j->is_string()) return std::nullopt;
+  const fs::path p = j->get<std::string>();
+  if (p.empty() || p.is_absolute()) return std::nullopt;
+  const fs::path resolved = (folder / p).lexically_normal();
+  *j = resolved.string();
+  return resolved;
+}
+
 }  // namespace
+
+core::Result<core::config::Json> read_job_file(const std::string& path) {
+  SLUICE_ASSIGN_OR_RETURN(core::config::Json doc, core::config::read_json_file(path));
+  std::error_code ec;
+  const fs::path folder = fs::absolute(path, ec).lexically_normal().parent_path();
+  if (ec) return core::internal_error(fmt::format("{}: {}", path, ec.message()));
+  resolve_path(doc, {"out_dir"}, folder);
+  resolve_path(doc, {"manager", "state_path"}, folder);
+  resolve_path(doc, {"actor", "checkpoint_dir"}, folder);
+  if (auto lengths = resolve_path(doc, {"rollout", "sim", "lengths", "file"}, folder);
+      lengths && !fs::exists(*lengths, ec)) {
+    return core::not_found(fmt::format(
+        "{}: rollout.sim.lengths.file {} does not exist (relative paths in a job file are taken "
+        "from the job file's folder)",
+        path, lengths->string()));
+  }
+  for (const char* role : {"actor_command", "rollout_command"}) {
+    if (!doc.is_object() || !doc.contains(role) || !doc[role].is_object()) continue;
+    core::config::Json& command = doc[role];
+    if (!command.contains("argv")) continue;  // the built-in role
+    if (!command.contains("workdir") || command["workdir"] == "") {
+      command["workdir"] = folder.string();
+    } else {
+      resolve_path(command, {"workdir"}, folder);
+    }
+  }
+  return doc;
+}
+
+core::Result<JobConfig> load_job_file(const std::string& path,
+                                      const std::vector<std::string>& overrides) {
+  SLUICE_ASSIGN_OR_RETURN(core::config::Json doc, read_job_file(path));
+  for (const auto& o : overrides) {
+    SLUICE_TRY(core::config::apply_override(doc, o));
+    core::config::detail::log_override(o);
+  }
+  JobConfig job;
+  SLUICE_TRY(core::config::parse(doc, job).with_context(path));
+  return job;
+}
 
 core::Status settle_job(JobConfig& job) {
   if (!job.mode.empty()) job.manager.mode = job.mode;
@@ -83,13 +151,12 @@ core::Result<RolePrograms> resolve_role_programs(const JobConfig& job,
                                                  const std::vector<std::string>& environment) {
   RolePrograms programs;
   if (job.actor_command.enabled()) {
-    SLUICE_ASSIGN_OR_RETURN(
-        programs.actor, resolve_program("actor_command", job.actor_command.argv[0], environment));
+    SLUICE_ASSIGN_OR_RETURN(programs.actor,
+                            resolve_program("actor_command", job.actor_command, environment));
   }
   if (job.rollout_command.enabled()) {
-    SLUICE_ASSIGN_OR_RETURN(
-        programs.rollout,
-        resolve_program("rollout_command", job.rollout_command.argv[0], environment));
+    SLUICE_ASSIGN_OR_RETURN(programs.rollout,
+                            resolve_program("rollout_command", job.rollout_command, environment));
   }
   return programs;
 }

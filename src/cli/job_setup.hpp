@@ -22,6 +22,18 @@
 
 namespace sluice::cli {
 
+// Reads a job file as JSON. Relative paths in it are taken from the job file's folder, so a job
+// runs the same from any working folder; absolute paths are kept. The paths: out_dir,
+// manager.state_path, actor.checkpoint_dir, rollout.sim.lengths.file, and a command role's
+// workdir (empty or absent: the job file's folder), where its program runs: a relative program,
+// argument or env value is taken from there.
+core::Result<core::config::Json> read_job_file(const std::string& path);
+
+// read_job_file, then `overrides` (--set) applied and parsed. A relative path given in an
+// override is taken from the working folder, as the command line's other paths are.
+core::Result<JobConfig> load_job_file(const std::string& path,
+                                      const std::vector<std::string>& overrides);
+
 // The launcher's decisions for every job: the mode in one place (job.mode over manager.mode),
 // one batch and group size for the actor and the manager, the manager's staleness settings
 // taken from the actor's policy. Then validates the job.

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "cli/job_setup.hpp"
 #include "core/config.hpp"
 
 namespace sluice::cli {
@@ -14,7 +15,7 @@ core::Result<JobConfig> load_learner_job(const std::string& path,
                                          const std::vector<std::string>& overrides,
                                          const std::vector<std::string>& more,
                                          const std::string& command) {
-  SLUICE_ASSIGN_OR_RETURN(core::config::Json doc, core::config::read_json_file(path));
+  SLUICE_ASSIGN_OR_RETURN(core::config::Json doc, read_job_file(path));
   for (const auto& o : overrides)
     SLUICE_TRY(core::config::apply_override(doc, o));
   for (const auto& o : more)

@@ -6,8 +6,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -308,14 +310,19 @@ void flatten(const json& j, const std::string& prefix, int depth,
   }
 }
 
-std::string render_summary(const fs::path& path) {
+// A JSON file of the run folder: null when absent, discarded when not JSON.
+json read_json(const fs::path& path) {
   std::error_code ec;
-  if (!fs::exists(path, ec)) {
+  if (!fs::exists(path, ec)) return nullptr;
+  std::ifstream in(path);
+  return json::parse(in, nullptr, /*allow_exceptions=*/false);
+}
+
+std::string render_summary(json doc) {
+  if (doc.is_null()) {
     return "<p class=\"note\">No summary.json in this run folder (the job has not finished, or "
            "stopped before writing one).</p>\n";
   }
-  std::ifstream in(path);
-  json doc = json::parse(in, nullptr, /*allow_exceptions=*/false);
   if (doc.is_discarded() || !doc.is_object()) {
     // The plots are still worth having; say what is wrong instead of failing the report.
     return "<p class=\"note warning\">summary.json is not a JSON object; its figures are not "
@@ -331,12 +338,207 @@ std::string render_summary(const fs::path& path) {
   }
   std::vector<std::pair<std::string, std::string>> rows;
   flatten(doc, "", 0, rows);
+  s += fmt::format(
+      "<details class=\"all-figures\"><summary>All {} figures of summary.json</summary>\n",
+      rows.size());
   s +=
       "<table class=\"summary\">\n<thead><tr><th>figure</th><th>value</th></tr></thead>\n<tbody>\n";
   for (const auto& [key, value] : rows) {
     s += fmt::format("<tr><td>{}</td><td>{}</td></tr>\n", escape_html(key), escape_html(value));
   }
-  s += "</tbody>\n</table>\n";
+  s += "</tbody>\n</table>\n</details>\n";
+  return s;
+}
+
+// ---- the headline ----
+
+// The figures a reader looks for first, taken from summary.json (and the run folder's job.json
+// for the trajectories the job meant to make). Absent figures say so rather than show 0.
+struct Headline {
+  std::optional<double> accuracy_before, accuracy_after;  // held-out, fractions
+  std::optional<double> tokens_per_s;                     // the actor's trained tokens per second
+  // Rollout time spent loading weights or waiting at a version barrier, of their wall time.
+  std::optional<double> weight_stall_frac;
+  // Exactly-once: no trajectory consumed twice and, for a job that ran to its end, none lost.
+  // nullopt: the actor's id lists are missing or incomplete, so it cannot be checked.
+  std::optional<bool> once;
+  std::uint64_t consumed = 0, twice = 0, lost = 0, expected = 0;
+  // Slot time (rollout wall time x decode slots), by where it went, in slot-seconds.
+  double slot_s = 0;
+  std::vector<std::pair<std::string, double>> slots;  // (label, slot-seconds), in drawing order
+};
+
+double number_at(const json& j, std::string_view key) {
+  auto it = j.find(key);
+  return it != j.end() && it->is_number() ? it->get<double>() : 0.0;
+}
+
+std::uint64_t twice_in(const json& ids) {
+  std::vector<std::string> v;
+  for (const json& id : ids)
+    v.push_back(id.is_string() ? id.get<std::string>() : id.dump());
+  std::sort(v.begin(), v.end());
+  return static_cast<std::uint64_t>(
+      v.size() - static_cast<std::size_t>(std::unique(v.begin(), v.end()) - v.begin()));
+}
+
+// The manager's free_slot_s causes (rollout/manager.hpp, kFreeSlotCauses) as a reader names them.
+constexpr std::pair<std::string_view, std::string_view> kSlotCauses[] = {
+    {"loading", "waiting for weights"},           {"draining", "draining an old version"},
+    {"budget", "parked by the in-flight budget"}, {"backlog", "paused by the actor's backlog"},
+    {"end", "no work left (the job's end)"},      {"other", "idle, other"},
+};
+
+Headline make_headline(const json& summary, const json& job) {
+  Headline h;
+  const json empty = json::object();
+  auto object_at = [&](const json& j, const char* key) -> const json& {
+    auto it = j.find(key);
+    return it != j.end() && it->is_object() ? *it : empty;
+  };
+  const json& actor = object_at(summary, "actor");
+  const json& manager = object_at(summary, "manager");
+  // The actor writes -1 for an accuracy it did not measure.
+  if (double a = number_at(actor, "initial_accuracy"); actor.contains("initial_accuracy") && a >= 0)
+    h.accuracy_before = a;
+  if (double a = number_at(actor, "final_accuracy"); actor.contains("final_accuracy") && a >= 0)
+    h.accuracy_after = a;
+  if (actor.contains("tokens_per_s")) h.tokens_per_s = number_at(actor, "tokens_per_s");
+
+  double wall = 0, stall = 0;
+  auto rollouts = manager.find("rollouts");
+  if (rollouts != manager.end() && rollouts->is_array()) {
+    for (const json& r : *rollouts) {
+      if (!r.is_object()) continue;
+      const json& st = object_at(r, "stats");
+      const double slots = number_at(st, "max_sequences");
+      wall += number_at(st, "wall_s");
+      stall += number_at(st, "load_s") + number_at(st, "barrier_s");
+      h.slot_s += number_at(st, "wall_s") * slots;
+    }
+  }
+  if (wall > 0) h.weight_stall_frac = stall / wall;
+  if (h.slot_s > 0) {
+    // A rollout's wall time counts from its first weights, and from then on the manager samples
+    // every slot that holds no sequence, by cause; the rest held one. (The engine's own
+    // occupancy_s misses the model engine's compute time, so it is not used here.)
+    const json& free = object_at(manager, "free_slot_s");
+    double idle = 0;
+    for (const auto& [key, label] : kSlotCauses) {
+      idle += number_at(free, key);
+      h.slots.emplace_back(std::string(label), number_at(free, key));
+    }
+    h.slots.insert(h.slots.begin(),
+                   {"generating (holding a sequence)", std::max(0.0, h.slot_s - idle)});
+  }
+
+  auto accepted = actor.find("accepted_ids");
+  auto trained = actor.find("trained_ids");
+  auto complete = actor.find("ids_complete");
+  if (accepted != actor.end() && accepted->is_array() && complete != actor.end() &&
+      *complete == true) {
+    h.twice = twice_in(*accepted);
+    if (trained != actor.end() && trained->is_array()) h.twice += twice_in(*trained);
+    h.consumed = accepted->size() - twice_in(*accepted);
+    // A job that ran to its end (not stopped by duration_s) consumed every trajectory it made.
+    const json& m = object_at(job, "manager");
+    const bool to_end = summary.contains("outcome") && summary["outcome"] == "ok" &&
+                        number_at(job, "duration_s") == 0;
+    h.expected = static_cast<std::uint64_t>(number_at(m, "prompts") * number_at(m, "group_size"));
+    if (to_end && h.expected > h.consumed) h.lost = h.expected - h.consumed;
+    h.once = h.twice == 0 && h.lost == 0;
+  }
+  return h;
+}
+
+// Where slot time went, as one stacked bar with a legend beneath.
+std::string render_slot_bar(const Headline& h) {
+  constexpr double kBarW = 640, kBarH = 28, kRow = 18;
+  const char* colors[] = {"#2ca02c", "#d62728", "#ff7f0e", "#1f77b4",
+                          "#9467bd", "#8c564b", "#7f7f7f"};
+  const double height = kBarH + 16 + kRow * static_cast<double>(h.slots.size());
+  // The parts add up to slot_s, or to more when the manager's samples overshoot it a little.
+  double drawn = 0;
+  for (const auto& part : h.slots)
+    drawn += part.second;
+  std::string s = fmt::format(
+      "<svg class=\"slots\" id=\"slot-time\" width=\"{w}\" height=\"{h:.0f}\" viewBox=\"0 0 {w} "
+      "{h:.0f}\" role=\"img\" aria-label=\"where slot time went\">\n<title>Where slot time "
+      "went</title>\n",
+      fmt::arg("w", kBarW), fmt::arg("h", height));
+  double x = 0;
+  for (std::size_t i = 0; i < h.slots.size(); ++i) {
+    const auto& [label, v] = h.slots[i];
+    const double w = v / drawn * kBarW;
+    const char* color = colors[i % std::size(colors)];
+    s += fmt::format(
+        "<rect class=\"slot\" data-cause=\"{}\" data-slot-s=\"{}\" x=\"{:.2f}\" y=\"0\" "
+        "width=\"{:.2f}\" height=\"{}\" fill=\"{}\"/>\n",
+        escape_html(label), v, x, w, kBarH, color);
+    x += w;
+    const double y = kBarH + 16 + kRow * static_cast<double>(i);
+    s += fmt::format(
+        "<rect x=\"0\" y=\"{:.0f}\" width=\"12\" height=\"12\" fill=\"{}\"/>"
+        "<text class=\"legend\" x=\"18\" y=\"{:.0f}\">{}: {:.0f} slot-s ({:.1f}%)</text>\n",
+        y - 10, color, y, escape_html(label), v, 100.0 * v / drawn);
+  }
+  s += "</svg>\n";
+  return s;
+}
+
+std::string render_headline(const json& summary, const json& job) {
+  if (!summary.is_object()) return "";
+  const Headline h = make_headline(summary, job);
+  const std::string missing = "<span class=\"note\">not in the summary</span>";
+  std::string s = "<dl class=\"headline\">\n";
+
+  s += "<dt>Held-out accuracy</dt>";
+  if (h.accuracy_before && h.accuracy_after) {
+    s += fmt::format(
+        "<dd id=\"headline-accuracy\" data-before=\"{}\" data-after=\"{}\"><b>{:+.1f} "
+        "points</b>: {:.1f}% after the warm start, {:.1f}% at the end</dd>\n",
+        *h.accuracy_before, *h.accuracy_after, 100 * (*h.accuracy_after - *h.accuracy_before),
+        100 * *h.accuracy_before, 100 * *h.accuracy_after);
+  } else {
+    s += "<dd id=\"headline-accuracy\"><span class=\"note\">not measured</span></dd>\n";
+  }
+
+  s += "<dt>Throughput</dt>";
+  s += h.tokens_per_s ? fmt::format(
+                            "<dd id=\"headline-throughput\" data-value=\"{}\"><b>{:.0f} "
+                            "tokens/s</b> trained</dd>\n",
+                            *h.tokens_per_s, *h.tokens_per_s)
+                      : "<dd id=\"headline-throughput\">" + missing + "</dd>\n";
+
+  s += "<dt>Weight stall</dt>";
+  s += h.weight_stall_frac
+           ? fmt::format(
+                 "<dd id=\"headline-stall\" data-value=\"{}\"><b>{:.2f}%</b> of rollout "
+                 "time loading weights or waiting at a version barrier</dd>\n",
+                 *h.weight_stall_frac, 100 * *h.weight_stall_frac)
+           : "<dd id=\"headline-stall\">" + missing + "</dd>\n";
+
+  s += "<dt>Exactly-once</dt>";
+  if (!h.once) {
+    s += "<dd id=\"headline-once\" data-held=\"unknown\"><span class=\"note\">not checked: the "
+         "actor's id lists are missing or incomplete</span></dd>\n";
+  } else {
+    s += fmt::format(
+        "<dd id=\"headline-once\" data-held=\"{}\" data-consumed=\"{}\" data-twice=\"{}\" "
+        "data-lost=\"{}\"{}><b>{}</b>: {} trajectories consumed, {} twice, {} lost{}</dd>\n",
+        *h.once ? "true" : "false", h.consumed, h.twice, h.lost,
+        *h.once ? "" : " class=\"warning\"", *h.once ? "held" : "FAILED", h.consumed, h.twice,
+        h.lost, h.expected > 0 ? fmt::format(" (the job made {})", h.expected) : "");
+  }
+  s += "</dl>\n";
+
+  if (h.slot_s > 0) {
+    s += fmt::format(
+        "<p class=\"slot-total\" data-slot-s=\"{}\">Where the rollouts' slot time went ({:.0f} "
+        "slot-seconds: wall time x decode slots):</p>\n",
+        h.slot_s, h.slot_s);
+    s += render_slot_bar(h);
+  }
   return s;
 }
 
@@ -357,6 +559,10 @@ polyline.series { stroke-width: 2; }
 table.summary { border-collapse: collapse; margin-top: 8px; }
 table.summary td, table.summary th { border: 1px solid #ccc; padding: 3px 10px; text-align: left; }
 table.summary td:nth-child(2) { font-family: monospace; }
+dl.headline { display: grid; grid-template-columns: max-content auto; gap: 4px 16px; }
+dl.headline dt { font-weight: bold; }
+dl.headline dd { margin: 0; }
+.legend { font-size: 12px; fill: #333; }
 )";
 
 std::string render_page(const Metrics& m, const std::string& title, const fs::path& run_dir) {
@@ -392,11 +598,16 @@ std::string render_page(const Metrics& m, const std::string& title, const fs::pa
   } else {
     s += "<p class=\"malformed\" data-count=\"0\">No malformed lines.</p>\n";
   }
+  const json summary = read_json(run_dir / "summary.json");
+  if (summary.is_object()) {
+    json job = read_json(run_dir / "job.json");
+    s += "<h2>Headline</h2>\n" + render_headline(summary, job.is_object() ? job : json::object());
+  }
   s += "<h2>Over time</h2>\n<div class=\"plots\">\n";
   for (const PlotSpec& p : plots)
     s += render_plot(p, x);
   s += "</div>\n<h2>Summary</h2>\n";
-  s += render_summary(run_dir / "summary.json");
+  s += render_summary(summary);
   s += "</body>\n</html>\n";
   return s;
 }

@@ -9,9 +9,12 @@
 // the wrong type for one of the fields above (null counts as missing). Malformed lines are skipped
 // and counted; the page says how many and which. Blank lines are ignored.
 //
-// Output, RUN_DIR/report.html: four inline SVG plots over t (reward, held-out accuracy, throughput
-// in tokens/s, staleness), each with axes, tick labels and a title, sharing one time axis; then
-// the scalar figures of summary.json as a table. The page loads nothing: no scripts, fonts,
+// Output, RUN_DIR/report.html: with a summary.json, a headline first (held-out accuracy gain,
+// throughput, weight stall, whether exactly-once held, and a bar of where the rollouts' slot time
+// went, from the manager's free_slot_s); then four inline SVG plots over t (reward, held-out
+// accuracy, throughput in tokens/s, staleness), each with axes, tick labels and a title, sharing
+// one time axis; then the scalar figures of summary.json as a table, folded in <details>.
+// Exactly-once counts the job's trajectories from RUN_DIR/job.json when there is one. The page loads nothing: no scripts, fonts,
 // images or network references. All text taken from the inputs (the title included) is escaped.
 //
 // Thread safety: a free function without shared state; calls for different folders may run

@@ -117,7 +117,7 @@ sim::SimInput simulation_input(const JobConfig& j, const sim::SimulateConfig& si
 
 core::Result<sim::SimInput> load_simulation(const std::string& path,
                                             const std::vector<std::string>& overrides) {
-  SLUICE_ASSIGN_OR_RETURN(core::config::Json doc, core::config::read_json_file(path));
+  SLUICE_ASSIGN_OR_RETURN(core::config::Json doc, read_job_file(path));
   for (const auto& o : overrides)
     SLUICE_TRY(core::config::apply_override(doc, o));
   SimulateJob sj;

@@ -290,10 +290,30 @@ void print_scale_table(const std::vector<Setup>& setups) {
       "GPUs and 1.39x over partial-rollout on average.\n");
 }
 
+// kScaleJobs from the source tree the binary sits in (build/sluice: ../examples), so that
+// --scale runs from any working folder; from the working folder when that tree has none.
+std::vector<std::string> default_scale_jobs() {
+  namespace fs = std::filesystem;
+  const fs::path exe_dir = fs::path(self_exe()).parent_path();
+  std::vector<std::string> out;
+  for (const std::string& job : kScaleJobs) {
+    std::string found = job;
+    for (const fs::path& root : {exe_dir / "..", exe_dir / ".." / ".."}) {
+      std::error_code ec;
+      if (fs::exists(root / job, ec)) {
+        found = (root / job).lexically_normal().string();
+        break;
+      }
+    }
+    out.push_back(found);
+  }
+  return out;
+}
+
 }  // namespace
 
 int run_simulate_scale(const SimulateArgs& args) {
-  const std::vector<std::string> jobs = args.jobs.empty() ? kScaleJobs : args.jobs;
+  const std::vector<std::string> jobs = args.jobs.empty() ? default_scale_jobs() : args.jobs;
   auto modes = parse_sim_modes(args.modes);
   if (!modes.is_ok()) {
     std::fprintf(stderr, "sluice simulate --scale: %s\n", modes.status().to_string().c_str());

@@ -138,14 +138,16 @@ std::string restart_limits(const RestartConfig& r) {
   return out;
 }
 
-// A command role's words for role.sh: `env NAME=VALUE... PROGRAM ARGS...`.
+// A command role's words for role.sh: `env [-C WORKDIR] NAME=VALUE... PROGRAM ARGS...`.
 std::string command_words(const RoleCommand& c, const std::string& program) {
   if (!c.enabled()) return "";
   std::vector<std::string> words;
-  if (!c.env.empty()) {
-    words.push_back("env");
-    words.insert(words.end(), c.env.begin(), c.env.end());
+  if (!c.env.empty() || !c.workdir.empty()) words.push_back("env");
+  if (!c.workdir.empty()) {
+    words.push_back("-C");  // GNU env: run in this folder (relative to role.sh's __WORKDIR__)
+    words.push_back(c.workdir);
   }
+  words.insert(words.end(), c.env.begin(), c.env.end());
   words.push_back(fs::absolute(program).string());
   words.insert(words.end(), c.argv.begin() + 1, c.argv.end());
   return shell_words(words);
@@ -316,7 +318,7 @@ core::Result<std::string> wait_for_job(const std::string& scontrol, const std::s
 }  // namespace
 
 int run_slurm(const SlurmArgs& args, const std::vector<std::string>& environment) {
-  auto job = core::config::load<JobConfig>(args.job_path, args.overrides);
+  auto job = load_job_file(args.job_path, args.overrides);
   if (job.is_ok() && !args.out_dir.empty()) job->out_dir = args.out_dir;
   if (!job.is_ok()) {
     std::fprintf(stderr, "sluice slurm: %s\n", job.status().to_string().c_str());

@@ -64,6 +64,7 @@ core::Status Supervisor::spawn(Proc& p) {
   o.argv = p.spec.argv;
   o.extra_env = p.spec.env;
   o.stderr_path = p.spec.log_path;
+  o.cwd = p.spec.cwd;
   SLUICE_ASSIGN_OR_RETURN(p.proc, core::Subprocess::spawn(o));
   p.state = State::kStarting;
   p.stopped = false;

@@ -68,6 +68,7 @@ struct ProcessSpec {
   std::vector<std::string> argv;
   std::vector<std::string> env;  // "K=V" added to the launcher's environment
   std::string log_path;          // its stderr (appended, across restarts)
+  std::string cwd;               // its working directory (empty: the launcher's)
   std::string ready;             // the first stdout line starts with this once it is ready
   bool clean_exit_ends = false;  // status 0 means done (actor, rollout), not a death to restart
 };

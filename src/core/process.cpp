@@ -50,6 +50,8 @@ Result<std::unique_ptr<Subprocess>> Subprocess::spawn(Options options) {
     posix_spawn_file_actions_addopen(&fa, STDERR_FILENO, options.stderr_path.c_str(),
                                      O_WRONLY | O_CREAT | O_APPEND, 0644);
   }
+  // Last: the file actions above open their paths from our working directory.
+  if (!options.cwd.empty()) posix_spawn_file_actions_addchdir_np(&fa, options.cwd.c_str());
 
   // Environment: ours, with extra_env replacing same-named entries.
   std::vector<std::string> env;

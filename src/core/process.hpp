@@ -34,6 +34,7 @@ class Subprocess {
     bool capture_stdout = true;          // else stdout is inherited
     bool stderr_to_stdout = false;       // capture stderr in the same pipe
     std::string stderr_path;             // else, when set: stderr appended to this file
+    std::string cwd;  // the child's working directory (empty: ours); paths above are ours
   };
 
   static Result<std::unique_ptr<Subprocess>> spawn(Options options);

@@ -74,4 +74,4 @@ missing '{"argv": ["/nonexistent/sluice-role"]}' '{}' \
 missing '{}' '{"argv": ["sluice-no-such-program", "--flag"]}' \
   "rollout_command: the program sluice-no-such-program is not on PATH"
 missing '{"argv": ["./sluice-missing-role.py"]}' '{}' \
-  "relative paths are taken from the working directory"
+  "relative paths are taken from its workdir"

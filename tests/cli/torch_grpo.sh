@@ -3,7 +3,8 @@
 # PyTorch) runs; and where the sluice Python package is built (BUILD/python), a short job whose
 # actor and rollouts are the example's Python programs runs to its end and leaves a run folder
 # like the C++ job's (metrics with rewards and held-out accuracy, the summary, final weights, the
-# report). Learning itself is measured by running the example (docs/benchmarks.md), not here.
+# report), started from another working folder than the repository's. Learning itself is
+# measured by running the example (docs/benchmarks.md), not here.
 # Skipped (77) without Debian's PyTorch.
 # usage: torch_grpo.sh SLUICE SOURCE_DIR BUILD_DIR
 set -eu
@@ -24,7 +25,8 @@ echo "ok: selftest ran"
 if ! PYTHONPATH="$build/python" "$py" -c "import sluice" 2>/dev/null; then
   echo "ok (job part skipped: the sluice package is not built in $build/python)"; exit 0
 fi
-out=$("$sluice" run examples/torch_grpo/job.json --out "$work/run" --set timeout_s=300 \
+cd "$work"
+out=$("$sluice" run "$src/examples/torch_grpo/job.json" --out "$work/run" --set timeout_s=300 \
   --set manager.prompts=48 --set actor.learner.warmstart_steps=10 \
   --set actor.learner.eval_prompts=20 --set actor.eval_every=2 --set progress_s=0 \
   --set "actor_command.env=[\"PYTHONPATH=$build/python\"]" \

@@ -319,6 +319,9 @@ TEST_SUITE("report") {
       REQUIRE(write_report(dir.path().string(), "t").is_ok());
       std::string html = dir.read("report.html");
       CHECK(html.find("<table class=\"summary\">") != std::string::npos);
+      // The full table is folded: it follows the plots inside <details>.
+      CHECK(html.find("<details class=\"all-figures\">") < html.find("<table class=\"summary\">"));
+      CHECK(html.find("<svg class=\"plot\"") < html.find("<details"));
       CHECK(html.find("<td>actor.steps</td><td>6</td>") != std::string::npos);
       CHECK(html.find("<td>actor.tokens_per_s</td><td>2823.22</td>") != std::string::npos);
       CHECK(html.find("<td>actor.accepted_ids</td><td>9 items</td>") != std::string::npos);
@@ -340,6 +343,82 @@ TEST_SUITE("report") {
       std::string html = dir.read("report.html");
       CHECK(html.find("summary.json is not a JSON object") != std::string::npos);
       CHECK(svgs(html).size() == 4);
+    }
+  }
+
+  TEST_CASE("the headline's figures are the summary's") {
+    RunDir dir;
+    dir.write("metrics.jsonl", synthetic().text);
+    dir.write("job.json", R"({"duration_s": 0, "manager": {"prompts": 2, "group_size": 2}})");
+    // Two rollouts of 8 and 4 slots; the free slots by cause as the manager reports them.
+    const std::string rollouts = R"([
+      {"id": "rollout-0", "stats": {"wall_s": 100.0, "max_sequences": 8, "load_s": 1.5,
+                                    "barrier_s": 0.5}},
+      {"id": "rollout-1", "stats": {"wall_s": 50.0, "max_sequences": 4, "load_s": 0.25,
+                                    "barrier_s": 0.0}}])";
+    const std::string free = R"({"loading": 12.5, "draining": 3.0, "budget": 250.0,
+                                 "backlog": 0.0, "end": 100.0, "other": 20.0})";
+    auto summary = [&](const std::string& accepted, const std::string& trained) {
+      return R"({"outcome": "ok", "actor": {"initial_accuracy": 0.52, "final_accuracy": 0.713,
+        "tokens_per_s": 4470.25, "ids_complete": true, "accepted_ids": )" +
+             accepted + R"(, "trained_ids": )" + trained + R"(}, "manager": {"rollouts": )" +
+             rollouts + R"(, "free_slot_s": )" + free + "}}";
+    };
+    auto number = [](const std::string& html, const std::string& tag, const std::string& name) {
+      const std::string v = attr(html, tag, name);
+      REQUIRE_FALSE(v.empty());
+      return std::stod(v);
+    };
+    SUBCASE("exactly-once held") {
+      dir.write("summary.json", summary(R"(["a", "b", "c", "d"])", R"(["a", "b", "c"])"));
+      REQUIRE(write_report(dir.path().string(), "t").is_ok());
+      const std::string html = dir.read("report.html");
+      // The headline opens the page: before the plots and the table.
+      CHECK(html.find("<dl class=\"headline\">") < html.find("<svg class=\"plot\""));
+      CHECK(number(html, "<dd id=\"headline-accuracy\"", "data-before") == 0.52);
+      CHECK(number(html, "<dd id=\"headline-accuracy\"", "data-after") == 0.713);
+      CHECK(html.find("+19.3 points") != std::string::npos);
+      CHECK(number(html, "<dd id=\"headline-throughput\"", "data-value") == 4470.25);
+      // Stall: (1.5 + 0.5 + 0.25) of (100 + 50) rollout-seconds.
+      CHECK(number(html, "<dd id=\"headline-stall\"", "data-value") == 2.25 / 150.0);
+      CHECK(attr(html, "<dd id=\"headline-once\"", "data-held") == "true");
+      CHECK(number(html, "<dd id=\"headline-once\"", "data-consumed") == 4);
+      // Slot time: 100 x 8 + 50 x 4 = 1000 slot-seconds; 385.5 free, the rest held a sequence.
+      CHECK(number(html, "<p class=\"slot-total\"", "data-slot-s") == 1000.0);
+      const std::pair<const char*, double> parts[] = {{"generating (holding a sequence)", 614.5},
+                                                      {"waiting for weights", 12.5},
+                                                      {"draining an old version", 3.0},
+                                                      {"parked by the in-flight budget", 250.0},
+                                                      {"paused by the actor&#39;s backlog", 0.0},
+                                                      {"no work left (the job&#39;s end)", 100.0},
+                                                      {"idle, other", 20.0}};
+      double sum = 0;
+      for (const auto& [cause, slot_s] : parts) {
+        CAPTURE(cause);
+        const std::string tag = std::string("<rect class=\"slot\" data-cause=\"") + cause + "\"";
+        CHECK(number(html, tag, "data-slot-s") == doctest::Approx(slot_s));
+        sum += slot_s;
+      }
+      CHECK(sum == doctest::Approx(1000.0));
+      // The four plots are still the page's plots.
+      CHECK(count(html, "<svg class=\"plot\"") == 4);
+    }
+    SUBCASE("exactly-once failed: one trajectory twice, one lost") {
+      dir.write("summary.json", summary(R"(["a", "b", "a"])", R"(["a", "b"])"));
+      REQUIRE(write_report(dir.path().string(), "t").is_ok());
+      const std::string html = dir.read("report.html");
+      CHECK(attr(html, "<dd id=\"headline-once\"", "data-held") == "false");
+      CHECK(number(html, "<dd id=\"headline-once\"", "data-twice") == 1);
+      CHECK(number(html, "<dd id=\"headline-once\"", "data-lost") == 2);
+      CHECK(html.find("FAILED") != std::string::npos);
+    }
+    SUBCASE("no accuracy measured, no id lists") {
+      dir.write("summary.json", R"({"actor": {"initial_accuracy": -1, "final_accuracy": -1}})");
+      REQUIRE(write_report(dir.path().string(), "t").is_ok());
+      const std::string html = dir.read("report.html");
+      CHECK(attr(html, "<dd id=\"headline-accuracy\"", "data-before").empty());
+      CHECK(attr(html, "<dd id=\"headline-once\"", "data-held") == "unknown");
+      CHECK(html.find("slot-time") == std::string::npos);
     }
   }
 }
