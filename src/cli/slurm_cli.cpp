@@ -1,7 +1,7 @@
 // The command line of `sluice slurm`, `sluice slurm-collect` and `sluice k8s`.
 #include <CLI/CLI.hpp>
 
-#include "cli/slurm.hpp"
+#include "launch/slurm.hpp"
 
 namespace sluice::cli {
 
