@@ -21,6 +21,7 @@
 #include "actor/publisher.hpp"
 #include "bench/bench_broadcast.hpp"
 #include "bench/bench_util.hpp"
+#include "bench/harness.hpp"
 #include "core/log.hpp"
 #include "core/process.hpp"
 #include "core/security.hpp"
@@ -34,21 +35,6 @@ namespace {
 
 // All cores at least this busy during a broadcast: the machine, not the emulated links, paced it.
 constexpr double kCpuBound = 0.9;
-
-Result<std::string> run_capture(const std::vector<std::string>& argv,
-                                const std::vector<std::string>& env, Millis timeout) {
-  Subprocess::Options o;
-  o.argv = argv;
-  o.extra_env = env;
-  SLUICE_ASSIGN_OR_RETURN(auto p, Subprocess::spawn(o));
-  std::string out = p->read_all(timeout);
-  SLUICE_ASSIGN_OR_RETURN(int code, p->wait(Millis(10000)));
-  if (code != 0) return internal_error(argv[0] + " " + argv[1] + " exited " + std::to_string(code));
-  return out;
-}
-
-const std::vector<std::string> kUcxEnv = {"UCX_TLS=tcp", "UCX_NET_DEVICES=eth0",
-                                          "UCX_WARN_UNUSED_ENV_VARS=n"};
 
 }  // namespace
 
@@ -97,19 +83,13 @@ int run_bench_broadcast(const BenchBroadcastArgs& args, const std::vector<std::s
         std::fprintf(stderr, "bench broadcast: %s\n", up.status().to_string().c_str());
         return 1;
       }
-      auto out = run_capture({emu,           "exec",
-                              "--prefix",    prefix,
-                              "0",           self_exe(),
-                              "--log-level", "warn",
-                              "bench",       "broadcast-run",
-                              "--design",    design,
-                              "--relays",    std::to_string(n),
-                              "--size",      args.size,
-                              "--chunk",     args.chunk,
-                              "--fanout",    std::to_string(args.fanout),
-                              "--emuhosts",  emu,
-                              "--prefix",    prefix},
-                             kUcxEnv, Millis(600000));
+      std::vector<std::string> run_argv = in_emulated_host(emu, prefix, 0);
+      run_argv.insert(
+          run_argv.end(),
+          {self_exe(), "--log-level", "warn", "bench", "broadcast-run", "--design", design,
+           "--relays", std::to_string(n), "--size", args.size, "--chunk", args.chunk, "--fanout",
+           std::to_string(args.fanout), "--emuhosts", emu, "--prefix", prefix});
+      auto out = run_capture(run_argv, kEmulatedHostUcxEnv, Millis(600000));
       run_capture({emu, "down", "--prefix", prefix}, {}, Millis(60000)).status().ignore();
       if (!out.is_ok()) {
         std::fprintf(stderr, "bench broadcast: %s relays=%u: %s\n", design.c_str(), n,
@@ -172,6 +152,42 @@ int run_bench_broadcast(const BenchBroadcastArgs& args, const std::vector<std::s
   return 0;
 }
 
+namespace {
+
+// Relays relay-1 .. relay-N, one in each emulated host, started in turn (the join order is the
+// chain's order); each added to `relays` and `ids` once ready.
+Status start_relays(const BenchBroadcastArgs& args, const std::string& exe,
+                    const std::string& store_ep, const std::string& keys,
+                    std::vector<std::unique_ptr<Subprocess>>& relays,
+                    std::vector<std::string>& ids) {
+  const std::string members = members_file_path(keys);
+  for (unsigned i = 1; i <= args.relays; ++i) {
+    Subprocess::Options ro;
+    std::string id = "relay-" + std::to_string(i);
+    ro.argv = in_emulated_host(args.emuhosts, args.prefix, i);
+    ro.argv.insert(ro.argv.end(),
+                   {exe, "--log-level", "warn", "relay", "--set", "relay.store=" + store_ep,
+                    "--set", "relay.relay_id=" + id, "--set", "relay.poll_ms=10", "--set",
+                    "relay.security.key_file=" + key_file_path(keys, id), "--set",
+                    "relay.security.members_file=" + members});
+    SLUICE_ASSIGN_OR_RETURN(Started r, start_ready(ro, "", Millis(20000), id));
+    relays.push_back(std::move(r.proc));
+    ids.push_back(id);
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));  // keep the join order
+  }
+  return {};
+}
+
+// One memcpy of `src` into memory already touched: the baseline for the publisher's stall.
+double memcpy_seconds(const std::vector<std::uint8_t>& src) {
+  std::vector<std::uint8_t> dst(src.size(), 1);
+  auto t0 = Clock::now();
+  std::memcpy(dst.data(), src.data(), src.size());
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+}  // namespace
+
 int run_bench_broadcast_inside(const BenchBroadcastArgs& args,
                                const std::vector<std::string>& env) {
   (void)env;
@@ -209,46 +225,11 @@ int run_bench_broadcast_inside(const BenchBroadcastArgs& args,
              "--set", "store.fanout=" + std::to_string(args.fanout),
              "--set", "store.security.key_file=" + key_file_path(keys, "weightstore"),
              "--set", "store.security.members_file=" + members};
-  auto store = Subprocess::spawn(so);
+  auto store = start_ready(so, "endpoint ", Millis(20000), "the store");
   if (!store.is_ok()) return 1;
-  std::string line;
-  while (line.rfind("endpoint ", 0) != 0) {
-    auto l = (*store)->read_line(Millis(20000));
-    if (!l.is_ok()) return 1;
-    line = *l;
-  }
   std::vector<std::unique_ptr<Subprocess>> relays;
   std::vector<std::string> ids;
-  for (unsigned i = 1; i <= args.relays; ++i) {
-    Subprocess::Options ro;
-    std::string id = "relay-" + std::to_string(i);
-    ro.argv = {args.emuhosts,
-               "exec",
-               "--prefix",
-               args.prefix,
-               std::to_string(i),
-               exe,
-               "--log-level",
-               "warn",
-               "relay",
-               "--set",
-               "relay.store=" + store_ep,
-               "--set",
-               "relay.relay_id=" + id,
-               "--set",
-               "relay.poll_ms=10",
-               "--set",
-               "relay.security.key_file=" + key_file_path(keys, id),
-               "--set",
-               "relay.security.members_file=" + members};
-    auto r = Subprocess::spawn(ro);
-    if (!r.is_ok()) return 1;
-    auto l = (*r)->read_line(Millis(20000));
-    if (!l.is_ok()) return 1;
-    relays.push_back(std::move(r).value());
-    ids.push_back(id);
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));  // keep the join order
-  }
+  if (!start_relays(args, exe, store_ep, keys, relays, ids).is_ok()) return 1;
   auto loop = EventLoop::create().value();
   TransferOptions topts;
   topts.stream_reach = store_ep;  // the chunk server binds where the emulated hosts reach it
@@ -278,14 +259,7 @@ int run_bench_broadcast_inside(const BenchBroadcastArgs& args,
   fill_pseudo_random(weights.data(), weights.size(), 99);
   // Staging memory is set up ahead, as a trainer does once at start-up.
   if (!pub->reserve(*size, 1).is_ok()) return 1;
-  // One memcpy of the same bytes into memory already touched: the baseline for the stall.
-  double memcpy_s = 0;
-  {
-    std::vector<std::uint8_t> dst(*size, 1);
-    auto t0 = Clock::now();
-    std::memcpy(dst.data(), weights.data(), weights.size());
-    memcpy_s = std::chrono::duration<double>(Clock::now() - t0).count();
-  }
+  const double memcpy_s = memcpy_seconds(weights);
   const CpuTimes cpu0 = read_cpu_times();
   auto t0 = Clock::now();
   std::optional<Result<Manifest>> committed;
@@ -329,7 +303,7 @@ int run_bench_broadcast_inside(const BenchBroadcastArgs& args,
   std::fflush(stdout);
   for (auto& r : relays)
     r->signal(SIGTERM).ignore();
-  (*store)->signal(SIGTERM).ignore();
+  store->proc->signal(SIGTERM).ignore();
   return 0;
 }
 

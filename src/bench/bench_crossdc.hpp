@@ -28,10 +28,6 @@
 
 #include "core/status.hpp"
 
-namespace CLI {
-class App;
-}
-
 namespace sluice::cli {
 
 struct BenchCrossdcArgs {
@@ -73,17 +69,8 @@ struct BenchCrossdcArgs {
   unsigned index = 0;
 };
 
-struct BenchCrossdcCommands {
-  CLI::App* outer = nullptr;
-  CLI::App* run = nullptr;
-  CLI::App* host = nullptr;
-};
-
-// Adds `crossdc`, `crossdc-run` and `crossdc-host` under `bench`, bound to `args`.
-BenchCrossdcCommands add_bench_crossdc(CLI::App& bench, BenchCrossdcArgs& args);
-// Runs whichever of them was parsed; -1 when none was.
-int run_bench_crossdc(const BenchCrossdcCommands& commands, const BenchCrossdcArgs& args,
-                      const std::vector<std::string>& env);
+// `sluice bench crossdc`: every design side by side (runs `bench crossdc-run` inside host 0).
+int run_bench_crossdc(const BenchCrossdcArgs& args, const std::vector<std::string>& env);
 
 // --versions-dir: the paths of `count` consecutive version files from v<first>.bin and their
 // common size. invalid_argument naming the file that is missing, empty or of another size.

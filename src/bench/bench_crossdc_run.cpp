@@ -19,6 +19,7 @@
 #include "actor/publisher.hpp"
 #include "bench/bench_crossdc.hpp"
 #include "bench/bench_util.hpp"
+#include "bench/harness.hpp"
 #include "core/log.hpp"
 #include "core/process.hpp"
 #include "core/security.hpp"
@@ -54,13 +55,8 @@ struct Wan {
   std::vector<std::uint64_t> egress, ingress;
 };
 Result<Wan> read_wan(const std::string& emu, const std::string& prefix, unsigned dcs) {
-  Subprocess::Options o;
-  o.argv = {emu, "wan", "--prefix", prefix};
-  o.stderr_to_stdout = true;
-  SLUICE_ASSIGN_OR_RETURN(auto p, Subprocess::spawn(o));
-  std::string out = p->read_all(Millis(10000));
-  SLUICE_ASSIGN_OR_RETURN(int code, p->wait(Millis(10000)));
-  if (code != 0) return internal_error("emuhosts.sh wan: " + out);
+  SLUICE_ASSIGN_OR_RETURN(std::string out,
+                          run_capture({emu, "wan", "--prefix", prefix}, {}, Millis(10000), true));
   Wan w;
   w.egress.assign(dcs, 0);
   w.ingress.assign(dcs, 0);
@@ -115,6 +111,183 @@ Result<RealVersionFiles> real_version_files(const std::string& dir, unsigned fir
   return out;
 }
 
+namespace {
+
+// One relay per rollout host, joined datacenter by datacenter (the store chains the seeds in
+// the order they join, after the publisher's datacenter); each added to `children` once ready.
+Status start_relays(const BenchCrossdcArgs& args, const std::string& exe,
+                    const std::string& store_ep, const std::string& keys,
+                    std::vector<std::unique_ptr<Subprocess>>& children) {
+  const unsigned hosts = args.dcs * args.hosts_per_dc;
+  const std::string members = members_file_path(keys);
+  for (unsigned i = 1; i < hosts; ++i) {
+    Subprocess::Options ro;
+    ro.argv = in_emulated_host(args.emuhosts, args.prefix, i);
+    ro.argv.insert(
+        ro.argv.end(),
+        {exe, "--log-level", "warn", "relay", "--set", "log_level=warn", "--set",
+         "relay.store=" + store_ep, "--set", "relay.relay_id=" + relay_identity(i), "--set",
+         "relay.poll_ms=50", "--set",
+         "relay.follow_poll_ms=" + std::to_string(args.relay_follow_ms), "--set",
+         "relay.host=" + host_label(i), "--set",
+         "relay.datacenter=" + dc_label(i / args.hosts_per_dc),
+         // "delta": the trainer's datacenter's seed (host 1) makes N -> N+1 deltas (one
+         // maker is enough: encoding costs CPU); every relay whose source is in another
+         // datacenter (the other seeds) reads one when it holds N.
+         "--set",
+         std::string("relay.make_deltas=") +
+             (args.design == "delta" && i == 1 && args.hosts_per_dc > 1 ? "true" : "false"),
+         "--set", std::string("relay.use_deltas=") + (args.design == "delta" ? "true" : "false"),
+         "--set", "relay.security.key_file=" + key_file_path(keys, relay_identity(i)), "--set",
+         "relay.security.members_file=" + members, "--set",
+         "relay.stream_encryption=" + args.encryption});
+    auto r = start_ready(ro, "", Millis(20000), relay_identity(i));
+    if (!r.is_ok()) return r.status();
+    children.push_back(std::move(r->proc));
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));  // keep the join order
+  }
+  return {};
+}
+
+// One process per rollout host holds its rollouts' readers; each added to `children`, and
+// returned once all are ready.
+Result<std::vector<Subprocess*>> start_rollout_hosts(
+    const BenchCrossdcArgs& args, const std::string& exe, const std::string& store_ep,
+    const std::string& keys, std::vector<std::unique_ptr<Subprocess>>& children) {
+  const unsigned hosts = args.dcs * args.hosts_per_dc;
+  std::vector<Subprocess*> rollout_hosts;
+  for (unsigned i = 1; i < hosts; ++i) {
+    Subprocess::Options ho;
+    ho.argv = in_emulated_host(args.emuhosts, args.prefix, i);
+    ho.argv.insert(ho.argv.end(), {exe,
+                                   "--log-level",
+                                   "warn",
+                                   "bench",
+                                   "crossdc-host",
+                                   "--design",
+                                   args.design,
+                                   "--hosts-per-dc",
+                                   std::to_string(args.hosts_per_dc),
+                                   "--rollouts-per-host",
+                                   std::to_string(args.rollouts_per_host),
+                                   "--poll-ms",
+                                   std::to_string(args.poll_ms),
+                                   "--local-check-ms",
+                                   std::to_string(args.local_check_ms),
+                                   "--store",
+                                   store_ep,
+                                   "--keys",
+                                   keys,
+                                   "--index",
+                                   std::to_string(i),
+                                   "--encryption",
+                                   args.encryption});
+    // Ended with this process however it ends (the namespace's exec keeps the pid).
+    ho.extra_env = {std::string(kParentPidVar) + "=" + std::to_string(::getpid())};
+    auto h = Subprocess::spawn(ho);
+    if (!h.is_ok()) return h.status();
+    children.push_back(std::move(h).value());
+    rollout_hosts.push_back(children.back().get());
+  }
+  for (auto* h : rollout_hosts) {
+    auto l = h->read_line(Millis(30000));
+    if (!l.is_ok() || *l != "ready") return internal_error("a rollout host did not start");
+  }
+  return rollout_hosts;
+}
+
+// Publishes --versions versions one after another and prints, for each, a JSON line: the time
+// until every rollout holds it, the CPU busy meanwhile and each datacenter's WAN bytes. False when
+// one failed (said on stderr).
+bool publish_versions(const BenchCrossdcArgs& args, EventLoop& loop, actor::Publisher& pub,
+                      const std::vector<Subprocess*>& rollout_hosts, std::uint64_t size) {
+  auto failed = [](const std::string& what) {
+    std::fprintf(stderr, "crossdc-run: %s\n", what.c_str());
+    return false;
+  };
+  const std::size_t readers = rollout_hosts.size() * args.rollouts_per_host;
+  std::map<std::uint64_t, std::map<std::string, std::uint64_t>> held;  // version -> reader -> ns
+  auto collect = [&] {
+    for (auto* h : rollout_hosts) {
+      for (const auto& line : h->drain_lines()) {
+        auto j = nlohmann::json::parse(line, nullptr, false);
+        if (j.is_discarded() || !j.contains("v")) continue;
+        held[j["v"].get<std::uint64_t>()][j["r"].get<std::string>()] = j["t"].get<std::uint64_t>();
+      }
+    }
+  };
+  std::vector<std::uint8_t> weights(size);
+  std::vector<std::string> real_paths;  // --versions-dir: version v is real_paths[v - 1]
+  if (!args.versions_dir.empty()) {
+    auto files = real_version_files(args.versions_dir, args.first_version, args.versions);
+    if (!files.is_ok()) return failed(files.status().to_string());
+    if (files->bytes != weights.size()) return failed("--size is not the versions' size");
+    real_paths = std::move(files->paths);
+  } else {
+    fill_pseudo_random(weights.data(), weights.size(), 99);
+  }
+  for (std::uint64_t v = 1; v <= args.versions; ++v) {
+    if (!real_paths.empty()) {
+      std::ifstream f(real_paths[v - 1], std::ios::binary);
+      f.read(reinterpret_cast<char*>(weights.data()), static_cast<std::streamsize>(weights.size()));
+      if (!f || f.gcount() != static_cast<std::streamsize>(weights.size()))
+        return failed("cannot read " + real_paths[v - 1]);
+    } else if (v > 1) {
+      change_elements(weights, args.change_rate, v);
+    }
+    auto wan0 = read_wan(args.emuhosts, args.prefix, args.dcs);
+    if (!wan0.is_ok()) return failed(wan0.status().to_string());
+    const CpuTimes cpu0 = read_cpu_times();
+    const std::uint64_t t0 = now_ns();
+    std::optional<Result<Manifest>> committed;
+    Status st =
+        pub.publish_async(v, {{"w", "U8", {weights.size()}, weights.data(), weights.size()}},
+                          [&](Result<Manifest> r) { committed.emplace(std::move(r)); });
+    if (!st.is_ok()) return failed(st.to_string());
+    loop.run_until([&] { return committed.has_value(); }, Millis(60000));
+    if (!committed || !committed->is_ok()) {
+      return failed("version " + std::to_string(v) +
+                    " not committed: " + (committed ? committed->status().to_string() : "timeout"));
+    }
+    auto deadline = Clock::now() + std::chrono::seconds(600);
+    while (collect(), held[v].size() < readers) {
+      if (Clock::now() > deadline) {
+        return failed(std::to_string(held[v].size()) + " of " + std::to_string(readers) +
+                      " rollouts hold version " + std::to_string(v) + " after 600 s");
+      }
+      for (auto* h : rollout_hosts)
+        if (!h->running()) return failed("a rollout host exited");
+      loop.run_until([] { return false; }, Millis(5));
+    }
+    double cpu_busy = cpu_busy_fraction(cpu0, read_cpu_times());
+    auto wan1 = read_wan(args.emuhosts, args.prefix, args.dcs);
+    if (!wan1.is_ok()) return failed(wan1.status().to_string());
+    std::uint64_t last = 0;
+    for (const auto& [r, t] : held[v])
+      last = std::max(last, t);
+    nlohmann::json egress = nlohmann::json::array(), ingress = nlohmann::json::array();
+    for (unsigned d = 0; d < args.dcs; ++d) {
+      egress.push_back(wan1->egress[d] - wan0->egress[d]);
+      ingress.push_back(wan1->ingress[d] - wan0->ingress[d]);
+    }
+    nlohmann::json j = {{"design", args.design},
+                        {"version", v},
+                        {"bytes", size},
+                        {"readers", readers},
+                        {"seconds", last > t0 ? static_cast<double>(last - t0) / 1e9 : 0.0},
+                        {"cpu_busy", cpu_busy},
+                        {"egress", egress},
+                        {"ingress", ingress}};
+    std::printf("%s\n", j.dump().c_str());
+    std::fflush(stdout);
+    // A moment for hand-offs and retirements to settle before the next version is timed.
+    loop.run_until([] { return false; }, Millis(1000));
+  }
+  return true;
+}
+
+}  // namespace
+
 int run_bench_crossdc_inside(const BenchCrossdcArgs& args, const std::vector<std::string>& env) {
   (void)env;
   auto size = parse_bytes(args.size);
@@ -156,13 +329,8 @@ int run_bench_crossdc_inside(const BenchCrossdcArgs& args, const std::vector<std
              "--set", "store.broadcast=chain",
              "--set", "store.security.key_file=" + key_file_path(keys, "weightstore"),
              "--set", "store.security.members_file=" + members};
-  auto store = Subprocess::spawn(so);
+  auto store = start_ready(so, "endpoint ", Millis(20000), "the store");
   if (!store.is_ok()) return fail(store.status().to_string());
-  for (std::string line; line.rfind("endpoint ", 0) != 0;) {
-    auto l = (*store)->read_line(Millis(20000));
-    if (!l.is_ok()) return fail("the store did not start: " + l.status().to_string());
-    line = *l;
-  }
   // Everything started is stopped on the way out, whatever happens.
   std::vector<std::unique_ptr<Subprocess>> children;
   struct StopAll {
@@ -173,81 +341,16 @@ int run_bench_crossdc_inside(const BenchCrossdcArgs& args, const std::vector<std
         p->signal(SIGTERM).ignore();
       store->signal(SIGTERM).ignore();
     }
-  } stop_all{&children, store->get()};
+  } stop_all{&children, store->proc.get()};
 
-  // One relay per rollout host, joined datacenter by datacenter (the store chains the seeds in
-  // the order they join, after the publisher's datacenter).
   if (relays_on) {
-    for (unsigned i = 1; i < hosts; ++i) {
-      Subprocess::Options ro;
-      ro.argv = {
-          args.emuhosts, "exec", "--prefix", args.prefix, std::to_string(i), exe, "--log-level",
-          "warn", "relay", "--set", "log_level=warn", "--set", "relay.store=" + store_ep, "--set",
-          "relay.relay_id=" + relay_identity(i), "--set", "relay.poll_ms=50", "--set",
-          "relay.follow_poll_ms=" + std::to_string(args.relay_follow_ms), "--set",
-          "relay.host=" + host_label(i), "--set",
-          "relay.datacenter=" + dc_label(i / args.hosts_per_dc),
-          // "delta": the trainer's datacenter's seed (host 1) makes N -> N+1 deltas (one
-          // maker is enough: encoding costs CPU); every relay whose source is in another
-          // datacenter (the other seeds) reads one when it holds N.
-          "--set",
-          std::string("relay.make_deltas=") +
-              (args.design == "delta" && i == 1 && args.hosts_per_dc > 1 ? "true" : "false"),
-          "--set", std::string("relay.use_deltas=") + (args.design == "delta" ? "true" : "false"),
-          "--set", "relay.security.key_file=" + key_file_path(keys, relay_identity(i)), "--set",
-          "relay.security.members_file=" + members, "--set",
-          "relay.stream_encryption=" + args.encryption};
-      auto r = Subprocess::spawn(ro);
-      if (!r.is_ok()) return fail(r.status().to_string());
-      auto l = (*r)->read_line(Millis(20000));
-      if (!l.is_ok()) return fail(relay_identity(i) + " did not start");
-      children.push_back(std::move(r).value());
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));  // keep the join order
+    if (auto st = start_relays(args, exe, store_ep, keys, children); !st.is_ok()) {
+      return fail(st.to_string());
     }
   }
-  // One process per rollout host holds its rollouts' readers.
-  std::vector<Subprocess*> rollout_hosts;
-  for (unsigned i = 1; i < hosts; ++i) {
-    Subprocess::Options ho;
-    ho.argv = {args.emuhosts,
-               "exec",
-               "--prefix",
-               args.prefix,
-               std::to_string(i),
-               exe,
-               "--log-level",
-               "warn",
-               "bench",
-               "crossdc-host",
-               "--design",
-               args.design,
-               "--hosts-per-dc",
-               std::to_string(args.hosts_per_dc),
-               "--rollouts-per-host",
-               std::to_string(args.rollouts_per_host),
-               "--poll-ms",
-               std::to_string(args.poll_ms),
-               "--local-check-ms",
-               std::to_string(args.local_check_ms),
-               "--store",
-               store_ep,
-               "--keys",
-               keys,
-               "--index",
-               std::to_string(i),
-               "--encryption",
-               args.encryption};
-    // Ended with this process however it ends (the namespace's exec keeps the pid).
-    ho.extra_env = {std::string(kParentPidVar) + "=" + std::to_string(::getpid())};
-    auto h = Subprocess::spawn(ho);
-    if (!h.is_ok()) return fail(h.status().to_string());
-    children.push_back(std::move(h).value());
-    rollout_hosts.push_back(children.back().get());
-  }
-  for (auto* h : rollout_hosts) {
-    auto l = h->read_line(Millis(30000));
-    if (!l.is_ok() || *l != "ready") return fail("a rollout host did not start");
-  }
+  auto started = start_rollout_hosts(args, exe, store_ep, keys, children);
+  if (!started.is_ok()) return fail(started.status().message());
+  const std::vector<Subprocess*> rollout_hosts = std::move(started).value();
 
   auto loop = EventLoop::create().value();
   SecurityConfig sc;
@@ -277,85 +380,7 @@ int run_bench_crossdc_inside(const BenchCrossdcArgs& args, const std::vector<std
   auto beat = loop->every(Millis(300), [&] { (*pub)->heartbeat(); });
   if (auto st = (*pub)->reserve(*size, 2); !st.is_ok()) return fail(st.to_string());
 
-  const std::size_t readers = rollout_hosts.size() * args.rollouts_per_host;
-  std::map<std::uint64_t, std::map<std::string, std::uint64_t>> held;  // version -> reader -> ns
-  auto collect = [&] {
-    for (auto* h : rollout_hosts) {
-      for (const auto& line : h->drain_lines()) {
-        auto j = nlohmann::json::parse(line, nullptr, false);
-        if (j.is_discarded() || !j.contains("v")) continue;
-        held[j["v"].get<std::uint64_t>()][j["r"].get<std::string>()] = j["t"].get<std::uint64_t>();
-      }
-    }
-  };
-  std::vector<std::uint8_t> weights(*size);
-  std::vector<std::string> real_paths;  // --versions-dir: version v is real_paths[v - 1]
-  if (!args.versions_dir.empty()) {
-    auto files = real_version_files(args.versions_dir, args.first_version, args.versions);
-    if (!files.is_ok()) return fail(files.status().to_string());
-    if (files->bytes != weights.size()) return fail("--size is not the versions' size");
-    real_paths = std::move(files->paths);
-  } else {
-    fill_pseudo_random(weights.data(), weights.size(), 99);
-  }
-  for (std::uint64_t v = 1; v <= args.versions; ++v) {
-    if (!real_paths.empty()) {
-      std::ifstream f(real_paths[v - 1], std::ios::binary);
-      f.read(reinterpret_cast<char*>(weights.data()), static_cast<std::streamsize>(weights.size()));
-      if (!f || f.gcount() != static_cast<std::streamsize>(weights.size()))
-        return fail("cannot read " + real_paths[v - 1]);
-    } else if (v > 1) {
-      change_elements(weights, args.change_rate, v);
-    }
-    auto wan0 = read_wan(args.emuhosts, args.prefix, args.dcs);
-    if (!wan0.is_ok()) return fail(wan0.status().to_string());
-    const CpuTimes cpu0 = read_cpu_times();
-    const std::uint64_t t0 = now_ns();
-    std::optional<Result<Manifest>> committed;
-    Status st =
-        (*pub)->publish_async(v, {{"w", "U8", {weights.size()}, weights.data(), weights.size()}},
-                              [&](Result<Manifest> r) { committed.emplace(std::move(r)); });
-    if (!st.is_ok()) return fail(st.to_string());
-    loop->run_until([&] { return committed.has_value(); }, Millis(60000));
-    if (!committed || !committed->is_ok()) {
-      return fail("version " + std::to_string(v) +
-                  " not committed: " + (committed ? committed->status().to_string() : "timeout"));
-    }
-    auto deadline = Clock::now() + std::chrono::seconds(600);
-    while (collect(), held[v].size() < readers) {
-      if (Clock::now() > deadline) {
-        return fail(std::to_string(held[v].size()) + " of " + std::to_string(readers) +
-                    " rollouts hold version " + std::to_string(v) + " after 600 s");
-      }
-      for (auto* h : rollout_hosts)
-        if (!h->running()) return fail("a rollout host exited");
-      loop->run_until([] { return false; }, Millis(5));
-    }
-    double cpu_busy = cpu_busy_fraction(cpu0, read_cpu_times());
-    auto wan1 = read_wan(args.emuhosts, args.prefix, args.dcs);
-    if (!wan1.is_ok()) return fail(wan1.status().to_string());
-    std::uint64_t last = 0;
-    for (const auto& [r, t] : held[v])
-      last = std::max(last, t);
-    nlohmann::json egress = nlohmann::json::array(), ingress = nlohmann::json::array();
-    for (unsigned d = 0; d < args.dcs; ++d) {
-      egress.push_back(wan1->egress[d] - wan0->egress[d]);
-      ingress.push_back(wan1->ingress[d] - wan0->ingress[d]);
-    }
-    nlohmann::json j = {{"design", args.design},
-                        {"version", v},
-                        {"bytes", *size},
-                        {"readers", readers},
-                        {"seconds", last > t0 ? static_cast<double>(last - t0) / 1e9 : 0.0},
-                        {"cpu_busy", cpu_busy},
-                        {"egress", egress},
-                        {"ingress", ingress}};
-    std::printf("%s\n", j.dump().c_str());
-    std::fflush(stdout);
-    // A moment for hand-offs and retirements to settle before the next version is timed.
-    loop->run_until([] { return false; }, Millis(1000));
-  }
-  return 0;
+  return publish_versions(args, *loop, **pub, rollout_hosts, *size) ? 0 : 1;
 }
 
 int run_bench_crossdc_host(const BenchCrossdcArgs& args, const std::vector<std::string>& env) {

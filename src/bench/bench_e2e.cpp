@@ -14,6 +14,7 @@
 #include <string_view>
 
 #include "bench/bench_util.hpp"
+#include "bench/result_table.hpp"
 #include "core/config.hpp"
 #include "launch/job.hpp"
 #include "rollout/manager.hpp"
@@ -317,207 +318,200 @@ JobConfig default_e2e_workload() {
   return j;
 }
 
-int run_bench_e2e(const BenchE2eArgs& args, const std::vector<std::string>& environment) {
-  JobConfig base = default_e2e_workload();
+namespace {
+
+// The workload: the defaults, then the --workload file's fields, the --set overrides,
+// --rollouts and --prompts.
+core::Result<JobConfig> e2e_workload(const BenchE2eArgs& args) {
   // A workload file is a job file: it replaces the defaults field by field.
-  core::config::Json doc = core::config::to_json(base);
+  core::config::Json doc = core::config::to_json(default_e2e_workload());
   if (!args.workload.empty()) {
-    auto w = core::config::read_json_file(args.workload);
-    if (!w.is_ok()) {
-      std::fprintf(stderr, "sluice bench e2e: %s\n", w.status().to_string().c_str());
-      return 2;
-    }
-    doc.merge_patch(*w);
+    SLUICE_ASSIGN_OR_RETURN(core::config::Json w, core::config::read_json_file(args.workload));
+    doc.merge_patch(w);
   }
-  for (const auto& o : args.overrides) {
-    auto s = core::config::apply_override(doc, o);
-    if (!s.is_ok()) {
-      std::fprintf(stderr, "sluice bench e2e: %s\n", s.to_string().c_str());
-      return 2;
-    }
-  }
+  for (const auto& o : args.overrides)
+    SLUICE_TRY(core::config::apply_override(doc, o));
   if (args.rollouts > 0) doc["rollouts"] = args.rollouts;
   if (args.prompts > 0) doc["manager"]["prompts"] = args.prompts;
   JobConfig job;
-  auto ps = core::config::parse(doc, job);
-  if (ps.is_ok()) ps = job.validate();
-  if (!ps.is_ok()) {
-    std::fprintf(stderr, "sluice bench e2e: %s\n", ps.to_string().c_str());
-    return 2;
-  }
-  std::vector<std::string> modes = split(args.modes);
+  SLUICE_TRY(core::config::parse(doc, job));
+  SLUICE_TRY(job.validate());
+  return job;
+}
+
+// Each mode named once and known; prints what is wrong otherwise.
+bool check_modes(const std::vector<std::string>& modes) {
   std::set<std::string> named;
   for (const auto& m : modes) {
     if (!named.insert(m).second) {
       std::fprintf(stderr, "sluice bench e2e: mode '%s' is named twice in --modes\n", m.c_str());
-      return 2;
+      return false;
     }
     auto variant = rollout::parse_mode_variant(base_label(m));
     if (!variant.is_ok()) {
       std::fprintf(stderr, "sluice bench e2e: %s\n", variant.status().message().c_str());
-      return 2;
+      return false;
     }
   }
+  return true;
+}
+
+void print_workload(const JobConfig& job) {
   auto stats = rollout::length_stats(job.rollout.sim.lengths, job.rollout.sim.seed, 20000);
-  if (!args.json && stats.is_ok()) {
-    std::printf(
-        "workload: %u rollouts x %u sequences, %llu prompts x %u samples, batch %u, "
-        "lengths p50 %llu p99 %llu max %llu (p99/p50 %.1f), staleness bound %llu\n",
-        job.rollouts, job.rollout.sim.max_sequences,
-        static_cast<unsigned long long>(job.manager.prompts), job.manager.group_size,
-        job.manager.batch_trajectories, static_cast<unsigned long long>(stats->p50),
-        static_cast<unsigned long long>(stats->p99), static_cast<unsigned long long>(stats->max),
-        static_cast<double>(stats->p99) /
-            static_cast<double>(std::max<std::uint64_t>(1, stats->p50)),
-        static_cast<unsigned long long>(job.actor.max_staleness));
-    std::fflush(stdout);
-  }
-  if (args.compare_auth) {
-    std::vector<std::string> both;
-    for (const auto& m : modes) {
-      if (plain_label(m)) continue;
-      both.push_back(m);
-      both.push_back(m + std::string(kPlainSuffix));
+  if (!stats.is_ok()) return;
+  std::printf(
+      "workload: %u rollouts x %u sequences, %llu prompts x %u samples, batch %u, "
+      "lengths p50 %llu p99 %llu max %llu (p99/p50 %.1f), staleness bound %llu\n",
+      job.rollouts, job.rollout.sim.max_sequences,
+      static_cast<unsigned long long>(job.manager.prompts), job.manager.group_size,
+      job.manager.batch_trajectories, static_cast<unsigned long long>(stats->p50),
+      static_cast<unsigned long long>(stats->p99), static_cast<unsigned long long>(stats->max),
+      static_cast<double>(stats->p99) / static_cast<double>(std::max<std::uint64_t>(1, stats->p50)),
+      static_cast<unsigned long long>(job.actor.max_staleness));
+  std::fflush(stdout);
+}
+
+// Every mode's runs, round by round, and the median round of each.
+struct E2eRuns {
+  std::vector<std::string> modes;
+  std::uint32_t rounds = 1;
+  std::map<std::string, std::vector<Row>> by_mode;  // every round, in round order
+  std::vector<Row> rows;                            // each mode's median round, in --modes order
+  std::uint32_t once_runs = 0, once_failed = 0;     // exactly-once checks, and those that failed
+  std::string stamp;                                // the run folders' parent
+
+  const Row* find(const std::string& m) const {
+    for (const auto& r : rows) {
+      if (r.mode == m) return &r;
     }
-    modes = both;
+    return nullptr;
   }
-  std::string stamp = fmt::format("runs/bench-e2e-{}", ::getpid());
-  // Every mode's result in every round, in round order.
-  std::map<std::string, std::vector<Row>> by_mode;
-  // Every mode on the same emulated hosts, made once.
-  std::shared_ptr<EmulatedHosts> hosts;
-  if (job.hosts.count > 0) {
-    auto h = EmulatedHosts::up(job.hosts, environment);
-    if (!h.is_ok()) {
-      std::fprintf(stderr, "sluice bench e2e: %s\n", h.status().to_string().c_str());
-      return 1;
-    }
-    hosts = std::move(h).value();
-  }
-  if (args.repack_bench) return run_repack_bench(args, job, stamp, environment, hosts);
-  const std::uint32_t rounds = std::max<std::uint32_t>(1, args.rounds);
-  std::uint32_t once_runs = 0, once_failed = 0;
-  for (std::uint32_t round = 1; round <= rounds; ++round) {
-    for (const auto& m : modes) {
-      JobConfig j = job;
-      const rollout::ModeVariant variant = *rollout::parse_mode_variant(base_label(m));
-      j.mode = variant.mode;
-      j.manager.repack = variant.repack;
-      if (!variant.admission.empty()) j.manager.admission = variant.admission;
-      if (!variant.tail.empty()) j.manager.tail = variant.tail;
-      if (plain_label(m)) j.auth = "plain";
-      j.name = m;
-      j.out_dir = rounds == 1 ? fmt::format("{}/{}", stamp, m)
-                              : fmt::format("{}/round-{}/{}", stamp, round, m);
+};
+
+// One mode's job in one round.
+JobConfig mode_job(const JobConfig& job, const std::string& m, const E2eRuns& runs,
+                   std::uint32_t round) {
+  JobConfig j = job;
+  const rollout::ModeVariant variant = *rollout::parse_mode_variant(base_label(m));
+  j.mode = variant.mode;
+  j.manager.repack = variant.repack;
+  if (!variant.admission.empty()) j.manager.admission = variant.admission;
+  if (!variant.tail.empty()) j.manager.tail = variant.tail;
+  if (plain_label(m)) j.auth = "plain";
+  j.name = m;
+  j.out_dir = runs.rounds == 1 ? fmt::format("{}/{}", runs.stamp, m)
+                               : fmt::format("{}/round-{}/{}", runs.stamp, round, m);
+  return j;
+}
+
+// Runs every mode `runs.rounds` times in turn; false when a job failed (said on stderr).
+bool run_rounds(const BenchE2eArgs& args, const JobConfig& job, E2eRuns& runs,
+                const std::vector<std::string>& environment,
+                const std::shared_ptr<EmulatedHosts>& hosts) {
+  for (std::uint32_t round = 1; round <= runs.rounds; ++round) {
+    for (const auto& m : runs.modes) {
       if (!args.json) {
-        if (rounds == 1) {
+        if (runs.rounds == 1) {
           std::fprintf(stderr, "running %s ...\n", m.c_str());
         } else {
-          std::fprintf(stderr, "round %u of %u: running %s ...\n", round, rounds, m.c_str());
+          std::fprintf(stderr, "round %u of %u: running %s ...\n", round, runs.rounds, m.c_str());
         }
       }
-      auto r = run_local_job(j, self_exe(), environment, hosts);
+      auto r = run_local_job(mode_job(job, m, runs, round), self_exe(), environment, hosts);
       if (!r.is_ok()) {
         std::fprintf(stderr, "sluice bench e2e: %s\n", r.status().to_string().c_str());
-        return 1;
+        return false;
       }
       const OnceCheck once = check_once(r->actor, job.manager.prompts * job.manager.group_size);
-      ++once_runs;
+      ++runs.once_runs;
       if (!once.ok()) {
-        ++once_failed;
+        ++runs.once_failed;
         std::fprintf(stderr,
                      "sluice bench e2e: %s, round %u: not exactly once: %llu lost, %llu "
                      "twice (%s)\n",
                      m.c_str(), round, static_cast<unsigned long long>(once.lost),
                      static_cast<unsigned long long>(once.twice), r->dir.c_str());
       }
-      by_mode[m].push_back(summarize(m, *r, args.steady_trim));
+      runs.by_mode[m].push_back(summarize(m, *r, args.steady_trim));
     }
   }
   // Each mode's median round by tokens/s (the lower of the two middle ones for an even count).
-  std::vector<Row> rows;
-  for (const auto& m : modes) {
-    std::vector<Row> sorted = by_mode[m];
+  for (const auto& m : runs.modes) {
+    std::vector<Row> sorted = runs.by_mode[m];
     std::sort(sorted.begin(), sorted.end(),
               [](const Row& a, const Row& b) { return a.tokens_per_s < b.tokens_per_s; });
-    rows.push_back(sorted[(sorted.size() - 1) / 2]);
+    runs.rows.push_back(sorted[(sorted.size() - 1) / 2]);
   }
-  auto find = [&](const std::string& m) -> const Row* {
-    for (const auto& r : rows) {
-      if (r.mode == m) return &r;
-    }
-    return nullptr;
-  };
+  return true;
+}
+
+// --json: one object per mode, then the exactly-once count.
+void print_e2e_json(E2eRuns& runs) {
+  const auto& rows = runs.rows;
+  auto& by_mode = runs.by_mode;
+  const std::uint32_t rounds = runs.rounds;
+  auto find = [&](const std::string& m) { return runs.find(m); };
   const Row* sync = find("sync");
   const Row* sl = find("sluice");
-  if (args.json) {
-    for (const auto& r : rows) {
-      json o{{"mode", r.mode},
-             {"tokens_per_s", r.tokens_per_s},
-             {"rollout_util", r.rollout_util},
-             {"weight_stall_frac", r.weight_stall_frac},
-             {"actor_idle_frac", r.actor_idle_frac},
-             {"staleness_mean", r.staleness_mean},
-             {"staleness_max", r.staleness_max},
-             {"staleness_p50", r.staleness_p50},
-             {"staleness_p99", r.staleness_p99},
-             {"dropped_token_frac", r.dropped_token_frac},
-             {"generating_share", r.generating_share},
-             {"repacks", r.repacks},
-             {"repack_overhead_s", r.repack_overhead_s},
-             {"trained_tokens", r.trained_tokens},
-             {"dropped_stale", r.dropped},
-             {"wall_s", r.wall_s},
-             {"steady_tokens_per_s", r.steady_tokens_per_s},
-             {"steady_window_s", json::array({r.steady_from_s, r.steady_to_s})}};
-      json f = json::object();
-      for (const auto& [cause, frac] : r.free_slots)
-        f[cause] = frac;
-      o["free_slots"] = f;
-      if (sync) o["ratio_to_sync"] = ratio(r.tokens_per_s, sync->tokens_per_s);
-      if (const Row* p = plain_label(r.mode) ? nullptr : find(r.mode + std::string(kPlainSuffix)))
-        o["auth_ratio_to_plain"] = ratio(r.tokens_per_s, p->tokens_per_s);
-      if (sl) o["sluice_ratio"] = ratio(sl->tokens_per_s, r.tokens_per_s);
-      if (rounds > 1) {
-        json each = json::array();
-        for (const auto& x : by_mode[r.mode])
-          each.push_back(x.tokens_per_s);
-        o["tokens_per_s_rounds"] = std::move(each);
-      }
-      std::printf("%s\n", o.dump().c_str());
-    }
-    std::printf("%s\n",
-                json{{"runs", once_runs}, {"exactly_once_failed", once_failed}}.dump().c_str());
-    return 0;
-  }
-  std::printf("\n%-18s %10s %10s %8s %8s %8s %7s %6s %7s %9s %7s %7s %8s\n", "mode", "tokens/s",
-              "steady/s", "util", "w-stall", "a-idle", "stale", "max", "repacks", "overhead",
-              "dropped", "x sync", "sluice/x");
+  const std::uint32_t once_runs = runs.once_runs, once_failed = runs.once_failed;
   for (const auto& r : rows) {
-    std::printf(
-        "%-18s %10.0f %10.0f %7.1f%% %7.2f%% %7.1f%% %7.2f %6llu %7llu %8.2fs %7llu %7s %8s\n",
-        r.mode.c_str(), r.tokens_per_s, r.steady_tokens_per_s, 100 * r.rollout_util,
-        100 * r.weight_stall_frac, 100 * r.actor_idle_frac, r.staleness_mean,
-        static_cast<unsigned long long>(r.staleness_max),
-        static_cast<unsigned long long>(r.repacks), r.repack_overhead_s,
-        static_cast<unsigned long long>(r.dropped),
-        sync ? fmt::format("{:.2f}", ratio(r.tokens_per_s, sync->tokens_per_s)).c_str() : "-",
-        sl ? fmt::format("{:.2f}", ratio(sl->tokens_per_s, r.tokens_per_s)).c_str() : "-");
-  }
-  std::printf(
-      "\nfree rollout slots (share of all slot time); while work waited: loading weights, "
-      "draining an old\nversion, other; while none waited: the budget ahead of the actor was "
-      "used up, the actor's backlog was full,\nnone left in the job\n%-18s",
-      "mode");
-  for (const char* cause : rollout::kFreeSlotCauses)
-    std::printf(" %9s", cause);
-  std::printf("\n");
-  for (const auto& r : rows) {
-    std::printf("%-18s", r.mode.c_str());
+    json o{{"mode", r.mode},
+           {"tokens_per_s", r.tokens_per_s},
+           {"rollout_util", r.rollout_util},
+           {"weight_stall_frac", r.weight_stall_frac},
+           {"actor_idle_frac", r.actor_idle_frac},
+           {"staleness_mean", r.staleness_mean},
+           {"staleness_max", r.staleness_max},
+           {"staleness_p50", r.staleness_p50},
+           {"staleness_p99", r.staleness_p99},
+           {"dropped_token_frac", r.dropped_token_frac},
+           {"generating_share", r.generating_share},
+           {"repacks", r.repacks},
+           {"repack_overhead_s", r.repack_overhead_s},
+           {"trained_tokens", r.trained_tokens},
+           {"dropped_stale", r.dropped},
+           {"wall_s", r.wall_s},
+           {"steady_tokens_per_s", r.steady_tokens_per_s},
+           {"steady_window_s", json::array({r.steady_from_s, r.steady_to_s})}};
+    json f = json::object();
     for (const auto& [cause, frac] : r.free_slots)
-      std::printf(" %8.1f%%", 100 * frac);
-    std::printf("\n");
+      f[cause] = frac;
+    o["free_slots"] = f;
+    if (sync) o["ratio_to_sync"] = ratio(r.tokens_per_s, sync->tokens_per_s);
+    if (const Row* p = plain_label(r.mode) ? nullptr : find(r.mode + std::string(kPlainSuffix)))
+      o["auth_ratio_to_plain"] = ratio(r.tokens_per_s, p->tokens_per_s);
+    if (sl) o["sluice_ratio"] = ratio(sl->tokens_per_s, r.tokens_per_s);
+    if (rounds > 1) {
+      json each = json::array();
+      for (const auto& x : by_mode[r.mode])
+        each.push_back(x.tokens_per_s);
+      o["tokens_per_s_rounds"] = std::move(each);
+    }
+    std::printf("%s\n", o.dump().c_str());
   }
+  std::printf("%s\n",
+              json{{"runs", once_runs}, {"exactly_once_failed", once_failed}}.dump().c_str());
+}
+
+// The tables, the round-by-round figures and the ratios against the targets.
+void print_e2e_tables(E2eRuns& runs) {
+  const auto& rows = runs.rows;
+  auto& by_mode = runs.by_mode;
+  const auto& modes = runs.modes;
+  const auto& stamp = runs.stamp;
+  const std::uint32_t rounds = runs.rounds;
+  auto find = [&](const std::string& m) { return runs.find(m); };
+  const Row* sync = find("sync");
+  const Row* sl = find("sluice");
+  const std::uint32_t once_runs = runs.once_runs, once_failed = runs.once_failed;
+  std::vector<ModeFigures> figures;
+  for (const auto& r : rows)
+    figures.push_back(mode_figures(r.mode, r));
+  print_mode_table(figures);
+  print_free_slots(figures,
+                   "\nfree rollout slots (share of all slot time); while work waited: loading "
+                   "weights, draining an old\nversion, other; while none waited: the budget ahead "
+                   "of the actor was used up, the actor's backlog was full,\nnone left in the job");
   std::printf(
       "\nslot time and staleness: gen = share of slot time generating outside start-up and the "
       "final drain;\nstale = staleness of the trajectories trained (p50/p99/max); drop = "
@@ -582,6 +576,49 @@ int run_bench_e2e(const BenchE2eArgs& args, const std::vector<std::string>& envi
     }
   }
   std::printf("run folders: %s\n", stamp.c_str());
+}
+
+}  // namespace
+
+int run_bench_e2e(const BenchE2eArgs& args, const std::vector<std::string>& environment) {
+  auto workload = e2e_workload(args);
+  if (!workload.is_ok()) {
+    std::fprintf(stderr, "sluice bench e2e: %s\n", workload.status().to_string().c_str());
+    return 2;
+  }
+  const JobConfig& job = *workload;
+  E2eRuns runs;
+  runs.modes = split(args.modes);
+  if (!check_modes(runs.modes)) return 2;
+  if (!args.json) print_workload(job);
+  if (args.compare_auth) {
+    std::vector<std::string> both;
+    for (const auto& m : runs.modes) {
+      if (plain_label(m)) continue;
+      both.push_back(m);
+      both.push_back(m + std::string(kPlainSuffix));
+    }
+    runs.modes = both;
+  }
+  runs.stamp = fmt::format("runs/bench-e2e-{}", ::getpid());
+  // Every mode on the same emulated hosts, made once.
+  std::shared_ptr<EmulatedHosts> hosts;
+  if (job.hosts.count > 0) {
+    auto h = EmulatedHosts::up(job.hosts, environment);
+    if (!h.is_ok()) {
+      std::fprintf(stderr, "sluice bench e2e: %s\n", h.status().to_string().c_str());
+      return 1;
+    }
+    hosts = std::move(h).value();
+  }
+  if (args.repack_bench) return run_repack_bench(args, job, runs.stamp, environment, hosts);
+  runs.rounds = std::max<std::uint32_t>(1, args.rounds);
+  if (!run_rounds(args, job, runs, environment, hosts)) return 1;
+  if (args.json) {
+    print_e2e_json(runs);
+  } else {
+    print_e2e_tables(runs);
+  }
   return 0;
 }
 

@@ -34,6 +34,8 @@ using nlohmann::json;
 
 namespace {
 
+constexpr std::uint64_t kGroupSize = 4;  // samples per prompt in the bench's job
+
 std::vector<std::string> split(const std::string& s) {
   std::vector<std::string> out;
   std::size_t from = 0;
@@ -155,6 +157,63 @@ CpuVerdict verdict_of(const json& fig) {
   return {c.value("admitted", false), c.value("refusal", std::string())};
 }
 
+// The job file of one design: `plan.from` rollouts on their hosts, room for the joiners on
+// hosts of their own, and the relays' polling scaled to a chunk's time on one link.
+json elastic_job(const BenchElasticArgs& a, const Plan& plan, const std::string& design,
+                 std::uint64_t size, std::uint64_t chunk_ms, std::uint64_t publish_ms,
+                 const fs::path& dir) {
+  const std::uint32_t joiners = plan.peak - plan.from;
+  return json{{"name", "elastic-" + design},
+              {"rollouts", plan.from},
+              {"max_rollouts", plan.peak},
+              {"progress_s", 0},
+              {"timeout_s", a.timeout_s},
+              {"log_level", "warn"},
+              {"out_dir", dir.string()},
+              {"hosts",
+               {{"count", a.hosts + joiners},
+                {"joiner_hosts", joiners},
+                {"link_rate", a.link_rate},
+                {"trainer_link_rate", a.trainer_link_rate},
+                {"prefix", "sluice-el"}}},
+              // Every holder is named for every chunk (the relays and the actor): `many` stripes
+              // across all of them, and `trainer` always finds the master relay among them.
+              {"store", {{"sources_per_chunk", std::max<std::uint32_t>(8, a.hosts + 1)}}},
+              {"manager",
+               {{"prompts", a.prompts},
+                {"group_size", kGroupSize},
+                {"batch_trajectories", 32},
+                // A free slot takes work at once (a joiner holding the newest version starts
+                // generating), as in the benchmarks' sluice rows.
+                {"admission", "continuous"},
+                {"heartbeat_timeout_ms", 4000}}},
+              // A relay that has read all its predecessor holds asks the store for more every
+              // follow_poll_ms (3 ms by default, for fast links): at 50 Mbit/s a 1 MiB chunk takes
+              // 170 ms, and six relays asking every 3 ms kept the store 20% of a core busy (2,400
+              // requests a second). An eighth of a chunk's time adds at most that much per hop.
+              {"relay",
+               {{"follow_poll_ms", std::max<std::uint64_t>(3, chunk_ms / 8)},
+                {"reask_ms", std::max<std::uint64_t>(10, chunk_ms / 4)}}},
+              {"rollout",
+               // Reports 4 a second: every process's idle cost counts against the CPU limit.
+               {{"report_ms", 250},
+                {"pull_in_flight", 2},
+                {"sim",
+                 {{"max_sequences", 8},
+                  {"t0_ms", 4.0},
+                  {"t1_ms", 0.5},
+                  {"lengths", {{"median", 48}, {"p99", 400}, {"max_len", 512}}}}}}},
+              {"actor",
+               {{"weight_bytes", size},
+                {"chunk_bytes", kChunkBytes},
+                {"train_ms_per_token", 0.02},
+                // A version no more often than the chain can carry 2.5 times over (see publish_ms):
+                // a joiner's wave meets at most one version being forwarded.
+                {"train_ms_fixed", publish_ms},
+                {"checkpoint_every_steps", 5},
+                {"max_staleness", 4}}}};
+}
+
 // One design: the job, the scale-up, the scale-down, the checks.
 core::Result<json> run_design(const BenchElasticArgs& a, const Plan& plan,
                               const std::string& design, std::uint64_t size, double rate,
@@ -165,57 +224,9 @@ core::Result<json> run_design(const BenchElasticArgs& a, const Plan& plan,
   std::error_code ec;
   fs::remove_all(dir, ec);
   const std::string exe = self_exe();
-  const std::uint64_t group = 4;
+  const std::uint64_t group = kGroupSize;
   const std::uint32_t joiners = plan.peak - plan.from;
-  json job{{"name", "elastic-" + design},
-           {"rollouts", plan.from},
-           {"max_rollouts", plan.peak},
-           {"progress_s", 0},
-           {"timeout_s", a.timeout_s},
-           {"log_level", "warn"},
-           {"out_dir", dir.string()},
-           {"hosts",
-            {{"count", a.hosts + joiners},
-             {"joiner_hosts", joiners},
-             {"link_rate", a.link_rate},
-             {"trainer_link_rate", a.trainer_link_rate},
-             {"prefix", "sluice-el"}}},
-           // Every holder is named for every chunk (the relays and the actor): `many` stripes
-           // across all of them, and `trainer` always finds the master relay among them.
-           {"store", {{"sources_per_chunk", std::max<std::uint32_t>(8, a.hosts + 1)}}},
-           {"manager",
-            {{"prompts", a.prompts},
-             {"group_size", group},
-             {"batch_trajectories", 32},
-             // A free slot takes work at once (a joiner holding the newest version starts
-             // generating), as in the benchmarks' sluice rows.
-             {"admission", "continuous"},
-             {"heartbeat_timeout_ms", 4000}}},
-           // A relay that has read all its predecessor holds asks the store for more every
-           // follow_poll_ms (3 ms by default, for fast links): at 50 Mbit/s a 1 MiB chunk takes
-           // 170 ms, and six relays asking every 3 ms kept the store 20% of a core busy (2,400
-           // requests a second). An eighth of a chunk's time adds at most that much per hop.
-           {"relay",
-            {{"follow_poll_ms", std::max<std::uint64_t>(3, chunk_ms / 8)},
-             {"reask_ms", std::max<std::uint64_t>(10, chunk_ms / 4)}}},
-           {"rollout",
-            // Reports 4 a second: every process's idle cost counts against the CPU limit.
-            {{"report_ms", 250},
-             {"pull_in_flight", 2},
-             {"sim",
-              {{"max_sequences", 8},
-               {"t0_ms", 4.0},
-               {"t1_ms", 0.5},
-               {"lengths", {{"median", 48}, {"p99", 400}, {"max_len", 512}}}}}}},
-           {"actor",
-            {{"weight_bytes", size},
-             {"chunk_bytes", kChunkBytes},
-             {"train_ms_per_token", 0.02},
-             // A version no more often than the chain can carry 2.5 times over (see publish_ms):
-             // a joiner's wave meets at most one version being forwarded.
-             {"train_ms_fixed", publish_ms},
-             {"checkpoint_every_steps", 5},
-             {"max_staleness", 4}}}};
+  const json job = elastic_job(a, plan, design, size, chunk_ms, publish_ms, dir);
   fs::create_directories(out, ec);
   const fs::path job_path = out / ("job-" + design + ".json");
   std::ofstream(job_path) << job.dump(2) << "\n";
@@ -338,6 +349,77 @@ std::string figure_text(const json& fig) {
 
 }  // namespace
 
+namespace {
+
+// One design's lines of the table.
+void print_design(const std::string& d, const json& r, const std::string& load) {
+  std::printf(
+      "%-8s %s (load average at its start %s): %zu/%zu joined; %.0f%% of bytes from the "
+      "joiner's host; left %llu; exactly-once %s (consumed %llu of %llu, lost %s, twice %s); "
+      "CPU %.0f%% busy over the run\n",
+      d.c_str(), r["scale"].get<std::string>().c_str(), load.c_str(),
+      static_cast<std::size_t>(r["joined"]), static_cast<std::size_t>(r["joiners"]),
+      100.0 * r["same_host_share"].get<double>(),
+      static_cast<unsigned long long>(r["left"].get<std::uint64_t>()),
+      r["exactly_once"].get<bool>() ? "holds" : "FAILED",
+      static_cast<unsigned long long>(r["consumed"].get<std::uint64_t>()),
+      static_cast<unsigned long long>(r["expected"].get<std::uint64_t>()), r["lost"].dump().c_str(),
+      r["consumed_twice"].dump().c_str(), 100.0 * r["cpu_busy"].get<double>());
+  const json& su = r["wave_startup_cpu"];
+  std::printf(
+      "  %-8s the wave's start-up (the --add until the last joiner is up, %.2f s; not a "
+      "figure): CPU mean %.0f%%, peak %.0f%%\n",
+      d.c_str(), number(su["to_unix"]) - number(su["from_unix"]), 100.0 * number(su["mean"]),
+      100.0 * number(su["peak"]));
+  for (const auto& f : kFigures) {
+    std::printf("  %-8s %s: %s\n", d.c_str(), f.label, figure_text(r[f.key]).c_str());
+  }
+}
+
+// trainer / many for every figure, each gated on the CPU (bench/cpu_busy.hpp); 3 when the
+// headline (a joiner's first weights, median) could not be a figure, else 0.
+int print_ratios(const BenchElasticArgs& a, const std::vector<json>& rows) {
+  int code = 0;
+  const json* many = nullptr;
+  const json* trainer = nullptr;
+  for (const auto& r : rows) {
+    if (r["design"] == "many") many = &r;
+    if (r["design"] == "trainer") trainer = &r;
+  }
+  if (many && trainer) {
+    json ratios{{"ratio", "trainer/many"}};
+    std::vector<std::string> lines;
+    for (const auto& f : kFigures) {
+      for (const char* which : {"median", "max"}) {
+        const json& fm = (*many)[f.key];
+        const json& ft = (*trainer)[f.key];
+        GatedRatio g = gated_ratio(number(ft[which]), verdict_of(ft), number(fm[which]),
+                                   verdict_of(fm), "trainer", "many");
+        const std::string name = std::string(f.key) + "_" + which;
+        ratios[name] = g.ratio ? json(*g.ratio) : json(nullptr);
+        if (!g.ratio) ratios[name + "_refused"] = g.refusal;
+        lines.push_back(g.ratio ? fmt::format("{}: {:.2f}x sooner from many holders ({})", f.label,
+                                              *g.ratio, which)
+                                : fmt::format("{} ({}): {}", f.label, which, g.refusal));
+        // The headline: a joiner's first weights from its first request, median.
+        if (&f == &kFigures[0] && std::string(which) == "median" && !g.ratio) {
+          code = 3;
+        }
+      }
+    }
+    if (a.json) {
+      std::printf("%s\n", ratios.dump().c_str());
+    } else {
+      std::printf("trainer's copy / many holders:\n");
+      for (const auto& l : lines)
+        std::printf("  %s\n", l.c_str());
+    }
+  }
+  return code;
+}
+
+}  // namespace
+
 int run_bench_elastic(const BenchElasticArgs& a, const std::vector<std::string>& environment) {
   auto bad = [](const std::string& m) {
     std::fprintf(stderr, "sluice bench elastic: %s\n", m.c_str());
@@ -434,66 +516,11 @@ int run_bench_elastic(const BenchElasticArgs& a, const std::vector<std::string>&
     if (a.json) {
       std::printf("%s\n", r->dump().c_str());
     } else {
-      std::printf(
-          "%-8s %s (load average at its start %s): %zu/%zu joined; %.0f%% of bytes from the "
-          "joiner's host; left %llu; exactly-once %s (consumed %llu of %llu, lost %s, twice %s); "
-          "CPU %.0f%% busy over the run\n",
-          d.c_str(), (*r)["scale"].get<std::string>().c_str(), load.c_str(),
-          static_cast<std::size_t>((*r)["joined"]), static_cast<std::size_t>((*r)["joiners"]),
-          100.0 * (*r)["same_host_share"].get<double>(),
-          static_cast<unsigned long long>((*r)["left"].get<std::uint64_t>()),
-          (*r)["exactly_once"].get<bool>() ? "holds" : "FAILED",
-          static_cast<unsigned long long>((*r)["consumed"].get<std::uint64_t>()),
-          static_cast<unsigned long long>((*r)["expected"].get<std::uint64_t>()),
-          (*r)["lost"].dump().c_str(), (*r)["consumed_twice"].dump().c_str(),
-          100.0 * (*r)["cpu_busy"].get<double>());
-      const json& su = (*r)["wave_startup_cpu"];
-      std::printf(
-          "  %-8s the wave's start-up (the --add until the last joiner is up, %.2f s; not a "
-          "figure): CPU mean %.0f%%, peak %.0f%%\n",
-          d.c_str(), number(su["to_unix"]) - number(su["from_unix"]), 100.0 * number(su["mean"]),
-          100.0 * number(su["peak"]));
-      for (const auto& f : kFigures) {
-        std::printf("  %-8s %s: %s\n", d.c_str(), f.label, figure_text((*r)[f.key]).c_str());
-      }
+      print_design(d, *r, load);
     }
     std::fflush(stdout);
   }
-  const json* many = nullptr;
-  const json* trainer = nullptr;
-  for (const auto& r : rows) {
-    if (r["design"] == "many") many = &r;
-    if (r["design"] == "trainer") trainer = &r;
-  }
-  if (many && trainer) {
-    json ratios{{"ratio", "trainer/many"}};
-    std::vector<std::string> lines;
-    for (const auto& f : kFigures) {
-      for (const char* which : {"median", "max"}) {
-        const json& fm = (*many)[f.key];
-        const json& ft = (*trainer)[f.key];
-        GatedRatio g = gated_ratio(number(ft[which]), verdict_of(ft), number(fm[which]),
-                                   verdict_of(fm), "trainer", "many");
-        const std::string name = std::string(f.key) + "_" + which;
-        ratios[name] = g.ratio ? json(*g.ratio) : json(nullptr);
-        if (!g.ratio) ratios[name + "_refused"] = g.refusal;
-        lines.push_back(g.ratio ? fmt::format("{}: {:.2f}x sooner from many holders ({})", f.label,
-                                              *g.ratio, which)
-                                : fmt::format("{} ({}): {}", f.label, which, g.refusal));
-        // The headline: a joiner's first weights from its first request, median.
-        if (&f == &kFigures[0] && std::string(which) == "median" && !g.ratio && code == 0) {
-          code = 3;
-        }
-      }
-    }
-    if (a.json) {
-      std::printf("%s\n", ratios.dump().c_str());
-    } else {
-      std::printf("trainer's copy / many holders:\n");
-      for (const auto& l : lines)
-        std::printf("  %s\n", l.c_str());
-    }
-  }
+  if (int r = print_ratios(a, rows); r != 0 && code == 0) code = r;
   return code;
 }
 

@@ -11,11 +11,13 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <random>
 #include <sstream>
 #include <thread>
 
 #include "bench/bench_util.hpp"
+#include "bench/harness.hpp"
 #include "bench/transfer_cmds.hpp"
 #include "core/cuda_device.hpp"
 #include "core/event_loop.hpp"
@@ -119,12 +121,10 @@ Result<std::unique_ptr<SourceProcess>> start_source(const std::vector<std::strin
   if (ucx_get) so.argv.push_back("--ucx-get");
   enc.add_to(so.argv);
   so.extra_env = extra_env;
-  SLUICE_ASSIGN_OR_RETURN(sp->proc, Subprocess::spawn(so));
-  std::string line;
-  while (line.rfind("endpoint ", 0) != 0) {
-    SLUICE_ASSIGN_OR_RETURN(line, sp->proc->read_line(Millis(120000)));
-  }
-  sp->endpoint = line.substr(9);
+  SLUICE_ASSIGN_OR_RETURN(Started started,
+                          start_ready(so, "endpoint ", Millis(120000), "the transfer source"));
+  sp->proc = std::move(started.proc);
+  sp->endpoint = started.line.substr(9);
   return sp;
 }
 
@@ -292,17 +292,6 @@ void print_table(const std::vector<Row>& rows) {
       kRounds, kRounds, kRounds);
 }
 
-Status run_quiet(const std::vector<std::string>& argv) {
-  Subprocess::Options o;
-  o.argv = argv;
-  o.stderr_to_stdout = true;
-  SLUICE_ASSIGN_OR_RETURN(auto p, Subprocess::spawn(o));
-  std::string out = p->read_all(Millis(120000));
-  SLUICE_ASSIGN_OR_RETURN(int code, p->wait(Millis(10000)));
-  if (code != 0) return internal_error(argv[0] + " " + argv[1] + " failed: " + out);
-  return {};
-}
-
 // Reads from one and from two sources that sit in emulated hosts behind rate-limited links
 // (network namespaces joined by a bridge, tc tbf on every source link; the reader's link is left
 // unlimited so that it is not the bottleneck), and prints the speedup.
@@ -319,16 +308,14 @@ int bench_two_sources(const BenchTransferArgs& args, const std::vector<std::stri
   }
   const std::string prefix = "sluice-bt";
   const std::string exe = self_exe();
-  Status up = run_quiet(
-      {emu, "up", "3", "--rate", args.link_rate, "--host-rate", "2=none", "--prefix", prefix});
+  Status up = run_capture({emu, "up", "3", "--rate", args.link_rate, "--host-rate", "2=none",
+                           "--prefix", prefix},
+                          {}, Millis(120000), true)
+                  .status();
   if (!up.is_ok()) {
     std::fprintf(stderr, "bench transfer: %s\n", up.to_string().c_str());
     return 1;
   }
-  // TCP on the emulated links only: the namespaces share /dev/shm, so UCX would otherwise
-  // reach the other "hosts" through shared memory.
-  std::vector<std::string> uenv = {"UCX_TLS=tcp", "UCX_NET_DEVICES=eth0",
-                                   "UCX_WARN_UNUSED_ENV_VARS=n"};
   int rc = 0;
   std::vector<nlohmann::json> rows;
   {
@@ -336,77 +323,40 @@ int bench_two_sources(const BenchTransferArgs& args, const std::vector<std::stri
     std::vector<std::string> endpoints;
     for (int h = 0; h < 2 && rc == 0; ++h) {
       Subprocess::Options so;
-      so.argv = {emu,
-                 "exec",
-                 "--prefix",
-                 prefix,
-                 std::to_string(h),
-                 exe,
-                 "--log-level",
-                 "warn",
-                 "transfer-source",
-                 "--listen",
-                 "tcp://198.18.0." + std::to_string(h + 1) + ":*",
-                 "--bytes",
-                 std::to_string(size),
-                 "--chunk",
-                 args.chunk};
-      so.extra_env = uenv;
-      auto src = Subprocess::spawn(so);
+      so.argv = in_emulated_host(emu, prefix, h);
+      so.argv.insert(so.argv.end(), {exe, "--log-level", "warn", "transfer-source", "--listen",
+                                     "tcp://198.18.0." + std::to_string(h + 1) + ":*", "--bytes",
+                                     std::to_string(size), "--chunk", args.chunk});
+      so.extra_env = kEmulatedHostUcxEnv;
+      auto src =
+          start_ready(so, "endpoint ", Millis(120000), "the source in host " + std::to_string(h));
       if (!src.is_ok()) {
+        std::fprintf(stderr, "bench transfer: %s\n", src.status().to_string().c_str());
         rc = 1;
         break;
       }
-      std::string line;
-      while (line.rfind("endpoint ", 0) != 0) {
-        auto l = (*src)->read_line(Millis(120000));
-        if (!l.is_ok()) {
-          std::fprintf(stderr, "bench transfer: source in host %d: %s\n", h,
-                       l.status().to_string().c_str());
-          rc = 1;
-          break;
-        }
-        line = *l;
-      }
-      endpoints.push_back(line.substr(9));
-      sources.push_back(std::move(src).value());
+      endpoints.push_back(src->line.substr(9));
+      sources.push_back(std::move(src->proc));
     }
     for (unsigned n = 1; n <= 2 && rc == 0; ++n) {
       if (!args.json) std::fprintf(stderr, "bench transfer: reading from %u source(s)...\n", n);
       Subprocess::Options ro;
-      ro.argv = {emu,
-                 "exec",
-                 "--prefix",
-                 prefix,
-                 "2",
-                 exe,
-                 "--log-level",
-                 "warn",
-                 "transfer-read",
-                 "--in-flight",
-                 std::to_string(args.in_flight),
-                 "--timeout-ms",
-                 "600000",
-                 "--from"};
+      ro.argv = in_emulated_host(emu, prefix, 2);
+      ro.argv.insert(ro.argv.end(),
+                     {exe, "--log-level", "warn", "transfer-read", "--in-flight",
+                      std::to_string(args.in_flight), "--timeout-ms", "600000", "--from"});
       for (unsigned i = 0; i < n; ++i)
         ro.argv.push_back(endpoints[i]);
-      ro.extra_env = uenv;
-      auto rd = Subprocess::spawn(ro);
-      if (!rd.is_ok()) {
-        rc = 1;
-        break;
-      }
-      auto out = (*rd)->read_line(Millis(600000));
-      while (out.is_ok() && out->rfind("{", 0) != 0)
-        out = (*rd)->read_line(Millis(600000));
-      auto code = (*rd)->wait(Millis(10000));
-      if (!out.is_ok() || !code.is_ok() || *code != 0) {
+      ro.extra_env = kEmulatedHostUcxEnv;
+      auto rd = start_ready(ro, "{", Millis(600000), "the reader");
+      auto code = rd.is_ok() ? rd->proc->wait(Millis(10000)) : core::Result<int>(rd.status());
+      if (!rd.is_ok() || !code.is_ok() || *code != 0) {
         std::fprintf(stderr, "bench transfer: reader from %u source(s) failed: %s\n", n,
-                     out.is_ok() ? out->c_str() : out.status().to_string().c_str());
+                     rd.is_ok() ? rd->line.c_str() : rd.status().to_string().c_str());
         rc = 1;
         break;
       }
-      auto j = nlohmann::json::parse(*out, nullptr, false);
+      auto j = nlohmann::json::parse(rd->line, nullptr, false);
       if (j.is_discarded()) {
         rc = 1;
         break;
@@ -426,7 +376,7 @@ int bench_two_sources(const BenchTransferArgs& args, const std::vector<std::stri
     for (auto& s : sources)
       s->wait(Millis(10000)).ignore();
   }
-  run_quiet({emu, "down", "--prefix", prefix}).ignore();
+  run_capture({emu, "down", "--prefix", prefix}, {}, Millis(120000), true).status().ignore();
   if (rc != 0 || rows.size() != 2) return rc == 0 ? 1 : rc;
   double speedup = rows[0]["seconds"].get<double>() / rows[1]["seconds"].get<double>();
   rows[1]["speedup"] = speedup;
@@ -545,6 +495,118 @@ int bench_device(const BenchTransferArgs& args, const std::vector<std::string>& 
   return equal ? 0 : 1;
 }
 
+// One row: the sluice reader against ucx_perftest over `t` (tcp, tcp-ucx or sm) with
+// `enc_setting` ("-": not a chunk stream), kRounds rounds alternating the two, each side's best
+// round. Nothing when a step failed (said on stderr).
+std::optional<Row> measure_row(const BenchTransferArgs& args, const std::vector<std::string>& env,
+                               const std::string& t, const std::string& enc_setting,
+                               const std::string& keys, std::uint64_t size, std::uint64_t chunk) {
+  Encryption enc;
+  if (enc_setting != "-") enc = {keys, enc_setting};
+  const std::string label = enc_setting == "-" ? t : t + " (encryption " + enc_setting + ")";
+  // tcp reads go over chunk streams; tcp-ucx over UCX's GET, as before them (one GET in
+  // flight with UCX 1.13, see core/transfer.cpp).
+  const bool ucx_get = t == "tcp-ucx";
+  auto extra = transport_env(ucx_get ? "tcp" : t, env);
+  if (!args.json) std::fprintf(stderr, "bench transfer: %s: sluice reader...\n", label.c_str());
+  // Rounds alternate sluice and ucx_perftest, so that both see the same machine (these
+  // machines are shared and noisy); each side's best round is reported.
+  auto source = start_source(extra, args, size, ucx_get, enc);
+  if (!source.is_ok()) {
+    std::fprintf(stderr, "bench transfer: %s: %s\n", t.c_str(),
+                 source.status().to_string().c_str());
+    return std::nullopt;
+  }
+  std::optional<nlohmann::json> best;
+  double best_perftest = 0, best_region = 0;
+  // ucx_perftest reading the whole region as one GET needs a buffer of the region's size in
+  // each of its two processes, on top of sluice's two: left out above kRegionPerftestMax, and
+  // after a failure (reported; the rest of the row stands).
+  bool region_perftest = size <= kRegionPerftestMax;
+  if (!region_perftest && !args.json)
+    std::fprintf(stderr, "bench transfer: %s: no 1-GET perftest above %s\n", t.c_str(),
+                 format_bytes(kRegionPerftestMax).c_str());
+  double cold = 0;
+  double cpu_seconds = 0;
+  std::uint64_t cpu_bytes = 0;
+  for (int round = 0; round < kRounds; ++round) {
+    if (!args.json)
+      std::fprintf(stderr, "bench transfer: %s: round %d of %d\n", t.c_str(), round + 1, kRounds);
+    const double source_cpu0 = process_cpu_seconds((*source)->proc->pid());
+    auto r = sluice_read(extra, args, (*source)->endpoint, ucx_get, enc);
+    if (!r.is_ok()) {
+      std::fprintf(stderr, "bench transfer: %s: %s\n", label.c_str(),
+                   r.status().to_string().c_str());
+      return std::nullopt;
+    }
+    cpu_seconds += process_cpu_seconds((*source)->proc->pid()) - source_cpu0;
+    cpu_seconds += r->value("cpu_seconds", 0.0);
+    cpu_bytes += kRepeat * (*r)["bytes"].get<std::uint64_t>();
+    if (round == 0) cold = (*r)["all_seconds"][0].get<double>();
+    if (!best || (*r)["seconds"].get<double>() < (*best)["seconds"].get<double>()) best = *r;
+    auto p = perftest_get(extra, chunk, size);
+    if (!p.is_ok()) {
+      std::fprintf(stderr, "bench transfer: %s: %s\n", t.c_str(), p.status().to_string().c_str());
+      return std::nullopt;
+    }
+    best_perftest = std::max(best_perftest, *p);
+    if (region_perftest) {
+      auto whole = perftest_get(extra, size, size);
+      if (whole.is_ok()) {
+        best_region = std::max(best_region, *whole);
+      } else {
+        std::fprintf(stderr, "bench transfer: %s: 1-GET perftest left out: %s\n", t.c_str(),
+                     whole.status().to_string().c_str());
+        region_perftest = false;
+        best_region = 0;
+      }
+    }
+  }
+  auto* r = &*best;
+  auto* p = &best_perftest;
+  Row row;
+  row.transport = t;
+  row.bytes = (*r)["bytes"].get<std::uint64_t>();
+  row.chunk = chunk;
+  row.seconds = (*r)["seconds"].get<double>();
+  row.cold_seconds = cold;
+  row.memcpy_gbps = memcpy_gbps(size);
+  row.gbps = (*r)["gbps"].get<double>();
+  row.perftest_gbps = *p;
+  row.perftest_region_gbps = best_region;
+  if (enc_setting != "-") {
+    row.encryption = enc_setting;
+    row.cpu_per_gib =
+        cpu_bytes > 0 ? cpu_seconds / (static_cast<double>(cpu_bytes) / (1 << 30)) : 0.0;
+  }
+  row.note = row.ratio() >= 0.95 ? "  (>= 0.95 of perftest)" : "  (below 0.95 of perftest)";
+  return row;
+}
+
+void print_row_json(const Row& row) {
+  nlohmann::json j;
+  j["transport"] = row.transport;
+  j["bytes"] = row.bytes;
+  j["chunk_bytes"] = row.chunk;
+  j["seconds"] = row.seconds;
+  j["gbps"] = row.gbps;
+  j["perftest_gbps"] = row.perftest_gbps;
+  j["ratio"] = row.ratio();
+  if (row.perftest_region_gbps > 0) {
+    j["perftest_region_gbps"] = row.perftest_region_gbps;
+    j["ratio_region"] = row.region_ratio();
+  } else {
+    j["perftest_region_gbps"] = nullptr;
+    j["ratio_region"] = nullptr;
+  }
+  j["cold_seconds"] = row.cold_seconds;
+  j["memcpy_gbps"] = row.memcpy_gbps;
+  j["encryption"] = row.encryption;
+  j["cpu_seconds_per_gib"] = row.cpu_per_gib;
+  std::printf("%s\n", j.dump().c_str());
+  std::fflush(stdout);
+}
+
 }  // namespace
 
 int run_bench_transfer(const BenchTransferArgs& args, const std::vector<std::string>& env) {
@@ -627,109 +689,10 @@ int run_bench_transfer(const BenchTransferArgs& args, const std::vector<std::str
   }
   std::vector<Row> rows;
   for (const auto& [t, enc_setting] : plan) {
-    Encryption enc;
-    if (enc_setting != "-") enc = {keys, enc_setting};
-    const std::string label = enc_setting == "-" ? t : t + " (encryption " + enc_setting + ")";
-    // tcp reads go over chunk streams; tcp-ucx over UCX's GET, as before them (one GET in
-    // flight with UCX 1.13, see core/transfer.cpp).
-    const bool ucx_get = t == "tcp-ucx";
-    auto extra = transport_env(ucx_get ? "tcp" : t, env);
-    if (!args.json) std::fprintf(stderr, "bench transfer: %s: sluice reader...\n", label.c_str());
-    // Rounds alternate sluice and ucx_perftest, so that both see the same machine (these
-    // machines are shared and noisy); each side's best round is reported.
-    auto source = start_source(extra, args, *size, ucx_get, enc);
-    if (!source.is_ok()) {
-      std::fprintf(stderr, "bench transfer: %s: %s\n", t.c_str(),
-                   source.status().to_string().c_str());
-      return 1;
-    }
-    std::optional<nlohmann::json> best;
-    double best_perftest = 0, best_region = 0;
-    // ucx_perftest reading the whole region as one GET needs a buffer of the region's size in
-    // each of its two processes, on top of sluice's two: left out above kRegionPerftestMax, and
-    // after a failure (reported; the rest of the row stands).
-    bool region_perftest = *size <= kRegionPerftestMax;
-    if (!region_perftest && !args.json)
-      std::fprintf(stderr, "bench transfer: %s: no 1-GET perftest above %s\n", t.c_str(),
-                   format_bytes(kRegionPerftestMax).c_str());
-    double cold = 0;
-    double cpu_seconds = 0;
-    std::uint64_t cpu_bytes = 0;
-    for (int round = 0; round < kRounds; ++round) {
-      if (!args.json)
-        std::fprintf(stderr, "bench transfer: %s: round %d of %d\n", t.c_str(), round + 1, kRounds);
-      const double source_cpu0 = process_cpu_seconds((*source)->proc->pid());
-      auto r = sluice_read(extra, args, (*source)->endpoint, ucx_get, enc);
-      if (!r.is_ok()) {
-        std::fprintf(stderr, "bench transfer: %s: %s\n", label.c_str(),
-                     r.status().to_string().c_str());
-        return 1;
-      }
-      cpu_seconds += process_cpu_seconds((*source)->proc->pid()) - source_cpu0;
-      cpu_seconds += r->value("cpu_seconds", 0.0);
-      cpu_bytes += kRepeat * (*r)["bytes"].get<std::uint64_t>();
-      if (round == 0) cold = (*r)["all_seconds"][0].get<double>();
-      if (!best || (*r)["seconds"].get<double>() < (*best)["seconds"].get<double>()) best = *r;
-      auto p = perftest_get(extra, *chunk, *size);
-      if (!p.is_ok()) {
-        std::fprintf(stderr, "bench transfer: %s: %s\n", t.c_str(), p.status().to_string().c_str());
-        return 1;
-      }
-      best_perftest = std::max(best_perftest, *p);
-      if (region_perftest) {
-        auto whole = perftest_get(extra, *size, *size);
-        if (whole.is_ok()) {
-          best_region = std::max(best_region, *whole);
-        } else {
-          std::fprintf(stderr, "bench transfer: %s: 1-GET perftest left out: %s\n", t.c_str(),
-                       whole.status().to_string().c_str());
-          region_perftest = false;
-          best_region = 0;
-        }
-      }
-    }
-    auto* r = &*best;
-    auto* p = &best_perftest;
-    Row row;
-    row.transport = t;
-    row.bytes = (*r)["bytes"].get<std::uint64_t>();
-    row.chunk = *chunk;
-    row.seconds = (*r)["seconds"].get<double>();
-    row.cold_seconds = cold;
-    row.memcpy_gbps = memcpy_gbps(*size);
-    row.gbps = (*r)["gbps"].get<double>();
-    row.perftest_gbps = *p;
-    row.perftest_region_gbps = best_region;
-    if (enc_setting != "-") {
-      row.encryption = enc_setting;
-      row.cpu_per_gib =
-          cpu_bytes > 0 ? cpu_seconds / (static_cast<double>(cpu_bytes) / (1 << 30)) : 0.0;
-    }
-    row.note = row.ratio() >= 0.95 ? "  (>= 0.95 of perftest)" : "  (below 0.95 of perftest)";
-    rows.push_back(row);
-    if (args.json) {
-      nlohmann::json j;
-      j["transport"] = row.transport;
-      j["bytes"] = row.bytes;
-      j["chunk_bytes"] = row.chunk;
-      j["seconds"] = row.seconds;
-      j["gbps"] = row.gbps;
-      j["perftest_gbps"] = row.perftest_gbps;
-      j["ratio"] = row.ratio();
-      if (row.perftest_region_gbps > 0) {
-        j["perftest_region_gbps"] = row.perftest_region_gbps;
-        j["ratio_region"] = row.region_ratio();
-      } else {
-        j["perftest_region_gbps"] = nullptr;
-        j["ratio_region"] = nullptr;
-      }
-      j["cold_seconds"] = row.cold_seconds;
-      j["memcpy_gbps"] = row.memcpy_gbps;
-      j["encryption"] = row.encryption;
-      j["cpu_seconds_per_gib"] = row.cpu_per_gib;
-      std::printf("%s\n", j.dump().c_str());
-      std::fflush(stdout);
-    }
+    auto row = measure_row(args, env, t, enc_setting, keys, *size, *chunk);
+    if (!row) return 1;
+    rows.push_back(*row);
+    if (args.json) print_row_json(*row);
   }
   if (!args.json) print_table(rows);
   return 0;

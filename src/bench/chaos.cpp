@@ -23,9 +23,6 @@ using nlohmann::json;
 
 namespace {
 
-const std::set<std::string> kKillable = {"weightstore", "relay", "rollout-manager", "rollout",
-                                         "actor"};
-
 json read_json(const fs::path& path) {
   std::ifstream f(path);
   if (!f) return json();
@@ -34,83 +31,6 @@ json read_json(const fs::path& path) {
 }
 
 }  // namespace
-
-std::vector<std::string> ChaosConfig::role_list() const {
-  std::vector<std::string> out;
-  std::stringstream ss(roles);
-  for (std::string r; std::getline(ss, r, ',');) {
-    if (!r.empty()) out.push_back(r);
-  }
-  return out;
-}
-
-core::Status ChaosConfig::validate() const {
-  auto list = role_list();
-  if (kills > 0 && list.empty()) return core::invalid_argument("roles: name at least one role");
-  for (const auto& r : list) {
-    if (!kKillable.count(r)) {
-      return core::invalid_argument(fmt::format(
-          "roles: unknown role '{}' (weightstore, relay, rollout-manager, rollout, actor)", r));
-    }
-  }
-  if (every_s < 0 || first_s < 0 || window_s < 0) {
-    return core::invalid_argument("every_s, first_s and window_s must not be negative");
-  }
-  if (kills > 0 && every_s == 0 && window_s == 0) {
-    return core::invalid_argument("kills at random times need window_s > 0 (or set every_s)");
-  }
-  return {};
-}
-
-ChaosSchedule::ChaosSchedule(const ChaosConfig& config, Supervisor& supervisor)
-    : cfg_(config), sup_(&supervisor) {
-  std::mt19937_64 rng(cfg_.seed);
-  std::uniform_real_distribution<double> u(0.0, 1.0);
-  for (std::uint32_t k = 0; k < cfg_.kills; ++k) {
-    // Every every_s seconds with a quarter of it as jitter, or anywhere in the window.
-    double t = cfg_.every_s > 0 ? cfg_.first_s + cfg_.every_s * (k + 0.25 * u(rng))
-                                : cfg_.first_s + cfg_.window_s * u(rng);
-    times_.push_back(t);
-    picks_.push_back(rng());
-  }
-  std::sort(times_.begin(), times_.end());
-}
-
-std::string ChaosSchedule::due(double elapsed) {
-  if (next_ >= times_.size() || elapsed < times_[next_]) return "";
-  // A random role first (each allowed role that the job has, equally likely), then a random
-  // process of it: with 16 rollouts a process-uniform draw would kill almost only rollouts. If
-  // the one drawn is down (restarting), the next one of that role goes instead, then the next
-  // role's, so that every kill lands.
-  std::vector<std::vector<Supervisor::Proc*>> by_role;
-  for (const auto& role : cfg_.role_list()) {
-    std::vector<Supervisor::Proc*> procs;
-    for (auto& p : sup_->procs()) {
-      if (p->spec.role == role) procs.push_back(p.get());
-    }
-    if (!procs.empty()) by_role.push_back(std::move(procs));
-  }
-  if (by_role.empty()) {
-    next_ = times_.size();
-    return "";
-  }
-  std::uint64_t draw = picks_[next_];
-  std::size_t first_role = draw % by_role.size();
-  for (std::size_t r = 0; r < by_role.size(); ++r) {
-    const auto& procs = by_role[(first_role + r) % by_role.size()];
-    std::size_t first = (draw / by_role.size()) % procs.size();
-    for (std::size_t i = 0; i < procs.size(); ++i) {
-      Supervisor::Proc* p = procs[(first + i) % procs.size()];
-      if (p->state != Supervisor::State::kRunning || p->dying) continue;
-      if (!sup_->kill(*p, fmt::format("chaos kill {} of {}", next_ + 1, times_.size())).is_ok()) {
-        continue;
-      }
-      ++next_;
-      return p->spec.name;
-    }
-  }
-  return "";  // nothing up right now: the kill waits for the next turn
-}
 
 json chaos_checks(const std::string& run_dir, std::uint64_t expected) {
   fs::path dir(run_dir);
@@ -234,6 +154,56 @@ void print_table(const json& base, const json& chaos, bool have_base) {
 
 }  // namespace
 
+namespace {
+
+// The checks on both runs: completion, nothing lost or consumed twice, no version backwards,
+// every kill landed, and against the fault-free run trained tokens and accuracy. "ok" and
+// "failed" (what did not hold) beside the figures.
+json chaos_verdict(const ChaosArgs& args, const json& base, const json& chaos) {
+  json verdict = json::object();
+  std::vector<std::string> failed;
+  if (!chaos.value("completed", false)) failed.push_back("the job did not complete");
+  if (chaos.value("lost", json()).is_number() && chaos.value("lost", 0ull) > 0) {
+    failed.push_back("trajectories lost");
+  }
+  if (chaos.value("consumed_twice", 0ull) > 0) failed.push_back("trajectories consumed twice");
+  if (chaos.value("versions_backwards", 0ull) > 0) failed.push_back("a version went backwards");
+  std::uint64_t landed = 0;
+  const json killed_roles = chaos.value("roles", json::object());
+  for (const auto& [role, kr] : killed_roles.items())
+    landed += kr.value("kills", 0ull);
+  verdict["kills_landed"] = landed;
+  if (landed < args.kills) {
+    failed.push_back(fmt::format(
+        "only {} of {} kills landed before the job ended (use --every, or a longer job)", landed,
+        args.kills));
+  }
+  if (args.baseline) {
+    double ta = base.value("trained_tokens", 0.0), tb = chaos.value("trained_tokens", 0.0);
+    verdict["trained_tokens_ratio"] = ta > 0 ? tb / ta : 0.0;
+    double wa = base.value("wall_s", 0.0), wb = chaos.value("wall_s", 0.0);
+    verdict["wall_ratio"] = wa > 0 ? wb / wa : 0.0;
+    // Over a fixed time the kills may cost throughput, not the job: the ratio is the check.
+    if (args.duration_s > 0 &&
+        verdict["trained_tokens_ratio"].get<double>() < args.min_token_ratio) {
+      failed.push_back(
+          fmt::format("trained tokens with kills are {:.3f} of those without (at least "
+                      "{:.2f} expected)",
+                      verdict["trained_tokens_ratio"].get<double>(), args.min_token_ratio));
+    }
+    double aa = base.value("final_accuracy", -1.0), ab = chaos.value("final_accuracy", -1.0);
+    if (aa >= 0 && ab >= 0) {
+      verdict["accuracy_gap_points"] = 100 * (ab - aa);
+      if (std::abs(100 * (ab - aa)) > 5) failed.push_back("accuracy more than 5 points off");
+    }
+  }
+  verdict["ok"] = failed.empty();
+  verdict["failed"] = failed;
+  return verdict;
+}
+
+}  // namespace
+
 int run_chaos(const ChaosArgs& args, const std::string& sluice_exe,
               const std::vector<std::string>& environment) {
   auto loaded = load_job(args);
@@ -301,45 +271,8 @@ int run_chaos(const ChaosArgs& args, const std::string& sluice_exe,
   }
   json chaos = chaos_checks(c.out_dir, expected);
 
-  json verdict = json::object();
-  std::vector<std::string> failed;
-  if (!chaos.value("completed", false)) failed.push_back("the job did not complete");
-  if (chaos.value("lost", json()).is_number() && chaos.value("lost", 0ull) > 0) {
-    failed.push_back("trajectories lost");
-  }
-  if (chaos.value("consumed_twice", 0ull) > 0) failed.push_back("trajectories consumed twice");
-  if (chaos.value("versions_backwards", 0ull) > 0) failed.push_back("a version went backwards");
-  std::uint64_t landed = 0;
-  const json killed_roles = chaos.value("roles", json::object());
-  for (const auto& [role, kr] : killed_roles.items())
-    landed += kr.value("kills", 0ull);
-  verdict["kills_landed"] = landed;
-  if (landed < args.kills) {
-    failed.push_back(fmt::format(
-        "only {} of {} kills landed before the job ended (use --every, or a longer job)", landed,
-        args.kills));
-  }
-  if (args.baseline) {
-    double ta = base.value("trained_tokens", 0.0), tb = chaos.value("trained_tokens", 0.0);
-    verdict["trained_tokens_ratio"] = ta > 0 ? tb / ta : 0.0;
-    double wa = base.value("wall_s", 0.0), wb = chaos.value("wall_s", 0.0);
-    verdict["wall_ratio"] = wa > 0 ? wb / wa : 0.0;
-    // Over a fixed time the kills may cost throughput, not the job: the ratio is the check.
-    if (args.duration_s > 0 &&
-        verdict["trained_tokens_ratio"].get<double>() < args.min_token_ratio) {
-      failed.push_back(
-          fmt::format("trained tokens with kills are {:.3f} of those without (at least "
-                      "{:.2f} expected)",
-                      verdict["trained_tokens_ratio"].get<double>(), args.min_token_ratio));
-    }
-    double aa = base.value("final_accuracy", -1.0), ab = chaos.value("final_accuracy", -1.0);
-    if (aa >= 0 && ab >= 0) {
-      verdict["accuracy_gap_points"] = 100 * (ab - aa);
-      if (std::abs(100 * (ab - aa)) > 5) failed.push_back("accuracy more than 5 points off");
-    }
-  }
-  verdict["ok"] = failed.empty();
-  verdict["failed"] = failed;
+  const json verdict = chaos_verdict(args, base, chaos);
+  const std::vector<std::string> failed = verdict["failed"].get<std::vector<std::string>>();
   json all{{"seed", seed},
            {"kills", args.kills},
            {"without_faults", base},

@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "bench/bench_util.hpp"
+#include "bench/result_table.hpp"
 #include "core/config.hpp"
 #include "core/log.hpp"
 #include "launch/job_setup.hpp"
@@ -350,20 +351,10 @@ int run_simulate(const SimulateArgs& args) {
       std::printf("%s\n", to_json(r, sync, sl).dump().c_str());
     return 0;
   }
-  std::printf("\n%-18s %10s %10s %8s %8s %8s %7s %6s %7s %9s %7s %7s %8s\n", "mode", "tokens/s",
-              "steady/s", "util", "w-stall", "a-idle", "stale", "max", "repacks", "overhead",
-              "dropped", "x sync", "sluice/x");
-  for (const auto& r : rows) {
-    std::printf(
-        "%-18s %10.0f %10.0f %7.1f%% %7.2f%% %7.1f%% %7.2f %6llu %7llu %8.2fs %7llu %7s %8s\n",
-        r.label.c_str(), r.tokens_per_s, r.steady_tokens_per_s, 100 * r.rollout_util,
-        100 * r.weight_stall_frac, 100 * r.actor_idle_frac, r.staleness_mean,
-        static_cast<unsigned long long>(r.staleness_max),
-        static_cast<unsigned long long>(r.repacks), r.repack_overhead_s,
-        static_cast<unsigned long long>(r.dropped),
-        sync ? fmt::format("{:.2f}", ratio(r.tokens_per_s, sync->tokens_per_s)).c_str() : "-",
-        sl ? fmt::format("{:.2f}", ratio(sl->tokens_per_s, r.tokens_per_s)).c_str() : "-");
-  }
+  std::vector<ModeFigures> figures;
+  for (const auto& r : rows)
+    figures.push_back(mode_figures(r.label, r));
+  print_mode_table(figures);
   std::printf(
       "\nwhere GPU time went (share of GPUs x the job's simulated time)\n%-18s %9s %9s "
       "%9s %9s %10s\n",
@@ -375,17 +366,8 @@ int run_simulate(const SimulateArgs& args) {
                 pct(r.gpu.generating), pct(r.gpu.loading), pct(r.gpu.barrier), pct(r.gpu.idle),
                 r.wall_s);
   }
-  std::printf("\nfree rollout slots (share of all slot time), as in sluice bench e2e\n%-18s",
-              "mode");
-  for (const char* cause : rollout::kFreeSlotCauses)
-    std::printf(" %9s", cause);
-  std::printf("\n");
-  for (const auto& r : rows) {
-    std::printf("%-18s", r.label.c_str());
-    for (const auto& [cause, frac] : r.free_slots)
-      std::printf(" %8.1f%%", 100 * frac);
-    std::printf("\n");
-  }
+  print_free_slots(figures,
+                   "\nfree rollout slots (share of all slot time), as in sluice bench e2e");
   return 0;
 }
 

@@ -14,6 +14,7 @@
 
 #include "bench/bench_e2e.hpp"
 #include "bench/bench_util.hpp"
+#include "bench/harness.hpp"
 #include "bench/simulate.hpp"
 #include "launch/job_setup.hpp"
 #include "rollout/manager.hpp"
@@ -428,16 +429,11 @@ core::Result<std::string> measure(const Scenario& s, const std::string& modes) {
   for (const auto& set : s.bench_sets)
     cmd += " --set " + set;
   std::fprintf(stderr, "validate %s: measuring: %s\n", s.name.c_str(), cmd.c_str());
-  FILE* p = ::popen(cmd.c_str(), "r");
-  if (!p) return core::internal_error("could not start: " + cmd);
-  std::string out;
-  char buf[4096];
-  std::size_t n;
-  while ((n = std::fread(buf, 1, sizeof(buf), p)) > 0)
-    out.append(buf, n);
-  const int rc = ::pclose(p);
-  if (rc != 0) return core::internal_error(fmt::format("{} failed ({})", cmd, rc));
-  return out;
+  std::vector<std::string> argv = {self_exe(), "bench", "e2e", "--json", "--modes", modes};
+  for (const auto& set : s.bench_sets)
+    argv.insert(argv.end(), {"--set", set});
+  // bench e2e ends by itself (each job has its timeout_s); the limit is only a backstop.
+  return run_capture(argv, {}, std::chrono::hours(12));
 }
 
 double num(const json& j, const char* key) {

@@ -5,11 +5,11 @@
 #include <cstdio>
 
 #include "analysis/compare.hpp"
-#include "bench/bench_util.hpp"
 #include "core/config.hpp"
 #include "core/event_loop.hpp"
 #include "core/log.hpp"
 #include "core/messaging.hpp"
+#include "launch/executable.hpp"
 #include "launch/fleet_roles.hpp"
 #include "launch/job.hpp"
 #include "launch/role_metrics.hpp"

@@ -12,10 +12,10 @@
 #include <cstring>
 #include <utility>
 
-#include "bench/bench_util.hpp"
 #include "core/event_loop.hpp"
 #include "core/log.hpp"
 #include "core/process.hpp"
+#include "launch/executable.hpp"
 
 namespace sluice::cli {
 

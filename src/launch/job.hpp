@@ -22,8 +22,8 @@
 #include <vector>
 
 #include "actor/trainer.hpp"
-#include "bench/chaos.hpp"
 #include "core/status.hpp"
+#include "launch/chaos_schedule.hpp"
 #include "launch/emulated_hosts.hpp"
 #include "launch/supervisor.hpp"
 #include "relay/relay.hpp"

@@ -20,12 +20,12 @@
 #include <set>
 #include <thread>
 
-#include "bench/bench_util.hpp"
 #include "core/config.hpp"
 #include "core/event_loop.hpp"
 #include "core/log.hpp"
 #include "core/messaging.hpp"
 #include "core/security.hpp"
+#include "launch/executable.hpp"
 #include "launch/job.hpp"
 #include "launch/supervisor.hpp"
 #include "rollout/protocol.hpp"
@@ -200,6 +200,149 @@ std::vector<std::pair<std::uint32_t, int>> running_roles(const std::string& run_
   return out;
 }
 
+namespace {
+
+// Claims `change.count` fresh ids of the role and writes their role files, under the run
+// folder's lock.
+core::Result<std::vector<std::uint32_t>> claim_joiners(const JobConfig& job, const fs::path& dir,
+                                                       const FleetChange& change) {
+  SLUICE_ASSIGN_OR_RETURN(auto lock, RunLock::take(dir / "elastic.lock"));
+  SLUICE_ASSIGN_OR_RETURN(std::vector<std::uint32_t> indices, fresh_indices(job, dir, change));
+  for (std::uint32_t i : indices) {
+    fs::path path = dir / fmt::format("{}-{}.json", change.role, i);
+    if (change.role == "rollout") {
+      rollout::RolloutConfig rc = rollout_role_config(job, i);
+      rc.local_wait_first = false;  // a joiner's first weights come from every holder at once
+      SLUICE_TRY(write_role(path, job, "rollout", rc));
+    } else {
+      SLUICE_TRY(write_role(path, job, "relay", relay_role_config(job, i)));
+    }
+  }
+  return indices;
+}
+
+std::vector<ProcessSpec> joiner_specs(const JobConfig& job, const fs::path& dir,
+                                      const FleetChange& change,
+                                      const std::vector<std::uint32_t>& indices,
+                                      const std::string& script, const std::string& sluice_exe,
+                                      const std::vector<std::string>& env) {
+  std::vector<ProcessSpec> specs;
+  for (std::uint32_t i : indices) {
+    ProcessSpec ps;
+    ps.name = fmt::format("{}-{}", change.role, i);
+    ps.role = change.role;
+    std::uint32_t host = change.role == "rollout" ? rollout_host(job, i) : relay_host(job, i);
+    if (host > 0) ps.argv = {script, "exec", "--prefix", job.hosts.prefix, std::to_string(host)};
+    ps.argv.insert(ps.argv.end(),
+                   {sluice_exe, change.role, "--config", (dir / (ps.name + ".json")).string()});
+    ps.env = env;
+    ps.log_path = (dir / (ps.name + ".log")).string();
+    ps.ready = change.role;
+    ps.clean_exit_ends = change.role == "rollout";
+    specs.push_back(std::move(ps));
+  }
+  return specs;
+}
+
+// The joiners' progress, from the manager's status: one joins.jsonl line each, once it has
+// finished its first trajectory. Asked without waiting for the answer, at most every 200 ms.
+class JoinLog {
+ public:
+  JoinLog(core::EventLoop& loop, const JobConfig& job, const fs::path& dir,
+          const FleetChange& change, const std::vector<std::uint32_t>& indices)
+      : dir_(dir) {
+    if (change.role == "rollout") {
+      auto sec = core::load_security(job_role_security(job, "operator"), "sluice run --add");
+      auto to_manager = sec.is_ok() ? sec->for_server(core::kRoleManager) : sec;
+      if (to_manager.is_ok()) {
+        auto c = core::Client::create(loop, job.manager.listen, *to_manager);
+        if (c.is_ok()) status_client_ = std::move(c).value();
+      }
+      if (!status_client_) {
+        log::warn("sluice run --add: no status from the manager; no joins.jsonl");
+      }
+    }
+    for (std::uint32_t i : indices)
+      mine_.insert(fmt::format("{}-{}", change.role, i));
+  }
+
+  void ask() {
+    if (!status_client_ || asking_ || Clock::now() < next_ask_ ||
+        recorded_.size() == mine_.size()) {
+      return;
+    }
+    asking_ = true;
+    next_ask_ = Clock::now() + Millis(200);
+    status_client_->request(rollout::encode(rollout::StatusRequest{}), Millis(3000),
+                            [this](core::Result<core::Message> r) {
+                              asking_ = false;
+                              if (!r.is_ok()) return;
+                              auto st = rollout::decode_status(r->body);
+                              if (st.is_ok()) record(st->fields);
+                            });
+  }
+
+ private:
+  void record(const json& status) {
+    std::ofstream out(dir_ / "joins.jsonl", std::ios::app);
+    for (const auto& ro : status.value("rollouts", json::array())) {
+      std::string id = ro.value("id", std::string());
+      const json stats = ro.value("stats", json::object());
+      if (!mine_.count(id) || recorded_.count(id)) continue;
+      if (stats.value("first_trajectory_s", -1.0) < 0) continue;
+      recorded_.insert(id);
+      out << json{{"name", id},
+                  {"added_unix", start_unix_},
+                  {"created_unix", stats.value("created_unix", 0.0)},
+                  {"first_weights_s", stats.value("first_weights_s", -1.0)},
+                  {"first_read_s", stats.value("first_read_s", -1.0)},
+                  {"first_trajectory_s", stats.value("first_trajectory_s", -1.0)},
+                  {"pulled_bytes", stats.value("pulled_bytes", 0ull)},
+                  {"pulled_same_host_bytes", stats.value("pulled_same_host_bytes", 0ull)}}
+                 .dump()
+          << "\n";
+    }
+  }
+
+  const fs::path dir_;
+  std::unique_ptr<core::Client> status_client_;
+  std::set<std::string> mine_, recorded_;
+  const double start_unix_ =
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  bool asking_ = false;
+  Clock::time_point next_ask_ = Clock::now();
+};
+
+// Supervises the joiners until they are done, gave up, or the job ended; 1 when one gave up.
+int supervise_joiners(core::EventLoop& loop, Supervisor& sup, const fs::path& dir,
+                      const bool& interrupted, JoinLog& joins) {
+  int code = 0;
+  while (true) {
+    loop.run_until([&] { return interrupted; }, Millis(100));
+    if (interrupted) break;
+    for (Supervisor::Proc* p : sup.poll()) {
+      if (p->last_status == 0 && p->state == Supervisor::State::kExited) continue;
+      std::fprintf(stderr, "sluice run --add: %s exited (status %d)%s; its log: %s\n",
+                   p->spec.name.c_str(), p->last_status,
+                   p->state == Supervisor::State::kBackoff ? ", restarting" : "",
+                   p->spec.log_path.c_str());
+    }
+    bool any_up = false, gave_up = false;
+    for (const auto& p : sup.procs()) {
+      any_up = any_up ||
+               (p->state != Supervisor::State::kExited && p->state != Supervisor::State::kGaveUp);
+      gave_up = gave_up || p->state == Supervisor::State::kGaveUp;
+    }
+    if (gave_up) code = 1;
+    if (!any_up) break;
+    if (fs::exists(dir / "summary.json")) break;  // the job ended: what is left goes too
+    joins.ask();
+  }
+  return code;
+}
+
+}  // namespace
+
 int run_add(const std::string& spec, const std::string& run_dir,
             const std::vector<std::string>& overrides, const std::string& sluice_exe,
             const std::vector<std::string>& environment) {
@@ -234,28 +377,8 @@ int run_add(const std::string& spec, const std::string& run_dir,
     if (script.empty()) return fail(1, core::not_found("cannot find scripts/emuhosts.sh"));
     if (auto s = enter_host0(job); !s.is_ok()) return fail(1, s);
   }
-
-  // Claim ids and write their role files under the run folder's lock.
-  std::vector<std::uint32_t> indices;
-  {
-    auto lock = RunLock::take(dir / "elastic.lock");
-    if (!lock.is_ok()) return fail(1, lock.status());
-    auto fresh = fresh_indices(job, dir, *change);
-    if (!fresh.is_ok()) return fail(1, fresh.status());
-    indices = std::move(fresh).value();
-    for (std::uint32_t i : indices) {
-      fs::path path = dir / fmt::format("{}-{}.json", change->role, i);
-      core::Status w;
-      if (change->role == "rollout") {
-        rollout::RolloutConfig rc = rollout_role_config(job, i);
-        rc.local_wait_first = false;  // a joiner's first weights come from every holder at once
-        w = write_role(path, job, "rollout", rc);
-      } else {
-        w = write_role(path, job, "relay", relay_role_config(job, i));
-      }
-      if (!w.is_ok()) return fail(1, w);
-    }
-  }
+  auto indices = claim_joiners(job, dir, *change);
+  if (!indices.is_ok()) return fail(1, indices.status());
 
   auto loop = core::EventLoop::create().value();
   bool interrupted = false;
@@ -264,106 +387,19 @@ int run_add(const std::string& spec, const std::string& run_dir,
   const auto start = Clock::now();
   Supervisor sup(job.restart, dir / fmt::format("events-add-{}.jsonl", ::getpid()), start);
   const std::vector<std::string> env = job_role_environment(job, environment);
-  std::vector<ProcessSpec> specs;
-  for (std::uint32_t i : indices) {
-    ProcessSpec ps;
-    ps.name = fmt::format("{}-{}", change->role, i);
-    ps.role = change->role;
-    std::uint32_t host = change->role == "rollout" ? rollout_host(job, i) : relay_host(job, i);
-    if (host > 0) ps.argv = {script, "exec", "--prefix", job.hosts.prefix, std::to_string(host)};
-    ps.argv.insert(ps.argv.end(),
-                   {sluice_exe, change->role, "--config", (dir / (ps.name + ".json")).string()});
-    ps.env = env;
-    ps.log_path = (dir / (ps.name + ".log")).string();
-    ps.ready = change->role;
-    ps.clean_exit_ends = change->role == "rollout";
-    specs.push_back(std::move(ps));
-  }
   // All at once: a wave of joiners, each reading its first version as it comes up.
-  if (auto s = sup.start_together(std::move(specs)); !s.is_ok()) {
+  if (auto s =
+          sup.start_together(joiner_specs(job, dir, *change, *indices, script, sluice_exe, env));
+      !s.is_ok()) {
     sup.stop_all();
     return fail(1, s);
   }
   for (const auto& p : sup.procs())
     std::fprintf(stderr, "sluice run --add: %s joined %s\n", p->spec.name.c_str(), run_dir.c_str());
-
-  // The joiners' progress, from the manager's status: one joins.jsonl line each, once it has
-  // finished its first trajectory.
-  std::unique_ptr<core::Client> status_client;
-  if (change->role == "rollout") {
-    auto sec = core::load_security(job_role_security(job, "operator"), "sluice run --add");
-    auto to_manager = sec.is_ok() ? sec->for_server(core::kRoleManager) : sec;
-    if (to_manager.is_ok()) {
-      auto c = core::Client::create(*loop, job.manager.listen, *to_manager);
-      if (c.is_ok()) status_client = std::move(c).value();
-    }
-    if (!status_client) log::warn("sluice run --add: no status from the manager; no joins.jsonl");
-  }
-  std::set<std::string> mine, recorded;
-  for (std::uint32_t i : indices)
-    mine.insert(fmt::format("{}-{}", change->role, i));
-  const double start_unix =
-      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-  bool asking = false;
-  auto next_ask = Clock::now();
-  auto ask = [&] {
-    if (!status_client || asking || Clock::now() < next_ask || recorded.size() == mine.size()) {
-      return;
-    }
-    asking = true;
-    next_ask = Clock::now() + Millis(200);
-    status_client->request(
-        rollout::encode(rollout::StatusRequest{}), Millis(3000),
-        [&](core::Result<core::Message> r) {
-          asking = false;
-          if (!r.is_ok()) return;
-          auto st = rollout::decode_status(r->body);
-          if (!st.is_ok()) return;
-          std::ofstream out(dir / "joins.jsonl", std::ios::app);
-          for (const auto& ro : st->fields.value("rollouts", json::array())) {
-            std::string id = ro.value("id", std::string());
-            const json stats = ro.value("stats", json::object());
-            if (!mine.count(id) || recorded.count(id)) continue;
-            if (stats.value("first_trajectory_s", -1.0) < 0) continue;
-            recorded.insert(id);
-            out << json{{"name", id},
-                        {"added_unix", start_unix},
-                        {"created_unix", stats.value("created_unix", 0.0)},
-                        {"first_weights_s", stats.value("first_weights_s", -1.0)},
-                        {"first_read_s", stats.value("first_read_s", -1.0)},
-                        {"first_trajectory_s", stats.value("first_trajectory_s", -1.0)},
-                        {"pulled_bytes", stats.value("pulled_bytes", 0ull)},
-                        {"pulled_same_host_bytes", stats.value("pulled_same_host_bytes", 0ull)}}
-                       .dump()
-                << "\n";
-          }
-        });
-  };
-
-  int code = 0;
-  while (true) {
-    loop->run_until([&] { return interrupted; }, Millis(100));
-    if (interrupted) break;
-    for (Supervisor::Proc* p : sup.poll()) {
-      if (p->last_status == 0 && p->state == Supervisor::State::kExited) continue;
-      std::fprintf(stderr, "sluice run --add: %s exited (status %d)%s; its log: %s\n",
-                   p->spec.name.c_str(), p->last_status,
-                   p->state == Supervisor::State::kBackoff ? ", restarting" : "",
-                   p->spec.log_path.c_str());
-    }
-    bool any_up = false, gave_up = false;
-    for (const auto& p : sup.procs()) {
-      any_up = any_up ||
-               (p->state != Supervisor::State::kExited && p->state != Supervisor::State::kGaveUp);
-      gave_up = gave_up || p->state == Supervisor::State::kGaveUp;
-    }
-    if (gave_up) code = 1;
-    if (!any_up) break;
-    if (fs::exists(dir / "summary.json")) break;  // the job ended: what is left goes too
-    ask();
-  }
+  JoinLog joins(*loop, job, dir, *change, *indices);
+  const int code = supervise_joiners(*loop, sup, dir, interrupted, joins);
   sup.stop_all();
-  std::fprintf(stderr, "sluice run --add: %zu %s(s) done\n", indices.size(), change->role.c_str());
+  std::fprintf(stderr, "sluice run --add: %zu %s(s) done\n", indices->size(), change->role.c_str());
   return code;
 }
 

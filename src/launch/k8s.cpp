@@ -162,6 +162,44 @@ json plain_command(const std::vector<std::string>& argv, const std::string& file
   return c;
 }
 
+// The role files and job.json written to DIR/config; the ConfigMap's data (file name: text).
+core::Result<json> write_role_files(JobConfig& job, const fs::path& out) {
+  json files = json::object();
+  files["weightstore.json"] = role_file(job, "store", job.store);
+  files["rollout-manager.json"] = role_file(job, "manager", job.manager);
+  for (std::uint32_t i = 0; i < job.relays; ++i) {
+    files[fmt::format("relay-{}.json", i)] =
+        role_file(job, "relay", relay_config(job, i, kKeysDir));
+  }
+  for (std::uint32_t i = 0; i < job.rollouts; ++i) {
+    files[fmt::format("rollout-{}.json", i)] =
+        role_file(job, "rollout", rollout_config(job, i, kKeysDir), &job.rollout_command);
+  }
+  files["actor.json"] = role_file(job, "actor", job.actor, &job.actor_command);
+  std::error_code ec;
+  fs::create_directories(out / "config", ec);
+  json config_data = json::object();
+  for (const auto& [file, doc] : files.items()) {
+    SLUICE_TRY(write_json_file(out / "config" / file, doc));
+    config_data[file] = doc.dump(2) + "\n";
+  }
+  SLUICE_TRY(
+      write_json_file(out / "config" / "job.json", json::parse(core::config::to_json(job).dump())));
+  return config_data;
+}
+
+// The keys folder's files (name: text), the Secret's data.
+json key_files(const fs::path& keys) {
+  json data = json::object();
+  for (const auto& entry : fs::directory_iterator(keys)) {
+    std::ifstream f(entry.path());
+    std::stringstream text;
+    text << f.rdbuf();
+    data[entry.path().filename().string()] = text.str();
+  }
+  return data;
+}
+
 core::Status write_manifests(JobConfig job, const K8sArgs& args) {
   if (job.hosts.count > 0) {
     return core::invalid_argument("hosts.count: emulated hosts are for sluice run on one machine");
@@ -192,39 +230,9 @@ core::Status write_manifests(JobConfig job, const K8sArgs& args) {
   job.manager.security = role_security(job, kKeysDir, "rollout-manager");
   job.actor.security = role_security(job, kKeysDir, "actor");
 
-  // Role files: the ConfigMap's data, and a copy in DIR/config to read.
-  json files = json::object();
-  files["weightstore.json"] = role_file(job, "store", job.store);
-  files["rollout-manager.json"] = role_file(job, "manager", job.manager);
-  for (std::uint32_t i = 0; i < job.relays; ++i) {
-    files[fmt::format("relay-{}.json", i)] =
-        role_file(job, "relay", relay_config(job, i, kKeysDir));
-  }
-  for (std::uint32_t i = 0; i < job.rollouts; ++i) {
-    files[fmt::format("rollout-{}.json", i)] =
-        role_file(job, "rollout", rollout_config(job, i, kKeysDir), &job.rollout_command);
-  }
-  files["actor.json"] = role_file(job, "actor", job.actor, &job.actor_command);
-  std::error_code ec;
-  fs::create_directories(out / "config", ec);
-  json config_data = json::object();
-  for (const auto& [file, doc] : files.items()) {
-    SLUICE_TRY(write_json_file(out / "config" / file, doc));
-    config_data[file] = doc.dump(2) + "\n";
-  }
-  SLUICE_TRY(
-      write_json_file(out / "config" / "job.json", json::parse(core::config::to_json(job).dump())));
-
-  json secret_data = json::object();
+  SLUICE_ASSIGN_OR_RETURN(json config_data, write_role_files(job, out));
   const bool curve = job.auth == "curve";
-  if (curve) {
-    for (const auto& entry : fs::directory_iterator(out / "keys")) {
-      std::ifstream f(entry.path());
-      std::stringstream text;
-      text << f.rdbuf();
-      secret_data[entry.path().filename().string()] = text.str();
-    }
-  }
+  const json secret_data = curve ? key_files(out / "keys") : json::object();
   auto keys_of = [&](const std::vector<std::string>& identities) {
     std::vector<std::string> k;
     if (!curve) return k;

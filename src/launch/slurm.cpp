@@ -13,11 +13,11 @@
 #include <map>
 #include <thread>
 
-#include "bench/bench_util.hpp"
 #include "core/event_loop.hpp"
 #include "core/log.hpp"
 #include "core/messaging.hpp"
 #include "core/process.hpp"
+#include "launch/executable.hpp"
 #include "launch/job_setup.hpp"
 #include "launch/slurm_scripts.hpp"
 #include "rollout/protocol.hpp"

@@ -18,10 +18,6 @@
 
 #include "launch/k8s.hpp"
 
-namespace CLI {
-class App;
-}
-
 namespace sluice::cli {
 
 struct SlurmArgs {
@@ -56,18 +52,5 @@ struct SlurmCollectArgs {
   double wall_s = 0;     // seconds since the batch script started
 };
 int run_slurm_collect(const SlurmCollectArgs& args);
-
-// The cluster subcommands on the command line: `slurm`, `k8s` and the hidden `slurm-collect`.
-struct ClusterCommands {
-  SlurmArgs slurm;
-  SlurmCollectArgs collect;
-  K8sArgs k8s;
-  CLI::App* slurm_cmd = nullptr;
-  CLI::App* collect_cmd = nullptr;
-  CLI::App* k8s_cmd = nullptr;
-};
-void add_cluster_commands(CLI::App& app, ClusterCommands& c);
-// The exit code of the one that was given, or -1 when none was.
-int run_cluster_command(const ClusterCommands& c, const std::vector<std::string>& environment);
 
 }  // namespace sluice::cli
