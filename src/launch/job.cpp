@@ -17,6 +17,7 @@
 #include <fstream>
 #include <map>
 #include <memory>
+#include <optional>
 #include <random>
 
 #include "core/config.hpp"
@@ -417,14 +418,33 @@ relay::RelayConfig relay_role_config(const JobConfig& job, std::uint32_t index) 
   return rc;
 }
 
-core::Result<JobResult> run_local_job(JobConfig job, const std::string& sluice_exe,
-                                      const std::vector<std::string>& environment,
-                                      std::shared_ptr<EmulatedHosts> hosts, bool resume) {
+namespace {
+
+// `sluice run`'s local job in four steps: plan (settle the job, its hosts, run folder, ports,
+// endpoints and keys), start (each role in order, waiting for its ready line), supervise
+// (restarts, chaos, progress, until the actor finishes or the job must stop) and collect (the
+// manager's final status, summary.json).
+
+// What plan_job settles before any role starts.
+struct JobPlan {
+  JobConfig job;
+  fs::path dir;                          // the run folder
+  std::shared_ptr<EmulatedHosts> hosts;  // null: every role on this host
+  std::vector<std::string> child_env;    // added to every role's environment
+  RolePrograms programs;                 // command roles' programs, resolved
+  std::string manager_ep;
+  core::Security launcher_security = core::Security::plain();  // the launcher acts as operator
+};
+
+// The job's hosts, settings, programs, run folder, ports, endpoints and keys; job.json written.
+core::Result<JobPlan> plan_job(JobConfig job, const std::vector<std::string>& environment,
+                               std::shared_ptr<EmulatedHosts> hosts, bool resume) {
+  JobPlan plan;
   // Every role of a local job runs on this host, so weights move over shared memory. Unless the
   // user chose the transports, the job's data plane uses shared memory only: it is the fastest
   // path on one host, and it keeps UCX 1.13's tcp transport out of the job altogether (reads over
   // tcp go through chunk streams; see core::TransferOptions::tcp_stream).
-  std::vector<std::string> child_env = job_role_environment(job, environment);
+  plan.child_env = job_role_environment(job, environment);
   bool user_tls = std::any_of(environment.begin(), environment.end(),
                               [](const std::string& e) { return e.rfind("UCX_TLS=", 0) == 0; });
   SLUICE_TRY(job.hosts.validate());
@@ -442,40 +462,395 @@ core::Result<JobResult> run_local_job(JobConfig job, const std::string& sluice_e
   } else if (!user_tls) {
     log::info("job: UCX_TLS=sm,self for its processes (one host; set UCX_TLS to choose)");
   }
+  plan.hosts = hosts;
   SLUICE_TRY(settle_job(job));
   // Command roles: their programs, found before anything starts.
-  SLUICE_ASSIGN_OR_RETURN(RolePrograms programs, resolve_role_programs(job, environment));
-  const std::string& actor_program = programs.actor;
-  const std::string& rollout_program = programs.rollout;
+  SLUICE_ASSIGN_OR_RETURN(plan.programs, resolve_role_programs(job, environment));
 
   if (job.out_dir.empty()) job.out_dir = default_run_dir(job);
-  fs::path dir(job.out_dir);
-  SLUICE_TRY(make_run_dir(dir, resume));
+  plan.dir = fs::path(job.out_dir);
+  SLUICE_TRY(make_run_dir(plan.dir, resume));
 
   SLUICE_ASSIGN_OR_RETURN(int store_port, free_port());
   SLUICE_ASSIGN_OR_RETURN(int manager_port, free_port());
   // With emulated hosts, host 0's address: the other hosts reach it over their links.
   std::string control_host = hosts ? EmulatedHosts::address(0) : "127.0.0.1";
   std::string store_ep = fmt::format("tcp://{}:{}", control_host, store_port);
-  std::string manager_ep = fmt::format("tcp://{}:{}", control_host, manager_port);
-  wire_job(job, JobEndpoints{store_ep, store_ep, manager_ep, manager_ep}, dir.string());
+  plan.manager_ep = fmt::format("tcp://{}:{}", control_host, manager_port);
+  wire_job(job, JobEndpoints{store_ep, store_ep, plan.manager_ep, plan.manager_ep},
+           plan.dir.string());
   // The job's keys: made once per run folder (a resumed job keeps its own), 0600 in keys/ (0700).
   // Each role gets its own key file and the members file; the launcher acts as the operator.
-  const fs::path keys_dir = dir / "keys";
-  core::Security launcher_security = core::Security::plain();
-  auto security_of = [&](const std::string& identity) {
-    return role_security(job, keys_dir.string(), identity);
-  };
+  const fs::path keys_dir = plan.dir / "keys";
   SLUICE_TRY(make_job_security(job, keys_dir.string(), resume));
   if (job.auth == "curve") {
-    SLUICE_ASSIGN_OR_RETURN(launcher_security,
-                            core::load_security(security_of("operator"), "launcher"));
+    SLUICE_ASSIGN_OR_RETURN(
+        plan.launcher_security,
+        core::load_security(role_security(job, keys_dir.string(), "operator"), "launcher"));
   }
   {
-    std::ofstream f(dir / "job.json");
+    std::ofstream f(plan.dir / "job.json");
     f << core::config::to_json(job).dump(2) << "\n";
   }
+  plan.job = std::move(job);
+  return plan;
+}
 
+// A role's process: `sluice ROLE --config FILE`, or a command role's `ARGV... --config FILE`
+// (its program resolved). Either way its ready line, logs and restarts are the same.
+ProcessSpec role_spec(const JobPlan& plan, const std::string& sluice_exe, const std::string& name,
+                      const std::string& role, const fs::path& cfg, const std::string& ready,
+                      std::uint32_t host = 0, const RoleCommand* command = nullptr,
+                      const std::string& program = "") {
+  ProcessSpec ps;
+  ps.name = name;
+  ps.role = role;
+  if (plan.hosts && host > 0) ps.argv = plan.hosts->exec_prefix(host);
+  if (command && command->enabled()) {
+    ps.argv.push_back(program);
+    ps.argv.insert(ps.argv.end(), command->argv.begin() + 1, command->argv.end());
+  } else {
+    ps.argv.push_back(sluice_exe);
+    ps.argv.push_back(role);
+  }
+  ps.argv.push_back("--config");
+  ps.argv.push_back(cfg.string());
+  ps.env = plan.child_env;
+  if (command) ps.env.insert(ps.env.end(), command->env.begin(), command->env.end());
+  ps.log_path = (plan.dir / (name + ".log")).string();
+  ps.ready = ready;
+  ps.clean_exit_ends = role == "actor" || role == "rollout";
+  return ps;
+}
+
+// Writes each role's file and starts the roles in order (store, relays, manager, rollouts,
+// actor), each ready before the next.
+core::Status start_roles(JobPlan& plan, Supervisor& sup, const std::string& sluice_exe,
+                         Clock::time_point job_start) {
+  JobConfig& job = plan.job;
+  const fs::path& dir = plan.dir;
+  auto spec = [&](auto&&... a) { return role_spec(plan, sluice_exe, a...); };
+  SLUICE_TRY(write_role_file(dir / "weightstore.json", job, "store", job.store));
+  SLUICE_TRY(sup.start(spec("weightstore", "weightstore", dir / "weightstore.json", "endpoint")));
+  for (std::uint32_t i = 0; i < job.relays; ++i) {
+    relay::RelayConfig rc = relay_role_config(job, i);
+    std::uint32_t host = plan.hosts ? relay_host(job, i) : 0;
+    auto path = dir / fmt::format("relay-{}.json", i);
+    SLUICE_TRY(write_role_file(path, job, "relay", rc));
+    SLUICE_TRY(sup.start(spec(rc.relay_id, "relay", path, "relay", host)));
+  }
+  SLUICE_TRY(write_role_file(dir / "rollout-manager.json", job, "manager", job.manager));
+  SLUICE_TRY(sup.start(
+      spec("rollout-manager", "rollout-manager", dir / "rollout-manager.json", "endpoint")));
+  for (std::uint32_t i = 0; i < job.rollouts; ++i) {
+    rollout::RolloutConfig rc = rollout_role_config(job, i);
+    std::uint32_t host = plan.hosts ? rollout_host(job, i) : 0;
+    auto path = dir / fmt::format("rollout-{}.json", i);
+    SLUICE_TRY(write_role_file(path, job, "rollout", rc, &job.rollout_command));
+    SLUICE_TRY(sup.start(spec(rc.rollout_id, "rollout", path, "rollout", host, &job.rollout_command,
+                              plan.programs.rollout)));
+  }
+  // The actor's metric times count from the job's start.
+  job.actor.start_offset_s = seconds(Clock::now() - job_start);
+  SLUICE_TRY(write_role_file(dir / "actor.json", job, "actor", job.actor, &job.actor_command));
+  return sup.start(spec("actor", "actor", dir / "actor.json", "actor", 0, &job.actor_command,
+                        plan.programs.actor));
+}
+
+// The manager's status fields from a reply ({} when there is none).
+json status_fields(const core::Result<core::Message>& r) {
+  if (!r.is_ok()) return json::object();
+  auto st = rollout::decode_status(r->body);
+  return st.is_ok() ? st->fields : json::object();
+}
+
+// The supervise step: one turn every 100 ms of the event loop until the job ends: restarts and
+// their reports, chaos, the live progress line and the version watch.
+class JobWatch {
+ public:
+  JobWatch(const JobPlan& plan, Supervisor& sup, core::EventLoop& loop,
+           std::unique_ptr<core::Client> status_client, JobResult& result)
+      : job_(plan.job),
+        dir_(plan.dir),
+        sup_(sup),
+        loop_(loop),
+        status_client_(std::move(status_client)),
+        result_(result),
+        actor_metrics_(plan.dir / "metrics.jsonl"),
+        chaos_(plan.job.chaos, sup),
+        actor_proc_(sup.find("actor")) {}
+
+  // Runs turns until the job ends; its outcome (ok: the actor finished, or duration_s passed).
+  core::Status run(const bool& interrupted) {
+    while (true) {
+      loop_.run_until([&] { return interrupted; }, Millis(100));
+      if (interrupted) return core::cancelled("interrupted");
+      if (auto outcome = turn(); outcome) return *outcome;
+    }
+  }
+
+  // Blocking, for the end of the job only.
+  json manager_status() {
+    return status_fields(
+        status_client_->call(rollout::encode(rollout::StatusRequest{}), Millis(3000)));
+  }
+  VersionWatch& versions() { return watch_; }
+  double elapsed() const { return seconds(Clock::now() - t0_); }
+
+ private:
+  std::optional<core::Status> turn() {
+    double elapsed = this->elapsed();
+    if (elapsed > job_.timeout_s) {
+      return core::timeout_error(fmt::format("job did not finish within {} s", job_.timeout_s));
+    }
+    if (job_.duration_s > 0 && elapsed >= job_.duration_s) return stop_for_duration(elapsed);
+    apply_chaos(elapsed);
+    if (handle_exits(elapsed)) {
+      return core::unavailable("a role the job cannot do without died (see above)");
+    }
+    if (actor_proc_->state == Supervisor::State::kExited) return actor_finished();
+    watch_status(elapsed);
+    return std::nullopt;
+  }
+
+  // A job measured over a fixed time: the actor stops where it is and writes its summary.
+  core::Status stop_for_duration(double elapsed) {
+    if (actor_proc_->state == Supervisor::State::kRunning) {
+      actor_proc_->proc->signal(SIGTERM).ignore();
+      auto code = actor_proc_->proc->wait(Millis(20000));
+      if (!code.is_ok()) actor_proc_->proc->signal(SIGKILL).ignore();
+    }
+    std::ifstream f(job_.actor.summary_path);
+    result_.actor = json::parse(f, nullptr, false);
+    if (result_.actor.is_discarded()) result_.actor = json::object();
+    note(fmt::format("{:.1f}s: stopped after duration_s {}", elapsed, job_.duration_s));
+    return {};
+  }
+
+  // The job's chaos settings: single kills, pauses and stops, and the random kill schedule.
+  void apply_chaos(double elapsed) {
+    // Chaos: the first rollout killed once (the older, single-kill setting).
+    if (job_.kill_rollout_after_s > 0 && !chaos_killed_ && elapsed >= job_.kill_rollout_after_s) {
+      if (auto* p = by_role("rollout", false)) {
+        sup_.kill(*p, "kill_rollout_after_s").ignore();
+        result_.events.push_back(fmt::format("{:.1f}s: chaos killed {}", elapsed, p->spec.name));
+      }
+      chaos_killed_ = true;
+    }
+    if (job_.pause_manager_after_s > 0 && manager_pause_ < 2 &&
+        elapsed >=
+            job_.pause_manager_after_s + (manager_pause_ == 1 ? job_.pause_manager_for_s : 0)) {
+      if (auto* p = sup_.find("rollout-manager"); p && p->proc) {
+        p->stopped = manager_pause_ == 0;
+        p->proc->signal(manager_pause_ == 0 ? SIGSTOP : SIGCONT).ignore();
+        result_.events.push_back(fmt::format("{:.1f}s: chaos {} {}", elapsed,
+                                             manager_pause_ == 0 ? "paused" : "resumed",
+                                             p->spec.name));
+      }
+      ++manager_pause_;
+    }
+    if (job_.stop_rollout_after_s > 0 && !chaos_stopped_ && elapsed >= job_.stop_rollout_after_s) {
+      if (auto* p = by_role("rollout", true)) {
+        p->stopped = true;
+        p->proc->signal(SIGSTOP).ignore();
+        result_.events.push_back(fmt::format("{:.1f}s: chaos stopped {}", elapsed, p->spec.name));
+      }
+      chaos_stopped_ = true;
+    }
+    // Chaos kills count from the first published version: the job proper, after start-up and
+    // the actor's warm start.
+    if (chaos_origin_ < 0 && watch_.latest() > 0) chaos_origin_ = elapsed;
+    if (auto killed = chaos_origin_ < 0 ? "" : chaos_.due(elapsed - chaos_origin_);
+        !killed.empty()) {
+      result_.events.push_back(fmt::format("{:.1f}s: chaos killed {}", elapsed, killed));
+    }
+  }
+
+  // Children that died: restarted by the supervisor (with backoff, up to their limit). The
+  // actor's normal exit (status 0) ends the job in turn(). True when one the job cannot do
+  // without is not restarted again.
+  bool handle_exits(double elapsed) {
+    bool fatal = false;
+    auto exited = sup_.poll();
+    if (sup_.take_metrics_changed()) {
+      write_prometheus_targets(dir_ / "prometheus_targets.json", sup_);
+    }
+    for (Supervisor::Proc* p : exited) {
+      if (p == actor_proc_ && p->last_status == 0) continue;  // the job's end, handled in turn()
+      if (p->spec.role == "rollout" && p->last_status == 0) continue;  // the job is done
+      report_exit(*p, elapsed);
+      if (p->state == Supervisor::State::kGaveUp && p->spec.role != "rollout") {
+        note(fmt::format("{:.1f}s: {} is not restarted again ({} restarts)", elapsed, p->spec.name,
+                         p->restarts));
+        fatal = true;
+      }
+    }
+    return fatal;
+  }
+
+  void report_exit(const Supervisor::Proc& p, double elapsed) {
+    fs::path log_path = p.spec.log_path;
+    std::string what = fmt::format(
+        "{:.1f}s: {} exited (status {}){}; its log: {}", elapsed, p.spec.name, p.last_status,
+        p.state == Supervisor::State::kBackoff
+            ? fmt::format(", restart {} of {}", p.restarts, job_.restart.limit(p.spec.role))
+            : "",
+        log_path.string());
+    // Deaths chaos caused are expected: recorded, not shouted.
+    if (p.kills > 0 && p.last_status == 128 + SIGKILL) {
+      result_.events.push_back(what);
+      return;
+    }
+    note(what);
+    // A crash leaves its reason (UCX's backtrace, an assertion) at the end of the log.
+    if (p.last_status > 128 && p.last_status != 128 + SIGKILL) {
+      for (const auto& line : crash_lines(log_path, 12))
+        std::fprintf(stderr, "sluice run:   | %s\n", line.c_str());
+    }
+  }
+
+  // The actor exited with status 0: the job's end, with its summary read.
+  core::Status actor_finished() {
+    bool has_summary =
+        std::any_of(actor_proc_->output.begin(), actor_proc_->output.end(),
+                    [](const std::string& l) { return l.rfind("summary ", 0) == 0; });
+    if (!has_summary) {
+      return core::internal_error(fmt::format("the actor exited without a summary; its log: {}",
+                                              (dir_ / "actor.log").string()));
+    }
+    std::ifstream f(job_.actor.summary_path);
+    result_.actor = json::parse(f, nullptr, false);
+    if (result_.actor.is_discarded()) {
+      return core::internal_error(
+          fmt::format("the actor's summary {} is unreadable", job_.actor.summary_path));
+    }
+    return {};
+  }
+
+  // While the job runs the manager's status is asked for without waiting for the answer: a dead
+  // manager's 3 s time-out would otherwise hold up the launcher, and with it every restart (a
+  // killed manager came back 6 s after its death, a store 3 s).
+  void ask_status() {
+    if (status_asking_) return;
+    status_asking_ = true;
+    status_client_->request(rollout::encode(rollout::StatusRequest{}), Millis(3000),
+                            [this](core::Result<core::Message> r) {
+                              status_asking_ = false;
+                              status_reply_ = status_fields(r);
+                              status_fresh_ = true;
+                            });
+  }
+
+  // The version watch every second, and the progress line every progress_s.
+  void watch_status(double elapsed) {
+    bool progress_due = job_.progress_s > 0 && Clock::now() >= next_progress_;
+    if (progress_due || Clock::now() >= next_watch_) {
+      next_watch_ = Clock::now() + Millis(1000);
+      ask_status();
+      if (progress_due) {
+        progress_wanted_ = true;
+        next_progress_ = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                            std::chrono::duration<double>(job_.progress_s));
+      }
+    }
+    if (!status_fresh_) return;
+    status_fresh_ = false;
+    watch_.observe(status_reply_, sup_);
+    const bool print = progress_wanted_;
+    progress_wanted_ = false;
+    if (!status_reply_.empty() && print) print_progress(status_reply_, elapsed);
+  }
+
+  void print_progress(const json& s, double elapsed) {
+    // The fleet's side of the metrics: rollout time stalled on weights, and occupancy.
+    double wall = 0, stall = 0, occ = 0;
+    for (const auto& ro : s.value("rollouts", json::array())) {
+      const json& st = ro.value("stats", json::object());
+      wall += st.value("wall_s", 0.0);
+      stall += st.value("load_s", 0.0) + st.value("barrier_s", 0.0);
+      occ += st.value("occupancy_s", 0.0);
+    }
+    if (wall > 0) {
+      std::ofstream(dir_ / "metrics.jsonl", std::ios::app)
+          << json{{"t", elapsed}, {"weight_stall_frac", stall / wall}, {"rollout_util", occ / wall}}
+                 .dump()
+          << "\n";
+    }
+    std::size_t alive = 0;
+    for (const auto& r : s.value("rollouts", json::array()))
+      alive += r.value("alive", false);
+    std::string total = job_.manager.prompts
+                            ? fmt::format("/{}", job_.manager.prompts * job_.manager.group_size)
+                            : "";
+    std::string restarts =
+        sup_.total_restarts() > 0 ? fmt::format(", restarts {}", sup_.total_restarts()) : "";
+    actor_metrics_.poll();
+    std::fprintf(stderr,
+                 "[%6.1fs] %s: version %llu, %s, weight-sync stall %.1f%%, trajectories "
+                 "%llu%s, rollouts %zu alive, repack moves %llu%s\n",
+                 elapsed, job_.manager.mode.c_str(),
+                 static_cast<unsigned long long>(s.value("latest", 0ull)),
+                 actor_metrics_.describe().c_str(), wall > 0 ? 100.0 * stall / wall : 0.0,
+                 static_cast<unsigned long long>(s.value("finished", 0ull)), total.c_str(), alive,
+                 static_cast<unsigned long long>(s.value("repack_moves", 0ull)), restarts.c_str());
+  }
+
+  Supervisor::Proc* by_role(const std::string& role, bool last) {
+    Supervisor::Proc* found = nullptr;
+    for (auto& p : sup_.procs()) {
+      if (p->spec.role != role || p->state != Supervisor::State::kRunning) continue;
+      found = p.get();
+      if (!last) break;
+    }
+    return found;
+  }
+
+  void note(const std::string& what) {
+    result_.events.push_back(what);
+    std::fprintf(stderr, "sluice run: %s\n", what.c_str());
+  }
+
+  const JobConfig& job_;
+  const fs::path dir_;
+  Supervisor& sup_;
+  core::EventLoop& loop_;
+  std::unique_ptr<core::Client> status_client_;
+  JobResult& result_;
+  json status_reply_;
+  bool status_asking_ = false, status_fresh_ = false, progress_wanted_ = false;
+  const Clock::time_point t0_ = Clock::now();
+  Clock::time_point next_progress_ = t0_, next_watch_ = t0_;
+  VersionWatch watch_;
+  MetricsTail actor_metrics_;
+  bool chaos_killed_ = false, chaos_stopped_ = false;
+  int manager_pause_ = 0;  // 0 not yet, 1 paused, 2 resumed
+  ChaosSchedule chaos_;
+  double chaos_origin_ = -1;  // job time of the first published version
+  Supervisor::Proc* actor_proc_;
+};
+
+// The end of the job: the manager's final status, every role stopped, summary.json written.
+core::Result<JobResult> collect_job(const JobPlan& plan, Supervisor& sup, JobWatch& watch,
+                                    JobResult result, const core::Status& outcome) {
+  result.manager = watch.manager_status();
+  watch.versions().observe(result.manager, sup);
+  sup.stop_all();
+  result.restarts = sup.restarts_json();
+  write_run_summary(plan.dir, plan.job, result, watch.versions().to_json(), outcome,
+                    watch.elapsed());
+  if (!outcome.is_ok()) {
+    return outcome.with_context(fmt::format("job {} ({})", plan.job.name, plan.dir.string()));
+  }
+  return result;
+}
+
+}  // namespace
+
+core::Result<JobResult> run_local_job(JobConfig job, const std::string& sluice_exe,
+                                      const std::vector<std::string>& environment,
+                                      std::shared_ptr<EmulatedHosts> hosts, bool resume) {
+  SLUICE_ASSIGN_OR_RETURN(JobPlan plan,
+                          plan_job(std::move(job), environment, std::move(hosts), resume));
   auto loop = core::EventLoop::create().value();
   bool interrupted = false;
   loop->handle_shutdown_signals();
@@ -483,293 +858,21 @@ core::Result<JobResult> run_local_job(JobConfig job, const std::string& sluice_e
 
   JobResult result;
   auto job_start = Clock::now();
-  result.dir = dir.string();
-  Supervisor sup(job.restart, dir / "events.jsonl", job_start);
-  if (resume) sup.event("resumed", nullptr, json{{"run_dir", dir.string()}});
-  // A role's process: `sluice ROLE --config FILE`, or a command role's `ARGV... --config FILE`
-  // (its program resolved). Either way its ready line, logs and restarts are the same.
-  auto spec = [&](const std::string& name, const std::string& role, const fs::path& cfg,
-                  const std::string& ready, std::uint32_t host = 0,
-                  const RoleCommand* command = nullptr, const std::string& program = "") {
-    ProcessSpec ps;
-    ps.name = name;
-    ps.role = role;
-    if (hosts && host > 0) ps.argv = hosts->exec_prefix(host);
-    if (command && command->enabled()) {
-      ps.argv.push_back(program);
-      ps.argv.insert(ps.argv.end(), command->argv.begin() + 1, command->argv.end());
-    } else {
-      ps.argv.push_back(sluice_exe);
-      ps.argv.push_back(role);
-    }
-    ps.argv.push_back("--config");
-    ps.argv.push_back(cfg.string());
-    ps.env = child_env;
-    if (command) ps.env.insert(ps.env.end(), command->env.begin(), command->env.end());
-    ps.log_path = (dir / (name + ".log")).string();
-    ps.ready = ready;
-    ps.clean_exit_ends = role == "actor" || role == "rollout";
-    return ps;
-  };
-  auto started_ok = [&]() -> core::Status {
-    SLUICE_TRY(write_role_file(dir / "weightstore.json", job, "store", job.store));
-    SLUICE_TRY(sup.start(spec("weightstore", "weightstore", dir / "weightstore.json", "endpoint")));
-    for (std::uint32_t i = 0; i < job.relays; ++i) {
-      relay::RelayConfig rc = relay_role_config(job, i);
-      std::uint32_t host = hosts ? relay_host(job, i) : 0;
-      auto path = dir / fmt::format("relay-{}.json", i);
-      SLUICE_TRY(write_role_file(path, job, "relay", rc));
-      SLUICE_TRY(sup.start(spec(rc.relay_id, "relay", path, "relay", host)));
-    }
-    SLUICE_TRY(write_role_file(dir / "rollout-manager.json", job, "manager", job.manager));
-    SLUICE_TRY(sup.start(
-        spec("rollout-manager", "rollout-manager", dir / "rollout-manager.json", "endpoint")));
-    for (std::uint32_t i = 0; i < job.rollouts; ++i) {
-      rollout::RolloutConfig rc = rollout_role_config(job, i);
-      std::uint32_t host = hosts ? rollout_host(job, i) : 0;
-      auto path = dir / fmt::format("rollout-{}.json", i);
-      SLUICE_TRY(write_role_file(path, job, "rollout", rc, &job.rollout_command));
-      SLUICE_TRY(sup.start(spec(rc.rollout_id, "rollout", path, "rollout", host,
-                                &job.rollout_command, rollout_program)));
-    }
-    // The actor's metric times count from the job's start.
-    job.actor.start_offset_s = seconds(Clock::now() - job_start);
-    SLUICE_TRY(write_role_file(dir / "actor.json", job, "actor", job.actor, &job.actor_command));
-    SLUICE_TRY(sup.start(
-        spec("actor", "actor", dir / "actor.json", "actor", 0, &job.actor_command, actor_program)));
-    return {};
-  }();
-  if (!started_ok.is_ok()) {
+  result.dir = plan.dir.string();
+  Supervisor sup(plan.job.restart, plan.dir / "events.jsonl", job_start);
+  if (resume) sup.event("resumed", nullptr, json{{"run_dir", plan.dir.string()}});
+  if (auto started = start_roles(plan, sup, sluice_exe, job_start); !started.is_ok()) {
     sup.stop_all();
-    return started_ok;
+    return started;
   }
 
   SLUICE_ASSIGN_OR_RETURN(core::Security to_manager,
-                          launcher_security.for_server(core::kRoleManager));
-  SLUICE_ASSIGN_OR_RETURN(auto status_client, core::Client::create(*loop, manager_ep, to_manager));
-  auto status_fields = [](const core::Result<core::Message>& r) -> json {
-    if (!r.is_ok()) return json::object();
-    auto st = rollout::decode_status(r->body);
-    return st.is_ok() ? st->fields : json::object();
-  };
-  // Blocking, for the end of the job only.
-  auto manager_status = [&]() -> json {
-    return status_fields(
-        status_client->call(rollout::encode(rollout::StatusRequest{}), Millis(3000)));
-  };
-  // While the job runs the question is asked without waiting for its answer: a dead manager's
-  // 3 s time-out would otherwise hold up the launcher, and with it every restart (a killed
-  // manager came back 6 s after its death, a store 3 s).
-  json status_reply;
-  bool status_asking = false, status_fresh = false;
-  auto ask_status = [&] {
-    if (status_asking) return;
-    status_asking = true;
-    status_client->request(rollout::encode(rollout::StatusRequest{}), Millis(3000),
-                           [&](core::Result<core::Message> r) {
-                             status_asking = false;
-                             status_reply = status_fields(r);
-                             status_fresh = true;
-                           });
-  };
-  bool progress_wanted = false;
-
-  auto t0 = Clock::now();
-  auto next_progress = t0;
-  auto next_watch = t0;
-  VersionWatch watch;
-  MetricsTail actor_metrics(dir / "metrics.jsonl");
-  bool chaos_killed = false, chaos_stopped = false;
-  int manager_pause = 0;  // 0 not yet, 1 paused, 2 resumed
-  ChaosSchedule chaos(job.chaos, sup);
-  double chaos_origin = -1;  // job time of the first published version
-  core::Status outcome;
-  Supervisor::Proc* actor_proc = sup.find("actor");
-  auto by_role = [&](const std::string& role, bool last) -> Supervisor::Proc* {
-    Supervisor::Proc* found = nullptr;
-    for (auto& p : sup.procs()) {
-      if (p->spec.role != role || p->state != Supervisor::State::kRunning) continue;
-      found = p.get();
-      if (!last) break;
-    }
-    return found;
-  };
-  auto note = [&](const std::string& what) {
-    result.events.push_back(what);
-    std::fprintf(stderr, "sluice run: %s\n", what.c_str());
-  };
-  while (true) {
-    loop->run_until([&] { return interrupted; }, Millis(100));
-    double elapsed = seconds(Clock::now() - t0);
-    if (interrupted) {
-      outcome = core::cancelled("interrupted");
-      break;
-    }
-    if (elapsed > job.timeout_s) {
-      outcome = core::timeout_error(fmt::format("job did not finish within {} s", job.timeout_s));
-      break;
-    }
-    if (job.duration_s > 0 && elapsed >= job.duration_s) {
-      // A job measured over a fixed time: the actor stops where it is and writes its summary.
-      if (actor_proc->state == Supervisor::State::kRunning) {
-        actor_proc->proc->signal(SIGTERM).ignore();
-        auto code = actor_proc->proc->wait(Millis(20000));
-        if (!code.is_ok()) actor_proc->proc->signal(SIGKILL).ignore();
-      }
-      std::ifstream f(job.actor.summary_path);
-      result.actor = json::parse(f, nullptr, false);
-      if (result.actor.is_discarded()) result.actor = json::object();
-      note(fmt::format("{:.1f}s: stopped after duration_s {}", elapsed, job.duration_s));
-      break;
-    }
-    // Chaos: the first rollout killed once (the older, single-kill setting).
-    if (job.kill_rollout_after_s > 0 && !chaos_killed && elapsed >= job.kill_rollout_after_s) {
-      if (auto* p = by_role("rollout", false)) {
-        sup.kill(*p, "kill_rollout_after_s").ignore();
-        result.events.push_back(fmt::format("{:.1f}s: chaos killed {}", elapsed, p->spec.name));
-      }
-      chaos_killed = true;
-    }
-    if (job.pause_manager_after_s > 0 && manager_pause < 2 &&
-        elapsed >= job.pause_manager_after_s + (manager_pause == 1 ? job.pause_manager_for_s : 0)) {
-      if (auto* p = sup.find("rollout-manager"); p && p->proc) {
-        p->stopped = manager_pause == 0;
-        p->proc->signal(manager_pause == 0 ? SIGSTOP : SIGCONT).ignore();
-        result.events.push_back(fmt::format("{:.1f}s: chaos {} {}", elapsed,
-                                            manager_pause == 0 ? "paused" : "resumed",
-                                            p->spec.name));
-      }
-      ++manager_pause;
-    }
-    if (job.stop_rollout_after_s > 0 && !chaos_stopped && elapsed >= job.stop_rollout_after_s) {
-      if (auto* p = by_role("rollout", true)) {
-        p->stopped = true;
-        p->proc->signal(SIGSTOP).ignore();
-        result.events.push_back(fmt::format("{:.1f}s: chaos stopped {}", elapsed, p->spec.name));
-      }
-      chaos_stopped = true;
-    }
-    // Chaos kills count from the first published version: the job proper, after start-up and
-    // the actor's warm start.
-    if (chaos_origin < 0 && watch.latest() > 0) chaos_origin = elapsed;
-    if (auto killed = chaos_origin < 0 ? "" : chaos.due(elapsed - chaos_origin); !killed.empty()) {
-      result.events.push_back(fmt::format("{:.1f}s: chaos killed {}", elapsed, killed));
-    }
-    // Children that died: restarted by the supervisor (with backoff, up to their limit). The
-    // actor's normal exit (status 0) ends the job below.
-    bool fatal = false;
-    auto exited = sup.poll();
-    if (sup.take_metrics_changed()) write_prometheus_targets(dir / "prometheus_targets.json", sup);
-    for (Supervisor::Proc* p : exited) {
-      if (p == actor_proc && p->last_status == 0) continue;  // the job's end, handled below
-      if (p->spec.role == "rollout" && p->last_status == 0) continue;  // the job is done
-      fs::path log_path = p->spec.log_path;
-      std::string what = fmt::format(
-          "{:.1f}s: {} exited (status {}){}; its log: {}", elapsed, p->spec.name, p->last_status,
-          p->state == Supervisor::State::kBackoff
-              ? fmt::format(", restart {} of {}", p->restarts, job.restart.limit(p->spec.role))
-              : "",
-          log_path.string());
-      // Deaths chaos caused are expected: recorded, not shouted.
-      if (p->kills > 0 && p->last_status == 128 + SIGKILL) {
-        result.events.push_back(what);
-      } else {
-        note(what);
-        // A crash leaves its reason (UCX's backtrace, an assertion) at the end of the log.
-        if (p->last_status > 128 && p->last_status != 128 + SIGKILL) {
-          for (const auto& line : crash_lines(log_path, 12))
-            std::fprintf(stderr, "sluice run:   | %s\n", line.c_str());
-        }
-      }
-      if (p->state == Supervisor::State::kGaveUp && p->spec.role != "rollout") {
-        note(fmt::format("{:.1f}s: {} is not restarted again ({} restarts)", elapsed, p->spec.name,
-                         p->restarts));
-        fatal = true;
-      }
-    }
-    if (fatal) {
-      outcome = core::unavailable("a role the job cannot do without died (see above)");
-      break;
-    }
-    if (actor_proc->state == Supervisor::State::kExited) {
-      bool has_summary =
-          std::any_of(actor_proc->output.begin(), actor_proc->output.end(),
-                      [](const std::string& l) { return l.rfind("summary ", 0) == 0; });
-      if (!has_summary) {
-        outcome = core::internal_error(fmt::format(
-            "the actor exited without a summary; its log: {}", (dir / "actor.log").string()));
-        break;
-      }
-      std::ifstream f(job.actor.summary_path);
-      result.actor = json::parse(f, nullptr, false);
-      if (result.actor.is_discarded()) {
-        outcome = core::internal_error(
-            fmt::format("the actor's summary {} is unreadable", job.actor.summary_path));
-      }
-      break;
-    }
-    bool progress_due = job.progress_s > 0 && Clock::now() >= next_progress;
-    if (progress_due || Clock::now() >= next_watch) {
-      next_watch = Clock::now() + Millis(1000);
-      ask_status();
-      if (progress_due) {
-        progress_wanted = true;
-        next_progress = Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                           std::chrono::duration<double>(job.progress_s));
-      }
-    }
-    if (status_fresh) {
-      status_fresh = false;
-      const json& s = status_reply;
-      watch.observe(s, sup);
-      const bool print = progress_wanted;
-      progress_wanted = false;
-      if (!s.empty() && print) {
-        // The fleet's side of the metrics: rollout time stalled on weights, and occupancy.
-        double wall = 0, stall = 0, occ = 0;
-        for (const auto& ro : s.value("rollouts", json::array())) {
-          const json& st = ro.value("stats", json::object());
-          wall += st.value("wall_s", 0.0);
-          stall += st.value("load_s", 0.0) + st.value("barrier_s", 0.0);
-          occ += st.value("occupancy_s", 0.0);
-        }
-        if (wall > 0) {
-          std::ofstream(dir / "metrics.jsonl", std::ios::app)
-              << json{{"t", elapsed},
-                      {"weight_stall_frac", stall / wall},
-                      {"rollout_util", occ / wall}}
-                     .dump()
-              << "\n";
-        }
-        std::size_t alive = 0;
-        for (const auto& r : s.value("rollouts", json::array()))
-          alive += r.value("alive", false);
-        std::string total = job.manager.prompts
-                                ? fmt::format("/{}", job.manager.prompts * job.manager.group_size)
-                                : "";
-        std::string restarts =
-            sup.total_restarts() > 0 ? fmt::format(", restarts {}", sup.total_restarts()) : "";
-        actor_metrics.poll();
-        std::fprintf(stderr,
-                     "[%6.1fs] %s: version %llu, %s, weight-sync stall %.1f%%, trajectories "
-                     "%llu%s, rollouts %zu alive, repack moves %llu%s\n",
-                     elapsed, job.manager.mode.c_str(),
-                     static_cast<unsigned long long>(s.value("latest", 0ull)),
-                     actor_metrics.describe().c_str(), wall > 0 ? 100.0 * stall / wall : 0.0,
-                     static_cast<unsigned long long>(s.value("finished", 0ull)), total.c_str(),
-                     alive, static_cast<unsigned long long>(s.value("repack_moves", 0ull)),
-                     restarts.c_str());
-      }
-    }
-  }
-  result.manager = manager_status();
-  watch.observe(result.manager, sup);
-  sup.stop_all();
-  result.restarts = sup.restarts_json();
-  write_run_summary(dir, job, result, watch.to_json(), outcome, seconds(Clock::now() - t0));
-  if (!outcome.is_ok())
-    return outcome.with_context(fmt::format("job {} ({})", job.name, dir.string()));
-  return result;
+                          plan.launcher_security.for_server(core::kRoleManager));
+  SLUICE_ASSIGN_OR_RETURN(auto status_client,
+                          core::Client::create(*loop, plan.manager_ep, to_manager));
+  JobWatch watch(plan, sup, *loop, std::move(status_client), result);
+  core::Status outcome = watch.run(interrupted);
+  return collect_job(plan, sup, watch, std::move(result), outcome);
 }
 
 }  // namespace sluice::cli
