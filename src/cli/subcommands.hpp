@@ -29,8 +29,8 @@ struct Subcommand {
   bool hidden = false;  // started by benches and tests, not typed by hand: left out of --help
   std::function<void(CLI::App&)> add_options;
   std::function<int(const Context&)> run;  // the exit status: 0 ok, 1 failed, 2 usage error
-  // True when this run gives UCX its tcp transport (otherwise reads over tcp use chunk streams
-  // and UCX gets shared memory only); unset: false.
+  // True when this run reads over UCX's tcp transport (the --ucx-get commands; everything else
+  // reads tcp over chunk streams): core::ucx_env_defaults depends on it. Unset: false.
   std::function<bool()> ucx_tcp;
 };
 
