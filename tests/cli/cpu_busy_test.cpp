@@ -1,4 +1,4 @@
-// The CPU rule of the benches that emulate links (src/cli/cpu_busy.hpp): a figure taken while the
+// The CPU rule of the benches that emulate links (src/bench/cpu_busy.hpp): a figure taken while the
 // cores were more than 70% busy is not a figure, and no ratio is made of it.
 #include <doctest/doctest.h>
 
@@ -8,7 +8,7 @@
 #include <thread>
 #include <vector>
 
-#include "cli/cpu_busy.hpp"
+#include "bench/cpu_busy.hpp"
 
 using sluice::cli::cpu_window;
 using sluice::cli::CpuSample;

@@ -6,7 +6,7 @@
 
 #include <unistd.h>
 
-#include "cli/compare.hpp"
+#include "analysis/compare.hpp"
 
 using sluice::cli::compare_evals;
 using sluice::cli::format_comparison;

@@ -12,7 +12,7 @@
 
 #include <unistd.h>
 
-#include "cli/report.hpp"
+#include "analysis/report.hpp"
 
 using sluice::cli::write_report;
 using sluice::core::Code;
