@@ -12,6 +12,7 @@
 #include "core/process.hpp"
 #include "core/shard.hpp"
 #include "core/units.hpp"
+#include "relay/relay.hpp"
 #include "weightstore/reader.hpp"
 
 using namespace sluice;
@@ -80,6 +81,22 @@ std::vector<std::uint8_t> reference(const std::uint8_t* base, const Tensor& t, s
 }  // namespace
 
 TEST_SUITE("relay.share") {
+  TEST_CASE("a relay's share settings are checked before it starts") {
+    relay::RelayConfig c;
+    c.share_tp_size = 4;
+    c.share_rank = 3;
+    CHECK(c.validate().is_ok());
+    c.share_rank = 4;
+    CHECK(c.validate().code() == core::Code::kInvalidArgument);
+    CHECK(c.validate().message().find("share_rank 4") != std::string::npos);
+    c.share_rank = 0;
+    c.make_deltas = true;
+    CHECK(c.validate().code() == core::Code::kInvalidArgument);
+    c.make_deltas = false;
+    c.share_tp_size = core::kMaxTensorParallel + 1;
+    CHECK(c.validate().code() == core::Code::kInvalidArgument);
+  }
+
   TEST_CASE("host-share relays hold their host's share and serve every rank its exact shard") {
     std::string store_ep;
     auto store = start({SLUICE_BIN, "--log-level", "warn", "weightstore", "--set",
