@@ -1,17 +1,22 @@
-// Host-share relays as real processes over TCP. Two rollouts of tensor-parallel size 4 run on
+// Host-share relays as real processes over TCP, on emulated hosts (network namespaces, when
+// root) and on loopback with host labels. Two rollouts of tensor-parallel size 4 run on
 // two hosts each (2 GPUs a host), so a host's GPUs load rank h of tp 2 between them: each host's
 // relay holds only that share, the relays of one share form a chain, and every rank reads its
 // shard from its own host's relay, bit for bit the slice of the whole version.
 #include <doctest/doctest.h>
 
+#include <unistd.h>
+
 #include <cstring>
 #include <map>
 
+#include "../support/jobs.hpp"
 #include "../support/store_process.hpp"
 #include "actor/publisher.hpp"
 #include "core/process.hpp"
 #include "core/shard.hpp"
 #include "core/units.hpp"
+#include "launch/emulated_hosts.hpp"
 #include "relay/relay.hpp"
 #include "weightstore/reader.hpp"
 
@@ -78,6 +83,172 @@ std::vector<std::uint8_t> reference(const std::uint8_t* base, const Tensor& t, s
   return out;
 }
 
+// The run: hosts a0, a1 (rollout a) and b0, b1 (rollout b), a relay on each (host x1 holds share
+// rank 1 of tp 2), the store and the publisher apart. With `net`, each on an emulated host of its
+// own (network namespaces, links limited); without, labelled hosts on loopback.
+std::vector<std::string> with(std::vector<std::string> a, std::initializer_list<std::string> b);
+
+void run_shares(cli::EmulatedHosts* net) {
+  std::string store_ep;
+  if (net) REQUIRE(net->enter(0).is_ok());  // the store and the publisher: host 0
+  const std::string listen = net ? cli::EmulatedHosts::address(0) : std::string("127.0.0.1");
+  auto store = start({SLUICE_BIN, "--log-level", "warn", "weightstore", "--set",
+                      "store.listen=tcp://" + listen + ":*", "--set", "store.security.mode=plain"},
+                     "endpoint ", &store_ep);
+  // Hosts a0, a1 (rollout a) and b0, b1 (rollout b); host x1 holds share rank 1 of tp 2.
+  const std::vector<std::string> hosts = {"a0", "a1", "b0", "b1"};
+  std::map<std::string, std::unique_ptr<core::Subprocess>> relays;
+  auto loop = core::EventLoop::create().value();
+  for (std::size_t i = 0; i < hosts.size(); ++i) {
+    const std::string& h = hosts[i];
+    std::vector<std::string> argv;
+    if (net) argv = net->exec_prefix(static_cast<std::uint32_t>(i + 1));
+    for (std::string a : {std::string(SLUICE_BIN), std::string("--log-level"), std::string("warn"),
+                          std::string("relay")})
+      argv.push_back(a);
+    relays[h] = start(with(argv, {"--set",
+                       "relay.store=" + store_ep, "--set", "relay.relay_id=relay-" + h, "--set",
+                       "relay.security.mode=plain", "--set", "relay.poll_ms=20", "--set",
+                       "relay.host=" + h, "--set", "relay.share_tp_size=2", "--set",
+                       std::string("relay.share_rank=") + h.back()}),
+                      "relay ");
+    loop->run_until([] { return false; }, Millis(100));  // join in this order
+  }
+  core::TransferOptions publisher_to = over_tcp();
+  publisher_to.stream_reach = store_ep;  // its chunk server binds where the hosts reach it
+  auto engine = core::TransferEngine::create(*loop, publisher_to).value();
+  auto client =
+      weightstore::StoreClient::create(*loop, store_ep, core::Security::plain()).value();
+  actor::PublisherOptions po;
+  po.model = "policy";
+  po.holder_id = "actor-0";
+  po.chunk_bytes = kChunk;
+  po.topology.host = "trainer";
+  po.shard_layouts = {layout(0, 4), layout(0, 2)};  // the rollouts', the hosts'
+  auto pub = actor::Publisher::create(*loop, *engine, *client, po).value();
+  auto beat = loop->every(Millis(300), [&] { pub->heartbeat(); });
+
+  std::map<std::string, std::uint64_t> at;
+  std::uint64_t total = 0;
+  for (const auto& t : kTensors) {
+    at[t.name] = total;
+    total += t.rows * t.cols * 4;
+  }
+  std::vector<std::uint8_t> w(total);
+  core::fill_pseudo_random(w.data(), w.size(), 41);
+  std::vector<actor::TensorView> views;
+  for (const auto& t : kTensors) {
+    std::vector<std::uint64_t> shape =
+        t.rows == 1 ? std::vector<std::uint64_t>{t.cols} : std::vector<std::uint64_t>{t.rows, t.cols};
+    views.push_back({t.name, "F32", shape, w.data() + at[t.name], t.rows * t.cols * 4});
+  }
+  auto m = pub->publish(1, views);
+  REQUIRE_MESSAGE(m.is_ok(), m.status().to_string());
+
+  // Each relay holds its share whole: the share's chunks, and no copy of the version.
+  std::map<std::uint32_t, core::Manifest> share;
+  for (std::uint32_t r : {0u, 1u}) {
+    const std::string splits = core::plan_shard(*m, layout(r, 2)).value().splits;
+    share[r] = core::share_manifest(*m, core::share_model("policy", 2, r, splits)).value();
+  }
+  auto held = [&](const std::string& h) -> std::uint64_t {
+    auto cp = client->copies(share[h.back() - '0'].model, 1);
+    if (!cp.is_ok()) return 0;
+    for (const auto& [id, n] : *cp)
+      if (id == "relay-" + h) return n;
+    return 0;
+  };
+  CHECK(loop->run_until(
+      [&] {
+        for (const auto& h : hosts)
+          if (held(h) != share[h.back() - '0'].chunk_count()) return false;
+        return true;
+      },
+      Millis(30000)));
+  for (const auto& h : hosts) {
+    CAPTURE(h);
+    const core::Manifest& s = share[h.back() - '0'];
+    // The host's share: half of each split tensor and the replicated one, within a chunk of
+    // half the version.
+    const std::uint64_t replicated = 256 * 4;
+    CHECK(s.total_bytes == (total - replicated) / 2 + replicated);
+    CHECK(s.total_bytes <= total / 2 + kChunk);
+    CHECK(relays[h]->running());
+  }
+  auto whole = client->copies("policy", 1).value();
+  CHECK(whole.size() == 1);  // the publisher's alone
+  CHECK(whole.count("actor-0") == 1);
+
+  // Every rank, on its host, reads its shard from that host's relay.
+  std::vector<std::unique_ptr<core::TransferEngine>> engines;
+  std::vector<std::unique_ptr<weightstore::StoreClient>> clients;
+  std::vector<std::unique_ptr<weightstore::Reader>> readers;
+  for (std::size_t i = 0; i < hosts.size(); ++i) {
+    const std::string& h = hosts[i];
+    // A reader's sockets live in the namespace its thread is in when they are made.
+    if (net) REQUIRE(net->enter(static_cast<std::uint32_t>(i + 1)).is_ok());
+    for (std::uint32_t g = 0; g < 2; ++g) {
+      const std::uint32_t rank = 2 * static_cast<std::uint32_t>(h.back() - '0') + g;
+      CAPTURE(h);
+      CAPTURE(rank);
+      engines.push_back(core::TransferEngine::create(*loop, over_tcp()).value());
+      weightstore::ReaderOptions ro;
+      ro.model = "policy";
+      ro.holder_id = "rollout-" + h + "-" + std::to_string(g);
+      ro.topology.host = h;
+      ro.serve = false;  // a shard reader holds only its shard
+      ro.layout = layout(rank, 4);
+      ro.layout->host_tp_size = 2;
+      clients.push_back(
+          weightstore::StoreClient::create(*loop, store_ep, core::Security::plain()).value());
+      auto reader = weightstore::Reader::create(*loop, *engines.back(), *clients.back(), ro);
+      REQUIRE_MESSAGE(reader.is_ok(), reader.status().to_string());
+      readers.push_back(std::move(reader).value());
+      auto& rd = *readers.back();
+      auto pulled = rd.pull(1);
+      REQUIRE_MESSAGE(pulled.is_ok(), pulled.status().to_string());
+      REQUIRE(rd.swap().value() == 1);
+      std::uint64_t shard_bytes = 0;
+      for (const auto& t : kTensors) {
+        auto got = rd.current_tensor(t.name);
+        REQUIRE_MESSAGE(got.is_ok(), got.status().to_string());
+        const auto want = reference(w.data() + at[t.name], t, rank, 4);
+        CHECK(got->size() == want.size());
+        CHECK(std::memcmp(got->data(), want.data(), want.size()) == 0);
+        shard_bytes += want.size();
+      }
+      // Every byte came from the host's relay, none from the publisher.
+      CHECK(rd.last_stats().bytes == shard_bytes);
+      CHECK(rd.last_same_host_bytes() == shard_bytes);
+    }
+  }
+
+  // Version 2, asked for at once on the last host of its share's chain, before its relay has
+  // started on it: the reader waits for its own host's relay, follows it, and gets exactly its
+  // slice from it alone.
+  core::fill_pseudo_random(w.data(), w.size(), 42);
+  REQUIRE(pub->publish(2, views).is_ok());
+  auto& last = *readers.back();  // host b1, rank 3
+  auto pulled = last.pull(2);
+  REQUIRE_MESSAGE(pulled.is_ok(), pulled.status().to_string());
+  REQUIRE(last.swap().value() == 2);
+  std::uint64_t shard_bytes = 0;
+  for (const auto& t : kTensors) {
+    auto got = last.current_tensor(t.name);
+    REQUIRE(got.is_ok());
+    const auto want = reference(w.data() + at[t.name], t, 3, 4);
+    CHECK(std::memcmp(got->data(), want.data(), want.size()) == 0);
+    shard_bytes += want.size();
+  }
+  CHECK(last.last_same_host_bytes() == shard_bytes);
+  if (net) REQUIRE(net->enter(0).is_ok());
+}
+
+std::vector<std::string> with(std::vector<std::string> a, std::initializer_list<std::string> b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
 }  // namespace
 
 TEST_SUITE("relay.share") {
@@ -98,141 +269,23 @@ TEST_SUITE("relay.share") {
   }
 
   TEST_CASE("host-share relays hold their host's share and serve every rank its exact shard") {
-    std::string store_ep;
-    auto store = start({SLUICE_BIN, "--log-level", "warn", "weightstore", "--set",
-                        "store.listen=tcp://127.0.0.1:*", "--set", "store.security.mode=plain"},
-                       "endpoint ", &store_ep);
-    // Hosts a0, a1 (rollout a) and b0, b1 (rollout b); host x1 holds share rank 1 of tp 2.
-    const std::vector<std::string> hosts = {"a0", "a1", "b0", "b1"};
-    std::map<std::string, std::unique_ptr<core::Subprocess>> relays;
-    auto loop = core::EventLoop::create().value();
-    for (const auto& h : hosts) {
-      relays[h] = start({SLUICE_BIN, "--log-level", "warn", "relay", "--set",
-                         "relay.store=" + store_ep, "--set", "relay.relay_id=relay-" + h, "--set",
-                         "relay.security.mode=plain", "--set", "relay.poll_ms=20", "--set",
-                         "relay.host=" + h, "--set", "relay.share_tp_size=2", "--set",
-                         std::string("relay.share_rank=") + h.back()},
-                        "relay ");
-      loop->run_until([] { return false; }, Millis(100));  // join in this order
-    }
-    auto engine = core::TransferEngine::create(*loop, over_tcp()).value();
-    auto client =
-        weightstore::StoreClient::create(*loop, store_ep, core::Security::plain()).value();
-    actor::PublisherOptions po;
-    po.model = "policy";
-    po.holder_id = "actor-0";
-    po.chunk_bytes = kChunk;
-    po.topology.host = "trainer";
-    po.shard_layouts = {layout(0, 4), layout(0, 2)};  // the rollouts', the hosts'
-    auto pub = actor::Publisher::create(*loop, *engine, *client, po).value();
-    auto beat = loop->every(Millis(300), [&] { pub->heartbeat(); });
+    run_shares(nullptr);
+  }
 
-    std::map<std::string, std::uint64_t> at;
-    std::uint64_t total = 0;
-    for (const auto& t : kTensors) {
-      at[t.name] = total;
-      total += t.rows * t.cols * 4;
+  TEST_CASE("host-share relays on emulated hosts: each holds its share, every rank its shard") {
+    if (!testing::can_emulate_hosts()) {
+      MESSAGE("skipped: needs root and network namespaces");
+      return;
     }
-    std::vector<std::uint8_t> w(total);
-    core::fill_pseudo_random(w.data(), w.size(), 41);
-    std::vector<actor::TensorView> views;
-    for (const auto& t : kTensors) {
-      std::vector<std::uint64_t> shape =
-          t.rows == 1 ? std::vector<std::uint64_t>{t.cols} : std::vector<std::uint64_t>{t.rows, t.cols};
-      views.push_back({t.name, "F32", shape, w.data() + at[t.name], t.rows * t.cols * 4});
-    }
-    auto m = pub->publish(1, views);
-    REQUIRE_MESSAGE(m.is_ok(), m.status().to_string());
-
-    // Each relay holds its share whole: the share's chunks, and no copy of the version.
-    std::map<std::uint32_t, core::Manifest> share;
-    for (std::uint32_t r : {0u, 1u}) {
-      const std::string splits = core::plan_shard(*m, layout(r, 2)).value().splits;
-      share[r] = core::share_manifest(*m, core::share_model("policy", 2, r, splits)).value();
-    }
-    auto held = [&](const std::string& h) -> std::uint64_t {
-      auto cp = client->copies(share[h.back() - '0'].model, 1);
-      if (!cp.is_ok()) return 0;
-      for (const auto& [id, n] : *cp)
-        if (id == "relay-" + h) return n;
-      return 0;
-    };
-    CHECK(loop->run_until(
-        [&] {
-          for (const auto& h : hosts)
-            if (held(h) != share[h.back() - '0'].chunk_count()) return false;
-          return true;
-        },
-        Millis(30000)));
-    for (const auto& h : hosts) {
-      CAPTURE(h);
-      const core::Manifest& s = share[h.back() - '0'];
-      // The host's share: half of each split tensor and the replicated one, within a chunk of
-      // half the version.
-      const std::uint64_t replicated = 256 * 4;
-      CHECK(s.total_bytes == (total - replicated) / 2 + replicated);
-      CHECK(s.total_bytes <= total / 2 + kChunk);
-      CHECK(relays[h]->running());
-    }
-    auto whole = client->copies("policy", 1).value();
-    CHECK(whole.size() == 1);  // the publisher's alone
-    CHECK(whole.count("actor-0") == 1);
-
-    // Every rank, on its host, reads its shard from that host's relay.
-    std::vector<std::unique_ptr<core::TransferEngine>> engines;
-    std::vector<std::unique_ptr<weightstore::Reader>> readers;
-    for (const auto& h : hosts) {
-      for (std::uint32_t g = 0; g < 2; ++g) {
-        const std::uint32_t rank = 2 * static_cast<std::uint32_t>(h.back() - '0') + g;
-        CAPTURE(h);
-        CAPTURE(rank);
-        engines.push_back(core::TransferEngine::create(*loop, over_tcp()).value());
-        weightstore::ReaderOptions ro;
-        ro.model = "policy";
-        ro.holder_id = "rollout-" + h + "-" + std::to_string(g);
-        ro.topology.host = h;
-        ro.serve = false;  // a shard reader holds only its shard
-        ro.layout = layout(rank, 4);
-        ro.layout->host_tp_size = 2;
-        auto reader = weightstore::Reader::create(*loop, *engines.back(), *client, ro);
-        REQUIRE_MESSAGE(reader.is_ok(), reader.status().to_string());
-        readers.push_back(std::move(reader).value());
-        auto& rd = *readers.back();
-        auto pulled = rd.pull(1);
-        REQUIRE_MESSAGE(pulled.is_ok(), pulled.status().to_string());
-        REQUIRE(rd.swap().value() == 1);
-        std::uint64_t shard_bytes = 0;
-        for (const auto& t : kTensors) {
-          auto got = rd.current_tensor(t.name);
-          REQUIRE_MESSAGE(got.is_ok(), got.status().to_string());
-          const auto want = reference(w.data() + at[t.name], t, rank, 4);
-          CHECK(got->size() == want.size());
-          CHECK(std::memcmp(got->data(), want.data(), want.size()) == 0);
-          shard_bytes += want.size();
-        }
-        // Every byte came from the host's relay, none from the publisher.
-        CHECK(rd.last_stats().bytes == shard_bytes);
-        CHECK(rd.last_same_host_bytes() == shard_bytes);
-      }
-    }
-
-    // Version 2, asked for at once on the last host of its share's chain, before its relay has
-    // started on it: the reader waits for its own host's relay, follows it, and gets exactly its
-    // slice from it alone.
-    core::fill_pseudo_random(w.data(), w.size(), 42);
-    REQUIRE(pub->publish(2, views).is_ok());
-    auto& last = *readers.back();  // host b1, rank 3
-    auto pulled = last.pull(2);
-    REQUIRE_MESSAGE(pulled.is_ok(), pulled.status().to_string());
-    REQUIRE(last.swap().value() == 2);
-    std::uint64_t shard_bytes = 0;
-    for (const auto& t : kTensors) {
-      auto got = last.current_tensor(t.name);
-      REQUIRE(got.is_ok());
-      const auto want = reference(w.data() + at[t.name], t, 3, 4);
-      CHECK(std::memcmp(got->data(), want.data(), want.size()) == 0);
-      shard_bytes += want.size();
-    }
-    CHECK(last.last_same_host_bytes() == shard_bytes);
+    cli::EmulatedHostsConfig hc;
+    hc.count = 4;
+    hc.link_rate = "1gbit";
+    hc.prefix = "srs" + std::to_string(::getpid());
+    std::vector<std::string> env;
+    for (char** e = environ; *e; ++e)
+      env.emplace_back(*e);
+    auto net = cli::EmulatedHosts::up(hc, env);
+    REQUIRE_MESSAGE(net.is_ok(), net.status().to_string());
+    run_shares(net->get());
   }
 }
