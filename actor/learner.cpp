@@ -168,6 +168,136 @@ std::vector<std::int32_t> shape_of(const model::GptConfig& g) {
   return {g.vocab, g.context, g.d_model, g.n_layer, g.n_head, g.d_ff, g.value_head ? 1 : 0};
 }
 
+// The samples of a batch that count: weight 0 contributes nothing, and leaving such samples out
+// also keeps them out of the group means and of the token count that normalises the loss, so
+// they change nothing at all.
+struct TrainBatch {
+  Sequences seq;
+  std::vector<float> behaviour, weights;  // per token, per sequence
+  std::vector<double> rewards;
+  std::vector<std::string> keys;  // prompt ids: GRPO's groups
+  std::size_t skipped = 0;
+};
+
+TrainBatch gather(const std::vector<Sample>& batch) {
+  TrainBatch tb;
+  for (const auto& s : batch) {
+    if (s.weight == 0.0) {
+      ++tb.skipped;
+      continue;
+    }
+    tb.seq.add(s.trajectory);
+    tb.behaviour.insert(tb.behaviour.end(), s.trajectory.logprobs.begin(),
+                        s.trajectory.logprobs.end());
+    tb.weights.push_back(static_cast<float>(s.weight));
+    tb.rewards.push_back(s.trajectory.reward);
+    tb.keys.push_back(s.trajectory.prompt_id);
+  }
+  tb.seq.finish();
+  return tb;
+}
+
+// The batch's advantages (and PPO's returns). Where they or the correction need the proximal
+// log-probs before the first gradient, a pass without gradients fills `proximal` first; returns
+// whether it did.
+core::Result<bool> batch_advantages(model::Gpt& model, const LearnerConfig& config,
+                                    const TrainBatch& tb, std::vector<float>& proximal,
+                                    std::vector<float>& advantages, std::vector<float>& returns) {
+  const Sequences& seq = tb.seq;
+  const std::size_t n_seq = seq.seqs.size(), mb = config.minibatch;
+  const bool ppo = config.algorithm == "ppo";
+  bool have_proximal = false;
+  if (config.correction == "m2po" && !ppo) {
+    // M2PO's mask is over the whole batch, so every proximal log-prob is needed before the first
+    // gradient: one pass without gradients (GRPO would otherwise take them from the first
+    // epoch's forward passes). This pass is m2po's cost in the learner's time per step.
+    for (std::size_t b = 0; b < n_seq; b += mb)
+      SLUICE_TRY(score(model, seq, b, std::min(n_seq, b + mb), proximal, nullptr));
+    have_proximal = true;
+  }
+  if (ppo) {
+    // GAE needs every value of the batch (for the normalisation) before any gradient: one pass
+    // without gradients gives the values and, on the way, the proximal log-probs.
+    std::vector<float> values(seq.layout.tokens());
+    for (std::size_t b = 0; b < n_seq; b += mb)
+      SLUICE_TRY(score(model, seq, b, std::min(n_seq, b + mb), proximal, &values));
+    SLUICE_ASSIGN_OR_RETURN(rl::GaeResult g, rl::gae(seq.layout, values, tb.rewards, config.gae));
+    advantages = std::move(g.advantages);
+    returns = std::move(g.returns);
+    return true;
+  }
+  // GRPO needs no model output for its advantages; the proximal log-probs come from the first
+  // epoch's own forward passes (the weights have not moved yet then).
+  const std::vector<std::size_t> groups = rl::group_ids(tb.keys);
+  SLUICE_ASSIGN_OR_RETURN(std::vector<float> per_traj,
+                          rl::grpo_advantages(tb.rewards, groups, config.grpo));
+  SLUICE_ASSIGN_OR_RETURN(advantages, rl::broadcast_to_tokens(seq.layout, per_traj));
+  return have_proximal;
+}
+
+// The model's log-probs (and PPO's values) of the response tokens of sequences [b0, b1), into
+// the batch's flat per-token arrays (`values_new` only when it is sized); their lengths.
+std::vector<std::size_t> take_outputs(const Sequences& seq, std::size_t b0, std::size_t b1,
+                                      const model::ForwardOutput& out, std::vector<float>& logp_new,
+                                      std::vector<float>& values_new) {
+  std::vector<std::size_t> lengths;
+  for (std::size_t b = b0; b < b1; ++b) {
+    const std::size_t first = seq.prompt_len[b] - 1;
+    const std::size_t off = seq.layout.offset(b);
+    lengths.push_back(seq.layout.length(b));
+    for (std::size_t j = 0; j < seq.layout.length(b); ++j) {
+      logp_new[off + j] = out.logprobs[b - b0][first + j];
+      if (!values_new.empty()) values_new[off + j] = out.values[b - b0][first + j];
+    }
+  }
+  return lengths;
+}
+
+// The surrogate's gradient as the model takes it: per sequence of [b0, b1), over every position
+// (zero on the prompt's), scaled from the minibatch's mean to the batch's.
+std::vector<std::vector<float>> policy_grads(const Sequences& seq, std::size_t b0, std::size_t b1,
+                                             const model::ForwardOutput& out,
+                                             const rl::SurrogateResult& sr, double scale) {
+  const std::size_t t0 = seq.layout.offset(b0);
+  std::vector<std::vector<float>> dlogp(out.logprobs.size());
+  for (std::size_t b = b0; b < b1; ++b) {
+    dlogp[b - b0].assign(out.logprobs[b - b0].size(), 0.0f);
+    const std::size_t first = seq.prompt_len[b] - 1;
+    const std::size_t off = seq.layout.offset(b);
+    for (std::size_t j = 0; j < seq.layout.length(b); ++j)
+      dlogp[b - b0][first + j] = static_cast<float>(sr.grad_logp_new[off - t0 + j] * scale);
+  }
+  return dlogp;
+}
+
+// PPO's value loss over sequences [b0, b1) of the batch, weighted per sample and normalised by
+// the batch's tokens, added to `value_loss`, and its gradient into `dvalue` (scaled as the
+// policy's is, times value_coef).
+Status value_grads(const TrainBatch& tb, std::size_t b0, std::size_t b1,
+                   const std::vector<float>& values_new, const std::vector<float>& returns,
+                   double scale, double value_coef, const model::ForwardOutput& out,
+                   std::vector<std::vector<float>>& dvalue, double& value_loss) {
+  const Sequences& seq = tb.seq;
+  const double total = static_cast<double>(seq.layout.tokens());
+  const std::size_t t0 = seq.layout.offset(b0), t1 = seq.layout.offset(b1);
+  SLUICE_ASSIGN_OR_RETURN(rl::ValueLossResult vr,
+                          rl::value_loss(slice(values_new, t0, t1), slice(returns, t0, t1)));
+  dvalue.resize(out.values.size());
+  for (std::size_t b = b0; b < b1; ++b) {
+    dvalue[b - b0].assign(out.values[b - b0].size(), 0.0f);
+    const std::size_t first = seq.prompt_len[b] - 1;
+    const std::size_t off = seq.layout.offset(b);
+    const double w = tb.weights[b];
+    for (std::size_t j = 0; j < seq.layout.length(b); ++j) {
+      const double d = values_new[off + j] - returns[off + j];
+      value_loss += w * 0.5 * d * d / total;
+      dvalue[b - b0][first + j] =
+          static_cast<float>(vr.grad_values[off - t0 + j] * scale * w * value_coef);
+    }
+  }
+  return {};
+}
+
 }  // namespace
 
 // ---- config ----
@@ -327,24 +457,11 @@ core::Result<TrainStats> Learner::train(const std::vector<Sample>& batch) {
   for (const auto& s : batch)
     SLUICE_TRY(check_sample(s, config_.gpt));
 
-  // Samples of weight 0 contribute nothing; leaving them out also keeps them out of the group
-  // means and of the token count that normalises the loss, so they change nothing at all.
-  Sequences seq;
-  std::vector<float> behaviour, weights;
-  std::vector<double> rewards;
-  std::vector<std::string> keys;
-  for (const auto& s : batch) {
-    if (s.weight == 0.0) {
-      ++stats.skipped;
-      continue;
-    }
-    seq.add(s.trajectory);
-    behaviour.insert(behaviour.end(), s.trajectory.logprobs.begin(), s.trajectory.logprobs.end());
-    weights.push_back(static_cast<float>(s.weight));
-    rewards.push_back(s.trajectory.reward);
-    keys.push_back(s.trajectory.prompt_id);
-  }
-  seq.finish();
+  TrainBatch tb = gather(batch);
+  stats.skipped = tb.skipped;
+  const Sequences& seq = tb.seq;
+  const std::vector<float>&behaviour = tb.behaviour, &weights = tb.weights;
+  const std::vector<double>& rewards = tb.rewards;
   const std::size_t n_seq = seq.seqs.size();
   if (n_seq == 0) return stats;
   const std::size_t n_tok = seq.layout.tokens();
@@ -357,33 +474,8 @@ core::Result<TrainStats> Learner::train(const std::vector<Sample>& batch) {
   const bool m2po = config_.correction == "m2po";
   const std::size_t mb = config_.minibatch;
   std::vector<float> proximal(n_tok), advantages, returns;
-  bool have_proximal = false;
-  if (m2po && !ppo) {
-    // M2PO's mask is over the whole batch, so every proximal log-prob is needed before the first
-    // gradient: one pass without gradients (GRPO would otherwise take them from the first
-    // epoch's forward passes). This pass is m2po's cost in the learner's time per step.
-    for (std::size_t b = 0; b < n_seq; b += mb)
-      SLUICE_TRY(score(*model_, seq, b, std::min(n_seq, b + mb), proximal, nullptr));
-    have_proximal = true;
-  }
-  if (ppo) {
-    // GAE needs every value of the batch (for the normalisation) before any gradient: one pass
-    // without gradients gives the values and, on the way, the proximal log-probs.
-    std::vector<float> values(n_tok);
-    for (std::size_t b = 0; b < n_seq; b += mb)
-      SLUICE_TRY(score(*model_, seq, b, std::min(n_seq, b + mb), proximal, &values));
-    have_proximal = true;
-    SLUICE_ASSIGN_OR_RETURN(rl::GaeResult g, rl::gae(seq.layout, values, rewards, config_.gae));
-    advantages = std::move(g.advantages);
-    returns = std::move(g.returns);
-  } else {
-    // GRPO needs no model output for its advantages; the proximal log-probs come from the first
-    // epoch's own forward passes (the weights have not moved yet then).
-    const std::vector<std::size_t> groups = rl::group_ids(keys);
-    SLUICE_ASSIGN_OR_RETURN(std::vector<float> per_traj,
-                            rl::grpo_advantages(rewards, groups, config_.grpo));
-    SLUICE_ASSIGN_OR_RETURN(advantages, rl::broadcast_to_tokens(seq.layout, per_traj));
-  }
+  SLUICE_ASSIGN_OR_RETURN(bool have_proximal,
+                          batch_advantages(*model_, config_, tb, proximal, advantages, returns));
 
   // The correction of stale samples (LearnerConfig::correction).
   //   none: the proximal is left out of the surrogate, so its ratio is taken against the
@@ -423,16 +515,7 @@ core::Result<TrainStats> Learner::train(const std::vector<Sample>& batch) {
           seq.seqs.begin() + static_cast<std::ptrdiff_t>(b1));
       SLUICE_ASSIGN_OR_RETURN(model::ForwardOutput out, model_->forward(sub));
       const std::size_t t0 = seq.layout.offset(b0), t1 = seq.layout.offset(b1);
-      std::vector<std::size_t> lengths;
-      for (std::size_t b = b0; b < b1; ++b) {
-        const std::size_t first = seq.prompt_len[b] - 1;
-        const std::size_t off = seq.layout.offset(b);
-        lengths.push_back(seq.layout.length(b));
-        for (std::size_t j = 0; j < seq.layout.length(b); ++j) {
-          logp_new[off + j] = out.logprobs[b - b0][first + j];
-          if (ppo) values_new[off + j] = out.values[b - b0][first + j];
-        }
-      }
+      const std::vector<std::size_t> lengths = take_outputs(seq, b0, b1, out, logp_new, values_new);
       if (!have_proximal)
         std::copy(logp_new.begin() + t0, logp_new.begin() + t1, proximal.begin() + t0);
       const rl::TokenLayout sub_layout(lengths);
@@ -453,31 +536,11 @@ core::Result<TrainStats> Learner::train(const std::vector<Sample>& batch) {
       truncated += sr.stats.truncated_fraction * n_sub;
       masked += sr.stats.masked_fraction * n_sub;
 
-      std::vector<std::vector<float>> dlogp(out.logprobs.size());
+      std::vector<std::vector<float>> dlogp = policy_grads(seq, b0, b1, out, sr, scale);
       std::vector<std::vector<float>> dvalue;
-      for (std::size_t b = b0; b < b1; ++b) {
-        dlogp[b - b0].assign(out.logprobs[b - b0].size(), 0.0f);
-        const std::size_t first = seq.prompt_len[b] - 1;
-        const std::size_t off = seq.layout.offset(b);
-        for (std::size_t j = 0; j < seq.layout.length(b); ++j)
-          dlogp[b - b0][first + j] = static_cast<float>(sr.grad_logp_new[off - t0 + j] * scale);
-      }
       if (ppo) {
-        SLUICE_ASSIGN_OR_RETURN(rl::ValueLossResult vr,
-                                rl::value_loss(slice(values_new, t0, t1), slice(returns, t0, t1)));
-        dvalue.resize(out.values.size());
-        for (std::size_t b = b0; b < b1; ++b) {
-          dvalue[b - b0].assign(out.values[b - b0].size(), 0.0f);
-          const std::size_t first = seq.prompt_len[b] - 1;
-          const std::size_t off = seq.layout.offset(b);
-          const double w = weights[b];
-          for (std::size_t j = 0; j < seq.layout.length(b); ++j) {
-            const double d = values_new[off + j] - returns[off + j];
-            value_loss += w * 0.5 * d * d / total;
-            dvalue[b - b0][first + j] =
-                static_cast<float>(vr.grad_values[off - t0 + j] * scale * w * config_.value_coef);
-          }
-        }
+        SLUICE_TRY(value_grads(tb, b0, b1, values_new, returns, scale, config_.value_coef, out,
+                               dvalue, value_loss));
       }
       SLUICE_TRY(model_->backward(dlogp, dvalue));
     }

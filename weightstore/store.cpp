@@ -549,6 +549,59 @@ std::vector<std::string> WeightStore::dc_ancestors(
   return ancestors;
 }
 
+std::optional<WeightStore::CopyInfo> WeightStore::share_head_source(
+    const std::string& model, std::uint64_t version, const std::string& relay_id,
+    const std::set<std::string>& exclude) {
+  if (!core::is_share_model(model)) return std::nullopt;
+  const std::string parent = core::share_parent(model);
+  const Holder& mine = holders_.at(relay_id);
+  const std::string* best = nullptr;
+  const Copy* best_copy = nullptr;
+  int best_rank = 0;
+  for (const auto& [id, h] : holders_) {
+    if (id == relay_id || exclude.count(id)) continue;
+    auto c = h.copies.find({parent, version});
+    if (c == h.copies.end() || c->second.unpublished || !all_set(c->second.chunks)) continue;
+    const int rank = distance(mine.topology, h.topology) * 2 + (relay_order_.count(id) ? 1 : 0);
+    if (!best || rank < best_rank) best = &id, best_copy = &c->second, best_rank = rank;
+  }
+  if (!best) return std::nullopt;
+  chain_reads_[{relay_id, model, version}] = *best;
+  return CopyInfo{*best, parent, best_copy->endpoint, best_copy->descriptor, best_copy->chunks};
+}
+
+std::vector<std::pair<std::uint64_t, std::string>> WeightStore::chain_order(
+    const std::string& relay_id) const {
+  const std::string& my_share = holders_.at(relay_id).share;
+  std::vector<std::pair<std::uint64_t, std::string>> order;
+  for (const auto& [id, seq] : relay_order_) {
+    auto h = holders_.find(id);
+    if (h != holders_.end() && h->second.share == my_share) order.emplace_back(seq, id);
+  }
+  std::sort(order.begin(), order.end());
+  return order;
+}
+
+std::vector<std::string> WeightStore::ancestors_of(
+    const std::string& relay_id,
+    const std::vector<std::pair<std::uint64_t, std::string>>& order) const {
+  // This relay is number `me` (1-based: 0 is the publisher). In a chain every relay before it,
+  // in a tree its parent, the parent's parent, ...; "direct" has none.
+  std::size_t me = 0;
+  for (std::size_t i = 0; i < order.size(); ++i)
+    if (order[i].second == relay_id) me = i + 1;
+  std::vector<std::string> ancestors;
+  if (config_.broadcast == "chain") {
+    for (std::size_t i = me - 1; i >= 1; --i)
+      ancestors.push_back(order[i - 1].second);
+  } else if (config_.broadcast == "tree") {
+    std::size_t k = std::max<std::uint32_t>(1, config_.fanout);
+    for (std::size_t i = (me - 1) / k; i >= 1; i = (i - 1) / k)
+      ancestors.push_back(order[i - 1].second);
+  }
+  return ancestors;
+}
+
 core::Result<WeightStore::CopyInfo> WeightStore::chain_source(
     const std::string& model, std::uint64_t version, const std::string& relay_id,
     const std::set<std::string>& exclude) {
@@ -571,53 +624,12 @@ core::Result<WeightStore::CopyInfo> WeightStore::chain_source(
     chain_reads_[key] = id;
     return CopyInfo{id, {}, c.endpoint, c.descriptor, c.chunks};
   };
-  // A share's last resort: the nearest complete holder of the parent version, the publisher
-  // before a whole relay (pieces of it are read and verified against the declared checksums).
-  auto parent_source = [&]() -> std::optional<CopyInfo> {
-    if (!core::is_share_model(model)) return std::nullopt;
-    const std::string parent = core::share_parent(model);
-    const Holder& mine = holders_.at(relay_id);
-    const std::string* best = nullptr;
-    const Copy* best_copy = nullptr;
-    int best_rank = 0;
-    for (const auto& [id, h] : holders_) {
-      if (id == relay_id || exclude.count(id)) continue;
-      auto c = h.copies.find({parent, version});
-      if (c == h.copies.end() || c->second.unpublished || !all_set(c->second.chunks)) continue;
-      const int rank = distance(mine.topology, h.topology) * 2 + (relay_order_.count(id) ? 1 : 0);
-      if (!best || rank < best_rank) best = &id, best_copy = &c->second, best_rank = rank;
-    }
-    if (!best) return std::nullopt;
-    chain_reads_[key] = *best;
-    return CopyInfo{*best, parent, best_copy->endpoint, best_copy->descriptor, best_copy->chunks};
-  };
-  // Relays in join order; this relay is number `me_index` (1-based: 0 is the publisher).
-  // Only the relays that carry the same share (or, with none, whole versions) form its chain.
-  const std::string& my_share = holders_.at(relay_id).share;
-  std::vector<std::pair<std::uint64_t, std::string>> order;
-  for (const auto& [id, seq] : relay_order_) {
-    auto h = holders_.find(id);
-    if (h != holders_.end() && h->second.share == my_share) order.emplace_back(seq, id);
-  }
-  std::sort(order.begin(), order.end());
-  std::size_t me_index = 0;
-  for (std::size_t i = 0; i < order.size(); ++i)
-    if (order[i].second == relay_id) me_index = i + 1;
+  auto parent_source = [&] { return share_head_source(model, version, relay_id, exclude); };
+  // Relays in join order, of its own share (or, with none, of whole versions).
+  const auto order = chain_order(relay_id);
   const bool by_datacenter = config_.broadcast == "chain" && labelled_datacenters();
-  // Its ancestors, nearest first: in a chain every relay before it, in a tree its parent, the
-  // parent's parent, ...; "direct" has none. A chain over datacenters: see dc_ancestors().
-  std::vector<std::string> ancestors;
-  if (by_datacenter) {
-    ancestors = dc_ancestors(model, version, relay_id, order);
-  } else if (config_.broadcast == "chain") {
-    for (std::size_t i = me_index - 1; i >= 1; --i)
-      ancestors.push_back(order[i - 1].second);
-  } else if (config_.broadcast == "tree") {
-    std::size_t k = std::max<std::uint32_t>(1, config_.fanout);
-    for (std::size_t i = (me_index - 1) / k; i >= 1; i = (i - 1) / k) {
-      ancestors.push_back(order[i - 1].second);
-    }
-  }
+  const std::vector<std::string> ancestors =
+      by_datacenter ? dc_ancestors(model, version, relay_id, order) : ancestors_of(relay_id, order);
   const std::string* my_dc = by_datacenter ? &holders_.at(relay_id).topology.datacenter : nullptr;
   for (const auto& id : ancestors) {
     if (const Copy* c = usable(id, false)) return info(id, *c);

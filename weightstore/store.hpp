@@ -403,6 +403,17 @@ class WeightStore {
   // moved past it and never will).
   bool started_on(const std::string& holder_id, const std::string& model,
                   std::uint64_t version) const;
+  // A host share's head source: the nearest complete holder of the parent version, the
+  // publisher before a whole relay (its pieces are read and checked against declared checksums).
+  std::optional<CopyInfo> share_head_source(const std::string& model, std::uint64_t version,
+                                            const std::string& relay_id,
+                                            const std::set<std::string>& exclude);
+  // The relays of `relay_id`'s share (or, with none, of whole versions) in join order.
+  std::vector<std::pair<std::uint64_t, std::string>> chain_order(const std::string& relay_id) const;
+  // Its ancestors in `order`, nearest first, without datacenter labels (see chain_source).
+  std::vector<std::string> ancestors_of(
+      const std::string& relay_id,
+      const std::vector<std::pair<std::uint64_t, std::string>>& order) const;
   // Whether some relay has a datacenter label: the chain then runs per datacenter.
   bool labelled_datacenters() const;
   // A chain over datacenters: `relay_id`'s ancestors, nearest first (`order`: relays by join).

@@ -1162,6 +1162,34 @@ RegionDescriptor RegisteredBuffer::descriptor() const {
   return d;
 }
 
+namespace {
+
+// Chunk i of a read: not empty, inside the destination (dst_bytes), naming only sources that
+// exist, and inside the region of every source it may be read from.
+Status check_chunk_read(const ChunkRead& c, std::size_t i, const std::vector<ReadSource>& sources,
+                        std::uint64_t dst_bytes) {
+  const std::string what = "read: chunk " + std::to_string(i);
+  if (c.bytes == 0) return invalid_argument(what + " is empty");
+  if (c.dst_offset > dst_bytes || c.bytes > dst_bytes - c.dst_offset)
+    return invalid_argument(what + " does not fit the destination buffer");
+  for (auto s : c.sources) {
+    if (s >= sources.size()) {
+      return invalid_argument(what + " names source " + std::to_string(s) + " of " +
+                              std::to_string(sources.size()));
+    }
+  }
+  for (std::uint32_t s = 0; s < sources.size(); ++s) {
+    const bool cand = c.sources.empty() ||
+                      std::find(c.sources.begin(), c.sources.end(), s) != c.sources.end();
+    const auto& reg = sources[s].region;
+    if (cand && (c.src_offset > reg.length || c.bytes > reg.length - c.src_offset))
+      return invalid_argument(what + " lies outside the region of source " + sources[s].name);
+  }
+  return {};
+}
+
+}  // namespace
+
 void TransferEngine::read(std::vector<ReadSource> sources, std::vector<ChunkRead> chunks,
                           RegisteredBuffer& dst, ReadOptions options,
                           std::function<void(Result<ReadStats>)> done) {
@@ -1181,28 +1209,8 @@ void TransferEngine::read(std::vector<ReadSource> sources, std::vector<ChunkRead
   rs->started = Clock::now();
   for (std::size_t i = 0; i < chunks.size(); ++i) {
     const auto& c = chunks[i];
-    if (c.bytes == 0)
-      return fail_now(invalid_argument("read: chunk " + std::to_string(i) + " is empty"));
-    if (c.dst_offset > dst.size() || c.bytes > dst.size() - c.dst_offset) {
-      return fail_now(invalid_argument("read: chunk " + std::to_string(i) +
-                                       " does not fit the destination buffer"));
-    }
-    for (auto s : c.sources) {
-      if (s >= sources.size())
-        return fail_now(invalid_argument("read: chunk " + std::to_string(i) + " names source " +
-                                         std::to_string(s) + " of " +
-                                         std::to_string(sources.size())));
-    }
-    for (std::uint32_t s = 0; s < sources.size(); ++s) {
-      bool cand = c.sources.empty();
-      for (auto x : c.sources)
-        cand = cand || x == s;
-      const auto& reg = sources[s].region;
-      if (cand && (c.src_offset > reg.length || c.bytes > reg.length - c.src_offset)) {
-        return fail_now(invalid_argument("read: chunk " + std::to_string(i) +
-                                         " lies outside the region of source " + sources[s].name));
-      }
-    }
+    if (Status bad = check_chunk_read(c, i, sources, dst.size()); !bad.is_ok())
+      return fail_now(bad);
     ChunkState st;
     st.c = c;
     st.tried.assign(sources.size(), false);

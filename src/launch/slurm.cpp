@@ -153,17 +153,9 @@ std::string command_words(const RoleCommand& c, const std::string& program) {
   return shell_words(words);
 }
 
-// Writes the run folder; returns the batch script's path.
-core::Result<fs::path> write_slurm_job(JobConfig job, const SlurmArgs& args,
-                                       const std::vector<std::string>& environment) {
-  SLUICE_TRY(check_for_slurm(job, args));
-  // One relay per rollout node (the head's only when it is the one node), as with emulated hosts.
-  if (args.nodes > 1 && job.relays != args.nodes - 1) {
-    std::fprintf(stderr, "sluice slurm: %u relays, one on each rollout node\n", args.nodes - 1);
-    job.relays = args.nodes - 1;
-  }
-  SLUICE_TRY(settle_job(job));
-  SLUICE_ASSIGN_OR_RETURN(RolePrograms programs, resolve_role_programs(job, environment));
+// The run folder of a Slurm job, made empty: a path the #SBATCH lines can hold, not holding a
+// Slurm job already.
+core::Result<fs::path> make_slurm_dir(JobConfig& job) {
   if (job.out_dir.empty()) job.out_dir = default_run_dir(job);
   const fs::path dir = fs::absolute(job.out_dir).lexically_normal();
   if (dir.string().find_first_of(" \t\n\"'\\$%") != std::string::npos) {
@@ -183,19 +175,12 @@ core::Result<fs::path> write_slurm_job(JobConfig job, const SlurmArgs& args,
   std::error_code ec;
   fs::create_directories(dir / "conf", ec);
   if (ec) return core::internal_error(fmt::format("cannot create {}/conf", dir.string()));
+  return dir;
+}
 
-  // Every interface of the head listens; the others reach it by its node name, filled in by the
-  // batch script (@HEAD@).
-  JobEndpoints ep{fmt::format("tcp://0.0.0.0:{}", args.store_port),
-                  fmt::format("tcp://@HEAD@:{}", args.store_port),
-                  fmt::format("tcp://0.0.0.0:{}", args.manager_port),
-                  fmt::format("tcp://@HEAD@:{}", args.manager_port)};
-  wire_job(job, ep, dir.string());
-  const std::string keys_dir = (dir / "keys").string();
-  SLUICE_TRY(make_job_security(job, keys_dir, false));
-  SLUICE_TRY(write_json_file(dir / "job.json", json::parse(core::config::to_json(job).dump())));
-
-  const fs::path conf = dir / "conf";
+// Every role's configuration file, under conf/; relays and rollouts learn their node (@HOST@)
+// from the batch script.
+core::Status write_slurm_roles(JobConfig& job, const fs::path& conf, const std::string& keys_dir) {
   SLUICE_TRY(write_role_file(conf / "weightstore.json", job, "store", job.store));
   SLUICE_TRY(write_role_file(conf / "rollout-manager.json", job, "manager", job.manager));
   for (std::uint32_t i = 0; i < job.relays; ++i) {
@@ -209,8 +194,13 @@ core::Result<fs::path> write_slurm_job(JobConfig job, const SlurmArgs& args,
     SLUICE_TRY(write_role_file(conf / (rc.rollout_id + ".json"), job, "rollout", rc,
                                &job.rollout_command));
   }
-  SLUICE_TRY(write_role_file(conf / "actor.json", job, "actor", job.actor, &job.actor_command));
+  return write_role_file(conf / "actor.json", job, "actor", job.actor, &job.actor_command);
+}
 
+// role.sh (one role on a node, restarted as the job's restart policy says) and job.sbatch.
+core::Status write_slurm_scripts(const JobConfig& job, const SlurmArgs& args, const fs::path& dir,
+                                 const RolePrograms& programs, const std::string& keys_dir) {
+  std::error_code ec;
   const std::string sluice = fs::absolute(self_exe()).string();
   const std::string cwd = fs::current_path(ec).string();
   SLUICE_TRY(write_text(
@@ -227,7 +217,7 @@ core::Result<fs::path> write_slurm_job(JobConfig job, const SlurmArgs& args,
   const bool stops = job.duration_s > 0;
   const double actor_limit = stops ? job.duration_s : job.timeout_s;
   std::string auth = job.auth == "curve" ? "--keys " + shell_quote(keys_dir) : "--plain";
-  SLUICE_TRY(write_text(
+  return write_text(
       dir / "job.sbatch",
       fill(kJobSbatch,
            {{"__SBATCH__", sbatch_lines(job, args, dir)},
@@ -242,7 +232,33 @@ core::Result<fs::path> write_slurm_job(JobConfig job, const SlurmArgs& args,
             {"__READY_S__", std::to_string((job.restart.ready_timeout_ms + 999) / 1000)},
             {"__ACTOR_LIMIT_S__", std::to_string(static_cast<long>(std::ceil(actor_limit)))},
             {"__STOPS_ACTOR__", stops ? "1" : "0"}}),
-      true));
+      true);
+}
+
+// Writes the run folder; returns the batch script's path.
+core::Result<fs::path> write_slurm_job(JobConfig job, const SlurmArgs& args,
+                                       const std::vector<std::string>& environment) {
+  SLUICE_TRY(check_for_slurm(job, args));
+  // One relay per rollout node (the head's only when it is the one node), as with emulated hosts.
+  if (args.nodes > 1 && job.relays != args.nodes - 1) {
+    std::fprintf(stderr, "sluice slurm: %u relays, one on each rollout node\n", args.nodes - 1);
+    job.relays = args.nodes - 1;
+  }
+  SLUICE_TRY(settle_job(job));
+  SLUICE_ASSIGN_OR_RETURN(RolePrograms programs, resolve_role_programs(job, environment));
+  SLUICE_ASSIGN_OR_RETURN(const fs::path dir, make_slurm_dir(job));
+  // Every interface of the head listens; the others reach it by its node name, filled in by the
+  // batch script (@HEAD@).
+  JobEndpoints ep{fmt::format("tcp://0.0.0.0:{}", args.store_port),
+                  fmt::format("tcp://@HEAD@:{}", args.store_port),
+                  fmt::format("tcp://0.0.0.0:{}", args.manager_port),
+                  fmt::format("tcp://@HEAD@:{}", args.manager_port)};
+  wire_job(job, ep, dir.string());
+  const std::string keys_dir = (dir / "keys").string();
+  SLUICE_TRY(make_job_security(job, keys_dir, false));
+  SLUICE_TRY(write_json_file(dir / "job.json", json::parse(core::config::to_json(job).dump())));
+  SLUICE_TRY(write_slurm_roles(job, dir / "conf", keys_dir));
+  SLUICE_TRY(write_slurm_scripts(job, args, dir, programs, keys_dir));
   return dir / "job.sbatch";
 }
 
