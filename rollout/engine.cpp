@@ -43,6 +43,42 @@ core::Result<std::string> from_hex(const std::string& hex, const std::string& wh
 
 }  // namespace
 
+core::Status check_sequence(std::string_view engine, const SequenceState& seq) {
+  const std::string& id = seq.trajectory_id;
+  if (id.empty()) return core::invalid_argument(fmt::format("{}: empty trajectory id", engine));
+  if (seq.max_new_tokens == 0) {
+    return core::invalid_argument(
+        fmt::format("{}: sequence {} has max_new_tokens 0", engine, id));
+  }
+  if (seq.logprobs.size() != seq.generated.size()) {
+    return core::invalid_argument(fmt::format("{}: sequence {} has {} log-probs for {} generated tokens",
+                                              engine, id, seq.logprobs.size(),
+                                              seq.generated.size()));
+  }
+  return {};
+}
+
+bool fits(const Capacity& c, std::size_t active, std::uint64_t kv_used, std::uint64_t kv_tokens) {
+  return active < c.max_sequences && kv_tokens <= c.max_kv_tokens &&
+         kv_used <= c.max_kv_tokens - kv_tokens;
+}
+
+core::Status check_room(std::string_view engine, const Capacity& c, const std::string& id,
+                        std::size_t active, std::uint64_t kv_used, std::uint64_t kv_tokens) {
+  if (active >= c.max_sequences) {
+    return core::Status(core::Code::kResourceExhausted,
+                        fmt::format("{}: cannot admit {}: batch full ({} of {} sequences)", engine,
+                                    id, active, c.max_sequences));
+  }
+  if (!fits(c, active, kv_used, kv_tokens)) {
+    return core::Status(core::Code::kResourceExhausted,
+                        fmt::format("{}: cannot admit {}: it needs {} KV tokens, {} of {} free",
+                                    engine, id, kv_tokens, c.max_kv_tokens - kv_used,
+                                    c.max_kv_tokens));
+  }
+  return {};
+}
+
 nlohmann::json SequenceState::to_json() const {
   nlohmann::json j{{"trajectory_id", trajectory_id},
                    {"prompt_id", prompt_id},

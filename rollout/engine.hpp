@@ -15,6 +15,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/status.hpp"
@@ -110,6 +111,15 @@ struct StepResult {
   // the engine. Their reward is not set: the rollout scores them.
   std::vector<SequenceState> finished;
 };
+
+// The admission rules every engine shares, its name (`engine`, "model engine") in each error.
+// A sequence on its own: an id, max_new_tokens > 0, one log-prob per generated token.
+core::Status check_sequence(std::string_view engine, const SequenceState& seq);
+// Whether a sequence needing `kv_tokens` fits beside `active` sequences holding `kv_used`.
+bool fits(const Capacity& c, std::size_t active, std::uint64_t kv_used, std::uint64_t kv_tokens);
+// The same, as the error a full batch or a full KV budget gives (resource_exhausted).
+core::Status check_room(std::string_view engine, const Capacity& c, const std::string& id,
+                        std::size_t active, std::uint64_t kv_used, std::uint64_t kv_tokens);
 
 class Engine {
  public:

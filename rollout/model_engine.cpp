@@ -34,10 +34,6 @@ std::uint64_t initial_rng_state(const std::string& id) {
   return mix(core::chunk_checksum(id.data(), id.size()) ^ 0x6d6f64656c726e67ULL);
 }
 
-core::Status resource_exhausted(std::string m) {
-  return core::Status(core::Code::kResourceExhausted, std::move(m));
-}
-
 }  // namespace
 
 core::Status ModelEngineConfig::validate() const {
@@ -115,23 +111,12 @@ core::Status ModelEngine::load_weights(std::uint64_t version, const std::uint8_t
 }
 
 bool ModelEngine::can_admit(std::uint64_t kv_tokens) const {
-  return seqs_.size() < capacity_.max_sequences && kv_tokens <= capacity_.max_kv_tokens &&
-         kv_used_ <= capacity_.max_kv_tokens - kv_tokens;
+  return fits(capacity_, seqs_.size(), kv_used_, kv_tokens);
 }
 
 core::Status ModelEngine::admit(SequenceState seq) {
-  if (seq.trajectory_id.empty()) {
-    return core::invalid_argument("model engine: empty trajectory id");
-  }
+  SLUICE_TRY(check_sequence("model engine", seq));
   const std::string& id = seq.trajectory_id;
-  if (seq.max_new_tokens == 0) {
-    return core::invalid_argument("model engine: sequence " + id + " has max_new_tokens 0");
-  }
-  if (seq.logprobs.size() != seq.generated.size()) {
-    return core::invalid_argument("model engine: sequence " + id + " has " +
-                                  std::to_string(seq.logprobs.size()) + " log-probs for " +
-                                  std::to_string(seq.generated.size()) + " generated tokens");
-  }
   if (seq.prompt_tokens.empty()) {
     return core::invalid_argument("model engine: sequence " + id + " has an empty prompt");
   }
@@ -153,17 +138,7 @@ core::Status ModelEngine::admit(SequenceState seq) {
                           "model engine: sequence " + id + " is already active");
     }
   }
-  if (seqs_.size() >= capacity_.max_sequences) {
-    return resource_exhausted("model engine: cannot admit " + id + ": batch full (" +
-                              std::to_string(seqs_.size()) + " of " +
-                              std::to_string(capacity_.max_sequences) + " sequences)");
-  }
-  if (!can_admit(kv)) {
-    return resource_exhausted("model engine: cannot admit " + id + ": it needs " +
-                              std::to_string(kv) + " KV tokens, " +
-                              std::to_string(capacity_.max_kv_tokens - kv_used_) + " of " +
-                              std::to_string(capacity_.max_kv_tokens) + " free");
-  }
+  SLUICE_TRY(check_room("model engine", capacity_, id, seqs_.size(), kv_used_, kv));
   if (seq.kv) SLUICE_TRY(check_kv(seq));
   if (seq.generated.empty() && seq.rng_state == 0) seq.rng_state = initial_rng_state(id);
   if (seq.versions.empty() || seq.versions.back() != version_) seq.versions.push_back(version_);

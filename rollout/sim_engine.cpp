@@ -172,40 +172,20 @@ core::Status SimEngine::load_weights(std::uint64_t version, const std::uint8_t* 
 }
 
 bool SimEngine::can_admit(std::uint64_t kv_tokens) const {
-  return seqs_.size() < config_.max_sequences && kv_tokens <= config_.max_kv_tokens &&
-         kv_used_ <= config_.max_kv_tokens - kv_tokens;
+  return fits(capacity(), seqs_.size(), kv_used_, kv_tokens);
 }
 
 core::Status SimEngine::admit(SequenceState seq) {
-  if (seq.trajectory_id.empty()) return core::invalid_argument("sim engine: empty trajectory id");
+  SLUICE_TRY(check_sequence("sim engine", seq));
   const std::string& id = seq.trajectory_id;
-  if (seq.max_new_tokens == 0) {
-    return core::invalid_argument("sim engine: sequence " + id + " has max_new_tokens 0");
-  }
-  if (seq.logprobs.size() != seq.generated.size()) {
-    return core::invalid_argument("sim engine: sequence " + id + " has " +
-                                  std::to_string(seq.logprobs.size()) + " log-probs for " +
-                                  std::to_string(seq.generated.size()) + " generated tokens");
-  }
   for (const auto& a : seqs_) {
     if (a.state.trajectory_id == id) {
       return core::Status(core::Code::kAlreadyExists,
                           "sim engine: sequence " + id + " is already active");
     }
   }
-  if (seqs_.size() >= config_.max_sequences) {
-    return core::Status(core::Code::kResourceExhausted,
-                        "sim engine: cannot admit " + id + ": batch full (" +
-                            std::to_string(seqs_.size()) + " of " +
-                            std::to_string(config_.max_sequences) + " sequences)");
-  }
   const std::uint64_t kv = seq.kv_tokens();
-  if (!can_admit(kv)) {
-    return core::Status(core::Code::kResourceExhausted,
-                        "sim engine: cannot admit " + id + ": it needs " + std::to_string(kv) +
-                            " KV tokens, " + std::to_string(config_.max_kv_tokens - kv_used_) +
-                            " of " + std::to_string(config_.max_kv_tokens) + " free");
-  }
+  SLUICE_TRY(check_room("sim engine", capacity(), id, seqs_.size(), kv_used_, kv));
   if (seq.generated.empty() && seq.rng_state == 0) {
     seq.rng_state = mix(trajectory_key(config_.seed, id) ^ 0x5eed5eed5eed5eedULL);
   }
