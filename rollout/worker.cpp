@@ -16,6 +16,7 @@
 #include "core/metrics.hpp"
 #include "core/transfer.hpp"
 #include "rollout/kv_transfer.hpp"
+#include "rollout/manager_client.hpp"
 #include "rollout/protocol.hpp"
 #include "weightstore/client.hpp"
 #include "weightstore/reader.hpp"
@@ -80,7 +81,7 @@ struct RolloutWorker::Impl {
   Scorer scorer;
   std::vector<std::string> environment;
   core::Security security;  // this rollout's (loaded once at create)
-  std::unique_ptr<core::Client> manager;
+  std::unique_ptr<ManagerClient> manager;
   std::unique_ptr<core::TransferEngine> transfer;
   std::unique_ptr<weightstore::StoreClient> store;
   // Holds the loaded version (and serves it to peers) and pulls the newest one in the background
@@ -169,6 +170,11 @@ struct RolloutWorker::Impl {
                 {"max_sequences", engine->capacity().max_sequences}};
   }
 
+  // A report waits for its reply this long.
+  Millis report_timeout() const {
+    return Millis(std::max<std::uint64_t>(1000, cfg.report_ms * 40));
+  }
+
   core::Status report() {
     kv_outbox.sweep();
     if (reader && reader->serving() && reader->current_version() != last_served) {
@@ -196,9 +202,9 @@ struct RolloutWorker::Impl {
     if (cfg.partial_every > 0 && reports % cfg.partial_every == 0) req.partial = engine->snapshot();
     ++reports;
     req.stats = stats();
-    auto reply =
-        manager->call(encode(req), Millis(std::max<std::uint64_t>(1000, cfg.report_ms * 40)));
-    if (!reply.is_ok()) {
+    bool answered = false;
+    auto reply = manager->report(req, report_timeout(), &answered);
+    if (!answered) {
       if (seconds(Clock::now() - last_heard) * 1000 > static_cast<double>(cfg.manager_timeout_ms)) {
         return core::unavailable(fmt::format("rollout {}: manager {} silent for {} ms: {}",
                                              cfg.rollout_id, cfg.manager, cfg.manager_timeout_ms,
@@ -223,7 +229,7 @@ struct RolloutWorker::Impl {
     exported.clear();
     refused.clear();
     returned.clear();
-    SLUICE_ASSIGN_OR_RETURN(ReportReply r, decode_report_reply(reply->body));
+    SLUICE_ASSIGN_OR_RETURN(ReportReply r, std::move(reply));
     return apply(std::move(r));
   }
 
@@ -538,8 +544,9 @@ struct RolloutWorker::Impl {
     }
     req.stats = stats();
     const std::size_t in_flight = req.exported.size(), unstarted = req.returned.size();
-    auto reply = manager->call(encode(req), Millis(cfg.leave_timeout_ms));
-    if (!reply.is_ok()) {
+    bool answered = false;
+    auto reply = manager->report(req, Millis(cfg.leave_timeout_ms), &answered);
+    if (!answered) {
       log::warn(
           "rollout {}: leaving, the manager did not take back {} in-flight and {} queued "
           "trajectories ({}); it reclaims them when this rollout's heartbeats stop",
@@ -644,8 +651,9 @@ core::Result<std::unique_ptr<RolloutWorker>> RolloutWorker::create(
         "rollout_id '" + impl->cfg.rollout_id + "' is not the identity of its key file (" +
         impl->security.identity + "): set rollout.rollout_id=" + impl->security.identity);
   }
-  SLUICE_ASSIGN_OR_RETURN(core::Security to_manager, impl->security.for_server(core::kRoleManager));
-  SLUICE_ASSIGN_OR_RETURN(impl->manager, core::Client::create(loop, impl->cfg.manager, to_manager));
+  SLUICE_ASSIGN_OR_RETURN(
+      impl->manager,
+      ManagerClient::create(loop, impl->cfg.manager, impl->security, impl->report_timeout()));
   return std::unique_ptr<RolloutWorker>(new RolloutWorker(std::move(impl)));
 }
 
