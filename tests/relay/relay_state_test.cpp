@@ -276,6 +276,74 @@ TEST_SUITE("relay state") {
     CHECK(s.copies().size() == 1);
   }
 
+  TEST_CASE(
+      "a relay asks a remote source's version as a delta, waits for one expected, then reads") {
+    RelayState s = joined(config());
+    start(s, manifest(1), kT0);
+    s.tick(kT0);
+    s.source_named(1, source("a", 4), at(1));
+    for (std::uint32_t i = 0; i < 4; ++i)
+      s.chunk_done(1, i, "a", true, at(2));
+    REQUIRE(s.find(1)->complete);
+
+    // Version 2 from a source in another datacenter: a delta against 1, no chunk read meanwhile.
+    start(s, manifest(2), at(1000));
+    s.tick(at(1000));
+    NamedSource far = source("far", 4);
+    far.distance = 3;
+    auto as = s.source_named(2, far, at(1001));
+    CHECK(all<action::ReadChunk>(as).empty());
+    auto deltas = all<action::AskDelta>(as);
+    REQUIRE(deltas.size() == 1);
+    CHECK(deltas[0].version == 2);
+    CHECK(deltas[0].base == 1);
+    CHECK(s.find(1)->lent == 1);  // the base stays while the delta is read
+    CHECK(s.find(1)->busy());
+
+    // None yet, but one is expected: asked again, up to delta_wait_ms after the version began.
+    as = s.delta_done(2, 1, DeltaOutcome::kExpected, {}, at(1100));
+    CHECK(all<action::AskDelta>(as).size() == 1);
+    CHECK(all<action::ReadChunk>(as).empty());
+    as = s.delta_done(2, 1, DeltaOutcome::kExpected, {}, at(1000 + 5000));
+    CHECK(all<action::AskDelta>(as).empty());
+    CHECK(chunks_read(as, "far") == std::set<std::uint32_t>{0, 1, 2});
+    CHECK(s.find(1)->lent == 0);
+  }
+
+  TEST_CASE("a delta that rebuilt some chunks leaves the rest to full reads") {
+    RelayState s = joined(config());
+    start(s, manifest(1), kT0);
+    s.tick(kT0);
+    s.source_named(1, source("a", 4), at(1));
+    for (std::uint32_t i = 0; i < 4; ++i)
+      s.chunk_done(1, i, "a", true, at(2));
+    start(s, manifest(2), at(1000));
+    s.tick(at(1000));
+    NamedSource far = source("far", 4);
+    far.distance = 3;
+    REQUIRE(all<action::AskDelta>(s.source_named(2, far, at(1001))).size() == 1);
+    auto as = s.delta_done(2, 1, DeltaOutcome::kRead, {true, false, true, false}, at(1200));
+    auto reports = all<action::ReportChunks>(as);
+    REQUIRE(reports.size() == 1);
+    CHECK(reports[0].add.chunks == std::vector<std::uint32_t>{0, 2});
+    CHECK(chunks_read(as, "far") == std::set<std::uint32_t>{1, 3});
+    CHECK(s.find(2)->progressed == at(1200));
+  }
+
+  TEST_CASE("a near source is read in full, never as a delta") {
+    RelayState s = joined(config());
+    start(s, manifest(1), kT0);
+    s.tick(kT0);
+    s.source_named(1, source("a", 4), at(1));
+    for (std::uint32_t i = 0; i < 4; ++i)
+      s.chunk_done(1, i, "a", true, at(2));
+    start(s, manifest(2), at(1000));
+    s.tick(at(1000));
+    auto as = s.source_named(2, source("near", 4), at(1001));
+    CHECK(all<action::AskDelta>(as).empty());
+    CHECK(chunks_read(as, "near") == std::set<std::uint32_t>{0, 1, 2});
+  }
+
   TEST_CASE("a host share reads pieces from a whole source and chunks from a share source") {
     // rows, columns and replicated tensors; rank 1 of tp 2 is a share of three chunks.
     const std::vector<core::TensorSpec> tensors = {
