@@ -26,6 +26,7 @@
 #include "core/metrics.hpp"
 #include "core/transfer.hpp"
 #include "core/units.hpp"
+#include "rollout/manager_client.hpp"
 #include "rollout/protocol.hpp"
 #include "weightstore/client.hpp"
 
@@ -110,7 +111,7 @@ struct Trainer::Impl {
   core::EventLoop* loop = nullptr;
   TrainerConfig cfg;
   std::vector<std::string> environment;
-  std::unique_ptr<core::Client> manager;
+  std::unique_ptr<rollout::ManagerClient> manager;
   std::unique_ptr<core::TransferEngine> transfer;
   std::unique_ptr<weightstore::StoreClient> store;
   std::unique_ptr<Publisher> publisher;
@@ -201,8 +202,8 @@ struct Trainer::Impl {
       }
       return m.status().with_context(fmt::format("publish version {}", version));
     }
-    auto r = manager->call(rollout::encode(rollout::PublishedRequest{version, consumed}),
-                           Millis(cfg.manager_call_ms));
+    auto r = manager->published(rollout::PublishedRequest{version, consumed},
+                                Millis(cfg.manager_call_ms));
     if (!r.is_ok()) {
       log::warn("actor: telling the manager about version {} failed: {}", version,
                 r.status().to_string());
@@ -219,10 +220,13 @@ struct Trainer::Impl {
     q.consumed = consumed;
     q.max = max;
     q.epoch = epoch;
-    SLUICE_ASSIGN_OR_RETURN(core::Message m, manager->call(rollout::encode(q), timeout));
-    ack.clear();
-    have.clear();
-    return rollout::decode_collect_reply(m.body);
+    bool answered = false;
+    auto r = manager->collect(q, timeout, &answered);
+    if (answered) {
+      ack.clear();
+      have.clear();
+    }
+    return r;
   }
 
   core::Status collect() {
@@ -638,8 +642,9 @@ core::Result<std::unique_ptr<Trainer>> Trainer::create(core::EventLoop& loop, Tr
   impl->ledger = std::make_unique<Consumed>(impl->consumed_options());
   SLUICE_ASSIGN_OR_RETURN(core::Security security,
                           core::load_security(impl->cfg.security, "actor " + impl->cfg.actor_id));
-  SLUICE_ASSIGN_OR_RETURN(core::Security to_manager, security.for_server(core::kRoleManager));
-  SLUICE_ASSIGN_OR_RETURN(impl->manager, core::Client::create(loop, impl->cfg.manager, to_manager));
+  SLUICE_ASSIGN_OR_RETURN(impl->manager,
+                          rollout::ManagerClient::create(loop, impl->cfg.manager, security,
+                                                         Millis(impl->cfg.manager_call_ms)));
   core::TransferOptions to;
   to.environment = impl->environment;
   to.stream_reach = impl->cfg.store;  // the chunk server binds where the job's hosts reach it

@@ -1,8 +1,7 @@
 #include "relay/relay.hpp"
 
-#include <list>
-#include <optional>
-#include <set>
+#include <map>
+#include <variant>
 
 #include "core/checksum.hpp"
 #include "core/log.hpp"
@@ -10,6 +9,7 @@
 #include "core/shard.hpp"
 #include "core/transfer.hpp"
 #include "relay/relay_delta.hpp"
+#include "relay/relay_state.hpp"
 #include "weightstore/client.hpp"
 #include "weightstore/holder.hpp"
 #include "weightstore/protocol.hpp"
@@ -43,69 +43,29 @@ Status RelayConfig::validate() const {
   return core::check_stream_encryption(stream_encryption, security.mode == "curve", "relay");
 }
 
-namespace {
-
-// How often a relay waiting for an expected delta asks the store again.
-constexpr Millis kDeltaReask{50};
-// How often the relay tells the store it is alive (well within the store's holder_ttl).
-constexpr Millis kHeartbeat{250};
-
-struct Copy {
-  core::Manifest manifest;  // the version's, or for a host share the share's (core/shard.hpp)
-  // A host share: the version's manifest and the share's pieces in it (read from a holder of
-  // the whole version), by offset in the share's stream.
-  std::optional<core::Manifest> parent;
-  core::ShardPlan share;
-  std::unique_ptr<core::RegisteredBuffer> buffer;
-  std::vector<bool> have;
-  bool complete = false;
-  Clock::time_point progressed{};  // the version's start, then its last verified chunk
-  bool abandoned = false;          // given up for a newer version: no more reads, then retired
-  std::set<std::string> failed_sources;  // predecessors that failed for this version
-
-  // Receiving, chunk by chunk, while the predecessor is still receiving.
-  std::string source;  // the predecessor read from now ("" : ask the store)
-  core::RegionDescriptor source_desc;
-  std::vector<bool> source_has;           // its verified chunks, as the store last said
-  bool source_whole = false;              // a host share read from the whole version
-  std::set<std::uint32_t> reading;        // chunks with a read in flight
-  std::vector<std::uint32_t> unreported;  // verified here, not yet told to the store
-  bool asking = false;                    // a chain_source request is out
-  bool reporting = false;                 // an add_chunks request is out
-  Clock::time_point asked{};
-  int source_distance = 3;  // topology distance to the source, as the store said
-
-  // Receiving by delta (use_deltas): wanted until the source is known to be remote (or not);
-  // no chunk is read in full while a delta is asked for or read.
-  enum class Delta { kNone, kWanted, kAsking, kReading } delta = Delta::kNone;
-  Clock::time_point delta_since{};  // when the version was first seen
-  Clock::time_point delta_asked{};
-  int lent = 0;  // deltas being applied with this copy as their base
-};
-
-}  // namespace
-
+// The service: executes what the state decides (relay/relay_state.hpp) and feeds the outcomes
+// back. It owns what the state does not: each copy's registered memory, the store requests, the
+// reads, the holder and the metrics.
 struct Relay::Impl {
   core::EventLoop& loop;
   RelayConfig config;
+  RelayState state;
   std::unique_ptr<core::TransferEngine> engine;
   std::unique_ptr<weightstore::StoreClient> store;
-  // Oldest first. A list: replies hold pointers to their copies, and a copy given up is erased
-  // from the middle.
-  std::list<Copy> copies;
+  // Each copy's memory, by version (the state's copies).
+  std::map<std::uint64_t, std::unique_ptr<core::RegisteredBuffer>> buffers;
+  // The chunks of a copy while fetch_delta rebuilds it (written by fetch_delta).
+  std::map<std::uint64_t, std::vector<bool>> delta_have;
   // Registration of each copy (partial from the start), re-registration after a store restart,
   // and the drain of retired copies before their memory goes.
   std::unique_ptr<weightstore::Holder> holder;
   bool stopping = false;
-  bool joined = false;
-  Clock::time_point last_heartbeat{};
   // Exported on the role's /metrics (core::process_metrics()).
   core::Counter& m_bytes = core::process_metrics().counter("sluice_relay_bytes_received_total",
                                                            "weight bytes received and verified");
   core::Gauge& m_version =
       core::process_metrics().gauge("sluice_relay_version", "the newest version held whole");
-  std::unique_ptr<DeltaOffers> offers;          // make_deltas only
-  std::optional<Clock::time_point> reoffer_at;  // after a store restart, once copies are back
+  std::unique_ptr<DeltaOffers> offers;  // make_deltas only
   core::Counter& m_delta_bytes = core::process_metrics().counter(
       "sluice_relay_delta_bytes_received_total", "delta bytes read in place of full versions");
   core::Counter& m_delta_chunks = core::process_metrics().counter(
@@ -114,17 +74,17 @@ struct Relay::Impl {
       "sluice_relay_delta_mismatched_chunks_total",
       "chunks a delta did not rebuild right (read in full instead)");
 
-  Impl(core::EventLoop& l, RelayConfig c) : loop(l), config(std::move(c)) {}
+  Impl(core::EventLoop& l, RelayConfig c) : loop(l), config(c), state(std::move(c)) {}
   ~Impl() {
-    // Reads in flight write into the copies' buffers, and replies refer to the copies: end them
-    // (their callbacks are dropped) before the copies go. The holder goes first: it speaks
-    // through the store client, and keeps retired copies' memory.
+    // Reads in flight write into the copies' buffers: end them (their callbacks are dropped)
+    // before the buffers go. The holder goes first: it speaks through the store client, and
+    // keeps retired copies' memory.
     offers.reset();
     holder.reset();
     store.reset();
     engine->shutdown();
     // Registered memory is freed while the UCX context still exists.
-    copies.clear();
+    buffers.clear();
     engine.reset();
   }
 
@@ -137,12 +97,6 @@ struct Relay::Impl {
     return j;
   }
 
-  Status join() {
-    SLUICE_TRY(store->join_relay(joining()));
-    joined = true;
-    return {};
-  }
-
   core::ReadOptions read_options() const {
     core::ReadOptions ro;
     ro.max_in_flight_per_source = 1;  // one chunk per read; config.in_flight reads at once
@@ -151,363 +105,212 @@ struct Relay::Impl {
     return ro;
   }
 
-  // Keeps up to config.in_flight chunk reads going from the predecessor, each chunk reported to
-  // the store as soon as it is verified, so that the next relay can start on it at once. Runs
-  // on every tick and after every reply or finished read; never blocks.
-  void pump(Copy& c) {
-    if (c.complete || c.abandoned || stopping) return;
-    if (c.delta != Copy::Delta::kNone) want_delta(c);
-    auto layout = c.manifest.layout();
-    bool waiting = false;  // everything the source has is here or on its way
-    if (!c.source.empty() && c.delta == Copy::Delta::kNone) {
-      for (std::uint32_t i = 0; i < layout.chunk_count(); ++i) {
-        if (c.reading.size() >= config.in_flight) break;
-        if (c.have[i] || c.reading.count(i)) continue;
-        if (c.source_whole) {
-          read_share_chunk(c, i);  // from a complete holder
-          continue;
-        }
-        if (i >= c.source_has.size() || !c.source_has[i]) continue;
-        read_chunk(c, i);
-      }
-      waiting = c.reading.size() < config.in_flight;
-    }
-    // Asked again now and then even with work at hand: early in a version the store may name a
-    // complete holder further up (the predecessor had nothing yet), and the chain only forms
-    // once each relay moves on to its predecessor.
-    auto since = Clock::now() - c.asked;
-    if (!c.asking && (c.source.empty() || (waiting && since >= Millis(config.follow_poll_ms)) ||
-                      since >= Millis(config.reask_ms)))
-      ask_source(c);
+  // The copy's name in the log: the model it holds (a host share's own) and the version.
+  std::string name(std::uint64_t version) const {
+    const CopyState* c = state.find(version);
+    return (c ? c->manifest.model : config.model) + "@" + std::to_string(version);
   }
 
-  void ask_source(Copy& c) {
-    c.asking = true;
-    c.asked = Clock::now();
-    weightstore::ChainSourceRequest req;
-    req.model = c.manifest.model;
-    req.version = c.manifest.version;
-    req.relay_id = config.relay_id;
-    req.exclude = c.failed_sources;
-    Copy* cp = &c;
-    store->chain_source_async(req, Millis(5000), [this, cp](Result<weightstore::ChainSource> r) {
-      cp->asking = false;
-      if (!r.is_ok()) {
-        // No usable predecessor yet (or a slow store): asked again on a later tick.
-        log::debug("relay {}: no source for {}@{} yet: {}", config.relay_id, cp->manifest.model,
-                   cp->manifest.version, r.status().to_string());
-        return;
-      }
-      auto desc = core::RegionDescriptor::decode(r->descriptor);
-      if (!desc.is_ok()) {
-        log::warn("relay {}: bad descriptor from the store: {}", config.relay_id,
-                  desc.status().to_string());
-        return;
-      }
-      if (!r->model.empty() && (!cp->parent || r->model != cp->parent->model)) {
-        log::warn("relay {}: the store named a copy of {} for {}@{}", config.relay_id, r->model,
-                  cp->manifest.model, cp->manifest.version);
-        return;
-      }
-      cp->source = r->holder_id;
-      cp->source_whole = !r->model.empty();
-      cp->source_distance = r->distance;
-      cp->source_desc = std::move(desc).value();
-      cp->source_has = std::move(r->chunks);
-      pump(*cp);
-    });
+  void execute(Actions actions) {
+    for (auto& a : actions)
+      std::visit([this](auto& x) { run(x); }, a);
   }
 
-  void read_chunk(Copy& c, std::uint32_t i) {
-    auto layout = c.manifest.layout();
-    core::ChunkRead r;
-    r.src_offset = r.dst_offset = layout.chunk_offset(i);
-    r.bytes = layout.chunk_size(i);
-    r.checksum = layout.checksums[i];
-    c.reading.insert(i);
-    Copy* cp = &c;
-    std::string from = c.source;
-    engine->read({{from, c.source_desc}}, {r}, *c.buffer, read_options(),
-                 [this, cp, i, from, bytes = r.bytes](Result<core::ReadStats> st) {
-                   cp->reading.erase(i);
-                   chunk_read(*cp, i, from, bytes, st.status());
-                 });
-  }
-
-  // A host share's chunk i from a complete holder of the whole version: the share's pieces that
-  // fall in it, read into place unchecked, then the assembled chunk checked against the
-  // checksum that the actor declared for it.
-  void read_share_chunk(Copy& c, std::uint32_t i) {
-    const auto layout = c.manifest.layout();
-    const std::uint64_t from_off = layout.chunk_offset(i), to_off = from_off + layout.chunk_size(i);
-    std::vector<core::ChunkRead> reads;
-    const auto& ps = c.share.pieces;
-    auto it = std::upper_bound(ps.begin(), ps.end(), from_off,
-                               [](std::uint64_t off, const core::ShardPiece& p) {
-                                 return off < p.dst_offset;
-                               });
-    if (it != ps.begin()) --it;
-    for (; it != ps.end() && it->dst_offset < to_off; ++it) {
-      const std::uint64_t a = std::max(from_off, it->dst_offset);
-      const std::uint64_t b = std::min(to_off, it->dst_offset + it->bytes);
-      if (a >= b) continue;
-      core::ChunkRead r;
-      r.src_offset = it->src_offset + (a - it->dst_offset);
-      r.dst_offset = a;
-      r.bytes = b - a;
-      reads.push_back(r);
-    }
-    core::ReadOptions ro = read_options();
-    ro.verify = false;  // a piece has no checksum of its own: the assembled chunk has
-    ro.max_in_flight_per_source = 4;
-    c.reading.insert(i);
-    Copy* cp = &c;
-    std::string from = c.source;
-    engine->read(
-        {{from, c.source_desc}}, std::move(reads), *c.buffer, ro,
-        [this, cp, i, from, from_off, bytes = to_off - from_off](Result<core::ReadStats> st) {
-          cp->reading.erase(i);
-          Status s = st.status();
-          if (s.is_ok() && core::chunk_checksum(cp->buffer->data() + from_off, bytes) !=
-                               cp->manifest.checksums[i]) {
-            s = core::data_loss("chunk " + std::to_string(i) +
-                                " assembled from its pieces does not match its declared checksum");
-          }
-          chunk_read(*cp, i, from, bytes, s);
-        });
-  }
-
-  // After a chunk read: the chunk counts, or its source is set aside for this version.
-  void chunk_read(Copy& c, std::uint32_t i, const std::string& from, std::uint64_t bytes,
-                  const Status& s) {
-    if (!s.is_ok()) {
-      log::warn("relay {}: chunk {} of {}@{} from {} failed: {}; trying another source",
-                config.relay_id, i, c.manifest.model, c.manifest.version, from, s.to_string());
-      c.failed_sources.insert(from);
-      if (c.source == from) c.source.clear();
-    } else {
-      c.have[i] = true;
-      c.progressed = Clock::now();
-      m_bytes.inc(bytes);
-      holder->update_chunks(c.manifest.version, c.have);
-      c.unreported.push_back(i);
-      check_complete(c);
-      report(c);
-    }
-    pump(c);
-  }
-
-  void check_complete(Copy& c) {
-    c.complete = std::all_of(c.have.begin(), c.have.end(), [](bool b) { return b; });
-    if (!c.complete) return;
-    log::info("relay {}: holds {}@{} ({} bytes)", config.relay_id, c.manifest.model,
-              c.manifest.version, c.manifest.total_bytes);
-    if (static_cast<double>(c.manifest.version) > m_version.value())
-      m_version.set(static_cast<double>(c.manifest.version));
-    if (offers) {
-      if (Copy* base = base_for(c)) {
-        offers->make(base->manifest, base->buffer->data(), c.manifest, c.buffer->data());
-      }
-    }
-  }
-
-  // The newest complete copy older than `c`: the base of a delta to or from it.
-  Copy* base_for(const Copy& c) {
-    Copy* best = nullptr;
-    for (auto& o : copies) {
-      if (&o == &c || !o.complete || !o.buffer || o.manifest.version >= c.manifest.version)
-        continue;
-      if (!best || o.manifest.version > best->manifest.version) best = &o;
-    }
-    return best;
-  }
-
-  // use_deltas: once the source is known, a remote one is replaced by a delta against the newest
-  // complete copy when the store offers one (or expects one, for up to delta_wait_ms).
-  void want_delta(Copy& c) {
-    if (c.delta != Copy::Delta::kWanted || c.source.empty()) return;
-    Copy* base = base_for(c);
-    if (c.source_distance < 3 || !base) {
-      c.delta = Copy::Delta::kNone;
+  void run(const action::Join& a) {
+    if (a.again) {
+      // Before the copies are registered again (the same socket keeps the order).
+      store->join_relay_async(joining(), Millis(5000), [this](Status st) {
+        if (!st.is_ok()) log::warn("relay {}: joining again: {}", config.relay_id, st.to_string());
+      });
       return;
     }
-    if (Clock::now() - c.delta_asked < kDeltaReask) return;
-    c.delta = Copy::Delta::kAsking;
-    c.delta_asked = Clock::now();
-    ++base->lent;
-    auto before = std::make_shared<std::vector<bool>>(c.have);
-    Copy* cp = &c;
-    fetch_delta(
-        *engine, *store, config.model, base->manifest.version, c.manifest, topology(),
-        base->buffer->data(), *c.buffer, c.have, [this, cp, base, before](Result<DeltaFetched> r) {
-          --base->lent;
-          cp->delta = Copy::Delta::kNone;
-          const auto waited = Clock::now() - cp->delta_since;
-          if (!r.is_ok() && r.status().code() == core::Code::kNotFound) {
-            // The base left the store's retention: there is no delta to ask for.
-            log::debug("relay {}: no delta {}->{}: {}", config.relay_id, base->manifest.version,
-                       cp->manifest.version, r.status().to_string());
-          } else if (!r.is_ok()) {
-            log::warn("relay {}: delta {}->{}: {}; reading it in full", config.relay_id,
-                      base->manifest.version, cp->manifest.version, r.status().to_string());
-          } else if (r->available) {
-            for (std::uint32_t i = 0; i < cp->have.size(); ++i)
-              if (cp->have[i] && !(*before)[i]) cp->unreported.push_back(i);
-            cp->progressed = Clock::now();
-            m_delta_bytes.inc(r->delta_bytes);
-            m_delta_chunks.inc(r->rebuilt);
-            m_delta_mismatch.inc(r->mismatched);
-            log::info(
-                "relay {}: {}@{} by delta from {}: {} bytes for {}, {} chunks "
-                "rebuilt, {} mismatched (read in full)",
-                config.relay_id, cp->manifest.model, cp->manifest.version, base->manifest.version,
-                r->delta_bytes, r->target_bytes, r->rebuilt, r->mismatched);
-            holder->update_chunks(cp->manifest.version, cp->have);
-            check_complete(*cp);
-            report(*cp);
-          } else if (r->expected && waited < Millis(config.delta_wait_ms)) {
-            cp->delta = Copy::Delta::kWanted;  // asked again on a later tick
-          } else {
-            log::info("relay {}: no delta {}->{}{}; reading it in full", config.relay_id,
-                      base->manifest.version, cp->manifest.version, r->expected ? " in time" : "");
-          }
-          pump(*cp);
-        });
+    Status s = store->join_relay(joining());
+    if (!s.is_ok()) {
+      log::warn("relay {}: cannot join the store: {}", config.relay_id, s.to_string());
+      return;
+    }
+    state.joined();
+    log::info("relay {}: joined {}", config.relay_id, config.store);
   }
 
-  // Tells the store which chunks this relay now holds verified (batched while one is out).
-  void report(Copy& c) {
-    if (c.reporting || c.unreported.empty()) return;
-    c.reporting = true;
-    weightstore::AddChunks add{config.relay_id, c.manifest.model, c.manifest.version,
-                               std::move(c.unreported)};
-    std::vector<std::uint32_t> sent = add.chunks;
-    c.unreported.clear();
-    Copy* cp = &c;
-    store->add_chunks_async(add, Millis(5000), [this, cp, sent](Result<weightstore::Committed> r) {
-      cp->reporting = false;
-      if (!r.is_ok()) {
-        log::warn("relay {}: reporting chunks of {}@{}: {}", config.relay_id, cp->manifest.model,
-                  cp->manifest.version, r.status().to_string());
-        cp->unreported.insert(cp->unreported.end(), sent.begin(), sent.end());
-      }
-      report(*cp);
-    });
+  void run(const action::Heartbeat&) { holder->heartbeat(); }
+
+  void run(const action::ReofferDeltas&) {
+    if (offers) offers->register_again();
   }
 
-  bool busy(const Copy& c) const {
-    return !c.reading.empty() || c.asking || c.reporting || c.lent > 0 ||
-           c.delta == Copy::Delta::kAsking;
-  }
-
-  bool receiving() const {
-    for (const auto& c : copies)
-      if (!c.complete || !c.unreported.empty() || c.reporting) return true;
-    return false;
+  void run(const action::StartVersion& a) {
+    Status s = start_version(a.version);
+    if (!s.is_ok())
+      log::warn("relay {}: version {}: {}", config.relay_id, a.version, s.to_string());
   }
 
   Status start_version(std::uint64_t version) {
     // The manifest comes with a read plan; the lease is not needed and is released at once.
     SLUICE_ASSIGN_OR_RETURN(auto plan, store->plan(config.model, version, topology()));
     store->release(plan.lease_id).ignore();
-    Copy c;
-    c.manifest = plan.manifest;
-    if (config.share_tp_size > 0) SLUICE_TRY(take_share(c));
-    if (c.manifest.total_bytes > config.max_version_bytes) {
-      return core::invalid_argument(std::to_string(c.manifest.total_bytes) +
-                                    " bytes exceed max_version_bytes " +
-                                    std::to_string(config.max_version_bytes));
-    }
-    SLUICE_ASSIGN_OR_RETURN(c.buffer, engine->allocate(c.manifest.total_bytes, false));
-    c.have.assign(c.manifest.chunk_count(), false);
-    c.delta_since = c.progressed = Clock::now();
-    if (config.use_deltas && !copies.empty() && !c.parent) c.delta = Copy::Delta::kWanted;
+    SLUICE_ASSIGN_OR_RETURN(NewCopy c, state.prepare(plan.manifest));
+    SLUICE_ASSIGN_OR_RETURN(auto buffer, engine->allocate(c.manifest.total_bytes, false));
     // A partial holder from the start: the next relay can follow. Sent before any chain_source
     // question about the version (one socket, in order); one that fails is sent again by the
     // holder's next heartbeat.
-    holder->serve(c.manifest, c.buffer->descriptor().encode(), {}, c.have);
-    copies.push_back(std::move(c));
+    holder->serve(c.manifest, buffer->descriptor().encode(), {},
+                  std::vector<bool>(c.manifest.chunk_count(), false));
+    buffers[c.manifest.version] = std::move(buffer);
+    state.add(std::move(c), Clock::now());
     return {};
   }
 
-  // Turns a copy of the version into one of this relay's host share: the one layout of
-  // share_tp_size that the actor declared, rank share_rank.
-  Status take_share(Copy& c) {
-    const core::Manifest& m = c.manifest;
-    const core::ShardChecksums* declared = nullptr;
-    for (const auto& sc : m.shards) {
-      if (sc.tp_size != config.share_tp_size) continue;
-      if (declared) {
-        return core::failed_precondition(
-            "the version declares more than one layout of tp_size " +
-            std::to_string(config.share_tp_size) + ": a host share needs exactly one");
-      }
-      declared = &sc;
-    }
-    if (!declared) {
-      return core::failed_precondition(
-          "the version declares no layout of tp_size " + std::to_string(config.share_tp_size) +
-          " (the actor's shard layouts): a host share is verified against declared checksums");
-    }
-    core::ShardLayout l;
-    l.tp_size = config.share_tp_size;
-    l.tp_rank = config.share_rank;
-    l.splits = core::splits_by_name(m, declared->splits);
-    SLUICE_ASSIGN_OR_RETURN(c.share, core::plan_shard(m, l));
-    SLUICE_ASSIGN_OR_RETURN(
-        core::Manifest share,
-        core::share_manifest(m, core::share_model(m.model, l.tp_size, l.tp_rank, declared->splits)));
-    c.parent = m;
-    c.manifest = std::move(share);
-    return {};
+  void run(const action::GiveUp& a) {
+    log::warn("relay {}: gives up on {} ({} of {} chunks, none for {} ms) for a newer version",
+              config.relay_id, name(a.version), a.have, a.chunks, a.idle.count());
   }
 
-  void retire_old() {
-    // Beyond keep_versions (copies given up do not count): unpublished, and the holder frees the
-    // memory once the store says its readers drained.
-    std::size_t kept = 0;
-    for (const auto& c : copies)
-      kept += !c.abandoned;
-    while (kept > config.keep_versions) {
-      auto old =
-          std::find_if(copies.begin(), copies.end(), [](const Copy& c) { return !c.abandoned; });
-      if (!old->complete || busy(*old) || !old->unreported.empty()) break;
-      if (offers) offers->drop_with(old->manifest.version);
-      holder->retire(old->manifest.version, std::move(old->buffer));
-      copies.erase(old);
-      --kept;
+  void run(const action::AskSource& a) {
+    const std::uint64_t v = a.request.version;
+    store->chain_source_async(
+        a.request, Millis(5000), [this, v](Result<weightstore::ChainSource> r) {
+          if (!r.is_ok()) {
+            // No usable predecessor yet (or a slow store): asked again on a later tick.
+            log::debug("relay {}: no source for {} yet: {}", config.relay_id, name(v),
+                       r.status().to_string());
+            return state.source_unknown(v);
+          }
+          auto desc = core::RegionDescriptor::decode(r->descriptor);
+          if (!desc.is_ok()) {
+            log::warn("relay {}: bad descriptor from the store: {}", config.relay_id,
+                      desc.status().to_string());
+            return state.source_unknown(v);
+          }
+          const CopyState* c = state.find(v);
+          if (c && !r->model.empty() && (!c->parent || r->model != c->parent->model)) {
+            log::warn("relay {}: the store named a copy of {} for {}", config.relay_id, r->model,
+                      name(v));
+            return state.source_unknown(v);
+          }
+          NamedSource s{r->holder_id, r->model, r->distance, std::move(desc).value(),
+                        std::move(r->chunks)};
+          execute(state.source_named(v, std::move(s), Clock::now()));
+        });
+  }
+
+  void run(const action::ReadChunk& a) {
+    auto it = buffers.find(a.version);
+    if (it == buffers.end()) return;
+    core::ReadOptions ro = read_options();
+    if (a.pieces) {
+      ro.verify = false;  // a piece has no checksum of its own: the assembled chunk has
+      ro.max_in_flight_per_source = 4;
     }
-    // Copies given up, once nothing is in flight for them.
-    for (auto it = copies.begin(); it != copies.end();) {
-      if (it->abandoned && it->complete) it->abandoned = false;  // a late read finished it
-      if (!it->abandoned || busy(*it) || it->reporting) {
-        ++it;
-        continue;
-      }
-      holder->retire(it->manifest.version, std::move(it->buffer));
-      it = copies.erase(it);
+    engine->read({{a.source, a.desc}}, a.reads, *it->second, ro,
+                 [this, v = a.version, i = a.chunk, from = a.source, pieces = a.pieces,
+                  off = a.offset, bytes = a.bytes, sum = a.checksum](Result<core::ReadStats> st) {
+                   Status s = st.status();
+                   auto b = buffers.find(v);
+                   if (s.is_ok() && pieces && b != buffers.end() &&
+                       core::chunk_checksum(b->second->data() + off, bytes) != sum) {
+                     s = core::data_loss("chunk " + std::to_string(i) +
+                                         " assembled from its pieces does not match its declared "
+                                         "checksum");
+                   }
+                   chunk_done(v, i, from, bytes, s);
+                 });
+  }
+
+  // After a chunk read: the chunk counts, or its source is set aside for this version.
+  void chunk_done(std::uint64_t v, std::uint32_t i, const std::string& from, std::uint64_t bytes,
+                  const Status& s) {
+    if (!s.is_ok()) {
+      log::warn("relay {}: chunk {} of {} from {} failed: {}; trying another source",
+                config.relay_id, i, name(v), from, s.to_string());
+    }
+    Actions out = state.chunk_done(v, i, from, s.is_ok(), Clock::now());
+    const CopyState* c = state.find(v);
+    if (s.is_ok() && c) {
+      m_bytes.inc(bytes);
+      holder->update_chunks(v, c->have);
+    }
+    execute(std::move(out));
+  }
+
+  void run(const action::ReportChunks& a) {
+    const std::uint64_t v = a.add.version;
+    std::vector<std::uint32_t> sent = a.add.chunks;
+    store->add_chunks_async(
+        a.add, Millis(5000), [this, v, sent](Result<weightstore::Committed> r) mutable {
+          if (!r.is_ok()) {
+            log::warn("relay {}: reporting chunks of {}: {}", config.relay_id, name(v),
+                      r.status().to_string());
+          }
+          execute(state.report_done(v, std::move(sent), r.is_ok(), Clock::now()));
+        });
+  }
+
+  void run(const action::AskDelta& a) {
+    const CopyState* c = state.find(a.version);
+    auto target = buffers.find(a.version), base = buffers.find(a.base);
+    if (!c || target == buffers.end() || base == buffers.end()) return;
+    std::vector<bool>& have = delta_have[a.version] = c->have;
+    fetch_delta(*engine, *store, config.model, a.base, c->manifest, topology(),
+                base->second->data(), *target->second, have,
+                [this, v = a.version, b = a.base](Result<DeltaFetched> r) { delta_done(v, b, r); });
+  }
+
+  void delta_done(std::uint64_t v, std::uint64_t b, const Result<DeltaFetched>& r) {
+    std::vector<bool> have = std::move(delta_have[v]);
+    delta_have.erase(v);
+    DeltaOutcome outcome = DeltaOutcome::kNone;
+    if (!r.is_ok() && r.status().code() == core::Code::kNotFound) {
+      // The base left the store's retention: there is no delta to ask for.
+      log::debug("relay {}: no delta {}->{}: {}", config.relay_id, b, v, r.status().to_string());
+    } else if (!r.is_ok()) {
+      log::warn("relay {}: delta {}->{}: {}; reading it in full", config.relay_id, b, v,
+                r.status().to_string());
+      outcome = DeltaOutcome::kFailed;
+    } else if (r->available) {
+      outcome = DeltaOutcome::kRead;
+      m_delta_bytes.inc(r->delta_bytes);
+      m_delta_chunks.inc(r->rebuilt);
+      m_delta_mismatch.inc(r->mismatched);
+      log::info(
+          "relay {}: {} by delta from {}: {} bytes for {}, {} chunks rebuilt, {} mismatched "
+          "(read in full)",
+          config.relay_id, name(v), b, r->delta_bytes, r->target_bytes, r->rebuilt, r->mismatched);
+    } else if (r->expected) {
+      outcome = DeltaOutcome::kExpected;
+    }
+    Actions out = state.delta_done(v, b, outcome, std::move(have), Clock::now());
+    const CopyState* c = state.find(v);
+    if (c && outcome == DeltaOutcome::kRead) holder->update_chunks(v, c->have);
+    if (c && r.is_ok() && !r->available && c->delta == CopyState::Delta::kNone) {
+      log::info("relay {}: no delta {}->{}{}; reading it in full", config.relay_id, b, v,
+                r->expected ? " in time" : "");
+    }
+    execute(std::move(out));
+  }
+
+  void run(const action::Completed& a) {
+    const CopyState* c = state.find(a.version);
+    if (!c) return;
+    log::info("relay {}: holds {} ({} bytes)", config.relay_id, name(a.version),
+              c->manifest.total_bytes);
+    if (static_cast<double>(a.version) > m_version.value())
+      m_version.set(static_cast<double>(a.version));
+    if (offers && a.delta_base) {
+      const CopyState* base = state.find(*a.delta_base);
+      auto bb = buffers.find(*a.delta_base), tb = buffers.find(a.version);
+      if (base && bb != buffers.end() && tb != buffers.end())
+        offers->make(base->manifest, bb->second->data(), c->manifest, tb->second->data());
     }
   }
 
-  // Whether a version newer than every copy may start now: not while one is being received and
-  // progressing (one version at a time bounds the memory); one that made no progress for
-  // abandon_after_ms is given up.
-  bool may_start_newer() {
-    bool may = true;
-    for (auto& c : copies) {
-      if (c.complete || c.abandoned) continue;
-      auto idle = Clock::now() - c.progressed;
-      if (idle < Millis(config.abandon_after_ms)) {
-        may = false;
-        continue;
-      }
-      log::warn("relay {}: gives up on {}@{} ({} of {} chunks, none for {} ms) for a newer version",
-                config.relay_id, c.manifest.model, c.manifest.version,
-                std::count(c.have.begin(), c.have.end(), true), c.have.size(),
-                std::chrono::duration_cast<Millis>(idle).count());
-      c.abandoned = true;
-    }
-    return may;
+  // Unpublished, and the holder frees the memory once the store says its readers drained.
+  void run(const action::Retire& a) {
+    if (a.drop_deltas && offers) offers->drop_with(a.version);
+    auto it = buffers.find(a.version);
+    if (it == buffers.end()) return;
+    holder->retire(a.version, std::move(it->second));
+    buffers.erase(it);
   }
 
   // A relay that leaves withdraws its copies first: the store stops naming it to readers, and
@@ -516,42 +319,24 @@ struct Relay::Impl {
   // Bounded: a launcher waits a few seconds only after it asks a relay to stop.
   void withdraw(Millis bound) {
     if (offers) offers->close(bound);
-    for (auto& c : copies)
-      holder->retire(c.manifest.version, std::move(c.buffer));
-    copies.clear();
+    for (std::uint64_t v : state.withdraw()) {
+      auto it = buffers.find(v);
+      if (it != buffers.end()) holder->retire(v, std::move(it->second));
+    }
+    buffers.clear();
     Status s = holder->close(bound);
     if (!s.is_ok()) log::warn("relay {}: leaving: {}", config.relay_id, s.to_string());
   }
 
   void tick() {
-    if (!joined) {
-      Status s = join();
-      if (!s.is_ok()) {
-        log::warn("relay {}: cannot join the store: {}", config.relay_id, s.to_string());
-        return;
-      }
-      log::info("relay {}: joined {}", config.relay_id, config.store);
+    if (!state.is_joined()) {
+      execute(state.housekeeping(Clock::now()));  // the join
+      if (!state.is_joined()) return;
     }
-    if (reoffer_at && Clock::now() >= *reoffer_at && offers) {
-      reoffer_at.reset();
-      offers->register_again();
-    }
-    if (Clock::now() - last_heartbeat >= kHeartbeat) {
-      last_heartbeat = Clock::now();
-      holder->heartbeat();  // a store that restarted: join again, then register again
-    }
+    execute(state.housekeeping(Clock::now()));
     auto latest = store->latest(config.model);
-    if (latest.is_ok() && (copies.empty() || copies.back().manifest.version < *latest) &&
-        may_start_newer()) {
-      Status s = start_version(*latest);
-      if (!s.is_ok())
-        log::warn("relay {}: version {}: {}", config.relay_id, *latest, s.to_string());
-    }
-    for (auto& c : copies) {
-      pump(c);
-      report(c);
-    }
-    retire_old();
+    if (latest.is_ok()) execute(state.latest_seen(*latest, Clock::now()));
+    execute(state.tick(Clock::now()));
   }
 };
 
@@ -598,16 +383,7 @@ Result<std::unique_ptr<Relay>> Relay::create(core::EventLoop& loop, RelayConfig 
     impl->offers = std::make_unique<DeltaOffers>(loop, *impl->engine, *impl->store, std::move(d));
   }
   Relay::Impl* raw = impl.get();
-  impl->holder->on_forgotten([raw] {
-    // Deltas are offered again once the copies they refer to are back.
-    if (raw->offers) raw->reoffer_at = Clock::now() + kHeartbeat;
-    // Before the copies are registered again (the same socket keeps the order).
-    raw->store->join_relay_async(raw->joining(), Millis(5000), [raw](Status st) {
-                                   if (!st.is_ok())
-                                     log::warn("relay {}: joining again: {}", raw->config.relay_id,
-                                               st.to_string());
-                                 });
-  });
+  impl->holder->on_forgotten([raw] { raw->execute(raw->state.store_forgot(Clock::now())); });
   return std::unique_ptr<Relay>(new Relay(std::move(impl)));
 }
 
@@ -616,17 +392,18 @@ Status Relay::run() {
     impl_->tick();
     // While a version is arriving, chunk reads and store replies drive the work (pump); the
     // ticks then only need to be frequent enough to follow the predecessor.
-    Millis wait = impl_->receiving() ? std::min(Millis(impl_->config.follow_poll_ms),
-                                                Millis(impl_->config.poll_ms))
-                                     : Millis(impl_->config.poll_ms);
+    Millis wait = impl_->state.receiving() ? std::min(Millis(impl_->config.follow_poll_ms),
+                                                      Millis(impl_->config.poll_ms))
+                                           : Millis(impl_->config.poll_ms);
     impl_->loop.run_until([this] { return impl_->stopping; }, wait);
   }
-  if (impl_->joined) impl_->withdraw(Millis(2000));
+  if (impl_->state.is_joined()) impl_->withdraw(Millis(2000));
   return {};
 }
 
 void Relay::stop() {
   impl_->stopping = true;
+  impl_->state.stop();
 }
 
 }  // namespace sluice::relay

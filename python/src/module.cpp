@@ -28,6 +28,7 @@
 #include "rl/task.hpp"
 #include "rl/tokenizer.hpp"
 #include "rl/trajectory.hpp"
+#include "rollout/manager_client.hpp"
 #include "rollout/protocol.hpp"
 #include "tensors.hpp"
 #include "weightstore/client.hpp"
@@ -534,27 +535,27 @@ class Reader {
 
 // ---------------------------------------------------------------- manager clients
 
-// A control-plane client with its own loop, run only inside its calls (nothing to serve).
-class ManagerClient {
+// The manager's typed client with a loop of its own, run only inside its calls (nothing to
+// serve); one call at a time.
+class ManagerConnection {
  public:
-  ManagerClient(const std::string& manager, const py::object& security, const std::string& who,
-                double timeout)
-      : timeout_(millis(timeout)) {
+  ManagerConnection(const std::string& manager, const py::object& security, const std::string& who,
+                    double timeout) {
     auto sc = security_config(security);
     loop_ = core::EventLoop::create().value();
     auto sec = value(core::load_security(sc, who));
-    auto to_manager = value(sec.for_server(core::kRoleManager));
-    client_ = value(core::Client::create(*loop_, manager, to_manager));
+    client_ = value(rollout::ManagerClient::create(*loop_, manager, sec, millis(timeout)));
   }
-  core::Message call(core::Message m) {
+  // Runs f(client) under the lock; a timeout of 0 in its calls is the client's own.
+  template <class F>
+  auto with(F f) {
     std::lock_guard<std::mutex> g(mu_);
-    return value(client_->call(std::move(m), timeout_));
+    return f(*client_);
   }
 
  private:
-  Millis timeout_;
   std::unique_ptr<core::EventLoop> loop_;
-  std::unique_ptr<core::Client> client_;
+  std::unique_ptr<rollout::ManagerClient> client_;
   std::mutex mu_;
 };
 
@@ -597,8 +598,7 @@ class Generator {
     q.stats = nlohmann::json::parse(
         std::string(py::str(py::module_::import("json").attr("dumps")(stats))));
     py::gil_scoped_release nogil;
-    auto m = client_.call(rollout::encode(q));
-    return value(rollout::decode_report_reply(m.body));
+    return value(client_.with([&](rollout::ManagerClient& c) { return c.report(q, Millis(0)); }));
   }
 
   const std::string& id() const { return id_; }
@@ -607,7 +607,7 @@ class Generator {
   std::string id_;
   std::string incarnation_;
   rollout::Capacity cap_;
-  ManagerClient client_;
+  ManagerConnection client_;
 };
 
 class TrainerClient {
@@ -623,11 +623,15 @@ class TrainerClient {
     q.consumed = consumed;
     q.max = max;
     q.epoch = epoch_;
-    auto m = client_.call(rollout::encode(q));
-    // Sent: these were delivered (a failed call keeps them for the next one).
-    ack_.clear();
-    have_.clear();
-    auto r = value(rollout::decode_collect_reply(m.body));
+    bool answered = false;
+    auto reply =
+        client_.with([&](rollout::ManagerClient& c) { return c.collect(q, Millis(0), &answered); });
+    // Answered: these were delivered (a failed call keeps them for the next one).
+    if (answered) {
+      ack_.clear();
+      have_.clear();
+    }
+    auto r = value(std::move(reply));
     for (const auto& t : r.trajectories) {
       have_.push_back(t.id);
       if (auto_ack_) ack_.push_back(t.id);
@@ -638,8 +642,10 @@ class TrainerClient {
   std::size_t pending_acks() const { return ack_.size(); }
   std::uint64_t published(std::uint64_t version, std::uint64_t consumed) {
     py::gil_scoped_release nogil;
-    auto m = client_.call(rollout::encode(rollout::PublishedRequest{version, consumed}));
-    return value(rollout::decode_published_reply(m.body)).latest;
+    return value(client_.with([&](rollout::ManagerClient& c) {
+             return c.published(rollout::PublishedRequest{version, consumed}, Millis(0));
+           }))
+        .latest;
   }
 
  private:
@@ -647,7 +653,7 @@ class TrainerClient {
   bool auto_ack_;
   std::vector<std::string> have_;
   std::vector<std::string> ack_;
-  ManagerClient client_;
+  ManagerConnection client_;
 };
 
 // ---------------------------------------------------------------- the arithmetic task
