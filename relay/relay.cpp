@@ -146,8 +146,8 @@ struct Relay::Impl {
   core::ReadOptions read_options() const {
     core::ReadOptions ro;
     ro.max_in_flight_per_source = 1;  // one chunk per read; config.in_flight reads at once
-    ro.op_timeout = Millis(5000);
-    ro.total_timeout = Millis(60000);
+    ro.op_timeout = kRelayGetTimeout;
+    ro.total_timeout = kRelayReadTimeout;
     return ro;
   }
 
@@ -190,7 +190,7 @@ struct Relay::Impl {
     req.relay_id = config.relay_id;
     req.exclude = c.failed_sources;
     Copy* cp = &c;
-    store->chain_source_async(req, Millis(5000), [this, cp](Result<weightstore::ChainSource> r) {
+    store->chain_source_async(req, weightstore::kStoreRequestTimeout, [this, cp](Result<weightstore::ChainSource> r) {
       cp->asking = false;
       if (!r.is_ok()) {
         // No usable predecessor yet (or a slow store): asked again on a later tick.
@@ -384,7 +384,7 @@ struct Relay::Impl {
     std::vector<std::uint32_t> sent = add.chunks;
     c.unreported.clear();
     Copy* cp = &c;
-    store->add_chunks_async(add, Millis(5000), [this, cp, sent](Result<weightstore::Committed> r) {
+    store->add_chunks_async(add, weightstore::kStoreRequestTimeout, [this, cp, sent](Result<weightstore::Committed> r) {
       cp->reporting = false;
       if (!r.is_ok()) {
         log::warn("relay {}: reporting chunks of {}@{}: {}", config.relay_id, cp->manifest.model,
@@ -602,7 +602,7 @@ Result<std::unique_ptr<Relay>> Relay::create(core::EventLoop& loop, RelayConfig 
     // Deltas are offered again once the copies they refer to are back.
     if (raw->offers) raw->reoffer_at = Clock::now() + kHeartbeat;
     // Before the copies are registered again (the same socket keeps the order).
-    raw->store->join_relay_async(raw->joining(), Millis(5000), [raw](Status st) {
+    raw->store->join_relay_async(raw->joining(), weightstore::kStoreRequestTimeout, [raw](Status st) {
                                    if (!st.is_ok())
                                      log::warn("relay {}: joining again: {}", raw->config.relay_id,
                                                st.to_string());
@@ -621,7 +621,7 @@ Status Relay::run() {
                                      : Millis(impl_->config.poll_ms);
     impl_->loop.run_until([this] { return impl_->stopping; }, wait);
   }
-  if (impl_->joined) impl_->withdraw(Millis(2000));
+  if (impl_->joined) impl_->withdraw(kRelayWithdrawWait);
   return {};
 }
 

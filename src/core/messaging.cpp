@@ -756,8 +756,9 @@ Result<Message> Client::call(Message msg, Millis timeout) {
   std::optional<Result<Message>> out;
   std::uint64_t id = impl_->next_id;  // the id request() is about to use
   request(std::move(msg), timeout, [&out](Result<Message> r) { out.emplace(std::move(r)); });
-  // The request's own timer ends it; the extra second only guards against a stuck loop.
-  impl_->loop.run_until([&out] { return out.has_value(); }, timeout + Millis(1000));
+  // The request's own timer ends it; the margin only guards against a stuck loop.
+  constexpr Millis kStuckLoopMargin{1000};
+  impl_->loop.run_until([&out] { return out.has_value(); }, timeout + kStuckLoopMargin);
   if (!out) {
     impl_->pending.erase(id);  // its callback refers to this frame: never call it later
     return timeout_error("request to " + impl_->endpoint + " did not finish");
