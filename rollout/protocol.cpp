@@ -6,6 +6,7 @@
 
 namespace sluice::rollout {
 
+using core::reply_name;
 using nlohmann::json;
 
 std::optional<std::pair<std::uint64_t, std::uint64_t>> parse_trajectory_id(const std::string& id) {
@@ -201,11 +202,11 @@ core::Message encode(const ReportRequest& m) {
       {"stats", m.stats}};
   if (m.incarnation.empty()) body.erase("incarnation");
   if (m.leaving) body["leaving"] = true;
-  return core::Message("mgr.report", std::move(body));
+  return core::Message(msg::kReport, std::move(body));
 }
 
 core::Result<ReportRequest> decode_report(const json& body, const DecodeLimits& lim) {
-  Fields f(body, "mgr.report", lim);
+  Fields f(body, msg::kReport, lim);
   SLUICE_TRY(f.object());
   ReportRequest m;
   SLUICE_ASSIGN_OR_RETURN(m.id, f.id("id", true));
@@ -216,7 +217,7 @@ core::Result<ReportRequest> decode_report(const json& body, const DecodeLimits& 
   SLUICE_ASSIGN_OR_RETURN(m.leaving, f.boolean("leaving", false));
   const json* cap = f.find("capacity");
   if (!cap) return f.err("capacity", "missing");
-  Fields c(*cap, "mgr.report: capacity", lim);
+  Fields c(*cap, std::string(msg::kReport) + ": capacity", lim);
   SLUICE_TRY(c.object());
   SLUICE_ASSIGN_OR_RETURN(std::uint64_t seqs, c.u64("max_sequences", 1, lim.max_list));
   m.capacity.max_sequences = static_cast<std::uint32_t>(seqs);
@@ -246,7 +247,7 @@ core::Result<ReportRequest> decode_report(const json& body, const DecodeLimits& 
 }
 
 core::Message encode(const ReportReply& m) {
-  if (m.rejoin) return core::Message("mgr.report", json{{"rejoin", true}});
+  if (m.rejoin) return core::Message(msg::kReport, json{{"rejoin", true}});
   json body{{"import", to_json_list(m.import)},
             {"assign", to_json_list(m.assign)},
             {"unqueue", m.unqueue},
@@ -259,11 +260,11 @@ core::Message encode(const ReportReply& m) {
             {"done", m.done},
             {"latest", m.latest}};
   if (!m.export_kv.empty()) body["export_kv"] = m.export_kv;
-  return core::Message("mgr.report", std::move(body));
+  return core::Message(msg::kReport, std::move(body));
 }
 
 core::Result<ReportReply> decode_report_reply(const json& body, const DecodeLimits& lim) {
-  Fields f(body, "mgr.report reply", lim);
+  Fields f(body, reply_name(msg::kReport), lim);
   SLUICE_TRY(f.object());
   ReportReply m;
   SLUICE_ASSIGN_OR_RETURN(m.rejoin, f.boolean("rejoin", false));
@@ -293,11 +294,11 @@ core::Message encode(const CollectRequest& m) {
   json body{{"ack", m.ack}, {"consumed", m.consumed}, {"max", m.max}};
   if (m.have) body["have"] = *m.have;
   if (m.epoch) body["epoch"] = *m.epoch;
-  return core::Message("mgr.collect", std::move(body));
+  return core::Message(msg::kCollect, std::move(body));
 }
 
 core::Result<CollectRequest> decode_collect(const json& body, const DecodeLimits& lim) {
-  Fields f(body, "mgr.collect", lim);
+  Fields f(body, msg::kCollect, lim);
   SLUICE_TRY(f.object());
   CollectRequest m;
   SLUICE_ASSIGN_OR_RETURN(m.ack, f.trajectory_ids("ack", false));
@@ -313,12 +314,12 @@ core::Result<CollectRequest> decode_collect(const json& body, const DecodeLimits
 }
 
 core::Message encode(const CollectReply& m) {
-  return core::Message("mgr.collect",
+  return core::Message(msg::kCollect,
                        json{{"trajectories", to_json_list(m.trajectories)}, {"done", m.done}});
 }
 
 core::Result<CollectReply> decode_collect_reply(const json& body, const DecodeLimits& lim) {
-  Fields f(body, "mgr.collect reply", lim);
+  Fields f(body, reply_name(msg::kCollect), lim);
   SLUICE_TRY(f.object());
   CollectReply m;
   SLUICE_ASSIGN_OR_RETURN(m.trajectories, f.trajectories("trajectories", true));
@@ -327,11 +328,11 @@ core::Result<CollectReply> decode_collect_reply(const json& body, const DecodeLi
 }
 
 core::Message encode(const PublishedRequest& m) {
-  return core::Message("mgr.published", json{{"version", m.version}, {"consumed", m.consumed}});
+  return core::Message(msg::kPublished, json{{"version", m.version}, {"consumed", m.consumed}});
 }
 
 core::Result<PublishedRequest> decode_published(const json& body, const DecodeLimits& lim) {
-  Fields f(body, "mgr.published", lim);
+  Fields f(body, msg::kPublished, lim);
   SLUICE_TRY(f.object());
   PublishedRequest m;
   SLUICE_ASSIGN_OR_RETURN(m.version, f.u64("version", std::nullopt, lim.max_version));
@@ -340,11 +341,11 @@ core::Result<PublishedRequest> decode_published(const json& body, const DecodeLi
 }
 
 core::Message encode(const PublishedReply& m) {
-  return core::Message("mgr.published", json{{"latest", m.latest}});
+  return core::Message(msg::kPublished, json{{"latest", m.latest}});
 }
 
 core::Result<PublishedReply> decode_published_reply(const json& body, const DecodeLimits& lim) {
-  Fields f(body, "mgr.published reply", lim);
+  Fields f(body, reply_name(msg::kPublished), lim);
   SLUICE_TRY(f.object());
   PublishedReply m;
   SLUICE_ASSIGN_OR_RETURN(m.latest, f.u64("latest", std::nullopt));
@@ -352,18 +353,18 @@ core::Result<PublishedReply> decode_published_reply(const json& body, const Deco
 }
 
 core::Message encode(const StatusRequest&) {
-  return core::Message("mgr.status", json::object());
+  return core::Message(msg::kStatus, json::object());
 }
 
 core::Message encode(const ManagerStatus& m) {
   json body = m.fields.is_object() ? m.fields : json::object();
   body["done"] = m.done;
   body["latest"] = m.latest;
-  return core::Message("mgr.status", std::move(body));
+  return core::Message(msg::kStatus, std::move(body));
 }
 
 core::Result<ManagerStatus> decode_status(const json& body, const DecodeLimits& lim) {
-  Fields f(body, "mgr.status reply", lim);
+  Fields f(body, reply_name(msg::kStatus), lim);
   SLUICE_TRY(f.object());
   ManagerStatus m;
   SLUICE_ASSIGN_OR_RETURN(m.done, f.boolean("done", false));

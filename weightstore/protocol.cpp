@@ -6,6 +6,7 @@
 namespace sluice::weightstore {
 
 using core::Message;
+using core::reply_name;
 using core::Result;
 using core::Status;
 using json = nlohmann::json;
@@ -141,11 +142,11 @@ Result<Topology> topology_from_json(const json& j) {
 // ---- encoding
 
 Message encode(const PutManifest& m) {
-  return with_body("store.put_manifest", {{"manifest", m.manifest.to_json()}});
+  return with_body(msg::kPutManifest, {{"manifest", m.manifest.to_json()}});
 }
 
 Message encode(const HolderRegistration& r) {
-  Message m("store.register");
+  Message m(msg::kRegister);
   m.body["holder_id"] = r.holder_id;
   m.body["endpoint"] = r.endpoint;
   m.body["topology"] = topology_to_json(r.topology);
@@ -157,82 +158,82 @@ Message encode(const HolderRegistration& r) {
 }
 
 Message encode(const AddChunks& m) {
-  return with_body("store.add_chunks", {{"holder_id", m.holder_id},
-                                        {"model", m.model},
-                                        {"version", m.version},
-                                        {"chunks", m.chunks}});
+  return with_body(msg::kAddChunks, {{"holder_id", m.holder_id},
+                                     {"model", m.model},
+                                     {"version", m.version},
+                                     {"chunks", m.chunks}});
 }
 
 Message encode(const Heartbeat& m) {
-  return with_body("store.heartbeat", {{"holder_id", m.holder_id}});
+  return with_body(msg::kHeartbeat, {{"holder_id", m.holder_id}});
 }
 Message encode(const Unpublish& m) {
-  return with_body("store.unpublish", copy_body(m));
+  return with_body(msg::kUnpublish, copy_body(m));
 }
 Message encode(const DrainedQuery& m) {
-  return with_body("store.drained", copy_body(m));
+  return with_body(msg::kDrained, copy_body(m));
 }
 Message encode(const LatestRequest& m) {
-  return with_body("store.latest", {{"model", m.model}});
+  return with_body(msg::kLatest, {{"model", m.model}});
 }
 Message encode(const PlanRequest& m) {
   return with_body(
-      "store.plan",
+      msg::kPlan,
       {{"model", m.model}, {"version", m.version}, {"topology", topology_to_json(m.topology)}});
 }
 Message encode(const Renew& m) {
-  return with_body("store.renew", {{"lease_id", m.lease_id}});
+  return with_body(msg::kRenew, {{"lease_id", m.lease_id}});
 }
 Message encode(const Release& m) {
-  return with_body("store.release", {{"lease_id", m.lease_id}});
+  return with_body(msg::kRelease, {{"lease_id", m.lease_id}});
 }
 Message encode(const Pin& m) {
-  return with_body("store.pin", pin_body(m));
+  return with_body(msg::kPin, pin_body(m));
 }
 Message encode(const Unpin& m) {
-  return with_body("store.unpin", pin_body(m));
+  return with_body(msg::kUnpin, pin_body(m));
 }
 Message encode(const RetainedRequest& m) {
-  return with_body("store.retained", {{"model", m.model}});
+  return with_body(msg::kRetained, {{"model", m.model}});
 }
 Message encode(const JoinRelay& m) {
-  Message r = with_body("store.join_relay",
+  Message r = with_body(msg::kJoinRelay,
                         {{"relay_id", m.relay_id}, {"topology", topology_to_json(m.topology)}});
   if (m.makes_deltas) r.body["makes_deltas"] = true;
   if (!m.share.empty()) r.body["share"] = m.share;
   return r;
 }
 Message encode(const ChainSourceRequest& m) {
-  return with_body("store.chain_source", {{"model", m.model},
-                                          {"version", m.version},
-                                          {"relay_id", m.relay_id},
-                                          {"exclude", m.exclude}});
+  return with_body(msg::kChainSource, {{"model", m.model},
+                                       {"version", m.version},
+                                       {"relay_id", m.relay_id},
+                                       {"exclude", m.exclude}});
 }
 Message encode(const CopiesRequest& m) {
-  return with_body("store.copies", {{"model", m.model}, {"version", m.version}});
+  return with_body(msg::kCopies, {{"model", m.model}, {"version", m.version}});
 }
 Message encode(const HoldersRequest& m) {
-  return with_body("store.holders", {{"model", m.model}, {"version", m.version}});
+  return with_body(msg::kHolders, {{"model", m.model}, {"version", m.version}});
 }
 
 Message encode_ok() {
-  return Message("store.ok");
+  return Message(msg::kOk);
 }
 Message encode(const Committed& m) {
-  return with_body("store.ok", {{"committed", m.committed}});
+  return with_body(msg::kOk, {{"committed", m.committed}});
 }
 Message encode(const Drained& m) {
-  return with_body("store.drained", {{"drained", m.drained}});
+  return with_body(msg::kDrained, {{"drained", m.drained}});
 }
 Message encode(const Latest& m) {
-  return with_body("store.latest", {{"version", m.version}});
+  return with_body(msg::kLatest, {{"version", m.version}});
 }
 Message encode(const Retained& m) {
-  return with_body("store.retained", {{"versions", m.versions}});
+  return with_body(msg::kRetained, {{"versions", m.versions}});
 }
 Message encode(const ChainSource& m) {
   Message r =
-      with_body("store.chain_source",
+      with_body(msg::kChainSource,
                 {{"holder_id", m.holder_id}, {"endpoint", m.endpoint}, {"chunks", m.chunks}});
   r.body["distance"] = m.distance;
   if (!m.model.empty()) r.body["model"] = m.model;
@@ -243,7 +244,7 @@ Message encode(const Copies& m) {
   json c = json::object();
   for (const auto& [id, n] : m.chunks)
     c[id] = n;
-  return with_body("store.copies", {{"copies", std::move(c)}});
+  return with_body(msg::kCopies, {{"copies", std::move(c)}});
 }
 Message encode(const Holders& m) {
   json hs = json::array();
@@ -254,10 +255,10 @@ Message encode(const Holders& m) {
                   {"unpublished", h.unpublished},
                   {"relay", h.relay}});
   }
-  return with_body("store.holders", {{"holders", std::move(hs)}});
+  return with_body(msg::kHolders, {{"holders", std::move(hs)}});
 }
 Message encode(const ReadPlan& p) {
-  Message m("store.plan");
+  Message m(msg::kPlan);
   m.body["manifest"] = p.manifest.to_json();
   m.body["lease_id"] = p.lease_id;
   m.body["holders"] = json::array();
@@ -276,12 +277,12 @@ Message encode(const ReadPlan& p) {
 
 Result<PutManifest> decode_put_manifest(const Message& m, const Limits& lim) {
   PutManifest r;
-  SLUICE_TRY(manifest_field(m.body, "store.put_manifest", lim, r.manifest));
+  SLUICE_TRY(manifest_field(m.body, msg::kPutManifest, lim, r.manifest));
   return r;
 }
 
 Result<HolderRegistration> decode_registration(const Message& m, const Limits& lim) {
-  constexpr std::string_view what = "store.register";
+  constexpr std::string_view what = msg::kRegister;
   HolderRegistration r;
   SLUICE_TRY(id_field(m.body, what, "holder_id", lim, r.holder_id));
   SLUICE_TRY(field::string(m.body, what, "endpoint", r.endpoint));
@@ -289,13 +290,14 @@ Result<HolderRegistration> decode_registration(const Message& m, const Limits& l
   SLUICE_TRY(manifest_field(m.body, what, lim, r.manifest));
   if (m.body.contains("chunks")) SLUICE_TRY(bool_list(m.body, what, "chunks", lim, r.chunks));
   if (m.body.contains("again")) SLUICE_TRY(field::boolean(m.body, what, "again", r.again));
-  if (m.blobs.size() != 1) return core::invalid_argument("store.register: expected one descriptor");
+  if (m.blobs.size() != 1)
+    return core::invalid_argument(std::string(what) + ": expected one descriptor");
   r.descriptor = m.blobs[0];
   return r;
 }
 
 Result<AddChunks> decode_add_chunks(const Message& m, const Limits& lim) {
-  constexpr std::string_view what = "store.add_chunks";
+  constexpr std::string_view what = msg::kAddChunks;
   AddChunks r;
   SLUICE_TRY(id_field(m.body, what, "holder_id", lim, r.holder_id));
   SLUICE_TRY(id_field(m.body, what, "model", lim, r.model));
@@ -305,7 +307,7 @@ Result<AddChunks> decode_add_chunks(const Message& m, const Limits& lim) {
   r.chunks.reserve(l->size());
   for (const auto& i : *l) {
     if (!i.is_number_unsigned() || i.get<std::uint64_t>() > UINT32_MAX) {
-      return core::invalid_argument("store.add_chunks: 'chunks' must hold chunk indices");
+      return core::invalid_argument(std::string(what) + ": 'chunks' must hold chunk indices");
     }
     r.chunks.push_back(static_cast<std::uint32_t>(i.get<std::uint64_t>()));
   }
@@ -314,7 +316,7 @@ Result<AddChunks> decode_add_chunks(const Message& m, const Limits& lim) {
 
 Result<Heartbeat> decode_heartbeat(const Message& m, const Limits& lim) {
   Heartbeat r;
-  SLUICE_TRY(id_field(m.body, "store.heartbeat", "holder_id", lim, r.holder_id));
+  SLUICE_TRY(id_field(m.body, msg::kHeartbeat, "holder_id", lim, r.holder_id));
   return r;
 }
 
@@ -328,12 +330,12 @@ Result<CopyRef> decode_copy_ref(const Message& m, const Limits& lim) {
 
 Result<LatestRequest> decode_latest_request(const Message& m, const Limits& lim) {
   LatestRequest r;
-  SLUICE_TRY(id_field(m.body, "store.latest", "model", lim, r.model));
+  SLUICE_TRY(id_field(m.body, msg::kLatest, "model", lim, r.model));
   return r;
 }
 
 Result<PlanRequest> decode_plan_request(const Message& m, const Limits& lim) {
-  constexpr std::string_view what = "store.plan";
+  constexpr std::string_view what = msg::kPlan;
   PlanRequest r;
   SLUICE_TRY(id_field(m.body, what, "model", lim, r.model));
   if (m.body.contains("version")) SLUICE_TRY(u64_field(m.body, what, "version", r.version));
@@ -357,22 +359,23 @@ Result<PinRef> decode_pin_ref(const Message& m, const Limits& lim) {
 
 Result<RetainedRequest> decode_retained_request(const Message& m, const Limits& lim) {
   RetainedRequest r;
-  SLUICE_TRY(id_field(m.body, "store.retained", "model", lim, r.model));
+  SLUICE_TRY(id_field(m.body, msg::kRetained, "model", lim, r.model));
   return r;
 }
 
 Result<JoinRelay> decode_join_relay(const Message& m, const Limits& lim) {
   JoinRelay r;
-  SLUICE_TRY(id_field(m.body, "store.join_relay", "relay_id", lim, r.relay_id));
+  SLUICE_TRY(id_field(m.body, msg::kJoinRelay, "relay_id", lim, r.relay_id));
   SLUICE_ASSIGN_OR_RETURN(r.topology, topology_from_json(optional(m.body, "topology")));
   if (m.body.contains("makes_deltas"))
-    SLUICE_TRY(field::boolean(m.body, "store.join_relay", "makes_deltas", r.makes_deltas));
-  if (m.body.contains("share")) SLUICE_TRY(id_field(m.body, "store.join_relay", "share", lim, r.share));
+    SLUICE_TRY(field::boolean(m.body, msg::kJoinRelay, "makes_deltas", r.makes_deltas));
+  if (m.body.contains("share"))
+    SLUICE_TRY(id_field(m.body, msg::kJoinRelay, "share", lim, r.share));
   return r;
 }
 
 Result<ChainSourceRequest> decode_chain_source_request(const Message& m, const Limits& lim) {
-  constexpr std::string_view what = "store.chain_source";
+  constexpr std::string_view what = msg::kChainSource;
   ChainSourceRequest r;
   SLUICE_TRY(id_field(m.body, what, "model", lim, r.model));
   SLUICE_TRY(u64_field(m.body, what, "version", r.version));
@@ -382,7 +385,7 @@ Result<ChainSourceRequest> decode_chain_source_request(const Message& m, const L
     SLUICE_TRY(list_field(m.body, what, "exclude", lim, l));
     for (const auto& x : *l) {
       if (!x.is_string() || x.get_ref<const std::string&>().size() > lim.max_id_bytes) {
-        return core::invalid_argument("store.chain_source: 'exclude' must hold holder ids");
+        return core::invalid_argument(std::string(what) + ": 'exclude' must hold holder ids");
       }
       r.exclude.insert(x.get<std::string>());
     }
@@ -414,33 +417,34 @@ Result<Committed> decode_committed(const Message& m) {
 
 Result<Drained> decode_drained(const Message& m) {
   Drained r;
-  if (Status s = field::boolean(m.body, "store.drained reply", "drained", r.drained); !s.is_ok())
+  if (Status s = field::boolean(m.body, reply_name(msg::kDrained), "drained", r.drained);
+      !s.is_ok())
     return reply_error(s);
   return r;
 }
 
 Result<Latest> decode_latest(const Message& m) {
   Latest r;
-  if (Status s = u64_field(m.body, "store.latest reply", "version", r.version); !s.is_ok())
+  if (Status s = u64_field(m.body, reply_name(msg::kLatest), "version", r.version); !s.is_ok())
     return reply_error(s);
   return r;
 }
 
 Result<Retained> decode_retained(const Message& m, const Limits& lim) {
   const json* l = nullptr;
-  if (Status s = list_field(m.body, "store.retained reply", "versions", lim, l); !s.is_ok())
+  if (Status s = list_field(m.body, reply_name(msg::kRetained), "versions", lim, l); !s.is_ok())
     return reply_error(s);
   Retained r;
   for (const auto& v : *l) {
     if (!v.is_number_unsigned())
-      return core::protocol_error("store.retained reply: 'versions' must hold versions");
+      return core::protocol_error(reply_name(msg::kRetained) + ": 'versions' must hold versions");
     r.versions.push_back(v.get<std::uint64_t>());
   }
   return r;
 }
 
 Result<ChainSource> decode_chain_source(const Message& m, const Limits& lim) {
-  constexpr std::string_view what = "store.chain_source reply";
+  const std::string what = reply_name(msg::kChainSource);
   ChainSource r;
   Status s = id_field(m.body, what, "holder_id", lim, r.holder_id);
   if (s.is_ok()) s = field::string(m.body, what, "endpoint", r.endpoint);
@@ -450,7 +454,7 @@ Result<ChainSource> decode_chain_source(const Message& m, const Limits& lim) {
   if (s.is_ok() && m.body.contains("model")) s = id_field(m.body, what, "model", lim, r.model);
   if (!s.is_ok()) return reply_error(s);
   r.distance = static_cast<int>(std::min<std::uint64_t>(distance, 3));
-  if (m.blobs.size() != 1) return core::protocol_error("store.chain_source reply: no descriptor");
+  if (m.blobs.size() != 1) return core::protocol_error(std::string(what) + ": no descriptor");
   r.descriptor = m.blobs[0];
   return r;
 }
@@ -458,25 +462,26 @@ Result<ChainSource> decode_chain_source(const Message& m, const Limits& lim) {
 Result<Copies> decode_copies(const Message& m, const Limits& lim) {
   auto it = m.body.find("copies");
   if (it == m.body.end() || !it->is_object() || it->size() > lim.max_list) {
-    return core::protocol_error("store.copies reply: 'copies' must be an object");
+    return core::protocol_error(reply_name(msg::kCopies) + ": 'copies' must be an object");
   }
   Copies r;
   for (auto c = it->begin(); c != it->end(); ++c) {
     if (!c->is_number_unsigned())
-      return core::protocol_error("store.copies reply: a count is not a non-negative integer");
+      return core::protocol_error(reply_name(msg::kCopies) +
+                                  ": a count is not a non-negative integer");
     r.chunks[c.key()] = c->get<std::uint64_t>();
   }
   return r;
 }
 
 Result<Holders> decode_holders(const Message& m, const Limits& lim) {
-  constexpr std::string_view what = "store.holders reply";
+  const std::string what = reply_name(msg::kHolders);
   const json* hs = nullptr;
   if (Status s = list_field(m.body, what, "holders", lim, hs); !s.is_ok()) return reply_error(s);
   Holders out;
   for (const auto& j : *hs) {
     if (!j.is_object())
-      return core::protocol_error("store.holders reply: a holder is not an object");
+      return core::protocol_error(std::string(what) + ": a holder is not an object");
     HolderState h;
     std::uint64_t chunks = 0;
     Status s = id_field(j, what, "holder_id", lim, h.holder_id);
@@ -492,7 +497,7 @@ Result<Holders> decode_holders(const Message& m, const Limits& lim) {
 }
 
 Result<ReadPlan> decode_plan(const Message& m, const Limits& lim) {
-  constexpr std::string_view what = "store.plan reply";
+  const std::string what = reply_name(msg::kPlan);
   ReadPlan p;
   if (!m.body.contains("manifest")) return core::protocol_error("plan without a manifest");
   SLUICE_ASSIGN_OR_RETURN(p.manifest, core::Manifest::from_json(m.body["manifest"]));

@@ -46,6 +46,34 @@
 
 namespace sluice::weightstore {
 
+// The store's message types, each declared here once (the table above). A reply carries its
+// request's type, or kOk.
+namespace msg {
+inline constexpr char kPutManifest[] = "store.put_manifest";
+inline constexpr char kRegister[] = "store.register";
+inline constexpr char kAddChunks[] = "store.add_chunks";
+inline constexpr char kHeartbeat[] = "store.heartbeat";
+inline constexpr char kUnpublish[] = "store.unpublish";
+inline constexpr char kDrained[] = "store.drained";
+inline constexpr char kLatest[] = "store.latest";
+inline constexpr char kPlan[] = "store.plan";
+inline constexpr char kRenew[] = "store.renew";
+inline constexpr char kRelease[] = "store.release";
+inline constexpr char kPin[] = "store.pin";
+inline constexpr char kUnpin[] = "store.unpin";
+inline constexpr char kRetained[] = "store.retained";
+inline constexpr char kJoinRelay[] = "store.join_relay";
+inline constexpr char kChainSource[] = "store.chain_source";
+inline constexpr char kCopies[] = "store.copies";
+inline constexpr char kHolders[] = "store.holders";
+inline constexpr char kRegisterDelta[] = "store.register_delta";
+inline constexpr char kDeltaPlan[] = "store.delta_plan";
+inline constexpr char kUnpublishDelta[] = "store.unpublish_delta";
+inline constexpr char kDeltaDrained[] = "store.delta_drained";
+inline constexpr char kDeltas[] = "store.deltas";
+inline constexpr char kOk[] = "store.ok";
+}  // namespace msg
+
 struct StoreDecodeLimits {
   std::size_t max_id_bytes = 256;  // a holder, relay, model or pin owner id
   std::size_t max_list = 1 << 20;  // entries in any list (chunks, holders, exclusions)

@@ -6,6 +6,7 @@
 namespace sluice::weightstore {
 
 using core::Message;
+using core::reply_name;
 using core::Result;
 using core::Status;
 using json = nlohmann::json;
@@ -84,33 +85,33 @@ Status reply_error(const Status& s) {
 }  // namespace
 
 Message encode(const DeltaRegistration& r) {
-  Message m = with("store.register_delta", {{"holder_id", r.holder_id},
-                                            {"endpoint", r.endpoint},
-                                            {"topology", topology_to_json(r.topology)},
-                                            {"delta", delta_json(r.delta)}});
+  Message m = with(msg::kRegisterDelta, {{"holder_id", r.holder_id},
+                                         {"endpoint", r.endpoint},
+                                         {"topology", topology_to_json(r.topology)},
+                                         {"delta", delta_json(r.delta)}});
   m.blobs.push_back(r.descriptor);
   return m;
 }
 Message encode(const DeltaPlanRequest& r) {
-  return with("store.delta_plan", {{"model", r.model},
-                                   {"base", r.base},
-                                   {"target", r.target},
-                                   {"topology", topology_to_json(r.topology)}});
+  return with(msg::kDeltaPlan, {{"model", r.model},
+                                {"base", r.base},
+                                {"target", r.target},
+                                {"topology", topology_to_json(r.topology)}});
 }
 Message encode(const UnpublishDelta& r) {
-  return with("store.unpublish_delta", ref_json(r));
+  return with(msg::kUnpublishDelta, ref_json(r));
 }
 Message encode(const DeltaDrainedQuery& r) {
-  return with("store.delta_drained", ref_json(r));
+  return with(msg::kDeltaDrained, ref_json(r));
 }
 Message encode(const DeltasRequest& r) {
-  return with("store.deltas", {{"model", r.model}});
+  return with(msg::kDeltas, {{"model", r.model}});
 }
 Message encode(const DeltaPlan& p) {
-  Message m = with("store.delta_plan", {{"available", p.available},
-                                        {"expected", p.expected},
-                                        {"target_bytes", p.target_bytes},
-                                        {"lease_id", p.lease_id}});
+  Message m = with(msg::kDeltaPlan, {{"available", p.available},
+                                     {"expected", p.expected},
+                                     {"target_bytes", p.target_bytes},
+                                     {"lease_id", p.lease_id}});
   if (p.available) m.body["delta"] = delta_json(p.delta);
   m.body["holders"] = json::array();
   for (const auto& h : p.holders) {
@@ -129,24 +130,24 @@ Message encode(const Deltas& d) {
                  {"bytes", s.bytes},
                  {"unpublished", s.unpublished}});
   }
-  return with("store.deltas", {{"deltas", std::move(l)}});
+  return with(msg::kDeltas, {{"deltas", std::move(l)}});
 }
 
 Result<DeltaRegistration> decode_delta_registration(const Message& m, const Limits& lim) {
-  constexpr std::string_view what = "store.register_delta";
+  constexpr std::string_view what = msg::kRegisterDelta;
   DeltaRegistration r;
   SLUICE_TRY(id(m.body, what, "holder_id", lim, r.holder_id));
   SLUICE_TRY(field::string(m.body, what, "endpoint", r.endpoint));
   auto t = m.body.find("topology");
   SLUICE_ASSIGN_OR_RETURN(r.topology, topology_from_json(t == m.body.end() ? json() : *t));
   SLUICE_TRY(delta_from_json(m.body, what, lim, r.delta));
-  if (m.blobs.size() != 1) return core::invalid_argument("store.register_delta: one descriptor");
+  if (m.blobs.size() != 1) return core::invalid_argument(std::string(what) + ": one descriptor");
   r.descriptor = m.blobs[0];
   return r;
 }
 
 Result<DeltaPlanRequest> decode_delta_plan_request(const Message& m, const Limits& lim) {
-  constexpr std::string_view what = "store.delta_plan";
+  constexpr std::string_view what = msg::kDeltaPlan;
   DeltaPlanRequest r;
   SLUICE_TRY(id(m.body, what, "model", lim, r.model));
   SLUICE_TRY(field::u64(m.body, what, "base", r.base));
@@ -164,12 +165,12 @@ Result<DeltaRef> decode_delta_ref(const Message& m, const Limits& lim) {
 
 Result<DeltasRequest> decode_deltas_request(const Message& m, const Limits& lim) {
   DeltasRequest r;
-  SLUICE_TRY(id(m.body, "store.deltas", "model", lim, r.model));
+  SLUICE_TRY(id(m.body, msg::kDeltas, "model", lim, r.model));
   return r;
 }
 
 Result<DeltaPlan> decode_delta_plan(const Message& m, const Limits& lim) {
-  constexpr std::string_view what = "store.delta_plan reply";
+  const std::string what = reply_name(msg::kDeltaPlan);
   DeltaPlan p;
   Status s = field::boolean(m.body, what, "available", p.available);
   if (s.is_ok()) s = field::boolean(m.body, what, "expected", p.expected);
@@ -179,10 +180,10 @@ Result<DeltaPlan> decode_delta_plan(const Message& m, const Limits& lim) {
   SLUICE_TRY(reply_error(s));
   const json* hs = array(m.body, "holders");
   if (!hs || hs->size() > lim.max_list || hs->size() != m.blobs.size()) {
-    return core::protocol_error("store.delta_plan reply: holders and descriptors do not match");
+    return core::protocol_error(std::string(what) + ": holders and descriptors do not match");
   }
   if (p.available == hs->empty()) {
-    return core::protocol_error("store.delta_plan reply: holders only when available");
+    return core::protocol_error(std::string(what) + ": holders only when available");
   }
   for (std::size_t i = 0; i < hs->size(); ++i) {
     const json& hj = (*hs)[i];
@@ -201,14 +202,14 @@ Result<DeltaPlan> decode_delta_plan(const Message& m, const Limits& lim) {
 }
 
 Result<Deltas> decode_deltas(const Message& m, const Limits& lim) {
-  constexpr std::string_view what = "store.deltas reply";
+  const std::string what = reply_name(msg::kDeltas);
   const json* l = array(m.body, "deltas");
   if (!l || l->size() > lim.max_list) {
-    return core::protocol_error("store.deltas reply: 'deltas' must be an array");
+    return core::protocol_error(std::string(what) + ": 'deltas' must be an array");
   }
   Deltas out;
   for (const auto& j : *l) {
-    if (!j.is_object()) return core::protocol_error("store.deltas reply: an entry");
+    if (!j.is_object()) return core::protocol_error(std::string(what) + ": an entry");
     DeltaState d;
     Status s = id(j, what, "holder_id", lim, d.holder_id);
     if (s.is_ok()) s = field::u64(j, what, "base", d.base);

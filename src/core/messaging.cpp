@@ -554,8 +554,8 @@ Result<std::unique_ptr<Server>> Server::create(EventLoop& loop, const std::strin
   int fd = impl->sock.get(zmq::sockopt::fd);
   Impl* raw = impl.get();
   std::unique_ptr<Server> server(new Server(std::move(impl)));
-  raw->handlers["sys.ping"].handler = [](const Message& req, Responder r) {
-    Message pong("sys.pong");
+  raw->handlers[msg::kPing].handler = [](const Message& req, Responder r) {
+    Message pong(msg::kPong);
     pong.body["pid"] = static_cast<int>(::getpid());
     pong.body["protocol_version"] = kProtocolVersion;
     if (req.body.contains("echo")) pong.body["echo"] = req.body["echo"];
@@ -749,7 +749,7 @@ Status Client::send(Message msg) {
 }
 
 Result<Message> Client::ping(Millis timeout) {
-  return call(Message("sys.ping"), timeout);
+  return call(Message(msg::kPing), timeout);
 }
 
 Result<Message> Client::call(Message msg, Millis timeout) {
