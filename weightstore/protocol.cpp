@@ -14,21 +14,6 @@ namespace field = core::json_field;
 
 namespace {
 
-// A required id-like string: present, a string, not empty, within the bound.
-Status id_field(const json& body, std::string_view what, const char* key, const Limits& lim,
-                std::string& out) {
-  SLUICE_TRY(field::string(body, what, key, out));
-  if (out.empty() || out.size() > lim.max_id_bytes) {
-    return core::invalid_argument(std::string(what) + ": '" + key + "' must be 1 to " +
-                                  std::to_string(lim.max_id_bytes) + " bytes");
-  }
-  return {};
-}
-
-Status u64_field(const json& body, std::string_view what, const char* key, std::uint64_t& out) {
-  return field::u64(body, what, key, out);
-}
-
 // An optional field's value, or null.
 const json& optional(const json& body, const char* key) {
   static const json null;
@@ -36,51 +21,40 @@ const json& optional(const json& body, const char* key) {
   return it == body.end() ? null : *it;
 }
 
-// A list's size is checked before any element is read.
-Status list_field(const json& body, std::string_view what, const char* key, const Limits& lim,
-                  const json*& out) {
-  auto it = body.find(key);
-  if (it == body.end() || !it->is_array()) {
-    return core::invalid_argument(std::string(what) + ": '" + key + "' must be an array");
-  }
-  if (it->size() > lim.max_list) {
-    return core::invalid_argument(std::string(what) + ": '" + key + "' has more than " +
-                                  std::to_string(lim.max_list) + " entries");
-  }
-  out = &*it;
-  return {};
-}
-
 Status bool_list(const json& body, std::string_view what, const char* key, const Limits& lim,
                  std::vector<bool>& out) {
   const json* l = nullptr;
-  SLUICE_TRY(list_field(body, what, key, lim, l));
+  SLUICE_TRY(field::array(body, what, key, lim.max_list, l));
   out.clear();
   out.reserve(l->size());
   for (const auto& b : *l) {
-    if (!b.is_boolean()) {
-      return core::invalid_argument(std::string(what) + ": '" + key +
-                                    "' must be an array of booleans");
-    }
+    if (!b.is_boolean()) return field::error(what, key, "must be an array of booleans");
     out.push_back(b.get<bool>());
   }
+  return {};
+}
+
+// A manifest in a message: one that does not parse is a malformed message like any other.
+Status manifest_of(const json& j, std::string_view what, core::Manifest& out) {
+  auto m = core::Manifest::from_json(j);
+  if (!m.is_ok()) return core::protocol_error(std::string(what) + ": " + m.status().message());
+  out = std::move(m).value();
   return {};
 }
 
 Status manifest_field(const json& body, std::string_view what, const Limits& lim,
                       core::Manifest& out) {
   auto it = body.find("manifest");
-  if (it == body.end())
-    return core::invalid_argument(std::string(what) + ": 'manifest' is missing");
+  if (it == body.end()) return field::error(what, "manifest", "is missing");
   // The tensor list's size is checked before from_json reads it.
   if (it->is_object()) {
     auto t = it->find("tensors");
     if (t != it->end() && t->is_array() && t->size() > lim.max_tensors) {
-      return core::invalid_argument(std::string(what) + ": the manifest has more than " +
-                                    std::to_string(lim.max_tensors) + " tensors");
+      return core::protocol_error(std::string(what) + ": the manifest has more than " +
+                                  std::to_string(lim.max_tensors) + " tensors");
     }
   }
-  SLUICE_ASSIGN_OR_RETURN(out, core::Manifest::from_json(*it));
+  SLUICE_TRY(manifest_of(*it, what, out));
   return check_manifest_limits(out, lim).with_context(std::string(what));
 }
 
@@ -101,17 +75,17 @@ json pin_body(const PinRef& p) {
 
 Status check_manifest_limits(const core::Manifest& m, const StoreDecodeLimits& lim) {
   if (m.total_bytes > lim.max_version_bytes) {
-    return core::invalid_argument("a version of " + std::to_string(m.total_bytes) +
-                                  " bytes exceeds max_version_bytes " +
-                                  std::to_string(lim.max_version_bytes));
+    return core::protocol_error("a version of " + std::to_string(m.total_bytes) +
+                                " bytes exceeds max_version_bytes " +
+                                std::to_string(lim.max_version_bytes));
   }
   if (m.tensors.size() > lim.max_tensors) {
-    return core::invalid_argument(std::to_string(m.tensors.size()) +
-                                  " tensors exceed max_tensors " + std::to_string(lim.max_tensors));
+    return core::protocol_error(std::to_string(m.tensors.size()) + " tensors exceed max_tensors " +
+                                std::to_string(lim.max_tensors));
   }
   if (m.chunk_count() > lim.max_chunks) {
-    return core::invalid_argument(std::to_string(m.chunk_count()) + " chunks exceed max_chunks " +
-                                  std::to_string(lim.max_chunks));
+    return core::protocol_error(std::to_string(m.chunk_count()) + " chunks exceed max_chunks " +
+                                std::to_string(lim.max_chunks));
   }
   return {};
 }
@@ -123,10 +97,9 @@ json topology_to_json(const Topology& t) {
 Result<Topology> topology_from_json(const json& j) {
   Topology t;
   if (j.is_null()) return t;
-  if (!j.is_object()) return core::invalid_argument("'topology' must be an object");
+  if (!j.is_object()) return core::protocol_error("'topology' must be an object");
   for (auto it = j.begin(); it != j.end(); ++it) {
-    if (!it->is_string())
-      return core::invalid_argument("topology." + it.key() + " must be a string");
+    if (!it->is_string()) return core::protocol_error("topology." + it.key() + " must be a string");
     if (it.key() == "host")
       t.host = it->get<std::string>();
     else if (it.key() == "rack")
@@ -134,7 +107,7 @@ Result<Topology> topology_from_json(const json& j) {
     else if (it.key() == "datacenter")
       t.datacenter = it->get<std::string>();
     else
-      return core::invalid_argument("unknown topology label '" + it.key() + "'");
+      return core::protocol_error("unknown topology label '" + it.key() + "'");
   }
   return t;
 }
@@ -284,14 +257,14 @@ Result<PutManifest> decode_put_manifest(const Message& m, const Limits& lim) {
 Result<HolderRegistration> decode_registration(const Message& m, const Limits& lim) {
   constexpr std::string_view what = msg::kRegister;
   HolderRegistration r;
-  SLUICE_TRY(id_field(m.body, what, "holder_id", lim, r.holder_id));
+  SLUICE_TRY(field::id(m.body, what, "holder_id", lim.max_id_bytes, r.holder_id));
   SLUICE_TRY(field::string(m.body, what, "endpoint", r.endpoint));
   SLUICE_ASSIGN_OR_RETURN(r.topology, topology_from_json(optional(m.body, "topology")));
   SLUICE_TRY(manifest_field(m.body, what, lim, r.manifest));
   if (m.body.contains("chunks")) SLUICE_TRY(bool_list(m.body, what, "chunks", lim, r.chunks));
   if (m.body.contains("again")) SLUICE_TRY(field::boolean(m.body, what, "again", r.again));
   if (m.blobs.size() != 1)
-    return core::invalid_argument(std::string(what) + ": expected one descriptor");
+    return core::protocol_error(std::string(what) + ": expected one descriptor");
   r.descriptor = m.blobs[0];
   return r;
 }
@@ -299,15 +272,15 @@ Result<HolderRegistration> decode_registration(const Message& m, const Limits& l
 Result<AddChunks> decode_add_chunks(const Message& m, const Limits& lim) {
   constexpr std::string_view what = msg::kAddChunks;
   AddChunks r;
-  SLUICE_TRY(id_field(m.body, what, "holder_id", lim, r.holder_id));
-  SLUICE_TRY(id_field(m.body, what, "model", lim, r.model));
-  SLUICE_TRY(u64_field(m.body, what, "version", r.version));
+  SLUICE_TRY(field::id(m.body, what, "holder_id", lim.max_id_bytes, r.holder_id));
+  SLUICE_TRY(field::id(m.body, what, "model", lim.max_id_bytes, r.model));
+  SLUICE_TRY(field::u64(m.body, what, "version", r.version));
   const json* l = nullptr;
-  SLUICE_TRY(list_field(m.body, what, "chunks", lim, l));
+  SLUICE_TRY(field::array(m.body, what, "chunks", lim.max_list, l));
   r.chunks.reserve(l->size());
   for (const auto& i : *l) {
     if (!i.is_number_unsigned() || i.get<std::uint64_t>() > UINT32_MAX) {
-      return core::invalid_argument(std::string(what) + ": 'chunks' must hold chunk indices");
+      return field::error(what, "chunks", "must hold chunk indices");
     }
     r.chunks.push_back(static_cast<std::uint32_t>(i.get<std::uint64_t>()));
   }
@@ -316,76 +289,76 @@ Result<AddChunks> decode_add_chunks(const Message& m, const Limits& lim) {
 
 Result<Heartbeat> decode_heartbeat(const Message& m, const Limits& lim) {
   Heartbeat r;
-  SLUICE_TRY(id_field(m.body, msg::kHeartbeat, "holder_id", lim, r.holder_id));
+  SLUICE_TRY(field::id(m.body, msg::kHeartbeat, "holder_id", lim.max_id_bytes, r.holder_id));
   return r;
 }
 
 Result<CopyRef> decode_copy_ref(const Message& m, const Limits& lim) {
   CopyRef r;
-  SLUICE_TRY(id_field(m.body, m.type, "holder_id", lim, r.holder_id));
-  SLUICE_TRY(id_field(m.body, m.type, "model", lim, r.model));
-  SLUICE_TRY(u64_field(m.body, m.type, "version", r.version));
+  SLUICE_TRY(field::id(m.body, m.type, "holder_id", lim.max_id_bytes, r.holder_id));
+  SLUICE_TRY(field::id(m.body, m.type, "model", lim.max_id_bytes, r.model));
+  SLUICE_TRY(field::u64(m.body, m.type, "version", r.version));
   return r;
 }
 
 Result<LatestRequest> decode_latest_request(const Message& m, const Limits& lim) {
   LatestRequest r;
-  SLUICE_TRY(id_field(m.body, msg::kLatest, "model", lim, r.model));
+  SLUICE_TRY(field::id(m.body, msg::kLatest, "model", lim.max_id_bytes, r.model));
   return r;
 }
 
 Result<PlanRequest> decode_plan_request(const Message& m, const Limits& lim) {
   constexpr std::string_view what = msg::kPlan;
   PlanRequest r;
-  SLUICE_TRY(id_field(m.body, what, "model", lim, r.model));
-  if (m.body.contains("version")) SLUICE_TRY(u64_field(m.body, what, "version", r.version));
+  SLUICE_TRY(field::id(m.body, what, "model", lim.max_id_bytes, r.model));
+  if (m.body.contains("version")) SLUICE_TRY(field::u64(m.body, what, "version", r.version));
   SLUICE_ASSIGN_OR_RETURN(r.topology, topology_from_json(optional(m.body, "topology")));
   return r;
 }
 
 Result<LeaseRef> decode_lease_ref(const Message& m) {
   LeaseRef r;
-  SLUICE_TRY(u64_field(m.body, m.type, "lease_id", r.lease_id));
+  SLUICE_TRY(field::u64(m.body, m.type, "lease_id", r.lease_id));
   return r;
 }
 
 Result<PinRef> decode_pin_ref(const Message& m, const Limits& lim) {
   PinRef r;
-  SLUICE_TRY(id_field(m.body, m.type, "model", lim, r.model));
-  SLUICE_TRY(u64_field(m.body, m.type, "version", r.version));
-  SLUICE_TRY(id_field(m.body, m.type, "owner", lim, r.owner));
+  SLUICE_TRY(field::id(m.body, m.type, "model", lim.max_id_bytes, r.model));
+  SLUICE_TRY(field::u64(m.body, m.type, "version", r.version));
+  SLUICE_TRY(field::id(m.body, m.type, "owner", lim.max_id_bytes, r.owner));
   return r;
 }
 
 Result<RetainedRequest> decode_retained_request(const Message& m, const Limits& lim) {
   RetainedRequest r;
-  SLUICE_TRY(id_field(m.body, msg::kRetained, "model", lim, r.model));
+  SLUICE_TRY(field::id(m.body, msg::kRetained, "model", lim.max_id_bytes, r.model));
   return r;
 }
 
 Result<JoinRelay> decode_join_relay(const Message& m, const Limits& lim) {
   JoinRelay r;
-  SLUICE_TRY(id_field(m.body, msg::kJoinRelay, "relay_id", lim, r.relay_id));
+  SLUICE_TRY(field::id(m.body, msg::kJoinRelay, "relay_id", lim.max_id_bytes, r.relay_id));
   SLUICE_ASSIGN_OR_RETURN(r.topology, topology_from_json(optional(m.body, "topology")));
   if (m.body.contains("makes_deltas"))
     SLUICE_TRY(field::boolean(m.body, msg::kJoinRelay, "makes_deltas", r.makes_deltas));
   if (m.body.contains("share"))
-    SLUICE_TRY(id_field(m.body, msg::kJoinRelay, "share", lim, r.share));
+    SLUICE_TRY(field::id(m.body, msg::kJoinRelay, "share", lim.max_id_bytes, r.share));
   return r;
 }
 
 Result<ChainSourceRequest> decode_chain_source_request(const Message& m, const Limits& lim) {
   constexpr std::string_view what = msg::kChainSource;
   ChainSourceRequest r;
-  SLUICE_TRY(id_field(m.body, what, "model", lim, r.model));
-  SLUICE_TRY(u64_field(m.body, what, "version", r.version));
-  SLUICE_TRY(id_field(m.body, what, "relay_id", lim, r.relay_id));
+  SLUICE_TRY(field::id(m.body, what, "model", lim.max_id_bytes, r.model));
+  SLUICE_TRY(field::u64(m.body, what, "version", r.version));
+  SLUICE_TRY(field::id(m.body, what, "relay_id", lim.max_id_bytes, r.relay_id));
   if (m.body.contains("exclude")) {
     const json* l = nullptr;
-    SLUICE_TRY(list_field(m.body, what, "exclude", lim, l));
+    SLUICE_TRY(field::array(m.body, what, "exclude", lim.max_list, l));
     for (const auto& x : *l) {
       if (!x.is_string() || x.get_ref<const std::string&>().size() > lim.max_id_bytes) {
-        return core::invalid_argument(std::string(what) + ": 'exclude' must hold holder ids");
+        return field::error(what, "exclude", "must hold holder ids");
       }
       r.exclude.insert(x.get<std::string>());
     }
@@ -395,49 +368,38 @@ Result<ChainSourceRequest> decode_chain_source_request(const Message& m, const L
 
 Result<VersionRef> decode_version_ref(const Message& m, const Limits& lim) {
   VersionRef r;
-  SLUICE_TRY(id_field(m.body, m.type, "model", lim, r.model));
-  SLUICE_TRY(u64_field(m.body, m.type, "version", r.version));
+  SLUICE_TRY(field::id(m.body, m.type, "model", lim.max_id_bytes, r.model));
+  SLUICE_TRY(field::u64(m.body, m.type, "version", r.version));
   return r;
 }
 
-// ---- decoding replies (a malformed reply is a protocol error, not the caller's mistake)
-
-namespace {
-Status reply_error(const Status& s) {
-  return core::protocol_error(s.message());
-}
-}  // namespace
+// ---- decoding replies (malformed, a protocol error like a malformed request)
 
 Result<Committed> decode_committed(const Message& m) {
   Committed r;
-  if (Status s = field::boolean(m.body, "store reply", "committed", r.committed); !s.is_ok())
-    return reply_error(s);
+  SLUICE_TRY(field::boolean(m.body, "store reply", "committed", r.committed));
   return r;
 }
 
 Result<Drained> decode_drained(const Message& m) {
   Drained r;
-  if (Status s = field::boolean(m.body, reply_name(msg::kDrained), "drained", r.drained);
-      !s.is_ok())
-    return reply_error(s);
+  SLUICE_TRY(field::boolean(m.body, reply_name(msg::kDrained), "drained", r.drained));
   return r;
 }
 
 Result<Latest> decode_latest(const Message& m) {
   Latest r;
-  if (Status s = u64_field(m.body, reply_name(msg::kLatest), "version", r.version); !s.is_ok())
-    return reply_error(s);
+  SLUICE_TRY(field::u64(m.body, reply_name(msg::kLatest), "version", r.version));
   return r;
 }
 
 Result<Retained> decode_retained(const Message& m, const Limits& lim) {
+  const std::string what = reply_name(msg::kRetained);
   const json* l = nullptr;
-  if (Status s = list_field(m.body, reply_name(msg::kRetained), "versions", lim, l); !s.is_ok())
-    return reply_error(s);
+  SLUICE_TRY(field::array(m.body, what, "versions", lim.max_list, l));
   Retained r;
   for (const auto& v : *l) {
-    if (!v.is_number_unsigned())
-      return core::protocol_error(reply_name(msg::kRetained) + ": 'versions' must hold versions");
+    if (!v.is_number_unsigned()) return field::error(what, "versions", "must hold versions");
     r.versions.push_back(v.get<std::uint64_t>());
   }
   return r;
@@ -446,13 +408,13 @@ Result<Retained> decode_retained(const Message& m, const Limits& lim) {
 Result<ChainSource> decode_chain_source(const Message& m, const Limits& lim) {
   const std::string what = reply_name(msg::kChainSource);
   ChainSource r;
-  Status s = id_field(m.body, what, "holder_id", lim, r.holder_id);
-  if (s.is_ok()) s = field::string(m.body, what, "endpoint", r.endpoint);
-  if (s.is_ok()) s = bool_list(m.body, what, "chunks", lim, r.chunks);
+  SLUICE_TRY(field::id(m.body, what, "holder_id", lim.max_id_bytes, r.holder_id));
+  SLUICE_TRY(field::string(m.body, what, "endpoint", r.endpoint));
+  SLUICE_TRY(bool_list(m.body, what, "chunks", lim, r.chunks));
   std::uint64_t distance = 3;
-  if (s.is_ok() && m.body.contains("distance")) s = u64_field(m.body, what, "distance", distance);
-  if (s.is_ok() && m.body.contains("model")) s = id_field(m.body, what, "model", lim, r.model);
-  if (!s.is_ok()) return reply_error(s);
+  if (m.body.contains("distance")) SLUICE_TRY(field::u64(m.body, what, "distance", distance));
+  if (m.body.contains("model"))
+    SLUICE_TRY(field::id(m.body, what, "model", lim.max_id_bytes, r.model));
   r.distance = static_cast<int>(std::min<std::uint64_t>(distance, 3));
   if (m.blobs.size() != 1) return core::protocol_error(std::string(what) + ": no descriptor");
   r.descriptor = m.blobs[0];
@@ -460,15 +422,16 @@ Result<ChainSource> decode_chain_source(const Message& m, const Limits& lim) {
 }
 
 Result<Copies> decode_copies(const Message& m, const Limits& lim) {
+  const std::string what = reply_name(msg::kCopies);
   auto it = m.body.find("copies");
   if (it == m.body.end() || !it->is_object() || it->size() > lim.max_list) {
-    return core::protocol_error(reply_name(msg::kCopies) + ": 'copies' must be an object");
+    return field::error(what, "copies", "must be an object");
   }
   Copies r;
   for (auto c = it->begin(); c != it->end(); ++c) {
-    if (!c->is_number_unsigned())
-      return core::protocol_error(reply_name(msg::kCopies) +
-                                  ": a count is not a non-negative integer");
+    if (!c->is_number_unsigned()) {
+      return core::protocol_error(std::string(what) + ": a count is not a non-negative integer");
+    }
     r.chunks[c.key()] = c->get<std::uint64_t>();
   }
   return r;
@@ -477,19 +440,18 @@ Result<Copies> decode_copies(const Message& m, const Limits& lim) {
 Result<Holders> decode_holders(const Message& m, const Limits& lim) {
   const std::string what = reply_name(msg::kHolders);
   const json* hs = nullptr;
-  if (Status s = list_field(m.body, what, "holders", lim, hs); !s.is_ok()) return reply_error(s);
+  SLUICE_TRY(field::array(m.body, what, "holders", lim.max_list, hs));
   Holders out;
   for (const auto& j : *hs) {
     if (!j.is_object())
       return core::protocol_error(std::string(what) + ": a holder is not an object");
     HolderState h;
     std::uint64_t chunks = 0;
-    Status s = id_field(j, what, "holder_id", lim, h.holder_id);
-    if (s.is_ok()) s = u64_field(j, what, "chunks", chunks);
-    if (s.is_ok()) s = field::boolean(j, what, "complete", h.complete);
-    if (s.is_ok()) s = field::boolean(j, what, "unpublished", h.unpublished);
-    if (s.is_ok()) s = field::boolean(j, what, "relay", h.relay);
-    if (!s.is_ok()) return reply_error(s);
+    SLUICE_TRY(field::id(j, what, "holder_id", lim.max_id_bytes, h.holder_id));
+    SLUICE_TRY(field::u64(j, what, "chunks", chunks));
+    SLUICE_TRY(field::boolean(j, what, "complete", h.complete));
+    SLUICE_TRY(field::boolean(j, what, "unpublished", h.unpublished));
+    SLUICE_TRY(field::boolean(j, what, "relay", h.relay));
     h.chunks = static_cast<std::size_t>(chunks);
     out.holders.push_back(std::move(h));
   }
@@ -500,10 +462,10 @@ Result<ReadPlan> decode_plan(const Message& m, const Limits& lim) {
   const std::string what = reply_name(msg::kPlan);
   ReadPlan p;
   if (!m.body.contains("manifest")) return core::protocol_error("plan without a manifest");
-  SLUICE_ASSIGN_OR_RETURN(p.manifest, core::Manifest::from_json(m.body["manifest"]));
-  if (Status s = u64_field(m.body, what, "lease_id", p.lease_id); !s.is_ok()) return reply_error(s);
+  SLUICE_TRY(manifest_of(m.body["manifest"], what, p.manifest));
+  SLUICE_TRY(field::u64(m.body, what, "lease_id", p.lease_id));
   const json* hs = nullptr;
-  if (Status s = list_field(m.body, what, "holders", lim, hs); !s.is_ok()) return reply_error(s);
+  SLUICE_TRY(field::array(m.body, what, "holders", lim.max_list, hs));
   if (hs->size() != m.blobs.size()) {
     return core::protocol_error("plan holders and descriptor frames do not match");
   }
@@ -511,17 +473,16 @@ Result<ReadPlan> decode_plan(const Message& m, const Limits& lim) {
     const json& hj = (*hs)[i];
     ReadPlan::Holder h;
     std::uint64_t distance = 3;
-    Status s = hj.is_object() ? Status() : core::protocol_error("a plan holder is not an object");
-    if (s.is_ok()) s = id_field(hj, what, "holder_id", lim, h.holder_id);
-    if (s.is_ok()) s = field::string(hj, what, "endpoint", h.endpoint);
-    if (s.is_ok() && hj.contains("distance")) s = u64_field(hj, what, "distance", distance);
-    if (!s.is_ok()) return reply_error(s);
+    if (!hj.is_object()) return core::protocol_error("a plan holder is not an object");
+    SLUICE_TRY(field::id(hj, what, "holder_id", lim.max_id_bytes, h.holder_id));
+    SLUICE_TRY(field::string(hj, what, "endpoint", h.endpoint));
+    if (hj.contains("distance")) SLUICE_TRY(field::u64(hj, what, "distance", distance));
     h.distance = static_cast<int>(std::min<std::uint64_t>(distance, 3));
     h.descriptor = m.blobs[i];
     p.holders.push_back(std::move(h));
   }
   const json* cs = nullptr;
-  if (Status s = list_field(m.body, what, "chunks", lim, cs); !s.is_ok()) return reply_error(s);
+  SLUICE_TRY(field::array(m.body, what, "chunks", lim.max_list, cs));
   if (cs->size() != p.manifest.chunk_count()) {
     return core::protocol_error("plan has sources for " + std::to_string(cs->size()) + " of " +
                                 std::to_string(p.manifest.chunk_count()) + " chunks");

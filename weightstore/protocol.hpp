@@ -28,7 +28,8 @@
 //
 // Decoding checks everything before anything is used: required fields and their types, id
 // lengths, list sizes (before their elements are read), chunk indices within 32 bits. A message
-// that fails gets an error naming the field and changes nothing.
+// that fails, request or reply, is a protocol error naming the field (core::json_field), and
+// changes nothing.
 //
 // Thread safety: pure functions.
 #pragma once
@@ -83,7 +84,7 @@ struct StoreDecodeLimits {
   std::uint64_t max_chunks = 1 << 20;
 };
 
-// Whether `m` is within the limits; invalid_argument naming the bound it passes.
+// Whether `m` is within the limits; a protocol error naming the bound it passes.
 core::Status check_manifest_limits(const core::Manifest& m, const StoreDecodeLimits& lim);
 
 // Requests.
