@@ -20,7 +20,12 @@ namespace {
 // How often retiring copies ask whether they have drained, and how long they wait at most (a
 // store that is gone cannot answer; leases expire on its side after their ttl anyway).
 constexpr core::Millis kDrainCheck{200};
-constexpr auto kDrainWarn = std::chrono::seconds(60);
+constexpr core::Millis kDrainWarn{60000};
+// Requests to the store about a publish: longer than weightstore::kStoreRequestTimeout, as a
+// manifest is the largest request (an entry per tensor).
+constexpr core::Millis kPublishRequestTimeout{10000};
+// The question whether a version was handed off; unanswered, it is asked at the next heartbeat.
+constexpr core::Millis kHandoffAsk{2000};
 }  // namespace
 
 Publisher::~Publisher() {
@@ -67,7 +72,7 @@ Result<std::unique_ptr<Publisher>> Publisher::create(core::EventLoop& loop,
   ho.holder_id = p->options_.holder_id;
   ho.endpoint = p->options_.endpoint;
   ho.topology = p->options_.topology;
-  ho.request_timeout = core::Millis(10000);
+  ho.request_timeout = kPublishRequestTimeout;
   ho.drain_check = kDrainCheck;
   ho.lease_ttl = p->options_.lease_ttl;
   ho.drain_warn = kDrainWarn;
@@ -263,7 +268,7 @@ void Publisher::checksummed(std::uint64_t version) {
   // Replies to a publish given up after its time-out find no pending of their gen and end there
   // (a retry of the same version is another gen).
   store_->put_manifest_async(
-      p.manifest, core::Millis(10000), [this, alive, version, gen](Status r) {
+      p.manifest, kPublishRequestTimeout, [this, alive, version, gen](Status r) {
         if (alive.expired() || !find_pending(version, gen)) return;
         if (!r.is_ok()) return finish(version, r);
         Pending* pd = find_pending(version, gen);
@@ -356,7 +361,7 @@ void Publisher::check_handoff(std::uint64_t version) {
   req.model = options_.model;
   req.version = version;
   store_->holders_async(
-      req, core::Millis(2000), [this, alive, version](Result<weightstore::Holders> holders) {
+      req, kHandoffAsk, [this, alive, version](Result<weightstore::Holders> holders) {
         if (alive.expired()) return;
         asking_holders_.erase(version);
         // No answer means no hand-off yet: keep serving and ask again at the next heartbeat.

@@ -190,7 +190,7 @@ struct Trainer::Impl {
                   m.status().to_string());
         --version;
         --skip;
-        wait_for(500);
+        wait_for(static_cast<double>(kStoreRetryPause.count()));
         continue;
       }
       if (skip < kPublishSkips &&
@@ -418,7 +418,7 @@ struct Trainer::Impl {
         return r.status().with_context("actor: the store's latest version, to publish above it");
       }
       log::warn("actor: asking the store for its latest version: {}", r.status().to_string());
-      wait_for(500);
+      wait_for(static_cast<double>(kStoreRetryPause.count()));
     }
   }
 
@@ -525,7 +525,7 @@ struct Trainer::Impl {
     SLUICE_ASSIGN_OR_RETURN(bool resumed, resume());
     // A resumed policy has its warm start and first evaluation behind it (in the checkpoint).
     if (!resumed) {
-      SLUICE_TRY(policy->prepare([this] { loop->run_until([] { return false; }, Millis(1)); }));
+      SLUICE_TRY(policy->prepare([this] { loop->run_until([] { return false; }, kPreparePump); }));
       if (!cfg.checkpoint_dir.empty()) {
         // No checkpoint, but maybe not the job's first actor: one killed before its first
         // checkpoint published versions that the rollouts now run. Publishing 1 again would sit
@@ -680,7 +680,7 @@ core::Result<nlohmann::json> Trainer::run() {
   // Relays and rollouts may be reading the last versions right now: the store stops naming this
   // process before it exits (see Publisher::close). Stopped by a signal, the launcher waits a
   // few seconds only.
-  Millis bound = impl_->stopping.load() ? Millis(1000) : Millis(5000);
+  Millis bound = impl_->stopping.load() ? kPublisherCloseWaitStopped : kPublisherCloseWait;
   if (core::Status c = impl_->publisher->close(bound); !c.is_ok())
     log::warn("actor: {}", c.to_string());
   return out;

@@ -41,6 +41,15 @@
 
 namespace sluice::actor {
 
+// Between tries while the store is away (restarting): a publish, or the question for its latest.
+inline constexpr core::Millis kStoreRetryPause{500};
+// policy->prepare() runs the loop this long between its steps (heartbeats and reads go on).
+inline constexpr core::Millis kPreparePump{1};
+// The publisher's close at the end of a job; stopped by a signal, the launcher waits a few
+// seconds only.
+inline constexpr core::Millis kPublisherCloseWait{5000};
+inline constexpr core::Millis kPublisherCloseWaitStopped{1000};
+
 struct TrainerConfig {
   std::string manager = "tcp://127.0.0.1:5560";
   std::string store = "tcp://127.0.0.1:5550";

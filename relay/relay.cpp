@@ -100,8 +100,8 @@ struct Relay::Impl {
   core::ReadOptions read_options() const {
     core::ReadOptions ro;
     ro.max_in_flight_per_source = 1;  // one chunk per read; config.in_flight reads at once
-    ro.op_timeout = Millis(5000);
-    ro.total_timeout = Millis(60000);
+    ro.op_timeout = kRelayGetTimeout;
+    ro.total_timeout = kRelayReadTimeout;
     return ro;
   }
 
@@ -119,7 +119,7 @@ struct Relay::Impl {
   void run(const action::Join& a) {
     if (a.again) {
       // Before the copies are registered again (the same socket keeps the order).
-      store->join_relay_async(joining(), Millis(5000), [this](Status st) {
+      store->join_relay_async(joining(), weightstore::kStoreRequestTimeout, [this](Status st) {
         if (!st.is_ok()) log::warn("relay {}: joining again: {}", config.relay_id, st.to_string());
       });
       return;
@@ -169,7 +169,7 @@ struct Relay::Impl {
   void run(const action::AskSource& a) {
     const std::uint64_t v = a.request.version;
     store->chain_source_async(
-        a.request, Millis(5000), [this, v](Result<weightstore::ChainSource> r) {
+        a.request, weightstore::kStoreRequestTimeout, [this, v](Result<weightstore::ChainSource> r) {
           if (!r.is_ok()) {
             // No usable predecessor yet (or a slow store): asked again on a later tick.
             log::debug("relay {}: no source for {} yet: {}", config.relay_id, name(v),
@@ -237,7 +237,7 @@ struct Relay::Impl {
     const std::uint64_t v = a.add.version;
     std::vector<std::uint32_t> sent = a.add.chunks;
     store->add_chunks_async(
-        a.add, Millis(5000), [this, v, sent](Result<weightstore::Committed> r) mutable {
+        a.add, weightstore::kStoreRequestTimeout, [this, v, sent](Result<weightstore::Committed> r) mutable {
           if (!r.is_ok()) {
             log::warn("relay {}: reporting chunks of {}: {}", config.relay_id, name(v),
                       r.status().to_string());
@@ -397,7 +397,7 @@ Status Relay::run() {
                                            : Millis(impl_->config.poll_ms);
     impl_->loop.run_until([this] { return impl_->stopping; }, wait);
   }
-  if (impl_->state.is_joined()) impl_->withdraw(Millis(2000));
+  if (impl_->state.is_joined()) impl_->withdraw(kRelayWithdrawWait);
   return {};
 }
 

@@ -18,7 +18,6 @@ using core::Status;
 
 namespace {
 constexpr Millis kDrainCheck{200};
-constexpr Millis kLeaseRenew{3000};  // well under the store's lease_ttl (10 s by default)
 }  // namespace
 
 DeltaOffers::DeltaOffers(core::EventLoop& loop, core::TransferEngine& engine,
@@ -177,7 +176,7 @@ void fetch_delta(core::TransferEngine& engine, weightstore::StoreClient& store,
                  std::function<void(Result<DeltaFetched>)> done) {
   weightstore::DeltaPlanRequest req{model, base, target.version, where};
   store.delta_plan_async(
-      req, Millis(5000),
+      req, weightstore::kStoreRequestTimeout,
       [&engine, &store, base, target, base_bytes, &dst, &have,
        done](Result<weightstore::DeltaPlan> r) {
         if (!r.is_ok()) return done(r.status());
@@ -187,13 +186,13 @@ void fetch_delta(core::TransferEngine& engine, weightstore::StoreClient& store,
         if (!r->available) return done(f);
         const std::uint64_t lease = r->lease_id;
         auto fail = [&store, lease, done](Status s) {
-          store.release_async(lease, Millis(5000));
+          store.release_async(lease, weightstore::kStoreRequestTimeout);
           done(s);
         };
         const weightstore::DeltaObject& d = r->delta;
         // A delta as large as the version saves nothing (and bounds what is allocated here).
         if (d.bytes >= target.total_bytes) {
-          store.release_async(lease, Millis(5000));
+          store.release_async(lease, weightstore::kStoreRequestTimeout);
           f.available = false;
           f.expected = false;
           return done(f);
@@ -208,19 +207,20 @@ void fetch_delta(core::TransferEngine& engine, weightstore::StoreClient& store,
         if (!buf.is_ok()) return fail(buf.status());
         std::shared_ptr<core::RegisteredBuffer> blob = std::move(buf).value();
         core::ReadOptions ro;
-        ro.op_timeout = Millis(5000);
-        ro.total_timeout = Millis(60000);
+        ro.op_timeout = kRelayGetTimeout;
+        ro.total_timeout = kRelayReadTimeout;
         // The lease is renewed while the read runs: a holder frees a delta once its leases
         // drain.
-        std::shared_ptr<core::EventLoop::Timer> renew = store.loop().every(
-            kLeaseRenew,
-            [&store, lease] { store.renew_async(lease, Millis(5000), [](Status) {}); });
+        std::shared_ptr<core::EventLoop::Timer> renew =
+            store.loop().every(weightstore::kLeaseRenewPeriod, [&store, lease] {
+              store.renew_async(lease, weightstore::kStoreRequestTimeout, [](Status) {});
+            });
         engine.read(
             std::move(sources), core::whole_region_chunks(d.layout()), *blob, ro,
             [&store, lease, blob, f, base, target, base_bytes, &dst, &have, done,
              renew](Result<core::ReadStats> st) mutable {
               renew->cancel();
-              store.release_async(lease, Millis(5000));
+              store.release_async(lease, weightstore::kStoreRequestTimeout);
               if (!st.is_ok()) return done(st.status());
               std::span<const std::uint8_t> bytes(blob->data(), blob->size());
               auto view = core::parse_delta(bytes);

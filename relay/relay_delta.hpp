@@ -30,6 +30,13 @@
 
 namespace sluice::relay {
 
+// A relay's reads, of versions and of deltas: each GET, and the whole read.
+inline constexpr core::Millis kRelayGetTimeout{5000};
+inline constexpr core::Millis kRelayReadTimeout{60000};
+// A stopping relay waits this long for the store to confirm its copies drained: a launcher
+// waits a few seconds only after it asks a relay to stop.
+inline constexpr core::Millis kRelayWithdrawWait{2000};
+
 struct DeltaOptions {
   std::string holder_id;  // the relay's id
   std::string endpoint;

@@ -129,7 +129,7 @@ core::Result<std::unique_ptr<Manager>> Manager::create(core::EventLoop& loop,
     core::count_refusal("owner", m.peer.describe(), m.type + ": " + no.message());
     return no;
   };
-  impl->server->on_sync("mgr.report",
+  impl->server->on_sync(msg::kReport,
                         [as_itself, report = guard([p](const core::Message& m) {
                                       return p->on_report(m);
                                     })](const core::Message& m) -> core::Result<core::Message> {
@@ -137,13 +137,13 @@ core::Result<std::unique_ptr<Manager>> Manager::create(core::EventLoop& loop,
                           return report(m);
                         },
                         {core::kRoleRollout});
-  impl->server->on_sync("mgr.collect",
+  impl->server->on_sync(msg::kCollect,
                         guard([p](const core::Message& m) { return p->on_collect(m); }),
                         {core::kRoleActor});
-  impl->server->on_sync("mgr.published",
+  impl->server->on_sync(msg::kPublished,
                         guard([p](const core::Message& m) { return p->on_published(m); }),
                         {core::kRoleActor});
-  impl->server->on_sync("mgr.status",
+  impl->server->on_sync(msg::kStatus,
                         [p](const core::Message&) -> core::Result<core::Message> {
                           ManagerStatus st;
                           st.fields = p->status_json();

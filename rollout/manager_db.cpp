@@ -11,6 +11,9 @@ namespace log = core::log;
 
 namespace {
 
+// A second manager on the same file waits this long for the lock, then fails clearly.
+constexpr int kBusyTimeoutMs = 2000;
+
 // One prepared statement, finalized on every path.
 class Stmt {
  public:
@@ -87,7 +90,7 @@ core::Result<std::unique_ptr<ManagerDb>> ManagerDb::open(const std::string& path
   // header). busy_timeout: a second manager on the same file waits, then fails clearly.
   SLUICE_TRY(out->exec("PRAGMA journal_mode=WAL"));
   SLUICE_TRY(out->exec("PRAGMA synchronous=NORMAL"));
-  SLUICE_TRY(out->exec("PRAGMA busy_timeout=2000"));
+  SLUICE_TRY(out->exec(fmt::format("PRAGMA busy_timeout={}", kBusyTimeoutMs).c_str()));
   SLUICE_TRY(out->exec(kSchema));
   return out;
 }

@@ -22,7 +22,7 @@ core::Status ManagerState::check_report(const ReportRequest& q) const {
     if (trajs_.count(tid)) return {};
     core::Status st = initial_of(tid).status();
     if (st.is_ok()) return {};
-    return core::protocol_error(fmt::format("mgr.report: {}", st.message()));
+    return core::protocol_error(fmt::format("{}: {}", msg::kReport, st.message()));
   };
   for (const auto& a : q.active)
     SLUICE_TRY(check(a.trajectory_id));

@@ -4,8 +4,11 @@
 
 #include <string_view>
 
+#include "core/json_limits.hpp"
+
 namespace sluice::rollout {
 
+using core::reply_name;
 using nlohmann::json;
 
 std::optional<std::pair<std::uint64_t, std::uint64_t>> parse_trajectory_id(const std::string& id) {
@@ -28,140 +31,95 @@ std::optional<std::pair<std::uint64_t, std::uint64_t>> parse_trajectory_id(const
 
 namespace {
 
-// Reads the fields of one JSON object, each error naming the message and the field.
-class Fields {
- public:
-  Fields(const json& j, std::string where, const DecodeLimits& lim)
-      : j_(j), where_(std::move(where)), lim_(lim) {}
+namespace f = core::json_field;
+using core::Status;
 
-  core::Status object() const {
-    if (!j_.is_object()) return err("", "not an object");
-    return {};
-  }
-  core::Status err(std::string_view key, std::string_view what) const {
-    return core::protocol_error(key.empty() ? fmt::format("{}: {}", where_, what)
-                                            : fmt::format("{}: '{}': {}", where_, key, what));
-  }
-  const json* find(const char* key) const {
-    auto it = j_.find(key);
-    return it == j_.end() ? nullptr : &*it;
-  }
+// The manager's own readers, in core::json_field's style: an out-parameter, and a protocol error
+// naming the field or the entry ("<what>: 'finished[2]' ...").
 
-  core::Result<std::uint64_t> u64(const char* key, std::optional<std::uint64_t> dflt,
-                                  std::uint64_t max = UINT64_MAX) const {
-    const json* v = find(key);
-    if (!v) {
-      if (dflt) return *dflt;
-      return err(key, "missing");
+// Versions named in a message are within the limits' bound.
+Status versions_within(std::string_view what, std::string_view key,
+                       const std::vector<std::uint64_t>& vs, const DecodeLimits& lim) {
+  for (auto v : vs) {
+    if (v > lim.max_version) {
+      return f::error(what, key,
+                      fmt::format("names version {}, beyond the bound {}", v, lim.max_version));
     }
-    if (!v->is_number_unsigned() && !(v->is_number_integer() && v->get<std::int64_t>() >= 0)) {
-      return err(key, "not an unsigned integer");
-    }
-    std::uint64_t x = v->get<std::uint64_t>();
-    if (x > max) return err(key, fmt::format("{} is beyond the bound {}", x, max));
-    return x;
   }
-  core::Result<bool> boolean(const char* key, bool dflt) const {
-    const json* v = find(key);
-    if (!v) return dflt;
-    if (!v->is_boolean()) return err(key, "not a boolean");
-    return v->get<bool>();
-  }
-  core::Result<std::string> id(const char* key, bool required) const {
-    const json* v = find(key);
-    if (!v) {
-      if (required) return err(key, "missing");
-      return std::string();
-    }
-    return id_value(*v, key);
-  }
-  core::Result<std::string> id_value(const json& v, std::string_view key) const {
-    if (!v.is_string()) return err(key, "not a string");
-    const auto& s = v.get_ref<const std::string&>();
-    if (s.empty()) return err(key, "empty");
-    if (s.size() > lim_.max_id_bytes) {
-      return err(key, fmt::format("{} bytes (at most {})", s.size(), lim_.max_id_bytes));
-    }
-    return s;
-  }
-  // A list (absent: empty unless required), its size checked before any entry is read.
-  core::Result<const json*> list(const char* key, bool required) const {
-    static const json kEmpty = json::array();
-    const json* v = find(key);
-    if (!v) {
-      if (required) return err(key, "missing");
-      return &kEmpty;
-    }
-    if (!v->is_array()) return err(key, "not a list");
-    if (v->size() > lim_.max_list) {
-      return err(key, fmt::format("{} entries (at most {})", v->size(), lim_.max_list));
-    }
-    return v;
-  }
-  core::Result<std::vector<std::string>> trajectory_ids(const char* key, bool required) const {
-    SLUICE_ASSIGN_OR_RETURN(const json* l, list(key, required));
-    std::vector<std::string> out;
-    out.reserve(l->size());
-    for (std::size_t i = 0; i < l->size(); ++i) {
-      std::string k = fmt::format("{}[{}]", key, i);
-      SLUICE_ASSIGN_OR_RETURN(std::string s, id_value((*l)[i], k));
-      if (!parse_trajectory_id(s)) return err(k, fmt::format("'{}' is not a trajectory id", s));
-      out.push_back(std::move(s));
-    }
-    return out;
-  }
-  core::Status versions(std::string_view key, const std::vector<std::uint64_t>& vs) const {
-    for (auto v : vs) {
-      if (v > lim_.max_version) {
-        return err(key, fmt::format("version {} is beyond the bound {}", v, lim_.max_version));
-      }
-    }
-    return {};
-  }
-  core::Result<std::vector<SequenceState>> sequences(const char* key) const {
-    SLUICE_ASSIGN_OR_RETURN(const json* l, list(key, false));
-    std::vector<SequenceState> out;
-    out.reserve(l->size());
-    for (std::size_t i = 0; i < l->size(); ++i) {
-      std::string k = fmt::format("{}[{}]", key, i);
-      auto s = SequenceState::from_json((*l)[i]);
-      if (!s.is_ok()) return err(k, s.status().message());
-      if (!parse_trajectory_id(s->trajectory_id)) return err(k, "not a trajectory id");
-      if (s->trajectory_id.size() > lim_.max_id_bytes) return err(k, "id too long");
-      if (s->kv_tokens() > lim_.max_tokens || s->max_new_tokens > lim_.max_tokens) {
-        return err(k, fmt::format("more than {} tokens", lim_.max_tokens));
-      }
-      SLUICE_TRY(versions(k, s->versions));
-      out.push_back(std::move(s).value());
-    }
-    return out;
-  }
-  core::Result<std::vector<rl::Trajectory>> trajectories(const char* key, bool required) const {
-    SLUICE_ASSIGN_OR_RETURN(const json* l, list(key, required));
-    std::vector<rl::Trajectory> out;
-    out.reserve(l->size());
-    for (std::size_t i = 0; i < l->size(); ++i) {
-      std::string k = fmt::format("{}[{}]", key, i);
-      auto t = rl::Trajectory::from_json((*l)[i]);
-      if (!t.is_ok()) return err(k, t.status().message());
-      if (!parse_trajectory_id(t->id) || t->id.size() > lim_.max_id_bytes) {
-        return err(k, fmt::format("'{}' is not a trajectory id", t->id));
-      }
-      if (t->prompt_tokens.size() + t->response_tokens.size() > lim_.max_tokens) {
-        return err(k, fmt::format("more than {} tokens", lim_.max_tokens));
-      }
-      SLUICE_TRY(versions(k, t->versions));
-      SLUICE_TRY(versions(k, {t->version}));
-      out.push_back(std::move(t).value());
-    }
-    return out;
-  }
+  return {};
+}
 
- private:
-  const json& j_;
-  std::string where_;
-  const DecodeLimits& lim_;
-};
+// One id of a list, at `key` ("queued[3]").
+Status id_entry(const json& v, std::string_view what, std::string_view key, const DecodeLimits& lim,
+                std::string& out) {
+  if (!v.is_string() || v.get_ref<const std::string&>().empty() ||
+      v.get_ref<const std::string&>().size() > lim.max_id_bytes) {
+    return f::error(what, key, fmt::format("must be a string of 1 to {} bytes", lim.max_id_bytes));
+  }
+  out = v.get<std::string>();
+  return {};
+}
+
+Status trajectory_ids(const json& j, std::string_view what, const char* key,
+                      const DecodeLimits& lim, std::vector<std::string>& out) {
+  const json* l = nullptr;
+  SLUICE_TRY(f::array(j, what, key, lim.max_list, l));
+  out.clear();
+  out.reserve(l->size());
+  for (std::size_t i = 0; i < l->size(); ++i) {
+    const std::string k = fmt::format("{}[{}]", key, i);
+    std::string id;
+    SLUICE_TRY(id_entry((*l)[i], what, k, lim, id));
+    if (!parse_trajectory_id(id))
+      return f::error(what, k, fmt::format("'{}' is not a trajectory id", id));
+    out.push_back(std::move(id));
+  }
+  return {};
+}
+
+Status sequences(const json& j, std::string_view what, const char* key, const DecodeLimits& lim,
+                 std::vector<SequenceState>& out) {
+  const json* l = nullptr;
+  SLUICE_TRY(f::array(j, what, key, lim.max_list, l));
+  out.clear();
+  out.reserve(l->size());
+  for (std::size_t i = 0; i < l->size(); ++i) {
+    const std::string k = fmt::format("{}[{}]", key, i);
+    auto s = SequenceState::from_json((*l)[i]);
+    if (!s.is_ok()) return f::error(what, k, s.status().message());
+    if (!parse_trajectory_id(s->trajectory_id)) return f::error(what, k, "is not a trajectory id");
+    if (s->trajectory_id.size() > lim.max_id_bytes) return f::error(what, k, "has too long an id");
+    if (s->kv_tokens() > lim.max_tokens || s->max_new_tokens > lim.max_tokens) {
+      return f::error(what, k, fmt::format("holds more than {} tokens", lim.max_tokens));
+    }
+    SLUICE_TRY(versions_within(what, k, s->versions, lim));
+    out.push_back(std::move(s).value());
+  }
+  return {};
+}
+
+Status trajectories(const json& j, std::string_view what, const char* key, const DecodeLimits& lim,
+                    std::vector<rl::Trajectory>& out) {
+  const json* l = nullptr;
+  SLUICE_TRY(f::array(j, what, key, lim.max_list, l));
+  out.clear();
+  out.reserve(l->size());
+  for (std::size_t i = 0; i < l->size(); ++i) {
+    const std::string k = fmt::format("{}[{}]", key, i);
+    auto t = rl::Trajectory::from_json((*l)[i]);
+    if (!t.is_ok()) return f::error(what, k, t.status().message());
+    if (!parse_trajectory_id(t->id) || t->id.size() > lim.max_id_bytes) {
+      return f::error(what, k, fmt::format("'{}' is not a trajectory id", t->id));
+    }
+    if (t->prompt_tokens.size() + t->response_tokens.size() > lim.max_tokens) {
+      return f::error(what, k, fmt::format("holds more than {} tokens", lim.max_tokens));
+    }
+    SLUICE_TRY(versions_within(what, k, t->versions, lim));
+    SLUICE_TRY(versions_within(what, k, {t->version}, lim));
+    out.push_back(std::move(t).value());
+  }
+  return {};
+}
 
 json to_json_list(const std::vector<SequenceState>& v) {
   json out = json::array();
@@ -201,52 +159,64 @@ core::Message encode(const ReportRequest& m) {
       {"stats", m.stats}};
   if (m.incarnation.empty()) body.erase("incarnation");
   if (m.leaving) body["leaving"] = true;
-  return core::Message("mgr.report", std::move(body));
+  return core::Message(msg::kReport, std::move(body));
 }
 
 core::Result<ReportRequest> decode_report(const json& body, const DecodeLimits& lim) {
-  Fields f(body, "mgr.report", lim);
-  SLUICE_TRY(f.object());
+  constexpr std::string_view what = msg::kReport;
+  SLUICE_TRY(f::object(body, what));
   ReportRequest m;
-  SLUICE_ASSIGN_OR_RETURN(m.id, f.id("id", true));
-  SLUICE_ASSIGN_OR_RETURN(m.incarnation, f.id("incarnation", false));
-  SLUICE_ASSIGN_OR_RETURN(m.version, f.u64("version", 0, lim.max_version));
-  SLUICE_ASSIGN_OR_RETURN(m.staged, f.u64("staged", 0, lim.max_version));
-  SLUICE_ASSIGN_OR_RETURN(m.loading, f.boolean("loading", false));
-  SLUICE_ASSIGN_OR_RETURN(m.leaving, f.boolean("leaving", false));
-  const json* cap = f.find("capacity");
-  if (!cap) return f.err("capacity", "missing");
-  Fields c(*cap, "mgr.report: capacity", lim);
-  SLUICE_TRY(c.object());
-  SLUICE_ASSIGN_OR_RETURN(std::uint64_t seqs, c.u64("max_sequences", 1, lim.max_list));
+  SLUICE_TRY(f::id(body, what, "id", lim.max_id_bytes, m.id));
+  if (body.contains("incarnation"))
+    SLUICE_TRY(f::id(body, what, "incarnation", lim.max_id_bytes, m.incarnation));
+  if (body.contains("version"))
+    SLUICE_TRY(f::u64_at_most(body, what, "version", lim.max_version, m.version));
+  if (body.contains("staged"))
+    SLUICE_TRY(f::u64_at_most(body, what, "staged", lim.max_version, m.staged));
+  if (body.contains("loading")) SLUICE_TRY(f::boolean(body, what, "loading", m.loading));
+  if (body.contains("leaving")) SLUICE_TRY(f::boolean(body, what, "leaving", m.leaving));
+  if (!body.contains("capacity")) return f::error(what, "capacity", "is missing");
+  const json& cap = body["capacity"];
+  const std::string cap_what = std::string(what) + ": capacity";
+  SLUICE_TRY(f::object(cap, cap_what));
+  std::uint64_t seqs = 1;  // absent: one sequence, one token (a rollout always sends both)
+  m.capacity.max_kv_tokens = 1;
+  if (cap.contains("max_sequences"))
+    SLUICE_TRY(f::u64_at_most(cap, cap_what, "max_sequences", lim.max_list, seqs));
   m.capacity.max_sequences = static_cast<std::uint32_t>(seqs);
-  SLUICE_ASSIGN_OR_RETURN(m.capacity.max_kv_tokens, c.u64("max_kv_tokens", 1));
-  SLUICE_ASSIGN_OR_RETURN(const json* active, f.list("active", true));
+  if (cap.contains("max_kv_tokens"))
+    SLUICE_TRY(f::u64(cap, cap_what, "max_kv_tokens", m.capacity.max_kv_tokens));
+  const json* active = nullptr;
+  SLUICE_TRY(f::array(body, what, "active", lim.max_list, active));
   for (std::size_t i = 0; i < active->size(); ++i) {
     const json& a = (*active)[i];
-    std::string k = fmt::format("active[{}]", i);
-    if (!a.is_array() || a.size() != 2) return f.err(k, "not an [id, kv_tokens] pair");
-    SLUICE_ASSIGN_OR_RETURN(std::string tid, f.id_value(a[0], k));
-    if (!parse_trajectory_id(tid)) return f.err(k, fmt::format("'{}' is not a trajectory id", tid));
-    if (!a[1].is_number_unsigned()) return f.err(k, "kv_tokens is not an unsigned integer");
+    const std::string k = fmt::format("active[{}]", i);
+    if (!a.is_array() || a.size() != 2) return f::error(what, k, "must be an [id, kv_tokens] pair");
+    std::string tid;
+    SLUICE_TRY(id_entry(a[0], what, k, lim, tid));
+    if (!parse_trajectory_id(tid))
+      return f::error(what, k, fmt::format("'{}' is not a trajectory id", tid));
+    if (!a[1].is_number_unsigned())
+      return f::error(what, k, "kv_tokens must be a non-negative integer");
     m.active.push_back({std::move(tid), a[1].get<std::uint64_t>()});
   }
-  SLUICE_ASSIGN_OR_RETURN(m.queued, f.trajectory_ids("queued", true));
-  SLUICE_ASSIGN_OR_RETURN(m.finished, f.trajectories("finished", true));
-  SLUICE_ASSIGN_OR_RETURN(m.exported, f.sequences("exported"));
-  SLUICE_ASSIGN_OR_RETURN(m.partial, f.sequences("partial"));
-  SLUICE_ASSIGN_OR_RETURN(m.returned, f.sequences("returned"));
-  SLUICE_ASSIGN_OR_RETURN(m.refused, f.sequences("refused"));
-  if (const json* s = f.find("stats")) {
-    if (!s->is_object()) return f.err("stats", "not an object");
-    if (s->size() > 256) return f.err("stats", "more than 256 entries");
-    m.stats = *s;
+  SLUICE_TRY(trajectory_ids(body, what, "queued", lim, m.queued));
+  SLUICE_TRY(trajectories(body, what, "finished", lim, m.finished));
+  if (body.contains("exported")) SLUICE_TRY(sequences(body, what, "exported", lim, m.exported));
+  if (body.contains("partial")) SLUICE_TRY(sequences(body, what, "partial", lim, m.partial));
+  if (body.contains("returned")) SLUICE_TRY(sequences(body, what, "returned", lim, m.returned));
+  if (body.contains("refused")) SLUICE_TRY(sequences(body, what, "refused", lim, m.refused));
+  if (body.contains("stats")) {
+    const json& st = body["stats"];
+    if (!st.is_object()) return f::error(what, "stats", "must be an object");
+    if (st.size() > 256) return f::error(what, "stats", "has more than 256 entries");
+    m.stats = st;
   }
   return m;
 }
 
 core::Message encode(const ReportReply& m) {
-  if (m.rejoin) return core::Message("mgr.report", json{{"rejoin", true}});
+  if (m.rejoin) return core::Message(msg::kReport, json{{"rejoin", true}});
   json body{{"import", to_json_list(m.import)},
             {"assign", to_json_list(m.assign)},
             {"unqueue", m.unqueue},
@@ -259,33 +229,35 @@ core::Message encode(const ReportReply& m) {
             {"done", m.done},
             {"latest", m.latest}};
   if (!m.export_kv.empty()) body["export_kv"] = m.export_kv;
-  return core::Message("mgr.report", std::move(body));
+  return core::Message(msg::kReport, std::move(body));
 }
 
 core::Result<ReportReply> decode_report_reply(const json& body, const DecodeLimits& lim) {
-  Fields f(body, "mgr.report reply", lim);
-  SLUICE_TRY(f.object());
+  const std::string what = reply_name(msg::kReport);
+  SLUICE_TRY(f::object(body, what));
   ReportReply m;
-  SLUICE_ASSIGN_OR_RETURN(m.rejoin, f.boolean("rejoin", false));
+  if (body.contains("rejoin")) SLUICE_TRY(f::boolean(body, what, "rejoin", m.rejoin));
   if (m.rejoin) return m;
-  SLUICE_ASSIGN_OR_RETURN(m.import, f.sequences("import"));
-  SLUICE_ASSIGN_OR_RETURN(m.assign, f.sequences("assign"));
-  SLUICE_ASSIGN_OR_RETURN(m.unqueue, f.boolean("unqueue", false));
-  SLUICE_ASSIGN_OR_RETURN(m.export_ids, f.trajectory_ids("export", false));
-  SLUICE_ASSIGN_OR_RETURN(m.export_kv, f.trajectory_ids("export_kv", false));
-  SLUICE_ASSIGN_OR_RETURN(m.abandon, f.trajectory_ids("abandon", false));
-  SLUICE_ASSIGN_OR_RETURN(m.abandon_before, f.u64("abandon_before", 0));
-  SLUICE_ASSIGN_OR_RETURN(m.load, f.u64("load", 0));
-  SLUICE_ASSIGN_OR_RETURN(m.allow_active, f.boolean("allow_active", false));
-  if (const json* s = f.find("state")) {
-    if (!s->is_string()) return f.err("state", "not a string");
-    m.state = s->get<std::string>();
+  if (body.contains("import")) SLUICE_TRY(sequences(body, what, "import", lim, m.import));
+  if (body.contains("assign")) SLUICE_TRY(sequences(body, what, "assign", lim, m.assign));
+  if (body.contains("unqueue")) SLUICE_TRY(f::boolean(body, what, "unqueue", m.unqueue));
+  if (body.contains("export")) SLUICE_TRY(trajectory_ids(body, what, "export", lim, m.export_ids));
+  if (body.contains("export_kv"))
+    SLUICE_TRY(trajectory_ids(body, what, "export_kv", lim, m.export_kv));
+  if (body.contains("abandon")) SLUICE_TRY(trajectory_ids(body, what, "abandon", lim, m.abandon));
+  if (body.contains("abandon_before"))
+    SLUICE_TRY(f::u64(body, what, "abandon_before", m.abandon_before));
+  if (body.contains("load")) SLUICE_TRY(f::u64(body, what, "load", m.load));
+  if (body.contains("allow_active"))
+    SLUICE_TRY(f::boolean(body, what, "allow_active", m.allow_active));
+  if (body.contains("state")) {
+    SLUICE_TRY(f::string(body, what, "state", m.state));
     if (m.state != "run" && m.state != "barrier" && m.state != "idle") {
-      return f.err("state", fmt::format("unknown state '{}'", m.state));
+      return f::error(what, "state", fmt::format("is the unknown state '{}'", m.state));
     }
   }
-  SLUICE_ASSIGN_OR_RETURN(m.done, f.boolean("done", false));
-  SLUICE_ASSIGN_OR_RETURN(m.latest, f.u64("latest", 0));
+  if (body.contains("done")) SLUICE_TRY(f::boolean(body, what, "done", m.done));
+  if (body.contains("latest")) SLUICE_TRY(f::u64(body, what, "latest", m.latest));
   return m;
 }
 
@@ -293,81 +265,83 @@ core::Message encode(const CollectRequest& m) {
   json body{{"ack", m.ack}, {"consumed", m.consumed}, {"max", m.max}};
   if (m.have) body["have"] = *m.have;
   if (m.epoch) body["epoch"] = *m.epoch;
-  return core::Message("mgr.collect", std::move(body));
+  return core::Message(msg::kCollect, std::move(body));
 }
 
 core::Result<CollectRequest> decode_collect(const json& body, const DecodeLimits& lim) {
-  Fields f(body, "mgr.collect", lim);
-  SLUICE_TRY(f.object());
+  constexpr std::string_view what = msg::kCollect;
+  SLUICE_TRY(f::object(body, what));
   CollectRequest m;
-  SLUICE_ASSIGN_OR_RETURN(m.ack, f.trajectory_ids("ack", false));
-  if (f.find("have")) {
-    SLUICE_ASSIGN_OR_RETURN(m.have, f.trajectory_ids("have", true));
+  if (body.contains("ack")) SLUICE_TRY(trajectory_ids(body, what, "ack", lim, m.ack));
+  if (body.contains("have")) {
+    m.have.emplace();
+    SLUICE_TRY(trajectory_ids(body, what, "have", lim, *m.have));
   }
-  SLUICE_ASSIGN_OR_RETURN(m.consumed, f.u64("consumed", 0));
-  SLUICE_ASSIGN_OR_RETURN(m.max, f.u64("max", 256, lim.max_list));
-  if (f.find("epoch")) {
-    SLUICE_ASSIGN_OR_RETURN(m.epoch, f.id("epoch", true));
+  if (body.contains("consumed")) SLUICE_TRY(f::u64(body, what, "consumed", m.consumed));
+  if (body.contains("max")) SLUICE_TRY(f::u64_at_most(body, what, "max", lim.max_list, m.max));
+  if (body.contains("epoch")) {
+    m.epoch.emplace();
+    SLUICE_TRY(f::id(body, what, "epoch", lim.max_id_bytes, *m.epoch));
   }
   return m;
 }
 
 core::Message encode(const CollectReply& m) {
-  return core::Message("mgr.collect",
+  return core::Message(msg::kCollect,
                        json{{"trajectories", to_json_list(m.trajectories)}, {"done", m.done}});
 }
 
 core::Result<CollectReply> decode_collect_reply(const json& body, const DecodeLimits& lim) {
-  Fields f(body, "mgr.collect reply", lim);
-  SLUICE_TRY(f.object());
+  const std::string what = reply_name(msg::kCollect);
+  SLUICE_TRY(f::object(body, what));
   CollectReply m;
-  SLUICE_ASSIGN_OR_RETURN(m.trajectories, f.trajectories("trajectories", true));
-  SLUICE_ASSIGN_OR_RETURN(m.done, f.boolean("done", false));
+  SLUICE_TRY(trajectories(body, what, "trajectories", lim, m.trajectories));
+  if (body.contains("done")) SLUICE_TRY(f::boolean(body, what, "done", m.done));
   return m;
 }
 
 core::Message encode(const PublishedRequest& m) {
-  return core::Message("mgr.published", json{{"version", m.version}, {"consumed", m.consumed}});
+  return core::Message(msg::kPublished, json{{"version", m.version}, {"consumed", m.consumed}});
 }
 
 core::Result<PublishedRequest> decode_published(const json& body, const DecodeLimits& lim) {
-  Fields f(body, "mgr.published", lim);
-  SLUICE_TRY(f.object());
+  constexpr std::string_view what = msg::kPublished;
+  SLUICE_TRY(f::object(body, what));
   PublishedRequest m;
-  SLUICE_ASSIGN_OR_RETURN(m.version, f.u64("version", std::nullopt, lim.max_version));
-  SLUICE_ASSIGN_OR_RETURN(m.consumed, f.u64("consumed", 0));
+  SLUICE_TRY(f::u64_at_most(body, what, "version", lim.max_version, m.version));
+  if (body.contains("consumed")) SLUICE_TRY(f::u64(body, what, "consumed", m.consumed));
   return m;
 }
 
 core::Message encode(const PublishedReply& m) {
-  return core::Message("mgr.published", json{{"latest", m.latest}});
+  return core::Message(msg::kPublished, json{{"latest", m.latest}});
 }
 
-core::Result<PublishedReply> decode_published_reply(const json& body, const DecodeLimits& lim) {
-  Fields f(body, "mgr.published reply", lim);
-  SLUICE_TRY(f.object());
+core::Result<PublishedReply> decode_published_reply(const json& body, const DecodeLimits&) {
+  const std::string what = reply_name(msg::kPublished);
+  SLUICE_TRY(f::object(body, what));
   PublishedReply m;
-  SLUICE_ASSIGN_OR_RETURN(m.latest, f.u64("latest", std::nullopt));
+  SLUICE_TRY(f::u64(body, what, "latest", m.latest));
   return m;
 }
 
 core::Message encode(const StatusRequest&) {
-  return core::Message("mgr.status", json::object());
+  return core::Message(msg::kStatus, json::object());
 }
 
 core::Message encode(const ManagerStatus& m) {
   json body = m.fields.is_object() ? m.fields : json::object();
   body["done"] = m.done;
   body["latest"] = m.latest;
-  return core::Message("mgr.status", std::move(body));
+  return core::Message(msg::kStatus, std::move(body));
 }
 
-core::Result<ManagerStatus> decode_status(const json& body, const DecodeLimits& lim) {
-  Fields f(body, "mgr.status reply", lim);
-  SLUICE_TRY(f.object());
+core::Result<ManagerStatus> decode_status(const json& body, const DecodeLimits&) {
+  const std::string what = reply_name(msg::kStatus);
+  SLUICE_TRY(f::object(body, what));
   ManagerStatus m;
-  SLUICE_ASSIGN_OR_RETURN(m.done, f.boolean("done", false));
-  SLUICE_ASSIGN_OR_RETURN(m.latest, f.u64("latest", 0));
+  if (body.contains("done")) SLUICE_TRY(f::boolean(body, what, "done", m.done));
+  if (body.contains("latest")) SLUICE_TRY(f::u64(body, what, "latest", m.latest));
   m.fields = body;
   return m;
 }

@@ -30,6 +30,15 @@
 
 namespace sluice::rollout {
 
+// The manager's message types, each declared here once (the table above); a reply carries its
+// request's type.
+namespace msg {
+inline constexpr char kReport[] = "mgr.report";
+inline constexpr char kCollect[] = "mgr.collect";
+inline constexpr char kPublished[] = "mgr.published";
+inline constexpr char kStatus[] = "mgr.status";
+}  // namespace msg
+
 // Bounds a decoder checks; the manager sets max_version from the newest version it knows.
 struct DecodeLimits {
   std::size_t max_list = 65536;      // entries in any one list

@@ -397,12 +397,12 @@ struct RolloutWorker::Impl {
     // may be live (close() at the end of the job waits a bounded time, then the process goes).
     ro.drain_timeout = Millis(0);
     ro.lease_ttl = Millis(cfg.store_lease_ttl_ms);
-    ro.request_timeout = Millis(2000);
+    ro.request_timeout = kRolloutStoreRequestTimeout;
     SLUICE_ASSIGN_OR_RETURN(reader, weightstore::Reader::create(*loop, *transfer, *store, ro));
     log::info("rollout {}: {} its loaded version to peers", cfg.rollout_id,
               ro.serve ? "serves" : "does not serve");
     if (ro.serve) {
-      holder_beat = loop->every(Millis(1000), [this] { reader->heartbeat(); });
+      holder_beat = loop->every(weightstore::kHolderHeartbeatPeriod, [this] { reader->heartbeat(); });
     }
     return {};
   }
@@ -444,7 +444,7 @@ struct RolloutWorker::Impl {
     ws->latest_named(version);
     while (held() < version && ws->load_waits(t0, Clock::now()) && !stopping.load()) {
       SLUICE_TRY(prefetch());
-      loop->run_until([&] { return !reader || !reader->pulling(); }, Millis(50));
+      loop->run_until([&] { return !reader || !reader->pulling(); }, kLoadVersionPoll);
     }
     if (held() < version) {
       load_s += seconds(Clock::now() - t0);

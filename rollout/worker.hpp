@@ -38,6 +38,13 @@
 
 namespace sluice::rollout {
 
+// A rollout's requests to the store (its reader's).
+inline constexpr core::Millis kRolloutStoreRequestTimeout{2000};
+// load_version() waits this long for the version the manager named, checking the background pull
+// this often.
+inline constexpr core::Millis kLoadVersionWait{30000};
+inline constexpr core::Millis kLoadVersionPoll{50};
+
 struct RolloutConfig {
   std::string manager = "tcp://127.0.0.1:5560";  // rollout manager endpoint
   std::string store = "tcp://127.0.0.1:5550";    // weight store endpoint

@@ -58,7 +58,7 @@ bool WorkerState::should_pull(std::uint64_t loaded, std::uint64_t held, bool pul
 }
 
 bool WorkerState::load_waits(Clock::time_point since, Clock::time_point now) const {
-  return now < since + Millis(30000);
+  return now < since + kLoadVersionWait;
 }
 
 std::vector<std::string> WorkerState::stale(const std::vector<ActiveSequence>& active,

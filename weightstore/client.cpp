@@ -270,14 +270,16 @@ void pull_async(core::TransferEngine& engine, StoreClient& store, const std::str
   core::TransferEngine* eng = &engine;
   core::log::debug("pull {}@{}: asking for a read plan", model, version);
   store.plan_async(
-      PlanRequest{model, version, where}, Millis(5000),
+      PlanRequest{model, version, where}, kStoreRequestTimeout,
       [sc, eng, model, where, options, done, accept, lease_renew,
        shard](Result<ReadPlan> plan_r) mutable {
         core::log::debug("pull {}: read plan: {}", model, plan_r.status().to_string());
         if (!plan_r.is_ok()) return done(plan_r.status().with_context("pull " + model));
         auto plan = std::make_shared<ReadPlan>(std::move(plan_r).value());
         // Fire and forget: a lease that is not released expires on the store.
-        auto release = [sc](std::uint64_t lease) { sc->release_async(lease, Millis(5000)); };
+        auto release = [sc](std::uint64_t lease) {
+          sc->release_async(lease, kStoreRequestTimeout);
+        };
         if (plan->manifest.total_bytes > options.max_total_bytes) {
           release(plan->lease_id);
           return done(too_large(model, plan->manifest, options));

@@ -23,6 +23,15 @@ struct ShardLayout;
 
 namespace sluice::weightstore {
 
+// One request to the store waits this long for its reply. The store answers from memory: a
+// reply later than this means it is away (restarting or unreachable), and the caller retries.
+inline constexpr Millis kStoreRequestTimeout{5000};
+// How often a read renews its lease: well under the store's default lease_ttl (10 s).
+inline constexpr Millis kLeaseRenewPeriod{3000};
+// How often a holder that is not configured otherwise heartbeats: well under the store's default
+// holder_ttl (3 s).
+inline constexpr Millis kHolderHeartbeatPeriod{1000};
+
 class StoreClient {
  public:
   template <class T>
@@ -37,7 +46,7 @@ class StoreClient {
   static core::Result<std::unique_ptr<StoreClient>> create(core::EventLoop& loop,
                                                            const std::string& endpoint,
                                                            const core::Security& security,
-                                                           Millis timeout = Millis(5000));
+                                                           Millis timeout = kStoreRequestTimeout);
   core::EventLoop& loop() const { return *loop_; }
   // This process's security: a publisher signs with its key (an actor's).
   const core::Security& security() const { return security_; }
@@ -108,7 +117,7 @@ class StoreClient {
   core::EventLoop* loop_ = nullptr;
   std::unique_ptr<core::Client> client_;
   core::Security security_;
-  Millis timeout_{5000};
+  Millis timeout_ = kStoreRequestTimeout;
 };
 
 struct Pulled {
@@ -144,7 +153,7 @@ core::Result<Pulled> pull(core::TransferEngine& engine, StoreClient& store,
 void pull_async(core::TransferEngine& engine, StoreClient& store, const std::string& model,
                 std::uint64_t version, const Topology& where, core::ReadOptions options,
                 std::function<void(core::Result<Pulled>)> done,
-                std::function<bool(ReadPlan&)> accept = {}, Millis lease_renew = Millis(3000),
+                std::function<bool(ReadPlan&)> accept = {}, Millis lease_renew = kLeaseRenewPeriod,
                 std::shared_ptr<const core::ShardLayout> shard = nullptr);
 
 // For `accept`: keeps only the holders on the reader's own host as each chunk's sources; false

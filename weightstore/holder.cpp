@@ -11,6 +11,9 @@ using core::Result;
 using core::Status;
 
 namespace {
+// close() without a drain_timeout waits this long for the store to confirm drains.
+constexpr Millis kCloseWithoutDrainTimeout{30000};
+
 std::string vname(const std::string& model, std::uint64_t version) {
   return model + "@" + std::to_string(version);
 }
@@ -239,7 +242,7 @@ Status Holder::close(Millis bound) {
   if (bound <= Millis(0)) {
     bound = options_.drain_timeout > Millis(0)
                 ? options_.drain_timeout + options_.request_timeout + 2 * options_.drain_check
-                : Millis(30000);
+                : kCloseWithoutDrainTimeout;
   }
   std::size_t before = unconfirmed_frees_;
   loop_->run_until([this] { return retiring_.empty(); }, bound);

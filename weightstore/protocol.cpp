@@ -6,27 +6,13 @@
 namespace sluice::weightstore {
 
 using core::Message;
+using core::reply_name;
 using core::Result;
 using core::Status;
 using json = nlohmann::json;
 namespace field = core::json_field;
 
 namespace {
-
-// A required id-like string: present, a string, not empty, within the bound.
-Status id_field(const json& body, std::string_view what, const char* key, const Limits& lim,
-                std::string& out) {
-  SLUICE_TRY(field::string(body, what, key, out));
-  if (out.empty() || out.size() > lim.max_id_bytes) {
-    return core::invalid_argument(std::string(what) + ": '" + key + "' must be 1 to " +
-                                  std::to_string(lim.max_id_bytes) + " bytes");
-  }
-  return {};
-}
-
-Status u64_field(const json& body, std::string_view what, const char* key, std::uint64_t& out) {
-  return field::u64(body, what, key, out);
-}
 
 // An optional field's value, or null.
 const json& optional(const json& body, const char* key) {
@@ -35,51 +21,40 @@ const json& optional(const json& body, const char* key) {
   return it == body.end() ? null : *it;
 }
 
-// A list's size is checked before any element is read.
-Status list_field(const json& body, std::string_view what, const char* key, const Limits& lim,
-                  const json*& out) {
-  auto it = body.find(key);
-  if (it == body.end() || !it->is_array()) {
-    return core::invalid_argument(std::string(what) + ": '" + key + "' must be an array");
-  }
-  if (it->size() > lim.max_list) {
-    return core::invalid_argument(std::string(what) + ": '" + key + "' has more than " +
-                                  std::to_string(lim.max_list) + " entries");
-  }
-  out = &*it;
-  return {};
-}
-
 Status bool_list(const json& body, std::string_view what, const char* key, const Limits& lim,
                  std::vector<bool>& out) {
   const json* l = nullptr;
-  SLUICE_TRY(list_field(body, what, key, lim, l));
+  SLUICE_TRY(field::array(body, what, key, lim.max_list, l));
   out.clear();
   out.reserve(l->size());
   for (const auto& b : *l) {
-    if (!b.is_boolean()) {
-      return core::invalid_argument(std::string(what) + ": '" + key +
-                                    "' must be an array of booleans");
-    }
+    if (!b.is_boolean()) return field::error(what, key, "must be an array of booleans");
     out.push_back(b.get<bool>());
   }
+  return {};
+}
+
+// A manifest in a message: one that does not parse is a malformed message like any other.
+Status manifest_of(const json& j, std::string_view what, core::Manifest& out) {
+  auto m = core::Manifest::from_json(j);
+  if (!m.is_ok()) return core::protocol_error(std::string(what) + ": " + m.status().message());
+  out = std::move(m).value();
   return {};
 }
 
 Status manifest_field(const json& body, std::string_view what, const Limits& lim,
                       core::Manifest& out) {
   auto it = body.find("manifest");
-  if (it == body.end())
-    return core::invalid_argument(std::string(what) + ": 'manifest' is missing");
+  if (it == body.end()) return field::error(what, "manifest", "is missing");
   // The tensor list's size is checked before from_json reads it.
   if (it->is_object()) {
     auto t = it->find("tensors");
     if (t != it->end() && t->is_array() && t->size() > lim.max_tensors) {
-      return core::invalid_argument(std::string(what) + ": the manifest has more than " +
-                                    std::to_string(lim.max_tensors) + " tensors");
+      return core::protocol_error(std::string(what) + ": the manifest has more than " +
+                                  std::to_string(lim.max_tensors) + " tensors");
     }
   }
-  SLUICE_ASSIGN_OR_RETURN(out, core::Manifest::from_json(*it));
+  SLUICE_TRY(manifest_of(*it, what, out));
   return check_manifest_limits(out, lim).with_context(std::string(what));
 }
 
@@ -100,17 +75,17 @@ json pin_body(const PinRef& p) {
 
 Status check_manifest_limits(const core::Manifest& m, const StoreDecodeLimits& lim) {
   if (m.total_bytes > lim.max_version_bytes) {
-    return core::invalid_argument("a version of " + std::to_string(m.total_bytes) +
-                                  " bytes exceeds max_version_bytes " +
-                                  std::to_string(lim.max_version_bytes));
+    return core::protocol_error("a version of " + std::to_string(m.total_bytes) +
+                                " bytes exceeds max_version_bytes " +
+                                std::to_string(lim.max_version_bytes));
   }
   if (m.tensors.size() > lim.max_tensors) {
-    return core::invalid_argument(std::to_string(m.tensors.size()) +
-                                  " tensors exceed max_tensors " + std::to_string(lim.max_tensors));
+    return core::protocol_error(std::to_string(m.tensors.size()) + " tensors exceed max_tensors " +
+                                std::to_string(lim.max_tensors));
   }
   if (m.chunk_count() > lim.max_chunks) {
-    return core::invalid_argument(std::to_string(m.chunk_count()) + " chunks exceed max_chunks " +
-                                  std::to_string(lim.max_chunks));
+    return core::protocol_error(std::to_string(m.chunk_count()) + " chunks exceed max_chunks " +
+                                std::to_string(lim.max_chunks));
   }
   return {};
 }
@@ -122,10 +97,9 @@ json topology_to_json(const Topology& t) {
 Result<Topology> topology_from_json(const json& j) {
   Topology t;
   if (j.is_null()) return t;
-  if (!j.is_object()) return core::invalid_argument("'topology' must be an object");
+  if (!j.is_object()) return core::protocol_error("'topology' must be an object");
   for (auto it = j.begin(); it != j.end(); ++it) {
-    if (!it->is_string())
-      return core::invalid_argument("topology." + it.key() + " must be a string");
+    if (!it->is_string()) return core::protocol_error("topology." + it.key() + " must be a string");
     if (it.key() == "host")
       t.host = it->get<std::string>();
     else if (it.key() == "rack")
@@ -133,7 +107,7 @@ Result<Topology> topology_from_json(const json& j) {
     else if (it.key() == "datacenter")
       t.datacenter = it->get<std::string>();
     else
-      return core::invalid_argument("unknown topology label '" + it.key() + "'");
+      return core::protocol_error("unknown topology label '" + it.key() + "'");
   }
   return t;
 }
@@ -141,11 +115,11 @@ Result<Topology> topology_from_json(const json& j) {
 // ---- encoding
 
 Message encode(const PutManifest& m) {
-  return with_body("store.put_manifest", {{"manifest", m.manifest.to_json()}});
+  return with_body(msg::kPutManifest, {{"manifest", m.manifest.to_json()}});
 }
 
 Message encode(const HolderRegistration& r) {
-  Message m("store.register");
+  Message m(msg::kRegister);
   m.body["holder_id"] = r.holder_id;
   m.body["endpoint"] = r.endpoint;
   m.body["topology"] = topology_to_json(r.topology);
@@ -157,82 +131,82 @@ Message encode(const HolderRegistration& r) {
 }
 
 Message encode(const AddChunks& m) {
-  return with_body("store.add_chunks", {{"holder_id", m.holder_id},
-                                        {"model", m.model},
-                                        {"version", m.version},
-                                        {"chunks", m.chunks}});
+  return with_body(msg::kAddChunks, {{"holder_id", m.holder_id},
+                                     {"model", m.model},
+                                     {"version", m.version},
+                                     {"chunks", m.chunks}});
 }
 
 Message encode(const Heartbeat& m) {
-  return with_body("store.heartbeat", {{"holder_id", m.holder_id}});
+  return with_body(msg::kHeartbeat, {{"holder_id", m.holder_id}});
 }
 Message encode(const Unpublish& m) {
-  return with_body("store.unpublish", copy_body(m));
+  return with_body(msg::kUnpublish, copy_body(m));
 }
 Message encode(const DrainedQuery& m) {
-  return with_body("store.drained", copy_body(m));
+  return with_body(msg::kDrained, copy_body(m));
 }
 Message encode(const LatestRequest& m) {
-  return with_body("store.latest", {{"model", m.model}});
+  return with_body(msg::kLatest, {{"model", m.model}});
 }
 Message encode(const PlanRequest& m) {
   return with_body(
-      "store.plan",
+      msg::kPlan,
       {{"model", m.model}, {"version", m.version}, {"topology", topology_to_json(m.topology)}});
 }
 Message encode(const Renew& m) {
-  return with_body("store.renew", {{"lease_id", m.lease_id}});
+  return with_body(msg::kRenew, {{"lease_id", m.lease_id}});
 }
 Message encode(const Release& m) {
-  return with_body("store.release", {{"lease_id", m.lease_id}});
+  return with_body(msg::kRelease, {{"lease_id", m.lease_id}});
 }
 Message encode(const Pin& m) {
-  return with_body("store.pin", pin_body(m));
+  return with_body(msg::kPin, pin_body(m));
 }
 Message encode(const Unpin& m) {
-  return with_body("store.unpin", pin_body(m));
+  return with_body(msg::kUnpin, pin_body(m));
 }
 Message encode(const RetainedRequest& m) {
-  return with_body("store.retained", {{"model", m.model}});
+  return with_body(msg::kRetained, {{"model", m.model}});
 }
 Message encode(const JoinRelay& m) {
-  Message r = with_body("store.join_relay",
+  Message r = with_body(msg::kJoinRelay,
                         {{"relay_id", m.relay_id}, {"topology", topology_to_json(m.topology)}});
   if (m.makes_deltas) r.body["makes_deltas"] = true;
   if (!m.share.empty()) r.body["share"] = m.share;
   return r;
 }
 Message encode(const ChainSourceRequest& m) {
-  return with_body("store.chain_source", {{"model", m.model},
-                                          {"version", m.version},
-                                          {"relay_id", m.relay_id},
-                                          {"exclude", m.exclude}});
+  return with_body(msg::kChainSource, {{"model", m.model},
+                                       {"version", m.version},
+                                       {"relay_id", m.relay_id},
+                                       {"exclude", m.exclude}});
 }
 Message encode(const CopiesRequest& m) {
-  return with_body("store.copies", {{"model", m.model}, {"version", m.version}});
+  return with_body(msg::kCopies, {{"model", m.model}, {"version", m.version}});
 }
 Message encode(const HoldersRequest& m) {
-  return with_body("store.holders", {{"model", m.model}, {"version", m.version}});
+  return with_body(msg::kHolders, {{"model", m.model}, {"version", m.version}});
 }
 
 Message encode_ok() {
-  return Message("store.ok");
+  return Message(msg::kOk);
 }
 Message encode(const Committed& m) {
-  return with_body("store.ok", {{"committed", m.committed}});
+  return with_body(msg::kOk, {{"committed", m.committed}});
 }
 Message encode(const Drained& m) {
-  return with_body("store.drained", {{"drained", m.drained}});
+  return with_body(msg::kDrained, {{"drained", m.drained}});
 }
 Message encode(const Latest& m) {
-  return with_body("store.latest", {{"version", m.version}});
+  return with_body(msg::kLatest, {{"version", m.version}});
 }
 Message encode(const Retained& m) {
-  return with_body("store.retained", {{"versions", m.versions}});
+  return with_body(msg::kRetained, {{"versions", m.versions}});
 }
 Message encode(const ChainSource& m) {
   Message r =
-      with_body("store.chain_source",
+      with_body(msg::kChainSource,
                 {{"holder_id", m.holder_id}, {"endpoint", m.endpoint}, {"chunks", m.chunks}});
   r.body["distance"] = m.distance;
   if (!m.model.empty()) r.body["model"] = m.model;
@@ -243,7 +217,7 @@ Message encode(const Copies& m) {
   json c = json::object();
   for (const auto& [id, n] : m.chunks)
     c[id] = n;
-  return with_body("store.copies", {{"copies", std::move(c)}});
+  return with_body(msg::kCopies, {{"copies", std::move(c)}});
 }
 Message encode(const Holders& m) {
   json hs = json::array();
@@ -254,10 +228,10 @@ Message encode(const Holders& m) {
                   {"unpublished", h.unpublished},
                   {"relay", h.relay}});
   }
-  return with_body("store.holders", {{"holders", std::move(hs)}});
+  return with_body(msg::kHolders, {{"holders", std::move(hs)}});
 }
 Message encode(const ReadPlan& p) {
-  Message m("store.plan");
+  Message m(msg::kPlan);
   m.body["manifest"] = p.manifest.to_json();
   m.body["lease_id"] = p.lease_id;
   m.body["holders"] = json::array();
@@ -276,36 +250,37 @@ Message encode(const ReadPlan& p) {
 
 Result<PutManifest> decode_put_manifest(const Message& m, const Limits& lim) {
   PutManifest r;
-  SLUICE_TRY(manifest_field(m.body, "store.put_manifest", lim, r.manifest));
+  SLUICE_TRY(manifest_field(m.body, msg::kPutManifest, lim, r.manifest));
   return r;
 }
 
 Result<HolderRegistration> decode_registration(const Message& m, const Limits& lim) {
-  constexpr std::string_view what = "store.register";
+  constexpr std::string_view what = msg::kRegister;
   HolderRegistration r;
-  SLUICE_TRY(id_field(m.body, what, "holder_id", lim, r.holder_id));
+  SLUICE_TRY(field::id(m.body, what, "holder_id", lim.max_id_bytes, r.holder_id));
   SLUICE_TRY(field::string(m.body, what, "endpoint", r.endpoint));
   SLUICE_ASSIGN_OR_RETURN(r.topology, topology_from_json(optional(m.body, "topology")));
   SLUICE_TRY(manifest_field(m.body, what, lim, r.manifest));
   if (m.body.contains("chunks")) SLUICE_TRY(bool_list(m.body, what, "chunks", lim, r.chunks));
   if (m.body.contains("again")) SLUICE_TRY(field::boolean(m.body, what, "again", r.again));
-  if (m.blobs.size() != 1) return core::invalid_argument("store.register: expected one descriptor");
+  if (m.blobs.size() != 1)
+    return core::protocol_error(std::string(what) + ": expected one descriptor");
   r.descriptor = m.blobs[0];
   return r;
 }
 
 Result<AddChunks> decode_add_chunks(const Message& m, const Limits& lim) {
-  constexpr std::string_view what = "store.add_chunks";
+  constexpr std::string_view what = msg::kAddChunks;
   AddChunks r;
-  SLUICE_TRY(id_field(m.body, what, "holder_id", lim, r.holder_id));
-  SLUICE_TRY(id_field(m.body, what, "model", lim, r.model));
-  SLUICE_TRY(u64_field(m.body, what, "version", r.version));
+  SLUICE_TRY(field::id(m.body, what, "holder_id", lim.max_id_bytes, r.holder_id));
+  SLUICE_TRY(field::id(m.body, what, "model", lim.max_id_bytes, r.model));
+  SLUICE_TRY(field::u64(m.body, what, "version", r.version));
   const json* l = nullptr;
-  SLUICE_TRY(list_field(m.body, what, "chunks", lim, l));
+  SLUICE_TRY(field::array(m.body, what, "chunks", lim.max_list, l));
   r.chunks.reserve(l->size());
   for (const auto& i : *l) {
     if (!i.is_number_unsigned() || i.get<std::uint64_t>() > UINT32_MAX) {
-      return core::invalid_argument("store.add_chunks: 'chunks' must hold chunk indices");
+      return field::error(what, "chunks", "must hold chunk indices");
     }
     r.chunks.push_back(static_cast<std::uint32_t>(i.get<std::uint64_t>()));
   }
@@ -314,75 +289,76 @@ Result<AddChunks> decode_add_chunks(const Message& m, const Limits& lim) {
 
 Result<Heartbeat> decode_heartbeat(const Message& m, const Limits& lim) {
   Heartbeat r;
-  SLUICE_TRY(id_field(m.body, "store.heartbeat", "holder_id", lim, r.holder_id));
+  SLUICE_TRY(field::id(m.body, msg::kHeartbeat, "holder_id", lim.max_id_bytes, r.holder_id));
   return r;
 }
 
 Result<CopyRef> decode_copy_ref(const Message& m, const Limits& lim) {
   CopyRef r;
-  SLUICE_TRY(id_field(m.body, m.type, "holder_id", lim, r.holder_id));
-  SLUICE_TRY(id_field(m.body, m.type, "model", lim, r.model));
-  SLUICE_TRY(u64_field(m.body, m.type, "version", r.version));
+  SLUICE_TRY(field::id(m.body, m.type, "holder_id", lim.max_id_bytes, r.holder_id));
+  SLUICE_TRY(field::id(m.body, m.type, "model", lim.max_id_bytes, r.model));
+  SLUICE_TRY(field::u64(m.body, m.type, "version", r.version));
   return r;
 }
 
 Result<LatestRequest> decode_latest_request(const Message& m, const Limits& lim) {
   LatestRequest r;
-  SLUICE_TRY(id_field(m.body, "store.latest", "model", lim, r.model));
+  SLUICE_TRY(field::id(m.body, msg::kLatest, "model", lim.max_id_bytes, r.model));
   return r;
 }
 
 Result<PlanRequest> decode_plan_request(const Message& m, const Limits& lim) {
-  constexpr std::string_view what = "store.plan";
+  constexpr std::string_view what = msg::kPlan;
   PlanRequest r;
-  SLUICE_TRY(id_field(m.body, what, "model", lim, r.model));
-  if (m.body.contains("version")) SLUICE_TRY(u64_field(m.body, what, "version", r.version));
+  SLUICE_TRY(field::id(m.body, what, "model", lim.max_id_bytes, r.model));
+  if (m.body.contains("version")) SLUICE_TRY(field::u64(m.body, what, "version", r.version));
   SLUICE_ASSIGN_OR_RETURN(r.topology, topology_from_json(optional(m.body, "topology")));
   return r;
 }
 
 Result<LeaseRef> decode_lease_ref(const Message& m) {
   LeaseRef r;
-  SLUICE_TRY(u64_field(m.body, m.type, "lease_id", r.lease_id));
+  SLUICE_TRY(field::u64(m.body, m.type, "lease_id", r.lease_id));
   return r;
 }
 
 Result<PinRef> decode_pin_ref(const Message& m, const Limits& lim) {
   PinRef r;
-  SLUICE_TRY(id_field(m.body, m.type, "model", lim, r.model));
-  SLUICE_TRY(u64_field(m.body, m.type, "version", r.version));
-  SLUICE_TRY(id_field(m.body, m.type, "owner", lim, r.owner));
+  SLUICE_TRY(field::id(m.body, m.type, "model", lim.max_id_bytes, r.model));
+  SLUICE_TRY(field::u64(m.body, m.type, "version", r.version));
+  SLUICE_TRY(field::id(m.body, m.type, "owner", lim.max_id_bytes, r.owner));
   return r;
 }
 
 Result<RetainedRequest> decode_retained_request(const Message& m, const Limits& lim) {
   RetainedRequest r;
-  SLUICE_TRY(id_field(m.body, "store.retained", "model", lim, r.model));
+  SLUICE_TRY(field::id(m.body, msg::kRetained, "model", lim.max_id_bytes, r.model));
   return r;
 }
 
 Result<JoinRelay> decode_join_relay(const Message& m, const Limits& lim) {
   JoinRelay r;
-  SLUICE_TRY(id_field(m.body, "store.join_relay", "relay_id", lim, r.relay_id));
+  SLUICE_TRY(field::id(m.body, msg::kJoinRelay, "relay_id", lim.max_id_bytes, r.relay_id));
   SLUICE_ASSIGN_OR_RETURN(r.topology, topology_from_json(optional(m.body, "topology")));
   if (m.body.contains("makes_deltas"))
-    SLUICE_TRY(field::boolean(m.body, "store.join_relay", "makes_deltas", r.makes_deltas));
-  if (m.body.contains("share")) SLUICE_TRY(id_field(m.body, "store.join_relay", "share", lim, r.share));
+    SLUICE_TRY(field::boolean(m.body, msg::kJoinRelay, "makes_deltas", r.makes_deltas));
+  if (m.body.contains("share"))
+    SLUICE_TRY(field::id(m.body, msg::kJoinRelay, "share", lim.max_id_bytes, r.share));
   return r;
 }
 
 Result<ChainSourceRequest> decode_chain_source_request(const Message& m, const Limits& lim) {
-  constexpr std::string_view what = "store.chain_source";
+  constexpr std::string_view what = msg::kChainSource;
   ChainSourceRequest r;
-  SLUICE_TRY(id_field(m.body, what, "model", lim, r.model));
-  SLUICE_TRY(u64_field(m.body, what, "version", r.version));
-  SLUICE_TRY(id_field(m.body, what, "relay_id", lim, r.relay_id));
+  SLUICE_TRY(field::id(m.body, what, "model", lim.max_id_bytes, r.model));
+  SLUICE_TRY(field::u64(m.body, what, "version", r.version));
+  SLUICE_TRY(field::id(m.body, what, "relay_id", lim.max_id_bytes, r.relay_id));
   if (m.body.contains("exclude")) {
     const json* l = nullptr;
-    SLUICE_TRY(list_field(m.body, what, "exclude", lim, l));
+    SLUICE_TRY(field::array(m.body, what, "exclude", lim.max_list, l));
     for (const auto& x : *l) {
       if (!x.is_string() || x.get_ref<const std::string&>().size() > lim.max_id_bytes) {
-        return core::invalid_argument("store.chain_source: 'exclude' must hold holder ids");
+        return field::error(what, "exclude", "must hold holder ids");
       }
       r.exclude.insert(x.get<std::string>());
     }
@@ -392,99 +368,90 @@ Result<ChainSourceRequest> decode_chain_source_request(const Message& m, const L
 
 Result<VersionRef> decode_version_ref(const Message& m, const Limits& lim) {
   VersionRef r;
-  SLUICE_TRY(id_field(m.body, m.type, "model", lim, r.model));
-  SLUICE_TRY(u64_field(m.body, m.type, "version", r.version));
+  SLUICE_TRY(field::id(m.body, m.type, "model", lim.max_id_bytes, r.model));
+  SLUICE_TRY(field::u64(m.body, m.type, "version", r.version));
   return r;
 }
 
-// ---- decoding replies (a malformed reply is a protocol error, not the caller's mistake)
-
-namespace {
-Status reply_error(const Status& s) {
-  return core::protocol_error(s.message());
-}
-}  // namespace
+// ---- decoding replies (malformed, a protocol error like a malformed request)
 
 Result<Committed> decode_committed(const Message& m) {
   Committed r;
-  if (Status s = field::boolean(m.body, "store reply", "committed", r.committed); !s.is_ok())
-    return reply_error(s);
+  SLUICE_TRY(field::boolean(m.body, "store reply", "committed", r.committed));
   return r;
 }
 
 Result<Drained> decode_drained(const Message& m) {
   Drained r;
-  if (Status s = field::boolean(m.body, "store.drained reply", "drained", r.drained); !s.is_ok())
-    return reply_error(s);
+  SLUICE_TRY(field::boolean(m.body, reply_name(msg::kDrained), "drained", r.drained));
   return r;
 }
 
 Result<Latest> decode_latest(const Message& m) {
   Latest r;
-  if (Status s = u64_field(m.body, "store.latest reply", "version", r.version); !s.is_ok())
-    return reply_error(s);
+  SLUICE_TRY(field::u64(m.body, reply_name(msg::kLatest), "version", r.version));
   return r;
 }
 
 Result<Retained> decode_retained(const Message& m, const Limits& lim) {
+  const std::string what = reply_name(msg::kRetained);
   const json* l = nullptr;
-  if (Status s = list_field(m.body, "store.retained reply", "versions", lim, l); !s.is_ok())
-    return reply_error(s);
+  SLUICE_TRY(field::array(m.body, what, "versions", lim.max_list, l));
   Retained r;
   for (const auto& v : *l) {
-    if (!v.is_number_unsigned())
-      return core::protocol_error("store.retained reply: 'versions' must hold versions");
+    if (!v.is_number_unsigned()) return field::error(what, "versions", "must hold versions");
     r.versions.push_back(v.get<std::uint64_t>());
   }
   return r;
 }
 
 Result<ChainSource> decode_chain_source(const Message& m, const Limits& lim) {
-  constexpr std::string_view what = "store.chain_source reply";
+  const std::string what = reply_name(msg::kChainSource);
   ChainSource r;
-  Status s = id_field(m.body, what, "holder_id", lim, r.holder_id);
-  if (s.is_ok()) s = field::string(m.body, what, "endpoint", r.endpoint);
-  if (s.is_ok()) s = bool_list(m.body, what, "chunks", lim, r.chunks);
+  SLUICE_TRY(field::id(m.body, what, "holder_id", lim.max_id_bytes, r.holder_id));
+  SLUICE_TRY(field::string(m.body, what, "endpoint", r.endpoint));
+  SLUICE_TRY(bool_list(m.body, what, "chunks", lim, r.chunks));
   std::uint64_t distance = 3;
-  if (s.is_ok() && m.body.contains("distance")) s = u64_field(m.body, what, "distance", distance);
-  if (s.is_ok() && m.body.contains("model")) s = id_field(m.body, what, "model", lim, r.model);
-  if (!s.is_ok()) return reply_error(s);
+  if (m.body.contains("distance")) SLUICE_TRY(field::u64(m.body, what, "distance", distance));
+  if (m.body.contains("model"))
+    SLUICE_TRY(field::id(m.body, what, "model", lim.max_id_bytes, r.model));
   r.distance = static_cast<int>(std::min<std::uint64_t>(distance, 3));
-  if (m.blobs.size() != 1) return core::protocol_error("store.chain_source reply: no descriptor");
+  if (m.blobs.size() != 1) return core::protocol_error(std::string(what) + ": no descriptor");
   r.descriptor = m.blobs[0];
   return r;
 }
 
 Result<Copies> decode_copies(const Message& m, const Limits& lim) {
+  const std::string what = reply_name(msg::kCopies);
   auto it = m.body.find("copies");
   if (it == m.body.end() || !it->is_object() || it->size() > lim.max_list) {
-    return core::protocol_error("store.copies reply: 'copies' must be an object");
+    return field::error(what, "copies", "must be an object");
   }
   Copies r;
   for (auto c = it->begin(); c != it->end(); ++c) {
-    if (!c->is_number_unsigned())
-      return core::protocol_error("store.copies reply: a count is not a non-negative integer");
+    if (!c->is_number_unsigned()) {
+      return core::protocol_error(std::string(what) + ": a count is not a non-negative integer");
+    }
     r.chunks[c.key()] = c->get<std::uint64_t>();
   }
   return r;
 }
 
 Result<Holders> decode_holders(const Message& m, const Limits& lim) {
-  constexpr std::string_view what = "store.holders reply";
+  const std::string what = reply_name(msg::kHolders);
   const json* hs = nullptr;
-  if (Status s = list_field(m.body, what, "holders", lim, hs); !s.is_ok()) return reply_error(s);
+  SLUICE_TRY(field::array(m.body, what, "holders", lim.max_list, hs));
   Holders out;
   for (const auto& j : *hs) {
     if (!j.is_object())
-      return core::protocol_error("store.holders reply: a holder is not an object");
+      return core::protocol_error(std::string(what) + ": a holder is not an object");
     HolderState h;
     std::uint64_t chunks = 0;
-    Status s = id_field(j, what, "holder_id", lim, h.holder_id);
-    if (s.is_ok()) s = u64_field(j, what, "chunks", chunks);
-    if (s.is_ok()) s = field::boolean(j, what, "complete", h.complete);
-    if (s.is_ok()) s = field::boolean(j, what, "unpublished", h.unpublished);
-    if (s.is_ok()) s = field::boolean(j, what, "relay", h.relay);
-    if (!s.is_ok()) return reply_error(s);
+    SLUICE_TRY(field::id(j, what, "holder_id", lim.max_id_bytes, h.holder_id));
+    SLUICE_TRY(field::u64(j, what, "chunks", chunks));
+    SLUICE_TRY(field::boolean(j, what, "complete", h.complete));
+    SLUICE_TRY(field::boolean(j, what, "unpublished", h.unpublished));
+    SLUICE_TRY(field::boolean(j, what, "relay", h.relay));
     h.chunks = static_cast<std::size_t>(chunks);
     out.holders.push_back(std::move(h));
   }
@@ -492,13 +459,13 @@ Result<Holders> decode_holders(const Message& m, const Limits& lim) {
 }
 
 Result<ReadPlan> decode_plan(const Message& m, const Limits& lim) {
-  constexpr std::string_view what = "store.plan reply";
+  const std::string what = reply_name(msg::kPlan);
   ReadPlan p;
   if (!m.body.contains("manifest")) return core::protocol_error("plan without a manifest");
-  SLUICE_ASSIGN_OR_RETURN(p.manifest, core::Manifest::from_json(m.body["manifest"]));
-  if (Status s = u64_field(m.body, what, "lease_id", p.lease_id); !s.is_ok()) return reply_error(s);
+  SLUICE_TRY(manifest_of(m.body["manifest"], what, p.manifest));
+  SLUICE_TRY(field::u64(m.body, what, "lease_id", p.lease_id));
   const json* hs = nullptr;
-  if (Status s = list_field(m.body, what, "holders", lim, hs); !s.is_ok()) return reply_error(s);
+  SLUICE_TRY(field::array(m.body, what, "holders", lim.max_list, hs));
   if (hs->size() != m.blobs.size()) {
     return core::protocol_error("plan holders and descriptor frames do not match");
   }
@@ -506,17 +473,16 @@ Result<ReadPlan> decode_plan(const Message& m, const Limits& lim) {
     const json& hj = (*hs)[i];
     ReadPlan::Holder h;
     std::uint64_t distance = 3;
-    Status s = hj.is_object() ? Status() : core::protocol_error("a plan holder is not an object");
-    if (s.is_ok()) s = id_field(hj, what, "holder_id", lim, h.holder_id);
-    if (s.is_ok()) s = field::string(hj, what, "endpoint", h.endpoint);
-    if (s.is_ok() && hj.contains("distance")) s = u64_field(hj, what, "distance", distance);
-    if (!s.is_ok()) return reply_error(s);
+    if (!hj.is_object()) return core::protocol_error("a plan holder is not an object");
+    SLUICE_TRY(field::id(hj, what, "holder_id", lim.max_id_bytes, h.holder_id));
+    SLUICE_TRY(field::string(hj, what, "endpoint", h.endpoint));
+    if (hj.contains("distance")) SLUICE_TRY(field::u64(hj, what, "distance", distance));
     h.distance = static_cast<int>(std::min<std::uint64_t>(distance, 3));
     h.descriptor = m.blobs[i];
     p.holders.push_back(std::move(h));
   }
   const json* cs = nullptr;
-  if (Status s = list_field(m.body, what, "chunks", lim, cs); !s.is_ok()) return reply_error(s);
+  SLUICE_TRY(field::array(m.body, what, "chunks", lim.max_list, cs));
   if (cs->size() != p.manifest.chunk_count()) {
     return core::protocol_error("plan has sources for " + std::to_string(cs->size()) + " of " +
                                 std::to_string(p.manifest.chunk_count()) + " chunks");

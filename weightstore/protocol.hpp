@@ -28,7 +28,8 @@
 //
 // Decoding checks everything before anything is used: required fields and their types, id
 // lengths, list sizes (before their elements are read), chunk indices within 32 bits. A message
-// that fails gets an error naming the field and changes nothing.
+// that fails, request or reply, is a protocol error naming the field (core::json_field), and
+// changes nothing.
 //
 // Thread safety: pure functions.
 #pragma once
@@ -46,6 +47,34 @@
 
 namespace sluice::weightstore {
 
+// The store's message types, each declared here once (the table above). A reply carries its
+// request's type, or kOk.
+namespace msg {
+inline constexpr char kPutManifest[] = "store.put_manifest";
+inline constexpr char kRegister[] = "store.register";
+inline constexpr char kAddChunks[] = "store.add_chunks";
+inline constexpr char kHeartbeat[] = "store.heartbeat";
+inline constexpr char kUnpublish[] = "store.unpublish";
+inline constexpr char kDrained[] = "store.drained";
+inline constexpr char kLatest[] = "store.latest";
+inline constexpr char kPlan[] = "store.plan";
+inline constexpr char kRenew[] = "store.renew";
+inline constexpr char kRelease[] = "store.release";
+inline constexpr char kPin[] = "store.pin";
+inline constexpr char kUnpin[] = "store.unpin";
+inline constexpr char kRetained[] = "store.retained";
+inline constexpr char kJoinRelay[] = "store.join_relay";
+inline constexpr char kChainSource[] = "store.chain_source";
+inline constexpr char kCopies[] = "store.copies";
+inline constexpr char kHolders[] = "store.holders";
+inline constexpr char kRegisterDelta[] = "store.register_delta";
+inline constexpr char kDeltaPlan[] = "store.delta_plan";
+inline constexpr char kUnpublishDelta[] = "store.unpublish_delta";
+inline constexpr char kDeltaDrained[] = "store.delta_drained";
+inline constexpr char kDeltas[] = "store.deltas";
+inline constexpr char kOk[] = "store.ok";
+}  // namespace msg
+
 struct StoreDecodeLimits {
   std::size_t max_id_bytes = 256;  // a holder, relay, model or pin owner id
   std::size_t max_list = 1 << 20;  // entries in any list (chunks, holders, exclusions)
@@ -55,7 +84,7 @@ struct StoreDecodeLimits {
   std::uint64_t max_chunks = 1 << 20;
 };
 
-// Whether `m` is within the limits; invalid_argument naming the bound it passes.
+// Whether `m` is within the limits; a protocol error naming the bound it passes.
 core::Status check_manifest_limits(const core::Manifest& m, const StoreDecodeLimits& lim);
 
 // Requests.

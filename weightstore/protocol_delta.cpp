@@ -6,27 +6,13 @@
 namespace sluice::weightstore {
 
 using core::Message;
+using core::reply_name;
 using core::Result;
 using core::Status;
 using json = nlohmann::json;
 namespace field = core::json_field;
 
 namespace {
-
-Status id(const json& body, std::string_view what, const char* key, const Limits& lim,
-          std::string& out) {
-  SLUICE_TRY(field::string(body, what, key, out));
-  if (out.empty() || out.size() > lim.max_id_bytes) {
-    return core::invalid_argument(std::string(what) + ": '" + key + "' must be 1 to " +
-                                  std::to_string(lim.max_id_bytes) + " bytes");
-  }
-  return {};
-}
-
-const json* array(const json& body, const char* key) {
-  auto it = body.find(key);
-  return it == body.end() || !it->is_array() ? nullptr : &*it;
-}
 
 json delta_json(const DeltaObject& d) {
   return {{"model", d.model},
@@ -39,30 +25,29 @@ json delta_json(const DeltaObject& d) {
 
 Status delta_from_json(const json& body, std::string_view what, const Limits& lim, DeltaObject& d) {
   auto it = body.find("delta");
-  if (it == body.end() || !it->is_object()) {
-    return core::invalid_argument(std::string(what) + ": 'delta' must be an object");
-  }
+  if (it == body.end() || !it->is_object()) return field::error(what, "delta", "must be an object");
   const json& j = *it;
-  SLUICE_TRY(id(j, what, "model", lim, d.model));
+  SLUICE_TRY(field::id(j, what, "model", lim.max_id_bytes, d.model));
   SLUICE_TRY(field::u64(j, what, "base", d.base));
   SLUICE_TRY(field::u64(j, what, "target", d.target));
   SLUICE_TRY(field::u64(j, what, "bytes", d.bytes));
   SLUICE_TRY(field::u64(j, what, "chunk_bytes", d.chunk_bytes));
   if (d.bytes > lim.max_version_bytes) {
-    return core::invalid_argument(std::string(what) + ": a delta larger than max_version_bytes");
+    return core::protocol_error(std::string(what) + ": a delta larger than max_version_bytes");
   }
-  const json* sums = array(j, "checksums");
-  if (!sums || sums->size() > lim.max_chunks) {
-    return core::invalid_argument(std::string(what) + ": 'checksums' must be an array of at most " +
-                                  std::to_string(lim.max_chunks));
-  }
+  const json* sums = nullptr;
+  SLUICE_TRY(field::array(j, what, "checksums", lim.max_chunks, sums));
   SLUICE_TRY(field::u64_array(j, what, "checksums", d.checksums));
-  return d.validate().with_context(std::string(what));
+  // A delta that does not hold together is a malformed message, whatever validate() calls it.
+  if (Status v = d.validate(); !v.is_ok()) {
+    return core::protocol_error(std::string(what) + ": " + v.message());
+  }
+  return {};
 }
 
 Status ref_fields(const json& body, std::string_view what, const Limits& lim, DeltaRef& r) {
-  SLUICE_TRY(id(body, what, "holder_id", lim, r.holder_id));
-  SLUICE_TRY(id(body, what, "model", lim, r.model));
+  SLUICE_TRY(field::id(body, what, "holder_id", lim.max_id_bytes, r.holder_id));
+  SLUICE_TRY(field::id(body, what, "model", lim.max_id_bytes, r.model));
   SLUICE_TRY(field::u64(body, what, "base", r.base));
   return field::u64(body, what, "target", r.target);
 }
@@ -77,40 +62,36 @@ Message with(const char* type, json body) {
   return m;
 }
 
-Status reply_error(const Status& s) {
-  return s.is_ok() ? s : core::protocol_error(s.message());
-}
-
 }  // namespace
 
 Message encode(const DeltaRegistration& r) {
-  Message m = with("store.register_delta", {{"holder_id", r.holder_id},
-                                            {"endpoint", r.endpoint},
-                                            {"topology", topology_to_json(r.topology)},
-                                            {"delta", delta_json(r.delta)}});
+  Message m = with(msg::kRegisterDelta, {{"holder_id", r.holder_id},
+                                         {"endpoint", r.endpoint},
+                                         {"topology", topology_to_json(r.topology)},
+                                         {"delta", delta_json(r.delta)}});
   m.blobs.push_back(r.descriptor);
   return m;
 }
 Message encode(const DeltaPlanRequest& r) {
-  return with("store.delta_plan", {{"model", r.model},
-                                   {"base", r.base},
-                                   {"target", r.target},
-                                   {"topology", topology_to_json(r.topology)}});
+  return with(msg::kDeltaPlan, {{"model", r.model},
+                                {"base", r.base},
+                                {"target", r.target},
+                                {"topology", topology_to_json(r.topology)}});
 }
 Message encode(const UnpublishDelta& r) {
-  return with("store.unpublish_delta", ref_json(r));
+  return with(msg::kUnpublishDelta, ref_json(r));
 }
 Message encode(const DeltaDrainedQuery& r) {
-  return with("store.delta_drained", ref_json(r));
+  return with(msg::kDeltaDrained, ref_json(r));
 }
 Message encode(const DeltasRequest& r) {
-  return with("store.deltas", {{"model", r.model}});
+  return with(msg::kDeltas, {{"model", r.model}});
 }
 Message encode(const DeltaPlan& p) {
-  Message m = with("store.delta_plan", {{"available", p.available},
-                                        {"expected", p.expected},
-                                        {"target_bytes", p.target_bytes},
-                                        {"lease_id", p.lease_id}});
+  Message m = with(msg::kDeltaPlan, {{"available", p.available},
+                                     {"expected", p.expected},
+                                     {"target_bytes", p.target_bytes},
+                                     {"lease_id", p.lease_id}});
   if (p.available) m.body["delta"] = delta_json(p.delta);
   m.body["holders"] = json::array();
   for (const auto& h : p.holders) {
@@ -129,26 +110,26 @@ Message encode(const Deltas& d) {
                  {"bytes", s.bytes},
                  {"unpublished", s.unpublished}});
   }
-  return with("store.deltas", {{"deltas", std::move(l)}});
+  return with(msg::kDeltas, {{"deltas", std::move(l)}});
 }
 
 Result<DeltaRegistration> decode_delta_registration(const Message& m, const Limits& lim) {
-  constexpr std::string_view what = "store.register_delta";
+  constexpr std::string_view what = msg::kRegisterDelta;
   DeltaRegistration r;
-  SLUICE_TRY(id(m.body, what, "holder_id", lim, r.holder_id));
+  SLUICE_TRY(field::id(m.body, what, "holder_id", lim.max_id_bytes, r.holder_id));
   SLUICE_TRY(field::string(m.body, what, "endpoint", r.endpoint));
   auto t = m.body.find("topology");
   SLUICE_ASSIGN_OR_RETURN(r.topology, topology_from_json(t == m.body.end() ? json() : *t));
   SLUICE_TRY(delta_from_json(m.body, what, lim, r.delta));
-  if (m.blobs.size() != 1) return core::invalid_argument("store.register_delta: one descriptor");
+  if (m.blobs.size() != 1) return core::protocol_error(std::string(what) + ": one descriptor");
   r.descriptor = m.blobs[0];
   return r;
 }
 
 Result<DeltaPlanRequest> decode_delta_plan_request(const Message& m, const Limits& lim) {
-  constexpr std::string_view what = "store.delta_plan";
+  constexpr std::string_view what = msg::kDeltaPlan;
   DeltaPlanRequest r;
-  SLUICE_TRY(id(m.body, what, "model", lim, r.model));
+  SLUICE_TRY(field::id(m.body, what, "model", lim.max_id_bytes, r.model));
   SLUICE_TRY(field::u64(m.body, what, "base", r.base));
   SLUICE_TRY(field::u64(m.body, what, "target", r.target));
   auto t = m.body.find("topology");
@@ -164,35 +145,34 @@ Result<DeltaRef> decode_delta_ref(const Message& m, const Limits& lim) {
 
 Result<DeltasRequest> decode_deltas_request(const Message& m, const Limits& lim) {
   DeltasRequest r;
-  SLUICE_TRY(id(m.body, "store.deltas", "model", lim, r.model));
+  SLUICE_TRY(field::id(m.body, msg::kDeltas, "model", lim.max_id_bytes, r.model));
   return r;
 }
 
 Result<DeltaPlan> decode_delta_plan(const Message& m, const Limits& lim) {
-  constexpr std::string_view what = "store.delta_plan reply";
+  const std::string what = reply_name(msg::kDeltaPlan);
   DeltaPlan p;
-  Status s = field::boolean(m.body, what, "available", p.available);
-  if (s.is_ok()) s = field::boolean(m.body, what, "expected", p.expected);
-  if (s.is_ok()) s = field::u64(m.body, what, "target_bytes", p.target_bytes);
-  if (s.is_ok()) s = field::u64(m.body, what, "lease_id", p.lease_id);
-  if (s.is_ok() && p.available) s = delta_from_json(m.body, what, lim, p.delta);
-  SLUICE_TRY(reply_error(s));
-  const json* hs = array(m.body, "holders");
-  if (!hs || hs->size() > lim.max_list || hs->size() != m.blobs.size()) {
-    return core::protocol_error("store.delta_plan reply: holders and descriptors do not match");
+  SLUICE_TRY(field::boolean(m.body, what, "available", p.available));
+  SLUICE_TRY(field::boolean(m.body, what, "expected", p.expected));
+  SLUICE_TRY(field::u64(m.body, what, "target_bytes", p.target_bytes));
+  SLUICE_TRY(field::u64(m.body, what, "lease_id", p.lease_id));
+  if (p.available) SLUICE_TRY(delta_from_json(m.body, what, lim, p.delta));
+  const json* hs = nullptr;
+  SLUICE_TRY(field::array(m.body, what, "holders", lim.max_list, hs));
+  if (hs->size() != m.blobs.size()) {
+    return core::protocol_error(std::string(what) + ": holders and descriptors do not match");
   }
   if (p.available == hs->empty()) {
-    return core::protocol_error("store.delta_plan reply: holders only when available");
+    return core::protocol_error(std::string(what) + ": holders only when available");
   }
   for (std::size_t i = 0; i < hs->size(); ++i) {
     const json& hj = (*hs)[i];
     if (!hj.is_object()) return core::protocol_error(std::string(what) + ": a holder");
     ReadPlan::Holder h;
     std::uint64_t distance = 3;
-    s = id(hj, what, "holder_id", lim, h.holder_id);
-    if (s.is_ok()) s = field::string(hj, what, "endpoint", h.endpoint);
-    if (s.is_ok()) s = field::u64(hj, what, "distance", distance);
-    SLUICE_TRY(reply_error(s));
+    SLUICE_TRY(field::id(hj, what, "holder_id", lim.max_id_bytes, h.holder_id));
+    SLUICE_TRY(field::string(hj, what, "endpoint", h.endpoint));
+    SLUICE_TRY(field::u64(hj, what, "distance", distance));
     h.distance = static_cast<int>(std::min<std::uint64_t>(distance, 3));
     h.descriptor = m.blobs[i];
     p.holders.push_back(std::move(h));
@@ -201,21 +181,18 @@ Result<DeltaPlan> decode_delta_plan(const Message& m, const Limits& lim) {
 }
 
 Result<Deltas> decode_deltas(const Message& m, const Limits& lim) {
-  constexpr std::string_view what = "store.deltas reply";
-  const json* l = array(m.body, "deltas");
-  if (!l || l->size() > lim.max_list) {
-    return core::protocol_error("store.deltas reply: 'deltas' must be an array");
-  }
+  const std::string what = reply_name(msg::kDeltas);
+  const json* l = nullptr;
+  SLUICE_TRY(field::array(m.body, what, "deltas", lim.max_list, l));
   Deltas out;
   for (const auto& j : *l) {
-    if (!j.is_object()) return core::protocol_error("store.deltas reply: an entry");
+    if (!j.is_object()) return core::protocol_error(std::string(what) + ": an entry");
     DeltaState d;
-    Status s = id(j, what, "holder_id", lim, d.holder_id);
-    if (s.is_ok()) s = field::u64(j, what, "base", d.base);
-    if (s.is_ok()) s = field::u64(j, what, "target", d.target);
-    if (s.is_ok()) s = field::u64(j, what, "bytes", d.bytes);
-    if (s.is_ok()) s = field::boolean(j, what, "unpublished", d.unpublished);
-    SLUICE_TRY(reply_error(s));
+    SLUICE_TRY(field::id(j, what, "holder_id", lim.max_id_bytes, d.holder_id));
+    SLUICE_TRY(field::u64(j, what, "base", d.base));
+    SLUICE_TRY(field::u64(j, what, "target", d.target));
+    SLUICE_TRY(field::u64(j, what, "bytes", d.bytes));
+    SLUICE_TRY(field::boolean(j, what, "unpublished", d.unpublished));
     out.deltas.push_back(std::move(d));
   }
   return out;

@@ -36,6 +36,9 @@
 
 namespace sluice::weightstore {
 
+// Reader::pull()'s default bound on staging a version (the read's own time-outs apply within).
+inline constexpr Millis kPullTimeout{60000};
+
 struct ReaderOptions {
   std::string model;             // the model whose versions are read (required)
   std::string holder_id;         // unique per process, e.g. "rollout-3" (required when serve)
@@ -121,7 +124,7 @@ class Reader {
   // at once when it is already current or staged. Waits first for a pull in flight. Errors:
   // not_found for a version the store does not know, failed_precondition for one not committed,
   // unavailable when no live holder has it, the read's error, or timeout after `timeout`.
-  core::Result<std::uint64_t> pull(std::uint64_t version = 0, Millis timeout = Millis(60000));
+  core::Result<std::uint64_t> pull(std::uint64_t version = 0, Millis timeout = kPullTimeout);
 
   // At the caller's safe point: the staged version becomes the current one, all at once (the
   // manifest and the bytes below switch together; the caller must not use spans of the old

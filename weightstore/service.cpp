@@ -165,7 +165,7 @@ void StoreService::install_handlers() {
   lim.max_chunks = config_.max_chunks;
 
   srv.on_sync(
-      "store.put_manifest",
+      msg::kPutManifest,
       [&st, &sec, lim](const Message& req) -> Result<Message> {
         SLUICE_ASSIGN_OR_RETURN(auto r, decode_put_manifest(req, lim));
         const core::Manifest& m = r.manifest;
@@ -182,7 +182,7 @@ void StoreService::install_handlers() {
       },
       kActor);
   srv.on_sync(
-      "store.register",
+      msg::kRegister,
       [&st, &sec, lim](const Message& req) -> Result<Message> {
         SLUICE_ASSIGN_OR_RETURN(auto r, decode_registration(req, lim));
         const bool known = st.knows(r.manifest.model, r.manifest.version);
@@ -217,7 +217,7 @@ void StoreService::install_handlers() {
       },
       kHolders);
   srv.on_sync(
-      "store.add_chunks",
+      msg::kAddChunks,
       [&st](const Message& req) -> Result<Message> {
         SLUICE_ASSIGN_OR_RETURN(auto r, decode_add_chunks(req));
         SLUICE_TRY(owner_of(st, r.holder_id, req));
@@ -226,7 +226,7 @@ void StoreService::install_handlers() {
       },
       kHolders);
   srv.on_sync(
-      "store.heartbeat",
+      msg::kHeartbeat,
       [&st](const Message& req) -> Result<Message> {
         SLUICE_ASSIGN_OR_RETURN(auto r, decode_heartbeat(req));
         SLUICE_TRY(owner_of(st, r.holder_id, req));
@@ -242,13 +242,13 @@ void StoreService::install_handlers() {
     return encode(Drained{drained});
   };
   srv.on_sync(
-      "store.unpublish", [drained_reply](const Message& req) { return drained_reply(req, true); },
+      msg::kUnpublish, [drained_reply](const Message& req) { return drained_reply(req, true); },
       kHolders);
   srv.on_sync(
-      "store.drained", [drained_reply](const Message& req) { return drained_reply(req, false); },
+      msg::kDrained, [drained_reply](const Message& req) { return drained_reply(req, false); },
       kHolders);
   srv.on_sync(
-      "store.latest",
+      msg::kLatest,
       [&st](const Message& req) -> Result<Message> {
         SLUICE_ASSIGN_OR_RETURN(auto r, decode_latest_request(req));
         SLUICE_ASSIGN_OR_RETURN(auto v, st.latest(r.model));
@@ -257,7 +257,7 @@ void StoreService::install_handlers() {
       kAnyMember);
   // A read plan names holders' memory keys: members only (in curve mode nobody else gets here).
   srv.on_sync(
-      "store.plan",
+      msg::kPlan,
       [&st](const Message& req) -> Result<Message> {
         SLUICE_ASSIGN_OR_RETURN(auto r, decode_plan_request(req));
         SLUICE_ASSIGN_OR_RETURN(
@@ -266,7 +266,7 @@ void StoreService::install_handlers() {
       },
       kAnyMember);
   srv.on_sync(
-      "store.renew",
+      msg::kRenew,
       [&st](const Message& req) -> Result<Message> {
         SLUICE_ASSIGN_OR_RETURN(auto r, decode_lease_ref(req));
         SLUICE_TRY(counted(st.renew(r.lease_id, Clock::now(), req.peer.identity), req));
@@ -274,7 +274,7 @@ void StoreService::install_handlers() {
       },
       kAnyMember);
   srv.on_sync(
-      "store.release",
+      msg::kRelease,
       [&st](const Message& req) -> Result<Message> {
         SLUICE_ASSIGN_OR_RETURN(auto r, decode_lease_ref(req));
         SLUICE_TRY(counted(st.release(r.lease_id, req.peer.identity), req));
@@ -283,7 +283,7 @@ void StoreService::install_handlers() {
       kAnyMember);
   // Pins keep versions from retention while generation uses them: the roles that generate or
   // train.
-  srv.on_sync("store.pin",
+  srv.on_sync(msg::kPin,
               [&st](const Message& req) -> Result<Message> {
                 SLUICE_ASSIGN_OR_RETURN(auto r, decode_pin_ref(req));
                 SLUICE_TRY(caller_is(req, r.owner, "owner"));
@@ -291,7 +291,7 @@ void StoreService::install_handlers() {
                 return encode_ok();
               },
               {core::kRoleActor, core::kRoleRollout, core::kRoleManager});
-  srv.on_sync("store.unpin",
+  srv.on_sync(msg::kUnpin,
               [&st](const Message& req) -> Result<Message> {
                 SLUICE_ASSIGN_OR_RETURN(auto r, decode_pin_ref(req));
                 SLUICE_TRY(caller_is(req, r.owner, "owner"));
@@ -300,7 +300,7 @@ void StoreService::install_handlers() {
               },
               {core::kRoleActor, core::kRoleRollout, core::kRoleManager});
   srv.on_sync(
-      "store.join_relay",
+      msg::kJoinRelay,
       [&st](const Message& req) -> Result<Message> {
         SLUICE_ASSIGN_OR_RETURN(auto r, decode_join_relay(req));
         SLUICE_TRY(caller_is(req, r.relay_id, "relay_id"));
@@ -312,7 +312,7 @@ void StoreService::install_handlers() {
       },
       kRelay);
   srv.on_sync(
-      "store.chain_source",
+      msg::kChainSource,
       [&st](const Message& req) -> Result<Message> {
         SLUICE_ASSIGN_OR_RETURN(auto r, decode_chain_source_request(req));
         SLUICE_TRY(caller_is(req, r.relay_id, "relay_id"));
@@ -323,7 +323,7 @@ void StoreService::install_handlers() {
       },
       kRelay);
   srv.on_sync(
-      "store.copies",
+      msg::kCopies,
       [&st](const Message& req) -> Result<Message> {
         SLUICE_ASSIGN_OR_RETURN(auto r, decode_version_ref(req));
         Copies c;
@@ -333,14 +333,14 @@ void StoreService::install_handlers() {
       },
       kAnyMember);
   srv.on_sync(
-      "store.holders",
+      msg::kHolders,
       [&st](const Message& req) -> Result<Message> {
         SLUICE_ASSIGN_OR_RETURN(auto r, decode_version_ref(req));
         return encode(Holders{st.holders(r.model, r.version)});
       },
       kAnyMember);
   srv.on_sync(
-      "store.retained",
+      msg::kRetained,
       [&st](const Message& req) -> Result<Message> {
         SLUICE_ASSIGN_OR_RETURN(auto r, decode_retained_request(req));
         auto kept = st.retained(r.model);
@@ -350,7 +350,7 @@ void StoreService::install_handlers() {
 
   // Deltas (store.hpp): holders offer them as they offer versions; members read them.
   srv.on_sync(
-      "store.register_delta",
+      msg::kRegisterDelta,
       [&st, lim](const Message& req) -> Result<Message> {
         SLUICE_ASSIGN_OR_RETURN(auto r, decode_delta_registration(req, lim));
         SLUICE_TRY(counted(st.register_delta(r, Clock::now(), req.peer.identity), req));
@@ -360,7 +360,7 @@ void StoreService::install_handlers() {
       },
       kHolders);
   srv.on_sync(
-      "store.delta_plan",
+      msg::kDeltaPlan,
       [&st, lim](const Message& req) -> Result<Message> {
         SLUICE_ASSIGN_OR_RETURN(auto r, decode_delta_plan_request(req, lim));
         SLUICE_ASSIGN_OR_RETURN(auto p, st.delta_plan(r.model, r.base, r.target, r.topology,
@@ -377,13 +377,13 @@ void StoreService::install_handlers() {
     return encode(Drained{drained});
   };
   srv.on_sync(
-      "store.unpublish_delta",
+      msg::kUnpublishDelta,
       [delta_drained](const Message& req) { return delta_drained(req, true); }, kHolders);
   srv.on_sync(
-      "store.delta_drained",
-      [delta_drained](const Message& req) { return delta_drained(req, false); }, kHolders);
+      msg::kDeltaDrained, [delta_drained](const Message& req) { return delta_drained(req, false); },
+      kHolders);
   srv.on_sync(
-      "store.deltas",
+      msg::kDeltas,
       [&st, lim](const Message& req) -> Result<Message> {
         SLUICE_ASSIGN_OR_RETURN(auto r, decode_deltas_request(req, lim));
         return encode(Deltas{st.deltas(r.model)});

@@ -261,7 +261,7 @@ void share_again(const std::shared_ptr<ShardJob>& job) {
 void share_round(const std::shared_ptr<ShardJob>& job) {
   ShardJob::Share& share = *job->share;
   share.store->plan_async(
-      PlanRequest{share.model, job->plan->manifest.version, share.where}, core::Millis(5000),
+      PlanRequest{share.model, job->plan->manifest.version, share.where}, kStoreRequestTimeout,
       [job](Result<ReadPlan> r) {
         auto& sh = *job->share;
         if (!r.is_ok() && r.status().code() == core::Code::kNotFound && !sh.appeared) {
@@ -271,7 +271,9 @@ void share_round(const std::shared_ptr<ShardJob>& job) {
           return all_pieces_from_version(job, "its host share: " + r.status().to_string());
         }
         sh.appeared = true;
-        auto release = [&sh, lease = r->lease_id] { sh.store->release_async(lease, core::Millis(5000)); };
+        auto release = [&sh, lease = r->lease_id] {
+          sh.store->release_async(lease, kStoreRequestTimeout);
+        };
         std::vector<core::ReadSource> sources;
         for (const auto& h : r->holders) {
           auto d = core::RegionDescriptor::decode(h.descriptor);

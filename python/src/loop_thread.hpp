@@ -48,6 +48,9 @@ class LoopThread {
   }
 
  private:
+  // run_until returns this often to look at stop_ (pause() also wakes it with a post).
+  static constexpr core::Millis kStopCheck{1000};
+
   void pause() {
     if (!thread_.joinable()) return;
     stop_ = true;
@@ -58,7 +61,7 @@ class LoopThread {
     stop_ = false;
     thread_ = std::thread([this] {
       while (!stop_.load())
-        loop_->run_until([this] { return stop_.load(); }, core::Millis(1000));
+        loop_->run_until([this] { return stop_.load(); }, kStopCheck);
     });
   }
 

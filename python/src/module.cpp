@@ -162,7 +162,8 @@ class Publisher {
       po.lease_ttl = millis(lease_ttl);
       po.shard_layouts = std::move(declared);
       publisher_ = value(actor::Publisher::create(lt_.loop(), *engine_, *store_, po));
-      beat_ = lt_.loop().every(Millis(1000), [this] { publisher_->heartbeat(); });
+      beat_ = lt_.loop().every(weightstore::kHolderHeartbeatPeriod,
+                               [this] { publisher_->heartbeat(); });
     });
   }
   ~Publisher() {
@@ -329,7 +330,10 @@ class Reader {
       ro.drain_timeout = millis(drain_timeout);
       ro.layout = layout;
       reader_ = value(weightstore::Reader::create(lt_.loop(), *engine_, *store_, ro));
-      if (serve) beat_ = lt_.loop().every(Millis(1000), [this] { reader_->heartbeat(); });
+      if (serve) {
+        beat_ =
+            lt_.loop().every(weightstore::kHolderHeartbeatPeriod, [this] { reader_->heartbeat(); });
+      }
     });
   }
   ~Reader() {

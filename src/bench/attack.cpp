@@ -153,8 +153,9 @@ class Attacker {
 
   Status start() {
     SLUICE_ASSIGN_OR_RETURN(operator_sec_, member_security(t_, core::kRoleOperator));
-    SLUICE_ASSIGN_OR_RETURN(operator_store_, weightstore::StoreClient::create(
-                                                 loop_, t_.store, operator_sec_, Millis(5000)));
+    SLUICE_ASSIGN_OR_RETURN(operator_store_,
+                            weightstore::StoreClient::create(loop_, t_.store, operator_sec_,
+                                                             weightstore::kStoreRequestTimeout));
     return {};
   }
 

@@ -182,6 +182,16 @@ std::string source(const Server& s, int k) {
 }
 constexpr int kProbeSource = 1000;  // 127.0.5.2: the real reader's address
 
+// Dialling a server and sending to it (the probe's dial is given longer); waiting for a server's
+// answers to an attempt; the whole connection flood; the server's turn (it accepts, and refuses,
+// a turn at a time).
+constexpr Millis kDialTimeout{3000};
+constexpr Millis kProbeDialTimeout{5000};
+constexpr Millis kSendTimeout{3000};
+constexpr Millis kAnswerWait{10000};
+constexpr Millis kFloodWindow{60000};
+constexpr Millis kServerTurn{1000};
+
 // A region of a server as a fresh read plan names it (with the plan's lease, to release).
 struct Region {
   std::string token;
@@ -247,8 +257,8 @@ Status real_read(const Server& s, const PlanSource& plan, const LeaseRelease& re
     std::uint64_t lease_id;
     ~Releaser() { give_back(lease_id); }
   } releaser{release, r.lease};
-  auto deadline = Clock::now() + Millis(10000);
-  SLUICE_ASSIGN_OR_RETURN(Fd fd, dial(s.address, source(s, kProbeSource), Millis(5000)));
+  auto deadline = Clock::now() + kAnswerWait;
+  SLUICE_ASSIGN_OR_RETURN(Fd fd, dial(s.address, source(s, kProbeSource), kProbeDialTimeout));
   std::uint8_t req[wire::kRequestBytes];
   wire::encode_request(wire::Request{r.token, 0, r.chunk_bytes, 1}, req);
   SLUICE_TRY(send_all(fd.get(), req, sizeof(req), deadline));
@@ -315,10 +325,10 @@ class ServerAttacks {
     const std::size_t total = std::min<std::size_t>(count, room);
     std::vector<Fd> one_peer, many;
     std::string dial_error;
-    auto deadline = Clock::now() + Millis(60000);
+    auto deadline = Clock::now() + kFloodWindow;
     // From one address: the cap, and 16 more.
     for (std::uint32_t i = 0; i < per_peer + 16 && Clock::now() < deadline; ++i) {
-      auto fd = dial(s_.address, source(s_, 0), Millis(3000));
+      auto fd = dial(s_.address, source(s_, 0), kDialTimeout);
       if (!fd.is_ok()) {
         dial_error = fd.status().message();
         break;
@@ -328,14 +338,14 @@ class ServerAttacks {
     // The rest from other addresses, up to the per-peer cap each.
     for (std::size_t i = one_peer.size(); i < total && Clock::now() < deadline; ++i) {
       int k = 1 + static_cast<int>((i - one_peer.size()) / (per_peer - 4));
-      auto fd = dial(s_.address, source(s_, k), Millis(3000));
+      auto fd = dial(s_.address, source(s_, k), kDialTimeout);
       if (!fd.is_ok()) {
         if (dial_error.empty()) dial_error = fd.status().message();
         break;
       }
       many.push_back(std::move(fd).value());
     }
-    std::this_thread::sleep_for(Millis(1000));  // the server accepts (and refuses) a turn at a time
+    std::this_thread::sleep_for(kServerTurn);
     std::size_t one_closed = 0, many_closed = 0;
     for (auto& fd : one_peer)
       one_closed += closed_by_server(fd.get()) ? 1 : 0;
@@ -365,7 +375,7 @@ class ServerAttacks {
     Attempt a{"chunk-bad-tokens " + where(),
               fmt::format("{} requests with random tokens on one connection", n), "",
               Verdict::kRefused};
-    auto fd = dial(s_.address, source(s_, 900), Millis(3000));
+    auto fd = dial(s_.address, source(s_, 900), kDialTimeout);
     if (!fd.is_ok()) {
       report_.add(gone(std::move(a), fd.status()));
       return;
@@ -376,7 +386,7 @@ class ServerAttacks {
       wire::encode_request(wire::Request{random_token(rng), 0, 4096, i + 1},
                            reqs.data() + i * wire::kRequestBytes);
     }
-    auto deadline = Clock::now() + Millis(10000);
+    auto deadline = Clock::now() + kAnswerWait;
     Status sent = send_all(fd->get(), reqs.data(), reqs.size(), deadline);
     std::map<std::uint16_t, std::uint32_t> statuses;
     std::string end = "still open after 10 s";
@@ -431,8 +441,8 @@ class ServerAttacks {
         "offset 2^64-8",
         r.length);
     std::vector<std::string> got;
-    auto fd = dial(s_.address, source(s_, 901), Millis(3000));
-    auto deadline = Clock::now() + Millis(10000);
+    auto fd = dial(s_.address, source(s_, 901), kDialTimeout);
+    auto deadline = Clock::now() + kAnswerWait;
     for (const auto& t : tries) {
       if (!fd.is_ok()) {
         got.push_back("cannot connect: " + fd.status().message());
@@ -487,7 +497,7 @@ void slow_loris(const std::vector<Server>& servers, const PlanSource& plan,
   std::mt19937_64 rng(std::random_device{}());
   for (const auto& s : servers) {
     Partial p{
-        &s, dial(s.address, source(s, 902), Millis(3000)),
+        &s, dial(s.address, source(s, 902), kDialTimeout),
         Attempt{"chunk-slow-loris " + s.holder_id + " " + s.address,
                 fmt::format("20 of a request's 48 bytes, then silence (request time-out {} ms)",
                             limits.request_timeout_ms),
@@ -495,7 +505,7 @@ void slow_loris(const std::vector<Server>& servers, const PlanSource& plan,
     if (p.fd.is_ok()) {
       std::uint8_t req[wire::kRequestBytes];
       wire::encode_request(wire::Request{random_token(rng), 0, 1, 1}, req);
-      Status st = send_all(p.fd->get(), req, 20, Clock::now() + Millis(3000));
+      Status st = send_all(p.fd->get(), req, 20, Clock::now() + kSendTimeout);
       if (!st.is_ok()) p.a.got = "sending failed: " + st.message() + "; ";
     }
     partials.push_back(std::move(p));

@@ -35,6 +35,9 @@ namespace {
 
 // All cores at least this busy during a broadcast: the machine, not the emulated links, paced it.
 constexpr double kCpuBound = 0.9;
+// Started relays join the store within this; every relay holds the version within kAllHold.
+constexpr Millis kRelaysJoin{500};
+constexpr Millis kAllHold{300000};
 
 }  // namespace
 
@@ -78,7 +81,7 @@ int run_bench_broadcast(const BenchBroadcastArgs& args, const std::vector<std::s
         up_args.push_back("--latency");
         up_args.push_back(args.link_latency);
       }
-      auto up = run_capture(up_args, {}, Millis(120000));
+      auto up = run_capture(up_args, {}, kHostsUpTimeout);
       if (!up.is_ok()) {
         std::fprintf(stderr, "bench broadcast: %s\n", up.status().to_string().c_str());
         return 1;
@@ -89,8 +92,8 @@ int run_bench_broadcast(const BenchBroadcastArgs& args, const std::vector<std::s
           {self_exe(), "--log-level", "warn", "bench", "broadcast-run", "--design", design,
            "--relays", std::to_string(n), "--size", args.size, "--chunk", args.chunk, "--fanout",
            std::to_string(args.fanout), "--emuhosts", emu, "--prefix", prefix});
-      auto out = run_capture(run_argv, kEmulatedHostUcxEnv, Millis(600000));
-      run_capture({emu, "down", "--prefix", prefix}, {}, Millis(60000)).status().ignore();
+      auto out = run_capture(run_argv, kEmulatedHostUcxEnv, kRunTimeout);
+      run_capture({emu, "down", "--prefix", prefix}, {}, kHostsDownTimeout).status().ignore();
       if (!out.is_ok()) {
         std::fprintf(stderr, "bench broadcast: %s relays=%u: %s\n", design.c_str(), n,
                      out.status().to_string().c_str());
@@ -170,10 +173,10 @@ Status start_relays(const BenchBroadcastArgs& args, const std::string& exe,
                     "--set", "relay.relay_id=" + id, "--set", "relay.poll_ms=10", "--set",
                     "relay.security.key_file=" + key_file_path(keys, id), "--set",
                     "relay.security.members_file=" + members});
-    SLUICE_ASSIGN_OR_RETURN(Started r, start_ready(ro, "", Millis(20000), id));
+    SLUICE_ASSIGN_OR_RETURN(Started r, start_ready(ro, "", kRoleStartTimeout, id));
     relays.push_back(std::move(r.proc));
     ids.push_back(id);
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));  // keep the join order
+    std::this_thread::sleep_for(kJoinOrderPause);
   }
   return {};
 }
@@ -225,7 +228,7 @@ int run_bench_broadcast_inside(const BenchBroadcastArgs& args,
              "--set", "store.fanout=" + std::to_string(args.fanout),
              "--set", "store.security.key_file=" + key_file_path(keys, "weightstore"),
              "--set", "store.security.members_file=" + members};
-  auto store = start_ready(so, "endpoint ", Millis(20000), "the store");
+  auto store = start_ready(so, "endpoint ", kRoleStartTimeout, "the store");
   if (!store.is_ok()) return 1;
   std::vector<std::unique_ptr<Subprocess>> relays;
   std::vector<std::string> ids;
@@ -243,7 +246,7 @@ int run_bench_broadcast_inside(const BenchBroadcastArgs& args,
     return 1;
   }
   auto client = weightstore::StoreClient::create(*loop, store_ep, *security).value();
-  loop->run_until([] { return false; }, Millis(500));  // relays join
+  loop->run_until([] { return false; }, kRelaysJoin);
   actor::PublisherOptions po;
   po.model = "policy";
   po.holder_id = "actor-0";
@@ -254,7 +257,7 @@ int run_bench_broadcast_inside(const BenchBroadcastArgs& args,
   // as drained while they are).
   po.handoff = args.design != "direct";
   auto pub = actor::Publisher::create(*loop, *engine, *client, po).value();
-  auto beat = loop->every(Millis(300), [&] { pub->heartbeat(); });
+  auto beat = loop->every(kBenchHeartbeat, [&] { pub->heartbeat(); });
   std::vector<std::uint8_t> weights(*size);
   fill_pseudo_random(weights.data(), weights.size(), 99);
   // Staging memory is set up ahead, as a trainer does once at start-up.
@@ -271,7 +274,7 @@ int run_bench_broadcast_inside(const BenchBroadcastArgs& args,
     std::fprintf(stderr, "broadcast-run: %s\n", st.to_string().c_str());
     return 1;
   }
-  loop->run_until([&] { return committed.has_value(); }, Millis(60000));
+  loop->run_until([&] { return committed.has_value(); }, kCommitTimeout);
   if (!committed || !committed->is_ok()) {
     std::fprintf(stderr, "broadcast-run: not committed: %s\n",
                  committed ? committed->status().to_string().c_str() : "timeout");
@@ -288,11 +291,12 @@ int run_bench_broadcast_inside(const BenchBroadcastArgs& args,
     return true;
   };
   while (!complete()) {
-    if (Clock::now() - t0 > std::chrono::seconds(300)) {
-      std::fprintf(stderr, "broadcast-run: relays did not finish within 300 s\n");
+    if (Clock::now() - t0 > kAllHold) {
+      std::fprintf(stderr, "broadcast-run: relays did not finish within %lld s\n",
+                   static_cast<long long>(kAllHold.count() / 1000));
       return 1;
     }
-    loop->run_until([] { return false; }, Millis(5));
+    loop->run_until([] { return false; }, kProgressPoll);
   }
   double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   double cpu_busy = cpu_busy_fraction(cpu0, read_cpu_times());

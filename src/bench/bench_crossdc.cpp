@@ -25,6 +25,8 @@ namespace {
 
 // All cores at least this busy during a version's spread: the machine, not the links, paced it.
 constexpr double kCpuBound = 0.9;
+// One design's whole run (its versions one after another) inside the emulated hosts.
+constexpr Millis kCrossdcRunTimeout{1800000};
 int usage_error(const std::string& what) {
   std::fprintf(stderr, "bench crossdc: %s\n", what.c_str());
   return 2;
@@ -81,7 +83,7 @@ bool run_pass(const BenchCrossdcArgs& args, const BenchCrossdcArgs& real, const 
   auto up = run_capture({emu, "up", "--dcs", std::to_string(args.dcs), "--hosts-per-dc",
                          std::to_string(args.hosts_per_dc), "--lan-rate", args.lan_rate,
                          "--wan-rate", args.wan_rate, "--prefix", prefix},
-                        {}, Millis(120000));
+                        {}, kHostsUpTimeout);
   if (!up.is_ok()) {
     std::fprintf(stderr, "bench crossdc: %s\n", up.status().to_string().c_str());
     return false;
@@ -124,8 +126,8 @@ bool run_pass(const BenchCrossdcArgs& args, const BenchCrossdcArgs& real, const 
                                    prefix,
                                    "--encryption",
                                    encryption});
-  auto out = run_capture(run_argv, kEmulatedHostUcxEnv, Millis(1800000));
-  run_capture({emu, "down", "--prefix", prefix}, {}, Millis(60000)).status().ignore();
+  auto out = run_capture(run_argv, kEmulatedHostUcxEnv, kCrossdcRunTimeout);
+  run_capture({emu, "down", "--prefix", prefix}, {}, kHostsDownTimeout).status().ignore();
   if (!out.is_ok()) {
     std::fprintf(stderr, "bench crossdc: %s: %s\n", design.c_str(),
                  out.status().to_string().c_str());

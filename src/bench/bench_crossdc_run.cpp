@@ -32,6 +32,20 @@ using namespace sluice::core;
 
 namespace {
 
+// emuhosts.sh wan answers within kWanQuery; rollout hosts print ready within kRolloutHostStart;
+// every rollout holds a version within kAllHold; kSettle lets hand-offs and retirements settle
+// before the next version is timed; relays join the store within kRelaysJoin.
+constexpr Millis kWanQuery{10000};
+constexpr Millis kRolloutHostStart{30000};
+constexpr Millis kAllHold{600000};
+constexpr Millis kSettle{1000};
+constexpr Millis kRelaysJoin{1000};
+// A rollout host's reads: long enough that no read gives up under direct's contention (see
+// there); its local wait longer than any run; its loop's turn while it waits for SIGTERM.
+constexpr Millis kCrossdcGetTimeout{120000};
+constexpr Millis kCrossdcLocalWait{60000};
+constexpr Millis kIdleTurn{1000};
+
 std::string host_label(unsigned i) {
   return "h" + std::to_string(i);
 }
@@ -56,7 +70,7 @@ struct Wan {
 };
 Result<Wan> read_wan(const std::string& emu, const std::string& prefix, unsigned dcs) {
   SLUICE_ASSIGN_OR_RETURN(std::string out,
-                          run_capture({emu, "wan", "--prefix", prefix}, {}, Millis(10000), true));
+                          run_capture({emu, "wan", "--prefix", prefix}, {}, kWanQuery, true));
   Wan w;
   w.egress.assign(dcs, 0);
   w.ingress.assign(dcs, 0);
@@ -141,10 +155,10 @@ Status start_relays(const BenchCrossdcArgs& args, const std::string& exe,
          "--set", "relay.security.key_file=" + key_file_path(keys, relay_identity(i)), "--set",
          "relay.security.members_file=" + members, "--set",
          "relay.stream_encryption=" + args.encryption});
-    auto r = start_ready(ro, "", Millis(20000), relay_identity(i));
+    auto r = start_ready(ro, "", kRoleStartTimeout, relay_identity(i));
     if (!r.is_ok()) return r.status();
     children.push_back(std::move(r->proc));
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));  // keep the join order
+    std::this_thread::sleep_for(kJoinOrderPause);
   }
   return {};
 }
@@ -190,7 +204,7 @@ Result<std::vector<Subprocess*>> start_rollout_hosts(
     rollout_hosts.push_back(children.back().get());
   }
   for (auto* h : rollout_hosts) {
-    auto l = h->read_line(Millis(30000));
+    auto l = h->read_line(kRolloutHostStart);
     if (!l.is_ok() || *l != "ready") return internal_error("a rollout host did not start");
   }
   return rollout_hosts;
@@ -244,20 +258,21 @@ bool publish_versions(const BenchCrossdcArgs& args, EventLoop& loop, actor::Publ
         pub.publish_async(v, {{"w", "U8", {weights.size()}, weights.data(), weights.size()}},
                           [&](Result<Manifest> r) { committed.emplace(std::move(r)); });
     if (!st.is_ok()) return failed(st.to_string());
-    loop.run_until([&] { return committed.has_value(); }, Millis(60000));
+    loop.run_until([&] { return committed.has_value(); }, kCommitTimeout);
     if (!committed || !committed->is_ok()) {
       return failed("version " + std::to_string(v) +
                     " not committed: " + (committed ? committed->status().to_string() : "timeout"));
     }
-    auto deadline = Clock::now() + std::chrono::seconds(600);
+    auto deadline = Clock::now() + kAllHold;
     while (collect(), held[v].size() < readers) {
       if (Clock::now() > deadline) {
         return failed(std::to_string(held[v].size()) + " of " + std::to_string(readers) +
-                      " rollouts hold version " + std::to_string(v) + " after 600 s");
+                      " rollouts hold version " + std::to_string(v) + " after " +
+                      std::to_string(kAllHold.count() / 1000) + " s");
       }
       for (auto* h : rollout_hosts)
         if (!h->running()) return failed("a rollout host exited");
-      loop.run_until([] { return false; }, Millis(5));
+      loop.run_until([] { return false; }, kProgressPoll);
     }
     double cpu_busy = cpu_busy_fraction(cpu0, read_cpu_times());
     auto wan1 = read_wan(args.emuhosts, args.prefix, args.dcs);
@@ -281,7 +296,7 @@ bool publish_versions(const BenchCrossdcArgs& args, EventLoop& loop, actor::Publ
     std::printf("%s\n", j.dump().c_str());
     std::fflush(stdout);
     // A moment for hand-offs and retirements to settle before the next version is timed.
-    loop.run_until([] { return false; }, Millis(1000));
+    loop.run_until([] { return false; }, kSettle);
   }
   return true;
 }
@@ -329,7 +344,7 @@ int run_bench_crossdc_inside(const BenchCrossdcArgs& args, const std::vector<std
              "--set", "store.broadcast=chain",
              "--set", "store.security.key_file=" + key_file_path(keys, "weightstore"),
              "--set", "store.security.members_file=" + members};
-  auto store = start_ready(so, "endpoint ", Millis(20000), "the store");
+  auto store = start_ready(so, "endpoint ", kRoleStartTimeout, "the store");
   if (!store.is_ok()) return fail(store.status().to_string());
   // Everything started is stopped on the way out, whatever happens.
   std::vector<std::unique_ptr<Subprocess>> children;
@@ -366,7 +381,7 @@ int run_bench_crossdc_inside(const BenchCrossdcArgs& args, const std::vector<std
   auto engine = TransferEngine::create(*loop, topts);
   if (!engine.is_ok()) return fail(engine.status().to_string());
   auto client = weightstore::StoreClient::create(*loop, store_ep, *security).value();
-  loop->run_until([] { return false; }, Millis(1000));  // relays join
+  loop->run_until([] { return false; }, kRelaysJoin);
   actor::PublisherOptions po;
   po.model = kModel;
   po.holder_id = "actor-0";
@@ -377,7 +392,7 @@ int run_bench_crossdc_inside(const BenchCrossdcArgs& args, const std::vector<std
   po.handoff = relays_on;
   auto pub = actor::Publisher::create(*loop, **engine, *client, po);
   if (!pub.is_ok()) return fail(pub.status().to_string());
-  auto beat = loop->every(Millis(300), [&] { (*pub)->heartbeat(); });
+  auto beat = loop->every(kBenchHeartbeat, [&] { (*pub)->heartbeat(); });
   if (auto st = (*pub)->reserve(*size, 2); !st.is_ok()) return fail(st.to_string());
 
   return publish_versions(args, *loop, **pub, rollout_hosts, *size) ? 0 : 1;
@@ -421,11 +436,11 @@ int run_bench_crossdc_host(const BenchCrossdcArgs& args, const std::vector<std::
     // Long enough that no read gives up under direct's contention (16 rollouts sharing one WAN
     // link take 20 s and more for a version; a chunk waited over 10 s, the default, and the
     // whole pull began again): the figures are the links', not retries'.
-    ro.read.op_timeout = Millis(120000);
-    ro.read.total_timeout = Millis(600000);
+    ro.read.op_timeout = kCrossdcGetTimeout;
+    ro.read.total_timeout = kRunTimeout;
     if (!direct) {
       ro.topology = {host_label(args.index), "", dc_label(args.index / args.hosts_per_dc)};
-      ro.local_wait = Millis(60000);  // longer than any run: never across the WAN
+      ro.local_wait = kCrossdcLocalWait;  // longer than any run: never across the WAN
       // Each plan a waiting rollout asks for crosses the WAN (a few KiB).
       ro.local_check = Millis(args.local_check_ms);
     }
@@ -452,7 +467,7 @@ int run_bench_crossdc_host(const BenchCrossdcArgs& args, const std::vector<std::
   });
   // Until the run ends it (SIGTERM), or its parent goes.
   for (;;)
-    (*loop)->run_until([] { return false; }, Millis(1000));
+    (*loop)->run_until([] { return false; }, kIdleTurn);
 }
 
 }  // namespace sluice::cli

@@ -119,6 +119,8 @@ Row summarize(const std::string& label, const JobResult& r, double steady_trim) 
 // A row's label: a mode, "sluice-norepack", either with "+plain" (the control plane in plain
 // mode, for --compare-auth).
 constexpr std::string_view kPlainSuffix = "+plain";
+// Each of the bench's jobs fails if it has not finished within this (seconds).
+constexpr double kJobTimeoutS = 300;
 bool plain_label(const std::string& m) {
   return m.size() > kPlainSuffix.size() &&
          m.compare(m.size() - kPlainSuffix.size(), kPlainSuffix.size(), kPlainSuffix) == 0;
@@ -294,7 +296,7 @@ JobConfig default_e2e_workload() {
   j.rollouts = 16;
   j.relays = 1;
   j.progress_s = 0;
-  j.timeout_s = 300;
+  j.timeout_s = kJobTimeoutS;
   j.log_level = "warn";
   // The long tail: lognormal lengths with p99 / median = 10, truncated at 1024 tokens.
   j.rollout.sim.lengths.kind = "lognormal";

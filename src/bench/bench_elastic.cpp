@@ -35,6 +35,14 @@ using nlohmann::json;
 namespace {
 
 constexpr std::uint64_t kGroupSize = 4;  // samples per prompt in the bench's job
+// How often wait_for() looks; the job trains its first steps within kFirstStepsS seconds.
+constexpr Millis kReadyPoll{200};
+constexpr double kFirstStepsS = 300;
+// A job or a `sluice run --add` exits within kRunExit of SIGTERM (or of its end); a removal
+// (`sluice run --remove`, which waits for its victims to leave) within kRemoveWait.
+constexpr Millis kRunExit{30000};
+constexpr Millis kRemoveWait{60000};
+constexpr Millis kAddExit{10000};  // after its SIGTERM, when it outlived kRunExit
 
 std::vector<std::string> split(const std::string& s) {
   std::vector<std::string> out;
@@ -65,7 +73,7 @@ bool wait_for(F ready, double timeout_s, core::Subprocess* proc) {
   while (Clock::now() < deadline) {
     if (ready()) return true;
     if (proc && !proc->running()) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    std::this_thread::sleep_for(kReadyPoll);
   }
   return false;
 }
@@ -242,11 +250,12 @@ core::Result<json> run_design(const BenchElasticArgs& a, const Plan& plan,
       n += l.contains("reward_mean");
     return n >= 3;
   };
-  if (!wait_for(steps_done, 300, run.get())) {
+  if (!wait_for(steps_done, kFirstStepsS, run.get())) {
     run->signal(SIGTERM).ignore();
-    run->wait(Millis(30000)).ignore();
-    return core::timeout_error(fmt::format("{}: the job did not train 3 steps within 300 s; see {}",
-                                           design, (out / ("run-" + design + ".log")).string()));
+    run->wait(kRunExit).ignore();
+    return core::timeout_error(fmt::format("{}: the job did not train 3 steps within {} s; see {}",
+                                           design, kFirstStepsS,
+                                           (out / ("run-" + design + ".log")).string()));
   }
   std::vector<std::string> add{exe, "run", "--add", fmt::format("rollout={}", joiners),
                                dir.string()};
@@ -267,17 +276,17 @@ core::Result<json> run_design(const BenchElasticArgs& a, const Plan& plan,
         auto remover, start({exe, "run", "--remove", fmt::format("rollout={}", plan.peak - plan.to),
                              dir.string()},
                             out / ("remove-" + design + ".log")));
-    auto code = remover->wait(Millis(60000));
+    auto code = remover->wait(kRemoveWait);
     removed = code.is_ok() ? json(*code) : json(code.status().to_string());
   }
   auto run_code = run->wait(Millis(static_cast<std::int64_t>(a.timeout_s * 1000)));
   if (!run_code.is_ok()) {
     run->signal(SIGTERM).ignore();
-    run->wait(Millis(30000)).ignore();
+    run->wait(kRunExit).ignore();
   }
-  if (!adder->wait(Millis(30000)).is_ok()) {
+  if (!adder->wait(kRunExit).is_ok()) {
     adder->signal(SIGTERM).ignore();
-    adder->wait(Millis(10000)).ignore();
+    adder->wait(kAddExit).ignore();
   }
   const double cpu_run = cpu_busy_fraction(cpu_start, read_cpu_times());
   cpu.stop();

@@ -33,6 +33,14 @@ using namespace sluice::core;
 
 namespace {
 
+// ucx_perftest's server listens within kPerftestListen; it exits within kPerftestExit of SIGTERM.
+// A GPU reader (CUDA start-up and device registration) exits within kDeviceReaderExit.
+constexpr Millis kPerftestListen{300};
+constexpr Millis kPerftestExit{5000};
+constexpr Millis kDeviceReaderExit{30000};
+// The two-sources bench takes its hosts down within this (three hosts, one with no rate).
+constexpr Millis kTwoSourcesDownTimeout{120000};
+
 std::vector<std::string> split_commas(const std::string& s) {
   std::vector<std::string> out;
   std::stringstream ss(s);
@@ -96,7 +104,7 @@ struct SourceProcess {
   ~SourceProcess() {
     if (!proc) return;
     proc->signal(SIGTERM).ignore();
-    proc->wait(Millis(10000)).ignore();
+    proc->wait(kExitWait).ignore();
   }
 };
 
@@ -122,7 +130,7 @@ Result<std::unique_ptr<SourceProcess>> start_source(const std::vector<std::strin
   enc.add_to(so.argv);
   so.extra_env = extra_env;
   SLUICE_ASSIGN_OR_RETURN(Started started,
-                          start_ready(so, "endpoint ", Millis(120000), "the transfer source"));
+                          start_ready(so, "endpoint ", kSourceStartTimeout, "the transfer source"));
   sp->proc = std::move(started.proc);
   sp->endpoint = started.line.substr(9);
   return sp;
@@ -160,10 +168,10 @@ Result<nlohmann::json> sluice_read(const std::vector<std::string>& extra_env,
   enc.add_to(ro.argv);
   ro.extra_env = extra_env;
   SLUICE_ASSIGN_OR_RETURN(auto reader, Subprocess::spawn(ro));
-  auto out = reader->read_line(Millis(600000));
+  auto out = reader->read_line(kRunTimeout);
   while (out.is_ok() && out->rfind("{", 0) != 0)
-    out = reader->read_line(Millis(600000));
-  auto code = reader->wait(Millis(10000));
+    out = reader->read_line(kRunTimeout);
+  auto code = reader->wait(kExitWait);
   if (!out.is_ok()) return out.status().with_context("reader");
   if (!code.is_ok() || *code != 0) return internal_error("reader failed: " + *out);
   auto j = nlohmann::json::parse(*out, nullptr, false);
@@ -208,7 +216,7 @@ Result<double> perftest_get(const std::vector<std::string>& extra_env, std::uint
     so.extra_env = extra_env;
     so.stderr_to_stdout = true;
     SLUICE_ASSIGN_OR_RETURN(auto server, Subprocess::spawn(so));
-    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    std::this_thread::sleep_for(kPerftestListen);
     Subprocess::Options co;
     co.argv = {"/usr/bin/ucx_perftest",
                "127.0.0.1",
@@ -225,10 +233,10 @@ Result<double> perftest_get(const std::vector<std::string>& extra_env, std::uint
     co.extra_env = extra_env;
     co.stderr_to_stdout = true;
     SLUICE_ASSIGN_OR_RETURN(auto client, Subprocess::spawn(co));
-    std::string text = client->read_all(Millis(600000));
-    auto code = client->wait(Millis(10000));
+    std::string text = client->read_all(kRunTimeout);
+    auto code = client->wait(kExitWait);
     server->signal(SIGTERM).ignore();
-    server->wait(Millis(5000)).ignore();
+    server->wait(kPerftestExit).ignore();
     auto at = text.find("Final:");
     if (code.is_ok() && *code == 0 && at != std::string::npos) {
       std::istringstream in(text.substr(at + 6));
@@ -310,7 +318,7 @@ int bench_two_sources(const BenchTransferArgs& args, const std::vector<std::stri
   const std::string exe = self_exe();
   Status up = run_capture({emu, "up", "3", "--rate", args.link_rate, "--host-rate", "2=none",
                            "--prefix", prefix},
-                          {}, Millis(120000), true)
+                          {}, kHostsUpTimeout, true)
                   .status();
   if (!up.is_ok()) {
     std::fprintf(stderr, "bench transfer: %s\n", up.to_string().c_str());
@@ -328,8 +336,8 @@ int bench_two_sources(const BenchTransferArgs& args, const std::vector<std::stri
                                      "tcp://198.18.0." + std::to_string(h + 1) + ":*", "--bytes",
                                      std::to_string(size), "--chunk", args.chunk});
       so.extra_env = kEmulatedHostUcxEnv;
-      auto src =
-          start_ready(so, "endpoint ", Millis(120000), "the source in host " + std::to_string(h));
+      auto src = start_ready(so, "endpoint ", kSourceStartTimeout,
+                             "the source in host " + std::to_string(h));
       if (!src.is_ok()) {
         std::fprintf(stderr, "bench transfer: %s\n", src.status().to_string().c_str());
         rc = 1;
@@ -348,8 +356,8 @@ int bench_two_sources(const BenchTransferArgs& args, const std::vector<std::stri
       for (unsigned i = 0; i < n; ++i)
         ro.argv.push_back(endpoints[i]);
       ro.extra_env = kEmulatedHostUcxEnv;
-      auto rd = start_ready(ro, "{", Millis(600000), "the reader");
-      auto code = rd.is_ok() ? rd->proc->wait(Millis(10000)) : core::Result<int>(rd.status());
+      auto rd = start_ready(ro, "{", kRunTimeout, "the reader");
+      auto code = rd.is_ok() ? rd->proc->wait(kExitWait) : core::Result<int>(rd.status());
       if (!rd.is_ok() || !code.is_ok() || *code != 0) {
         std::fprintf(stderr, "bench transfer: reader from %u source(s) failed: %s\n", n,
                      rd.is_ok() ? rd->line.c_str() : rd.status().to_string().c_str());
@@ -374,9 +382,11 @@ int bench_two_sources(const BenchTransferArgs& args, const std::vector<std::stri
     for (auto& s : sources)
       s->signal(SIGTERM).ignore();
     for (auto& s : sources)
-      s->wait(Millis(10000)).ignore();
+      s->wait(kExitWait).ignore();
   }
-  run_capture({emu, "down", "--prefix", prefix}, {}, Millis(120000), true).status().ignore();
+  run_capture({emu, "down", "--prefix", prefix}, {}, kTwoSourcesDownTimeout, true)
+      .status()
+      .ignore();
   if (rc != 0 || rows.size() != 2) return rc == 0 ? 1 : rc;
   double speedup = rows[0]["seconds"].get<double>() / rows[1]["seconds"].get<double>();
   rows[1]["speedup"] = speedup;
@@ -438,10 +448,10 @@ int bench_device(const BenchTransferArgs& args, const std::vector<std::string>& 
                    reader.status().to_string().c_str());
       return 1;
     }
-    auto out = (*reader)->read_line(Millis(600000));
+    auto out = (*reader)->read_line(kRunTimeout);
     while (out.is_ok() && out->rfind("{", 0) != 0)
-      out = (*reader)->read_line(Millis(600000));
-    auto code = (*reader)->wait(Millis(30000));
+      out = (*reader)->read_line(kRunTimeout);
+    auto code = (*reader)->wait(kDeviceReaderExit);
     if (code.is_ok() && *code == kExitNoDevice) return kExitNoDevice;  // it said why
     nlohmann::json j;
     if (out.is_ok()) j = nlohmann::json::parse(*out, nullptr, false);

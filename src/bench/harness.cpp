@@ -21,7 +21,7 @@ core::Result<std::string> run_capture(const std::vector<std::string>& argv,
   o.stderr_to_stdout = merge_stderr;
   SLUICE_ASSIGN_OR_RETURN(auto p, core::Subprocess::spawn(o));
   std::string out = p->read_all(timeout);
-  SLUICE_ASSIGN_OR_RETURN(int code, p->wait(std::chrono::milliseconds(10000)));
+  SLUICE_ASSIGN_OR_RETURN(int code, p->wait(kExitWait));
   if (code != 0) {
     const std::string name = argv.size() > 1 ? argv[0] + " " + argv[1] : argv[0];
     return core::internal_error(fmt::format("{} exited {}: {}", name, code,

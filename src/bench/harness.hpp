@@ -15,6 +15,27 @@
 
 namespace sluice::cli {
 
+// Waits the benches share. A process whose output has ended (or that was sent SIGTERM) exits
+// within kExitWait; a role
+// (store, relay) prints its ready line within kRoleStartTimeout, a transfer source, which
+// registers its memory first, within kSourceStartTimeout; emuhosts.sh brings its hosts up within
+// kHostsUpTimeout and takes them down within kHostsDownTimeout; one measured run (a reader, a
+// job inside the emulated hosts) ends within kRunTimeout.
+inline constexpr std::chrono::milliseconds kExitWait{10000};
+inline constexpr std::chrono::milliseconds kRoleStartTimeout{20000};
+inline constexpr std::chrono::milliseconds kSourceStartTimeout{120000};
+inline constexpr std::chrono::milliseconds kHostsUpTimeout{120000};
+inline constexpr std::chrono::milliseconds kHostsDownTimeout{60000};
+inline constexpr std::chrono::milliseconds kRunTimeout{600000};
+// The store client's heartbeat period in the broadcast benches' publishers (their relays join
+// and leave quickly).
+inline constexpr std::chrono::milliseconds kBenchHeartbeat{300};
+// The broadcast benches: between relay starts (keeps the chain's join order), a version's commit,
+// and how often the relays' progress is looked at.
+inline constexpr std::chrono::milliseconds kJoinOrderPause{50};
+inline constexpr std::chrono::milliseconds kCommitTimeout{60000};
+inline constexpr std::chrono::milliseconds kProgressPoll{5};
+
 // UCX settings for sluice processes in emulated hosts: TCP on their eth0 only (the namespaces
 // share /dev/shm, so UCX would otherwise reach the other "hosts" through shared memory).
 extern const std::vector<std::string> kEmulatedHostUcxEnv;

@@ -27,6 +27,9 @@ using nlohmann::json;
 
 namespace {
 
+// bench e2e ends by itself (each job has its timeout_s); this limit is only a backstop.
+constexpr std::chrono::hours kMeasureBackstop{12};
+
 void print_notes(const sim::SimInput& in) {
   for (const auto& note : in.sim.notes)
     std::printf("  assumption: %s\n", note.c_str());
@@ -452,8 +455,7 @@ core::Result<std::string> measure(const Scenario& s, const std::string& modes) {
   std::vector<std::string> argv = {self_exe(), "bench", "e2e", "--json", "--modes", modes};
   for (const auto& set : s.bench_sets)
     argv.insert(argv.end(), {"--set", set});
-  // bench e2e ends by itself (each job has its timeout_s); the limit is only a backstop.
-  return run_capture(argv, {}, std::chrono::hours(12));
+  return run_capture(argv, {}, kMeasureBackstop);
 }
 
 double num(const json& j, const char* key) {

@@ -22,6 +22,9 @@ using namespace sluice::core;
 
 namespace {
 
+// A transfer source describes its region within this (it answers from memory).
+constexpr Millis kDescribeTimeout{10000};
+
 // A bench helper's chunk stream settings: `encryption` with `identity`'s key from the job keys
 // in `keys` (none: clear only, and "on" is refused).
 Status bench_stream_security(TransferOptions& to, const std::string& keys,
@@ -148,7 +151,7 @@ int run_transfer_read(const TransferReadArgs& args, const std::vector<std::strin
       std::fprintf(stderr, "transfer-read: %s\n", c.status().to_string().c_str());
       return 2;
     }
-    auto region = describe_region(**c, args.name, Millis(10000));
+    auto region = describe_region(**c, args.name, kDescribeTimeout);
     if (!region.is_ok()) {
       std::fprintf(stderr, "transfer-read: %s\n", region.status().to_string().c_str());
       return 1;

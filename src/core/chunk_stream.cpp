@@ -896,8 +896,9 @@ Result<std::unique_ptr<ChunkServer>> ChunkServer::create(EventLoop& loop, const 
   Impl* raw = server->impl_.get();
   raw->accept_watch = loop.watch_readable(fd, [raw] { raw->on_accept(); });
   // Timeouts are checked a few times per the shorter of the two (at most once a second).
+  constexpr Millis kSweepMin{5}, kSweepMax{1000};
   const Millis shorter(std::min(raw->opt.idle_timeout_ms, raw->opt.request_timeout_ms));
-  const Millis period = std::clamp(shorter / 4, Millis(5), Millis(1000));
+  const Millis period = std::clamp(shorter / 4, kSweepMin, kSweepMax);
   raw->sweep_timer = loop.every(period, [raw] { raw->sweep(); });
   log::debug("chunk server: listening on {}", addrs.front());
   return server;

@@ -124,8 +124,10 @@ Result<DeviceReadStats> read_into_device_sync(EventLoop& loop, TransferEngine& e
                                               ReadOptions options, DevicePath path) {
   std::optional<Result<DeviceReadStats>> out;
   // The engine ends the read within its own total timeout; the copies after it are bounded by
-  // the device (no CUDA wait here can hang without the device failing).
-  const Millis limit = options.total_timeout + Millis(30000);
+  // the device (no CUDA wait here can hang without the device failing): this margin only guards
+  // against a stuck loop.
+  constexpr Millis kCopyMargin{30000};
+  const Millis limit = options.total_timeout + kCopyMargin;
   read_into_device(loop, engine, copier, std::move(sources), std::move(chunks), layout, staging,
                    std::move(options), path,
                    [&out](Result<DeviceReadStats> r) { out.emplace(std::move(r)); });

@@ -170,8 +170,9 @@ bool EventLoop::run_until(const std::function<bool()>& done, Clock::time_point d
     if (!ec) *expired = true;
   });
   while (!*expired && !done()) {
-    // Wake at least every 50 ms to re-check done().
-    impl_->io.run_one_for(Millis(50));
+    // Wake at least this often to re-check done().
+    constexpr Millis kRecheck{50};
+    impl_->io.run_one_for(kRecheck);
     if (impl_->io.stopped()) impl_->io.restart();
   }
   return done();
@@ -202,7 +203,8 @@ std::unique_ptr<EventLoop::Timer> EventLoop::after(Millis delay, std::function<v
 std::unique_ptr<EventLoop::Timer> EventLoop::every(Millis period, std::function<void()> fn) {
   auto s = std::make_shared<TimerState>(impl_->io);
   s->fn = std::move(fn);
-  s->period = std::max(period, Millis(1));
+  constexpr Millis kShortestPeriod{1};  // a zero period would spin the loop
+  s->period = std::max(period, kShortestPeriod);
   arm(s, s->period);
   return std::make_unique<TimerImpl>(s);
 }

@@ -61,7 +61,7 @@ namespace json_field {
 namespace {
 
 Status bad(std::string_view what, const char* key, const char* expected) {
-  return protocol_error(fmt::format("{}: '{}' must be {}", what, key, expected));
+  return error(what, key, fmt::format("must be {}", expected));
 }
 
 const nlohmann::json* find(const nlohmann::json& j, const char* key) {
@@ -93,6 +93,46 @@ bool finite_float(const nlohmann::json& v) {
 }
 
 }  // namespace
+
+Status error(std::string_view what, std::string_view key, std::string_view problem) {
+  return protocol_error(fmt::format("{}: '{}' {}", what, key, problem));
+}
+
+Status object(const nlohmann::json& j, std::string_view what) {
+  if (!j.is_object()) return protocol_error(fmt::format("{}: not a JSON object", what));
+  return {};
+}
+
+Status id(const nlohmann::json& j, std::string_view what, const char* key, std::size_t max_bytes,
+          std::string& out) {
+  const auto* v = find(j, key);
+  if (v == nullptr || !v->is_string() || v->get_ref<const std::string&>().empty() ||
+      v->get_ref<const std::string&>().size() > max_bytes) {
+    return error(what, key, fmt::format("must be a string of 1 to {} bytes", max_bytes));
+  }
+  out = v->get<std::string>();
+  return {};
+}
+
+Status array(const nlohmann::json& j, std::string_view what, const char* key,
+             std::size_t max_entries, const nlohmann::json*& out) {
+  const auto* v = find(j, key);
+  if (v == nullptr || !v->is_array()) return bad(what, key, "an array");
+  if (v->size() > max_entries) {
+    return error(what, key, fmt::format("has more than {} entries", max_entries));
+  }
+  out = v;
+  return {};
+}
+
+Status u64_at_most(const nlohmann::json& j, std::string_view what, const char* key,
+                   std::uint64_t max, std::uint64_t& out) {
+  std::uint64_t x = 0;
+  SLUICE_TRY(u64(j, what, key, x));
+  if (x > max) return error(what, key, fmt::format("is {}, beyond the bound {}", x, max));
+  out = x;
+  return {};
+}
 
 Status string(const nlohmann::json& j, std::string_view what, const char* key, std::string& out) {
   const auto* v = find(j, key);

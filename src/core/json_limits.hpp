@@ -29,11 +29,27 @@ std::size_t json_depth(std::string_view text, std::size_t stop_at);
 // Parses `text` after checking it against `limits`; errors say which bound or what syntax.
 Result<nlohmann::json> parse_json_bounded(std::string_view text, const JsonLimits& limits);
 
-// Strict readers of one field of a JSON object, for decoders of peer input. A missing field, a
-// wrong type or a value outside the C++ type's range is a protocol error "<what>: '<key>' must
-// be ..." - never an exception and never a conversion with undefined behaviour (nlohmann's
-// get<std::uint64_t>() of -1.0, or get<float>() of 1e300, is one).
+// Strict readers of one field of a JSON object, for decoders of peer input: the one decoding
+// style of every message (the store's, the manager's). A missing field, a wrong type or a value
+// outside the C++ type's range is a protocol error "<what>: '<key>' must be ..." - never an
+// exception and never a conversion with undefined behaviour (nlohmann's get<std::uint64_t>() of
+// -1.0, or get<float>() of 1e300, is one). An optional field is read only when present
+// (`if (j.contains(key))`); it keeps its default otherwise.
 namespace json_field {
+// The error of every decoder: protocol error "<what>: '<key>' <problem>" (the key may name an
+// entry, "finished[2]").
+Status error(std::string_view what, std::string_view key, std::string_view problem);
+// `j` itself must be an object: protocol error "<what>: not a JSON object".
+Status object(const nlohmann::json& j, std::string_view what);
+// An id: a string of 1 to `max_bytes` bytes.
+Status id(const nlohmann::json& j, std::string_view what, const char* key, std::size_t max_bytes,
+          std::string& out);
+// An array of at most `max_entries` entries, its size checked before any entry is read.
+Status array(const nlohmann::json& j, std::string_view what, const char* key,
+             std::size_t max_entries, const nlohmann::json*& out);
+// A non-negative integer of at most `max`.
+Status u64_at_most(const nlohmann::json& j, std::string_view what, const char* key,
+                   std::uint64_t max, std::uint64_t& out);
 Status string(const nlohmann::json& j, std::string_view what, const char* key, std::string& out);
 Status u64(const nlohmann::json& j, std::string_view what, const char* key, std::uint64_t& out);
 Status u64_array(const nlohmann::json& j, std::string_view what, const char* key,

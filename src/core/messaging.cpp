@@ -554,8 +554,8 @@ Result<std::unique_ptr<Server>> Server::create(EventLoop& loop, const std::strin
   int fd = impl->sock.get(zmq::sockopt::fd);
   Impl* raw = impl.get();
   std::unique_ptr<Server> server(new Server(std::move(impl)));
-  raw->handlers["sys.ping"].handler = [](const Message& req, Responder r) {
-    Message pong("sys.pong");
+  raw->handlers[msg::kPing].handler = [](const Message& req, Responder r) {
+    Message pong(msg::kPong);
     pong.body["pid"] = static_cast<int>(::getpid());
     pong.body["protocol_version"] = kProtocolVersion;
     if (req.body.contains("echo")) pong.body["echo"] = req.body["echo"];
@@ -749,15 +749,16 @@ Status Client::send(Message msg) {
 }
 
 Result<Message> Client::ping(Millis timeout) {
-  return call(Message("sys.ping"), timeout);
+  return call(Message(msg::kPing), timeout);
 }
 
 Result<Message> Client::call(Message msg, Millis timeout) {
   std::optional<Result<Message>> out;
   std::uint64_t id = impl_->next_id;  // the id request() is about to use
   request(std::move(msg), timeout, [&out](Result<Message> r) { out.emplace(std::move(r)); });
-  // The request's own timer ends it; the extra second only guards against a stuck loop.
-  impl_->loop.run_until([&out] { return out.has_value(); }, timeout + Millis(1000));
+  // The request's own timer ends it; the margin only guards against a stuck loop.
+  constexpr Millis kStuckLoopMargin{1000};
+  impl_->loop.run_until([&out] { return out.has_value(); }, timeout + kStuckLoopMargin);
   if (!out) {
     impl_->pending.erase(id);  // its callback refers to this frame: never call it later
     return timeout_error("request to " + impl_->endpoint + " did not finish");

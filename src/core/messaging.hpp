@@ -31,6 +31,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/event_loop.hpp"
@@ -53,8 +54,21 @@ struct Peer {
   std::string describe() const;
 };
 
+// Message types are named constants beside their structs, in each protocol's `msg` namespace,
+// as character arrays: they convert to std::string (a Message's type, a handler's registration)
+// and to std::string_view alike. The built-in ones:
+namespace msg {
+inline constexpr char kPing[] = "sys.ping";  // answered by every Server, for any member
+inline constexpr char kPong[] = "sys.pong";  // its reply
+}  // namespace msg
+
+// What a decoding error names for a reply to `type`: "store.plan reply".
+inline std::string reply_name(std::string_view type) {
+  return std::string(type) + " reply";
+}
+
 struct Message {
-  std::string type;  // e.g. "store.register_holder"
+  std::string type;  // e.g. weightstore::msg::kRegister
   nlohmann::json body = nlohmann::json::object();
   std::vector<std::string> blobs;  // binary frames, each any bytes
   Peer peer;                       // received requests only (see Peer)

@@ -177,14 +177,16 @@ struct MetricsEndpoint::Impl {
     const std::string out = os.str();
     // The answer is a few KiB and the socket's send buffer takes it whole; a peer that reads
     // nothing gets up to a second, then the rest is dropped.
+    constexpr Millis kSendWait{1000};
+    constexpr useconds_t kSendRetryUs = 1000;  // between tries while the send buffer is full
     std::size_t sent = 0;
-    auto deadline = Clock::now() + Millis(1000);
+    auto deadline = Clock::now() + kSendWait;
     while (sent < out.size() && Clock::now() < deadline) {
       ssize_t n = ::send(c, out.data() + sent, out.size() - sent, MSG_NOSIGNAL);
       if (n > 0) {
         sent += static_cast<std::size_t>(n);
       } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
-        ::usleep(1000);
+        ::usleep(kSendRetryUs);
       } else {
         break;
       }

@@ -16,6 +16,9 @@ namespace sluice::core {
 
 namespace {
 
+// A broadcast's streams are queried this often: a version's copy takes milliseconds or more.
+constexpr std::chrono::microseconds kBroadcastPoll{50};
+
 Status cuda_check(cudaError_t e, const std::string& what) {
   if (e == cudaSuccess) return {};
   cudaGetLastError();
@@ -176,7 +179,7 @@ Status LocalFanout::broadcast(const std::vector<void*>& buffers, std::uint64_t b
                            " bytes did not finish within " + std::to_string(timeout.count()) +
                            " ms (communicators aborted)");
     }
-    std::this_thread::sleep_for(std::chrono::microseconds(50));
+    std::this_thread::sleep_for(kBroadcastPoll);
   }
 }
 

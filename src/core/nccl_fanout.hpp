@@ -22,6 +22,9 @@ namespace sluice::core {
 // Whether this build has NCCL (not whether there are GPUs to use it with).
 bool nccl_available();
 
+// broadcast()'s default bound: a version's copy over NVLink or PCIe takes well under it.
+inline constexpr Millis kBroadcastTimeout{60000};
+
 class LocalFanout {
  public:
   // Communicators over `devices` (CUDA ordinals, at least two, all different). failed_precondition
@@ -39,7 +42,7 @@ class LocalFanout {
   // has not finished within `timeout` is aborted (the communicators are then unusable: every
   // later call fails) and reported as timeout; NCCL's asynchronous errors as internal.
   Status broadcast(const std::vector<void*>& buffers, std::uint64_t bytes, std::size_t root = 0,
-                   Millis timeout = Millis(60000));
+                   Millis timeout = kBroadcastTimeout);
 
   struct Impl;
 

@@ -21,6 +21,9 @@ namespace sluice::core {
 
 using Clock = std::chrono::steady_clock;
 
+// wait() polls waitpid this often.
+constexpr std::chrono::milliseconds kWaitPoll{5};
+
 void die_with_parent(const std::vector<std::string>& environment) {
   const std::string prefix = std::string(kParentPidVar) + "=";
   for (const auto& e : environment) {
@@ -195,7 +198,7 @@ Result<int> Subprocess::wait(std::chrono::milliseconds timeout) {
       return timeout_error("child " + std::to_string(pid_) + " still running after " +
                            std::to_string(timeout.count()) + " ms");
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    std::this_thread::sleep_for(kWaitPoll);
   }
 }
 

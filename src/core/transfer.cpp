@@ -29,6 +29,12 @@ constexpr Millis kCancelGrace{2000};
 constexpr Millis kIdlePoll{1};
 constexpr Millis kQuietPoll{100};
 constexpr auto kActiveWindow = std::chrono::seconds(1);
+// A chunk stream's connect waits at most this long, even when an operation may take longer.
+constexpr Millis kStreamConnectTimeout{5000};
+// read_sync() runs the loop this long past the read's own bound: a guard against a stuck loop.
+constexpr Millis kReadSyncMargin{5000};
+// Closing the engine waits this long for cancelled operations to come back through progress.
+constexpr Millis kShutdownWait{5000};
 
 std::vector<std::string> split_tls(const std::string& tls) {
   std::vector<std::string> out;
@@ -855,7 +861,7 @@ void TransferEngine::shutdown() {
     r->fail(cancelled("transfer engine shutting down"));
   }
   // Cancelled operations return through progress; bound the wait.
-  auto deadline = Clock::now() + std::chrono::seconds(5);
+  auto deadline = Clock::now() + kShutdownWait;
   auto gets_outstanding = [impl] {
     for (auto& [raw, r] : impl->reads)
       for (auto& [op, owned] : r->ops)
@@ -1249,7 +1255,7 @@ void TransferEngine::read(std::vector<ReadSource> sources, std::vector<ChunkRead
     if (use_stream) {
       auto stream = ChunkStream::connect(
           impl->loop, region.stream, region.stream_token,
-          std::min(rs->opt.op_timeout, Millis(5000)),
+          std::min(rs->opt.op_timeout, kStreamConnectTimeout),
           encrypt_stream(impl->stream_encryption, impl->datacenter, impl->stream_keys, region)
               ? impl->stream_keys
               : nullptr);
@@ -1316,7 +1322,7 @@ Result<ReadStats> TransferEngine::read_sync(std::vector<ReadSource> sources,
                                             std::vector<ChunkRead> chunks, RegisteredBuffer& dst,
                                             ReadOptions options) {
   std::optional<Result<ReadStats>> out;
-  Millis limit = options.total_timeout + kCancelGrace + Millis(5000);
+  Millis limit = options.total_timeout + kCancelGrace + kReadSyncMargin;
   read(std::move(sources), std::move(chunks), dst, std::move(options),
        [&out](Result<ReadStats> r) { out.emplace(std::move(r)); });
   impl_->loop.run_until([&out] { return out.has_value(); }, limit);

@@ -104,7 +104,9 @@ class RegisteredBuffer {
 // drained copies through this list: the memory outlives the last plan that could name it.
 class RetiredBuffers {
  public:
-  explicit RetiredBuffers(Clock::duration grace = std::chrono::seconds(5)) : grace_(grace) {}
+  // Long enough for a reader to act on the read plan it was just handed.
+  static constexpr Clock::duration kDefaultGrace = std::chrono::seconds(5);
+  explicit RetiredBuffers(Clock::duration grace = kDefaultGrace) : grace_(grace) {}
   // Keeps `buffer` until `grace` from now (a null buffer is ignored).
   void add(std::unique_ptr<RegisteredBuffer> buffer);
   // Frees the buffers whose grace has passed.

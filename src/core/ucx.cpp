@@ -305,7 +305,8 @@ Endpoint::~Endpoint() {
   }
   if (req == nullptr) return;
   // A forced close completes locally; bound the wait anyway so a destructor never hangs.
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  constexpr auto kForcedCloseWait = std::chrono::seconds(5);
+  auto deadline = std::chrono::steady_clock::now() + kForcedCloseWait;
   while (ucp_request_check_status(req) == UCS_INPROGRESS &&
          std::chrono::steady_clock::now() < deadline) {
     ucp_worker_progress(worker_->get());

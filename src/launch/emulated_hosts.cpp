@@ -24,6 +24,12 @@ using core::Millis;
 
 namespace {
 
+// The emulated-hosts script: bringing the hosts up, taking them down, and its exit once its output
+// has ended.
+constexpr Millis kHostsUpTimeout{120000};
+constexpr Millis kHostsDownTimeout{60000};
+constexpr Millis kScriptExitWait{10000};
+
 // A tc rate: digits, an optional fraction, then a unit in letters ("500mbit", "1.5gbit").
 bool is_rate(const std::string& r) {
   std::size_t i = 0, digits = 0;
@@ -117,7 +123,7 @@ core::Status run_script(const std::vector<std::string>& argv, Millis timeout) {
   o.stderr_to_stdout = true;
   SLUICE_ASSIGN_OR_RETURN(auto p, core::Subprocess::spawn(o));
   std::string out = p->read_all(timeout);
-  auto code = p->wait(Millis(10000));
+  auto code = p->wait(kScriptExitWait);
   if (!code.is_ok() || *code != 0) {
     return core::internal_error(
         fmt::format("{} {} failed: {}", argv[0], argv.size() > 1 ? argv[1] : "", out));
@@ -157,7 +163,7 @@ core::Result<std::unique_ptr<EmulatedHosts>> EmulatedHosts::up(
   if (!config.trainer_link_rate.empty()) {
     argv.insert(argv.end(), {"--host-rate", "0=" + config.trainer_link_rate});
   }
-  SLUICE_TRY(run_script(argv, Millis(120000)));
+  SLUICE_TRY(run_script(argv, kHostsUpTimeout));
   return h;
 }
 
@@ -168,7 +174,7 @@ EmulatedHosts::~EmulatedHosts() {
                 std::strerror(errno));
     ::close(home_ns_);
   }
-  auto st = run_script({script_, "down", "--prefix", config_.prefix}, Millis(60000));
+  auto st = run_script({script_, "down", "--prefix", config_.prefix}, kHostsDownTimeout);
   if (!st.is_ok()) log::warn("job: removing the emulated hosts: {}", st.to_string());
 }
 

@@ -149,6 +149,11 @@ core::Status JobConfig::check_liveness_timing() const {
 
 namespace {
 
+// How often the version watch asks the manager for its status.
+constexpr Millis kVersionWatchPeriod{1000};
+// A job measured over a fixed time: the actor's wait to write its summary after SIGTERM.
+constexpr Millis kActorStopWait{20000};
+
 // The newest figures the actor has written to metrics.jsonl, for the live progress line. The file
 // grows while the job runs; each call reads only the lines added since the last one (a line still
 // being written is left for the next call).
@@ -586,7 +591,7 @@ class JobWatch {
   // Runs turns until the job ends; its outcome (ok: the actor finished, or duration_s passed).
   core::Status run(const bool& interrupted) {
     while (true) {
-      loop_.run_until([&] { return interrupted; }, Millis(100));
+      loop_.run_until([&] { return interrupted; }, kLauncherTurn);
       if (interrupted) return core::cancelled("interrupted");
       if (auto outcome = turn(); outcome) return *outcome;
     }
@@ -595,7 +600,7 @@ class JobWatch {
   // Blocking, for the end of the job only.
   json manager_status() {
     return status_fields(
-        status_client_->call(rollout::encode(rollout::StatusRequest{}), Millis(3000)));
+        status_client_->call(rollout::encode(rollout::StatusRequest{}), kManagerStatusTimeout));
   }
   VersionWatch& versions() { return watch_; }
   double elapsed() const { return seconds(Clock::now() - t0_); }
@@ -620,7 +625,7 @@ class JobWatch {
   core::Status stop_for_duration(double elapsed) {
     if (actor_proc_->state == Supervisor::State::kRunning) {
       actor_proc_->proc->signal(SIGTERM).ignore();
-      auto code = actor_proc_->proc->wait(Millis(20000));
+      auto code = actor_proc_->proc->wait(kActorStopWait);
       if (!code.is_ok()) actor_proc_->proc->signal(SIGKILL).ignore();
     }
     std::ifstream f(job_.actor.summary_path);
@@ -736,7 +741,7 @@ class JobWatch {
   void ask_status() {
     if (status_asking_) return;
     status_asking_ = true;
-    status_client_->request(rollout::encode(rollout::StatusRequest{}), Millis(3000),
+    status_client_->request(rollout::encode(rollout::StatusRequest{}), kManagerStatusTimeout,
                             [this](core::Result<core::Message> r) {
                               status_asking_ = false;
                               status_reply_ = status_fields(r);
@@ -748,7 +753,7 @@ class JobWatch {
   void watch_status(double elapsed) {
     bool progress_due = job_.progress_s > 0 && Clock::now() >= next_progress_;
     if (progress_due || Clock::now() >= next_watch_) {
-      next_watch_ = Clock::now() + Millis(1000);
+      next_watch_ = Clock::now() + kVersionWatchPeriod;
       ask_status();
       if (progress_due) {
         progress_wanted_ = true;

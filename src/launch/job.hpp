@@ -33,6 +33,11 @@
 
 namespace sluice::cli {
 
+// The launcher's turn: how often it looks at its roles and the job's progress.
+inline constexpr core::Millis kLauncherTurn{100};
+// A status request to the rollout manager, which answers from memory.
+inline constexpr core::Millis kManagerStatusTimeout{3000};
+
 // A role played by a program of the user's instead of the built-in `sluice <role>` (a Python actor
 // or generator, for example; docs/architecture.md, "Command roles"). The launcher runs
 // `argv... --config FILE` in `workdir` (a job file's loader sets it to the job file's folder, so

@@ -62,6 +62,14 @@ core::Result<FleetChange> parse_fleet_change(const std::string& spec) {
 
 namespace {
 
+// Taking the run's lock: this many tries, this long apart.
+constexpr int kRunLockTries = 100;
+constexpr Millis kRunLockRetry{100};
+// How often the joiners' record asks the manager who has joined.
+constexpr Millis kJoinStatusPeriod{200};
+// How often a removal looks whether its victims have gone.
+constexpr Millis kLeavePoll{100};
+
 std::vector<std::string> read_cmdline(const fs::path& proc) {
   std::ifstream f(proc / "cmdline", std::ios::binary);
   std::vector<std::string> argv;
@@ -122,9 +130,9 @@ class RunLock {
     if (fd < 0) {
       return core::internal_error(fmt::format("open {}: {}", path.string(), std::strerror(errno)));
     }
-    for (int i = 0; i < 100; ++i) {
+    for (int i = 0; i < kRunLockTries; ++i) {
       if (::flock(fd, LOCK_EX | LOCK_NB) == 0) return RunLock(fd);
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      std::this_thread::sleep_for(kRunLockRetry);
     }
     ::close(fd);
     return core::timeout_error(
@@ -272,8 +280,8 @@ class JoinLog {
       return;
     }
     asking_ = true;
-    next_ask_ = Clock::now() + Millis(200);
-    status_client_->request(rollout::encode(rollout::StatusRequest{}), Millis(3000),
+    next_ask_ = Clock::now() + kJoinStatusPeriod;
+    status_client_->request(rollout::encode(rollout::StatusRequest{}), kManagerStatusTimeout,
                             [this](core::Result<core::Message> r) {
                               asking_ = false;
                               if (!r.is_ok()) return;
@@ -318,7 +326,7 @@ int supervise_joiners(core::EventLoop& loop, Supervisor& sup, const fs::path& di
                       const bool& interrupted, JoinLog& joins) {
   int code = 0;
   while (true) {
-    loop.run_until([&] { return interrupted; }, Millis(100));
+    loop.run_until([&] { return interrupted; }, kLauncherTurn);
     if (interrupted) break;
     for (Supervisor::Proc* p : sup.poll()) {
       if (p->last_status == 0 && p->state == Supervisor::State::kExited) continue;
@@ -445,7 +453,7 @@ int run_remove(const std::string& spec, const std::string& run_dir, double wait_
     for (const auto& v : victims)
       left += std::count(now_running.begin(), now_running.end(), v);
     if (left == 0) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    std::this_thread::sleep_for(kLeavePoll);
   }
   for (const auto& [k, pid] : victims)
     std::fprintf(stderr, "sluice run --remove: %s-%u (pid %d) asked to leave\n",

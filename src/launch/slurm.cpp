@@ -30,6 +30,12 @@ using nlohmann::json;
 
 namespace {
 
+// A Slurm command's output, then its exit, are waited for this long.
+constexpr Millis kSlurmCommandTimeout{60000};
+constexpr Millis kSlurmExitWait{5000};
+// How often a submitted job's state is asked for (scontrol).
+constexpr Millis kSlurmJobPoll{2000};
+
 // 'word' for bash, whatever the word holds.
 std::string shell_quote(const std::string& s) {
   std::string out = "'";
@@ -268,10 +274,11 @@ core::Result<std::string> slurm_command(std::vector<std::string> argv, int* stat
   o.argv = std::move(argv);
   o.stderr_to_stdout = true;
   SLUICE_ASSIGN_OR_RETURN(auto p, core::Subprocess::spawn(o));
-  std::string out = p->read_all(Millis(60000));
-  auto code = p->wait(Millis(5000));
+  std::string out = p->read_all(kSlurmCommandTimeout);
+  auto code = p->wait(kSlurmExitWait);
   if (!code.is_ok()) {
-    return core::timeout_error(fmt::format("{} did not finish within 60 s", o.argv[0]));
+    return core::timeout_error(fmt::format("{} did not finish within {} s", o.argv[0],
+                                           kSlurmCommandTimeout.count() / 1000));
   }
   *status = *code;
   while (!out.empty() && (out.back() == '\n' || out.back() == ' '))
@@ -324,7 +331,7 @@ core::Result<std::string> wait_for_job(const std::string& scontrol, const std::s
     } else {
       return core::unavailable(fmt::format("scontrol show job {}: {}", id, out));
     }
-    std::this_thread::sleep_for(std::chrono::seconds(2));
+    std::this_thread::sleep_for(kSlurmJobPoll);
   }
   return core::timeout_error(fmt::format(
       "Slurm job {} did not end within {:.0f} s (it is {}; it goes on: scancel {} ends it)", id,

@@ -40,7 +40,7 @@ json manager_status(const JobConfig& job, const fs::path& dir, const std::string
   auto client = core::Client::create(**loop, endpoint, security);
   if (!client.is_ok()) return json::object();
   for (int attempt = 0; attempt < 3; ++attempt) {
-    auto r = (*client)->call(rollout::encode(rollout::StatusRequest{}), Millis(3000));
+    auto r = (*client)->call(rollout::encode(rollout::StatusRequest{}), kManagerStatusTimeout);
     if (!r.is_ok()) continue;
     auto st = rollout::decode_status(r->body);
     if (st.is_ok()) return st->fields;

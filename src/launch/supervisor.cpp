@@ -16,6 +16,12 @@ using core::Clock;
 using core::Millis;
 using nlohmann::json;
 
+namespace {
+// Stopping a role: its wait after SIGTERM, then after SIGKILL.
+constexpr Millis kTermWait{3000};
+constexpr Millis kKillWait{2000};
+}  // namespace
+
 core::Status RestartConfig::validate() const {
   if (backoff_max_ms < backoff_ms) {
     return core::invalid_argument("restart.backoff_max_ms must be at least restart.backoff_ms");
@@ -218,9 +224,9 @@ void Supervisor::stop_all() {
     }
     for (auto& p : procs_) {
       if ((p->spec.role == "weightstore") != store || !p->proc) continue;
-      if (!p->proc->wait(Millis(3000)).is_ok()) {
+      if (!p->proc->wait(kTermWait).is_ok()) {
         p->proc->signal(SIGKILL).ignore();
-        p->proc->wait(Millis(2000)).ignore();
+        p->proc->wait(kKillWait).ignore();
       }
       p->proc->drain_lines();
     }

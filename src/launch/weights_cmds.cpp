@@ -17,6 +17,8 @@ namespace sluice::cli {
 using namespace sluice::core;
 
 namespace {
+// The pull command's progress lines.
+constexpr Millis kPullProgressPeriod{1000};
 
 // The first tensor of a version published from a safetensors file: the file's own header
 // (8-byte length and JSON), so that a pull writes back exactly the bytes that were published.
@@ -84,7 +86,7 @@ int run_publish(const PublishArgs& args, const std::vector<std::string>& env) {
       static_cast<unsigned long long>(manifest->chunk_count()));
   std::fflush(stdout);
   // Serve as a holder: heartbeats keep the store's view of this process alive.
-  auto beat = loop->every(Millis(1000), [&] { (*publisher)->heartbeat(); });
+  auto beat = loop->every(weightstore::kHolderHeartbeatPeriod, [&] { (*publisher)->heartbeat(); });
   loop->on_shutdown([&](int) {
     beat.reset();
     loop->stop();
@@ -114,7 +116,7 @@ int run_pull(const PullArgs& args, const std::vector<std::string>& env) {
   ro.on_progress = [](const ReadProgress& p) {
     log::info("pull: {} of {}", format_bytes(p.bytes_done), format_bytes(p.bytes_total));
   };
-  ro.progress_interval = Millis(1000);
+  ro.progress_interval = kPullProgressPeriod;
   auto pulled = weightstore::pull(**engine, **store, args.model, args.version, {}, ro);
   if (!pulled.is_ok()) return fail("pull", pulled.status());
   const auto& m = pulled->manifest;

@@ -173,7 +173,7 @@ TEST_SUITE("weightstore.delta") {
     CHECK(back.delta == r.delta);
     auto m = encode(r);
     m.body["delta"]["checksums"] = nlohmann::json::array();
-    CHECK(decode_delta_registration(m).status().code() == Code::kInvalidArgument);
+    CHECK(decode_delta_registration(m).status().code() == Code::kProtocol);
     m = encode(r);
     m.body["delta"]["base"] = "four";
     CHECK_FALSE(decode_delta_registration(m).is_ok());
