@@ -156,14 +156,21 @@ Status follows_parent(const WeightStore& st, const core::Manifest& m) {
 }  // namespace
 
 void StoreService::install_handlers() {
-  auto& srv = *server_;
-  WeightStore& st = store_;
-  const core::Security& sec = security_;
   StoreDecodeLimits lim;
   lim.max_version_bytes = config_.max_version_bytes;
   lim.max_tensors = static_cast<std::size_t>(config_.max_tensors);
   lim.max_chunks = config_.max_chunks;
+  install_holder_handlers(lim);
+  install_reader_handlers();
+  install_relay_handlers();
+  install_delta_handlers(lim);
+}
 
+// Versions and their holders: manifests, registrations, chunks, heartbeats, drains, latest.
+void StoreService::install_holder_handlers(const StoreDecodeLimits& lim) {
+  auto& srv = *server_;
+  WeightStore& st = store_;
+  const core::Security& sec = security_;
   srv.on_sync(
       msg::kPutManifest,
       [&st, &sec, lim](const Message& req) -> Result<Message> {
@@ -255,6 +262,12 @@ void StoreService::install_handlers() {
         return encode(Latest{v});
       },
       kAnyMember);
+}
+
+// Readers: plans, their leases, and pins.
+void StoreService::install_reader_handlers() {
+  auto& srv = *server_;
+  WeightStore& st = store_;
   // A read plan names holders' memory keys: members only (in curve mode nobody else gets here).
   srv.on_sync(
       msg::kPlan,
@@ -299,6 +312,12 @@ void StoreService::install_handlers() {
                 return encode_ok();
               },
               {core::kRoleActor, core::kRoleRollout, core::kRoleManager});
+}
+
+// Relays: joining, their chain sources, and what copies a version has.
+void StoreService::install_relay_handlers() {
+  auto& srv = *server_;
+  WeightStore& st = store_;
   srv.on_sync(
       msg::kJoinRelay,
       [&st](const Message& req) -> Result<Message> {
@@ -347,8 +366,12 @@ void StoreService::install_handlers() {
         return encode(Retained{{kept.begin(), kept.end()}});
       },
       kAnyMember);
+}
 
-  // Deltas (store.hpp): holders offer them as they offer versions; members read them.
+// Deltas (store.hpp): holders offer them as they offer versions; members read them.
+void StoreService::install_delta_handlers(const StoreDecodeLimits& lim) {
+  auto& srv = *server_;
+  WeightStore& st = store_;
   srv.on_sync(
       msg::kRegisterDelta,
       [&st, lim](const Message& req) -> Result<Message> {

@@ -22,6 +22,8 @@
 
 namespace sluice::weightstore {
 
+struct StoreDecodeLimits;  // weightstore/protocol.hpp
+
 struct ServiceConfig {
   std::string listen = "tcp://127.0.0.1:5550";  // control endpoint; a local job binds loopback
   std::uint32_t keep_versions = 2;              // newest committed versions retained (>= 2)
@@ -82,7 +84,12 @@ class StoreService {
 
  private:
   StoreService(core::EventLoop& loop, const ServiceConfig& config);
+  // The request handlers, a group a function: holders, readers, relays, deltas.
   void install_handlers();
+  void install_holder_handlers(const StoreDecodeLimits& lim);
+  void install_reader_handlers();
+  void install_relay_handlers();
+  void install_delta_handlers(const StoreDecodeLimits& lim);
   // Requests, holders and each model's latest version into the process metrics (/metrics).
   void export_metrics();
 
