@@ -93,7 +93,8 @@ struct Relay::Impl {
   weightstore::JoinRelay joining() const {
     weightstore::JoinRelay j{config.relay_id, topology(), config.make_deltas, {}};
     if (config.share_tp_size > 0)
-      j.share = "tp" + std::to_string(config.share_tp_size) + "." + std::to_string(config.share_rank);
+      j.share =
+          "tp" + std::to_string(config.share_tp_size) + "." + std::to_string(config.share_rank);
     return j;
   }
 
@@ -169,7 +170,8 @@ struct Relay::Impl {
   void run(const action::AskSource& a) {
     const std::uint64_t v = a.request.version;
     store->chain_source_async(
-        a.request, weightstore::kStoreRequestTimeout, [this, v](Result<weightstore::ChainSource> r) {
+        a.request, weightstore::kStoreRequestTimeout,
+        [this, v](Result<weightstore::ChainSource> r) {
           if (!r.is_ok()) {
             // No usable predecessor yet (or a slow store): asked again on a later tick.
             log::debug("relay {}: no source for {} yet: {}", config.relay_id, name(v),
@@ -237,7 +239,8 @@ struct Relay::Impl {
     const std::uint64_t v = a.add.version;
     std::vector<std::uint32_t> sent = a.add.chunks;
     store->add_chunks_async(
-        a.add, weightstore::kStoreRequestTimeout, [this, v, sent](Result<weightstore::Committed> r) mutable {
+        a.add, weightstore::kStoreRequestTimeout,
+        [this, v, sent](Result<weightstore::Committed> r) mutable {
           if (!r.is_ok()) {
             log::warn("relay {}: reporting chunks of {}: {}", config.relay_id, name(v),
                       r.status().to_string());

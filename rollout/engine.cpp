@@ -47,13 +47,12 @@ core::Status check_sequence(std::string_view engine, const SequenceState& seq) {
   const std::string& id = seq.trajectory_id;
   if (id.empty()) return core::invalid_argument(fmt::format("{}: empty trajectory id", engine));
   if (seq.max_new_tokens == 0) {
-    return core::invalid_argument(
-        fmt::format("{}: sequence {} has max_new_tokens 0", engine, id));
+    return core::invalid_argument(fmt::format("{}: sequence {} has max_new_tokens 0", engine, id));
   }
   if (seq.logprobs.size() != seq.generated.size()) {
-    return core::invalid_argument(fmt::format("{}: sequence {} has {} log-probs for {} generated tokens",
-                                              engine, id, seq.logprobs.size(),
-                                              seq.generated.size()));
+    return core::invalid_argument(
+        fmt::format("{}: sequence {} has {} log-probs for {} generated tokens", engine, id,
+                    seq.logprobs.size(), seq.generated.size()));
   }
   return {};
 }
@@ -71,10 +70,10 @@ core::Status check_room(std::string_view engine, const Capacity& c, const std::s
                                     id, active, c.max_sequences));
   }
   if (!fits(c, active, kv_used, kv_tokens)) {
-    return core::Status(core::Code::kResourceExhausted,
-                        fmt::format("{}: cannot admit {}: it needs {} KV tokens, {} of {} free",
-                                    engine, id, kv_tokens, c.max_kv_tokens - kv_used,
-                                    c.max_kv_tokens));
+    return core::Status(
+        core::Code::kResourceExhausted,
+        fmt::format("{}: cannot admit {}: it needs {} KV tokens, {} of {} free", engine, id,
+                    kv_tokens, c.max_kv_tokens - kv_used, c.max_kv_tokens));
   }
   return {};
 }

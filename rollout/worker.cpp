@@ -402,7 +402,8 @@ struct RolloutWorker::Impl {
     log::info("rollout {}: {} its loaded version to peers", cfg.rollout_id,
               ro.serve ? "serves" : "does not serve");
     if (ro.serve) {
-      holder_beat = loop->every(weightstore::kHolderHeartbeatPeriod, [this] { reader->heartbeat(); });
+      holder_beat =
+          loop->every(weightstore::kHolderHeartbeatPeriod, [this] { reader->heartbeat(); });
     }
     return {};
   }

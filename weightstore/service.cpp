@@ -323,9 +323,8 @@ void StoreService::install_relay_handlers() {
       [&st](const Message& req) -> Result<Message> {
         SLUICE_ASSIGN_OR_RETURN(auto r, decode_join_relay(req));
         SLUICE_TRY(caller_is(req, r.relay_id, "relay_id"));
-        SLUICE_TRY(
-            counted(st.join_relay(r.relay_id, r.topology, Clock::now(), req.peer.identity, r.share),
-                    req));
+        SLUICE_TRY(counted(
+            st.join_relay(r.relay_id, r.topology, Clock::now(), req.peer.identity, r.share), req));
         st.set_delta_maker(r.relay_id, r.makes_deltas);
         return encode_ok();
       },

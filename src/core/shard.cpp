@@ -2,8 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <cstdio>
+#include <cstring>
 #include <optional>
 #include <set>
 
@@ -457,8 +457,8 @@ Result<Manifest> share_manifest(const Manifest& m, const std::string& name) {
   }
   if (!declared || share->tp_rank >= declared->ranks.size()) {
     return failed_precondition(m.model + "@" + std::to_string(m.version) +
-                               " declares no layout of tp_size " +
-                               std::to_string(share->tp_size) + " with the splits of " + name +
+                               " declares no layout of tp_size " + std::to_string(share->tp_size) +
+                               " with the splits of " + name +
                                ": a host share is verified against declared checksums only");
   }
   ShardLayout layout;

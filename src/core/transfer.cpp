@@ -1185,8 +1185,8 @@ Status check_chunk_read(const ChunkRead& c, std::size_t i, const std::vector<Rea
     }
   }
   for (std::uint32_t s = 0; s < sources.size(); ++s) {
-    const bool cand = c.sources.empty() ||
-                      std::find(c.sources.begin(), c.sources.end(), s) != c.sources.end();
+    const bool cand =
+        c.sources.empty() || std::find(c.sources.begin(), c.sources.end(), s) != c.sources.end();
     const auto& reg = sources[s].region;
     if (cand && (c.src_offset > reg.length || c.bytes > reg.length - c.src_offset))
       return invalid_argument(what + " lies outside the region of source " + sources[s].name);

@@ -313,8 +313,8 @@ TEST_SUITE("core.shard") {
       CHECK(got == want);
     }
     // Rank 0 of tp 4 lives in the other half: refused, not read wrong.
-    auto outside = rebase_pieces(plan_shard(v.manifest, layout(0, 4)).value(), coarse,
-                                 v.manifest.chunk_bytes);
+    auto outside =
+        rebase_pieces(plan_shard(v.manifest, layout(0, 4)).value(), coarse, v.manifest.chunk_bytes);
     CHECK(outside.status().code() == Code::kInvalidArgument);
     CHECK(has(outside.status(), "does not hold"));
 

@@ -106,19 +106,18 @@ void run_shares(cli::EmulatedHosts* net) {
     for (std::string a : {std::string(SLUICE_BIN), std::string("--log-level"), std::string("warn"),
                           std::string("relay")})
       argv.push_back(a);
-    relays[h] = start(with(argv, {"--set",
-                       "relay.store=" + store_ep, "--set", "relay.relay_id=relay-" + h, "--set",
-                       "relay.security.mode=plain", "--set", "relay.poll_ms=20", "--set",
-                       "relay.host=" + h, "--set", "relay.share_tp_size=2", "--set",
-                       std::string("relay.share_rank=") + h.back()}),
-                      "relay ");
+    relays[h] =
+        start(with(argv, {"--set", "relay.store=" + store_ep, "--set", "relay.relay_id=relay-" + h,
+                          "--set", "relay.security.mode=plain", "--set", "relay.poll_ms=20",
+                          "--set", "relay.host=" + h, "--set", "relay.share_tp_size=2", "--set",
+                          std::string("relay.share_rank=") + h.back()}),
+              "relay ");
     loop->run_until([] { return false; }, Millis(100));  // join in this order
   }
   core::TransferOptions publisher_to = over_tcp();
   publisher_to.stream_reach = store_ep;  // its chunk server binds where the hosts reach it
   auto engine = core::TransferEngine::create(*loop, publisher_to).value();
-  auto client =
-      weightstore::StoreClient::create(*loop, store_ep, core::Security::plain()).value();
+  auto client = weightstore::StoreClient::create(*loop, store_ep, core::Security::plain()).value();
   actor::PublisherOptions po;
   po.model = "policy";
   po.holder_id = "actor-0";
@@ -138,8 +137,8 @@ void run_shares(cli::EmulatedHosts* net) {
   core::fill_pseudo_random(w.data(), w.size(), 41);
   std::vector<actor::TensorView> views;
   for (const auto& t : kTensors) {
-    std::vector<std::uint64_t> shape =
-        t.rows == 1 ? std::vector<std::uint64_t>{t.cols} : std::vector<std::uint64_t>{t.rows, t.cols};
+    std::vector<std::uint64_t> shape = t.rows == 1 ? std::vector<std::uint64_t>{t.cols}
+                                                   : std::vector<std::uint64_t>{t.rows, t.cols};
     views.push_back({t.name, "F32", shape, w.data() + at[t.name], t.rows * t.cols * 4});
   }
   auto m = pub->publish(1, views);

@@ -199,6 +199,7 @@ TEST_SUITE("weightstore.delta") {
 
     JoinRelay j{"relay-1", {}, true};
     CHECK(decode_join_relay(encode(j)).value().makes_deltas);
-    CHECK_FALSE(decode_join_relay(encode(JoinRelay{"relay-2", {}, false, {}})).value().makes_deltas);
+    CHECK_FALSE(
+        decode_join_relay(encode(JoinRelay{"relay-2", {}, false, {}})).value().makes_deltas);
   }
 }

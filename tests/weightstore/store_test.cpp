@@ -372,7 +372,8 @@ TEST_SUITE("weightstore.share") {
 
   TEST_CASE("relays of one share form a chain of their own, headed by the whole version") {
     const auto m = shared_manifest(1);
-    const std::string s0 = core::share_model("m", 2, 0, "r"), s1 = core::share_model("m", 2, 1, "r");
+    const std::string s0 = core::share_model("m", 2, 0, "r"),
+                      s1 = core::share_model("m", 2, 1, "r");
     const auto share0 = core::share_manifest(m, s0).value();
     WeightStore s;
     REQUIRE(s.put_manifest(m).is_ok());
@@ -410,9 +411,9 @@ TEST_SUITE("weightstore.share") {
     REQUIRE(s.put_manifest(m).is_ok());
     REQUIRE(s.register_holder(holder("actor", m), t0).is_ok());
     REQUIRE(s.join_relay("a0", {}, t0, {}, "tp2.0").is_ok());
-    REQUIRE(s.register_holder(holder("a0", core::share_manifest(m, s0).value(), {}, {false, false}),
-                              t0)
-                .is_ok());
+    REQUIRE(
+        s.register_holder(holder("a0", core::share_manifest(m, s0).value(), {}, {false, false}), t0)
+            .is_ok());
     REQUIRE(s.chain_source(s0, 1, "a0", {}).value().holder_id == "actor");
     REQUIRE(s.unpublish("actor", "m", 1).is_ok());
     CHECK_FALSE(s.drained("actor", "m", 1).value());
