@@ -44,4 +44,15 @@ Result<ManagerStatus> ManagerClient::status(Millis timeout) {
   return call<ManagerStatus>(encode(StatusRequest{}), timeout, decode_status, nullptr);
 }
 
+void ManagerClient::status_async(Millis timeout, std::function<void(Result<ManagerStatus>)> done) {
+  client_->request(encode(StatusRequest{}), timeout > Millis(0) ? timeout : timeout_,
+                   [done = std::move(done)](Result<Message> r) {
+                     if (!r.is_ok()) {
+                       done(r.status());
+                       return;
+                     }
+                     done(decode_status(r->body, DecodeLimits{}));
+                   });
+}
+
 }  // namespace sluice::rollout

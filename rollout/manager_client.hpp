@@ -7,10 +7,12 @@
 // reached it, whatever the reply held (a caller drops what it delivered, such as acknowledgements,
 // only then).
 //
-// Thread safety: loop thread only. The calls run the loop until their reply: call them from the
-// owner's main flow, never from a loop callback.
+// Thread safety: loop thread only. The blocking calls run the loop until their reply: call them
+// from the owner's main flow, never from a loop callback. status_async() returns at once and
+// answers on the loop thread.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -42,6 +44,9 @@ class ManagerClient {
                                      bool* answered = nullptr);
   core::Result<PublishedReply> published(const PublishedRequest& q, core::Millis timeout);
   core::Result<ManagerStatus> status(core::Millis timeout);
+  // The same without waiting: `done` gets the status, or the error, on the loop thread once the
+  // reply or the time-out comes (a watcher that must not stall on a dead manager).
+  void status_async(core::Millis timeout, std::function<void(core::Result<ManagerStatus>)> done);
 
   const std::string& endpoint() const { return client_->endpoint(); }
 

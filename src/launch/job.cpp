@@ -29,6 +29,7 @@
 #include "core/transfer.hpp"
 #include "launch/commands.hpp"
 #include "launch/job_setup.hpp"
+#include "rollout/manager_client.hpp"
 #include "rollout/protocol.hpp"
 
 namespace sluice::cli {
@@ -565,11 +566,9 @@ core::Status start_roles(JobPlan& plan, Supervisor& sup, const std::string& slui
                         plan.programs.actor));
 }
 
-// The manager's status fields from a reply ({} when there is none).
-json status_fields(const core::Result<core::Message>& r) {
-  if (!r.is_ok()) return json::object();
-  auto st = rollout::decode_status(r->body);
-  return st.is_ok() ? st->fields : json::object();
+// The manager's status fields ({} when there is no status).
+json status_fields(const core::Result<rollout::ManagerStatus>& r) {
+  return r.is_ok() ? r->fields : json::object();
 }
 
 // The supervise step: one turn every 100 ms of the event loop until the job ends: restarts and
@@ -577,7 +576,7 @@ json status_fields(const core::Result<core::Message>& r) {
 class JobWatch {
  public:
   JobWatch(const JobPlan& plan, Supervisor& sup, core::EventLoop& loop,
-           std::unique_ptr<core::Client> status_client, JobResult& result)
+           std::unique_ptr<rollout::ManagerClient> status_client, JobResult& result)
       : job_(plan.job),
         dir_(plan.dir),
         sup_(sup),
@@ -598,10 +597,7 @@ class JobWatch {
   }
 
   // Blocking, for the end of the job only.
-  json manager_status() {
-    return status_fields(
-        status_client_->call(rollout::encode(rollout::StatusRequest{}), kManagerStatusTimeout));
-  }
+  json manager_status() { return status_fields(status_client_->status(kManagerStatusTimeout)); }
   VersionWatch& versions() { return watch_; }
   double elapsed() const { return seconds(Clock::now() - t0_); }
 
@@ -741,12 +737,12 @@ class JobWatch {
   void ask_status() {
     if (status_asking_) return;
     status_asking_ = true;
-    status_client_->request(rollout::encode(rollout::StatusRequest{}), kManagerStatusTimeout,
-                            [this](core::Result<core::Message> r) {
-                              status_asking_ = false;
-                              status_reply_ = status_fields(r);
-                              status_fresh_ = true;
-                            });
+    status_client_->status_async(kManagerStatusTimeout,
+                                 [this](core::Result<rollout::ManagerStatus> r) {
+                                   status_asking_ = false;
+                                   status_reply_ = status_fields(r);
+                                   status_fresh_ = true;
+                                 });
   }
 
   // The version watch every second, and the progress line every progress_s.
@@ -822,7 +818,7 @@ class JobWatch {
   const fs::path dir_;
   Supervisor& sup_;
   core::EventLoop& loop_;
-  std::unique_ptr<core::Client> status_client_;
+  std::unique_ptr<rollout::ManagerClient> status_client_;
   JobResult& result_;
   json status_reply_;
   bool status_asking_ = false, status_fresh_ = false, progress_wanted_ = false;
@@ -874,10 +870,9 @@ core::Result<JobResult> run_local_job(JobConfig job, const std::string& sluice_e
     return started;
   }
 
-  SLUICE_ASSIGN_OR_RETURN(core::Security to_manager,
-                          plan.launcher_security.for_server(core::kRoleManager));
-  SLUICE_ASSIGN_OR_RETURN(auto status_client,
-                          core::Client::create(*loop, plan.manager_ep, to_manager));
+  SLUICE_ASSIGN_OR_RETURN(auto status_client, rollout::ManagerClient::create(
+                                                  *loop, plan.manager_ep, plan.launcher_security,
+                                                  kManagerStatusTimeout));
   JobWatch watch(plan, sup, *loop, std::move(status_client), result);
   core::Status outcome = watch.run(interrupted);
   return collect_job(plan, sup, watch, std::move(result), outcome);

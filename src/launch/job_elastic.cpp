@@ -28,6 +28,7 @@
 #include "launch/executable.hpp"
 #include "launch/job.hpp"
 #include "launch/supervisor.hpp"
+#include "rollout/manager_client.hpp"
 #include "rollout/protocol.hpp"
 
 namespace sluice::cli {
@@ -261,9 +262,9 @@ class JoinLog {
       : dir_(dir) {
     if (change.role == "rollout") {
       auto sec = core::load_security(job_role_security(job, "operator"), "sluice run --add");
-      auto to_manager = sec.is_ok() ? sec->for_server(core::kRoleManager) : sec;
-      if (to_manager.is_ok()) {
-        auto c = core::Client::create(loop, job.manager.listen, *to_manager);
+      if (sec.is_ok()) {
+        auto c =
+            rollout::ManagerClient::create(loop, job.manager.listen, *sec, kManagerStatusTimeout);
         if (c.is_ok()) status_client_ = std::move(c).value();
       }
       if (!status_client_) {
@@ -281,13 +282,11 @@ class JoinLog {
     }
     asking_ = true;
     next_ask_ = Clock::now() + kJoinStatusPeriod;
-    status_client_->request(rollout::encode(rollout::StatusRequest{}), kManagerStatusTimeout,
-                            [this](core::Result<core::Message> r) {
-                              asking_ = false;
-                              if (!r.is_ok()) return;
-                              auto st = rollout::decode_status(r->body);
-                              if (st.is_ok()) record(st->fields);
-                            });
+    status_client_->status_async(kManagerStatusTimeout,
+                                 [this](core::Result<rollout::ManagerStatus> r) {
+                                   asking_ = false;
+                                   if (r.is_ok()) record(r->fields);
+                                 });
   }
 
  private:
@@ -313,7 +312,7 @@ class JoinLog {
   }
 
   const fs::path dir_;
-  std::unique_ptr<core::Client> status_client_;
+  std::unique_ptr<rollout::ManagerClient> status_client_;
   std::set<std::string> mine_, recorded_;
   const double start_unix_ =
       std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();

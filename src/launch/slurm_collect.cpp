@@ -11,7 +11,7 @@
 #include "core/messaging.hpp"
 #include "launch/job_setup.hpp"
 #include "launch/slurm.hpp"
-#include "rollout/protocol.hpp"
+#include "rollout/manager_client.hpp"
 
 namespace sluice::cli {
 
@@ -31,18 +31,14 @@ json manager_status(const JobConfig& job, const fs::path& dir, const std::string
       core::log::warn("sluice slurm-collect: {}", loaded.status().to_string());
       return json::object();
     }
-    auto to_manager = loaded->for_server(core::kRoleManager);
-    if (!to_manager.is_ok()) return json::object();
-    security = *to_manager;
+    security = *loaded;
   }
   auto loop = core::EventLoop::create();
   if (!loop.is_ok()) return json::object();
-  auto client = core::Client::create(**loop, endpoint, security);
+  auto client = rollout::ManagerClient::create(**loop, endpoint, security, kManagerStatusTimeout);
   if (!client.is_ok()) return json::object();
   for (int attempt = 0; attempt < 3; ++attempt) {
-    auto r = (*client)->call(rollout::encode(rollout::StatusRequest{}), kManagerStatusTimeout);
-    if (!r.is_ok()) continue;
-    auto st = rollout::decode_status(r->body);
+    auto st = (*client)->status(kManagerStatusTimeout);
     if (st.is_ok()) return st->fields;
   }
   core::log::warn("sluice slurm-collect: the rollout manager at {} did not answer", endpoint);
