@@ -23,6 +23,9 @@ constexpr char kMagic[4] = {'S', 'L', 'C', 'E'};
 // lose an edge when a send consumes the pending notification; draining after every send covers
 // that, and this timer covers anything missed.
 constexpr Millis kSafetyDrain{100};
+// A request no connection could take yet is offered again this often until its time-out: the
+// connection may be coming back (a reconnect after a refused handshake takes about 100 ms).
+constexpr Millis kUnsentRetry{10};
 
 zmq::context_t& zmq_ctx() {
   static zmq::context_t ctx(1);
@@ -86,17 +89,22 @@ std::vector<std::string> to_strings(std::vector<zmq::message_t>& msgs, std::size
   return out;
 }
 
-// Sends frames without blocking. EAGAIN means the peer's queue is full (or, for a DEALER, no peer
-// has connected and the queue is full): that is reported, never waited on.
+// Sends frames without blocking. EAGAIN means no connection can take them now: the peer's queue
+// is full, or (for a DEALER) no connection is up, as after a refused handshake until the
+// reconnect. That is reported, never waited on here; `would_block` (may be null) says it was that.
 Status send_frames(zmq::socket_t& sock, const std::vector<std::string>& frames,
-                   const std::string* routing_id) {
+                   const std::string* routing_id, bool* would_block = nullptr) {
+  if (would_block) *would_block = false;
   try {
     std::vector<zmq::const_buffer> bufs;
     if (routing_id) bufs.emplace_back(zmq::buffer(*routing_id));
     for (const auto& f : frames)
       bufs.emplace_back(zmq::buffer(f));
     auto sent = zmq::send_multipart(sock, bufs, zmq::send_flags::dontwait);
-    if (!sent) return unavailable("send queue full");
+    if (!sent) {
+      if (would_block) *would_block = true;
+      return unavailable("send queue full");
+    }
     return {};
   } catch (const zmq::error_t& e) {
     return unavailable(std::string("send failed: ") + e.what());
@@ -611,6 +619,9 @@ struct Client::Impl {
     Callback done;
     std::unique_ptr<EventLoop::Timer> timer;
     std::string type;
+    // A request no connection took yet: its frames, offered again by `retry` until sent.
+    std::vector<std::string> unsent;
+    std::unique_ptr<EventLoop::Timer> retry;
   };
 
   EventLoop& loop;
@@ -634,6 +645,18 @@ struct Client::Impl {
     auto done = std::move(it->second.done);
     pending.erase(it);
     done(std::move(r));
+  }
+  // Offers an unsent request again; stops offering once a connection took it.
+  void offer_again(std::uint64_t id) {
+    auto it = pending.find(id);
+    if (it == pending.end() || it->second.unsent.empty()) return;
+    bool would_block = false;
+    Status s = send_frames(sock, it->second.unsent, nullptr, &would_block);
+    if (would_block) return;
+    it->second.unsent.clear();
+    it->second.retry.reset();  // safe inside its own callback (the loop holds a copy of it)
+    if (!s.is_ok()) complete(id, s.with_context("request to " + endpoint));
+    post_drain();
   }
   void post_drain() {
     std::weak_ptr<bool> a = alive;
@@ -722,9 +745,11 @@ void Client::request(Message msg, Millis timeout, Callback done) {
   Envelope env;
   env.kind = MessageKind::kRequest;
   env.request_id = id;
-  Status s = send_frames(impl->sock, encode_frames(env, msg), nullptr);
+  auto frames = encode_frames(env, msg);
+  bool would_block = false;
+  Status s = send_frames(impl->sock, frames, nullptr, &would_block);
   impl->post_drain();
-  if (!s.is_ok()) {
+  if (!s.is_ok() && !would_block) {
     Status err = s.with_context("request '" + msg.type + "' to " + impl->endpoint);
     impl->loop.post([done = std::move(done), err] { done(err); });
     return;
@@ -732,10 +757,20 @@ void Client::request(Message msg, Millis timeout, Callback done) {
   auto& p = impl->pending[id];
   p.done = std::move(done);
   p.type = msg.type;
+  // No connection took it yet: to the caller this is a peer that does not answer (yet), so the
+  // request waits for one until its time-out like any other, rather than failing at once.
+  if (would_block) {
+    p.unsent = std::move(frames);
+    p.retry = impl->loop.every(kUnsentRetry, [impl, id] { impl->offer_again(id); });
+  }
   p.timer = impl->loop.after(timeout, [impl, id, timeout, type = msg.type] {
-    impl->complete(
-        id, timeout_error("request '" + type + "' to " + impl->endpoint + " timed out after " +
-                          std::to_string(timeout.count()) + " ms (is the peer running?)"));
+    auto it = impl->pending.find(id);
+    const bool sent = it != impl->pending.end() && it->second.unsent.empty();
+    impl->complete(id, timeout_error("request '" + type + "' to " + impl->endpoint +
+                                     " timed out after " + std::to_string(timeout.count()) +
+                                     (sent ? " ms (is the peer running?)"
+                                           : " ms, never sent: no connection to the peer came up "
+                                             "(is it running, and does it accept this key?)")));
   });
 }
 

@@ -210,6 +210,26 @@ TEST_SUITE("core.security") {
     CHECK(ok->call(Message("members"), Millis(5000)).is_ok());
   }
 
+  TEST_CASE("a request of a client whose handshake was refused times out and does not fail early") {
+    // After the server refused the handshake, the client has no connection that could take the
+    // request until it reconnects. The caller still gets what a silent peer gives, a time-out
+    // after the time it asked for, not an error about queues at once.
+    JobKeys keys;
+    Served s(keys);
+    for (int round = 0; round < 3; ++round) {
+      std::uint64_t refused_before = s.server->stats().refused;
+      auto c = Client::create(*s.loop, s.server->endpoint(), Security::plain()).value();
+      c->send(Message("members")).ignore();  // starts the connection
+      REQUIRE(s.loop->run_until([&] { return s.server->stats().refused > refused_before; },
+                                Millis(5000)));
+      const auto t0 = Clock::now();
+      auto r = c->call(Message("members"), Millis(400));
+      CHECK(r.status().code() == Code::kTimeout);
+      CHECK(Clock::now() - t0 >= Millis(400));
+    }
+    CHECK(s.seen.empty());
+  }
+
   TEST_CASE("the actor's signing key: public in the members file, secret in its key file only") {
     JobKeys keys;
     auto members = read_members_file(members_file_path(keys.dir)).value();
