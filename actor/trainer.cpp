@@ -21,6 +21,7 @@
 #include "actor/publish_dtype.hpp"
 #include "actor/publisher.hpp"
 #include "actor/sim_policy.hpp"
+#include "actor/trainer_state.hpp"
 #include "core/log.hpp"
 #include "core/messaging.hpp"
 #include "core/metrics.hpp"
@@ -92,12 +93,6 @@ std::string random_epoch() {
 
 // A resumed actor asks the store for its latest version for this long (it may be restarting).
 constexpr Millis kStoreLatestWait{10000};
-// The last acknowledgement to the manager: this many tries, each waiting this long.
-constexpr int kFinalAckTries = 3;
-constexpr Millis kFinalAckTimeout{2000};
-// A version the store already knows (put by a killed incarnation that died before it was
-// committed) is skipped; this many times at most.
-constexpr int kPublishSkips = 4;
 }  // namespace
 
 struct Trainer::Impl {
@@ -123,30 +118,21 @@ struct Trainer::Impl {
   std::unique_ptr<std::ofstream> metrics;  // metrics.jsonl, one line per step
   std::atomic<bool> stopping{false};
 
-  std::uint64_t version = 0;
-  bool manager_done = false;
-  Clock::time_point last_heard = Clock::now();
+  // The decisions: the version counter, acknowledgements, checkpoints due, the loop's next step.
+  std::optional<TrainerState> state;
 
   // The manager protocol (see trainer.hpp).
   std::string epoch = random_epoch();
-  std::vector<std::string> have;  // received since the last collect that got through
-  std::vector<std::string> ack;   // durable, not acknowledged yet
-  // What was consumed and what of it is durable: a re-sent copy of a durable one is
-  // acknowledged again. Bounded in a long job (actor/consumed.hpp says why that is safe).
-  std::unique_ptr<Consumed> ledger;
 
   // Checkpoints.
   std::uint64_t sequence = 0, restarts = 0;
   std::optional<std::uint64_t> resumed_from_step;
   std::string policy_file;  // of the newest checkpoint (empty: none)
-  std::uint64_t checkpoint_steps = 0, checkpoint_version = 0;
-  Clock::time_point last_checkpoint = Clock::now();
-  Clock::time_point last_progress = Clock::now();  // the last step or arrival
 
   // Accounting.
   Clock::time_point started;
   double idle_s = 0, train_s = 0, publish_s = 0;
-  std::uint64_t steps = 0, trained_tokens = 0, trained_samples = 0, consumed = 0, taken = 0;
+  std::uint64_t trained_tokens = 0, trained_samples = 0, consumed = 0, taken = 0;
   double staleness_sum = 0;
   std::uint64_t staleness_max = 0, mixed_consumed = 0;
   // Samples taken since this process started, by staleness (not kept in checkpoints).
@@ -166,12 +152,11 @@ struct Trainer::Impl {
 
   // A consumed trajectory: acknowledged after the next checkpoint (without checkpoints, it was
   // acknowledged on receipt).
-  void consume(const std::string& id, bool trained) { ledger->consume(id, trained); }
+  void consume(const std::string& id, bool trained) { state->consume(id, trained); }
 
   core::Status publish_next() {
-    const auto give_up = Clock::now() + Millis(cfg.store_timeout_ms);
-    for (int skip = 0;; ++skip) {
-      ++version;
+    std::uint64_t version = state->publish_begin(Clock::now());
+    while (true) {
       auto t0 = Clock::now();
       auto views = tensors_to_publish(policy->tensors(), cfg.publish_dtype, publish_storage);
       if (!views.is_ok()) return views.status().with_context("actor");
@@ -181,26 +166,20 @@ struct Trainer::Impl {
         m_version.set(static_cast<double>(version));
         break;
       }
-      const core::Code code = m.status().code();
-      if ((code == core::Code::kTimeout || code == core::Code::kUnavailable) &&
-          Clock::now() < give_up && !stopping.load()) {
-        // The store is away (restarting, say): the same version again once it answers. A
-        // manifest that did reach it makes the retry find the version taken, and skip it below.
-        log::warn("actor: publish of version {} failed ({}); retrying", version,
-                  m.status().to_string());
-        --version;
-        --skip;
-        wait_for(static_cast<double>(kStoreRetryPause.count()));
-        continue;
+      switch (state->publish_failed(Clock::now(), m.status().code(), stopping.load())) {
+        case TrainerState::PublishRetry::kSameVersion:
+          log::warn("actor: publish of version {} failed ({}); retrying", version,
+                    m.status().to_string());
+          wait_for(static_cast<double>(kStoreRetryPause.count()));
+          continue;
+        case TrainerState::PublishRetry::kNextVersion:
+          log::warn("actor: version {} is taken in the store ({}); skipping it", version,
+                    m.status().message());
+          version = state->version();
+          continue;
+        case TrainerState::PublishRetry::kFail:
+          return m.status().with_context(fmt::format("publish version {}", version));
       }
-      if (skip < kPublishSkips &&
-          (code == core::Code::kAlreadyExists || code == core::Code::kFailedPrecondition)) {
-        // A killed incarnation put this version's manifest and died before it was committed.
-        log::warn("actor: version {} is taken in the store ({}); skipping it", version,
-                  m.status().message());
-        continue;
-      }
-      return m.status().with_context(fmt::format("publish version {}", version));
     }
     auto r = manager->published(rollout::PublishedRequest{version, consumed},
                                 Millis(cfg.manager_call_ms));
@@ -215,45 +194,26 @@ struct Trainer::Impl {
   // once a call got through.
   core::Result<rollout::CollectReply> call_collect(std::size_t max, Millis timeout) {
     rollout::CollectRequest q;
-    q.ack = ack;
-    q.have = have;
+    q.ack = state->ack();
+    q.have = state->have();
     q.consumed = consumed;
     q.max = max;
     q.epoch = epoch;
     bool answered = false;
     auto r = manager->collect(q, timeout, &answered);
-    if (answered) {
-      ack.clear();
-      have.clear();
-    }
+    if (answered) state->call_answered();
     return r;
   }
 
   core::Status collect() {
     beat();
     auto r = call_collect(512, Millis(cfg.manager_call_ms));
-    if (!r.is_ok()) {
-      if (seconds(Clock::now() - last_heard) * 1000 > static_cast<double>(cfg.manager_timeout_ms)) {
-        return core::unavailable(fmt::format("actor: manager {} silent for {} ms: {}", cfg.manager,
-                                             cfg.manager_timeout_ms, r.status().to_string()));
-      }
-      return {};
-    }
-    last_heard = Clock::now();
-    manager_done = r->done;
-    if (!r->trajectories.empty()) last_progress = Clock::now();
+    if (!r.is_ok()) return state->collect_failed(Clock::now(), r.status());
+    state->collect_reply(Clock::now(), r->done, !r->trajectories.empty());
     for (auto& t : r->trajectories) {
-      have.push_back(t.id);
-      // Without checkpoints nothing survives this process, so waiting for durability gains
-      // nothing: acknowledged on receipt, as before. (Acknowledging on consumption instead
-      // would hold back the ids of a partial last batch, which is trained only once the
-      // manager says done - and the manager says done only once everything is acknowledged.)
-      if (cfg.checkpoint_dir.empty()) ack.push_back(t.id);
       std::string id = t.id;
       auto st = buffer->add(std::move(t));
-      // A copy of one already durable (its acknowledgement was lost, or the actor restarted
-      // before sending it): acknowledge it again.
-      if (st.code() == core::Code::kAlreadyExists && ledger->durable(id)) ack.push_back(id);
+      state->received(id, st.code() == core::Code::kAlreadyExists);
     }
     return {};
   }
@@ -281,8 +241,8 @@ struct Trainer::Impl {
     m_tokens.inc(static_cast<double>(tokens));
     m_steps.inc();
     trained_samples += batch.size();
-    ++steps;
-    last_progress = Clock::now();
+    state->trained(Clock::now());
+    const std::uint64_t steps = state->steps();
     for (const auto& s : batch)
       consume(s.trajectory.id, true);
     if (cfg.eval_every > 0 && steps % cfg.eval_every == 0) {
@@ -294,7 +254,7 @@ struct Trainer::Impl {
     double since = std::max(1e-9, seconds(Clock::now() - started));
     stats["t"] = since + cfg.start_offset_s;
     stats["step"] = steps;
-    stats["version"] = version + 1;
+    stats["version"] = state->version() + 1;
     stats["tokens_per_s"] = static_cast<double>(trained_tokens) / since;
     stats["trained_tokens"] = trained_tokens;  // for steady throughput (sluice bench e2e)
     stats["staleness_mean"] = batch.empty() ? 0.0 : stale / static_cast<double>(batch.size());
@@ -315,11 +275,11 @@ struct Trainer::Impl {
       initial_by_terms = last_by_terms;
     }
     ev["t"] = seconds(Clock::now() - started) + cfg.start_offset_s;
-    ev["step"] = steps;
-    ev["version"] = version;
+    ev["step"] = state->steps();
+    ev["version"] = state->version();
     ev["samples"] = trained_samples;
     if (metrics) *metrics << ev.dump() << std::endl;
-    log::info("actor: held-out evaluation after {} steps: {}", steps, ev.dump());
+    log::info("actor: held-out evaluation after {} steps: {}", state->steps(), ev.dump());
     return {};
   }
 
@@ -332,23 +292,8 @@ struct Trainer::Impl {
   // Writes a checkpoint when one is due (`force`: at the end), if anything changed since the
   // last. Call with no partial batch in hand: what was taken is then trained on.
   core::Status maybe_checkpoint(bool force) {
-    if (cfg.checkpoint_dir.empty()) return {};
-    const bool changed = policy_file.empty() || steps != checkpoint_steps ||
-                         version != checkpoint_version || ledger->unsynced();
-    if (!changed) return {};
-    const bool by_steps =
-        cfg.checkpoint_every_steps > 0 && steps - checkpoint_steps >= cfg.checkpoint_every_steps;
-    const bool by_time = cfg.checkpoint_every_s > 0 &&
-                         seconds(Clock::now() - last_checkpoint) >= cfg.checkpoint_every_s;
-    if (!force && !by_steps && !by_time) return {};
+    if (!state->checkpoint_due(Clock::now(), force)) return {};
     return write_checkpoint_now();
-  }
-
-  // Idle for checkpoint_idle_s with consumed trajectories not yet acknowledged: a checkpoint
-  // now lets them go (a manager may wait for them before it says done).
-  bool idle_flush_due() const {
-    return !cfg.checkpoint_dir.empty() && ledger->unsynced() && cfg.checkpoint_idle_s > 0 &&
-           seconds(Clock::now() - last_progress) >= cfg.checkpoint_idle_s;
   }
 
   core::Status write_checkpoint_now() {
@@ -357,8 +302,8 @@ struct Trainer::Impl {
     s.sequence = sequence + 1;
     s.policy = cfg.policy;
     s.policy_file = fmt::format("policy-{:06}.state", s.sequence);
-    s.steps = steps;
-    s.version = version;
+    s.steps = state->steps();
+    s.version = state->version();
     s.restarts = restarts;
     s.trained_tokens = trained_tokens;
     s.trained_samples = trained_samples;
@@ -380,7 +325,7 @@ struct Trainer::Impl {
     s.dropped_stale = c.dropped_stale;
     s.downweighted = c.downweighted;
     s.abandoned = c.abandoned;
-    ledger->save(s);
+    state->consumed().save(s);
 
     const std::string path = in_checkpoint_dir(s.policy_file);
     SLUICE_TRY(policy->save_state(path).with_context("actor checkpoint"));
@@ -393,15 +338,11 @@ struct Trainer::Impl {
     }
     sequence = s.sequence;
     policy_file = s.policy_file;
-    checkpoint_steps = steps;
-    checkpoint_version = version;
-    last_checkpoint = Clock::now();
-    for (auto& id : ledger->synced())
-      ack.push_back(std::move(id));
+    state->checkpoint_written(Clock::now());
     log::info(
         "actor: checkpoint {} at step {}, version {} ({} consumed ids, {} listed one by one, "
         "{:.3f} s)",
-        sequence, steps, version, ledger->count(), s.consumed_listed.size(),
+        sequence, s.steps, s.version, state->consumed().count(), s.consumed_listed.size(),
         seconds(Clock::now() - t0));
     return {};
   }
@@ -445,7 +386,7 @@ struct Trainer::Impl {
       return j;
     };
     SLUICE_ASSIGN_OR_RETURN(json initial_terms, by_terms(s.initial_by_terms));
-    Consumed restored(consumed_options());
+    Consumed restored(TrainerState::consumed_options(cfg));
     SLUICE_TRY(restored.restore(s).with_context("'" + path + "'"));
     SLUICE_ASSIGN_OR_RETURN(json last_terms, by_terms(s.last_by_terms));
     SLUICE_TRY(policy->load_state(in_checkpoint_dir(s.policy_file))
@@ -456,9 +397,6 @@ struct Trainer::Impl {
     policy_file = s.policy_file;
     restarts = s.restarts + 1;
     resumed_from_step = s.steps;
-    steps = checkpoint_steps = s.steps;
-    version = std::max(s.version, latest);
-    checkpoint_version = s.version;
     trained_tokens = s.trained_tokens;
     trained_samples = s.trained_samples;
     taken = s.taken;
@@ -480,32 +418,25 @@ struct Trainer::Impl {
     c.downweighted = s.downweighted;
     c.abandoned = s.abandoned;
     buffer->restore_counts(c);
-    *ledger = std::move(restored);
-    buffer->restore_seen(ledger->ids());
+    state->resume(s.steps, s.version, latest, std::move(restored));
+    buffer->restore_seen(state->consumed().ids());
     consumed = taken + c.dropped_stale;
     log::info("actor: resumed from checkpoint at step {}, version {} (store latest {}; restart {})",
-              steps, s.version, latest, restarts);
+              s.steps, s.version, latest, restarts);
     return true;
-  }
-
-  ConsumedOptions consumed_options() const {
-    ConsumedOptions o;
-    o.group_size = cfg.group_size;
-    o.checkpoints = !cfg.checkpoint_dir.empty();
-    return o;
   }
 
   // The last acknowledgement, after the last checkpoint: a few bounded tries.
   void final_ack() {
-    for (int i = 0; i < kFinalAckTries && (!ack.empty() || !have.empty()); ++i) {
+    for (int i = 0; state->final_ack_due(i); ++i) {
       auto r = call_collect(0, kFinalAckTimeout);
       if (r.is_ok()) return;
       log::warn("actor: final acknowledgement (try {} of {}): {}", i + 1, kFinalAckTries,
                 r.status().to_string());
     }
-    if (!ack.empty()) {
+    if (!state->ack().empty()) {
       log::warn("actor: {} acknowledgements not delivered; the manager sends them again",
-                ack.size());
+                state->ack().size());
     }
   }
 
@@ -537,7 +468,7 @@ struct Trainer::Impl {
           log::warn("actor: no checkpoint, but the store has version {}: publishing above it",
                     latest);
         }
-        version = std::max(version, latest);
+        state->start_above(latest);
       }
     }
     started = Clock::now();
@@ -545,11 +476,11 @@ struct Trainer::Impl {
     SLUICE_TRY(publish_next());  // the initial (or restored) weights
     std::vector<Sample> batch;
     while (!stopping.load() && !loop->stopped()) {
-      if (cfg.steps > 0 && steps >= cfg.steps) break;
+      if (state->steps_done()) break;
       auto wait0 = Clock::now();
       SLUICE_TRY(collect());
       std::size_t need = cfg.batch_trajectories - batch.size();
-      auto got = buffer->take(need, version);
+      auto got = buffer->take(need, state->version());
       for (const auto& id : buffer->drain_dropped_ids())
         consume(id, false);
       for (auto& s : got) {
@@ -562,10 +493,11 @@ struct Trainer::Impl {
       }
       // What the manager may replace: trajectories taken, and those dropped as stale.
       consumed = taken + buffer->counts().dropped_stale;
-      if (batch.size() < cfg.batch_trajectories) {
-        if (manager_done && buffer->held() == 0) break;
-        if (batch.empty()) SLUICE_TRY(maybe_checkpoint(idle_flush_due()));
-        wait_for(static_cast<double>(cfg.collect_ms));
+      const TrainerState::Step next = state->next_step(batch.size(), buffer->held());
+      if (next == TrainerState::Step::kFinish) break;
+      if (next == TrainerState::Step::kWait) {
+        if (batch.empty()) SLUICE_TRY(maybe_checkpoint(state->idle_flush_due(Clock::now())));
+        wait_for(static_cast<double>(state->collect_wait().count()));
         idle_s += seconds(Clock::now() - wait0);
         continue;
       }
@@ -577,7 +509,7 @@ struct Trainer::Impl {
     }
     // A last partial batch is trained on too, so every trajectory is used.
     if (!batch.empty()) SLUICE_TRY(train(batch));
-    if (cfg.eval_every > 0 && steps % cfg.eval_every != 0) SLUICE_TRY(evaluate_now());
+    if (cfg.eval_every > 0 && state->steps() % cfg.eval_every != 0) SLUICE_TRY(evaluate_now());
     if (!cfg.weights_path.empty()) SLUICE_TRY(policy->save_weights(cfg.weights_path));
     SLUICE_TRY(maybe_checkpoint(true));
     final_ack();
@@ -589,8 +521,8 @@ struct Trainer::Impl {
     double wall = seconds(Clock::now() - started);
     return json{{"wall_s", wall},
                 {"start_offset_s", cfg.start_offset_s},
-                {"steps", steps},
-                {"version", version},
+                {"steps", state->steps()},
+                {"version", state->version()},
                 {"trained_tokens", trained_tokens},
                 {"trained_samples", trained_samples},
                 {"tokens_per_s", wall > 0 ? static_cast<double>(trained_tokens) / wall : 0.0},
@@ -619,9 +551,9 @@ struct Trainer::Impl {
                 {"restarts", restarts},
                 {"resumed_from_step", resumed_from_step ? json(*resumed_from_step) : json()},
                 {"checkpoints", sequence},
-                {"accepted_ids", ledger->listed()},
-                {"trained_ids", ledger->trained_listed()},
-                {"ids_complete", ledger->ids_complete()}};
+                {"accepted_ids", state->consumed().listed()},
+                {"trained_ids", state->consumed().trained_listed()},
+                {"ids_complete", state->consumed().ids_complete()}};
   }
 };
 
@@ -639,7 +571,7 @@ core::Result<std::unique_ptr<Trainer>> Trainer::create(core::EventLoop& loop, Tr
       impl->cfg.staleness_policy == "drop" ? StalenessPolicy::kDrop : StalenessPolicy::kDownweight;
   bo.stale_weight = impl->cfg.stale_weight;
   impl->buffer = std::make_unique<ExperienceBuffer>(bo);
-  impl->ledger = std::make_unique<Consumed>(impl->consumed_options());
+  impl->state.emplace(impl->cfg, Clock::now());
   SLUICE_ASSIGN_OR_RETURN(core::Security security,
                           core::load_security(impl->cfg.security, "actor " + impl->cfg.actor_id));
   SLUICE_ASSIGN_OR_RETURN(impl->manager,
