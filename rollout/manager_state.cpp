@@ -51,6 +51,7 @@ ManagerState::ManagerState(ManagerConfig config, Mode mode, Clock::time_point no
                                               "newest version published")),
       cfg_(std::move(config)),
       mode_(mode),
+      outbox_(Millis(cfg_.resend_ms)),
       started_(now),
       last_sample_(now) {}
 
@@ -95,8 +96,7 @@ core::Status ManagerState::restore(Clock::time_point now) {
     json j = json::parse(text, nullptr, false);
     if (j.is_discarded()) return core::data_loss(fmt::format("manager db: trajectory {}", id));
     SLUICE_ASSIGN_OR_RETURN(rl::Trajectory tr, rl::Trajectory::from_json(j));
-    unacked_[id] = Held{std::move(tr), false, false, {}};
-    outbox_.push_back(id);
+    outbox_.hold(std::move(tr), nullptr);  // in the database already
   }
   doomed_.insert(snap.doomed.begin(), snap.doomed.end());
   for (std::uint64_t p = 0; p < next_prompt_; ++p) {
@@ -113,7 +113,7 @@ core::Status ManagerState::restore(Clock::time_point now) {
     log::info(
         "manager: restored from {}: {} prompts released, {} finished ({} unacknowledged), {} in "
         "flight or waiting; latest version {}",
-        db_->path(), next_prompt_, counts_.finished, unacked_.size(), unclaimed_.size(), latest_);
+        db_->path(), next_prompt_, counts_.finished, outbox_.held(), unclaimed_.size(), latest_);
   }
   return {};
 }
@@ -140,7 +140,7 @@ DecodeLimits ManagerState::decode_limits() const {
 }
 
 bool ManagerState::done() const {
-  return cfg_.prompts != 0 && counts_.acked >= total_trajectories() && unacked_.empty();
+  return cfg_.prompts != 0 && counts_.acked >= total_trajectories() && outbox_.empty();
 }
 
 std::optional<ManagerState::Where> ManagerState::where(const std::string& id) const {
@@ -533,77 +533,22 @@ void ManagerState::on_finished(const rl::Trajectory& tr) {
   if (tr.abandoned) ++counts_.abandoned;
   count_group_member(tr.prompt_id);
   unclaimed_.erase(tr.id);
-  unacked_[tr.id] = Held{tr, false, false, {}};
-  outbox_.push_back(tr.id);
-  if (db_) {
-    changes_.finished.push_back(tr.id);
-    changes_.unacked.emplace_back(tr.id, tr.to_json().dump());
-  }
+  if (db_) changes_.finished.push_back(tr.id);
+  outbox_.hold(tr, changes());
   if (cfg_.abandon_stale && (tr.abandoned || tr.version < abandon_before())) doom(tr.prompt_id);
 }
 
 // ---- The actor's side.
 
 CollectReply ManagerState::collect(const CollectRequest& q, Clock::time_point now) {
-  for (const auto& id : q.ack) {
-    if (unacked_.erase(id) == 0) continue;  // a repeated ack is harmless
-    ++counts_.acked;
-    m_acked_.inc();
-    if (db_) changes_.acked.push_back(id);
-  }
-  if (q.epoch && *q.epoch != epoch_) {
-    // A restarted actor lost what it had not checkpointed: everything unacked goes again.
-    if (!epoch_.empty())
-      log::info("manager: actor epoch {} -> {}: re-sending unacked", epoch_, *q.epoch);
-    epoch_ = *q.epoch;
-    for (auto& [id, h] : unacked_) {
-      h.have = false;
-      if (h.sent) {
-        h.sent = false;
-        outbox_.push_back(id);
-      }
-    }
-  }
-  for (const auto& id : q.have.value_or(std::vector<std::string>{})) {
-    auto it = unacked_.find(id);
-    if (it != unacked_.end() && it->second.sent) it->second.have = true;
-  }
+  const std::size_t acked = outbox_.acknowledge(q.ack, changes());
+  counts_.acked += acked;
+  m_acked_.inc(static_cast<double>(acked));
+  if (q.epoch) outbox_.see_epoch(*q.epoch);
+  outbox_.mark_have(q.have.value_or(std::vector<std::string>{}));
   if (collect_opens_budget(mode_)) consumed_ = std::max(consumed_, q.consumed);
-  const std::size_t max = q.max;
   CollectReply reply;
-  std::vector<rl::Trajectory>& out = reply.trajectories;
-  // Resend what was delivered a while ago and neither received (`have`) nor acknowledged: the
-  // reply was lost. The actor's buffer refuses what it already has.
-  // Bounded by bytes (kTrajectoryBytesPerMessage): a restarted actor is owed every unacknowledged
-  // trajectory at once, and one reply with all of them was refused whole and sent again forever
-  // (the job stalled under sluice chaos).
-  std::size_t bytes = 0;
-  auto fits = [&](const rl::Trajectory& t) {
-    std::size_t b = approx_json_bytes(t);
-    if (!out.empty() && bytes + b > kTrajectoryBytesPerMessage) return false;
-    bytes += b;
-    return true;
-  };
-  for (auto& [id, h] : unacked_) {
-    if (out.size() >= max) break;
-    if (h.sent && !h.have && now - h.sent_at > Millis(cfg_.resend_ms)) {
-      if (!fits(h.tr)) break;
-      h.sent_at = now;
-      out.push_back(h.tr);
-    }
-  }
-  while (out.size() < max && !outbox_.empty()) {
-    auto it = unacked_.find(outbox_.front());
-    if (it == unacked_.end() || it->second.sent) {  // acknowledged meanwhile
-      outbox_.pop_front();
-      continue;
-    }
-    if (!fits(it->second.tr)) break;  // the rest in the next reply
-    outbox_.pop_front();
-    it->second.sent = true;
-    it->second.sent_at = now;
-    out.push_back(it->second.tr);
-  }
+  reply.trajectories = outbox_.take(q.max, now);
   // Done, for the actor: nothing more will come to this epoch (every trajectory of the job
   // finished and received). The actor acknowledges the last of them only after its final
   // checkpoint, which it writes once it hears this; done() (everything acknowledged) is the
@@ -613,12 +558,8 @@ CollectReply ManagerState::collect(const CollectRequest& q, Clock::time_point no
 }
 
 bool ManagerState::all_received() const {
-  if (cfg_.prompts == 0 || counts_.acked + unacked_.size() < total_trajectories() ||
-      !outbox_.empty()) {
-    return false;
-  }
-  return std::all_of(unacked_.begin(), unacked_.end(),
-                     [](const auto& u) { return u.second.sent && u.second.have; });
+  return cfg_.prompts != 0 && counts_.acked + outbox_.held() >= total_trajectories() &&
+         outbox_.all_received();
 }
 
 PublishedReply ManagerState::published(const PublishedRequest& q) {

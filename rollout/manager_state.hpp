@@ -37,6 +37,7 @@
 #include "rollout/engine.hpp"
 #include "rollout/manager.hpp"
 #include "rollout/manager_db.hpp"
+#include "rollout/manager_outbox.hpp"
 #include "rollout/mode_policy.hpp"
 #include "rollout/protocol.hpp"
 #include "rollout/repack.hpp"
@@ -167,13 +168,6 @@ class ManagerState {
     std::uint64_t version = 0;
     bool with_kv = false;  // its KV cache moves with it (cheaper than re-prefill)
   };
-  // A finished trajectory the actor has not acknowledged (durable).
-  struct Held {
-    rl::Trajectory tr;
-    bool sent = false;  // to the current epoch
-    bool have = false;  // the actor said it received it (this epoch)
-    Clock::time_point sent_at;
-  };
   // Where free rollout slots went, in slot-seconds (sampled). While work waited in the pool: a
   // rollout loading weights, one draining an old version (given no new work), anything else.
   // While none waited: the budget ahead of the actor was used up, or none was left in the job.
@@ -185,6 +179,8 @@ class ManagerState {
 
   ManagerState(ManagerConfig config, Mode mode, Clock::time_point now);
   core::Status restore(Clock::time_point now);
+  // Where a request's durable changes are recorded (null: no database).
+  ManagerChanges* changes() { return db_ ? &changes_ : nullptr; }
 
   // The prompt pool.
   std::uint64_t total_trajectories() const { return cfg_.prompts * cfg_.group_size; }
@@ -263,11 +259,8 @@ class ManagerState {
   std::unordered_map<std::string, std::uint32_t> group_finished_;
   std::uint64_t complete_trajectories_ = 0;
   std::set<std::string> doomed_;  // prompts whose group the actor will drop (abandon_stale)
-  // Finished trajectories the actor has not acknowledged, by id; `outbox_` orders those not yet
-  // sent to the actor's current epoch.
-  std::map<std::string, Held> unacked_;
-  std::deque<std::string> outbox_;
-  std::string epoch_;  // the actor's, as last seen ("" before any)
+  // Finished trajectories the actor has not acknowledged, and what was sent to its epoch.
+  ActorOutbox outbox_;
   ManagerCounts counts_;
 
   // Durable state (see manager_db.hpp): the changes of the request being handled.

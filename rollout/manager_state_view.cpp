@@ -11,7 +11,7 @@ using nlohmann::json;
 std::string ManagerState::digest() const {
   std::string s =
       fmt::format("{} {} {} {} {} {} {} {}|", next_prompt_, latest_, consumed_, counts_.acked,
-                  counts_.finished, counts_.duplicates, epoch_, recovering_);
+                  counts_.finished, counts_.duplicates, outbox_.epoch(), recovering_);
   std::map<std::string, const Traj*> sorted;
   for (const auto& [id, t] : trajs_)
     sorted.emplace(id, &t);
@@ -26,10 +26,7 @@ std::string ManagerState::digest() const {
   for (const auto& p : resumes_)
     s += p.trajectory_id + ";";
   s += "|";
-  for (const auto& [id, h] : unacked_)
-    s += fmt::format("{}:{}:{};", id, h.sent, h.have);
-  for (const auto& id : outbox_)
-    s += id + ";";
+  outbox_.describe(s);
   s += "|";
   for (const auto& id : doomed_)
     s += id + ";";
