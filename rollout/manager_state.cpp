@@ -1,10 +1,10 @@
-// The manager's state machine: lifecycle and durability, the prompt pool, failures, repack and
-// the actor's side. A rollout's report is in manager_state_report.cpp.
+// The manager's state machine: lifecycle and durability, handing out work, failures, repack and
+// the actor's side. A rollout's report is in manager_state_report.cpp; the prompt pool and the
+// outbox to the actor are classes of their own (prompt_pool.*, manager_outbox.*).
 #include <fmt/format.h>
 
 #include <algorithm>
 
-#include "core/checksum.hpp"
 #include "core/log.hpp"
 #include "rollout/manager_state.hpp"
 
@@ -20,26 +20,14 @@ namespace {
 // of yet, say after a restart of the actor); beyond it, the request is refused as malformed.
 constexpr std::uint64_t kVersionSlack = 1'000'000;
 
-// A deterministic prompt for the simulated workload: token ids in [0, 32).
-std::vector<std::int32_t> sim_prompt(std::uint64_t seed, std::uint64_t index, std::uint32_t n) {
-  std::vector<std::int32_t> tokens(n);
-  std::uint64_t x = seed * 0x9e3779b97f4a7c15ull + index + 1;
-  for (auto& t : tokens) {
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    t = static_cast<std::int32_t>(x % 32);
-  }
-  return tokens;
-}
-
 std::uint64_t last_version(const SequenceState& s) {
   return s.versions.empty() ? 0 : s.versions.back();
 }
 
 }  // namespace
 
-ManagerState::ManagerState(ManagerConfig config, Mode mode, Clock::time_point now)
+ManagerState::ManagerState(ManagerConfig config, Mode mode, Admission admission, TailPolicy tail,
+                           std::optional<rl::ArithmeticTask> task, Clock::time_point now)
     : m_finished_(core::process_metrics().counter("sluice_manager_trajectories_finished_total",
                                                   "trajectories finished by rollouts, each once")),
       m_acked_(core::process_metrics().counter("sluice_manager_trajectories_acked_total",
@@ -51,6 +39,9 @@ ManagerState::ManagerState(ManagerConfig config, Mode mode, Clock::time_point no
                                               "newest version published")),
       cfg_(std::move(config)),
       mode_(mode),
+      tail_(tail),
+      pool_(cfg_, mode, admission, std::move(task)),
+      outbox_(Millis(cfg_.resend_ms)),
       started_(now),
       last_sample_(now) {}
 
@@ -60,15 +51,14 @@ core::Result<std::unique_ptr<ManagerState>> ManagerState::create(ManagerConfig c
   SLUICE_ASSIGN_OR_RETURN(Mode mode, parse_mode(config.mode));
   SLUICE_ASSIGN_OR_RETURN(Admission admission, parse_admission(config.admission, mode));
   SLUICE_ASSIGN_OR_RETURN(TailPolicy tail, parse_tail(config.tail));
-  std::unique_ptr<ManagerState> s(new ManagerState(std::move(config), mode, now));
-  s->admission_ = admission;
-  s->tail_ = tail;
-  if (s->cfg_.prompt_source == "task") {
-    SLUICE_ASSIGN_OR_RETURN(rl::ArithmeticTask t, rl::ArithmeticTask::create(s->cfg_.task));
-    s->cfg_.max_new_tokens =
-        std::min<std::uint64_t>(s->cfg_.max_new_tokens, t.max_response_tokens());
-    s->task_.emplace(std::move(t));
+  std::optional<rl::ArithmeticTask> task;
+  if (config.prompt_source == "task") {
+    SLUICE_ASSIGN_OR_RETURN(rl::ArithmeticTask t, rl::ArithmeticTask::create(config.task));
+    config.max_new_tokens = std::min<std::uint64_t>(config.max_new_tokens, t.max_response_tokens());
+    task.emplace(std::move(t));
   }
+  std::unique_ptr<ManagerState> s(
+      new ManagerState(std::move(config), mode, admission, tail, std::move(task), now));
   if (db) {
     s->db_ = std::move(db);
     SLUICE_TRY(s->restore(now));
@@ -81,31 +71,25 @@ core::Result<std::unique_ptr<ManagerState>> ManagerState::create(ManagerConfig c
 core::Status ManagerState::restore(Clock::time_point now) {
   SLUICE_ASSIGN_OR_RETURN(ManagerSnapshot snap, db_->load());
   committed_ = snap.counters;
-  next_prompt_ = snap.counters.next_prompt;
+  pool_.restore(snap);
   latest_ = snap.counters.latest;
-  consumed_ = snap.counters.consumed;
   counts_.acked = snap.counters.acked;
-  for (const auto& id : snap.finished) {
+  for (const auto& id : snap.finished)
     trajs_[id].state = TrajState::kFinished;
-    auto ix = parse_trajectory_id(id);
-    if (ix) count_group_member(fmt::format("p{}", ix->first));
-  }
   counts_.finished = snap.finished.size();
   for (const auto& [id, text] : snap.unacked) {
     json j = json::parse(text, nullptr, false);
     if (j.is_discarded()) return core::data_loss(fmt::format("manager db: trajectory {}", id));
     SLUICE_ASSIGN_OR_RETURN(rl::Trajectory tr, rl::Trajectory::from_json(j));
-    unacked_[id] = Held{std::move(tr), false, false, {}};
-    outbox_.push_back(id);
+    outbox_.hold(std::move(tr), nullptr);  // in the database already
   }
-  doomed_.insert(snap.doomed.begin(), snap.doomed.end());
-  for (std::uint64_t p = 0; p < next_prompt_; ++p) {
+  for (std::uint64_t p = 0; p < pool_.released(); ++p) {
     for (std::uint32_t k = 0; k < cfg_.group_size; ++k) {
       std::string id = fmt::format("p{}/{}", p, k);
       if (!trajs_.count(id)) unclaimed_.insert(id);
     }
   }
-  recovering_ = next_prompt_ > 0;
+  recovering_ = pool_.released() > 0;
   std::uint64_t grace =
       cfg_.recovery_grace_ms > 0 ? cfg_.recovery_grace_ms : 2 * cfg_.heartbeat_timeout_ms;
   recovery_deadline_ = now + Millis(grace);
@@ -113,7 +97,8 @@ core::Status ManagerState::restore(Clock::time_point now) {
     log::info(
         "manager: restored from {}: {} prompts released, {} finished ({} unacknowledged), {} in "
         "flight or waiting; latest version {}",
-        db_->path(), next_prompt_, counts_.finished, unacked_.size(), unclaimed_.size(), latest_);
+        db_->path(), pool_.released(), counts_.finished, outbox_.held(), unclaimed_.size(),
+        latest_);
   }
   return {};
 }
@@ -140,7 +125,7 @@ DecodeLimits ManagerState::decode_limits() const {
 }
 
 bool ManagerState::done() const {
-  return cfg_.prompts != 0 && counts_.acked >= total_trajectories() && unacked_.empty();
+  return cfg_.prompts != 0 && counts_.acked >= pool_.total_trajectories() && outbox_.empty();
 }
 
 std::optional<ManagerState::Where> ManagerState::where(const std::string& id) const {
@@ -149,61 +134,7 @@ std::optional<ManagerState::Where> ManagerState::where(const std::string& id) co
   return Where{it->second.state, it->second.rollout};
 }
 
-// ---- The prompt pool.
-
-// Whether a new group may be released. Budget: while fewer than so many batches are released
-// and unconsumed (in flight or not). Continuous: while the actor's queue of complete groups it has
-// not taken is short of backlog_batches.
-bool ManagerState::budget_left() const {
-  if (admission_ == Admission::kContinuous) {
-    return ready_backlog() <
-           static_cast<std::uint64_t>(cfg_.backlog_batches) * cfg_.batch_trajectories;
-  }
-  std::uint64_t released = next_prompt_ * cfg_.group_size;
-  return released + cfg_.group_size <=
-         consumed_ + batches_ahead(mode_, cfg_.ahead_batches) * cfg_.batch_trajectories;
-}
-
-std::uint64_t ManagerState::ready_backlog() const {
-  return complete_trajectories_ > consumed_ ? complete_trajectories_ - consumed_ : 0;
-}
-
-void ManagerState::count_group_member(const std::string& prompt_id) {
-  std::uint32_t& n = group_finished_[prompt_id];
-  if (++n < cfg_.group_size) return;
-  group_finished_.erase(prompt_id);
-  complete_trajectories_ += cfg_.group_size;
-}
-
-SequenceState ManagerState::fresh(const std::string& traj_id, const std::string& prompt_id,
-                                  std::vector<std::int32_t> prompt) const {
-  SequenceState s;
-  s.trajectory_id = traj_id;
-  s.prompt_id = prompt_id;
-  s.prompt_tokens = std::move(prompt);
-  s.max_new_tokens = cfg_.max_new_tokens;
-  s.rng_state = core::chunk_checksum(traj_id.data(), traj_id.size()) ^ cfg_.seed;
-  return s;
-}
-
-// The prompt of index `p`, deterministic from the configuration (a restarted manager rebuilds the
-// same prompt for a trajectory it has no record of).
-core::Result<std::vector<std::int32_t>> ManagerState::prompt_of(std::uint64_t p) const {
-  if (!task_) return sim_prompt(cfg_.seed, p, cfg_.prompt_tokens);
-  SLUICE_ASSIGN_OR_RETURN(auto tp, task_->train_prompt(p));
-  return std::vector<std::int32_t>(tp.tokens.begin(), tp.tokens.end());
-}
-
-// The trajectory "p<N>/<k>" as first assigned, rebuilt from its id.
-core::Result<SequenceState> ManagerState::initial_of(const std::string& traj_id) const {
-  auto ix = parse_trajectory_id(traj_id);
-  if (!ix || ix->second >= cfg_.group_size || ix->first >= next_prompt_) {
-    return core::invalid_argument(
-        fmt::format("trajectory {} is not one this manager released", traj_id));
-  }
-  SLUICE_ASSIGN_OR_RETURN(auto prompt, prompt_of(ix->first));
-  return fresh(traj_id, fmt::format("p{}", ix->first), std::move(prompt));
-}
+// ---- Handing out work.
 
 // The next trajectory to hand out: one sent back, else the first of a newly released group (the
 // rest of the group waits in the pool), else none (the job or the budget ahead is used up).
@@ -211,25 +142,20 @@ std::optional<SequenceState> ManagerState::next_item() {
   while (!pending_.empty()) {
     SequenceState s = std::move(pending_.front());
     pending_.pop_front();
-    if (!doomed_.count(s.prompt_id)) return s;
+    if (!pool_.doomed(s.prompt_id)) return s;
     finish_abandoned(s);
   }
-  if (all_released() || !budget_left()) return std::nullopt;
-  std::uint64_t p = next_prompt_++;
-  std::string prompt_id = fmt::format("p{}", p);
-  auto prompt = prompt_of(p);
-  if (!prompt.is_ok()) {
-    log::error("manager: prompt {}: {}", p, prompt.status().to_string());
-    return std::nullopt;
+  std::vector<SequenceState> group = pool_.release();
+  if (group.empty()) return std::nullopt;
+  // Members 1.. first, then 0 (the order the records were always made in).
+  for (std::size_t k = 1; k < group.size(); ++k) {
+    Traj& t = trajs_[group[k].trajectory_id];
+    t.initial = std::move(group[k]);
+    pending_.push_back(t.initial);
   }
-  for (std::uint32_t k = 1; k < cfg_.group_size; ++k) {
-    std::string id = fmt::format("{}/{}", prompt_id, k);
-    trajs_[id].initial = fresh(id, prompt_id, *prompt);
-    pending_.push_back(trajs_[id].initial);
-  }
-  std::string id0 = prompt_id + "/0";
-  trajs_[id0].initial = fresh(id0, prompt_id, std::move(prompt).value());
-  return trajs_[id0].initial;
+  Traj& first = trajs_[group[0].trajectory_id];
+  first.initial = std::move(group[0]);
+  return first.initial;
 }
 
 // ---- Failures and hand-backs.
@@ -277,7 +203,7 @@ void ManagerState::restart(Traj& t) {
 // Work that did not start where it was sent goes back: to the front of the pool when nothing of
 // it was generated yet, else to the resumes (it continues on a rollout of its version).
 void ManagerState::send_back(Traj& t, SequenceState s) {
-  if (doomed_.count(s.prompt_id)) {
+  if (pool_.doomed(s.prompt_id)) {
     finish_abandoned(s);
     return;
   }
@@ -302,7 +228,7 @@ void ManagerState::end_recovery() {
   std::set<std::string> left = std::move(unclaimed_);
   unclaimed_.clear();
   for (const auto& id : left) {
-    auto s = initial_of(id);
+    auto s = pool_.initial_of(id);
     if (!s.is_ok()) {
       log::error("manager: recovery of {}: {}", id, s.status().to_string());
       continue;
@@ -359,7 +285,7 @@ bool ManagerState::takes_work(const Rollout& r) const {
 void ManagerState::sample_free_slots(Clock::time_point now) {
   double dt = std::chrono::duration<double>(now - last_sample_).count();
   last_sample_ = now;
-  const bool work_waits = !pending_.empty() || (!all_released() && budget_left());
+  const bool work_waits = !pending_.empty() || (!pool_.all_released() && pool_.budget_left());
   for (const auto& [id, r] : rollouts_) {
     if (!r.alive || r.version == 0) continue;
     std::int64_t free = static_cast<std::int64_t>(r.capacity.max_sequences) -
@@ -367,9 +293,9 @@ void ManagerState::sample_free_slots(Clock::time_point now) {
     if (free <= 0) continue;
     double slot_s = dt * static_cast<double>(free);
     if (!work_waits) {
-      if (all_released()) {
+      if (pool_.all_released()) {
         free_slots_.end += slot_s;
-      } else if (admission_ == Admission::kContinuous) {
+      } else if (pool_.admission() == Admission::kContinuous) {
         free_slots_.backlog += slot_s;
       } else {
         free_slots_.budget += slot_s;
@@ -449,7 +375,7 @@ void ManagerState::plan_moves(std::set<std::string>& moving) {
       s.generated = s.kv_tokens > prompt ? s.kv_tokens - prompt : 0;
     }
     // Emptied, it gains something only by loading a newer version and taking work.
-    v.freed_has_work = r.version < latest_ && (!pending_.empty() || !all_released());
+    v.freed_has_work = r.version < latest_ && (!pending_.empty() || !pool_.all_released());
     fleet.push_back(std::move(v));
   }
   RepackPlan plan = rollout::plan_repack(
@@ -493,8 +419,7 @@ void ManagerState::finish_abandoned(const SequenceState& s) {
 
 // The group of `prompt_id` will be dropped: its members still to run or running end now.
 void ManagerState::doom(const std::string& prompt_id) {
-  if (!doomed_.insert(prompt_id).second) return;
-  if (db_) changes_.doomed.push_back(prompt_id);
+  if (!pool_.doom(prompt_id, changes())) return;
   for (std::uint32_t k = 0; k < cfg_.group_size; ++k) {
     std::string id = fmt::format("{}/{}", prompt_id, k);
     auto it = trajs_.find(id);
@@ -531,79 +456,24 @@ void ManagerState::on_finished(const rl::Trajectory& tr) {
   ++counts_.finished;
   m_finished_.inc();
   if (tr.abandoned) ++counts_.abandoned;
-  count_group_member(tr.prompt_id);
+  pool_.count_group_member(tr.prompt_id);
   unclaimed_.erase(tr.id);
-  unacked_[tr.id] = Held{tr, false, false, {}};
-  outbox_.push_back(tr.id);
-  if (db_) {
-    changes_.finished.push_back(tr.id);
-    changes_.unacked.emplace_back(tr.id, tr.to_json().dump());
-  }
+  if (db_) changes_.finished.push_back(tr.id);
+  outbox_.hold(tr, changes());
   if (cfg_.abandon_stale && (tr.abandoned || tr.version < abandon_before())) doom(tr.prompt_id);
 }
 
 // ---- The actor's side.
 
 CollectReply ManagerState::collect(const CollectRequest& q, Clock::time_point now) {
-  for (const auto& id : q.ack) {
-    if (unacked_.erase(id) == 0) continue;  // a repeated ack is harmless
-    ++counts_.acked;
-    m_acked_.inc();
-    if (db_) changes_.acked.push_back(id);
-  }
-  if (q.epoch && *q.epoch != epoch_) {
-    // A restarted actor lost what it had not checkpointed: everything unacked goes again.
-    if (!epoch_.empty())
-      log::info("manager: actor epoch {} -> {}: re-sending unacked", epoch_, *q.epoch);
-    epoch_ = *q.epoch;
-    for (auto& [id, h] : unacked_) {
-      h.have = false;
-      if (h.sent) {
-        h.sent = false;
-        outbox_.push_back(id);
-      }
-    }
-  }
-  for (const auto& id : q.have.value_or(std::vector<std::string>{})) {
-    auto it = unacked_.find(id);
-    if (it != unacked_.end() && it->second.sent) it->second.have = true;
-  }
-  if (collect_opens_budget(mode_)) consumed_ = std::max(consumed_, q.consumed);
-  const std::size_t max = q.max;
+  const std::size_t acked = outbox_.acknowledge(q.ack, changes());
+  counts_.acked += acked;
+  m_acked_.inc(static_cast<double>(acked));
+  if (q.epoch) outbox_.see_epoch(*q.epoch);
+  outbox_.mark_have(q.have.value_or(std::vector<std::string>{}));
+  if (collect_opens_budget(mode_)) pool_.consume(q.consumed);
   CollectReply reply;
-  std::vector<rl::Trajectory>& out = reply.trajectories;
-  // Resend what was delivered a while ago and neither received (`have`) nor acknowledged: the
-  // reply was lost. The actor's buffer refuses what it already has.
-  // Bounded by bytes (kTrajectoryBytesPerMessage): a restarted actor is owed every unacknowledged
-  // trajectory at once, and one reply with all of them was refused whole and sent again forever
-  // (the job stalled under sluice chaos).
-  std::size_t bytes = 0;
-  auto fits = [&](const rl::Trajectory& t) {
-    std::size_t b = approx_json_bytes(t);
-    if (!out.empty() && bytes + b > kTrajectoryBytesPerMessage) return false;
-    bytes += b;
-    return true;
-  };
-  for (auto& [id, h] : unacked_) {
-    if (out.size() >= max) break;
-    if (h.sent && !h.have && now - h.sent_at > Millis(cfg_.resend_ms)) {
-      if (!fits(h.tr)) break;
-      h.sent_at = now;
-      out.push_back(h.tr);
-    }
-  }
-  while (out.size() < max && !outbox_.empty()) {
-    auto it = unacked_.find(outbox_.front());
-    if (it == unacked_.end() || it->second.sent) {  // acknowledged meanwhile
-      outbox_.pop_front();
-      continue;
-    }
-    if (!fits(it->second.tr)) break;  // the rest in the next reply
-    outbox_.pop_front();
-    it->second.sent = true;
-    it->second.sent_at = now;
-    out.push_back(it->second.tr);
-  }
+  reply.trajectories = outbox_.take(q.max, now);
   // Done, for the actor: nothing more will come to this epoch (every trajectory of the job
   // finished and received). The actor acknowledges the last of them only after its final
   // checkpoint, which it writes once it hears this; done() (everything acknowledged) is the
@@ -613,17 +483,13 @@ CollectReply ManagerState::collect(const CollectRequest& q, Clock::time_point no
 }
 
 bool ManagerState::all_received() const {
-  if (cfg_.prompts == 0 || counts_.acked + unacked_.size() < total_trajectories() ||
-      !outbox_.empty()) {
-    return false;
-  }
-  return std::all_of(unacked_.begin(), unacked_.end(),
-                     [](const auto& u) { return u.second.sent && u.second.have; });
+  return cfg_.prompts != 0 && counts_.acked + outbox_.held() >= pool_.total_trajectories() &&
+         outbox_.all_received();
 }
 
 PublishedReply ManagerState::published(const PublishedRequest& q) {
   std::uint64_t v = q.version;  // a maximum: a repeated or older publish changes nothing
-  consumed_ = std::max(consumed_, q.consumed);
+  pool_.consume(q.consumed);
   if (v > latest_) {
     latest_ = v;
     m_latest_.set(static_cast<double>(v));

@@ -1,18 +1,30 @@
-// The rollout manager's state machine: the prompt pool, assignment of trajectories to rollouts,
-// heartbeats, the partial-response pool, repack, and the hand-off of finished trajectories to the
-// actor (the rules are in rollout/manager.hpp; what differs between modes is in
-// rollout/mode_policy.hpp). No sockets, no event loop, no clock: every call that needs the time
-// takes it as `now`, so that every rule can be driven directly with synthetic time. The service
-// around it (Manager, rollout/manager.cpp) decodes requests, validates them, calls this with the
-// clock's time, commits and replies, and runs the timers.
+// The rollout manager's state machine: assignment of trajectories to rollouts, heartbeats, the
+// partial-response pool, repack and recovery after a restart (the rules are in
+// rollout/manager.hpp; what differs between modes is in rollout/mode_policy.hpp). It is composed
+// of parts that own their data and rules, each with tests of its own:
+// - the prompt pool (PromptPool, rollout/prompt_pool.hpp): prompts released in order under
+//   admission, a trajectory's first state rebuilt from its id, groups complete and doomed, what
+//   the actor consumed;
+// - the outbox to the actor (ActorOutbox, rollout/manager_outbox.hpp): a finished trajectory held
+//   until the actor acknowledges it, sent once per actor epoch, a new epoch re-sending only what
+//   is unacknowledged.
+// It keeps the rest itself: the rollouts, where each trajectory is, the work waiting to be handed
+// out or resumed, and repack's moves (these rules cross each other: a rollout's death, a report
+// or a move changes all of them at once).
+//
+// No sockets, no event loop, no clock: every call that needs the time takes it as `now`, so that
+// every rule can be driven directly with synthetic time. The service around it (Manager,
+// rollout/manager.cpp) decodes requests, validates them, calls this with the clock's time, commits
+// and replies, and runs the timers.
 //
 // Requests take typed messages (rollout/protocol.hpp) that were decoded with decode_limits() and,
 // for a report, passed check_report(): validation happens before anything here changes, so a
 // refused request changes nothing.
 //
 // Durability: with a ManagerDb, every change that cannot be rebuilt from the other roles is
-// collected as the request runs; commit() writes them in one transaction, and the service calls
-// it before it replies (and on its timer, to retry a failed commit).
+// collected as the request runs (by the parts too, into the same ManagerChanges); commit() writes
+// them in one transaction, and the service calls it before it replies (and on its timer, to retry
+// a failed commit).
 //
 // Thread safety: none; the service owns it on its loop thread.
 #pragma once
@@ -37,7 +49,9 @@
 #include "rollout/engine.hpp"
 #include "rollout/manager.hpp"
 #include "rollout/manager_db.hpp"
+#include "rollout/manager_outbox.hpp"
 #include "rollout/mode_policy.hpp"
+#include "rollout/prompt_pool.hpp"
 #include "rollout/protocol.hpp"
 #include "rollout/repack.hpp"
 
@@ -167,13 +181,6 @@ class ManagerState {
     std::uint64_t version = 0;
     bool with_kv = false;  // its KV cache moves with it (cheaper than re-prefill)
   };
-  // A finished trajectory the actor has not acknowledged (durable).
-  struct Held {
-    rl::Trajectory tr;
-    bool sent = false;  // to the current epoch
-    bool have = false;  // the actor said it received it (this epoch)
-    Clock::time_point sent_at;
-  };
   // Where free rollout slots went, in slot-seconds (sampled). While work waited in the pool: a
   // rollout loading weights, one draining an old version (given no new work), anything else.
   // While none waited: the budget ahead of the actor was used up, or none was left in the job.
@@ -183,21 +190,13 @@ class ManagerState {
     double loading = 0, draining = 0, budget = 0, backlog = 0, end = 0, other = 0;
   };
 
-  ManagerState(ManagerConfig config, Mode mode, Clock::time_point now);
+  ManagerState(ManagerConfig config, Mode mode, Admission admission, TailPolicy tail,
+               std::optional<rl::ArithmeticTask> task, Clock::time_point now);
   core::Status restore(Clock::time_point now);
+  // Where a request's durable changes are recorded (null: no database).
+  ManagerChanges* changes() { return db_ ? &changes_ : nullptr; }
 
-  // The prompt pool.
-  std::uint64_t total_trajectories() const { return cfg_.prompts * cfg_.group_size; }
-  bool all_released() const { return cfg_.prompts != 0 && next_prompt_ >= cfg_.prompts; }
-  bool budget_left() const;
-  // Trajectories in complete groups that the actor has not taken yet.
-  std::uint64_t ready_backlog() const;
-  // A finished member of the group of `prompt_id` (each trajectory once).
-  void count_group_member(const std::string& prompt_id);
-  SequenceState fresh(const std::string& traj_id, const std::string& prompt_id,
-                      std::vector<std::int32_t> prompt) const;
-  core::Result<std::vector<std::int32_t>> prompt_of(std::uint64_t p) const;
-  core::Result<SequenceState> initial_of(const std::string& traj_id) const;
+  // The next trajectory to hand out: one sent back, else the first of a group the pool releases.
   std::optional<SequenceState> next_item();
 
   // Failures and hand-backs.
@@ -235,7 +234,9 @@ class ManagerState {
   // Repack's moves (sluice mode with repack on); adds the rollouts they empty or fill to `moving`.
   void plan_moves(std::set<std::string>& moving);
 
-  ManagerCounters counters() const { return {next_prompt_, latest_, consumed_, counts_.acked}; }
+  ManagerCounters counters() const {
+    return {pool_.released(), latest_, pool_.consumed(), counts_.acked};
+  }
   nlohmann::json status_fields(Clock::time_point now) const;
 
   // Exported on the role's /metrics (core::process_metrics()).
@@ -246,28 +247,18 @@ class ManagerState {
 
   ManagerConfig cfg_;
   Mode mode_;
-  Admission admission_ = Admission::kBudget;
   TailPolicy tail_ = TailPolicy::kDrain;
-  std::optional<rl::ArithmeticTask> task_;  // prompt_source task
+  // Prompts released, groups complete and doomed, what the actor consumed, and admission.
+  PromptPool pool_;
 
   std::map<std::string, Rollout> rollouts_;
   std::unordered_map<std::string, Traj> trajs_;
   std::deque<SequenceState> pending_;   // fresh or restarted trajectories
   std::vector<SequenceState> resumes_;  // partial states waiting for a rollout of their version
   std::map<std::string, Move> moves_;   // trajectory id -> repack move in progress
-  std::uint64_t next_prompt_ = 0;
   std::uint64_t latest_ = 0;
-  std::uint64_t consumed_ = 0;  // trajectories the actor has taken (trained on or dropped)
-  // Finished members of groups not yet complete, by prompt id, and the trajectories of the
-  // complete groups (for continuous admission's backlog).
-  std::unordered_map<std::string, std::uint32_t> group_finished_;
-  std::uint64_t complete_trajectories_ = 0;
-  std::set<std::string> doomed_;  // prompts whose group the actor will drop (abandon_stale)
-  // Finished trajectories the actor has not acknowledged, by id; `outbox_` orders those not yet
-  // sent to the actor's current epoch.
-  std::map<std::string, Held> unacked_;
-  std::deque<std::string> outbox_;
-  std::string epoch_;  // the actor's, as last seen ("" before any)
+  // Finished trajectories the actor has not acknowledged, and what was sent to its epoch.
+  ActorOutbox outbox_;
   ManagerCounts counts_;
 
   // Durable state (see manager_db.hpp): the changes of the request being handled.

@@ -20,7 +20,7 @@ std::uint64_t last_version(const SequenceState& s) {
 core::Status ManagerState::check_report(const ReportRequest& q) const {
   auto check = [&](const std::string& tid) -> core::Status {
     if (trajs_.count(tid)) return {};
-    core::Status st = initial_of(tid).status();
+    core::Status st = pool_.initial_of(tid).status();
     if (st.is_ok()) return {};
     return core::protocol_error(fmt::format("{}: {}", msg::kReport, st.message()));
   };
@@ -45,7 +45,7 @@ ManagerState::Traj& ManagerState::traj_named(const std::string& traj_id) {
   if (it != trajs_.end()) return it->second;
   unclaimed_.erase(traj_id);
   Traj& t = trajs_[traj_id];
-  auto s = initial_of(traj_id);
+  auto s = pool_.initial_of(traj_id);
   if (s.is_ok()) t.initial = std::move(s).value();
   return t;
 }
@@ -54,7 +54,7 @@ ManagerState::Traj& ManagerState::traj_named(const std::string& traj_id) {
 // group was doomed before the restart, the rollout is told to stop it.
 void ManagerState::recover(Rollout& r, const std::string& tid, const Traj& t) {
   ++counts_.recovered;
-  if (doomed_.count(t.initial.prompt_id)) r.to_abandon.push_back(tid);
+  if (pool_.doomed(t.initial.prompt_id)) r.to_abandon.push_back(tid);
 }
 
 bool ManagerState::any_behind_with_work(std::uint64_t v) const {
@@ -231,7 +231,7 @@ void ManagerState::route_exported(const std::string& source, SequenceState s) {
   auto mv = moves_.find(s.trajectory_id);
   auto& t = trajs_[s.trajectory_id];
   if (t.state == TrajState::kFinished) return;
-  if (doomed_.count(s.prompt_id)) {
+  if (pool_.doomed(s.prompt_id)) {
     if (mv != moves_.end()) moves_.erase(mv);
     finish_abandoned(s);
     return;
@@ -305,7 +305,7 @@ void ManagerState::reply_work(Rollout& r, ReportReply& reply) {
   r.to_import.clear();
   if (!r.loading && load == 0 && r.version > 0) {
     std::erase_if(resumes_, [&](SequenceState& s) {
-      if (doomed_.count(s.prompt_id)) {
+      if (pool_.doomed(s.prompt_id)) {
         finish_abandoned(s);
         return true;
       }

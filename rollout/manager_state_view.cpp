@@ -9,9 +9,9 @@ namespace sluice::rollout {
 using nlohmann::json;
 
 std::string ManagerState::digest() const {
-  std::string s =
-      fmt::format("{} {} {} {} {} {} {} {}|", next_prompt_, latest_, consumed_, counts_.acked,
-                  counts_.finished, counts_.duplicates, epoch_, recovering_);
+  std::string s = fmt::format("{} {} {} {} {} {} {} {}|", pool_.released(), latest_,
+                              pool_.consumed(), counts_.acked, counts_.finished, counts_.duplicates,
+                              outbox_.epoch(), recovering_);
   std::map<std::string, const Traj*> sorted;
   for (const auto& [id, t] : trajs_)
     sorted.emplace(id, &t);
@@ -26,12 +26,9 @@ std::string ManagerState::digest() const {
   for (const auto& p : resumes_)
     s += p.trajectory_id + ";";
   s += "|";
-  for (const auto& [id, h] : unacked_)
-    s += fmt::format("{}:{}:{};", id, h.sent, h.have);
-  for (const auto& id : outbox_)
-    s += id + ";";
+  outbox_.describe(s);
   s += "|";
-  for (const auto& id : doomed_)
+  for (const auto& id : pool_.doomed_prompts())
     s += id + ";";
   for (const auto& id : unclaimed_)
     s += id + ";";
@@ -71,10 +68,10 @@ json ManagerState::status_fields(Clock::time_point now) const {
   return json{{"mode", cfg_.mode},
               {"latest", latest_},
               {"wall_s", wall},
-              {"released_prompts", next_prompt_},
+              {"released_prompts", pool_.released()},
               {"finished", c.finished},
               {"acked", c.acked},
-              {"consumed", consumed_},
+              {"consumed", pool_.consumed()},
               {"done", done()},
               {"duplicates", c.duplicates},
               {"lost_replies", c.lost_replies},
