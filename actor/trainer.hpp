@@ -38,6 +38,7 @@
 #include "core/event_loop.hpp"
 #include "core/security.hpp"
 #include "core/status.hpp"
+#include "weightstore/holder_config.hpp"
 
 namespace sluice::actor {
 
@@ -50,9 +51,9 @@ inline constexpr core::Millis kPreparePump{1};
 inline constexpr core::Millis kPublisherCloseWait{5000};
 inline constexpr core::Millis kPublisherCloseWaitStopped{1000};
 
-struct TrainerConfig {
+// store, security, stream_encryption and store_lease_ttl_ms: weightstore::HolderRoleConfig.
+struct TrainerConfig : weightstore::HolderRoleConfig {
   std::string manager = "tcp://127.0.0.1:5560";
-  std::string store = "tcp://127.0.0.1:5550";
   std::string model = "policy";
   std::string actor_id = "actor-0";
   std::uint32_t batch_trajectories = 64;  // the global batch
@@ -70,10 +71,9 @@ struct TrainerConfig {
   std::uint64_t steps = 0;        // stop after this many steps (0: when the manager is done)
   std::uint64_t collect_ms = 10;  // poll period when waiting for trajectories
   std::uint64_t manager_timeout_ms = 20000;
-  std::uint64_t manager_call_ms = 5000;      // one request to the manager waits this long, >= 1
-  std::uint64_t store_timeout_ms = 60000;    // a publish retries this long while the store is away
-  std::uint64_t store_lease_ttl_ms = 10000;  // the store's lease_ttl_ms (sluice run copies it)
-  std::string summary_path;                  // where the JSON summary goes (empty: stdout only)
+  std::uint64_t manager_call_ms = 5000;    // one request to the manager waits this long, >= 1
+  std::uint64_t store_timeout_ms = 60000;  // a publish retries this long while the store is away
+  std::string summary_path;                // where the JSON summary goes (empty: stdout only)
   std::string metrics_path;      // metrics.jsonl: one line per training step (empty: none)
   std::string weights_path;      // final weights as safetensors (empty: none)
   double start_offset_s = 0;     // added to metric times (the job's clock started earlier)
@@ -86,17 +86,11 @@ struct TrainerConfig {
   double checkpoint_idle_s = 1.0;     // idle this long with unacknowledged work: checkpoint (0: no)
   std::uint64_t heartbeat_ms = 1000;  // store heartbeats at least this often, >= 1
   std::string datacenter;  // topology: the actor's datacenter label (its copies carry it)
-  // core::TransferOptions::stream_encryption: auto, on or off.
-  std::string stream_encryption = "auto";
-  // The actor's key and the job's members (core/security.hpp). Curve by default; plain only
-  // when set.
-  core::SecurityConfig security;
 
   template <typename V>
   void describe(V& v) {
     v("manager", manager, "rollout manager endpoint");
-    v("store", store, "weight store endpoint");
-    v("security", security, "control-plane authentication: mode, key_file, members_file");
+    HolderRoleConfig::describe(v);
     v("model", model, "model name in the weight store");
     v("actor_id", actor_id, "holder id of this actor");
     v("batch_trajectories", batch_trajectories, "global batch in trajectories");
@@ -119,9 +113,6 @@ struct TrainerConfig {
       "one request to the manager waits this long for its reply, >= 1 (default 5000)");
     v("store_timeout_ms", store_timeout_ms,
       "a publish retries this long while the weight store does not answer (it may be restarting)");
-    v("store_lease_ttl_ms", store_lease_ttl_ms,
-      "the weight store's lease_ttl_ms (sluice run copies it): a retired copy the store no longer "
-      "knows (it restarted) is freed after this long, >= 1 (default 10000)");
     v("summary_path", summary_path, "file for the JSON summary at exit");
     v("metrics_path", metrics_path, "file for metrics, one JSON line per step");
     v("weights_path", weights_path, "file for the final weights (safetensors)");
@@ -142,9 +133,6 @@ struct TrainerConfig {
       "a checkpoint once idle this long (no arrival, no step) with consumed trajectories not yet "
       "acknowledged, so the manager gets their acknowledgements; 0 for none (default 1)");
     v("datacenter", datacenter, "topology: datacenter label");
-    v("stream_encryption", stream_encryption,
-      "chunk streams (TCP reads of weights between hosts): auto (encrypted and authenticated "
-      "from a holder in another datacenter; default), on (always; needs auth curve) or off");
     v("heartbeat_ms", heartbeat_ms,
       "store heartbeats at least this often, also during a training step; well under the "
       "store's holder_ttl_ms (default 1000)");

@@ -88,7 +88,7 @@ struct Relay::Impl {
     engine.reset();
   }
 
-  weightstore::Topology topology() const { return {config.host, config.rack, config.datacenter}; }
+  weightstore::Topology topology() const { return config.topology(); }
 
   weightstore::JoinRelay joining() const {
     weightstore::JoinRelay j{config.relay_id, topology(), config.make_deltas, {}};

@@ -17,16 +17,19 @@
 #include "core/event_loop.hpp"
 #include "core/security.hpp"
 #include "core/status.hpp"
+#include "weightstore/holder_config.hpp"
 #include "weightstore/store.hpp"
 
 namespace sluice::relay {
 
-struct RelayConfig {
-  std::string store = "tcp://127.0.0.1:5550";  // weight store endpoint
-  std::string relay_id;                        // unique; default relay-<pid>
-  std::string model = "policy";                // the model whose versions this relay carries
-  std::uint32_t keep_versions = 2;             // versions held in host memory
-  std::uint64_t poll_ms = 50;                  // how often to look for new versions and chunks
+// store, security, stream_encryption, store_lease_ttl_ms and the topology labels (host, rack,
+// datacenter): weightstore::HolderRoleConfig and TopologyLabels. The relay talks only to the
+// store whose public key the members file names.
+struct RelayConfig : weightstore::HolderRoleConfig, weightstore::TopologyLabels {
+  std::string relay_id;             // unique; default relay-<pid>
+  std::string model = "policy";     // the model whose versions this relay carries
+  std::uint32_t keep_versions = 2;  // versions held in host memory
+  std::uint64_t poll_ms = 50;       // how often to look for new versions and chunks
   // GETs in flight from the predecessor. Few: a relay that keeps k chunks in flight trails its
   // predecessor by about k chunks, for good, and in a chain that lag adds up hop by hop
   // (measured, 8 relays behind 250 Mbit/s links, 128 MiB in 512 KiB chunks: T(8)/T(1) 1.40 with
@@ -40,14 +43,6 @@ struct RelayConfig {
   // than the store (measured, 3 datacenters x 4 hosts, 32 MiB: see docs/benchmarks.md).
   std::uint64_t follow_poll_ms = 3;
   std::uint64_t reask_ms = 10;
-  std::string host;  // topology labels
-  std::string rack;
-  std::string datacenter;
-  // core::TransferOptions::stream_encryption: auto, on or off.
-  std::string stream_encryption = "auto";
-  // The store's lease_ttl_ms (sluice run copies it): a retired copy the store does not know
-  // (it restarted) is freed only after this long.
-  std::uint64_t store_lease_ttl_ms = 10000;
   // A version larger than this is not taken (nothing allocated for it).
   std::uint64_t max_version_bytes = 256ull << 30;
   // Deltas (relay_delta.hpp). make_deltas: when this relay holds version N and completes N+1,
@@ -71,14 +66,10 @@ struct RelayConfig {
   // complete holder of the whole version. Deltas are not made or used for shares.
   std::uint32_t share_tp_size = 0;
   std::uint32_t share_rank = 0;
-  // The relay's key and the job's members (core/security.hpp): it talks only to the store whose
-  // public key the members file names. Curve by default; plain only when set.
-  core::SecurityConfig security;
 
   template <typename V>
   void describe(V& v) {
-    v("store", store, "weight store endpoint");
-    v("security", security, "control-plane authentication: mode, key_file, members_file");
+    HolderRoleConfig::describe(v);
     v("relay_id", relay_id,
       "unique relay name (default relay-<pid>); in curve mode the identity of the relay's key");
     v("model", model, "model whose versions this relay carries");
@@ -90,14 +81,7 @@ struct RelayConfig {
       "holds is read (default 3)");
     v("reask_ms", reask_ms,
       "while receiving, the longest time without asking the store for the source (default 10)");
-    v("host", host, "topology: host label");
-    v("rack", rack, "topology: rack label");
-    v("datacenter", datacenter, "topology: datacenter label");
-    v("stream_encryption", stream_encryption,
-      "chunk streams (TCP reads of weights between hosts): auto (encrypted and authenticated "
-      "from a holder in another datacenter; default), on (always; needs auth curve) or off");
-    v("store_lease_ttl_ms", store_lease_ttl_ms,
-      "the store's lease_ttl_ms: how long a copy the store does not know waits to be freed");
+    TopologyLabels::describe(v);
     v("max_version_bytes", max_version_bytes, "largest version this relay takes, in bytes");
     v("make_deltas", make_deltas,
       "offer the delta N -> N+1 when this relay holds N and completes N+1 (default false)");

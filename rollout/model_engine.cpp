@@ -8,6 +8,7 @@
 #include "core/bf16.hpp"
 #include "core/checksum.hpp"
 #include "core/log.hpp"
+#include "core/splitmix.hpp"
 #include "model/device.hpp"
 #include "model/sampling.hpp"
 #include "rl/tokenizer.hpp"
@@ -18,20 +19,10 @@ namespace {
 
 constexpr std::int32_t kEos = rl::Tokenizer::kEos;
 
-// splitmix64's finalizer, to turn the id's hash into a well-mixed starting state.
-std::uint64_t mix(std::uint64_t x) {
-  x ^= x >> 30;
-  x *= 0xbf58476d1ce4e5b9ULL;
-  x ^= x >> 27;
-  x *= 0x94d049bb133111ebULL;
-  x ^= x >> 31;
-  return x;
-}
-
 // The sampling state of a new sequence that came without one: a function of its id only, so the
 // same trajectory samples alike on every engine.
 std::uint64_t initial_rng_state(const std::string& id) {
-  return mix(core::chunk_checksum(id.data(), id.size()) ^ 0x6d6f64656c726e67ULL);
+  return core::mix64(core::chunk_checksum(id.data(), id.size()) ^ 0x6d6f64656c726e67ULL);
 }
 
 }  // namespace

@@ -60,65 +60,61 @@ Status id_entry(const json& v, std::string_view what, std::string_view key, cons
   return {};
 }
 
+// An entry's key in errors: "finished[2]".
+std::string entry_key(const char* key, std::size_t i) {
+  return fmt::format("{}[{}]", key, i);
+}
+
 Status trajectory_ids(const json& j, std::string_view what, const char* key,
                       const DecodeLimits& lim, std::vector<std::string>& out) {
-  const json* l = nullptr;
-  SLUICE_TRY(f::array(j, what, key, lim.max_list, l));
-  out.clear();
-  out.reserve(l->size());
-  for (std::size_t i = 0; i < l->size(); ++i) {
-    const std::string k = fmt::format("{}[{}]", key, i);
-    std::string id;
-    SLUICE_TRY(id_entry((*l)[i], what, k, lim, id));
-    if (!parse_trajectory_id(id))
-      return f::error(what, k, fmt::format("'{}' is not a trajectory id", id));
-    out.push_back(std::move(id));
-  }
-  return {};
+  return f::list(j, what, key, lim.max_list, out,
+                 [&](const json& e, std::size_t i, std::string& id) -> Status {
+                   const std::string k = entry_key(key, i);
+                   SLUICE_TRY(id_entry(e, what, k, lim, id));
+                   if (!parse_trajectory_id(id))
+                     return f::error(what, k, fmt::format("'{}' is not a trajectory id", id));
+                   return {};
+                 });
 }
 
 Status sequences(const json& j, std::string_view what, const char* key, const DecodeLimits& lim,
                  std::vector<SequenceState>& out) {
-  const json* l = nullptr;
-  SLUICE_TRY(f::array(j, what, key, lim.max_list, l));
-  out.clear();
-  out.reserve(l->size());
-  for (std::size_t i = 0; i < l->size(); ++i) {
-    const std::string k = fmt::format("{}[{}]", key, i);
-    auto s = SequenceState::from_json((*l)[i]);
-    if (!s.is_ok()) return f::error(what, k, s.status().message());
-    if (!parse_trajectory_id(s->trajectory_id)) return f::error(what, k, "is not a trajectory id");
-    if (s->trajectory_id.size() > lim.max_id_bytes) return f::error(what, k, "has too long an id");
-    if (s->kv_tokens() > lim.max_tokens || s->max_new_tokens > lim.max_tokens) {
-      return f::error(what, k, fmt::format("holds more than {} tokens", lim.max_tokens));
-    }
-    SLUICE_TRY(versions_within(what, k, s->versions, lim));
-    out.push_back(std::move(s).value());
-  }
-  return {};
+  return f::list(j, what, key, lim.max_list, out,
+                 [&](const json& e, std::size_t i, SequenceState& s) -> Status {
+                   const std::string k = entry_key(key, i);
+                   auto r = SequenceState::from_json(e);
+                   if (!r.is_ok()) return f::error(what, k, r.status().message());
+                   s = std::move(r).value();
+                   if (!parse_trajectory_id(s.trajectory_id))
+                     return f::error(what, k, "is not a trajectory id");
+                   if (s.trajectory_id.size() > lim.max_id_bytes)
+                     return f::error(what, k, "has too long an id");
+                   if (s.kv_tokens() > lim.max_tokens || s.max_new_tokens > lim.max_tokens) {
+                     return f::error(what, k,
+                                     fmt::format("holds more than {} tokens", lim.max_tokens));
+                   }
+                   return versions_within(what, k, s.versions, lim);
+                 });
 }
 
 Status trajectories(const json& j, std::string_view what, const char* key, const DecodeLimits& lim,
                     std::vector<rl::Trajectory>& out) {
-  const json* l = nullptr;
-  SLUICE_TRY(f::array(j, what, key, lim.max_list, l));
-  out.clear();
-  out.reserve(l->size());
-  for (std::size_t i = 0; i < l->size(); ++i) {
-    const std::string k = fmt::format("{}[{}]", key, i);
-    auto t = rl::Trajectory::from_json((*l)[i]);
-    if (!t.is_ok()) return f::error(what, k, t.status().message());
-    if (!parse_trajectory_id(t->id) || t->id.size() > lim.max_id_bytes) {
-      return f::error(what, k, fmt::format("'{}' is not a trajectory id", t->id));
-    }
-    if (t->prompt_tokens.size() + t->response_tokens.size() > lim.max_tokens) {
-      return f::error(what, k, fmt::format("holds more than {} tokens", lim.max_tokens));
-    }
-    SLUICE_TRY(versions_within(what, k, t->versions, lim));
-    SLUICE_TRY(versions_within(what, k, {t->version}, lim));
-    out.push_back(std::move(t).value());
-  }
-  return {};
+  return f::list(j, what, key, lim.max_list, out,
+                 [&](const json& e, std::size_t i, rl::Trajectory& t) -> Status {
+                   const std::string k = entry_key(key, i);
+                   auto r = rl::Trajectory::from_json(e);
+                   if (!r.is_ok()) return f::error(what, k, r.status().message());
+                   t = std::move(r).value();
+                   if (!parse_trajectory_id(t.id) || t.id.size() > lim.max_id_bytes) {
+                     return f::error(what, k, fmt::format("'{}' is not a trajectory id", t.id));
+                   }
+                   if (t.prompt_tokens.size() + t.response_tokens.size() > lim.max_tokens) {
+                     return f::error(what, k,
+                                     fmt::format("holds more than {} tokens", lim.max_tokens));
+                   }
+                   SLUICE_TRY(versions_within(what, k, t.versions, lim));
+                   return versions_within(what, k, {t.version}, lim);
+                 });
 }
 
 json to_json_list(const std::vector<SequenceState>& v) {
@@ -186,20 +182,19 @@ core::Result<ReportRequest> decode_report(const json& body, const DecodeLimits& 
   m.capacity.max_sequences = static_cast<std::uint32_t>(seqs);
   if (cap.contains("max_kv_tokens"))
     SLUICE_TRY(f::u64(cap, cap_what, "max_kv_tokens", m.capacity.max_kv_tokens));
-  const json* active = nullptr;
-  SLUICE_TRY(f::array(body, what, "active", lim.max_list, active));
-  for (std::size_t i = 0; i < active->size(); ++i) {
-    const json& a = (*active)[i];
-    const std::string k = fmt::format("active[{}]", i);
+  // One [trajectory id, kv_tokens] pair of the active list.
+  auto active_entry = [&](const json& a, std::size_t i, ActiveEntry& e) -> Status {
+    const std::string k = entry_key("active", i);
     if (!a.is_array() || a.size() != 2) return f::error(what, k, "must be an [id, kv_tokens] pair");
-    std::string tid;
-    SLUICE_TRY(id_entry(a[0], what, k, lim, tid));
-    if (!parse_trajectory_id(tid))
-      return f::error(what, k, fmt::format("'{}' is not a trajectory id", tid));
+    SLUICE_TRY(id_entry(a[0], what, k, lim, e.trajectory_id));
+    if (!parse_trajectory_id(e.trajectory_id))
+      return f::error(what, k, fmt::format("'{}' is not a trajectory id", e.trajectory_id));
     if (!a[1].is_number_unsigned())
       return f::error(what, k, "kv_tokens must be a non-negative integer");
-    m.active.push_back({std::move(tid), a[1].get<std::uint64_t>()});
-  }
+    e.kv_tokens = a[1].get<std::uint64_t>();
+    return {};
+  };
+  SLUICE_TRY(f::list(body, what, "active", lim.max_list, m.active, active_entry));
   SLUICE_TRY(trajectory_ids(body, what, "queued", lim, m.queued));
   SLUICE_TRY(trajectories(body, what, "finished", lim, m.finished));
   if (body.contains("exported")) SLUICE_TRY(sequences(body, what, "exported", lim, m.exported));

@@ -7,6 +7,7 @@
 #include <numbers>
 
 #include "core/checksum.hpp"
+#include "core/splitmix.hpp"
 
 namespace sluice::rollout {
 
@@ -15,22 +16,12 @@ namespace {
 // z of the standard normal's 99th percentile: p99 = median x exp(kZ99 x sigma).
 constexpr double kZ99 = 2.3263478740408408;
 
-// splitmix64's finalizer: a cheap bijective mixer with good avalanche, enough to turn a hash or
-// a counter into independent-looking draws.
-std::uint64_t mix(std::uint64_t x) {
-  x ^= x >> 30;
-  x *= 0xbf58476d1ce4e5b9ULL;
-  x ^= x >> 27;
-  x *= 0x94d049bb133111ebULL;
-  x ^= x >> 31;
-  return x;
-}
-
-constexpr std::uint64_t kGolden = 0x9e3779b97f4a7c15ULL;
+using core::kSplitMixGamma;
+using core::mix64;
 
 // The per-trajectory key every draw derives from: XXH3 of the id mixed with the seed.
 std::uint64_t trajectory_key(std::uint64_t seed, const std::string& id) {
-  return mix(core::chunk_checksum(id.data(), id.size()) ^ mix(seed + kGolden));
+  return mix64(core::chunk_checksum(id.data(), id.size()) ^ mix64(seed + kSplitMixGamma));
 }
 
 // A uniform in the open interval (0, 1) from the top 53 bits.
@@ -111,10 +102,10 @@ core::Result<LengthSampler> LengthSampler::create(const LengthConfig& config, st
 
 std::uint64_t LengthSampler::length(const std::string& trajectory_id) const {
   const std::uint64_t key = trajectory_key(seed_, trajectory_id);
-  if (!table_.empty()) return table_[mix(key + 1) % table_.size()];
+  if (!table_.empty()) return table_[mix64(key + 1) % table_.size()];
   // Box-Muller from two independent uniforms of the key.
-  const double u1 = to_unit(mix(key + 1));
-  const double u2 = to_unit(mix(key + 2));
+  const double u1 = to_unit(mix64(key + 1));
+  const double u2 = to_unit(mix64(key + 2));
   const double z = std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * std::numbers::pi * u2);
   const double x = std::exp(mu_ + sigma_ * z);
   // Truncated (clamped) at max_len: very long draws become max_len, like a generation limit.
@@ -187,7 +178,7 @@ core::Status SimEngine::admit(SequenceState seq) {
   const std::uint64_t kv = seq.kv_tokens();
   SLUICE_TRY(check_room("sim engine", capacity(), id, seqs_.size(), kv_used_, kv));
   if (seq.generated.empty() && seq.rng_state == 0) {
-    seq.rng_state = mix(trajectory_key(config_.seed, id) ^ 0x5eed5eed5eed5eedULL);
+    seq.rng_state = mix64(trajectory_key(config_.seed, id) ^ 0x5eed5eed5eed5eedULL);
   }
   if (seq.versions.empty() || seq.versions.back() != version_) seq.versions.push_back(version_);
   Active a;
@@ -214,8 +205,7 @@ StepResult SimEngine::step() {
     // finishes without decoding.
     if (s.generated.size() < a.target) {
       if (s.versions.empty() || s.versions.back() != version_) s.versions.push_back(version_);
-      s.rng_state += kGolden;
-      const std::uint64_t z = mix(s.rng_state);
+      const std::uint64_t z = core::splitmix64(s.rng_state);
       s.generated.push_back(static_cast<std::int32_t>(z % kSimVocab));
       // Log-probs in (-4.01, -0.01): sampled tokens of a plausible policy, never exactly 0.
       s.logprobs.push_back(static_cast<float>(-(0.01 + 4.0 * to_unit(z))));

@@ -384,7 +384,7 @@ struct RolloutWorker::Impl {
     weightstore::ReaderOptions ro;
     ro.model = cfg.model;
     ro.holder_id = cfg.rollout_id;
-    ro.topology = weightstore::Topology{cfg.host, cfg.rack, cfg.datacenter};
+    ro.topology = cfg.topology();
     ro.serve = serve_peers();
     ro.read.max_in_flight_per_source = cfg.pull_in_flight;
     ro.read.max_total_bytes = cfg.max_version_bytes;

@@ -35,6 +35,7 @@
 #include "rollout/engine.hpp"
 #include "rollout/model_engine.hpp"
 #include "rollout/sim_engine.hpp"
+#include "weightstore/holder_config.hpp"
 
 namespace sluice::rollout {
 
@@ -45,9 +46,10 @@ inline constexpr core::Millis kRolloutStoreRequestTimeout{2000};
 inline constexpr core::Millis kLoadVersionWait{30000};
 inline constexpr core::Millis kLoadVersionPoll{50};
 
-struct RolloutConfig {
+// store, security, stream_encryption, store_lease_ttl_ms and the topology labels (host, rack,
+// datacenter): weightstore::HolderRoleConfig and TopologyLabels.
+struct RolloutConfig : weightstore::HolderRoleConfig, weightstore::TopologyLabels {
   std::string manager = "tcp://127.0.0.1:5560";  // rollout manager endpoint
-  std::string store = "tcp://127.0.0.1:5550";    // weight store endpoint
   std::string model = "policy";
   std::string rollout_id;      // unique; default: the key's identity (curve), else rollout-<pid>
   std::string engine = "sim";  // sim (the simulated engine)
@@ -64,9 +66,6 @@ struct RolloutConfig {
   std::uint32_t max_held_finished = 4096;
   std::uint32_t pull_in_flight = 8;                // GETs in flight per source when pulling weights
   std::uint64_t max_version_bytes = 256ull << 30;  // a larger version is refused unread
-  // The store's lease_ttl_ms (sluice run copies it): a served copy the store does not know (it
-  // restarted) is freed this long after the store first says so.
-  std::uint64_t store_lease_ttl_ms = 10000;
   // Serve the loaded version to peers (the design's "every receiver becomes a source"): the
   // rollout registers it with the store as a holder, and unpublishes and drains it before freeing
   // it. "auto" serves only with UCX newer than 1.13; "on" and "off" force it. UCX 1.13 crashes a
@@ -100,20 +99,11 @@ struct RolloutConfig {
   std::uint64_t kv_hold_ms = 30000;
   // A destination's whole read of one KV cache; past it the sequence is re-prefilled.
   std::uint64_t kv_read_timeout_ms = 5000;
-  std::string host;  // topology labels (nearest holder first)
-  std::string rack;
-  std::string datacenter;
-  // core::TransferOptions::stream_encryption: auto, on or off.
-  std::string stream_encryption = "auto";
-  // The rollout's key and the job's members (core/security.hpp). Curve by default; plain only
-  // when set.
-  core::SecurityConfig security;
 
   template <typename V>
   void describe(V& v) {
     v("manager", manager, "rollout manager endpoint");
-    v("store", store, "weight store endpoint");
-    v("security", security, "control-plane authentication: mode, key_file, members_file");
+    HolderRoleConfig::describe(v);
     v("model", model, "model whose versions this rollout pulls");
     v("rollout_id", rollout_id,
       "unique rollout name; in curve mode it must be the key file's identity, which is the "
@@ -133,8 +123,6 @@ struct RolloutConfig {
       "finished trajectories held while the manager is unreachable; when full, no new work starts");
     v("pull_in_flight", pull_in_flight, "GETs in flight per source when pulling weights");
     v("max_version_bytes", max_version_bytes, "largest version this rollout pulls, in bytes");
-    v("store_lease_ttl_ms", store_lease_ttl_ms,
-      "the store's lease_ttl_ms: how long a served copy the store does not know waits to be freed");
     v("serve", serve,
       "serve the loaded version to peers: auto (with UCX newer than 1.13), on or off");
     v("local_wait_ms", local_wait_ms,
@@ -148,12 +136,7 @@ struct RolloutConfig {
       "holder, striped across the nearest)");
     v("leave_timeout_ms", leave_timeout_ms,
       "on SIGTERM: longest wait for the manager to take back this rollout's work (ms, > 0)");
-    v("host", host, "topology: host label");
-    v("rack", rack, "topology: rack label");
-    v("datacenter", datacenter, "topology: datacenter label");
-    v("stream_encryption", stream_encryption,
-      "chunk streams (TCP reads of weights between hosts): auto (encrypted and authenticated "
-      "from a holder in another datacenter; default), on (always; needs auth curve) or off");
+    TopologyLabels::describe(v);
   }
   core::Status validate() const;
 };

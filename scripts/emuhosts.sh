@@ -61,6 +61,20 @@ check_prefix() {
   [[ $1 =~ ^[A-Za-z0-9_-]{1,40}$ ]] || usage_error "bad prefix '$1' (letters, digits, '_' and '-', at most 40)"
 }
 
+# The options of down, status, wan and exec: --prefix (sets $prefix) and --help. Leaves the
+# first other argument and all after it in the array `rest`.
+take_prefix() {
+  rest=()
+  while [ $# -gt 0 ]; do
+    case "$1" in
+      --prefix) [ $# -ge 2 ] || usage_error "--prefix needs a value"; prefix=$2; shift 2 ;;
+      --prefix=*) prefix=${1#*=}; shift ;;
+      -h|--help) usage; exit 0 ;;
+      *) rest=("$@"); return ;;
+    esac
+  done
+}
+
 check_index() {
   if ! [[ $1 =~ ^[0-9]+$ ]] || [ "$1" -ge "$max_hosts" ]; then
     usage_error "bad host index '$1' (0..$((max_hosts - 1)))"
@@ -342,27 +356,15 @@ case "$cmd" in
     do_up "$n"
     ;;
   down|status|wan)
-    while [ $# -gt 0 ]; do
-      case "$1" in
-        --prefix) [ $# -ge 2 ] || usage_error "--prefix needs a value"; prefix=$2; shift 2 ;;
-        --prefix=*) prefix=${1#*=}; shift ;;
-        -h|--help) usage; exit 0 ;;
-        *) usage_error "unknown argument '$1' for $cmd" ;;
-      esac
-    done
+    take_prefix "$@"
+    [ ${#rest[@]} -eq 0 ] || usage_error "unknown argument '${rest[0]}' for $cmd"
     check_prefix "$prefix"
     need_tools; need_root
     case "$cmd" in down) teardown "$prefix" ;; status) do_status ;; wan) do_wan ;; esac
     ;;
   exec)
-    while [ $# -gt 0 ]; do
-      case "$1" in
-        --prefix) [ $# -ge 2 ] || usage_error "--prefix needs a value"; prefix=$2; shift 2 ;;
-        --prefix=*) prefix=${1#*=}; shift ;;
-        -h|--help) usage; exit 0 ;;
-        *) break ;;
-      esac
-    done
+    take_prefix "$@"
+    set -- "${rest[@]}"
     [ $# -ge 2 ] || usage_error "exec needs a host index and a command"
     check_index "$1"
     check_prefix "$prefix"

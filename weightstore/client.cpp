@@ -107,20 +107,14 @@ Status StoreClient::release(std::uint64_t lease_id) {
 
 Result<bool> StoreClient::unpublish(const std::string& holder_id, const std::string& model,
                                     std::uint64_t version, Millis timeout) {
-  Unpublish u;
-  u.holder_id = holder_id;
-  u.model = model;
-  u.version = version;
+  const Unpublish u{{holder_id, model, version}};
   SLUICE_ASSIGN_OR_RETURN(auto d, call<Drained>(encode(u), timeout, decode_drained));
   return d.drained;
 }
 
 Result<bool> StoreClient::drained(const std::string& holder_id, const std::string& model,
                                   std::uint64_t version, Millis timeout) {
-  DrainedQuery q;
-  q.holder_id = holder_id;
-  q.model = model;
-  q.version = version;
+  const DrainedQuery q{{holder_id, model, version}};
   SLUICE_ASSIGN_OR_RETURN(auto d, call<Drained>(encode(q), timeout, decode_drained));
   return d.drained;
 }

@@ -1,37 +1,21 @@
 #include "weightstore/protocol.hpp"
 
-#include "core/json_limits.hpp"
 #include "core/shard.hpp"
+#include "weightstore/protocol_parts.hpp"
 
 namespace sluice::weightstore {
 
-using core::Message;
-using core::reply_name;
-using core::Result;
-using core::Status;
-using json = nlohmann::json;
-namespace field = core::json_field;
-
 namespace {
-
-// An optional field's value, or null.
-const json& optional(const json& body, const char* key) {
-  static const json null;
-  auto it = body.find(key);
-  return it == body.end() ? null : *it;
-}
 
 Status bool_list(const json& body, std::string_view what, const char* key, const Limits& lim,
                  std::vector<bool>& out) {
-  const json* l = nullptr;
-  SLUICE_TRY(field::array(body, what, key, lim.max_list, l));
-  out.clear();
-  out.reserve(l->size());
-  for (const auto& b : *l) {
-    if (!b.is_boolean()) return field::error(what, key, "must be an array of booleans");
-    out.push_back(b.get<bool>());
-  }
-  return {};
+  return field::list(body, what, key, lim.max_list, out,
+                     [&](const json& b, std::size_t, bool& v) -> Status {
+                       if (!b.is_boolean())
+                         return field::error(what, key, "must be an array of booleans");
+                       v = b.get<bool>();
+                       return {};
+                     });
 }
 
 // A manifest in a message: one that does not parse is a malformed message like any other.
@@ -58,14 +42,11 @@ Status manifest_field(const json& body, std::string_view what, const Limits& lim
   return check_manifest_limits(out, lim).with_context(std::string(what));
 }
 
-Message with_body(const char* type, json body) {
-  Message m(type);
-  m.body = std::move(body);
-  return m;
-}
-
 json copy_body(const CopyRef& c) {
   return {{"holder_id", c.holder_id}, {"model", c.model}, {"version", c.version}};
+}
+json version_body(const VersionRef& v) {
+  return {{"model", v.model}, {"version", v.version}};
 }
 json pin_body(const PinRef& p) {
   return {{"model", p.model}, {"version", p.version}, {"owner", p.owner}};
@@ -112,10 +93,52 @@ Result<Topology> topology_from_json(const json& j) {
   return t;
 }
 
+namespace parts {
+
+Result<Topology> topology_field(const json& body) {
+  auto it = body.find("topology");
+  return topology_from_json(it == body.end() ? json() : *it);
+}
+
+void put_holders(Message& m, const std::vector<ReadPlan::Holder>& holders) {
+  json& list = m.body["holders"] = json::array();
+  for (const auto& h : holders) {
+    list.push_back(
+        {{"holder_id", h.holder_id}, {"endpoint", h.endpoint}, {"distance", h.distance}});
+    m.blobs.push_back(h.descriptor);
+  }
+}
+
+Status get_holders(const Message& m, std::string_view what, const StoreDecodeLimits& lim,
+                   std::vector<ReadPlan::Holder>& out) {
+  const json* hs = nullptr;
+  SLUICE_TRY(field::array(m.body, what, "holders", lim.max_list, hs));
+  if (hs->size() != m.blobs.size()) {
+    return core::protocol_error(std::string(what) + ": holders and descriptor frames do not match");
+  }
+  out.clear();
+  for (std::size_t i = 0; i < hs->size(); ++i) {
+    const json& hj = (*hs)[i];
+    if (!hj.is_object())
+      return core::protocol_error(std::string(what) + ": a holder is not an object");
+    ReadPlan::Holder h;
+    std::uint64_t distance = 3;
+    SLUICE_TRY(field::id(hj, what, "holder_id", lim.max_id_bytes, h.holder_id));
+    SLUICE_TRY(field::string(hj, what, "endpoint", h.endpoint));
+    if (hj.contains("distance")) SLUICE_TRY(field::u64(hj, what, "distance", distance));
+    h.distance = static_cast<int>(std::min<std::uint64_t>(distance, 3));
+    h.descriptor = m.blobs[i];
+    out.push_back(std::move(h));
+  }
+  return {};
+}
+
+}  // namespace parts
+
 // ---- encoding
 
 Message encode(const PutManifest& m) {
-  return with_body(msg::kPutManifest, {{"manifest", m.manifest.to_json()}});
+  return Message(msg::kPutManifest, {{"manifest", m.manifest.to_json()}});
 }
 
 Message encode(const HolderRegistration& r) {
@@ -131,83 +154,82 @@ Message encode(const HolderRegistration& r) {
 }
 
 Message encode(const AddChunks& m) {
-  return with_body(msg::kAddChunks, {{"holder_id", m.holder_id},
-                                     {"model", m.model},
-                                     {"version", m.version},
-                                     {"chunks", m.chunks}});
+  return Message(msg::kAddChunks, {{"holder_id", m.holder_id},
+                                   {"model", m.model},
+                                   {"version", m.version},
+                                   {"chunks", m.chunks}});
 }
 
 Message encode(const Heartbeat& m) {
-  return with_body(msg::kHeartbeat, {{"holder_id", m.holder_id}});
+  return Message(msg::kHeartbeat, {{"holder_id", m.holder_id}});
 }
 Message encode(const Unpublish& m) {
-  return with_body(msg::kUnpublish, copy_body(m));
+  return Message(msg::kUnpublish, copy_body(m));
 }
 Message encode(const DrainedQuery& m) {
-  return with_body(msg::kDrained, copy_body(m));
+  return Message(msg::kDrained, copy_body(m));
 }
 Message encode(const LatestRequest& m) {
-  return with_body(msg::kLatest, {{"model", m.model}});
+  return Message(msg::kLatest, {{"model", m.model}});
 }
 Message encode(const PlanRequest& m) {
-  return with_body(
+  return Message(
       msg::kPlan,
       {{"model", m.model}, {"version", m.version}, {"topology", topology_to_json(m.topology)}});
 }
 Message encode(const Renew& m) {
-  return with_body(msg::kRenew, {{"lease_id", m.lease_id}});
+  return Message(msg::kRenew, {{"lease_id", m.lease_id}});
 }
 Message encode(const Release& m) {
-  return with_body(msg::kRelease, {{"lease_id", m.lease_id}});
+  return Message(msg::kRelease, {{"lease_id", m.lease_id}});
 }
 Message encode(const Pin& m) {
-  return with_body(msg::kPin, pin_body(m));
+  return Message(msg::kPin, pin_body(m));
 }
 Message encode(const Unpin& m) {
-  return with_body(msg::kUnpin, pin_body(m));
+  return Message(msg::kUnpin, pin_body(m));
 }
 Message encode(const RetainedRequest& m) {
-  return with_body(msg::kRetained, {{"model", m.model}});
+  return Message(msg::kRetained, {{"model", m.model}});
 }
 Message encode(const JoinRelay& m) {
-  Message r = with_body(msg::kJoinRelay,
-                        {{"relay_id", m.relay_id}, {"topology", topology_to_json(m.topology)}});
+  Message r(msg::kJoinRelay,
+            {{"relay_id", m.relay_id}, {"topology", topology_to_json(m.topology)}});
   if (m.makes_deltas) r.body["makes_deltas"] = true;
   if (!m.share.empty()) r.body["share"] = m.share;
   return r;
 }
 Message encode(const ChainSourceRequest& m) {
-  return with_body(msg::kChainSource, {{"model", m.model},
-                                       {"version", m.version},
-                                       {"relay_id", m.relay_id},
-                                       {"exclude", m.exclude}});
+  return Message(msg::kChainSource, {{"model", m.model},
+                                     {"version", m.version},
+                                     {"relay_id", m.relay_id},
+                                     {"exclude", m.exclude}});
 }
 Message encode(const CopiesRequest& m) {
-  return with_body(msg::kCopies, {{"model", m.model}, {"version", m.version}});
+  return Message(msg::kCopies, version_body(m));
 }
 Message encode(const HoldersRequest& m) {
-  return with_body(msg::kHolders, {{"model", m.model}, {"version", m.version}});
+  return Message(msg::kHolders, version_body(m));
 }
 
 Message encode_ok() {
   return Message(msg::kOk);
 }
 Message encode(const Committed& m) {
-  return with_body(msg::kOk, {{"committed", m.committed}});
+  return Message(msg::kOk, {{"committed", m.committed}});
 }
 Message encode(const Drained& m) {
-  return with_body(msg::kDrained, {{"drained", m.drained}});
+  return Message(msg::kDrained, {{"drained", m.drained}});
 }
 Message encode(const Latest& m) {
-  return with_body(msg::kLatest, {{"version", m.version}});
+  return Message(msg::kLatest, {{"version", m.version}});
 }
 Message encode(const Retained& m) {
-  return with_body(msg::kRetained, {{"versions", m.versions}});
+  return Message(msg::kRetained, {{"versions", m.versions}});
 }
 Message encode(const ChainSource& m) {
-  Message r =
-      with_body(msg::kChainSource,
-                {{"holder_id", m.holder_id}, {"endpoint", m.endpoint}, {"chunks", m.chunks}});
+  Message r = Message(msg::kChainSource,
+                      {{"holder_id", m.holder_id}, {"endpoint", m.endpoint}, {"chunks", m.chunks}});
   r.body["distance"] = m.distance;
   if (!m.model.empty()) r.body["model"] = m.model;
   r.blobs.push_back(m.descriptor);
@@ -217,7 +239,7 @@ Message encode(const Copies& m) {
   json c = json::object();
   for (const auto& [id, n] : m.chunks)
     c[id] = n;
-  return with_body(msg::kCopies, {{"copies", std::move(c)}});
+  return Message(msg::kCopies, {{"copies", std::move(c)}});
 }
 Message encode(const Holders& m) {
   json hs = json::array();
@@ -228,18 +250,13 @@ Message encode(const Holders& m) {
                   {"unpublished", h.unpublished},
                   {"relay", h.relay}});
   }
-  return with_body(msg::kHolders, {{"holders", std::move(hs)}});
+  return Message(msg::kHolders, {{"holders", std::move(hs)}});
 }
 Message encode(const ReadPlan& p) {
   Message m(msg::kPlan);
   m.body["manifest"] = p.manifest.to_json();
   m.body["lease_id"] = p.lease_id;
-  m.body["holders"] = json::array();
-  for (const auto& h : p.holders) {
-    m.body["holders"].push_back(
-        {{"holder_id", h.holder_id}, {"endpoint", h.endpoint}, {"distance", h.distance}});
-    m.blobs.push_back(h.descriptor);
-  }
+  parts::put_holders(m, p.holders);
   m.body["chunks"] = json::array();
   for (const auto& c : p.chunks)
     m.body["chunks"].push_back(c.holders);
@@ -259,7 +276,7 @@ Result<HolderRegistration> decode_registration(const Message& m, const Limits& l
   HolderRegistration r;
   SLUICE_TRY(field::id(m.body, what, "holder_id", lim.max_id_bytes, r.holder_id));
   SLUICE_TRY(field::string(m.body, what, "endpoint", r.endpoint));
-  SLUICE_ASSIGN_OR_RETURN(r.topology, topology_from_json(optional(m.body, "topology")));
+  SLUICE_ASSIGN_OR_RETURN(r.topology, parts::topology_field(m.body));
   SLUICE_TRY(manifest_field(m.body, what, lim, r.manifest));
   if (m.body.contains("chunks")) SLUICE_TRY(bool_list(m.body, what, "chunks", lim, r.chunks));
   if (m.body.contains("again")) SLUICE_TRY(field::boolean(m.body, what, "again", r.again));
@@ -275,15 +292,13 @@ Result<AddChunks> decode_add_chunks(const Message& m, const Limits& lim) {
   SLUICE_TRY(field::id(m.body, what, "holder_id", lim.max_id_bytes, r.holder_id));
   SLUICE_TRY(field::id(m.body, what, "model", lim.max_id_bytes, r.model));
   SLUICE_TRY(field::u64(m.body, what, "version", r.version));
-  const json* l = nullptr;
-  SLUICE_TRY(field::array(m.body, what, "chunks", lim.max_list, l));
-  r.chunks.reserve(l->size());
-  for (const auto& i : *l) {
-    if (!i.is_number_unsigned() || i.get<std::uint64_t>() > UINT32_MAX) {
-      return field::error(what, "chunks", "must hold chunk indices");
-    }
-    r.chunks.push_back(static_cast<std::uint32_t>(i.get<std::uint64_t>()));
-  }
+  SLUICE_TRY(field::list(m.body, what, "chunks", lim.max_list, r.chunks,
+                         [&](const json& i, std::size_t, std::uint32_t& c) -> Status {
+                           if (!i.is_number_unsigned() || i.get<std::uint64_t>() > UINT32_MAX)
+                             return field::error(what, "chunks", "must hold chunk indices");
+                           c = static_cast<std::uint32_t>(i.get<std::uint64_t>());
+                           return {};
+                         }));
   return r;
 }
 
@@ -312,7 +327,7 @@ Result<PlanRequest> decode_plan_request(const Message& m, const Limits& lim) {
   PlanRequest r;
   SLUICE_TRY(field::id(m.body, what, "model", lim.max_id_bytes, r.model));
   if (m.body.contains("version")) SLUICE_TRY(field::u64(m.body, what, "version", r.version));
-  SLUICE_ASSIGN_OR_RETURN(r.topology, topology_from_json(optional(m.body, "topology")));
+  SLUICE_ASSIGN_OR_RETURN(r.topology, parts::topology_field(m.body));
   return r;
 }
 
@@ -339,7 +354,7 @@ Result<RetainedRequest> decode_retained_request(const Message& m, const Limits& 
 Result<JoinRelay> decode_join_relay(const Message& m, const Limits& lim) {
   JoinRelay r;
   SLUICE_TRY(field::id(m.body, msg::kJoinRelay, "relay_id", lim.max_id_bytes, r.relay_id));
-  SLUICE_ASSIGN_OR_RETURN(r.topology, topology_from_json(optional(m.body, "topology")));
+  SLUICE_ASSIGN_OR_RETURN(r.topology, parts::topology_field(m.body));
   if (m.body.contains("makes_deltas"))
     SLUICE_TRY(field::boolean(m.body, msg::kJoinRelay, "makes_deltas", r.makes_deltas));
   if (m.body.contains("share"))
@@ -395,13 +410,14 @@ Result<Latest> decode_latest(const Message& m) {
 
 Result<Retained> decode_retained(const Message& m, const Limits& lim) {
   const std::string what = reply_name(msg::kRetained);
-  const json* l = nullptr;
-  SLUICE_TRY(field::array(m.body, what, "versions", lim.max_list, l));
   Retained r;
-  for (const auto& v : *l) {
-    if (!v.is_number_unsigned()) return field::error(what, "versions", "must hold versions");
-    r.versions.push_back(v.get<std::uint64_t>());
-  }
+  SLUICE_TRY(field::list(m.body, what, "versions", lim.max_list, r.versions,
+                         [&](const json& v, std::size_t, std::uint64_t& version) -> Status {
+                           if (!v.is_number_unsigned())
+                             return field::error(what, "versions", "must hold versions");
+                           version = v.get<std::uint64_t>();
+                           return {};
+                         }));
   return r;
 }
 
@@ -464,23 +480,7 @@ Result<ReadPlan> decode_plan(const Message& m, const Limits& lim) {
   if (!m.body.contains("manifest")) return core::protocol_error("plan without a manifest");
   SLUICE_TRY(manifest_of(m.body["manifest"], what, p.manifest));
   SLUICE_TRY(field::u64(m.body, what, "lease_id", p.lease_id));
-  const json* hs = nullptr;
-  SLUICE_TRY(field::array(m.body, what, "holders", lim.max_list, hs));
-  if (hs->size() != m.blobs.size()) {
-    return core::protocol_error("plan holders and descriptor frames do not match");
-  }
-  for (std::size_t i = 0; i < hs->size(); ++i) {
-    const json& hj = (*hs)[i];
-    ReadPlan::Holder h;
-    std::uint64_t distance = 3;
-    if (!hj.is_object()) return core::protocol_error("a plan holder is not an object");
-    SLUICE_TRY(field::id(hj, what, "holder_id", lim.max_id_bytes, h.holder_id));
-    SLUICE_TRY(field::string(hj, what, "endpoint", h.endpoint));
-    if (hj.contains("distance")) SLUICE_TRY(field::u64(hj, what, "distance", distance));
-    h.distance = static_cast<int>(std::min<std::uint64_t>(distance, 3));
-    h.descriptor = m.blobs[i];
-    p.holders.push_back(std::move(h));
-  }
+  SLUICE_TRY(parts::get_holders(m, what, lim, p.holders));
   const json* cs = nullptr;
   SLUICE_TRY(field::array(m.body, what, "chunks", lim.max_list, cs));
   if (cs->size() != p.manifest.chunk_count()) {

@@ -1,16 +1,9 @@
 // The delta messages of the weight store protocol (protocol.hpp lists them). Checked as the
 // others are: required fields and types, id lengths, list sizes before their elements.
-#include "core/json_limits.hpp"
 #include "weightstore/protocol.hpp"
+#include "weightstore/protocol_parts.hpp"
 
 namespace sluice::weightstore {
-
-using core::Message;
-using core::reply_name;
-using core::Result;
-using core::Status;
-using json = nlohmann::json;
-namespace field = core::json_field;
 
 namespace {
 
@@ -56,49 +49,38 @@ json ref_json(const DeltaRef& r) {
   return {{"holder_id", r.holder_id}, {"model", r.model}, {"base", r.base}, {"target", r.target}};
 }
 
-Message with(const char* type, json body) {
-  Message m(type);
-  m.body = std::move(body);
-  return m;
-}
-
 }  // namespace
 
 Message encode(const DeltaRegistration& r) {
-  Message m = with(msg::kRegisterDelta, {{"holder_id", r.holder_id},
-                                         {"endpoint", r.endpoint},
-                                         {"topology", topology_to_json(r.topology)},
-                                         {"delta", delta_json(r.delta)}});
+  Message m(msg::kRegisterDelta, {{"holder_id", r.holder_id},
+                                  {"endpoint", r.endpoint},
+                                  {"topology", topology_to_json(r.topology)},
+                                  {"delta", delta_json(r.delta)}});
   m.blobs.push_back(r.descriptor);
   return m;
 }
 Message encode(const DeltaPlanRequest& r) {
-  return with(msg::kDeltaPlan, {{"model", r.model},
-                                {"base", r.base},
-                                {"target", r.target},
-                                {"topology", topology_to_json(r.topology)}});
+  return Message(msg::kDeltaPlan, {{"model", r.model},
+                                   {"base", r.base},
+                                   {"target", r.target},
+                                   {"topology", topology_to_json(r.topology)}});
 }
 Message encode(const UnpublishDelta& r) {
-  return with(msg::kUnpublishDelta, ref_json(r));
+  return Message(msg::kUnpublishDelta, ref_json(r));
 }
 Message encode(const DeltaDrainedQuery& r) {
-  return with(msg::kDeltaDrained, ref_json(r));
+  return Message(msg::kDeltaDrained, ref_json(r));
 }
 Message encode(const DeltasRequest& r) {
-  return with(msg::kDeltas, {{"model", r.model}});
+  return Message(msg::kDeltas, {{"model", r.model}});
 }
 Message encode(const DeltaPlan& p) {
-  Message m = with(msg::kDeltaPlan, {{"available", p.available},
-                                     {"expected", p.expected},
-                                     {"target_bytes", p.target_bytes},
-                                     {"lease_id", p.lease_id}});
+  Message m(msg::kDeltaPlan, {{"available", p.available},
+                              {"expected", p.expected},
+                              {"target_bytes", p.target_bytes},
+                              {"lease_id", p.lease_id}});
   if (p.available) m.body["delta"] = delta_json(p.delta);
-  m.body["holders"] = json::array();
-  for (const auto& h : p.holders) {
-    m.body["holders"].push_back(
-        {{"holder_id", h.holder_id}, {"endpoint", h.endpoint}, {"distance", h.distance}});
-    m.blobs.push_back(h.descriptor);
-  }
+  parts::put_holders(m, p.holders);
   return m;
 }
 Message encode(const Deltas& d) {
@@ -110,7 +92,7 @@ Message encode(const Deltas& d) {
                  {"bytes", s.bytes},
                  {"unpublished", s.unpublished}});
   }
-  return with(msg::kDeltas, {{"deltas", std::move(l)}});
+  return Message(msg::kDeltas, {{"deltas", std::move(l)}});
 }
 
 Result<DeltaRegistration> decode_delta_registration(const Message& m, const Limits& lim) {
@@ -118,8 +100,7 @@ Result<DeltaRegistration> decode_delta_registration(const Message& m, const Limi
   DeltaRegistration r;
   SLUICE_TRY(field::id(m.body, what, "holder_id", lim.max_id_bytes, r.holder_id));
   SLUICE_TRY(field::string(m.body, what, "endpoint", r.endpoint));
-  auto t = m.body.find("topology");
-  SLUICE_ASSIGN_OR_RETURN(r.topology, topology_from_json(t == m.body.end() ? json() : *t));
+  SLUICE_ASSIGN_OR_RETURN(r.topology, parts::topology_field(m.body));
   SLUICE_TRY(delta_from_json(m.body, what, lim, r.delta));
   if (m.blobs.size() != 1) return core::protocol_error(std::string(what) + ": one descriptor");
   r.descriptor = m.blobs[0];
@@ -132,8 +113,7 @@ Result<DeltaPlanRequest> decode_delta_plan_request(const Message& m, const Limit
   SLUICE_TRY(field::id(m.body, what, "model", lim.max_id_bytes, r.model));
   SLUICE_TRY(field::u64(m.body, what, "base", r.base));
   SLUICE_TRY(field::u64(m.body, what, "target", r.target));
-  auto t = m.body.find("topology");
-  SLUICE_ASSIGN_OR_RETURN(r.topology, topology_from_json(t == m.body.end() ? json() : *t));
+  SLUICE_ASSIGN_OR_RETURN(r.topology, parts::topology_field(m.body));
   return r;
 }
 
@@ -157,25 +137,9 @@ Result<DeltaPlan> decode_delta_plan(const Message& m, const Limits& lim) {
   SLUICE_TRY(field::u64(m.body, what, "target_bytes", p.target_bytes));
   SLUICE_TRY(field::u64(m.body, what, "lease_id", p.lease_id));
   if (p.available) SLUICE_TRY(delta_from_json(m.body, what, lim, p.delta));
-  const json* hs = nullptr;
-  SLUICE_TRY(field::array(m.body, what, "holders", lim.max_list, hs));
-  if (hs->size() != m.blobs.size()) {
-    return core::protocol_error(std::string(what) + ": holders and descriptors do not match");
-  }
-  if (p.available == hs->empty()) {
+  SLUICE_TRY(parts::get_holders(m, what, lim, p.holders));
+  if (p.available == p.holders.empty()) {
     return core::protocol_error(std::string(what) + ": holders only when available");
-  }
-  for (std::size_t i = 0; i < hs->size(); ++i) {
-    const json& hj = (*hs)[i];
-    if (!hj.is_object()) return core::protocol_error(std::string(what) + ": a holder");
-    ReadPlan::Holder h;
-    std::uint64_t distance = 3;
-    SLUICE_TRY(field::id(hj, what, "holder_id", lim.max_id_bytes, h.holder_id));
-    SLUICE_TRY(field::string(hj, what, "endpoint", h.endpoint));
-    SLUICE_TRY(field::u64(hj, what, "distance", distance));
-    h.distance = static_cast<int>(std::min<std::uint64_t>(distance, 3));
-    h.descriptor = m.blobs[i];
-    p.holders.push_back(std::move(h));
   }
   return p;
 }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <map>
+#include <numeric>
 #include <optional>
 
 #include "core/checksum.hpp"
@@ -33,7 +34,7 @@ struct ShardJob {
   struct Share {
     StoreClient* store = nullptr;
     Topology where;
-    std::string model;                   // the share's (core::share_model)
+    std::string model;                     // the share's (core::share_model)
     std::vector<core::ShardPiece> pieces;  // src_offset in the share's stream
     std::vector<bool> got;
     std::size_t left = 0;
@@ -55,6 +56,38 @@ struct ShardJob {
     return shard.bytes / chunk_bytes() + (shard.bytes % chunk_bytes() != 0 ? 1 : 0);
   }
 };
+
+// The indices of every piece of the job's shard.
+std::vector<std::size_t> every_piece(const ShardJob& job) {
+  std::vector<std::size_t> all(job.shard.pieces.size());
+  std::iota(all.begin(), all.end(), std::size_t{0});
+  return all;
+}
+
+// A read's job, its buffer allocated: at least one byte, so that an empty shard (all its tensors
+// empty) still gets a buffer to hand over. Null once `done` has been given the allocation's error.
+std::shared_ptr<ShardJob> start_job(core::TransferEngine& engine,
+                                    std::shared_ptr<const ReadPlan> plan,
+                                    std::vector<core::ReadSource> sources, core::ShardPlan shard,
+                                    core::ShardLayout layout, core::ReadOptions options,
+                                    std::function<void(Result<Pulled>)> done) {
+  auto job = std::make_shared<ShardJob>();
+  job->engine = &engine;
+  job->plan = std::move(plan);
+  job->sources = std::move(sources);
+  job->shard = std::move(shard);
+  job->layout = std::move(layout);
+  job->options = std::move(options);
+  job->done = std::move(done);
+  job->declared = core::declared_checksums(job->plan->manifest, job->shard);
+  auto buf = engine.allocate(std::max<std::uint64_t>(job->shard.bytes, 1), false);
+  if (!buf.is_ok()) {
+    job->done(buf.status().with_context(job->what()));
+    return nullptr;
+  }
+  job->stream = std::move(buf).value();
+  return job;
+}
 
 void add_stats(core::ReadStats& sum, const core::ReadStats& s) {
   sum.bytes += s.bytes;
@@ -238,17 +271,15 @@ void share_round(const std::shared_ptr<ShardJob>& job);
 
 void all_pieces_from_version(const std::shared_ptr<ShardJob>& job, const std::string& why) {
   core::log::info("{}: {}; reading it from the version's holders", job->what(), why);
-  std::vector<std::size_t> all(job->shard.pieces.size());
-  for (std::size_t i = 0; i < all.size(); ++i)
-    all[i] = i;
-  read_pieces(job, all, std::nullopt);
+  read_pieces(job, every_piece(*job), std::nullopt);
 }
 
 void share_again(const std::shared_ptr<ShardJob>& job) {
   auto& sh = *job->share;
   if (core::Clock::now() - sh.progressed > (sh.appeared ? kShareStall : kShareAppear)) {
-    return all_pieces_from_version(job, "its host share " + sh.model +
-                                            (sh.appeared ? " made no progress" : " did not appear"));
+    return all_pieces_from_version(
+        job,
+        "its host share " + sh.model + (sh.appeared ? " made no progress" : " did not appear"));
   }
   sh.self = job;
   ShardJob* raw = job.get();
@@ -279,8 +310,8 @@ void share_round(const std::shared_ptr<ShardJob>& job) {
           auto d = core::RegionDescriptor::decode(h.descriptor);
           if (!d.is_ok()) {
             release();
-            return all_pieces_from_version(job, "holder " + h.holder_id + ": " +
-                                                    d.status().to_string());
+            return all_pieces_from_version(job,
+                                           "holder " + h.holder_id + ": " + d.status().to_string());
           }
           sources.push_back({h.holder_id, std::move(d).value()});
         }
@@ -339,10 +370,8 @@ void share_round(const std::shared_ptr<ShardJob>& job) {
                             state.left -= which.size();
                             state.progressed = core::Clock::now();
                             if (state.left > 0) return share_round(job);
-                            std::vector<std::size_t> all(job->shard.pieces.size());
-                            for (std::size_t i = 0; i < all.size(); ++i)
-                              all[i] = i;
-                            check_pieces(job, all);  // wrong bytes: read from the version
+                            // wrong bytes: read from the version
+                            check_pieces(job, every_piece(*job));
                           });
       });
 }
@@ -372,18 +401,9 @@ void read_shard_via_share_async(core::TransferEngine& engine, StoreClient& store
   auto pieces = coarse.is_ok() ? core::rebase_pieces(shard, *coarse, m.chunk_bytes)
                                : Result<std::vector<core::ShardPiece>>(coarse.status());
   if (!pieces.is_ok()) return done(pieces.status());
-  auto job = std::make_shared<ShardJob>();
-  job->engine = &engine;
-  job->plan = std::move(plan);
-  job->sources = std::move(sources);
-  job->shard = std::move(shard);
-  job->layout = std::move(layout);
-  job->options = std::move(options);
-  job->done = std::move(done);
-  job->declared = core::declared_checksums(job->plan->manifest, job->shard);
-  auto buf = engine.allocate(job->shard.bytes, false);
-  if (!buf.is_ok()) return job->done(buf.status().with_context(job->what()));
-  job->stream = std::move(buf).value();
+  auto job = start_job(engine, std::move(plan), std::move(sources), std::move(shard),
+                       std::move(layout), std::move(options), std::move(done));
+  if (!job) return;
   job->share = std::make_unique<ShardJob::Share>();
   auto& sh = *job->share;
   sh.store = &store;
@@ -400,25 +420,12 @@ void read_shard_async(core::TransferEngine& engine, std::shared_ptr<const ReadPl
                       std::vector<core::ReadSource> sources, core::ShardPlan shard,
                       core::ShardLayout layout, core::ReadOptions options,
                       std::function<void(Result<Pulled>)> done) {
-  auto job = std::make_shared<ShardJob>();
-  job->engine = &engine;
-  job->plan = std::move(plan);
-  job->sources = std::move(sources);
-  job->shard = std::move(shard);
-  job->layout = std::move(layout);
-  job->options = std::move(options);
-  job->done = std::move(done);
-  job->declared = core::declared_checksums(job->plan->manifest, job->shard);
-  // At least one byte: an empty shard (all its tensors empty) still gets a buffer to hand over.
-  auto buf = engine.allocate(std::max<std::uint64_t>(job->shard.bytes, 1), false);
-  if (!buf.is_ok()) return job->done(buf.status().with_context(job->what()));
-  job->stream = std::move(buf).value();
+  auto job = start_job(engine, std::move(plan), std::move(sources), std::move(shard),
+                       std::move(layout), std::move(options), std::move(done));
+  if (!job) return;
   if (job->shard.pieces.empty()) return deliver(job);
   if (!job->declared) return read_whole_chunks(job);
-  std::vector<std::size_t> all(job->shard.pieces.size());
-  for (std::size_t i = 0; i < all.size(); ++i)
-    all[i] = i;
-  read_pieces(job, all, std::nullopt);
+  read_pieces(job, every_piece(*job), std::nullopt);
 }
 
 }  // namespace sluice::weightstore

@@ -106,8 +106,7 @@ Status WeightStore::check_owner(const std::string& holder_id, const std::string&
                                  ", not by " + identity);
 }
 
-const core::Manifest* WeightStore::manifest(const std::string& model,
-                                            std::uint64_t version) const {
+const core::Manifest* WeightStore::manifest(const std::string& model, std::uint64_t version) const {
   auto m = models_.find(model);
   if (m == models_.end()) return nullptr;
   auto v = m->second.versions.find(version);
@@ -342,24 +341,13 @@ core::Result<ReadPlan> WeightStore::plan(const std::string& model, std::uint64_t
   }
   ReadPlan p;
   p.manifest = v->manifest;
-  // Candidate copies, ranked once: distance, then load, then id (for a stable order).
-  struct Cand {
-    std::string id;
-    const Copy* copy;
-    int dist;
-    std::size_t load;
-  };
-  std::vector<Cand> cands;
+  std::vector<Candidate<Copy>> cands;
   for (const auto& [id, h] : holders_) {
     auto c = h.copies.find({model, version});
     if (c == h.copies.end() || c->second.unpublished) continue;
     cands.push_back({id, &c->second, distance(where, h.topology), active_leases(id)});
   }
-  std::sort(cands.begin(), cands.end(), [](const Cand& a, const Cand& b) {
-    if (a.dist != b.dist) return a.dist < b.dist;
-    if (a.load != b.load) return a.load < b.load;
-    return a.id < b.id;
-  });
+  std::sort(cands.begin(), cands.end());
   std::map<std::string, std::uint32_t> index;
   std::size_t n = v->manifest.chunk_count();
   p.chunks.resize(n);
@@ -388,11 +376,7 @@ core::Result<ReadPlan> WeightStore::plan(const std::string& model, std::uint64_t
   l.version = version;
   for (const auto& h : p.holders)
     l.holders.push_back(h.holder_id);
-  l.deadline = now + config_.lease_max_life;
-  l.expires = std::min(now + config_.lease_ttl, l.deadline);
-  l.owner = owner;
-  p.lease_id = next_lease_++;
-  leases_[p.lease_id] = std::move(l);
+  p.lease_id = grant(leases_, std::move(l), now, owner);
   return p;
 }
 

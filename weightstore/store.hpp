@@ -28,6 +28,7 @@
 // Thread safety: none; the service owns it on its loop thread.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <map>
@@ -358,6 +359,18 @@ class WeightStore {
     std::string descriptor;
     bool unpublished = false;
   };
+  // A copy or a delta that a plan may name: ranked once, nearest first, then least loaded
+  // (leases on its holder), then by holder id for a stable order.
+  template <typename C>
+  struct Candidate {
+    std::string id;
+    const C* copy;
+    int dist;
+    std::size_t load;
+    bool operator<(const Candidate& o) const {
+      return std::tie(dist, load, id) < std::tie(o.dist, o.load, o.id);
+    }
+  };
   struct Holder {
     std::string owner;  // the authenticated identity that registered it (empty: plain mode)
     std::string share;  // a relay's share as it joined (empty: whole versions)
@@ -385,6 +398,18 @@ class WeightStore {
     std::string owner;           // the identity that took it (empty: plain mode)
     Clock::time_point deadline;  // lease_max_life after it was granted
   };
+  // Files lease `l` (a Lease or a DeltaLease) in `table` under the next lease id, bound to `owner`,
+  // living lease_ttl from `now` and never past lease_max_life; returns the id.
+  template <typename L>
+  std::uint64_t grant(std::map<std::uint64_t, L>& table, L l, Clock::time_point now,
+                      const std::string& owner) {
+    l.deadline = now + config_.lease_max_life;
+    l.expires = std::min(now + config_.lease_ttl, l.deadline);
+    l.owner = owner;
+    const std::uint64_t id = next_lease_++;
+    table[id] = std::move(l);
+    return id;
+  }
   // Whether `identity` may renew or release a lease bound to `owner`.
   static core::Status check_lease_owner(std::uint64_t lease_id, const std::string& owner,
                                         const std::string& identity);

@@ -96,13 +96,7 @@ core::Result<DeltaPlan> WeightStore::delta_plan(const std::string& model, std::u
   const DeltaKey key{model, base, target};
   auto& objects = models_[model].deltas;
   auto obj = objects.find({base, target});
-  struct Cand {
-    std::string id;
-    const DeltaCopy* copy;
-    int dist;
-    std::size_t load;
-  };
-  std::vector<Cand> cands;
+  std::vector<Candidate<DeltaCopy>> cands;
   if (obj != objects.end()) {
     for (const auto& [id, h] : holders_) {
       auto c = h.deltas.find(key);
@@ -124,11 +118,7 @@ core::Result<DeltaPlan> WeightStore::delta_plan(const std::string& model, std::u
     }
     return p;
   }
-  std::sort(cands.begin(), cands.end(), [](const Cand& a, const Cand& b) {
-    if (a.dist != b.dist) return a.dist < b.dist;
-    if (a.load != b.load) return a.load < b.load;
-    return a.id < b.id;
-  });
+  std::sort(cands.begin(), cands.end());
   p.available = true;
   p.delta = obj->second;
   DeltaLease l;
@@ -138,11 +128,7 @@ core::Result<DeltaPlan> WeightStore::delta_plan(const std::string& model, std::u
     p.holders.push_back({c.id, c.copy->endpoint, c.copy->descriptor, c.dist});
     l.holders.push_back(c.id);
   }
-  l.deadline = now + config_.lease_max_life;
-  l.expires = std::min(now + config_.lease_ttl, l.deadline);
-  l.owner = owner;
-  p.lease_id = next_lease_++;
-  delta_leases_[p.lease_id] = std::move(l);
+  p.lease_id = grant(delta_leases_, std::move(l), now, owner);
   return p;
 }
 

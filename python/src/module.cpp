@@ -673,6 +673,11 @@ std::vector<rl::Token> tokens_of(const std::vector<std::int64_t>& v) {
   return out;
 }
 
+// A prompt given as token ids from Python; errors raise as value() raises them.
+rl::Prompt prompt_of(const std::vector<std::int64_t>& prompt_tokens) {
+  return value(rl::ArithmeticTask::parse_prompt(tokens_of(prompt_tokens)));
+}
+
 rl::ArithmeticTask make_task(const py::object& config) {
   rl::TaskConfig tc;
   if (!config.is_none()) {
@@ -868,24 +873,21 @@ PYBIND11_MODULE(_sluice, m) {
       .def(
           "solution",
           [](const rl::ArithmeticTask& t, const std::vector<std::int64_t>& prompt) {
-            auto p = value(rl::ArithmeticTask::parse_prompt(tokens_of(prompt)));
-            return t.solution(p);
+            return t.solution(prompt_of(prompt));
           },
           py::arg("prompt_tokens"))
       .def(
           "reward",
           [](const rl::ArithmeticTask& t, const std::vector<std::int64_t>& prompt,
              const std::vector<std::int64_t>& response) {
-            auto p = value(rl::ArithmeticTask::parse_prompt(tokens_of(prompt)));
-            return t.reward(p, tokens_of(response));
+            return t.reward(prompt_of(prompt), tokens_of(response));
           },
           py::arg("prompt_tokens"), py::arg("response"))
       .def(
           "correct",
           [](const rl::ArithmeticTask& t, const std::vector<std::int64_t>& prompt,
              const std::vector<std::int64_t>& response) {
-            auto p = value(rl::ArithmeticTask::parse_prompt(tokens_of(prompt)));
-            return t.correct(p, tokens_of(response));
+            return t.correct(prompt_of(prompt), tokens_of(response));
           },
           py::arg("prompt_tokens"), py::arg("response"))
       .def_static(

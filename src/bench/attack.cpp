@@ -113,37 +113,45 @@ class Clients {
   std::map<std::string, std::unique_ptr<core::Client>> clients_;
 };
 
+// How one kind of sender's request is judged, for each way it can end: an ok reply, no answer
+// (a time-out) or an error reply. Each case's verdict, and the words around what came back (the
+// reply's type, or the error in brief).
+struct Judging {
+  struct Case {
+    Verdict verdict;
+    const char* before;
+    const char* after;
+  };
+  Case ok, silent, error;
+};
+
+Attempt judge(std::string name, std::string tried, const Result<Message>& r, const Judging& j) {
+  const Judging::Case& c = r.is_ok()                                   ? j.ok
+                           : r.status().code() == core::Code::kTimeout ? j.silent
+                                                                       : j.error;
+  const std::string got = r.is_ok() ? r->type : brief(r.status());
+  return {std::move(name), std::move(tried), c.before + got + c.after, c.verdict};
+}
+
 // A member asked for what it may not do: any error reply is a refusal; an ok reply is a breach;
 // silence is a breach too (a server that stalls on a request: every wait has a time-out, and a
 // request must get its answer).
-Attempt member_attempt(std::string name, std::string tried, const Result<Message>& r) {
-  Attempt a{std::move(name), std::move(tried), "", Verdict::kRefused};
-  if (r.is_ok()) {
-    a.got = "accepted (" + r->type + ")";
-    a.verdict = Verdict::kBreach;
-  } else if (r.status().code() == core::Code::kTimeout) {
-    a.got = "no answer: " + brief(r.status());
-    a.verdict = Verdict::kBreach;
-  } else {
-    a.got = brief(r.status());
-  }
-  return a;
-}
+constexpr Judging kMember{{Verdict::kBreach, "accepted (", ")"},
+                          {Verdict::kBreach, "no answer: ", ""},
+                          {Verdict::kRefused, "", ""}};
 
 // Someone outside the job: only silence is right (the handshake never completes, nothing reaches
 // a handler); any reply, even an error, means a stranger got through.
+constexpr Judging kStranger{{Verdict::kBreach, "answered (", ")"},
+                            {Verdict::kRefused, "no reply: the handshake never completed (", ")"},
+                            {Verdict::kBreach, "reached a handler: ", ""}};
+
+Attempt member_attempt(std::string name, std::string tried, const Result<Message>& r) {
+  return judge(std::move(name), std::move(tried), r, kMember);
+}
+
 Attempt stranger_attempt(std::string name, std::string tried, const Result<Message>& r) {
-  Attempt a{std::move(name), std::move(tried), "", Verdict::kRefused};
-  if (r.is_ok()) {
-    a.got = "answered (" + r->type + ")";
-    a.verdict = Verdict::kBreach;
-  } else if (r.status().code() == core::Code::kTimeout) {
-    a.got = "no reply: the handshake never completed (" + brief(r.status()) + ")";
-  } else {
-    a.got = "reached a handler: " + brief(r.status());
-    a.verdict = Verdict::kBreach;
-  }
-  return a;
+  return judge(std::move(name), std::move(tried), r, kStranger);
 }
 
 class Attacker {
@@ -379,18 +387,15 @@ void Attacker::owners_and_leases() {
   }
   const std::uint64_t lease = p->lease_id;
   const std::string thief = relay_key();
-  weightstore::Renew renew;
-  renew.lease_id = lease;
-  report_.add(
-      member_attempt("renew-another-lease",
-                     fmt::format("store.renew as {} of the operator's lease {}", thief, lease),
-                     call_as(thief, core::kRoleWeightstore, weightstore::encode(renew))));
-  weightstore::Release rel;
-  rel.lease_id = lease;
-  report_.add(
-      member_attempt("release-another-lease",
-                     fmt::format("store.release as {} of the operator's lease {}", thief, lease),
-                     call_as(thief, core::kRoleWeightstore, weightstore::encode(rel))));
+  const std::pair<const char*, Message> tries[] = {
+      {"renew", weightstore::encode(weightstore::Renew{{lease}})},
+      {"release", weightstore::encode(weightstore::Release{{lease}})}};
+  for (const auto& [verb, request] : tries) {
+    report_.add(
+        member_attempt(fmt::format("{}-another-lease", verb),
+                       fmt::format("store.{} as {} of the operator's lease {}", verb, thief, lease),
+                       call_as(thief, core::kRoleWeightstore, request)));
+  }
   // The leases just below ours are the readers' (relays, rollouts, the actor): the operator may
   // release none of them.
   std::uint64_t released = 0, refused = 0, unknown = 0;

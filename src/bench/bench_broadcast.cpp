@@ -201,33 +201,24 @@ int run_bench_broadcast_inside(const BenchBroadcastArgs& args,
   const std::string store_ep = "tcp://198.18.0.1:5550";
   // Authenticated as a job is: keys for the store, the publisher (the actor) and each relay, in
   // a private folder removed at the end.
-  const std::string keys = (std::filesystem::temp_directory_path() /
-                            ("sluice-broadcast-keys-" + std::to_string(::getpid())))
-                               .string();
-  std::vector<std::pair<std::string, std::string>> identities{{"weightstore", kRoleWeightstore},
-                                                              {"actor", kRoleActor}};
+  std::vector<std::pair<std::string, std::string>> relay_ids;
   for (unsigned i = 1; i <= args.relays; ++i)
-    identities.emplace_back("relay-" + std::to_string(i), kRoleRelay);
-  if (auto k = make_job_keys(keys, identities); !k.is_ok()) {
-    std::fprintf(stderr, "broadcast-run: %s\n", k.status().to_string().c_str());
+    relay_ids.emplace_back("relay-" + std::to_string(i), kRoleRelay);
+  auto made = BenchKeys::make("broadcast", relay_ids);
+  if (!made.is_ok()) {
+    std::fprintf(stderr, "broadcast-run: %s\n", made.status().to_string().c_str());
     return 1;
   }
-  struct RemoveKeys {
-    std::string dir;
-    ~RemoveKeys() {
-      std::error_code ec;
-      std::filesystem::remove_all(dir, ec);
-    }
-  } remove_keys{keys};
-  const std::string members = members_file_path(keys);
+  const std::unique_ptr<BenchKeys> job_keys = std::move(made).value();
+  const std::string& keys = job_keys->dir();
   Subprocess::Options so;
   so.argv = {exe,     "--log-level",
              "warn",  "weightstore",
              "--set", "store.listen=" + store_ep,
              "--set", "store.broadcast=" + args.design,
-             "--set", "store.fanout=" + std::to_string(args.fanout),
-             "--set", "store.security.key_file=" + key_file_path(keys, "weightstore"),
-             "--set", "store.security.members_file=" + members};
+             "--set", "store.fanout=" + std::to_string(args.fanout)};
+  const std::vector<std::string> store_sets = job_keys->store_sets();
+  so.argv.insert(so.argv.end(), store_sets.begin(), store_sets.end());
   auto store = start_ready(so, "endpoint ", kRoleStartTimeout, "the store");
   if (!store.is_ok()) return 1;
   std::vector<std::unique_ptr<Subprocess>> relays;
@@ -237,10 +228,7 @@ int run_bench_broadcast_inside(const BenchBroadcastArgs& args,
   TransferOptions topts;
   topts.stream_reach = store_ep;  // the chunk server binds where the emulated hosts reach it
   auto engine = TransferEngine::create(*loop, topts).value();
-  SecurityConfig sc;
-  sc.key_file = key_file_path(keys, "actor");
-  sc.members_file = members;
-  auto security = load_security(sc, "broadcast-run");
+  auto security = load_security(job_keys->security("actor"), "broadcast-run");
   if (!security.is_ok()) {
     std::fprintf(stderr, "broadcast-run: %s\n", security.status().to_string().c_str());
     return 1;

@@ -34,6 +34,27 @@ int usage_error(const std::string& what) {
 
 }  // namespace
 
+std::vector<std::string> crossdc_part_argv(const std::string& exe, const std::string& part,
+                                           const BenchCrossdcArgs& a) {
+  return {exe,
+          "--log-level",
+          "warn",
+          "bench",
+          part,
+          "--design",
+          a.design,
+          "--hosts-per-dc",
+          std::to_string(a.hosts_per_dc),
+          "--rollouts-per-host",
+          std::to_string(a.rollouts_per_host),
+          "--poll-ms",
+          std::to_string(a.poll_ms),
+          "--local-check-ms",
+          std::to_string(a.local_check_ms),
+          "--encryption",
+          a.encryption};
+}
+
 namespace {
 
 // The usage errors of the outer command's numeric options ("" when there are none).
@@ -88,20 +109,14 @@ bool run_pass(const BenchCrossdcArgs& args, const BenchCrossdcArgs& real, const 
     std::fprintf(stderr, "bench crossdc: %s\n", up.status().to_string().c_str());
     return false;
   }
+  BenchCrossdcArgs pass = args;
+  pass.design = design;
+  pass.encryption = encryption;
   std::vector<std::string> run_argv = in_emulated_host(emu, prefix, 0);
-  run_argv.insert(run_argv.end(), {self_exe(),
-                                   "--log-level",
-                                   "warn",
-                                   "bench",
-                                   "crossdc-run",
-                                   "--design",
-                                   design,
-                                   "--dcs",
+  const std::vector<std::string> part = crossdc_part_argv(self_exe(), "crossdc-run", pass);
+  run_argv.insert(run_argv.end(), part.begin(), part.end());
+  run_argv.insert(run_argv.end(), {"--dcs",
                                    std::to_string(args.dcs),
-                                   "--hosts-per-dc",
-                                   std::to_string(args.hosts_per_dc),
-                                   "--rollouts-per-host",
-                                   std::to_string(args.rollouts_per_host),
                                    "--size",
                                    real.size,
                                    "--versions-dir",
@@ -114,18 +129,12 @@ bool run_pass(const BenchCrossdcArgs& args, const BenchCrossdcArgs& real, const 
                                    std::to_string(args.versions),
                                    "--change-rate",
                                    std::to_string(args.change_rate),
-                                   "--poll-ms",
-                                   std::to_string(args.poll_ms),
-                                   "--local-check-ms",
-                                   std::to_string(args.local_check_ms),
                                    "--relay-follow-ms",
                                    std::to_string(args.relay_follow_ms),
                                    "--emuhosts",
                                    emu,
                                    "--prefix",
-                                   prefix,
-                                   "--encryption",
-                                   encryption});
+                                   prefix});
   auto out = run_capture(run_argv, kEmulatedHostUcxEnv, kCrossdcRunTimeout);
   run_capture({emu, "down", "--prefix", prefix}, {}, kHostsDownTimeout).status().ignore();
   if (!out.is_ok()) {

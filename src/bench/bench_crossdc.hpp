@@ -82,6 +82,10 @@ core::Result<RealVersionFiles> real_version_files(const std::string& dir, unsign
                                                   unsigned count);
 
 // The parts (bench_crossdc_run.cpp).
+// The start of a part's command line (`sluice bench <part>`, crossdc-run or crossdc-host) with
+// the options both take from `a`: design, hosts and rollouts per host, polling, encryption.
+std::vector<std::string> crossdc_part_argv(const std::string& exe, const std::string& part,
+                                           const BenchCrossdcArgs& a);
 int run_bench_crossdc_inside(const BenchCrossdcArgs& args, const std::vector<std::string>& env);
 int run_bench_crossdc_host(const BenchCrossdcArgs& args, const std::vector<std::string>& env);
 

@@ -173,29 +173,10 @@ Result<std::vector<Subprocess*>> start_rollout_hosts(
   for (unsigned i = 1; i < hosts; ++i) {
     Subprocess::Options ho;
     ho.argv = in_emulated_host(args.emuhosts, args.prefix, i);
-    ho.argv.insert(ho.argv.end(), {exe,
-                                   "--log-level",
-                                   "warn",
-                                   "bench",
-                                   "crossdc-host",
-                                   "--design",
-                                   args.design,
-                                   "--hosts-per-dc",
-                                   std::to_string(args.hosts_per_dc),
-                                   "--rollouts-per-host",
-                                   std::to_string(args.rollouts_per_host),
-                                   "--poll-ms",
-                                   std::to_string(args.poll_ms),
-                                   "--local-check-ms",
-                                   std::to_string(args.local_check_ms),
-                                   "--store",
-                                   store_ep,
-                                   "--keys",
-                                   keys,
-                                   "--index",
-                                   std::to_string(i),
-                                   "--encryption",
-                                   args.encryption});
+    const std::vector<std::string> part = crossdc_part_argv(exe, "crossdc-host", args);
+    ho.argv.insert(ho.argv.end(), part.begin(), part.end());
+    ho.argv.insert(ho.argv.end(),
+                   {"--store", store_ep, "--keys", keys, "--index", std::to_string(i)});
     // Ended with this process however it ends (the namespace's exec keeps the pid).
     ho.extra_env = {std::string(kParentPidVar) + "=" + std::to_string(::getpid())};
     auto h = Subprocess::spawn(ho);
@@ -317,33 +298,22 @@ int run_bench_crossdc_inside(const BenchCrossdcArgs& args, const std::vector<std
     return 1;
   };
   // Authenticated as a job is, keys in a private folder removed at the end.
-  const std::string keys = (std::filesystem::temp_directory_path() /
-                            ("sluice-crossdc-keys-" + std::to_string(::getpid())))
-                               .string();
-  std::vector<std::pair<std::string, std::string>> identities{{"weightstore", kRoleWeightstore},
-                                                              {"actor", kRoleActor}};
+  std::vector<std::pair<std::string, std::string>> host_ids;
   for (unsigned i = 1; i < hosts; ++i) {
-    identities.emplace_back(relay_identity(i), kRoleRelay);
-    identities.emplace_back(rollout_identity(i), kRoleRollout);
+    host_ids.emplace_back(relay_identity(i), kRoleRelay);
+    host_ids.emplace_back(rollout_identity(i), kRoleRollout);
   }
-  if (auto k = make_job_keys(keys, identities); !k.is_ok()) return fail(k.status().to_string());
-  struct RemoveKeys {
-    std::string dir;
-    ~RemoveKeys() {
-      std::error_code ec;
-      std::filesystem::remove_all(dir, ec);
-    }
-  } remove_keys{keys};
-  const std::string members = members_file_path(keys);
+  auto made = BenchKeys::make("crossdc", host_ids);
+  if (!made.is_ok()) return fail(made.status().to_string());
+  const std::unique_ptr<BenchKeys> job_keys = std::move(made).value();
+  const std::string& keys = job_keys->dir();
 
   Subprocess::Options so;
-  so.argv = {exe,     "--log-level",
-             "warn",  "weightstore",
-             "--set", "log_level=warn",
-             "--set", "store.listen=" + store_ep,
-             "--set", "store.broadcast=chain",
-             "--set", "store.security.key_file=" + key_file_path(keys, "weightstore"),
-             "--set", "store.security.members_file=" + members};
+  so.argv = {exe,     "--log-level",          "warn",  "weightstore",
+             "--set", "log_level=warn",       "--set", "store.listen=" + store_ep,
+             "--set", "store.broadcast=chain"};
+  const std::vector<std::string> store_sets = job_keys->store_sets();
+  so.argv.insert(so.argv.end(), store_sets.begin(), store_sets.end());
   auto store = start_ready(so, "endpoint ", kRoleStartTimeout, "the store");
   if (!store.is_ok()) return fail(store.status().to_string());
   // Everything started is stopped on the way out, whatever happens.
@@ -368,10 +338,7 @@ int run_bench_crossdc_inside(const BenchCrossdcArgs& args, const std::vector<std
   const std::vector<Subprocess*> rollout_hosts = std::move(started).value();
 
   auto loop = EventLoop::create().value();
-  SecurityConfig sc;
-  sc.key_file = key_file_path(keys, "actor");
-  sc.members_file = members;
-  auto security = load_security(sc, "crossdc-run");
+  auto security = load_security(job_keys->security("actor"), "crossdc-run");
   if (!security.is_ok()) return fail(security.status().to_string());
   TransferOptions topts;
   topts.stream_reach = store_ep;  // the chunk server binds where the emulated hosts reach it

@@ -129,16 +129,6 @@ std::string base_label(const std::string& m) {
   return plain_label(m) ? m.substr(0, m.size() - kPlainSuffix.size()) : m;
 }
 
-std::vector<std::string> split(const std::string& s) {
-  std::vector<std::string> out;
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    if (!item.empty()) out.push_back(item);
-  }
-  return out;
-}
-
 // What a run's actor consumed (`accepted_ids`: every trajectory it trained on or dropped as too
 // stale or abandoned): each of the job's trajectories once, none twice. `expected` 0 (a job
 // without a prompt count): only "none twice". Copies the actor refused (`duplicates`, a resend
@@ -458,28 +448,8 @@ void print_e2e_json(E2eRuns& runs) {
   const Row* sl = find("sluice");
   const std::uint32_t once_runs = runs.once_runs, once_failed = runs.once_failed;
   for (const auto& r : rows) {
-    json o{{"mode", r.mode},
-           {"tokens_per_s", r.tokens_per_s},
-           {"rollout_util", r.rollout_util},
-           {"weight_stall_frac", r.weight_stall_frac},
-           {"actor_idle_frac", r.actor_idle_frac},
-           {"staleness_mean", r.staleness_mean},
-           {"staleness_max", r.staleness_max},
-           {"staleness_p50", r.staleness_p50},
-           {"staleness_p99", r.staleness_p99},
-           {"dropped_token_frac", r.dropped_token_frac},
-           {"generating_share", r.generating_share},
-           {"repacks", r.repacks},
-           {"repack_overhead_s", r.repack_overhead_s},
-           {"trained_tokens", r.trained_tokens},
-           {"dropped_stale", r.dropped},
-           {"wall_s", r.wall_s},
-           {"steady_tokens_per_s", r.steady_tokens_per_s},
-           {"steady_window_s", json::array({r.steady_from_s, r.steady_to_s})}};
-    json f = json::object();
-    for (const auto& [cause, frac] : r.free_slots)
-      f[cause] = frac;
-    o["free_slots"] = f;
+    json o = mode_json(mode_figures(r.mode, r));
+    o["generating_share"] = r.generating_share;
     if (sync) o["ratio_to_sync"] = ratio(r.tokens_per_s, sync->tokens_per_s);
     if (const Row* p = plain_label(r.mode) ? nullptr : find(r.mode + std::string(kPlainSuffix)))
       o["auth_ratio_to_plain"] = ratio(r.tokens_per_s, p->tokens_per_s);
@@ -591,7 +561,7 @@ int run_bench_e2e(const BenchE2eArgs& args, const std::vector<std::string>& envi
   }
   const JobConfig& job = *workload;
   E2eRuns runs;
-  runs.modes = split(args.modes);
+  runs.modes = split_commas(args.modes);
   if (!check_modes(runs.modes)) return 2;
   if (!args.json) print_workload(job);
   if (args.compare_auth) {

@@ -41,15 +41,6 @@ constexpr Millis kDeviceReaderExit{30000};
 // The two-sources bench takes its hosts down within this (three hosts, one with no rate).
 constexpr Millis kTwoSourcesDownTimeout{120000};
 
-std::vector<std::string> split_commas(const std::string& s) {
-  std::vector<std::string> out;
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, ','))
-    if (!item.empty()) out.push_back(item);
-  return out;
-}
-
 bool user_set(const std::vector<std::string>& env, const std::string& var) {
   for (const auto& e : env)
     if (e.rfind(var + "=", 0) == 0) return true;

@@ -20,6 +20,30 @@ const ModeFigures* find(const std::vector<ModeFigures>& rows, const std::string&
 
 }  // namespace
 
+nlohmann::json mode_json(const ModeFigures& f) {
+  nlohmann::json slots = nlohmann::json::object();
+  for (const auto& [cause, frac] : f.free_slots)
+    slots[cause] = frac;
+  return {{"mode", f.mode},
+          {"tokens_per_s", f.tokens_per_s},
+          {"rollout_util", f.rollout_util},
+          {"weight_stall_frac", f.weight_stall_frac},
+          {"actor_idle_frac", f.actor_idle_frac},
+          {"staleness_mean", f.staleness_mean},
+          {"staleness_max", f.staleness_max},
+          {"staleness_p50", f.staleness_p50},
+          {"staleness_p99", f.staleness_p99},
+          {"dropped_token_frac", f.dropped_token_frac},
+          {"repacks", f.repacks},
+          {"repack_overhead_s", f.repack_overhead_s},
+          {"trained_tokens", f.trained_tokens},
+          {"dropped_stale", f.dropped},
+          {"wall_s", f.wall_s},
+          {"steady_tokens_per_s", f.steady_tokens_per_s},
+          {"steady_window_s", nlohmann::json::array({f.steady_from_s, f.steady_to_s})},
+          {"free_slots", std::move(slots)}};
+}
+
 void print_mode_table(const std::vector<ModeFigures>& rows) {
   const ModeFigures* sync = find(rows, "sync");
   const ModeFigures* sl = find(rows, "sluice");

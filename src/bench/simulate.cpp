@@ -26,42 +26,12 @@ using nlohmann::json;
 
 namespace {
 
-std::vector<std::string> split_modes(const std::string& s) {
-  std::vector<std::string> out;
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    if (!item.empty()) out.push_back(item);
-  }
-  return out;
-}
-
 json to_json(const sim::ModeResult& r, const sim::ModeResult* sync, const sim::ModeResult* sl) {
-  json o{{"mode", r.label},
-         {"tokens_per_s", r.tokens_per_s},
-         {"rollout_util", r.rollout_util},
-         {"weight_stall_frac", r.weight_stall_frac},
-         {"actor_idle_frac", r.actor_idle_frac},
-         {"staleness_mean", r.staleness_mean},
-         {"staleness_max", r.staleness_max},
-         {"staleness_p50", r.staleness_p50},
-         {"staleness_p99", r.staleness_p99},
-         {"dropped_token_frac", r.dropped_token_frac},
-         {"repacks", r.repacks},
-         {"repack_overhead_s", r.repack_overhead_s},
-         {"trained_tokens", r.trained_tokens},
-         {"dropped_stale", r.dropped},
-         {"wall_s", r.wall_s}};
-  json f = json::object();
-  for (const auto& [cause, frac] : r.free_slots)
-    f[cause] = frac;
-  o["free_slots"] = f;
+  json o = mode_json(mode_figures(r.label, r));
   if (sync) o["ratio_to_sync"] = ratio(r.tokens_per_s, sync->tokens_per_s);
   if (sl) o["sluice_ratio"] = ratio(sl->tokens_per_s, r.tokens_per_s);
   const double all = r.gpus * r.wall_s;
   auto share = [&](double x) { return all > 0 ? x / all : 0.0; };
-  o["steady_tokens_per_s"] = r.steady_tokens_per_s;
-  o["steady_window_s"] = json::array({r.steady_from_s, r.steady_to_s});
   o["gpus"] = r.gpus;
   o["gpu_time"] = json{{"generating", share(r.gpu.generating)},
                        {"loading", share(r.gpu.loading)},
@@ -134,7 +104,7 @@ core::Result<sim::SimInput> load_simulation(const std::string& path,
 }
 
 core::Result<std::vector<std::string>> parse_sim_modes(const std::string& list) {
-  std::vector<std::string> modes = split_modes(list);
+  std::vector<std::string> modes = split_commas(list);
   std::set<std::string> named;
   for (const auto& m : modes) {
     if (!named.insert(m).second) {
@@ -201,7 +171,7 @@ core::Result<sim::SimInput> colocated_input(const sim::SimInput& in) {
 
 core::Result<std::vector<double>> parse_splits(const std::string& list) {
   std::vector<double> out;
-  for (const auto& item : split_modes(list)) {
+  for (const auto& item : split_commas(list)) {
     char* end = nullptr;
     const double v = std::strtod(item.c_str(), &end);
     if (end == item.c_str() || *end != '\0' || !std::isfinite(v)) {

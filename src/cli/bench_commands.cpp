@@ -26,6 +26,18 @@ void add_rounds(CLI::App& bench, std::uint32_t& rounds, const std::string& what)
   bench.add_option("--rounds", rounds, what)->capture_default_str()->check(CLI::Range(1u, 20u));
 }
 
+// --repack-bench and its --lengths and --spreads, as simulate and bench e2e take them; `what`
+// says what --repack-bench compares.
+void add_repack_bench(CLI::App& c, bool& on, std::vector<std::string>& lengths,
+                      std::vector<double>& spreads, const std::string& what) {
+  c.add_flag("--repack-bench", on, what);
+  c.add_option("--lengths", lengths, "--repack-bench: also a length file (one length per line)");
+  c.add_option("--spreads", spreads,
+               "--repack-bench: lognormal p99/median ratios at the job's median")
+      ->delimiter(',')
+      ->capture_default_str();
+}
+
 void add_chaos(CLI::App& c, ChaosArgs& a) {
   c.add_option("job", a.job_path, "job file (JSON)")->required();
   c.add_option("--kills", a.kills, "SIGKILLs over the job")->capture_default_str();
@@ -88,13 +100,8 @@ void add_simulate(CLI::App& c, SimulateArgs& a) {
                "reported at its best");
   c.add_option("--set", a.overrides, "override a job field: key=value");
   c.add_flag("--json", a.json, "one JSON object per mode");
-  c.add_flag("--repack-bench", a.repack_bench,
-             "repack on against off on several length distributions");
-  c.add_option("--lengths", a.lengths, "--repack-bench: also a length file (one length per line)");
-  c.add_option("--spreads", a.spreads,
-               "--repack-bench: lognormal p99/median ratios at the job's median")
-      ->delimiter(',')
-      ->capture_default_str();
+  add_repack_bench(c, a.repack_bench, a.lengths, a.spreads,
+                   "repack on against off on several length distributions");
 }
 
 void add_bench_transfer(CLI::App& c, BenchTransferArgs& a) {
@@ -217,14 +224,9 @@ void add_bench_e2e(CLI::App& c, BenchE2eArgs& a) {
              "also run each mode with the control plane in plain mode (MODE+plain) and print "
              "authenticated / plain throughput");
   c.add_flag("--json", a.json, "one JSON object per mode");
-  c.add_flag("--repack-bench", a.repack_bench,
-             "sluice against sluice-norepack on the job's lengths, lognormal p99/median 5, 10 "
-             "and 20, and each --lengths file, interleaved every round");
-  c.add_option("--lengths", a.lengths, "--repack-bench: also a length file (one length per line)");
-  c.add_option("--spreads", a.spreads,
-               "--repack-bench: lognormal p99/median ratios at the job's median")
-      ->delimiter(',')
-      ->capture_default_str();
+  add_repack_bench(c, a.repack_bench, a.lengths, a.spreads,
+                   "sluice against sluice-norepack on the job's lengths, lognormal p99/median 5, "
+                   "10 and 20, and each --lengths file, interleaved every round");
 }
 
 void add_bench_elastic(CLI::App& c, BenchElasticArgs& a) {

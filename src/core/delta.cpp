@@ -8,6 +8,8 @@
 #include <cstring>
 #include <memory>
 
+#include "core/splitmix.hpp"
+
 namespace sluice::core {
 
 namespace {
@@ -540,14 +542,8 @@ Status apply_delta(std::span<const std::uint8_t> blob, std::span<const std::uint
 
 namespace {
 // splitmix64: a small, fast generator with a 64-bit state (enough for synthetic weights).
-std::uint64_t next_random(std::uint64_t& s) {
-  std::uint64_t z = (s += 0x9e3779b97f4a7c15ULL);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
-}
 double uniform(std::uint64_t& s) {
-  return static_cast<double>(next_random(s) >> 11) * (1.0 / 9007199254740992.0);
+  return static_cast<double>(splitmix64(s) >> 11) * (1.0 / 9007199254740992.0);
 }
 }  // namespace
 

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "core/status.hpp"
@@ -62,6 +63,24 @@ Status f32_array(const nlohmann::json& j, std::string_view what, const char* key
 // Finite.
 Status f64(const nlohmann::json& j, std::string_view what, const char* key, double& out);
 Status boolean(const nlohmann::json& j, std::string_view what, const char* key, bool& out);
+
+// The array at `key` (checked as array() checks it) into `out`, cleared first, one entry at a
+// time: `read(entry, index, value)` checks one entry and fills a T, or returns the error, which
+// names the key or the entry (error(what, "finished[2]", ...)). The first error stops the read.
+template <typename T, typename Read>
+Status list(const nlohmann::json& j, std::string_view what, const char* key,
+            std::size_t max_entries, std::vector<T>& out, Read read) {
+  const nlohmann::json* l = nullptr;
+  SLUICE_TRY(array(j, what, key, max_entries, l));
+  out.clear();
+  out.reserve(l->size());
+  for (std::size_t i = 0; i < l->size(); ++i) {
+    T value{};
+    SLUICE_TRY(read((*l)[i], i, value));
+    out.push_back(std::move(value));
+  }
+  return {};
+}
 }  // namespace json_field
 
 }  // namespace sluice::core

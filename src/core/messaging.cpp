@@ -223,6 +223,37 @@ Status status_from_error(const Message& msg) {
   return {static_cast<Code>(code), text};
 }
 
+namespace {
+
+// Receives every message waiting on `sock`, passing each to `handle`: drained fully, since ZMQ_FD
+// is edge-triggered. A handler that replies re-enters through the owner's post_drain, not
+// recursion (`draining` refuses it), and one that destroys the owner (`alive` expires) ends the
+// loop before anything of the owner is touched again. A receive error is logged as
+// "<kind> <endpoint>: receive failed: ...".
+template <typename Handle>
+void drain_socket(zmq::socket_t& sock, bool& draining, const std::shared_ptr<bool>& alive,
+                  const char* kind, const std::string& endpoint, Handle handle) {
+  if (draining) return;
+  draining = true;
+  std::weak_ptr<bool> a = alive;
+  try {
+    while (true) {
+      if (a.expired()) return;
+      auto events = sock.get(zmq::sockopt::events);
+      if (!(events & ZMQ_POLLIN)) break;
+      std::vector<zmq::message_t> msgs;
+      auto got = zmq::recv_multipart(sock, std::back_inserter(msgs), zmq::recv_flags::dontwait);
+      if (!got) break;
+      handle(msgs);
+    }
+  } catch (const zmq::error_t& e) {
+    log::error("{} {}: receive failed: {}", kind, endpoint, e.what());
+  }
+  if (!a.expired()) draining = false;
+}
+
+}  // namespace
+
 // ---------------------------------------------------------------- server
 
 struct Responder::State {
@@ -416,23 +447,8 @@ void Server::Impl::dispatch(std::vector<zmq::message_t>& msgs) {
 }
 
 void Server::Impl::drain() {
-  if (draining) return;  // a handler that replies re-enters through post_drain, not recursion
-  draining = true;
-  std::weak_ptr<bool> a = alive;
-  try {
-    while (true) {
-      if (a.expired()) return;
-      auto events = sock.get(zmq::sockopt::events);
-      if (!(events & ZMQ_POLLIN)) break;
-      std::vector<zmq::message_t> msgs;
-      auto got = zmq::recv_multipart(sock, std::back_inserter(msgs), zmq::recv_flags::dontwait);
-      if (!got) break;
-      dispatch(msgs);
-    }
-  } catch (const zmq::error_t& e) {
-    log::error("server {}: receive failed: {}", endpoint, e.what());
-  }
-  if (!a.expired()) draining = false;
+  drain_socket(sock, draining, alive, "server", endpoint,
+               [this](std::vector<zmq::message_t>& msgs) { dispatch(msgs); });
 }
 
 // Answers libzmq's ZAP requests (RFC 27): version, request id, domain, address, routing id,
@@ -636,6 +652,7 @@ struct Client::Impl {
   bool draining = false;
 
   void drain();
+  void receive(std::vector<zmq::message_t>& msgs);  // one reply, from drain()
   void complete(std::uint64_t id, Result<Message> r) {
     auto it = pending.find(id);
     if (it == pending.end()) {
@@ -667,37 +684,26 @@ struct Client::Impl {
 };
 
 void Client::Impl::drain() {
-  if (draining) return;
-  draining = true;
-  std::weak_ptr<bool> a = alive;
-  try {
-    while (true) {
-      if (a.expired()) return;
-      auto events = sock.get(zmq::sockopt::events);
-      if (!(events & ZMQ_POLLIN)) break;
-      std::vector<zmq::message_t> msgs;
-      auto got = zmq::recv_multipart(sock, std::back_inserter(msgs), zmq::recv_flags::dontwait);
-      if (!got) break;
-      auto frames = to_strings(msgs, 0);
-      if (frames.empty()) continue;
-      auto env = decode_envelope(frames[0]);
-      if (!env.is_ok()) {
-        log::warn("client {}: dropped a malformed reply: {}", endpoint, env.status().to_string());
-        continue;
-      }
-      auto msg = decode_message(frames, limits);
-      if (!msg.is_ok()) {
-        complete(env->request_id, msg.status().with_context("reply from " + endpoint));
-      } else if (env->error) {
-        complete(env->request_id, status_from_error(msg.value()).with_context(endpoint));
-      } else {
-        complete(env->request_id, std::move(msg).value());
-      }
-    }
-  } catch (const zmq::error_t& e) {
-    log::error("client {}: receive failed: {}", endpoint, e.what());
+  drain_socket(sock, draining, alive, "client", endpoint,
+               [this](std::vector<zmq::message_t>& msgs) { receive(msgs); });
+}
+
+void Client::Impl::receive(std::vector<zmq::message_t>& msgs) {
+  auto frames = to_strings(msgs, 0);
+  if (frames.empty()) return;
+  auto env = decode_envelope(frames[0]);
+  if (!env.is_ok()) {
+    log::warn("client {}: dropped a malformed reply: {}", endpoint, env.status().to_string());
+    return;
   }
-  if (!a.expired()) draining = false;
+  auto msg = decode_message(frames, limits);
+  if (!msg.is_ok()) {
+    complete(env->request_id, msg.status().with_context("reply from " + endpoint));
+  } else if (env->error) {
+    complete(env->request_id, status_from_error(msg.value()).with_context(endpoint));
+  } else {
+    complete(env->request_id, std::move(msg).value());
+  }
 }
 
 Client::Client(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}

@@ -116,25 +116,29 @@ Result<std::string> Subprocess::read_line(std::chrono::milliseconds timeout) {
       return timeout_error("no line from child " + std::to_string(pid_) + " within " +
                            std::to_string(timeout.count()) + " ms");
     }
-    pollfd pfd{out_fd_, POLLIN, 0};
-    int n = ::poll(&pfd, 1, static_cast<int>(left.count()));
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) continue;
-    char buf[4096];
-    ssize_t got = ::read(out_fd_, buf, sizeof buf);
-    if (got < 0 && errno == EINTR) continue;
-    if (got <= 0) {
-      ::close(out_fd_);
-      out_fd_ = -1;
-      if (!buffer_.empty()) {
-        std::string rest = std::move(buffer_);
-        buffer_.clear();
-        return rest;
-      }
-      continue;
+    if (fill(static_cast<int>(left.count())) == Fill::kClosed && !buffer_.empty()) {
+      std::string rest = std::move(buffer_);
+      buffer_.clear();
+      return rest;
     }
-    buffer_.append(buf, static_cast<std::size_t>(got));
   }
+}
+
+Subprocess::Fill Subprocess::fill(int wait_ms) {
+  pollfd pfd{out_fd_, POLLIN, 0};
+  int n = ::poll(&pfd, 1, wait_ms);
+  if (n < 0 && errno == EINTR) return Fill::kRetry;
+  if (n <= 0) return Fill::kNone;
+  char buf[4096];
+  ssize_t got = ::read(out_fd_, buf, sizeof buf);
+  if (got < 0 && errno == EINTR) return Fill::kRetry;
+  if (got <= 0) {
+    ::close(out_fd_);
+    out_fd_ = -1;
+    return Fill::kClosed;
+  }
+  buffer_.append(buf, static_cast<std::size_t>(got));
+  return Fill::kData;
 }
 
 std::string Subprocess::read_all(std::chrono::milliseconds timeout) {
@@ -152,20 +156,12 @@ std::string Subprocess::read_all(std::chrono::milliseconds timeout) {
 
 std::vector<std::string> Subprocess::drain_lines() {
   while (out_fd_ >= 0) {
-    pollfd pfd{out_fd_, POLLIN, 0};
-    int n = ::poll(&pfd, 1, 0);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    char buf[4096];
-    ssize_t got = ::read(out_fd_, buf, sizeof buf);
-    if (got < 0 && errno == EINTR) continue;
-    if (got <= 0) {
-      ::close(out_fd_);
-      out_fd_ = -1;
+    const Fill f = fill(0);
+    if (f == Fill::kNone) break;
+    if (f == Fill::kClosed) {
       if (!buffer_.empty() && buffer_.back() != '\n') buffer_ += '\n';
       break;
     }
-    buffer_.append(buf, static_cast<std::size_t>(got));
   }
   std::vector<std::string> lines;
   for (auto nl = buffer_.find('\n'); nl != std::string::npos; nl = buffer_.find('\n')) {

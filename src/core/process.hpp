@@ -67,6 +67,11 @@ class Subprocess {
 
  private:
   Subprocess() = default;
+  // One wait of up to `wait_ms` for output, appending what came to buffer_: kData (some bytes),
+  // kNone (nothing within the wait), kRetry (interrupted by a signal: try again), kClosed (the
+  // output ended; out_fd_ is closed and -1).
+  enum class Fill { kData, kNone, kRetry, kClosed };
+  Fill fill(int wait_ms);
   pid_t pid_ = -1;
   int out_fd_ = -1;
   bool reaped_ = false;

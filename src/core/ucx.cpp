@@ -160,59 +160,54 @@ constexpr unsigned kPeersReadOnly =
     UCP_MEM_MAP_PROT_LOCAL_READ | UCP_MEM_MAP_PROT_LOCAL_WRITE | UCP_MEM_MAP_PROT_REMOTE_READ;
 }  // namespace
 
-Result<std::unique_ptr<MemoryRegion>> MemoryRegion::map(Context& ctx, void* addr,
-                                                        std::size_t bytes) {
+Result<std::unique_ptr<MemoryRegion>> MemoryRegion::register_memory(Context& ctx,
+                                                                    ucp_mem_map_params_t params,
+                                                                    const std::string& what) {
   std::unique_ptr<MemoryRegion> m(new MemoryRegion());
   m->ctx_ = ctx.get();
-  ucp_mem_map_params_t params{};
-  params.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH |
-                      UCP_MEM_MAP_PARAM_FIELD_PROT;
-  params.address = addr;
-  params.length = bytes;
+  params.field_mask |= UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH |
+                       UCP_MEM_MAP_PARAM_FIELD_PROT;
   params.prot = kPeersReadOnly;
-  SLUICE_TRY(to_status(ucp_mem_map(ctx.get(), &params, &m->h_), "ucx: register memory"));
-  m->address_ = addr;
+  SLUICE_TRY(to_status(ucp_mem_map(ctx.get(), &params, &m->h_), what));
+  m->address_ = params.address;
+  if ((params.field_mask & UCP_MEM_MAP_PARAM_FIELD_FLAGS) &&
+      (params.flags & UCP_MEM_MAP_ALLOCATE)) {
+    ucp_mem_attr_t attr{};
+    attr.field_mask = UCP_MEM_ATTR_FIELD_ADDRESS | UCP_MEM_ATTR_FIELD_LENGTH;
+    SLUICE_TRY(to_status(ucp_mem_query(m->h_, &attr), "ucx: query allocated memory"));
+    if (attr.length < params.length) return internal_error("ucx: allocated less memory than asked");
+    m->address_ = attr.address;
+  }
   SLUICE_TRY(m->pack());
   return m;
+}
+
+Result<std::unique_ptr<MemoryRegion>> MemoryRegion::map(Context& ctx, void* addr,
+                                                        std::size_t bytes) {
+  ucp_mem_map_params_t params{};
+  params.address = addr;
+  params.length = bytes;
+  return register_memory(ctx, params, "ucx: register memory");
 }
 
 Result<std::unique_ptr<MemoryRegion>> MemoryRegion::map_device(Context& ctx, void* addr,
                                                                std::size_t bytes) {
   if (!ctx.cuda_memory()) return failed_precondition("ucx: this UCX has no CUDA memory support");
-  std::unique_ptr<MemoryRegion> m(new MemoryRegion());
-  m->ctx_ = ctx.get();
   ucp_mem_map_params_t params{};
-  params.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH |
-                      UCP_MEM_MAP_PARAM_FIELD_PROT | UCP_MEM_MAP_PARAM_FIELD_MEMORY_TYPE;
+  params.field_mask = UCP_MEM_MAP_PARAM_FIELD_MEMORY_TYPE;
   params.address = addr;
   params.length = bytes;
-  params.prot = kPeersReadOnly;
   params.memory_type = UCS_MEMORY_TYPE_CUDA;
-  SLUICE_TRY(to_status(ucp_mem_map(ctx.get(), &params, &m->h_), "ucx: register device memory"));
-  m->address_ = addr;
-  SLUICE_TRY(m->pack());
-  return m;
+  return register_memory(ctx, params, "ucx: register device memory");
 }
 
 Result<std::unique_ptr<MemoryRegion>> MemoryRegion::allocate(Context& ctx, std::size_t bytes) {
-  std::unique_ptr<MemoryRegion> m(new MemoryRegion());
-  m->ctx_ = ctx.get();
   ucp_mem_map_params_t params{};
-  params.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH |
-                      UCP_MEM_MAP_PARAM_FIELD_FLAGS | UCP_MEM_MAP_PARAM_FIELD_PROT;
+  params.field_mask = UCP_MEM_MAP_PARAM_FIELD_FLAGS;
   params.address = nullptr;
   params.length = bytes;
   params.flags = UCP_MEM_MAP_ALLOCATE;
-  params.prot = kPeersReadOnly;
-  SLUICE_TRY(to_status(ucp_mem_map(ctx.get(), &params, &m->h_),
-                       "ucx: allocate " + std::to_string(bytes) + " bytes"));
-  ucp_mem_attr_t attr{};
-  attr.field_mask = UCP_MEM_ATTR_FIELD_ADDRESS | UCP_MEM_ATTR_FIELD_LENGTH;
-  SLUICE_TRY(to_status(ucp_mem_query(m->h_, &attr), "ucx: query allocated memory"));
-  if (attr.length < bytes) return internal_error("ucx: allocated less memory than asked");
-  m->address_ = attr.address;
-  SLUICE_TRY(m->pack());
-  return m;
+  return register_memory(ctx, params, "ucx: allocate " + std::to_string(bytes) + " bytes");
 }
 
 Status MemoryRegion::pack() {

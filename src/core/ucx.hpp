@@ -96,6 +96,12 @@ class MemoryRegion {
   ucp_mem_h h_ = nullptr;
   void* address_ = nullptr;
   std::string rkey_;
+  // The three factories' one registration: maps `params` (address and length set; readable by
+  // peers only), finds where UCX put memory it allocated, and packs the key. `what` names the
+  // mapping in its error.
+  static Result<std::unique_ptr<MemoryRegion>> register_memory(Context& ctx,
+                                                               ucp_mem_map_params_t params,
+                                                               const std::string& what);
   Status pack();
 };
 

@@ -6,6 +6,8 @@
 #include <cmath>
 #include <cstring>
 
+#include "core/splitmix.hpp"
+
 namespace sluice::core {
 
 Result<std::uint64_t> parse_bytes(std::string_view text) {
@@ -72,14 +74,11 @@ std::string format_bytes(std::uint64_t bytes) {
 
 void fill_pseudo_random(void* data, std::size_t bytes, std::uint64_t seed) {
   // splitmix64: fast, and good enough to make every chunk's bytes distinct.
-  std::uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
+  std::uint64_t x = seed * kSplitMixGamma + 1;
   auto* p = static_cast<unsigned char*>(data);
   std::size_t i = 0;
   for (; i + 8 <= bytes; i += 8) {
-    std::uint64_t z = (x += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    z ^= z >> 31;
+    const std::uint64_t z = splitmix64(x);
     std::memcpy(p + i, &z, 8);
   }
   if (i < bytes) {

@@ -13,6 +13,7 @@
 #include "launch/fleet_roles.hpp"
 #include "launch/job.hpp"
 #include "launch/job_setup.hpp"
+#include "launch/role_file.hpp"
 #include "launch/role_metrics.hpp"
 #include "relay/relay.hpp"
 #include "weightstore/service.hpp"
@@ -34,34 +35,18 @@ struct CommonConfig {
   core::Status validate() const { return log::parse_level(log_level).status(); }
 };
 
+inline constexpr char kStoreSection[] = "store";
+inline constexpr char kRelaySection[] = "relay";
+
 // `sluice weightstore`: the common settings and the store's.
-struct WeightstoreRoleConfig {
-  std::string log_level = "info";
-  weightstore::ServiceConfig store;
-
-  std::string metrics_listen;
-  template <typename V>
-  void describe(V& v) {
-    v("log_level", log_level, "log level: trace, debug, info, warn, error or off");
-    v("metrics_listen", metrics_listen, kMetricsListenHelp);
-    v("store", store, "the weight store service");
-  }
-  core::Status validate() const { return log::parse_level(log_level).status(); }
-};
-
 int run_weightstore(const RoleArgs& args, const std::vector<std::string>& overrides) {
-  auto cfg = core::config::load<WeightstoreRoleConfig>(args.config_path, overrides);
+  bool printed = false;
+  auto cfg = load_role<weightstore::ServiceConfig, kStoreSection>(args, overrides, &printed);
   if (!cfg.is_ok()) {
     std::fprintf(stderr, "sluice weightstore: %s\n", cfg.status().to_string().c_str());
     return 2;
   }
-  std::string effective = core::config::to_json(*cfg).dump(2);
-  if (args.print_config_only) {
-    std::printf("%s\n", effective.c_str());
-    return 0;
-  }
-  log::set_level(log::parse_level(cfg->log_level).value());
-  log::info("effective configuration:\n{}", effective);
+  if (printed) return 0;
   auto loop = core::EventLoop::create().value();
   loop->handle_shutdown_signals();
   auto metrics = start_role_metrics(*loop, cfg->metrics_listen, "weightstore", "store");
@@ -69,7 +54,7 @@ int run_weightstore(const RoleArgs& args, const std::vector<std::string>& overri
     std::fprintf(stderr, "sluice weightstore: %s\n", metrics.status().to_string().c_str());
     return 2;
   }
-  auto service = weightstore::StoreService::create(*loop, cfg->store);
+  auto service = weightstore::StoreService::create(*loop, cfg->section);
   if (!service.is_ok()) {
     std::fprintf(stderr, "sluice weightstore: %s\n", service.status().to_string().c_str());
     return 1;
@@ -88,50 +73,33 @@ int run_weightstore(const RoleArgs& args, const std::vector<std::string>& overri
 }
 
 // `sluice relay`: the common settings and the relay's.
-struct RelayRoleConfig {
-  std::string log_level = "info";
-  relay::RelayConfig relay;
-
-  std::string metrics_listen;
-  template <typename V>
-  void describe(V& v) {
-    v("log_level", log_level, "log level: trace, debug, info, warn, error or off");
-    v("metrics_listen", metrics_listen, kMetricsListenHelp);
-    v("relay", relay, "the relay");
-  }
-  core::Status validate() const { return log::parse_level(log_level).status(); }
-};
-
 int run_relay(const RoleArgs& args, const std::vector<std::string>& overrides,
               const std::vector<std::string>& environment) {
-  auto cfg = core::config::load<RelayRoleConfig>(args.config_path, overrides);
+  bool printed = false;
+  auto cfg = load_role<relay::RelayConfig, kRelaySection>(
+      args, overrides, &printed, [](relay::RelayConfig& r) {
+        if (r.relay_id.empty()) r.relay_id = "relay-" + std::to_string(::getpid());
+        log::set_process_name(r.relay_id);
+      });
   if (!cfg.is_ok()) {
     std::fprintf(stderr, "sluice relay: %s\n", cfg.status().to_string().c_str());
     return 2;
   }
-  if (cfg->relay.relay_id.empty()) cfg->relay.relay_id = "relay-" + std::to_string(::getpid());
-  std::string effective = core::config::to_json(*cfg).dump(2);
-  if (args.print_config_only) {
-    std::printf("%s\n", effective.c_str());
-    return 0;
-  }
-  log::set_level(log::parse_level(cfg->log_level).value());
-  log::set_process_name(cfg->relay.relay_id);
-  log::info("effective configuration:\n{}", effective);
+  if (printed) return 0;
   auto loop = core::EventLoop::create().value();
   loop->handle_shutdown_signals();
-  auto metrics = start_role_metrics(*loop, cfg->metrics_listen, "relay", cfg->relay.relay_id);
+  auto metrics = start_role_metrics(*loop, cfg->metrics_listen, "relay", cfg->section.relay_id);
   if (!metrics.is_ok()) {
     std::fprintf(stderr, "sluice relay: %s\n", metrics.status().to_string().c_str());
     return 2;
   }
-  auto r = relay::Relay::create(*loop, cfg->relay, environment);
+  auto r = relay::Relay::create(*loop, cfg->section, environment);
   if (!r.is_ok()) {
     std::fprintf(stderr, "sluice relay: %s\n", r.status().to_string().c_str());
     return 1;
   }
   loop->on_shutdown([&](int) { (*r)->stop(); });
-  std::printf("relay %s\n", cfg->relay.relay_id.c_str());
+  std::printf("relay %s\n", cfg->section.relay_id.c_str());
   std::fflush(stdout);
   announce_metrics(metrics->get());
   (*r)->run().ignore();

@@ -11,6 +11,7 @@
 #include "core/log.hpp"
 #include "core/security.hpp"
 #include "launch/fleet_roles.hpp"
+#include "launch/role_file.hpp"
 #include "launch/role_metrics.hpp"
 #include "model/blas.hpp"
 #include "model/device.hpp"
@@ -28,38 +29,6 @@ namespace {
 inline constexpr char kManagerSection[] = "manager";
 inline constexpr char kRolloutSection[] = "rollout";
 inline constexpr char kActorSection[] = "actor";
-
-// Every role's file: {"log_level": ..., "<section>": {...}}.
-template <typename T, const char* kSection>
-struct RoleFile {
-  std::string log_level = "info";
-  std::string metrics_listen;
-  T section;
-  template <typename V>
-  void describe(V& v) {
-    v("log_level", log_level, "log level: trace, debug, info, warn, error or off");
-    v("metrics_listen", metrics_listen, kMetricsListenHelp);
-    v(kSection, section, "the role's settings");
-  }
-  core::Status validate() const { return log::parse_level(log_level).status(); }
-};
-
-template <typename T, const char* kSection>
-core::Result<RoleFile<T, kSection>> load_role(const RoleArgs& args,
-                                              const std::vector<std::string>& overrides,
-                                              bool* printed) {
-  auto cfg = core::config::load<RoleFile<T, kSection>>(args.config_path, overrides);
-  if (!cfg.is_ok()) return cfg.status();
-  std::string effective = core::config::to_json(*cfg).dump(2);
-  if (args.print_config_only) {
-    std::printf("%s\n", effective.c_str());
-    *printed = true;
-    return cfg;
-  }
-  log::set_level(log::parse_level(cfg->log_level).value());
-  log::info("effective configuration:\n{}", effective);
-  return cfg;
-}
 
 // A model role's `device` setting, applied to the whole process before its model is built.
 core::Status use_model_device(const std::string& name) {

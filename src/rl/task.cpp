@@ -7,6 +7,7 @@
 #include <numeric>
 
 #include "core/checksum.hpp"
+#include "core/splitmix.hpp"
 
 namespace sluice::rl {
 
@@ -26,25 +27,15 @@ constexpr std::uint64_t kMaxDraws = 100000;
 constexpr int kMaxTermDraws = 64;
 constexpr std::size_t kMaxNumberDigits = 4;
 
-// SplitMix64's finaliser: a bijective 64-bit mix. Written out here (rather than using <random>)
-// because the standard distributions are implementation-defined and prompts must be the same on
-// every platform and standard library.
-std::uint64_t mix64(std::uint64_t z) {
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
-}
+using core::mix64;
 
 class Rng {
  public:
   Rng(std::uint64_t seed, std::uint64_t stream, std::uint64_t index, std::uint64_t attempt) {
     for (std::uint64_t v : {seed, stream, index, attempt})
-      state_ = mix64(state_ + 0x9e3779b97f4a7c15ULL + v);
+      state_ = mix64(state_ + core::kSplitMixGamma + v);
   }
-  std::uint64_t next() {
-    state_ += 0x9e3779b97f4a7c15ULL;
-    return mix64(state_);
-  }
+  std::uint64_t next() { return core::splitmix64(state_); }
   // Uniform in [0, 1).
   double uniform() { return static_cast<double>(next() >> 11) * 0x1.0p-53; }
   // Uniform integer in [0, n].
