@@ -1,5 +1,6 @@
 // What the attack suite's two files share (bench/attack.cpp plays the control plane,
 // bench/attack_stream.cpp the chunk servers): the record of one attempt and the job under attack.
+// The report and a member's keys are in bench/attack_report.cpp.
 //
 // Thread safety: one thread.
 #pragma once
