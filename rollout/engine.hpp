@@ -49,7 +49,7 @@ inline constexpr std::size_t kMaxKvIdBytes = 128;
 // that `region` decodes; the reader bounds `bytes` by what its engine could hold before it
 // allocates anything.
 //
-// Who may use it (issue 31, hole 4): the buffer starts with a header naming the rollout that
+// Who may use it: the buffer starts with a header naming the rollout that
 // published it and the sequence it holds (rollout/kv_transfer.hpp), so a reference that names
 // another rollout's buffer, or another sequence's, is refused by the reader. `destination`, when
 // set, is the one rollout the manager issued the reference to; any other refuses it.

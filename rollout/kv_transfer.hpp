@@ -7,7 +7,7 @@
 // The buffer opens with a header (kKvHeaderBytes) naming the rollout that published it and the
 // sequence whose cache it holds; a reader checks both against the reference and the sequence it
 // imports. A member that hands out a reference to another rollout's buffer, or to another
-// sequence's, gets it refused rather than read into someone's cache (issue 31, hole 4).
+// sequence's, gets it refused rather than read into someone's cache.
 //
 // Thread safety: the TransferEngine's (its loop thread). fetch_kv runs the loop until the read
 // ends: never call it from a loop callback.

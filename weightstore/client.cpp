@@ -303,7 +303,7 @@ void pull_async(core::TransferEngine& engine, StoreClient& store, const std::str
         }
         // Renewed while the read runs. A renewal that fails (the store refused it: it restarted,
         // or the lease expired; or it did not answer) ends the read: without the lease a holder
-        // may reuse the memory under the reader, and reading on could only tear (issue 31).
+        // may reuse the memory under the reader, and reading on could only tear.
         std::shared_ptr<core::EventLoop::Timer> renew;
         if (lease_renew > Millis(0)) {
           std::uint64_t lease = plan->lease_id;

@@ -65,7 +65,7 @@ void (*copy_with_checksum_read_hook)(std::size_t offset) = nullptr;
 // The source is read once per block, into a staging block that stays in cache; the checksum and
 // the destination both come from that staging copy. Reading the source twice (once to hash, once
 // to copy) would let a writer that changes it in between leave a torn destination whose returned
-// checksum is that of the old bytes (issue 31, hole 3).
+// checksum is that of the old bytes.
 std::uint64_t copy_with_checksum(void* dst, const void* src, std::size_t bytes) {
   auto* d = static_cast<std::uint8_t*>(dst);
   const auto* s = static_cast<const std::uint8_t*>(src);

@@ -299,7 +299,7 @@ struct ChunkServer::Impl {
 
   // A descriptor table that is full (ours or the system's) or memory that ran out: accept would
   // fail at once for every queued connection and, edge-triggered, again on every new one, so
-  // stop accepting for a while instead (issue 31: the loop spun at about 150k warnings per
+  // stop accepting for a while instead (the loop spun at about 150k warnings per
   // second, and the process could no longer open files).
   static bool out_of_resources(int e) {
     return e == EMFILE || e == ENFILE || e == ENOBUFS || e == ENOMEM;

@@ -1,7 +1,7 @@
 // Chunk streams: reads of a holder's registered memory over a plain TCP connection, for readers
 // that reach the holder over TCP only.
 //
-// Why (issue 18): UCX 1.13's tcp transport has no GET. The holder's own UCX worker answers each
+// Why: UCX 1.13's tcp transport has no GET. The holder's own UCX worker answers each
 // GET request with an active message, and when the reader dies while such answers are queued, UCX
 // aborts the holder (see get_window() in transfer.cpp for the two paths). A chunk stream keeps the
 // same shape, a reader-driven request for (region, offset, length) answered from registered
@@ -87,7 +87,7 @@ bool range_inside(std::uint64_t size, std::uint64_t offset, std::uint64_t length
 // (shared memory reaches exactly the processes that share both).
 const std::string& local_host_id();
 
-// What a chunk server allows its peers (issue 31: anyone who could connect could stall it). A
+// What a chunk server allows its peers (anyone who could connect could stall it). A
 // reader keeps one connection per read and pipelines ReadOptions::max_in_flight_per_source
 // (8 by default) requests on it, so the defaults leave a real reader far from every limit.
 struct ChunkServerOptions {

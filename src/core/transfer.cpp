@@ -293,7 +293,7 @@ struct Peer {
   }
 };
 
-// Issue 18. UCX 1.13's tcp transport has no GET, so a GET to a tcp-only peer is emulated: the
+// UCX 1.13's tcp transport has no GET, so a GET to a tcp-only peer is emulated: the
 // holder's worker receives a GET request message and sends the bytes back as an active message
 // (ucp_get_req_handler, rma/rma_sw.c). When that reply cannot be sent at once (the socket's send
 // buffer is busy with an earlier reply), it waits on the tcp endpoint's pending queue. If the
@@ -360,7 +360,7 @@ std::optional<Mapping> mapping_of(std::uintptr_t addr) {
 // transports), both ucp_rkey_ptr and UCX's own GETs turn a remote address into a local pointer by
 // plain arithmetic, with no bounds check (UCX 1.13's mm transports). A descriptor whose base or
 // length says more than its key covers would then have this process read outside the holder's
-// segment: another segment, its own memory, or nothing (a crash; issue 31, hole 4). So before
+// segment: another segment, its own memory, or nothing (a crash). So before
 // any chunk is read, the whole of [base, base + length) must land inside one shared mapping of
 // this process, the segment UCX mapped for the key. ok when the key maps nothing here (the
 // holder's side, or the kernel for cma, checks each GET).
@@ -464,7 +464,7 @@ struct TransferEngine::Impl {
     p->ep = std::move(ep).value();
     p->get_window = get_window(*p->ep);
     if (p->get_window != UINT32_MAX)
-      log::debug("transfer: {} GET in flight to a tcp-only peer (UCX 1.13, issue 18)",
+      log::debug("transfer: {} GET in flight to a tcp-only peer (UCX 1.13)",
                  p->get_window);
     peers[address] = p;
     return p;

@@ -1,5 +1,5 @@
 #!/bin/bash
-# A holder outlives readers that are SIGKILLed mid-read (issue 18).
+# A holder outlives readers that are SIGKILLed mid-read.
 #
 #   reader_death.sh SLUICE [KILLS] [BYTES] [TLS]
 #

@@ -1,4 +1,4 @@
-// Chunk servers under attack (issue 31, hole 2): idle connections by the thousand, a request
+// Chunk servers under attack: idle connections by the thousand, a request
 // trickled a byte at a time, a flood of requests with bad tokens, and a full descriptor table
 // each leave the holder serving its real reader byte for byte, with its loop turning (a loop
 // timer stands in for the heartbeat that keeps the holder known to the store).

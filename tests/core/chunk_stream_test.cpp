@@ -1,4 +1,4 @@
-// Chunk streams (issue 18): a holder serves reads of its memory over TCP on its own event loop;
+// Chunk streams: a holder serves reads of its memory over TCP on its own event loop;
 // bytes arrive equal, a bad request is refused, and a reader that goes away mid-read, or memory
 // withdrawn under a reply, leaves the holder serving everyone else.
 #include <doctest/doctest.h>

@@ -364,7 +364,7 @@ TEST_SUITE("core.transfer") {
   }
 
   TEST_CASE("a reader killed mid-read over tcp leaves its holder alive") {
-    // Issue 18: the holder side of a reader's death. Each reader is a `sluice transfer-read`
+    // The holder side of a reader's death. Each reader is a `sluice transfer-read`
     // process reading the whole region again and again; once its GETs are flowing (its first
     // progress line) the holder is stopped (SIGSTOP), the reader is SIGKILLed and the holder
     // continued, as on a loaded host where the holder is not scheduled while its reader dies:
@@ -376,7 +376,7 @@ TEST_SUITE("core.transfer") {
     if (!tcp_holder_survives_reader_death(TransferOptions{})) {
       auto v = ucx_version();
       MESSAGE("skipped: UCX " << v.major << "." << v.minor << "." << v.release
-                              << " aborts a tcp holder whose reader dies mid-GET (issue 18)");
+                              << " aborts a tcp holder whose reader dies mid-GET");
       return;
     }
     const std::uint64_t bytes = 64u << 20, chunk = 1u << 20, seed = 18;
@@ -706,7 +706,7 @@ TEST_SUITE("core.transfer") {
   }
 
   TEST_CASE("a peer cannot write into a holder's memory over the network") {
-    // Issue 19: remote memory is readable, never writable. A holder serves tcp readers over its
+    // Remote memory is readable, never writable. A holder serves tcp readers over its
     // chunk stream, which has no write, and gives UCX no tcp: UCX 1.13 over tcp lets a peer with
     // the key PUT into memory registered for remote reads only (measured before this design).
     // Here a peer with the holder's worker address and key tries a UCX PUT over tcp.

@@ -413,7 +413,7 @@ TEST_CASE("while a job runs, every role serves valid Prometheus text on /metrics
   REQUIRE_MESSAGE(seen == roles, targets.dump());
   std::this_thread::sleep_for(Millis(2000));  // some work done, so counters have moved
 
-  // Each role's throughput and version (issue 19, item 5).
+  // Each role's throughput and version.
   const std::map<std::string, std::vector<std::string>> expect{
       {"rollout", {"sluice_rollout_tokens_generated_total", "sluice_rollout_version"}},
       {"actor", {"sluice_actor_trained_tokens_total", "sluice_actor_version"}},
@@ -431,7 +431,7 @@ TEST_CASE("while a job runs, every role serves valid Prometheus text on /metrics
     CHECK_MESSAGE(r.body.find("role=\"" + role + "\"") != std::string::npos, r.body);
     for (const auto& name : expect.at(role))
       CHECK_MESSAGE(r.body.find(name) != std::string::npos, name << " missing:\n" << r.body);
-    // Its refusal counters are there from the start (issue 19), at 0 or more.
+    // Its refusal counters are there from the start, at 0 or more.
     CHECK_MESSAGE(
         r.body.find("sluice_refused_total{reason=\"unauthenticated\"") != std::string::npos,
         r.body);

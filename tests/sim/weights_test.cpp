@@ -1,4 +1,4 @@
-// The weight-movement model (sim/weights.hpp) on the 1T-parameter update of issue 22: what a
+// The weight-movement model (sim/weights.hpp) on the 1T-parameter update: what a
 // reader of `sluice simulate --update-only` checks. Faster links shorten the relay stage in
 // proportion, a host-share relay holds 1/hosts-per-rollout of the version, a GPU reads no chunk
 // its relay does not hold, and no arrangement ends below the line-rate floor.

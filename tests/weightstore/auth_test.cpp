@@ -172,7 +172,7 @@ TEST_SUITE("weightstore.auth") {
     CHECK(s.call(*s.client("rollout-1"), encode(PlanRequest{"policy", 1, {}})).is_ok());
   }
 
-  // Issue 31, hole 1: a registration of an unknown version used to create it, whoever sent it
+  // A registration of an unknown version used to create it, whoever sent it
   // and whatever its checksums; a huge version number then blocked the actor's next publish.
   TEST_CASE("a relay's key cannot bring a version: not a new one, not a forged one") {
     Store s;
@@ -299,7 +299,7 @@ TEST_SUITE("weightstore.auth") {
                             Millis(5000)));
   }
 
-  // Issue 31, hole 5: ids that name the caller were taken from the body.
+  // Ids that name the caller were taken from the body.
   TEST_CASE("a member acts only as itself: pins, relay joins and chain reads, leases") {
     Store s;
     auto actor = s.client("actor");
