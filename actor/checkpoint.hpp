@@ -26,7 +26,33 @@
 
 namespace sluice::actor {
 
-struct CheckpointState {
+// The trainer's accounting that a checkpoint keeps (see Trainer's summary): the trainer holds it
+// as it is and a checkpoint copies it whole, in and out.
+struct TrainerTotals {
+  std::uint64_t trained_tokens = 0, trained_samples = 0, taken = 0;
+  double staleness_sum = 0;
+  std::uint64_t staleness_max = 0, mixed_consumed = 0;
+  double idle_s = 0, train_s = 0, publish_s = 0;
+  double initial_accuracy = -1, last_accuracy = -1;
+
+  template <typename V>
+  void describe(V& v) {
+    v("trained_tokens", trained_tokens);
+    v("trained_samples", trained_samples);
+    v("taken", taken);
+    v("staleness_sum", staleness_sum);
+    v("staleness_max", staleness_max);
+    v("mixed_consumed", mixed_consumed);
+    v("idle_s", idle_s);
+    v("train_s", train_s);
+    v("publish_s", publish_s);
+    v("initial_accuracy", initial_accuracy);
+    v("last_accuracy", last_accuracy);
+  }
+};
+
+// The file's fields are flat: the totals' keys sit beside the others, in this order.
+struct CheckpointState : TrainerTotals {
   std::uint64_t sequence = 0;  // checkpoints written so far by this actor (names policy files)
   std::string policy;          // "sim" or "gpt": a checkpoint of another policy is refused
   std::string policy_file;     // the policy's state, a file name in the checkpoint folder
@@ -34,12 +60,6 @@ struct CheckpointState {
   std::uint64_t version = 0;   // the last version published (the weights of policy_file)
   std::uint64_t restarts = 0;  // times this actor resumed from a checkpoint
 
-  // The trainer's accounting (see Trainer's summary).
-  std::uint64_t trained_tokens = 0, trained_samples = 0, taken = 0;
-  double staleness_sum = 0;
-  std::uint64_t staleness_max = 0, mixed_consumed = 0;
-  double idle_s = 0, train_s = 0, publish_s = 0;
-  double initial_accuracy = -1, last_accuracy = -1;
   std::string initial_by_terms = "null", last_by_terms = "null";  // JSON text
   // The experience buffer's counts, less what it held and had not consumed (that is sent again).
   std::uint64_t accepted = 0, duplicates = 0, consumed = 0, dropped_stale = 0, downweighted = 0,
@@ -65,17 +85,7 @@ struct CheckpointState {
     v("steps", steps);
     v("version", version);
     v("restarts", restarts);
-    v("trained_tokens", trained_tokens);
-    v("trained_samples", trained_samples);
-    v("taken", taken);
-    v("staleness_sum", staleness_sum);
-    v("staleness_max", staleness_max);
-    v("mixed_consumed", mixed_consumed);
-    v("idle_s", idle_s);
-    v("train_s", train_s);
-    v("publish_s", publish_s);
-    v("initial_accuracy", initial_accuracy);
-    v("last_accuracy", last_accuracy);
+    TrainerTotals::describe(v);
     v("initial_by_terms", initial_by_terms);
     v("last_by_terms", last_by_terms);
     v("accepted", accepted);

@@ -95,7 +95,8 @@ std::string random_epoch() {
 constexpr Millis kStoreLatestWait{10000};
 }  // namespace
 
-struct Trainer::Impl {
+// The accounting a checkpoint keeps is the trainer's TrainerTotals, held as it is.
+struct Trainer::Impl : TrainerTotals {
   // Exported on the role's /metrics (core::process_metrics()).
   core::Counter& m_steps =
       core::process_metrics().counter("sluice_actor_steps_total", "training steps taken");
@@ -131,13 +132,11 @@ struct Trainer::Impl {
 
   // Accounting.
   Clock::time_point started;
-  double idle_s = 0, train_s = 0, publish_s = 0;
-  std::uint64_t trained_tokens = 0, trained_samples = 0, consumed = 0, taken = 0;
-  double staleness_sum = 0;
-  std::uint64_t staleness_max = 0, mixed_consumed = 0;
+  // (The rest of it, kept in checkpoints, is TrainerTotals.) Trajectories the manager may
+  // replace: those taken and those dropped as stale.
+  std::uint64_t consumed = 0;
   // Samples taken since this process started, by staleness (not kept in checkpoints).
   StalenessCounts staleness_counts;
-  double last_accuracy = -1, initial_accuracy = -1;
   json last_by_terms, initial_by_terms;  // the evaluations' accuracy_by_terms (null: none)
 
   // Store heartbeats: from collect() and, so that a long training step or weight load does not
@@ -305,17 +304,7 @@ struct Trainer::Impl {
     s.steps = state->steps();
     s.version = state->version();
     s.restarts = restarts;
-    s.trained_tokens = trained_tokens;
-    s.trained_samples = trained_samples;
-    s.taken = taken;
-    s.staleness_sum = staleness_sum;
-    s.staleness_max = staleness_max;
-    s.mixed_consumed = mixed_consumed;
-    s.idle_s = idle_s;
-    s.train_s = train_s;
-    s.publish_s = publish_s;
-    s.initial_accuracy = initial_accuracy;
-    s.last_accuracy = last_accuracy;
+    static_cast<TrainerTotals&>(s) = *this;
     s.initial_by_terms = initial_by_terms.dump();
     s.last_by_terms = last_by_terms.dump();
     const BufferCounts c = buffer->counts_without_held();
@@ -397,17 +386,7 @@ struct Trainer::Impl {
     policy_file = s.policy_file;
     restarts = s.restarts + 1;
     resumed_from_step = s.steps;
-    trained_tokens = s.trained_tokens;
-    trained_samples = s.trained_samples;
-    taken = s.taken;
-    staleness_sum = s.staleness_sum;
-    staleness_max = s.staleness_max;
-    mixed_consumed = s.mixed_consumed;
-    idle_s = s.idle_s;
-    train_s = s.train_s;
-    publish_s = s.publish_s;
-    initial_accuracy = s.initial_accuracy;
-    last_accuracy = s.last_accuracy;
+    static_cast<TrainerTotals&>(*this) = s;
     initial_by_terms = std::move(initial_terms);
     last_by_terms = std::move(last_terms);
     BufferCounts c;
