@@ -464,8 +464,7 @@ struct TransferEngine::Impl {
     p->ep = std::move(ep).value();
     p->get_window = get_window(*p->ep);
     if (p->get_window != UINT32_MAX)
-      log::debug("transfer: {} GET in flight to a tcp-only peer (UCX 1.13)",
-                 p->get_window);
+      log::debug("transfer: {} GET in flight to a tcp-only peer (UCX 1.13)", p->get_window);
     peers[address] = p;
     return p;
   }
