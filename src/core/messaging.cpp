@@ -7,18 +7,32 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 #include <map>
 #include <optional>
 #include <zmq.hpp>
 #include <zmq_addon.hpp>
 
 #include "core/log.hpp"
+#include "core/metrics.hpp"
 
 namespace sluice::core {
 
 namespace {
 
 constexpr char kMagic[4] = {'S', 'L', 'C', 'E'};
+// A request carries its deadline (the header's "deadline_ms": milliseconds since the Unix epoch,
+// by the sender's clock: when it sent the request plus its time-out). A server drops a request
+// that arrives later than that, plus this allowance for the hosts' clocks, unread: its sender
+// stopped waiting, and a restarted or stalled server must not spend its first seconds serving a
+// backlog of requests nobody waits for.
+constexpr std::int64_t kDeadlineSlackMs = 250;
+
+std::int64_t unix_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
 // Safety net besides the edge-triggered fd: drain the socket this often anyway. ZeroMQ's fd can
 // lose an edge when a send consumes the pending notification; draining after every send covers
 // that, and this timer covers anything missed.
@@ -120,7 +134,11 @@ std::string Peer::describe() const {
   return address.empty() ? std::string("unauthenticated peer") : "unauthenticated peer " + address;
 }
 
-std::vector<std::string> encode_frames(const Envelope& env, const Message& msg) {
+namespace {
+
+// The frames of `msg`; a request with a deadline carries it in its header (0: none).
+std::vector<std::string> encode_with_deadline(const Envelope& env, const Message& msg,
+                                              std::int64_t deadline_ms) {
   std::vector<std::string> frames;
   frames.reserve(2 + msg.blobs.size());
   std::string f0(kEnvelopeBytes, '\0');
@@ -133,10 +151,17 @@ std::vector<std::string> encode_frames(const Envelope& env, const Message& msg) 
   nlohmann::json header;
   header["type"] = msg.type;
   header["body"] = msg.body;
+  if (deadline_ms > 0) header["deadline_ms"] = deadline_ms;
   frames.push_back(header.dump());
   for (const auto& b : msg.blobs)
     frames.push_back(b);
   return frames;
+}
+
+}  // namespace
+
+std::vector<std::string> encode_frames(const Envelope& env, const Message& msg) {
+  return encode_with_deadline(env, msg, 0);
 }
 
 Result<Envelope> decode_envelope(const std::string& f0) {
@@ -160,7 +185,11 @@ Result<Envelope> decode_envelope(const std::string& f0) {
   return env;
 }
 
-Result<Message> decode_message(const std::vector<std::string>& frames, const MessagingLimits& lim) {
+namespace {
+
+// decode_message, also giving the request's deadline (0 when it has none).
+Result<Message> decode_with_deadline(const std::vector<std::string>& frames,
+                                     const MessagingLimits& lim, std::int64_t* deadline_ms) {
   if (frames.size() < 2) return protocol_error("message has no header frame");
   if (frames.size() > lim.max_frames) {
     return protocol_error("message has " + std::to_string(frames.size()) + " frames, limit " +
@@ -198,8 +227,20 @@ Result<Message> decode_message(const std::vector<std::string>& frames, const Mes
     if (!b->is_object()) return protocol_error("header 'body' is not a JSON object");
     m.body = *b;
   }
+  if (auto d = header.find("deadline_ms"); d != header.end()) {
+    if (!d->is_number_integer() || d->get<std::int64_t>() <= 0) {
+      return protocol_error("header 'deadline_ms' is not a positive integer");
+    }
+    if (deadline_ms) *deadline_ms = d->get<std::int64_t>();
+  }
   m.blobs.assign(frames.begin() + 2, frames.end());
   return m;
+}
+
+}  // namespace
+
+Result<Message> decode_message(const std::vector<std::string>& frames, const MessagingLimits& lim) {
+  return decode_with_deadline(frames, lim, nullptr);
 }
 
 Message error_message(const Status& status) {
@@ -401,9 +442,20 @@ void Server::Impl::dispatch(std::vector<zmq::message_t>& msgs) {
   bool oversized = total > limits.max_message_bytes || msgs.size() - 1 > limits.max_frames ||
                    (msgs.size() > 2 && msgs[2].size() > limits.max_header_bytes);
   auto frames = to_strings(msgs, 1);
-  auto msg = decode_message(frames, limits);
+  std::int64_t deadline_ms = 0;
+  auto msg = decode_with_deadline(frames, limits, &deadline_ms);
   if (!msg.is_ok()) {
     reject(routing, id, msg.status(), oversized ? "oversized" : "malformed", peer);
+    return;
+  }
+  if (deadline_ms > 0 && unix_ms() > deadline_ms + kDeadlineSlackMs) {
+    // Its sender gave up on it: dropped unread, with no reply (nobody waits for one).
+    static Counter& expired = process_metrics().counter(
+        "sluice_requests_expired_total",
+        "requests dropped unread: they arrived after the deadline their sender set");
+    expired.inc();
+    log::debug("server {}: dropped '{}' from {}: {} ms past its deadline", endpoint, msg->type,
+               peer.describe(), unix_ms() - deadline_ms);
     return;
   }
   msg->peer = peer;
@@ -729,6 +781,11 @@ Result<std::unique_ptr<Client>> Client::create(EventLoop& loop, const std::strin
     }
     impl->sock.set(zmq::sockopt::linger, 0);
     impl->sock.set(zmq::sockopt::maxmsgsize, static_cast<int64_t>(limits.max_message_bytes * 4));
+    // Nothing is queued for a peer that is not connected: a request is taken only by a completed
+    // connection (until then it waits in `unsent` until its time-out, then is dropped), and what
+    // was queued on a connection that dropped goes with it. Without this, a restarted server was
+    // handed every request queued while it was down, each stale.
+    impl->sock.set(zmq::sockopt::immediate, true);
     impl->sock.connect(endpoint);
   } catch (const zmq::error_t& e) {
     return invalid_argument("cannot connect to " + endpoint + ": " + e.what());
@@ -751,7 +808,13 @@ void Client::request(Message msg, Millis timeout, Callback done) {
   Envelope env;
   env.kind = MessageKind::kRequest;
   env.request_id = id;
-  auto frames = encode_frames(env, msg);
+  // A time-out too long to add (a "forever") sets no deadline.
+  const std::int64_t now_ms = unix_ms();
+  const std::int64_t deadline =
+      timeout.count() > 0 && timeout.count() < std::numeric_limits<std::int64_t>::max() - now_ms
+          ? now_ms + static_cast<std::int64_t>(timeout.count())
+          : 0;
+  auto frames = encode_with_deadline(env, msg, deadline);
   bool would_block = false;
   Status s = send_frames(impl->sock, frames, nullptr, &would_block);
   impl->post_drain();

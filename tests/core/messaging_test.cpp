@@ -1,4 +1,7 @@
 #include <doctest/doctest.h>
+#include <unistd.h>
+
+#include <filesystem>
 
 #include <csignal>
 #include <random>
@@ -37,7 +40,8 @@ std::string random_bytes(std::size_t n, unsigned seed) {
 
 // Sends raw frames from a bare DEALER socket and returns the reply frames (or empty on timeout).
 std::vector<std::string> raw_exchange(const std::string& endpoint,
-                                      const std::vector<std::string>& frames) {
+                                      const std::vector<std::string>& frames,
+                                      Millis wait = Millis(10000)) {
   zmq::context_t ctx(1);
   zmq::socket_t s(ctx, zmq::socket_type::dealer);
   s.set(zmq::sockopt::linger, 0);
@@ -47,7 +51,7 @@ std::vector<std::string> raw_exchange(const std::string& endpoint,
     bufs.emplace_back(zmq::buffer(f));
   REQUIRE(zmq::send_multipart(s, bufs));
   zmq::pollitem_t item{s.handle(), 0, ZMQ_POLLIN, 0};
-  if (zmq::poll(&item, 1, std::chrono::milliseconds(10000)) <= 0) return {};
+  if (zmq::poll(&item, 1, wait) <= 0) return {};
   std::vector<zmq::message_t> msgs;
   REQUIRE(zmq::recv_multipart(s, std::back_inserter(msgs)));
   std::vector<std::string> out;
@@ -162,6 +166,33 @@ TEST_SUITE("core.messaging") {
     CHECK(got->status().code() == Code::kTimeout);
   }
 
+  TEST_CASE("a request that arrives past its deadline is dropped unread, one in time is served") {
+    EchoServerProcess server;
+    const std::int64_t now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                                    std::chrono::system_clock::now().time_since_epoch())
+                                    .count();
+    auto with_deadline = [&](std::uint64_t id, const nlohmann::json& deadline) {
+      auto frames = good_frames(id, "echo");
+      nlohmann::json header{{"type", "echo"}, {"body", {{"n", id}}}, {"deadline_ms", deadline}};
+      frames[1] = header.dump();
+      return frames;
+    };
+    // Its sender gave up an hour ago: no reply, no error, nothing served.
+    CHECK(
+        raw_exchange(server.endpoint, with_deadline(21, now_ms - 3'600'000), Millis(1500)).empty());
+    // In time: served as any request.
+    auto ok = raw_exchange(server.endpoint, with_deadline(22, now_ms + 60'000));
+    REQUIRE(ok.size() >= 2);
+    CHECK(ok[1].find("echo.reply") != std::string::npos);
+    // A deadline that is not a time is malformed, and says so.
+    check_error_reply(raw_exchange(server.endpoint, with_deadline(23, "soon")), "deadline_ms", 23);
+    // A client's request carries its deadline and is answered while the server keeps up.
+    auto loop = EventLoop::create().value();
+    auto client = Client::create(*loop, server.endpoint, Security::plain()).value();
+    auto reply = client->call(Message("echo"), Millis(5000));
+    CHECK_MESSAGE(reply.is_ok(), reply.status().to_string());
+  }
+
   TEST_CASE("malformed envelopes get error replies and the server keeps serving others") {
     EchoServerProcess server;
 
@@ -226,6 +257,31 @@ TEST_SUITE("core.messaging") {
     auto r = client->call(m, Millis(10000));
     REQUIRE(r.is_ok());
     CHECK(r->body["still"] == "serving");
+  }
+
+  TEST_CASE(
+      "nothing is queued for a server that is not there: a restarted one gets no stale request") {
+    auto loop = EventLoop::create().value();
+    const std::string endpoint =
+        "ipc://" + (std::filesystem::temp_directory_path() /
+                    ("sluice-messaging-" + std::to_string(::getpid()) + ".sock"))
+                       .string();
+    auto client = Client::create(*loop, endpoint, Security::plain()).value();
+    // Nobody serves the endpoint yet: the request times out.
+    auto r = client->call(Message("count"), Millis(200));
+    CHECK(r.status().code() == Code::kTimeout);
+    // The server comes (back): the request nobody waits for any more must not reach it.
+    int served = 0;
+    auto server = Server::create(*loop, endpoint, Security::plain()).value();
+    server->on_sync("count", [&](const Message&) -> Result<Message> {
+      ++served;
+      return Message("count.reply");
+    });
+    loop->run_until([] { return false; }, Millis(600));
+    CHECK(served == 0);
+    // A new request is served as usual.
+    CHECK(client->call(Message("count"), Millis(5000)).is_ok());
+    CHECK(served == 1);
   }
 
   TEST_CASE("an error reply reaches the caller as a Status with the server's code and message") {
