@@ -31,6 +31,29 @@ json read_json(const fs::path& path) {
   return j.is_discarded() ? json() : j;
 }
 
+// `j[key]` when it is an object, else an empty one: a job that timed out writes null for a role
+// that never reported (an actor still training, a manager that did not answer), and the checks
+// must still say what they can rather than throw.
+// `j[key]` converted to the default's type, or the default when it is missing, null or of
+// another type.
+template <typename T>
+T field_or(const json& j, const char* key, T fallback) {
+  if (!j.is_object()) return fallback;
+  auto it = j.find(key);
+  if (it == j.end()) return fallback;
+  try {
+    return it->template get<T>();
+  } catch (const json::exception&) {
+    return fallback;
+  }
+}
+
+json object_at(const json& j, const char* key) {
+  if (!j.is_object()) return json::object();
+  auto it = j.find(key);
+  return it != j.end() && it->is_object() ? *it : json::object();
+}
+
 }  // namespace
 
 json chaos_checks(const std::string& run_dir, std::uint64_t expected) {
@@ -43,21 +66,18 @@ json chaos_checks(const std::string& run_dir, std::uint64_t expected) {
     out["error"] = "no summary.json";
     return out;
   }
-  const json& actor = summary.value("actor", json::object());
-  const json& mgr = summary.value("manager", json::object());
-  // A job of a fixed duration (expected 0) completes when it ran its time; one of a fixed size
-  // when the manager has every trajectory acknowledged.
-  out["completed"] = summary.value("outcome", std::string()) == "ok" &&
-                     (expected == 0 || mgr.value("done", false));
-  out["outcome"] = summary.value("outcome", std::string());
+  const json actor = object_at(summary, "actor");
+  const json mgr = object_at(summary, "manager");
+  out["outcome"] = field_or(summary, "outcome", std::string());
 
   // Kills and restarts per role.
   std::map<std::string, std::pair<std::uint64_t, std::uint64_t>> per_role;
-  const json restarts = summary.value("restarts", json::object());
+  const json restarts = object_at(summary, "restarts");
   for (const auto& [name, r] : restarts.items()) {
-    auto& pr = per_role[r.value("role", std::string("?"))];
-    pr.first += r.value("kills", 0ull);
-    pr.second += r.value("restarts", 0ull);
+    if (!r.is_object()) continue;
+    auto& pr = per_role[field_or(r, "role", std::string("?"))];
+    pr.first += field_or(r, "kills", 0ull);
+    pr.second += field_or(r, "restarts", 0ull);
   }
   json roles = json::object();
   for (const auto& [role, kr] : per_role)
@@ -67,7 +87,7 @@ json chaos_checks(const std::string& run_dir, std::uint64_t expected) {
   // Trajectories: every id the actor consumed (accepted_ids: trained, its effect in the final
   // weights, or dropped as too stale) must be an expected id exactly once; trained_ids are the
   // trained ones, none of them twice either.
-  auto ids = [&](const char* key) { return actor.value(key, std::vector<std::string>{}); };
+  auto ids = [&](const char* key) { return field_or(actor, key, std::vector<std::string>{}); };
   std::vector<std::string> consumed = ids("accepted_ids"), trained = ids("trained_ids");
   auto twice_in = [](const std::vector<std::string>& v) {
     std::map<std::string, std::uint32_t> seen;
@@ -77,11 +97,18 @@ json chaos_checks(const std::string& run_dir, std::uint64_t expected) {
     return std::make_pair(n, seen.size());
   };
   auto [twice, unique] = twice_in(consumed);
-  out["generated"] = mgr.value("finished", 0ull);
+  out["generated"] = field_or(mgr, "finished", 0ull);
   out["consumed"] = unique;
   out["trained"] = trained.size();
   out["consumed_twice"] = twice + twice_in(trained).first;
-  out["duplicates_refused"] = actor.value("duplicates", 0ull) + mgr.value("duplicates", 0ull);
+  out["duplicates_refused"] =
+      field_or(actor, "duplicates", 0ull) + field_or(mgr, "duplicates", 0ull);
+  // A job of a fixed duration (expected 0) completes when it ran its time; one of a fixed size
+  // when the manager has every trajectory acknowledged, or, when the manager was killed at the
+  // very end and the job ended before its restart, when the actor consumed every one once.
+  const bool all_consumed = expected > 0 && unique == expected && twice == 0;
+  out["completed"] = field_or(summary, "outcome", std::string()) == "ok" &&
+                     (expected == 0 || field_or(mgr, "done", false) || all_consumed);
   if (expected > 0) {
     out["lost"] = unique >= expected ? 0 : expected - unique;
   } else {
@@ -93,23 +120,24 @@ json chaos_checks(const std::string& run_dir, std::uint64_t expected) {
   // chunks that failed verification against the version's manifest (a torn chunk or one of
   // another version; the rollouts count them, each refused and read again), and repacked work
   // offered to a rollout of another version (refused, counted).
-  const json& watch = summary.value("watch", json::object());
-  out["versions_backwards"] = watch.value("versions_backwards", 0ull);
+  const json watch = object_at(summary, "watch");
+  out["versions_backwards"] = field_or(watch, "versions_backwards", 0ull);
   std::uint64_t refused = 0, wrong_version = 0;
-  for (const auto& ro : mgr.value("rollouts", json::array())) {
-    const json& st = ro.value("stats", json::object());
-    refused += st.value("checksum_failures", 0ull);
-    wrong_version += st.value("refused_version", 0ull);
+  const json fleet = field_or(mgr, "rollouts", json::array());
+  for (const auto& ro : fleet.is_array() ? fleet : json::array()) {
+    const json st = object_at(ro, "stats");
+    refused += field_or(st, "checksum_failures", 0ull);
+    wrong_version += field_or(st, "refused_version", 0ull);
   }
   out["chunks_refused_by_verification"] = refused;
   out["imports_of_another_version"] = wrong_version;
 
   // The job's time from its roles' start to the actor's end (a resumed actor's own wall_s
   // counts only from its last start).
-  out["wall_s"] = summary.value("wall_s", actor.value("wall_s", 0.0));
-  out["trained_tokens"] = actor.value("trained_tokens", 0ull);
-  out["initial_accuracy"] = actor.value("initial_accuracy", -1.0);
-  out["final_accuracy"] = actor.value("final_accuracy", -1.0);
+  out["wall_s"] = field_or(summary, "wall_s", field_or(actor, "wall_s", 0.0));
+  out["trained_tokens"] = field_or(actor, "trained_tokens", 0ull);
+  out["initial_accuracy"] = field_or(actor, "initial_accuracy", -1.0);
+  out["final_accuracy"] = field_or(actor, "final_accuracy", -1.0);
   return out;
 }
 

@@ -2,6 +2,9 @@
 // (sim/simulator.hpp says what is real code and what is modelled).
 #pragma once
 
+#include <nlohmann/json.hpp>
+
+#include <map>
 #include <string>
 #include <vector>
 
@@ -74,6 +77,12 @@ core::Result<std::vector<std::string>> parse_sim_modes(const std::string& modes)
 core::Result<std::vector<sim::ModeResult>> simulate_modes(const sim::SimInput& in,
                                                           const std::vector<std::string>& modes,
                                                           bool quiet);
+
+// The rows of `bench e2e --json` output by mode (`where` names the run in errors). Its summary
+// line ({"runs": N, "exactly_once_failed": F}) is no row: F > 0 is an error (a run lost or
+// doubled a trajectory, so its figures are no reference).
+core::Result<std::map<std::string, nlohmann::json>> parse_bench_e2e_rows(const std::string& text,
+                                                                         const std::string& where);
 
 // One line describing the simulated job (rollouts, GPUs, prompts, lengths, version size).
 void print_job_line(const sim::SimInput& input);

@@ -425,9 +425,10 @@ std::vector<Scenario> validation_scenarios(const SimulateArgs& args) {
   return out;
 }
 
-// bench e2e --json lines by mode.
-core::Result<std::map<std::string, json>> parse_measured(const std::string& text,
-                                                         const std::string& where) {
+}  // namespace
+
+core::Result<std::map<std::string, json>> parse_bench_e2e_rows(const std::string& text,
+                                                               const std::string& where) {
   std::map<std::string, json> by_mode;
   std::size_t at = 0;
   while (at < text.size()) {
@@ -437,6 +438,15 @@ core::Result<std::map<std::string, json>> parse_measured(const std::string& text
     at = end + 1;
     if (line.empty() || line[0] != '{') continue;
     json j = json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (j.is_object() && !j.contains("mode") && j.contains("exactly_once_failed")) {
+      const std::uint64_t failed = j.value("exactly_once_failed", std::uint64_t{0});
+      if (failed > 0) {
+        return core::failed_precondition(
+            fmt::format("{}: the bench's exactly-once check failed in {} of {} runs", where, failed,
+                        j.value("runs", std::uint64_t{0})));
+      }
+      continue;
+    }
     if (!j.is_object() || !j.contains("mode") || !j["mode"].is_string()) {
       return core::invalid_argument(
           fmt::format("{}: not a bench e2e --json line: {}", where, line.substr(0, 80)));
@@ -446,6 +456,8 @@ core::Result<std::map<std::string, json>> parse_measured(const std::string& text
   if (by_mode.empty()) return core::invalid_argument(where + ": no bench e2e --json lines");
   return by_mode;
 }
+
+namespace {
 
 core::Result<std::string> measure(const Scenario& s, const std::string& modes) {
   std::string cmd = fmt::format("'{}' bench e2e --json --modes {}", self_exe(), modes);
@@ -505,7 +517,7 @@ int run_simulate_validate(const SimulateArgs& args) {
       text = *t;
       source = "a bench e2e run just now";
     }
-    auto measured = parse_measured(text, source);
+    auto measured = parse_bench_e2e_rows(text, source);
     if (!measured.is_ok()) {
       std::fprintf(stderr, "sluice simulate --validate: %s\n",
                    measured.status().to_string().c_str());
