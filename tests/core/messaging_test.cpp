@@ -143,8 +143,11 @@ TEST_SUITE("core.messaging") {
     auto took = Clock::now() - t0;
     REQUIRE_FALSE(r.is_ok());
     CHECK(r.status().code() == Code::kTimeout);
+    // Nothing listens, so no connection ever took the request (nothing is queued for a peer that
+    // is not connected), and the error says so.
     CHECK(r.status().message() ==
-          "request 'sys.ping' to tcp://127.0.0.1:1 timed out after 300 ms (is the peer running?)");
+          "request 'sys.ping' to tcp://127.0.0.1:1 timed out after 300 ms, never sent: no "
+          "connection to the peer came up (is it running, and does it accept this key?)");
     CHECK(took < Millis(5000));
     CHECK(client->pending() == 0);
   }
@@ -347,6 +350,9 @@ TEST_SUITE("core.messaging") {
       r.respond(Message("ignored"));  // a reply to a one-way message is dropped
     });
     auto client = Client::create(*loop, server->endpoint(), Security::plain()).value();
+    // Nothing is queued for a server the client is not connected to yet: a request (which waits
+    // for a connection) first, then the one-way messages go over the connection it made.
+    REQUIRE(client->call(Message("sys.ping"), Millis(5000)).is_ok());
     for (int i = 0; i < 10; ++i) {
       Message m("progress");
       m.body["n"] = i;
