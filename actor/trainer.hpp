@@ -58,7 +58,9 @@ struct TrainerConfig : weightstore::HolderRoleConfig {
   std::string actor_id = "actor-0";
   std::uint32_t batch_trajectories = 64;  // the global batch
   std::uint32_t group_size = 4;           // trajectories per prompt (taken as whole groups)
-  std::uint64_t max_staleness = 4;        // actor version - behaviour version
+  // Bound on actor version - behaviour version: 16, what the staleness study licenses (lag 16
+  // within 2 points of sync on the reference job, docs/benchmarks.md).
+  std::uint64_t max_staleness = 16;
   std::string staleness_policy = "drop";  // drop or downweight
   double stale_weight = 0.0;
   double train_ms_fixed = 0.0;             // simulated trainer: time per step

@@ -63,16 +63,15 @@ struct ManagerConfig {
   std::uint32_t ahead_batches = 2;        // admission budget: batches released ahead of the actor
   // How new work is admitted (rollout/mode_policy.hpp, Admission): "budget" (ahead_batches),
   // "continuous" (a free slot takes work at once; pauses only while the actor has
-  // backlog_batches batches of complete groups not taken), or "" (budget).
+  // backlog_batches batches of complete groups not taken), or "" (the mode's: continuous in
+  // sluice mode, budget in the others).
   std::string admission;
   std::uint32_t backlog_batches =
       2;  // continuous admission: the actor's queue that pauses it, >= 1
   // Sluice mode: what a rollout holding the newest version does with its old version's in-flight
-  // trajectories: "drain", "continue" or "auto" (rollout/mode_policy.hpp, TailPolicy).
-  // drain by default: continue is what the benchmarks' sluice rows run (rollout/mode_policy.hpp,
-  // ModeVariant), but under kill -9 chaos a job with continuous admission stalled once (not yet
-  // understood), so the manager's defaults stay as they were.
-  std::string tail = "drain";
+  // trajectories: "drain", "continue" (the default) or "auto" (rollout/mode_policy.hpp,
+  // TailPolicy).
+  std::string tail = "continue";
   std::uint32_t prompt_tokens = 32;           // simulated prompts: tokens per prompt
   std::uint64_t max_new_tokens = 4096;        // cap on a response
   std::uint64_t seed = 1;                     // prompt pool seed
@@ -118,14 +117,16 @@ struct ManagerConfig {
     v("batch_trajectories", batch_trajectories, "the actor's global batch, in trajectories");
     v("ahead_batches", ahead_batches,
       "budget admission: batches released ahead of what the actor consumed (default 2)");
-    v("admission", admission, "budget or continuous (empty: budget)");
+    v("admission", admission,
+      "budget or continuous (empty: the mode's, continuous in sluice mode and budget in the "
+      "others)");
     v("backlog_batches", backlog_batches,
       "continuous admission pauses while the actor has this many batches of complete groups "
       "not taken (default 2)");
     v("tail", tail,
       "sluice mode, a rollout holding the newest version: drain its old trajectories, continue "
       "them on the newest version, or auto (continue once drained to ramp-down and repack has "
-      "no destination) (default drain)");
+      "no destination) (default continue)");
     v("prompt_tokens", prompt_tokens, "simulated prompts: tokens per prompt");
     v("max_new_tokens", max_new_tokens, "cap on a response's length");
     v("seed", seed, "prompt pool seed");

@@ -4,6 +4,7 @@
 #include <sqlite3.h>
 
 #include "core/log.hpp"
+#include "rollout/protocol.hpp"
 
 namespace sluice::rollout {
 
@@ -74,7 +75,15 @@ CREATE TABLE IF NOT EXISTS counters (key TEXT PRIMARY KEY, value INTEGER NOT NUL
 CREATE TABLE IF NOT EXISTS finished (id TEXT PRIMARY KEY);
 CREATE TABLE IF NOT EXISTS unacked (id TEXT PRIMARY KEY, trajectory TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS doomed (prompt_id TEXT PRIMARY KEY);
+CREATE TABLE IF NOT EXISTS done (id TEXT PRIMARY KEY, prompt INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS rollouts (id TEXT PRIMARY KEY);
 )";
+
+// The prompt index of a trajectory id "p<N>/<k>" (for the done table's floor).
+std::uint64_t prompt_index(const std::string& id) {
+  auto ix = parse_trajectory_id(id);
+  return ix ? ix->first : 0;
+}
 
 }  // namespace
 
@@ -124,6 +133,8 @@ core::Result<ManagerSnapshot> ManagerDb::load() {
       if (k == "latest") s.counters.latest = v;
       if (k == "consumed") s.counters.consumed = v;
       if (k == "acked") s.counters.acked = v;
+      if (k == "finished") s.counters.finished = v;
+      if (k == "done_floor") s.counters.done_floor = v;
     }
     SLUICE_TRY(q.status("read counters"));
   }
@@ -138,6 +149,18 @@ core::Result<ManagerSnapshot> ManagerDb::load() {
     while (q.next())
       s.unacked.emplace_back(q.text(0), q.text(1));
     SLUICE_TRY(q.status("read unacked"));
+  }
+  {
+    Stmt q(db_, "SELECT id FROM done ORDER BY id");
+    while (q.next())
+      s.done.push_back(q.text(0));
+    SLUICE_TRY(q.status("read done"));
+  }
+  {
+    Stmt q(db_, "SELECT id FROM rollouts ORDER BY id");
+    while (q.next())
+      s.rollouts.push_back(q.text(0));
+    SLUICE_TRY(q.status("read rollouts"));
   }
   {
     Stmt q(db_, "SELECT prompt_id FROM doomed ORDER BY prompt_id");
@@ -157,7 +180,8 @@ core::Status ManagerDb::commit(const ManagerChanges& c) {
       for (const auto& [k, v] :
            {std::pair{"next_prompt", c.counters.next_prompt},
             std::pair{"latest", c.counters.latest}, std::pair{"consumed", c.counters.consumed},
-            std::pair{"acked", c.counters.acked}}) {
+            std::pair{"acked", c.counters.acked}, std::pair{"finished", c.counters.finished},
+            std::pair{"done_floor", c.counters.done_floor}}) {
         st.bind(1, std::string(k));
         st.bind(2, v);
         SLUICE_TRY(st.run("write counters"));
@@ -179,10 +203,17 @@ core::Status ManagerDb::commit(const ManagerChanges& c) {
       }
     }
     if (!c.acked.empty()) {
-      Stmt st(db_, "DELETE FROM unacked WHERE id = ?1");
+      Stmt unacked(db_, "DELETE FROM unacked WHERE id = ?1");
+      Stmt finished(db_, "DELETE FROM finished WHERE id = ?1");
+      Stmt done(db_, "INSERT OR IGNORE INTO done (id, prompt) VALUES (?1, ?2)");
       for (const auto& id : c.acked) {
-        st.bind(1, id);
-        SLUICE_TRY(st.run("delete acked"));
+        unacked.bind(1, id);
+        SLUICE_TRY(unacked.run("delete acked"));
+        finished.bind(1, id);
+        SLUICE_TRY(finished.run("delete acked"));
+        done.bind(1, id);
+        done.bind(2, prompt_index(id));
+        SLUICE_TRY(done.run("write done"));
       }
     }
     if (!c.doomed.empty()) {
@@ -191,6 +222,29 @@ core::Status ManagerDb::commit(const ManagerChanges& c) {
         st.bind(1, id);
         SLUICE_TRY(st.run("write doomed"));
       }
+    }
+    if (!c.rollouts_joined.empty()) {
+      Stmt st(db_, "INSERT OR IGNORE INTO rollouts (id) VALUES (?1)");
+      for (const auto& id : c.rollouts_joined) {
+        st.bind(1, id);
+        SLUICE_TRY(st.run("write rollouts"));
+      }
+    }
+    if (!c.rollouts_gone.empty()) {
+      Stmt st(db_, "DELETE FROM rollouts WHERE id = ?1");
+      for (const auto& id : c.rollouts_gone) {
+        st.bind(1, id);
+        SLUICE_TRY(st.run("delete rollouts"));
+      }
+    }
+    if (c.counters_changed && c.counters.done_floor > 0) {
+      // Below the floor every trajectory is done: the floor alone says so.
+      Stmt done(db_, "DELETE FROM done WHERE prompt < ?1");
+      done.bind(1, c.counters.done_floor);
+      SLUICE_TRY(done.run("trim done"));
+      Stmt doomed(db_, "DELETE FROM doomed WHERE CAST(substr(prompt_id, 2) AS INTEGER) < ?1");
+      doomed.bind(1, c.counters.done_floor);
+      SLUICE_TRY(doomed.run("trim doomed"));
     }
     return {};
   };

@@ -1,10 +1,17 @@
 // The rollout manager's durable state: an embedded SQLite database (WAL mode) in the run folder.
 //
 // What is kept is what cannot be rebuilt from the other roles after a manager restart: the prompt
-// cursor, the newest published version, what the actor consumed and acknowledged, the ids of
-// every finished trajectory (a re-reported copy is a duplicate), every finished trajectory the
-// actor has not acknowledged yet (its full JSON), and the prompts whose group is doomed. In-flight
-// work is not kept: the rollouts name it in their next reports (see Manager).
+// cursor, the newest published version, what the actor consumed and acknowledged, the ids of the
+// finished trajectories the actor has not acknowledged yet with their full JSON, which
+// trajectories are done (acknowledged: a floor below which every trajectory is done, and the done
+// ids above it; rollout/done_set.hpp), and the prompts whose group is doomed. In-flight work is not
+// kept: the rollouts name it in their next reports (see Manager). The ids of the live rollouts are
+// kept, so that a restarted manager knows when every one of them has reported.
+//
+// Bounded: an acknowledged trajectory leaves `finished` and `unacked` and joins `done`, whose rows
+// below the floor are deleted in the same transaction, as are doomed prompts below it. So the file
+// and the restore cost what is in flight and done out of order, not the job's length (measured in
+// tests/rollout/manager_scale_test.cpp).
 //
 // Why a database rather than rebuilding everything from the others' soft state: rollouts could
 // re-report in-flight work and the actor its consumed ids, but finished-not-yet-acknowledged
@@ -42,6 +49,8 @@ struct ManagerCounters {
   std::uint64_t latest = 0;
   std::uint64_t consumed = 0;
   std::uint64_t acked = 0;
+  std::uint64_t finished = 0;    // trajectories finished, each once, since the job began
+  std::uint64_t done_floor = 0;  // every trajectory of prompts below it is done
   bool operator==(const ManagerCounters&) const = default;
 };
 
@@ -50,21 +59,25 @@ struct ManagerChanges {
   ManagerCounters counters;
   std::vector<std::string> finished;                         // ids newly finished
   std::vector<std::pair<std::string, std::string>> unacked;  // id, trajectory JSON
-  std::vector<std::string> acked;                            // ids no longer kept
+  std::vector<std::string> acked;                            // ids done (acknowledged)
   std::vector<std::string> doomed;                           // prompt ids
+  // Rollouts that joined, and that left or were declared dead: who a restarted manager waits for.
+  std::vector<std::string> rollouts_joined, rollouts_gone;
   bool counters_changed = false;
   bool empty() const {
     return !counters_changed && finished.empty() && unacked.empty() && acked.empty() &&
-           doomed.empty();
+           doomed.empty() && rollouts_joined.empty() && rollouts_gone.empty();
   }
 };
 
 // Everything the database holds, as read at start-up.
 struct ManagerSnapshot {
   ManagerCounters counters;
-  std::vector<std::string> finished;
+  std::vector<std::string> finished;  // finished, not acknowledged
+  std::vector<std::string> done;      // done ids at or above counters.done_floor
   std::vector<std::pair<std::string, std::string>> unacked;  // id, trajectory JSON, in id order
   std::vector<std::string> doomed;
+  std::vector<std::string> rollouts;  // live when the manager stopped, as far as it knew
 };
 
 class ManagerDb {

@@ -20,12 +20,14 @@ void ActorOutbox::hold(rl::Trajectory tr, ManagerChanges* changes) {
   queue_.push_back(id);
 }
 
-std::size_t ActorOutbox::acknowledge(const std::vector<std::string>& ids, ManagerChanges* changes) {
+std::size_t ActorOutbox::acknowledge(const std::vector<std::string>& ids, ManagerChanges* changes,
+                                     std::vector<std::string>* dropped) {
   std::size_t n = 0;
   for (const auto& id : ids) {
     if (unacked_.erase(id) == 0) continue;  // a repeated ack is harmless
     ++n;
     if (changes) changes->acked.push_back(id);
+    if (dropped) dropped->push_back(id);
   }
   return n;
 }

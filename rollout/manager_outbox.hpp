@@ -43,9 +43,10 @@ class ActorOutbox {
   // Holds `tr` until the actor acknowledges it, queued to go out in the next replies. `changes`:
   // where its JSON is recorded for the database (null: not recorded, as for one loaded from it).
   void hold(rl::Trajectory tr, ManagerChanges* changes);
-  // Drops every id of `ids` that is held, recording it in `changes` (null: not recorded). Returns
-  // how many were held.
-  std::size_t acknowledge(const std::vector<std::string>& ids, ManagerChanges* changes);
+  // Drops every id of `ids` that is held, recording it in `changes` (null: not recorded) and
+  // appending it to `dropped` (null: not listed). Returns how many were held.
+  std::size_t acknowledge(const std::vector<std::string>& ids, ManagerChanges* changes,
+                          std::vector<std::string>* dropped = nullptr);
   // The actor's epoch, as its collect names it. A new one (not the first) re-queues everything
   // sent to the previous epoch and forgets what that epoch said it had.
   void see_epoch(const std::string& epoch);

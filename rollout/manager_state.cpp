@@ -42,6 +42,7 @@ ManagerState::ManagerState(ManagerConfig config, Mode mode, Admission admission,
       tail_(tail),
       pool_(cfg_, mode, admission, std::move(task)),
       outbox_(Millis(cfg_.resend_ms)),
+      done_(cfg_.group_size),
       started_(now),
       last_sample_(now) {}
 
@@ -74,22 +75,28 @@ core::Status ManagerState::restore(Clock::time_point now) {
   pool_.restore(snap);
   latest_ = snap.counters.latest;
   counts_.acked = snap.counters.acked;
-  for (const auto& id : snap.finished)
-    trajs_[id].state = TrajState::kFinished;
-  counts_.finished = snap.finished.size();
+  done_.restore(snap.counters.done_floor, snap.done);
+  for (const auto& id : snap.finished) {
+    if (!done_.contains(id)) trajs_[id].state = TrajState::kFinished;
+  }
+  // A database of an older build kept no count: every finished id was in it.
+  counts_.finished = std::max<std::uint64_t>(snap.counters.finished, snap.finished.size());
   for (const auto& [id, text] : snap.unacked) {
     json j = json::parse(text, nullptr, false);
     if (j.is_discarded()) return core::data_loss(fmt::format("manager db: trajectory {}", id));
     SLUICE_ASSIGN_OR_RETURN(rl::Trajectory tr, rl::Trajectory::from_json(j));
     outbox_.hold(std::move(tr), nullptr);  // in the database already
   }
-  for (std::uint64_t p = 0; p < pool_.released(); ++p) {
+  // Below the done floor everything is done: the walk costs what was in flight.
+  for (std::uint64_t p = done_.floor(); p < pool_.released(); ++p) {
     for (std::uint32_t k = 0; k < cfg_.group_size; ++k) {
       std::string id = fmt::format("p{}/{}", p, k);
-      if (!trajs_.count(id)) unclaimed_.insert(id);
+      if (!trajs_.count(id) && !done_.contains(id)) unclaimed_.insert(id);
     }
   }
   recovering_ = pool_.released() > 0;
+  awaited_.insert(snap.rollouts.begin(), snap.rollouts.end());
+  restored_at_ = now;
   std::uint64_t grace =
       cfg_.recovery_grace_ms > 0 ? cfg_.recovery_grace_ms : 2 * cfg_.heartbeat_timeout_ms;
   recovery_deadline_ = now + Millis(grace);
@@ -130,7 +137,10 @@ bool ManagerState::done() const {
 
 std::optional<ManagerState::Where> ManagerState::where(const std::string& id) const {
   auto it = trajs_.find(id);
-  if (it == trajs_.end()) return std::nullopt;
+  if (it == trajs_.end()) {
+    if (done_.contains(id)) return Where{TrajState::kFinished, ""};
+    return std::nullopt;
+  }
   return Where{it->second.state, it->second.rollout};
 }
 
@@ -238,6 +248,7 @@ void ManagerState::end_recovery() {
     ++counts_.recovery_restarted;
     send_back(t, std::move(s).value());
   }
+  awaited_.clear();
   if (!left.empty()) {
     log::info("manager: recovery: {} trajectories no rollout named restart from their prompts",
               left.size());
@@ -251,6 +262,7 @@ void ManagerState::check_heartbeats(Clock::time_point now) {
     if (now - r.last_seen > Millis(cfg_.heartbeat_timeout_ms)) {
       r.alive = false;
       ++counts_.dead;
+      if (db_) changes_.rollouts_gone.push_back(id);
       reclaim(id, fmt::format("missed heartbeats for {} ms", cfg_.heartbeat_timeout_ms));
     }
   }
@@ -442,6 +454,11 @@ void ManagerState::doom(const std::string& prompt_id) {
 // Exactly once: the first report of a finished id counts; later copies (a resumed trajectory
 // whose first rollout also finished it) are counted as duplicates and dropped.
 void ManagerState::on_finished(const rl::Trajectory& tr) {
+  if (done_.contains(tr.id)) {
+    ++counts_.duplicates;
+    m_duplicates_.inc();
+    return;
+  }
   auto& t = trajs_[tr.id];
   if (t.state == TrajState::kFinished) {
     ++counts_.duplicates;
@@ -466,9 +483,18 @@ void ManagerState::on_finished(const rl::Trajectory& tr) {
 // ---- The actor's side.
 
 CollectReply ManagerState::collect(const CollectRequest& q, Clock::time_point now) {
-  const std::size_t acked = outbox_.acknowledge(q.ack, changes());
+  std::vector<std::string> now_done;
+  const std::size_t acked = outbox_.acknowledge(q.ack, changes(), &now_done);
   counts_.acked += acked;
   m_acked_.inc(static_cast<double>(acked));
+  // Done: its effect is in a durable checkpoint. Nothing more is kept of it than that.
+  const std::uint64_t floor = done_.floor();
+  for (const auto& id : now_done) {
+    done_.add(id);
+    trajs_.erase(id);
+    moves_.erase(id);
+  }
+  if (done_.floor() > floor) pool_.forget_below(done_.floor());
   if (q.epoch) outbox_.see_epoch(*q.epoch);
   outbox_.mark_have(q.have.value_or(std::vector<std::string>{}));
   if (collect_opens_budget(mode_)) pool_.consume(q.consumed);

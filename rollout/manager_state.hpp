@@ -7,7 +7,10 @@
 //   the actor consumed;
 // - the outbox to the actor (ActorOutbox, rollout/manager_outbox.hpp): a finished trajectory held
 //   until the actor acknowledges it, sent once per actor epoch, a new epoch re-sending only what
-//   is unacknowledged.
+//   is unacknowledged;
+// - the record of done trajectories (DoneSet, rollout/done_set.hpp): once the actor acknowledges
+//   a trajectory, everything else about it is erased, so memory, the database and a restart cost
+//   what is in flight, not the job's length.
 // It keeps the rest itself: the rollouts, where each trajectory is, the work waiting to be handed
 // out or resumed, and repack's moves (these rules cross each other: a rollout's death, a report
 // or a move changes all of them at once).
@@ -46,6 +49,7 @@
 #include "core/status.hpp"
 #include "rl/task.hpp"
 #include "rl/trajectory.hpp"
+#include "rollout/done_set.hpp"
 #include "rollout/engine.hpp"
 #include "rollout/manager.hpp"
 #include "rollout/manager_db.hpp"
@@ -77,6 +81,7 @@ struct ManagerCounts {
   std::uint64_t repack_declined = 0;  // sources that fit elsewhere but whose move did not pay
   std::uint64_t cross_version = 0;    // repack moves between versions: the planner must never
   std::uint64_t move_failures = 0;
+  std::uint64_t moves_given_up = 0;  // states whose moves kept failing: restarted from the prompt
   // KV references dropped: named another source than the rollout that exported them (a forged
   // reference), or their move failed (the state resumes elsewhere and re-prefills).
   std::uint64_t kv_refs_dropped = 0;
@@ -85,7 +90,13 @@ struct ManagerCounts {
   std::uint64_t recovery_restarted = 0;  // unnamed after the grace period: restarted
   std::uint64_t rollout_restarts = 0;    // a known rollout id reported with a new incarnation
   std::uint64_t left = 0;                // rollouts that left the job with a leaving report
+  // Report entries refused because the trajectory is assigned to another rollout (or to none):
+  // a finish that is not counted, a run that is not taken over. Logged.
+  std::uint64_t foreign = 0;
 };
+
+// A partial state refused or misrouted this many times in a row restarts from its prompt.
+inline constexpr std::uint32_t kMaxFailedMoves = 3;
 
 class ManagerState {
  public:
@@ -132,8 +143,12 @@ class ManagerState {
   Mode mode() const { return mode_; }
   std::uint64_t latest() const { return latest_; }
   const ManagerCounts& counts() const { return counts_; }
+  // Trajectories with a record (in flight, waiting, or finished and not acknowledged): what the
+  // state costs, flat in the job's length. And the done ids kept above the done floor.
+  std::size_t tracked() const { return trajs_.size(); }
+  const DoneSet& done_record() const { return done_; }
   // Where trajectory `id` is (nullopt: never released, or unknown after a restart), and the
-  // rollout holding it ("" when none).
+  // rollout holding it ("" when none). A done trajectory (acknowledged) is kFinished.
   struct Where {
     TrajState state = TrajState::kPending;
     std::string rollout;
@@ -146,6 +161,7 @@ class ManagerState {
     std::string rollout;
     std::optional<SequenceState> partial;  // last streamed state (the partial-response pool)
     SequenceState initial;                 // the trajectory as first assigned (for a restart)
+    std::uint32_t failed_moves = 0;        // its state refused or misrouted since it last moved
   };
   struct Rollout {
     std::string id;
@@ -220,6 +236,11 @@ class ManagerState {
 
   // A rollout's report (manager_state_report.cpp).
   Traj& traj_named(const std::string& traj_id);
+  // Whether rollout `r` may report on `tid` (it was assigned there, or this manager restarted and
+  // has no record of it yet); a refusal is counted and logged, naming `what`.
+  bool owns(const Rollout& r, const std::string& tid, const char* what);
+  // Counts a failed move of `t`; true when that was one too many and it restarted (gave up).
+  bool gave_up_moving(Traj& t, const std::string& tid, const std::string& why);
   void recover(Rollout& r, const std::string& tid, const Traj& t);
   Rollout* admit(const ReportRequest& q, Clock::time_point now);
   void take_report(Rollout& r, ReportRequest& q);
@@ -235,7 +256,8 @@ class ManagerState {
   void plan_moves(std::set<std::string>& moving);
 
   ManagerCounters counters() const {
-    return {pool_.released(), latest_, pool_.consumed(), counts_.acked};
+    return {pool_.released(), latest_,          pool_.consumed(),
+            counts_.acked,    counts_.finished, done_.floor()};
   }
   nlohmann::json status_fields(Clock::time_point now) const;
 
@@ -259,6 +281,8 @@ class ManagerState {
   std::uint64_t latest_ = 0;
   // Finished trajectories the actor has not acknowledged, and what was sent to its epoch.
   ActorOutbox outbox_;
+  // Trajectories the actor acknowledged: erased from trajs_, known only as done.
+  DoneSet done_;
   ManagerCounts counts_;
 
   // Durable state (see manager_db.hpp): the changes of the request being handled.
@@ -270,6 +294,10 @@ class ManagerState {
   bool recovering_ = false;
   Clock::time_point recovery_deadline_;
   std::set<std::string> unclaimed_;
+  // The rollouts live when the previous manager stopped that have not reported since: once every
+  // one has, whatever no rollout named restarts at once rather than at the grace period's end.
+  std::set<std::string> awaited_;
+  Clock::time_point restored_at_;
 
   Clock::time_point started_;
   Clock::time_point last_sample_;

@@ -83,7 +83,14 @@ ReportReply ManagerState::report(ReportRequest q, Clock::time_point now) {
     return reply;
   }
   const bool leaving = q.leaving;
+  const std::string rid = q.id;
   take_report(*r, q);
+  if (recovering_ && awaited_.erase(rid) > 0 && awaited_.empty()) {
+    // Every rollout live before the restart has said what it holds: what none named is nowhere.
+    log::info("manager: recovery: every rollout reported {} ms after the restart",
+              std::chrono::duration_cast<std::chrono::milliseconds>(now - restored_at_).count());
+    end_recovery();
+  }
   ReportReply reply;
   if (leaving) {
     // It handed everything back in this report (take_report routed it); whatever else was on its
@@ -92,6 +99,7 @@ ReportReply ManagerState::report(ReportRequest q, Clock::time_point now) {
     const std::string id = r->id;
     reclaim(id, "left the job");
     rollouts_.erase(id);
+    if (db_) changes_.rollouts_gone.push_back(id);
     ++counts_.left;
     log::info("manager: rollout {} left", id);
     reply.done = done();
@@ -129,6 +137,7 @@ ManagerState::Rollout* ManagerState::admit(const ReportRequest& q, Clock::time_p
   if (is_new) {
     r.id = id;
     r.incarnation = q.incarnation;
+    if (db_) changes_.rollouts_joined.push_back(id);
     log::info("manager: rollout {} joined", id);
   }
   r.last_seen = now;
@@ -136,7 +145,22 @@ ManagerState::Rollout* ManagerState::admit(const ReportRequest& q, Clock::time_p
   return &r;
 }
 
-// What the rollout says it holds, finished and handed back.
+// Whether `r` may report on `tid`: the trajectory is assigned to it (queued or sent there, running
+// there, or leaving it by a repack move), or this manager has no record of it (it restarted, and
+// the rollout kept working: recovery). Anything else is another rollout's, or nobody's, and the
+// entry is refused: a finish is not counted, a run is not taken over, a state is not kept.
+bool ManagerState::owns(const Rollout& r, const std::string& tid, const char* what) {
+  auto it = trajs_.find(tid);
+  if (it == trajs_.end() || it->second.rollout == r.id) return true;
+  ++counts_.foreign;
+  log::warn("manager: rollout {} reported {} {}, which is assigned to {}: refused", r.id, what, tid,
+            it->second.rollout.empty() ? std::string("no rollout") : it->second.rollout);
+  return false;
+}
+
+// What the rollout says it holds, finished and handed back. Each entry counts only for a
+// trajectory assigned to this rollout (owns); one that is done (acknowledged by the actor) or
+// finished already is a late copy: a run of it is stopped, a finish is a duplicate.
 void ManagerState::take_report(Rollout& r, ReportRequest& q) {
   const std::string& id = r.id;
   // Every trajectory this report names, to find work sent to it that never arrived.
@@ -147,26 +171,38 @@ void ManagerState::take_report(Rollout& r, ReportRequest& q) {
   r.capacity = q.capacity;
   r.previous_active = static_cast<std::uint32_t>(r.active.size());
   r.active.clear();
+  // A run here of something that is not this rollout's to run (done, finished, or assigned
+  // elsewhere): it is told to stop (its abandoned copy is then dropped).
+  auto stop_here = [&](const std::string& tid, const char* what) {
+    auto it = trajs_.find(tid);
+    const bool late =
+        done_.contains(tid) || (it != trajs_.end() && it->second.state == TrajState::kFinished);
+    if (!late && owns(r, tid, what)) return false;
+    r.to_abandon.push_back(tid);
+    return true;
+  };
   for (const auto& a : q.active) {
     const std::string& tid = a.trajectory_id;
     named.insert(tid);
+    if (stop_here(tid, "running")) continue;
     r.active.push_back(SequenceView{tid, a.kv_tokens});
     bool known = trajs_.count(tid) > 0;
     Traj& t = traj_named(tid);
     if (!known) recover(r, tid, t);
-    if (t.state != TrajState::kFinished && t.state != TrajState::kMoving) {
-      t.state = TrajState::kActive;
-      t.rollout = id;
-    }
     auto mv = moves_.find(tid);
-    if (t.state == TrajState::kMoving && mv != moves_.end() && mv->second.to == id) {
+    if (t.state != TrajState::kMoving) {
+      t.state = TrajState::kActive;
+    } else if (mv != moves_.end() && mv->second.to == id) {
       moves_.erase(mv);
       t.state = TrajState::kActive;
-      t.rollout = id;
     }
+    t.rollout = id;
+    if (t.state == TrajState::kActive) t.failed_moves = 0;  // it runs: its move worked
   }
   r.queued.clear();
   for (const auto& tid : q.queued) {
+    named.insert(tid);
+    if (stop_here(tid, "queued")) continue;
     bool known = trajs_.count(tid) > 0;
     Traj& t = traj_named(tid);
     if (!known) {
@@ -175,21 +211,35 @@ void ManagerState::take_report(Rollout& r, ReportRequest& q) {
       recover(r, tid, t);
     }
     r.queued.insert(tid);
-    named.insert(tid);
   }
   r.stats = std::move(q.stats);
 
   for (const auto& tr : q.finished) {
-    traj_named(tr.id);
     named.insert(tr.id);
+    auto it = trajs_.find(tr.id);
+    const bool late =
+        done_.contains(tr.id) || (it != trajs_.end() && it->second.state == TrajState::kFinished);
+    if (!late) {
+      // An abandoned copy of what it was told to stop is dropped quietly.
+      if (tr.abandoned && it != trajs_.end() && it->second.rollout != id) continue;
+      if (!owns(r, tr.id, "finished")) continue;
+      traj_named(tr.id);
+    }
     on_finished(tr);
   }
+  // What it hands over or back is taken only from the rollout it was assigned to; anything about
+  // a done trajectory is old news.
+  auto takes = [&](const std::string& tid, const char* what) {
+    return !done_.contains(tid) && owns(r, tid, what);
+  };
   for (auto& s : q.exported) {
-    traj_named(s.trajectory_id);
     named.insert(s.trajectory_id);
+    if (!takes(s.trajectory_id, "exported")) continue;
+    traj_named(s.trajectory_id);
     route_exported(id, std::move(s));
   }
   for (auto& s : q.partial) {
+    if (!takes(s.trajectory_id, "a partial state of")) continue;
     Traj& t = traj_named(s.trajectory_id);
     if (t.state == TrajState::kFinished) continue;
     t.partial = std::move(s);
@@ -199,6 +249,7 @@ void ManagerState::take_report(Rollout& r, ReportRequest& q) {
   for (auto& s : q.returned) {
     named.insert(s.trajectory_id);
     r.queued.erase(s.trajectory_id);
+    if (!takes(s.trajectory_id, "returned")) continue;
     ++counts_.returned;
     Traj& t = traj_named(s.trajectory_id);
     if (t.state == TrajState::kFinished) continue;
@@ -207,13 +258,34 @@ void ManagerState::take_report(Rollout& r, ReportRequest& q) {
   // Refused imports (did not fit, or the version changed) come back as resumable states.
   for (auto& s : q.refused) {
     named.insert(s.trajectory_id);
+    if (!takes(s.trajectory_id, "refused")) continue;
     moves_.erase(s.trajectory_id);
     ++counts_.move_failures;
     Traj& t = traj_named(s.trajectory_id);
     if (t.state == TrajState::kFinished) continue;
+    if (gave_up_moving(t, s.trajectory_id, fmt::format("refused by {}", id))) continue;
     send_back(t, std::move(s));
   }
   reclaim_lost(r, named);
+}
+
+// A partial state whose moves keep failing (refused where it was sent, or its destination gone)
+// is given up after kMaxFailedMoves: it restarts from its prompt, which any rollout on the newest
+// version takes, rather than circle between the manager and rollouts that refuse it.
+bool ManagerState::gave_up_moving(Traj& t, const std::string& tid, const std::string& why) {
+  if (++t.failed_moves < kMaxFailedMoves) return false;
+  log::warn(
+      "manager: {}'s partial state failed to move {} times (last: {}): it restarts from its "
+      "prompt",
+      tid, t.failed_moves, why);
+  ++counts_.moves_given_up;
+  t.failed_moves = 0;
+  if (pool_.doomed(t.initial.prompt_id)) {
+    finish_abandoned(t.initial);
+    return true;
+  }
+  restart(t);
+  return true;
 }
 
 // A trajectory rollout `source` exported for a repack move: to its destination when that still
@@ -251,6 +323,7 @@ void ManagerState::route_exported(const std::string& source, SequenceState s) {
     }
     ++counts_.move_failures;
     moves_.erase(mv);
+    if (gave_up_moving(t, s.trajectory_id, "its destination changed")) return;
   }
   drop_kv_ref(s, "its move failed");
   t.state = TrajState::kPending;
@@ -310,9 +383,11 @@ void ManagerState::reply_work(Rollout& r, ReportReply& reply) {
         return true;
       }
       const std::uint64_t v = last_version(s);
-      const bool here = v == r.version || (v < r.version && continues_orphans() && orphaned(v));
-      if (!here || room() <= 0) return false;
+      const bool continues = v < r.version && continues_orphans() && orphaned(v);
+      if ((v != r.version && !continues) || room() <= 0) return false;
       ++counts_.resumed;
+      // The rollout admits a state of an older version only when told that it continues there.
+      if (continues) reply.continue_ids.push_back(s.trajectory_id);
       auto& t = trajs_[s.trajectory_id];
       t.state = TrajState::kQueued;
       t.rollout = r.id;

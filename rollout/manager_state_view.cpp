@@ -28,6 +28,8 @@ std::string ManagerState::digest() const {
   s += "|";
   outbox_.describe(s);
   s += "|";
+  done_.describe(s);
+  s += "|";
   for (const auto& id : pool_.doomed_prompts())
     s += id + ";";
   for (const auto& id : unclaimed_)
@@ -85,6 +87,7 @@ json ManagerState::status_fields(Clock::time_point now) const {
               {"moved_kv_tokens", c.moved_kv_tokens},
               {"kv_refs_dropped", c.kv_refs_dropped},
               {"move_failures", c.move_failures},
+              {"moves_given_up", c.moves_given_up},
               {"returned", c.returned},
               {"abandoned", c.abandoned},
               {"recovering", recovering_},
@@ -92,6 +95,9 @@ json ManagerState::status_fields(Clock::time_point now) const {
               {"recovery_restarted", c.recovery_restarted},
               {"rollout_restarts", c.rollout_restarts},
               {"left", c.left},
+              {"foreign_refused", c.foreign},
+              {"tracked_trajectories", trajs_.size()},
+              {"done_floor", done_.floor()},
               {"cross_version_moves", c.cross_version},
               {"mixed", c.mixed},
               {"free_slot_s",

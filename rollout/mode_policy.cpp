@@ -51,9 +51,9 @@ bool repacks(Mode m) {
 }
 
 core::Result<Admission> parse_admission(const std::string& s, Mode m) {
-  // Continuous is opt-in for now: under kill -9 chaos a job with it stalled once (the manager
-  // restarted and its rollouts' reports timed out for minutes; not yet understood).
-  if (s.empty()) return Admission::kBudget;
+  // The mode's default: continuous in sluice mode (a free slot never waits for a budget), budget
+  // in the others (as their users run them).
+  if (s.empty()) return m == Mode::kSluice ? Admission::kContinuous : Admission::kBudget;
   if (s == "budget") return Admission::kBudget;
   if (s == "continuous") {
     if (m == Mode::kSync || m == Mode::kOneStepOff) {
@@ -68,6 +68,7 @@ core::Result<Admission> parse_admission(const std::string& s, Mode m) {
 }
 
 core::Result<TailPolicy> parse_tail(const std::string& s) {
+  if (s.empty() || s == "continue") return TailPolicy::kContinue;
   if (s == "drain") return TailPolicy::kDrain;
   if (s == "continue") return TailPolicy::kContinue;
   if (s == "auto") return TailPolicy::kAuto;

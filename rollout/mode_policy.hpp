@@ -49,8 +49,9 @@ bool repacks(Mode m);
 //               consumed (ManagerConfig::max_staleness), not by a global in-flight count.
 enum class Admission { kBudget, kContinuous };
 
-// "budget" or "continuous"; "" is budget (continuous is opt-in: see parse_admission). sync and
-// one-step-off release one batch per version by definition: continuous is refused there.
+// "budget" or "continuous"; "" is the mode's default: continuous in sluice mode, budget in the
+// others. sync and one-step-off release one batch per version by definition: continuous is refused
+// there.
 core::Result<Admission> parse_admission(const std::string& s, Mode m);
 
 // What a sluice-mode rollout does with the long tail of an older version once it holds the
@@ -63,15 +64,15 @@ core::Result<Admission> parse_admission(const std::string& s, Mode m);
 //             ramp-down level and repack finds it no destination, continue.
 enum class TailPolicy { kDrain, kContinue, kAuto };
 
-// "drain", "continue" or "auto"; anything else is an error.
+// "drain", "continue" or "auto" ("" is continue); anything else is an error.
 core::Result<TailPolicy> parse_tail(const std::string& s);
 
 // A row of the benchmarks and the simulator: a mode with its policies fixed, so that a table
 // compares the policies whatever the job's manager section says.
 //   sluice               continuous admission, tails continue on the newest version, repack
 //   sluice-norepack      the same without repack
-//   sluice-budget        sluice with partial-rollout's admission (budget) and draining tails: the
-//                        manager's defaults in sluice mode (and sluice before continuous admission)
+//   sluice-budget        sluice with partial-rollout's admission (budget) and draining tails (the
+//                        manager's defaults in sluice mode before continuous admission)
 //   partial-rollout      budget admission, as its users run it
 //   partial-continuous   partial-rollout with sluice's admission (continuous)
 // Any other mode runs with the job's settings.

@@ -50,11 +50,29 @@ PromptPool::PromptPool(const ManagerConfig& cfg, Mode mode, Admission admission,
 void PromptPool::restore(const ManagerSnapshot& snap) {
   next_prompt_ = snap.counters.next_prompt;
   consumed_ = snap.counters.consumed;
-  for (const auto& id : snap.finished) {
+  // Every group below the done floor is complete; above it, a group's finished members are those
+  // finished and not acknowledged, and those done (each id once: a database of an older build
+  // kept acknowledged ids among the finished).
+  const std::uint64_t floor = snap.counters.done_floor;
+  complete_trajectories_ = floor * group_size_;
+  std::set<std::string> members(snap.finished.begin(), snap.finished.end());
+  members.insert(snap.done.begin(), snap.done.end());
+  for (const auto& id : members) {
     auto ix = parse_trajectory_id(id);
-    if (ix) count_group_member(fmt::format("p{}", ix->first));
+    if (ix && ix->first >= floor) count_group_member(fmt::format("p{}", ix->first));
   }
-  doomed_.insert(snap.doomed.begin(), snap.doomed.end());
+  for (const auto& p : snap.doomed) {
+    auto ix = parse_trajectory_id(p + "/0");
+    if (!ix || ix->first >= floor) doomed_.insert(p);
+  }
+}
+
+void PromptPool::forget_below(std::uint64_t floor) {
+  // "p<N>" sorts as text, not by N: each is parsed.
+  std::erase_if(doomed_, [&](const std::string& p) {
+    auto ix = parse_trajectory_id(p + "/0");
+    return ix && ix->first < floor;
+  });
 }
 
 // Budget: while fewer than so many batches are released and unconsumed (in flight or not).

@@ -49,8 +49,11 @@ class PromptPool {
              std::optional<rl::ArithmeticTask> task);
 
   // Takes back what the database held: the prompt cursor, what was consumed, the groups' finished
-  // members and the doomed prompts.
+  // members (done below the floor, finished or done above it) and the doomed prompts.
   void restore(const ManagerSnapshot& snap);
+  // Every trajectory of the prompts below `floor` is done: their doomed marks are dropped (the
+  // manager's state stays bounded).
+  void forget_below(std::uint64_t floor);
 
   // The next group, member k at index k, when admission allows one (else empty: every prompt is
   // released, the budget ahead is used up, or the prompt could not be built, which is logged).

@@ -224,6 +224,7 @@ core::Message encode(const ReportReply& m) {
             {"done", m.done},
             {"latest", m.latest}};
   if (!m.export_kv.empty()) body["export_kv"] = m.export_kv;
+  if (!m.continue_ids.empty()) body["continue"] = m.continue_ids;
   return core::Message(msg::kReport, std::move(body));
 }
 
@@ -234,6 +235,8 @@ core::Result<ReportReply> decode_report_reply(const json& body, const DecodeLimi
   if (body.contains("rejoin")) SLUICE_TRY(f::boolean(body, what, "rejoin", m.rejoin));
   if (m.rejoin) return m;
   if (body.contains("import")) SLUICE_TRY(sequences(body, what, "import", lim, m.import));
+  if (body.contains("continue"))
+    SLUICE_TRY(trajectory_ids(body, what, "continue", lim, m.continue_ids));
   if (body.contains("assign")) SLUICE_TRY(sequences(body, what, "assign", lim, m.assign));
   if (body.contains("unqueue")) SLUICE_TRY(f::boolean(body, what, "unqueue", m.unqueue));
   if (body.contains("export")) SLUICE_TRY(trajectory_ids(body, what, "export", lim, m.export_ids));

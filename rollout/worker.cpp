@@ -54,6 +54,12 @@ core::Status RolloutConfig::validate() const {
   return sim.validate();
 }
 
+void RolloutConfig::derive_report_timing(std::uint64_t heartbeat_timeout_ms) {
+  if (report_timeout_ms == 0)
+    report_timeout_ms = std::max<std::uint64_t>(1, heartbeat_timeout_ms / 4);
+  if (report_retry_ms == 0) report_retry_ms = std::max<std::uint64_t>(1, heartbeat_timeout_ms / 8);
+}
+
 double sim_reward(const SequenceState& s) {
   return (core::chunk_checksum(s.trajectory_id.data(), s.trajectory_id.size()) & 1) ? 1.0 : 0.0;
 }
@@ -166,9 +172,7 @@ struct RolloutWorker::Impl {
   }
 
   // A report waits for its reply this long.
-  Millis report_timeout() const {
-    return Millis(std::max<std::uint64_t>(1000, cfg.report_ms * 40));
-  }
+  Millis report_timeout() const { return Millis(cfg.effective_report_timeout_ms()); }
 
   core::Status report() {
     kv_outbox.sweep();
@@ -257,8 +261,12 @@ struct RolloutWorker::Impl {
     }
     for (auto& s : r.import) {
       std::uint64_t v = s.versions.empty() ? engine->version() : s.versions.back();
-      // A migrated sequence continues only on the version that generated it.
-      if (v != engine->version() || !engine->can_admit(s.kv_tokens())) {
+      // A migrated sequence continues on the version that generated it, or on this newer one
+      // when the manager says no rollout runs its own any more.
+      const bool continues = std::find(r.continue_ids.begin(), r.continue_ids.end(),
+                                       s.trajectory_id) != r.continue_ids.end();
+      if (!WorkerState::admits_import(v, engine->version(), continues,
+                                      engine->can_admit(s.kv_tokens()))) {
         if (v != engine->version()) ++refused_version;
         s.kv.reset();  // wherever it goes next, it is re-prefilled
         s.kv_ref.reset();

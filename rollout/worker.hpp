@@ -54,9 +54,16 @@ struct RolloutConfig : weightstore::HolderRoleConfig, weightstore::TopologyLabel
   std::string rollout_id;      // unique; default: the key's identity (curve), else rollout-<pid>
   std::string engine = "sim";  // sim (the simulated engine)
   SimEngineConfig sim;
-  ModelEngineConfig gpt;            // engine model: the reference GPT
-  rl::TaskConfig task;              // engine model: the task whose reward scores responses
-  std::uint64_t report_ms = 25;     // report (and heartbeat) period
+  ModelEngineConfig gpt;         // engine model: the reference GPT
+  rl::TaskConfig task;           // engine model: the task whose reward scores responses
+  std::uint64_t report_ms = 25;  // report (and heartbeat) period
+  // A report waits this long for its reply; after one that got none, the next goes report_retry_ms
+  // later. Together they are the silence one lost reply costs, which must leave the manager's
+  // heartbeat time-out a margin (`sluice run` refuses a job where twice their sum exceeds it).
+  // 0: derived from the manager's heartbeat_timeout_ms by `sluice run` (a quarter and an eighth
+  // of it), else kDefaultReportTimeoutMs and kDefaultReportRetryMs.
+  std::uint64_t report_timeout_ms = 0;
+  std::uint64_t report_retry_ms = 0;
   std::uint32_t partial_every = 8;  // stream in-flight states every N reports
   // Give up after the manager is silent this long. Long enough for a manager restart: meanwhile
   // the rollout keeps generating and holds what it finishes (see max_held_finished).
@@ -113,6 +120,12 @@ struct RolloutConfig : weightstore::HolderRoleConfig, weightstore::TopologyLabel
     v("gpt", gpt, "engine model: the reference GPT");
     v("task", task, "engine model: the task whose reward scores responses");
     v("report_ms", report_ms, "report and heartbeat period in ms");
+    v("report_timeout_ms", report_timeout_ms,
+      "a report waits this long for its reply, in ms (0: a quarter of the manager's heartbeat "
+      "time-out under sluice run, else 500)");
+    v("report_retry_ms", report_retry_ms,
+      "after a report that got no reply, the next goes this much later, in ms (0: an eighth of "
+      "the manager's heartbeat time-out under sluice run, else 250)");
     v("partial_every", partial_every, "stream in-flight states every N reports (0: never)");
     v("manager_timeout_ms", manager_timeout_ms, "exit when the manager is silent this long");
     v("kv_ucx", kv_ucx, "move exported KV caches over UCX rather than in the manager's messages");
@@ -139,6 +152,16 @@ struct RolloutConfig : weightstore::HolderRoleConfig, weightstore::TopologyLabel
     TopologyLabels::describe(v);
   }
   core::Status validate() const;
+  // Fills report_timeout_ms and report_retry_ms where 0, from the manager's heartbeat time-out.
+  void derive_report_timing(std::uint64_t heartbeat_timeout_ms);
+  std::uint64_t effective_report_timeout_ms() const {
+    return report_timeout_ms > 0 ? report_timeout_ms : kDefaultReportTimeoutMs;
+  }
+  std::uint64_t effective_report_retry_ms() const {
+    return report_retry_ms > 0 ? report_retry_ms : kDefaultReportRetryMs;
+  }
+  static constexpr std::uint64_t kDefaultReportTimeoutMs = 500;
+  static constexpr std::uint64_t kDefaultReportRetryMs = 250;
 };
 
 // Scores a finished sequence (the task's verifiable reward).

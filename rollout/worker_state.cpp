@@ -9,6 +9,7 @@ using core::Millis;
 
 WorkerState::WorkerState(const RolloutConfig& cfg, Clock::time_point now)
     : report_ms_(cfg.report_ms),
+      retry_ms_(cfg.effective_report_retry_ms()),
       manager_timeout_ms_(cfg.manager_timeout_ms),
       max_held_finished_(cfg.max_held_finished),
       next_report_(now),
@@ -32,8 +33,7 @@ bool WorkerState::report_answered(Clock::time_point now) {
 }
 
 void WorkerState::schedule_report(Clock::time_point now) {
-  next_report_ =
-      now + Millis(unreachable_ ? std::max<std::uint64_t>(report_ms_, 1000) : report_ms_);
+  next_report_ = now + Millis(unreachable_ ? std::max(report_ms_, retry_ms_) : report_ms_);
 }
 
 bool WorkerState::may_admit(std::size_t held_finished) const {
@@ -59,6 +59,12 @@ bool WorkerState::should_pull(std::uint64_t loaded, std::uint64_t held, bool pul
 
 bool WorkerState::load_waits(Clock::time_point since, Clock::time_point now) const {
   return now < since + kLoadVersionWait;
+}
+
+bool WorkerState::admits_import(std::uint64_t state_version, std::uint64_t loaded, bool continues,
+                                bool fits) {
+  if (!fits) return false;
+  return state_version == loaded || (continues && state_version < loaded);
 }
 
 std::vector<std::string> WorkerState::stale(const std::vector<ActiveSequence>& active,

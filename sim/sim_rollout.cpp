@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "rollout/worker.hpp"
+#include "rollout/worker_state.hpp"
 #include "sim/sim_state.hpp"
 
 namespace sluice::sim {
@@ -255,7 +256,10 @@ void Sim::apply(SimRollout& r, rollout::ReportReply reply, double t) {
   }
   for (auto& s : reply.import) {
     const std::uint64_t v = s.versions.empty() ? r.version : s.versions.back();
-    if (v != r.version || !can_admit(r, s.kv_tokens())) {
+    const bool continues = std::find(reply.continue_ids.begin(), reply.continue_ids.end(),
+                                     s.trajectory_id) != reply.continue_ids.end();
+    if (!rollout::WorkerState::admits_import(v, r.version, continues,
+                                             can_admit(r, s.kv_tokens()))) {
       r.refused.push_back(std::move(s));
       continue;
     }

@@ -132,6 +132,7 @@ class Attacker {
   void versions();
   void owners_and_leases();
   void manager_roles();
+  void foreign_finish();
   void oversized();
   void file_modes();
 
@@ -441,6 +442,70 @@ void Attacker::manager_roles() {
       "kv_move_test.cpp's");
 }
 
+// Each rollout, under its own key, reports the same trajectory finished, with made-up tokens: the
+// newest prompt's first member, which runs on one rollout at most (or on none). A report counts
+// only for what the manager assigned to its sender, so every other sender's finish must be
+// refused (the manager's `foreign_refused`), or counted as a duplicate when it had finished
+// already: at most one of them may count.
+void Attacker::foreign_finish() {
+  const char* name = "finish-another-rollouts-trajectory";
+  if (t_.rollouts.size() < 2) {
+    report_.skip(name, "the job has fewer than two rollouts");
+    return;
+  }
+  auto status = [&]() -> Result<nlohmann::json> {
+    SLUICE_ASSIGN_OR_RETURN(Message m, call_as(core::kRoleOperator, core::kRoleManager,
+                                               Message(rollout::msg::kStatus)));
+    return m.body;
+  };
+  auto before = status();
+  if (!before.is_ok()) {
+    report_.skip(name, "the manager's status: " + brief(before.status()));
+    return;
+  }
+  const std::uint64_t released = before->value("released_prompts", std::uint64_t{0});
+  if (released == 0) {
+    report_.skip(name, "no prompt released yet");
+    return;
+  }
+  rl::Trajectory forged;
+  forged.prompt_id = fmt::format("p{}", released - 1);
+  forged.id = forged.prompt_id + "/0";
+  forged.versions = {before->value("latest", std::uint64_t{1})};
+  forged.prompt_tokens = {1, 2, 3};
+  forged.response_tokens = {4, 5, 6};
+  forged.logprobs = {-0.1f, -0.1f, -0.1f};
+  forged.reward = 1.0;
+  std::string errors;
+  for (const auto& who : t_.rollouts) {
+    forged.rollout = who;
+    rollout::ReportRequest q;
+    q.id = who;  // itself: the id is its key's, as the manager requires
+    q.finished = {forged};
+    auto r = call_as(who, core::kRoleManager, rollout::encode(q));
+    if (!r.is_ok()) errors += fmt::format("; {}: {}", who, brief(r.status()));
+  }
+  auto after = status();
+  if (!after.is_ok()) {
+    report_.add(Attempt{name, "mgr.report of " + forged.id + " finished, as every rollout",
+                        "then the manager did not answer: " + brief(after.status()),
+                        Verdict::kBreach});
+    return;
+  }
+  auto grew = [&](const char* key) {
+    return after->value(key, std::uint64_t{0}) - before->value(key, std::uint64_t{0});
+  };
+  const std::uint64_t refused = grew("foreign_refused") + grew("duplicates");
+  const std::uint64_t senders = t_.rollouts.size();
+  Attempt a{name,
+            fmt::format("mgr.report of {} finished with made-up tokens, as each of {} rollouts",
+                        forged.id, senders),
+            fmt::format("{} refused as another's, {} duplicates{}", grew("foreign_refused"),
+                        grew("duplicates"), errors),
+            refused + 1 >= senders ? Verdict::kRefused : Verdict::kBreach};
+  report_.add(std::move(a));
+}
+
 void Attacker::oversized() {
   // Past the messaging limit (64 MiB in all): an error reply, and the store goes on.
   Message big = weightstore::encode(weightstore::LatestRequest{t_.model});
@@ -579,6 +644,7 @@ int run_attack(const AttackArgs& args) {
       {"versions", [&] { attacker.versions(); }},
       {"owners and leases", [&] { attacker.owners_and_leases(); }},
       {"manager roles", [&] { attacker.manager_roles(); }},
+      {"another rollout's trajectory", [&] { attacker.foreign_finish(); }},
       {"oversized message", [&] { attacker.oversized(); }},
       {"key file modes", [&] { attacker.file_modes(); }},
       {"chunk servers",

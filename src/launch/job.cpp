@@ -145,6 +145,20 @@ core::Status JobConfig::check_liveness_timing() const {
                       p.beat_key, p.beat_ms, p.timeout_key, p.timeout_ms));
     }
   }
+  // A report that gets no reply silences the rollout for its time-out plus the retry interval;
+  // that too must fit into the manager's heartbeat time-out twice, or one slow reply makes a live
+  // rollout dead (its work reclaimed, everything in flight thrown away).
+  rollout::RolloutConfig rc = rollout;
+  rc.derive_report_timing(manager.heartbeat_timeout_ms);
+  const std::uint64_t silence = rc.report_timeout_ms + std::max(rc.report_retry_ms, rc.report_ms);
+  if (silence * 2 > manager.heartbeat_timeout_ms) {
+    return core::invalid_argument(fmt::format(
+        "rollout.report_timeout_ms ({} ms) plus rollout.report_retry_ms ({} ms) must be at most "
+        "half of manager.heartbeat_timeout_ms ({} ms): one unanswered report would make a live "
+        "rollout look dead (leave them 0 to derive them from the heartbeat time-out)",
+        rc.report_timeout_ms, std::max(rc.report_retry_ms, rc.report_ms),
+        manager.heartbeat_timeout_ms));
+  }
   return {};
 }
 
@@ -406,6 +420,7 @@ rollout::RolloutConfig rollout_role_config(const JobConfig& job, std::uint32_t i
   rc.rollout_id = fmt::format("rollout-{}", index);
   rc.security = job_role_security(job, rc.rollout_id);
   rc.sim.seed = job.rollout.sim.seed;  // one workload: lengths depend on the seed and id only
+  rc.derive_report_timing(job.manager.heartbeat_timeout_ms);
   std::uint32_t host = rollout_host(job, index);
   if (host > 0) {
     rc.host = EmulatedHosts::label(host);

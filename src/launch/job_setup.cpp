@@ -270,6 +270,7 @@ rollout::RolloutConfig rollout_config(const JobConfig& job, std::uint32_t i,
   rc.rollout_id = fmt::format("rollout-{}", i);
   rc.security = role_security(job, keys_dir, rc.rollout_id);
   rc.sim.seed = job.rollout.sim.seed;  // one workload: lengths depend on the seed and id only
+  rc.derive_report_timing(job.manager.heartbeat_timeout_ms);
   return rc;
 }
 

@@ -29,7 +29,9 @@ namespace {
 
 constexpr std::uint64_t kGroup = 4;
 
-// Long enough that a kill lands mid-run, short enough for CI: about ten seconds.
+// Long enough that a kill lands mid-run, short enough for CI: about ten seconds. (The prompt counts
+// below were tripled when continuous admission became sluice mode's default: the same jobs then
+// ended in about 2.5 s, and a kill at 2 s could land after the end.)
 json job(std::uint64_t prompts) {
   return json{{"name", "recovery"},
               {"mode", "sluice"},
@@ -71,6 +73,28 @@ fs::path work_dir() {
 }
 
 using Run = testing::JobRun;
+
+// Waits until no process has `needle` on its command line (the roles of a run name its folder in
+// their role files' paths), at most `limit`. True when none is left.
+bool wait_until_gone(const std::string& needle, Millis limit) {
+  const auto deadline = core::Clock::now() + limit;
+  while (core::Clock::now() < deadline) {
+    bool any = false;
+    for (const auto& e : fs::directory_iterator("/proc")) {
+      const std::string pid = e.path().filename().string();
+      if (pid.empty() || pid.find_first_not_of("0123456789") != std::string::npos) continue;
+      std::ifstream f(e.path() / "cmdline", std::ios::binary);
+      std::string cmd((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+      if (cmd.find(needle) != std::string::npos) {
+        any = true;
+        break;
+      }
+    }
+    if (!any) return true;
+    std::this_thread::sleep_for(Millis(100));
+  }
+  return false;
+}
 
 Run run_job(const std::string& name, const json& j) {
   return testing::run_sluice_job(work_dir(), name, j, Millis(300000));
@@ -114,7 +138,7 @@ void check_restarted(const Run& r, const std::string& role) {
 }  // namespace
 
 TEST_CASE("the rollout manager killed mid-run: restarted from its database, nothing lost") {
-  constexpr std::uint64_t kPrompts = 96;
+  constexpr std::uint64_t kPrompts = 288;
   Run r = run_job("manager", kill_one(job(kPrompts), "rollout-manager", 2.0));
   check_exactly_once(r, kPrompts);
   check_restarted(r, "rollout-manager");
@@ -122,14 +146,14 @@ TEST_CASE("the rollout manager killed mid-run: restarted from its database, noth
 }
 
 TEST_CASE("the weight store killed mid-run under load: holders re-register, nothing lost") {
-  constexpr std::uint64_t kPrompts = 96;
+  constexpr std::uint64_t kPrompts = 288;
   Run r = run_job("store", kill_one(job(kPrompts), "weightstore", 2.0));
   check_exactly_once(r, kPrompts);
   check_restarted(r, "weightstore");
 }
 
 TEST_CASE("a relay killed mid-chain over shared memory: cut out, restarted, nothing lost") {
-  constexpr std::uint64_t kPrompts = 96;
+  constexpr std::uint64_t kPrompts = 288;
   Run r = run_job("relay", kill_one(job(kPrompts), "relay", 2.0));
   check_exactly_once(r, kPrompts);
   check_restarted(r, "relay");
@@ -140,7 +164,7 @@ TEST_CASE("a relay killed mid-chain over tcp between emulated hosts: nothing los
     MESSAGE("skipped: needs root and network namespaces");
     return;
   }
-  constexpr std::uint64_t kPrompts = 96;
+  constexpr std::uint64_t kPrompts = 288;
   json j = kill_one(job(kPrompts), "relay", 2.0);
   j["rollouts"] = 4;
   // Two rollout hosts, a relay on each, behind 200 Mbit/s links; weights cross them over TCP.
@@ -154,7 +178,7 @@ TEST_CASE("a relay killed mid-chain over tcp between emulated hosts: nothing los
 TEST_CASE("the actor killed between checkpoints resumes from its newest one, nothing twice") {
   // Twice the others' prompts: its kill comes later (3 s), and a job of 96 prompts sometimes
   // ended before it landed (about 4.5 s on an idle machine).
-  constexpr std::uint64_t kPrompts = 192;
+  constexpr std::uint64_t kPrompts = 480;
   Run r = run_job("actor", kill_one(job(kPrompts), "actor", 3.0));
   check_exactly_once(r, kPrompts);
   check_restarted(r, "actor");
@@ -179,7 +203,7 @@ TEST_CASE("the actor killed before its first checkpoint starts above the store's
 }
 
 TEST_CASE("a rollout killed mid-run is restarted and its work finishes elsewhere") {
-  constexpr std::uint64_t kPrompts = 96;
+  constexpr std::uint64_t kPrompts = 288;
   Run r = run_job("rollout", kill_one(job(kPrompts), "rollout", 1.5));
   check_exactly_once(r, kPrompts);
   check_restarted(r, "rollout");
@@ -205,8 +229,10 @@ TEST_CASE("sluice run --resume continues a job whose launcher was killed") {
     std::this_thread::sleep_for(Millis(500));
     REQUIRE(p->signal(SIGKILL).is_ok());
     p->wait(Millis(5000)).ignore();
-    // Its children notice their parent is gone and exit; give them a moment.
-    std::this_thread::sleep_for(Millis(1500));
+    // Its children notice their parent is gone and exit. The actor first tries to deliver its
+    // final acknowledgements to the manager that died with it (a few seconds): a resumed job that
+    // ends sooner would have its summary overwritten by the old actor's.
+    CHECK(wait_until_gone(out.string() + "/", Millis(20000)));
   }
   REQUIRE_FALSE(fs::exists(out / "summary.json"));
   core::Subprocess::Options o;

@@ -289,6 +289,21 @@ TEST_CASE("a job whose heartbeats do not fit their time-outs is refused, naming 
   CHECK(r.summary.is_discarded());
 }
 
+TEST_CASE(
+    "a job whose report time-out leaves the heartbeat no margin is refused, with the reason") {
+  json job = small_job("sluice");
+  // The manager's time-out in small_job is 500 ms; derived, the report's time-out would be 125 ms
+  // and its retry 62 ms. Set by hand, 300 ms leaves no room for one unanswered report.
+  job["rollout"]["report_timeout_ms"] = 300;
+  Run r = run_job("report-timing", job);
+  CHECK(r.code == 2);
+  CHECK_MESSAGE(r.output.find("rollout.report_timeout_ms (300 ms) plus rollout.report_retry_ms "
+                              "(62 ms) must be at most half of manager.heartbeat_timeout_ms "
+                              "(500 ms)") != std::string::npos,
+                r.output);
+  CHECK(r.summary.is_discarded());  // nothing started
+}
+
 TEST_CASE("a job with a bad hosts setting is refused, naming the field") {
   json job = small_job("sluice");
   job["hosts"] = {{"count", 2}, {"link_rate", "fast"}};
@@ -312,6 +327,9 @@ TEST_CASE("partial-rollout mixes versions and sluice mode repacks (the checks ab
   sj["rollouts"] = 4;
   sj["manager"]["ramp_down_occupancy"] = 0.75;
   sj["manager"]["tail"] = "drain";  // every trajectory on one version: repack moves the tails
+  // Under a budget the rollouts ramp down at each batch's end (continuous admission keeps them
+  // full, so there is seldom a tail to consolidate).
+  sj["manager"]["admission"] = "budget";
   sj["rollout"]["sim"]["max_sequences"] = 8;
   sj["rollout"]["sim"]["lengths"] = {{"median", 16}, {"p99", 400}, {"max_len", 512}};
   Run sl = run_job("sluice-control", sj);

@@ -64,12 +64,43 @@ TEST_SUITE("rollout.manager_db") {
     auto db = rollout::ManagerDb::open(path.string()).value();
     auto s = db->load().value();
     CHECK(s.counters == rollout::ManagerCounters{5, 2, 3, 1});
-    CHECK(s.finished == std::vector<std::string>{"p0/0", "p0/1", "p1/0"});
+    // An acknowledged trajectory is done: it leaves `finished` and `unacked` for `done`.
+    CHECK(s.finished == std::vector<std::string>{"p0/0", "p1/0"});
+    CHECK(s.done == std::vector<std::string>{"p0/1"});
     REQUIRE(s.unacked.size() == 2);
     CHECK(s.unacked[0].first == "p0/0");
     CHECK(s.unacked[1].first == "p1/0");
     CHECK(rl::Trajectory::from_json(nlohmann::json::parse(s.unacked[1].second)).is_ok());
     CHECK(s.doomed == std::vector<std::string>{"p1"});
+  }
+
+  TEST_CASE(
+      "done ids below the floor and doomed prompts below it are deleted: the file stays small") {
+    fs::path path = fresh_db("floor");
+    {
+      auto db = rollout::ManagerDb::open(path.string()).value();
+      rollout::ManagerChanges c;
+      c.counters = {30, 2, 0, 0};
+      c.counters_changed = true;
+      c.finished = {"p0/0", "p0/1", "p2/0", "p12/1"};
+      c.doomed = {"p2", "p12"};
+      REQUIRE(db->commit(c).is_ok());
+      rollout::ManagerChanges ack;
+      ack.counters = {30, 2, 4, 4, 4, 1};  // done floor 1: every member of p0 is done
+      ack.counters_changed = true;
+      ack.acked = {"p0/0", "p0/1", "p2/0", "p12/1"};
+      REQUIRE(db->commit(ack).is_ok());
+      rollout::ManagerChanges up;
+      up.counters = {30, 2, 4, 4, 4, 3};  // the floor passes p2 ("p12" sorts below "p2" as text)
+      up.counters_changed = true;
+      REQUIRE(db->commit(up).is_ok());
+    }
+    auto s = rollout::ManagerDb::open(path.string()).value()->load().value();
+    CHECK(s.counters.done_floor == 3);
+    CHECK(s.counters.finished == 4);
+    CHECK(s.finished.empty());
+    CHECK(s.done == std::vector<std::string>{"p12/1"});
+    CHECK(s.doomed == std::vector<std::string>{"p12"});
   }
 
   TEST_CASE("an unopenable path is a clear error") {

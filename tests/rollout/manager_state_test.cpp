@@ -2,9 +2,11 @@
 // test plays the rollouts and the actor and checks what a user would: nothing lost, nothing
 // twice, versions monotonic, work moved only between rollouts of one version.
 #include <doctest/doctest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
+#include <filesystem>
 #include <map>
 #include <memory>
 #include <set>
@@ -12,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "rollout/manager_db.hpp"
 #include "rollout/manager_state.hpp"
 
 using namespace sluice;
@@ -703,4 +706,216 @@ TEST_CASE("manager state: tail auto drains while busy, continues once ramped dow
   rollout::ReportReply r = a.report(*m, at(60));
   CHECK(r.load == 2);
   CHECK(r.allow_active);
+}
+
+// ---- Ownership: a report counts only for what the manager assigned to that rollout.
+
+TEST_CASE("manager state: a finish reported for another rollout's trajectory is refused") {
+  auto m = make_state(small_job());
+  m->published({1, 0});
+  FakeRollout a("a"), b("b");
+  a.report(*m, at(0));
+  REQUIRE(a.running.size() == 4);
+  b.report(*m, at(10));
+  a.step();
+  a.report(*m, at(15));
+  const std::string victim = a.running.begin()->first;
+  // b claims a's trajectory as finished (with made-up tokens): nothing is counted.
+  b.running[victim] = a.running.at(victim);
+  b.running[victim].generated = {1, 2, 3};
+  b.running[victim].logprobs = {-0.1f, -0.1f, -0.1f};
+  b.finish(victim);
+  b.report(*m, at(20));
+  CHECK(m->counts().finished == 0);
+  CHECK(m->counts().foreign == 1);
+  CHECK(m->where(victim)->state == TrajState::kActive);
+  CHECK(m->where(victim)->rollout == "a");
+  rollout::CollectRequest c;
+  c.epoch = "e1";
+  CHECK(m->collect(c, at(30)).trajectories.empty());
+  // a's own finish counts, once, with a's tokens.
+  a.finish(victim);
+  a.report(*m, at(40));
+  CHECK(m->counts().finished == 1);
+  CHECK(m->counts().duplicates == 0);
+  auto got = m->collect(c, at(50)).trajectories;
+  REQUIRE(got.size() == 1);
+  CHECK(got[0].id == victim);
+  CHECK(got[0].response_tokens.size() == 1);  // a's one step, not the three made up
+}
+
+TEST_CASE("manager state: a rollout naming another's running trajectory does not take it over") {
+  auto m = make_state(small_job());
+  m->published({1, 0});
+  FakeRollout a("a"), b("b");
+  a.report(*m, at(0));
+  const std::string victim = a.running.begin()->first;
+  b.running[victim] = a.running.at(victim);
+  rollout::ReportReply r = b.report(*m, at(10));
+  CHECK(m->where(victim)->rollout == "a");
+  CHECK(m->counts().foreign == 1);
+  // b is told to stop its copy; its abandoned copy is dropped quietly.
+  REQUIRE(r.abandon.size() == 1);
+  CHECK(r.abandon[0] == victim);
+  rl::Trajectory t = rollout::to_trajectory(b.running.at(victim), 0.0, "b");
+  t.abandoned = true;
+  b.running.erase(victim);
+  b.finished.push_back(t);
+  b.report(*m, at(20));
+  CHECK(m->counts().finished == 0);
+  CHECK(m->counts().abandoned == 0);
+  // a still holds it and finishes it.
+  a.finish(victim);
+  a.report(*m, at(30));
+  CHECK(m->counts().finished == 1);
+}
+
+// ---- Bounded state: what the actor acknowledged is erased.
+
+TEST_CASE("manager state: acknowledged trajectories are erased, a late copy is a duplicate") {
+  rollout::ManagerConfig cfg = small_job();
+  cfg.prompts = 40;
+  cfg.admission = "continuous";
+  auto m = make_state(cfg);
+  m->published({1, 0});
+  FakeRollout a("a");
+  a.capacity.max_sequences = 8;
+  rollout::CollectRequest c;
+  c.epoch = "e1";
+  std::vector<rl::Trajectory> kept;  // a copy of every finished trajectory, re-reported later
+  std::size_t most_tracked = 0;
+  for (int t = 0; t < 4000 && !m->done(); t += 10) {
+    a.report(*m, at(t));
+    a.step();
+    for (const auto& [tid, s] : a.running)
+      kept.push_back(rollout::to_trajectory(s, 1.0, "a"));
+    a.finish_all();
+    a.report(*m, at(t + 5));
+    auto got = m->collect(c, at(t + 6)).trajectories;
+    c.ack = ids_of(got);
+    c.consumed += got.size();
+    most_tracked = std::max(most_tracked, m->tracked());
+  }
+  m->collect(c, at(5000));
+  REQUIRE(m->done());
+  CHECK(m->counts().finished == 80);
+  CHECK(m->counts().acked == 80);
+  // Nothing of the job's history is kept: the record is a floor.
+  CHECK(m->tracked() == 0);
+  CHECK(m->done_record().floor() == 40);
+  CHECK(m->done_record().above() == 0);
+  CHECK(most_tracked <= 2 * (8 + cfg.prefetch) + cfg.batch_trajectories);
+  // Every one of them reported again: each a duplicate, none counted again.
+  a.finished = kept;
+  a.report(*m, at(5100));
+  CHECK(m->counts().finished == 80);
+  CHECK(m->counts().duplicates == kept.size());
+  CHECK(m->where("p3/1")->state == TrajState::kFinished);
+  CHECK(m->collect(c, at(5200)).trajectories.empty());
+}
+
+// ---- A partial state whose version nobody runs any more.
+
+TEST_CASE("manager state: an orphaned state continues on a newer rollout, or restarts if refused") {
+  rollout::ManagerConfig cfg = small_job();
+  cfg.tail = "continue";
+  auto m = make_state(cfg);
+  m->published({1, 0});
+  FakeRollout a("a", 1);
+  a.report(*m, at(0));
+  REQUIRE(a.running.size() == 4);
+  a.step();
+  for (const auto& [tid, s] : a.running)
+    a.stream(tid);
+  a.report(*m, at(10));
+  m->published({2, 0});
+  FakeRollout b("b", 2);
+  b.capacity.max_sequences = 8;
+  b.report(*m, at(20));
+  b.report(*m, at(1050));
+  m->check_heartbeats(at(1100));  // a is dead; its states were generated by version 1
+  REQUIRE(m->counts().dead == 1);
+
+  // b runs version 2 and nobody runs 1: the states go to b, marked to continue there.
+  rollout::ReportReply r = b.report(*m, at(1110));
+  REQUIRE(r.import.size() == 4);
+  std::vector<std::string> imported;
+  for (const auto& s : r.import) {
+    CHECK(s.versions == std::vector<std::uint64_t>{1});
+    imported.push_back(s.trajectory_id);
+  }
+  std::sort(imported.begin(), imported.end());
+  std::vector<std::string> marked = r.continue_ids;
+  std::sort(marked.begin(), marked.end());
+  CHECK(marked == imported);
+
+  // A rollout that refuses them anyway (an older build): after kMaxFailedMoves refusals each
+  // restarts from its prompt instead of circling.
+  std::vector<SequenceState> states = r.import;
+  b.running.clear();
+  for (std::uint32_t round = 0; round < rollout::kMaxFailedMoves; ++round) {
+    rollout::ReportRequest q;
+    q.id = "b";
+    q.incarnation = "0000000000000001";
+    q.version = 2;
+    q.staged = 2;
+    q.capacity = b.capacity;
+    q.refused = states;
+    REQUIRE(m->check_report(q).is_ok());
+    rollout::ReportReply again = m->report(std::move(q), at(1200 + 10 * static_cast<int>(round)));
+    if (round + 1 < rollout::kMaxFailedMoves) {
+      CHECK(again.import.size() == 4);
+      states = again.import;
+    } else {
+      CHECK(again.import.empty());
+      REQUIRE(again.assign.size() == 4);
+      for (const auto& s : again.assign)
+        CHECK(s.generated.empty());
+    }
+  }
+  CHECK(m->counts().moves_given_up == 4);
+}
+
+// ---- Recovery after a restart ends once every rollout live before it has reported.
+
+TEST_CASE(
+    "manager state: after a restart, work nobody names goes out once every rollout reported") {
+  const std::filesystem::path path = std::filesystem::temp_directory_path() /
+                                     ("sluice-recovery-" + std::to_string(::getpid()) + ".db");
+  std::filesystem::remove(path);
+  rollout::ManagerConfig cfg = small_job();
+  cfg.state_path = path.string();
+  auto open_state = [&](Clock::time_point now) {
+    auto db = rollout::ManagerDb::open(cfg.state_path);
+    REQUIRE(db.is_ok());
+    auto s = ManagerState::create(cfg, std::move(db).value(), now);
+    REQUIRE_MESSAGE(s.is_ok(), s.status().to_string());
+    return std::move(s).value();
+  };
+  FakeRollout a("a"), b("b");
+  {
+    auto m = open_state(at(0));
+    m->published({1, 0});
+    REQUIRE(m->commit().is_ok());
+    a.report(*m, at(0));
+    REQUIRE(m->commit().is_ok());
+    b.report(*m, at(5));
+    REQUIRE(m->commit().is_ok());
+    REQUIRE(a.running.size() == 4);
+  }  // killed
+  // a lost one of its trajectories with the crash (say, a reply it never saw).
+  const std::string lost = a.running.begin()->first;
+  a.running.erase(lost);
+  auto m = open_state(at(100));
+  a.report(*m, at(110));
+  CHECK_FALSE(m->where(lost).has_value());  // still waiting: b has not reported
+  rollout::ReportReply r = b.report(*m, at(120));
+  // b was the last rollout to report: the lost trajectory restarts now, not after the grace
+  // period (2 x heartbeat_timeout_ms), and b takes it.
+  REQUIRE(r.assign.size() == 1);
+  CHECK(r.assign[0].trajectory_id == lost);
+  CHECK(m->counts().recovery_restarted == 1);
+  CHECK(m->counts().recovered == 3);
+  m.reset();
+  std::filesystem::remove(path);
 }

@@ -23,6 +23,7 @@ Clock::time_point at(int ms) {
 rollout::RolloutConfig config() {
   rollout::RolloutConfig c;
   c.report_ms = 100;
+  c.report_retry_ms = 400;
   c.manager_timeout_ms = 5000;
   c.max_held_finished = 4;
   REQUIRE(c.validate().is_ok());
@@ -46,8 +47,8 @@ TEST_SUITE("worker state") {
     CHECK(first);
     CHECK(s.manager_unreachable());
     s.schedule_report(at(100));
-    CHECK_FALSE(s.report_due(at(1099)));  // at least a second apart while it is away
-    CHECK(s.report_due(at(1100)));
+    CHECK_FALSE(s.report_due(at(499)));  // report_retry_ms apart while it is away
+    CHECK(s.report_due(at(500)));
     CHECK(s.report_failed(at(1100), &first).is_ok());
     CHECK_FALSE(first);
 
@@ -63,6 +64,28 @@ TEST_SUITE("worker state") {
     // Finished work with nothing else to do goes out at once.
     s.report_at_once(at(2150));
     CHECK(s.report_due(at(2150)));
+  }
+
+  TEST_CASE("an unanswered report's time-out and retry: set, derived, or the defaults") {
+    rollout::RolloutConfig c;
+    CHECK(c.effective_report_timeout_ms() == rollout::RolloutConfig::kDefaultReportTimeoutMs);
+    CHECK(c.effective_report_retry_ms() == rollout::RolloutConfig::kDefaultReportRetryMs);
+    c.derive_report_timing(2000);  // the manager's heartbeat time-out
+    CHECK(c.report_timeout_ms == 500);
+    CHECK(c.report_retry_ms == 250);
+    c.report_timeout_ms = 300;  // set: kept
+    c.report_retry_ms = 0;
+    c.derive_report_timing(1000);
+    CHECK(c.report_timeout_ms == 300);
+    CHECK(c.report_retry_ms == 125);
+    // The retry never comes sooner than the report period.
+    c.report_ms = 200;
+    c.report_retry_ms = 50;
+    WorkerState s(c, kT0);
+    CHECK(s.report_failed(kT0, nullptr).is_ok());
+    s.schedule_report(kT0);
+    CHECK_FALSE(s.report_due(at(199)));
+    CHECK(s.report_due(at(200)));
   }
 
   TEST_CASE("a rollout whose manager stays silent past manager_timeout_ms ends") {
