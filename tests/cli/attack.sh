@@ -78,6 +78,7 @@ for want in '^refused +stranger-curve weightstore' '^refused +stranger-curve rol
     '^refused +unpin-as-another:' '^refused +renew-another-lease:' \
     '^refused +release-another-lease:' '^refused +release-readers-leases:' \
     '^refused +rollout-collect:' '^refused +report-as-another:' '^refused +forged-kv-ref:' \
+    '^refused +finish-another-rollouts-trajectory:' \
     '^refused +oversized-message:' '^refused +key-file-modes:' '^survived +chunk-idle ' \
     '^survived +chunk-slow-loris ' '^refused +chunk-bad-tokens ' '^refused +chunk-out-of-range ' \
     '^survived +job-alive:'; do
