@@ -11,7 +11,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 bash scripts/setup.sh
-cmake -S . -B build -DSLUICE_BUILD_TESTS=ON >/dev/null
+cmake -S . -B build -DSLUICE_BUILD_TESTS=ON -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -g1 -DNDEBUG" >/dev/null
 cmake --build build --target sluice -j "$(nproc 2>/dev/null || echo 2)" >/dev/null
 
 ./build/sluice version
