@@ -39,7 +39,7 @@ core::Status SimulateConfig::validate() const {
     return core::invalid_argument(
         fmt::format("relay_holds must be whole or host-share, not '{}'", relay_holds));
   }
-  for (double r : {stage_gbps, trainer_gbps, link_gbps, wan_gbps, h2d_gbps}) {
+  for (double r : {stage_gbps, trainer_gbps, link_gbps, wan_gbps, h2d_gbps, broadcast_gbps}) {
     if (!(r > 0)) return core::invalid_argument("every *_gbps rate must be positive");
   }
   if (!(local_gbps >= 0)) return core::invalid_argument("local_gbps must not be negative");

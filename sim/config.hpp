@@ -87,6 +87,9 @@ struct SimulateConfig {
   // sluice's rollouts with the CPU engine do today (bench e2e; `simulate --validate`).
   double local_gbps = 0.0;
   double h2d_gbps = 25.0;  // per GPU: its share from the host copy (a weight stall)
+  // partial-broadcast only: a version goes from the trainer to every rollout at once, no relays,
+  // at this rate (GB/s of the version's bytes); the trainer and every rollout wait for it.
+  double broadcast_gbps = 48.0;
   // With repack on, a busy rollout reports at least this often so the planner sees its KV use
   // (otherwise a rollout reports when something about it changed; see simulator.hpp).
   std::uint64_t refresh_ms = 1000;
@@ -126,6 +129,9 @@ struct SimulateConfig {
       "from its relay at this rate (GB/s), as sluice's CPU-engine rollouts do");
     v("h2d_gbps", h2d_gbps,
       "per GPU: its share from the host's relay copy into GPU memory (the switch), GB/s");
+    v("broadcast_gbps", broadcast_gbps,
+      "partial-broadcast: GB/s of a version broadcast from the trainer to every rollout at once "
+      "(no relays); the trainer and every rollout pause for it");
     v("refresh_ms", refresh_ms, "repack on: a busy rollout reports at least this often (ms)");
     v("max_sim_s", max_sim_s, "simulated time bound in seconds (beyond it: an error)");
     v("stall_s", stall_s,

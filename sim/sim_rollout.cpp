@@ -18,17 +18,17 @@ void fill_generated(rollout::SequenceState& s, std::uint64_t n) {
   s.logprobs.resize(n, -1.0f);
 }
 
-void add_block(SimRollout& r, double t, double dur, bool loading) {
-  const double start = r.blocks.empty() ? t : std::max(t, r.blocks.back().until);
-  r.blocks.push_back(Block{start + dur, loading});
-}
-
 bool can_admit(const SimRollout& r, std::uint64_t kv) {
   return r.active.size() < r.cap.max_sequences && kv <= r.cap.max_kv_tokens &&
          r.kv_used() <= r.cap.max_kv_tokens - kv;
 }
 
 }  // namespace
+
+void add_block(SimRollout& r, double t, double dur, bool loading) {
+  const double start = r.blocks.empty() ? t : std::max(t, r.blocks.back().until);
+  r.blocks.push_back(Block{start + dur, loading});
+}
 
 std::uint64_t SimRollout::generated(const Seq& q) const {
   const double steps = std::floor(S - q.s0 + 1e-9);
@@ -277,6 +277,7 @@ void Sim::apply(SimRollout& r, rollout::ReportReply reply, double t) {
 // Follows the newest version (the worker's prefetch()). Without a copy of its own (local_gbps 0,
 // sim/weights.hpp) the "pull" ends when the host's relay holds the version, and copies nothing.
 void Sim::prefetch(SimRollout& r, double t) {
+  if (broadcast_) return;  // versions come by the trainer's broadcast (publish())
   if (r.latest <= std::max(r.version, r.staged) || r.pulling != 0) return;
   auto pub = published_at_.find(r.latest);
   if (pub == published_at_.end()) return;  // not published yet as far as the model knows
@@ -292,6 +293,7 @@ void Sim::prefetch(SimRollout& r, double t) {
 // The worker's load_version(): waits for the pull (a weight stall), then switches to the newest
 // version it holds.
 void Sim::request_load(SimRollout& r, std::uint64_t v, bool allow_active, double t) {
+  if (broadcast_) return;  // every rollout loads each version as it is broadcast (publish())
   r.allow_active = allow_active;
   if (r.staged >= v) {
     r.switching = r.staged;

@@ -99,6 +99,10 @@ struct SimRollout {
   std::uint64_t generated(const Seq& q) const;
 };
 
+// Appends a time the rollout does not decode (a prefill, or a load when `loading`), `dur` seconds
+// from `t` or from the end of the blocks before it.
+void add_block(SimRollout& r, double t, double dur, bool loading);
+
 class Sim {
  public:
   Sim(const SimInput& in, std::string label, rollout::Mode mode, bool repack,
@@ -172,6 +176,10 @@ class Sim {
   bool global_ = false;
   // sync-colocated: trainer and rollouts share GPUs; no staging, relay or pull of a version.
   bool colocated_ = false;
+  // partial-broadcast: each version reaches every rollout by one broadcast from the trainer,
+  // during which the trainer and every rollout pause (no relays, no pulls, no manager-told loads).
+  bool broadcast_ = false;
+  double broadcast_s() const;
 
   // Actor.
   std::unique_ptr<actor::ExperienceBuffer> buffer_;

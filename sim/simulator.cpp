@@ -19,6 +19,9 @@ namespace {
 // every GPU, see colocated_input in the command line).
 core::Result<rollout::ModeVariant> variant_of(const std::string& label) {
   if (label == "sync-colocated") return rollout::ModeVariant{"sync", true, "", ""};
+  if (label == "partial-broadcast") {
+    return rollout::ModeVariant{"partial-rollout", true, "budget", ""};
+  }
   return rollout::parse_mode_variant(label);
 }
 
@@ -62,6 +65,7 @@ core::Status Sim::init() {
 
   placement_ = place(in_.sim, in_.rollouts);
   colocated_ = label_ == "sync-colocated";
+  broadcast_ = label_ == "partial-broadcast";
   relay_ = relay_times(in_.sim, placement_.hosts, in_.actor.weight_bytes, in_.actor.chunk_bytes);
   if (colocated_) {
     // Trainer and rollouts on the same GPUs: a version is already where it is needed.
@@ -239,11 +243,34 @@ void Sim::on_trained(double t) {
   publish(t);
 }
 
+double Sim::broadcast_s() const {
+  return static_cast<double>(in_.actor.weight_bytes) / (in_.sim.broadcast_gbps * 1e9);
+}
+
 void Sim::publish(double t) {
   actor_busy_ = true;
   ++version_;
   // Colocated: no staging copy, the rollouts reload from the trainer's own GPUs.
-  const double stall = colocated_ ? 0.0 : publish_stall_s(in_.sim, in_.actor.weight_bytes);
+  double stall = colocated_ ? 0.0 : publish_stall_s(in_.sim, in_.actor.weight_bytes);
+  if (broadcast_) {
+    // The trainer sends the version itself, to every rollout at once: a global pause. Each
+    // rollout stops generating for the broadcast and then loads it with its sequences in flight
+    // (on_loaded re-prefills them). The manager hears of the version when the broadcast ends,
+    // before any rollout reports it.
+    stall = broadcast_s();
+    at(t + stall, Ev::kPublished);
+    for (auto& r : rollouts_) {
+      if (r.done) continue;
+      advance(r, t);
+      add_block(r, t, stall, true);
+      r.switching = version_;
+      r.staged = version_;
+      r.allow_active = true;
+      reschedule_engine(r, t);  // in a load: its pending engine event is void
+      at(r.blocks.back().until, Ev::kLoaded, r.index);
+    }
+    return;
+  }
   at(t + stall, Ev::kPublished);
 }
 
@@ -385,8 +412,13 @@ core::Result<ModeResult> Sim::run() {
   return res;
 }
 
+bool sim_only_label(const std::string& label) {
+  return label == "sync-colocated" || label == "partial-broadcast" || label == "ideal";
+}
+
 core::Result<ModeResult> simulate_mode(const SimInput& in, const std::string& label,
                                        const Progress& progress) {
+  if (label == "ideal") return ideal_result(in);
   SLUICE_ASSIGN_OR_RETURN(rollout::ModeVariant variant, variant_of(label));
   SLUICE_ASSIGN_OR_RETURN(rollout::Mode mode, rollout::parse_mode(variant.mode));
   Sim sim(in, label, mode, variant.repack && in.manager.repack && rollout::repacks(mode), progress);

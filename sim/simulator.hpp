@@ -85,7 +85,22 @@ using Progress = std::function<void(const std::string&)>;
 // cluster; cli::colocated_input builds it). `in` must hold
 // a job with a finite number of prompts. Errors: an invalid label or configuration, and a run
 // that stops making progress or passes max_sim_s (with what it was waiting for).
+// `label` may also be:
+//   ideal              the job's limit, computed (sim/ideal.cpp): every rollout decoding at its
+//                      full batch and the trainer never idle; the slower of the two is the rate.
+//   partial-broadcast  partial-rollout as its users run it: budget admission, and each version
+//                      broadcast from the trainer to every rollout at once at
+//                      SimulateConfig::broadcast_gbps, with no relays; the trainer and every
+//                      rollout pause for the broadcast, and the sequences in flight are
+//                      re-prefilled on the new weights (their KV cache is not kept).
 core::Result<ModeResult> simulate_mode(const SimInput& in, const std::string& label,
                                        const Progress& progress = {});
+
+// The ideal row (see above).
+core::Result<ModeResult> ideal_result(const SimInput& in);
+
+// The labels simulate_mode takes beyond the manager's modes and variants.
+inline constexpr const char* kSimOnlyLabels = "sync-colocated, partial-broadcast, ideal";
+bool sim_only_label(const std::string& label);
 
 }  // namespace sluice::sim

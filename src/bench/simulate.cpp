@@ -110,11 +110,11 @@ core::Result<std::vector<std::string>> parse_sim_modes(const std::string& list) 
     if (!named.insert(m).second) {
       return core::invalid_argument(fmt::format("mode '{}' is named twice in --modes", m));
     }
-    if (m != "sync-colocated" && !rollout::parse_mode_variant(m).is_ok()) {
+    if (!sim::sim_only_label(m) && !rollout::parse_mode_variant(m).is_ok()) {
       return core::invalid_argument(
           fmt::format("unknown mode '{}' (sync, one-step-off, stream, partial-rollout, sluice, {}, "
-                      "sync-colocated)",
-                      m, rollout::kModeVariants));
+                      "{})",
+                      m, rollout::kModeVariants, sim::kSimOnlyLabels));
     }
   }
   return modes;

@@ -16,6 +16,7 @@
 #include "bench/bench_util.hpp"
 #include "bench/harness.hpp"
 #include "bench/simulate.hpp"
+#include "core/config.hpp"
 #include "launch/job_setup.hpp"
 #include "rollout/manager.hpp"
 #include "sim/simulator.hpp"
@@ -210,6 +211,13 @@ void print_scale_json(const std::vector<Setup>& setups) {
       o["sluice_over_partial"] = run_ratio(sl, partial, false);
       o["sluice_over_partial_steady"] = run_ratio(sl, partial, true);
     }
+    const Run* broadcast = best_run(s, "partial-broadcast");
+    if (sl && broadcast) {
+      o["sluice_over_partial_broadcast"] = run_ratio(sl, broadcast, false);
+      o["sluice_over_partial_broadcast_steady"] = run_ratio(sl, broadcast, true);
+    }
+    const Run* ideal = best_run(s, "ideal");
+    if (sl && ideal) o["sluice_over_ideal"] = run_ratio(sl, ideal, false);
     std::printf("%s\n", o.dump().c_str());
   }
 }
@@ -217,14 +225,14 @@ void print_scale_json(const std::vector<Setup>& setups) {
 void print_scale_table(const std::vector<Setup>& setups) {
   std::printf(
       "\nevery run: trained tokens/s per mode and trainer share (share of the cluster's "
-      "GPUs training; * marks the mode's best)\n%-22s %6s %-16s %6s %7s %7s %10s %10s "
+      "GPUs training; * marks the mode's best)\n%-22s %6s %-18s %6s %7s %7s %10s %10s "
       "%7s %8s %7s %6s\n",
       "setup", "GPUs", "mode", "share", "trainer", "rollout", "tokens/s", "steady/s", "util",
       "w-stall", "a-idle", "stale");
   for (const auto& s : setups) {
     for (const auto& run : s.runs) {
       const sim::ModeResult& r = run.r;
-      std::printf("%-22s %6u %-16s %6s %7u %7u %10.0f %10.0f %6.1f%% %7.2f%% %6.1f%% %6.2f%s\n",
+      std::printf("%-22s %6u %-18s %6s %7u %7u %10.0f %10.0f %6.1f%% %7.2f%% %6.1f%% %6.2f%s\n",
                   s.name.c_str(), s.gpus, r.label.c_str(), share_text(run).c_str(),
                   run.trainer_gpus, run.rollout_gpus, r.tokens_per_s, r.steady_tokens_per_s,
                   100 * r.rollout_util, 100 * r.weight_stall_frac, 100 * r.actor_idle_frac,
@@ -280,14 +288,23 @@ void print_scale_table(const std::vector<Setup>& setups) {
     const Run* sl = best_run(s, "sluice");
     const Run* sync = best_sync(s);
     const Run* partial = best_run(s, "partial-rollout");
-    const bool target = s.gpus >= 1024;
+    const Run* broadcast = best_run(s, "partial-broadcast");
+    const Run* ideal = best_run(s, "ideal");
     std::printf(
-        "%-22s sluice / sync %sx (steady %sx; against %s)%s; sluice / partial-rollout "
-        "%sx (steady %sx)%s\n",
+        "%-22s sluice / sync %sx (steady %sx; against %s) [target >= 4]; sluice / "
+        "partial-rollout %sx (steady %sx)",
         s.name.c_str(), run_ratio_text(sl, sync, false).c_str(),
         run_ratio_text(sl, sync, true).c_str(), sync ? sync->r.label.c_str() : "-",
-        target ? " [target >= 4]" : "", run_ratio_text(sl, partial, false).c_str(),
-        run_ratio_text(sl, partial, true).c_str(), target ? " [target >= 1.4]" : "");
+        run_ratio_text(sl, partial, false).c_str(), run_ratio_text(sl, partial, true).c_str());
+    if (broadcast) {
+      std::printf("; sluice / partial-broadcast %sx (steady %sx) [target >= 1.4]",
+                  run_ratio_text(sl, broadcast, false).c_str(),
+                  run_ratio_text(sl, broadcast, true).c_str());
+    }
+    if (ideal) {
+      std::printf("; sluice / ideal %s [target >= 0.9]", run_ratio_text(sl, ideal, false).c_str());
+    }
+    std::printf("\n");
   }
   std::printf(
       "Laminar (arXiv 2510.12633) reports up to 5.48x over verl (synchronous) on 1024 "
@@ -459,6 +476,21 @@ core::Result<std::map<std::string, json>> parse_bench_e2e_rows(const std::string
 
 namespace {
 
+// --set overrides go to both sides of a scenario: the bench run measured and the job simulated
+// (a smaller job for a quick check, say).
+core::Status apply_overrides(Scenario& s, const std::vector<std::string>& overrides) {
+  if (overrides.empty()) return {};
+  core::config::Json doc = core::config::to_json(s.job);
+  for (const auto& o : overrides)
+    SLUICE_TRY(core::config::apply_override(doc, o));
+  JobConfig job;
+  SLUICE_TRY(core::config::parse(doc, job));
+  SLUICE_TRY(job.validate());
+  s.job = std::move(job);
+  s.bench_sets.insert(s.bench_sets.end(), overrides.begin(), overrides.end());
+  return {};
+}
+
 core::Result<std::string> measure(const Scenario& s, const std::string& modes) {
   std::string cmd = fmt::format("'{}' bench e2e --json --modes {}", self_exe(), modes);
   for (const auto& set : s.bench_sets)
@@ -490,6 +522,10 @@ int run_simulate_validate(const SimulateArgs& args) {
   int worst = 0;
   bool all_within = true;
   for (Scenario& s : validation_scenarios(args)) {
+    if (core::Status st = apply_overrides(s, args.overrides); !st.is_ok()) {
+      std::fprintf(stderr, "sluice simulate --validate: --set: %s\n", st.to_string().c_str());
+      return 2;
+    }
     std::string text;
     std::string source = s.measured;
     if (!s.measured.empty()) {

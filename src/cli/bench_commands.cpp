@@ -98,7 +98,9 @@ void add_simulate(CLI::App& c, SimulateArgs& a) {
                "--scale: trainer shares of the cluster's GPUs to run each mode at, "
                "comma-separated, each in (0, 1) (e.g. 0.125,0.25,0.375,0.5); each mode is "
                "reported at its best");
-  c.add_option("--set", a.overrides, "override a job field: key=value");
+  c.add_option("--set", a.overrides,
+               "override a job field: key=value (with --validate: on the bench run and the "
+               "simulated job alike)");
   c.add_flag("--json", a.json, "one JSON object per mode");
   add_repack_bench(c, a.repack_bench, a.lengths, a.spreads,
                    "repack on against off on several length distributions");

@@ -1,25 +1,39 @@
 #!/bin/sh
 # sluice simulate --scale / --validate / --update-only: the scale configurations parse and run to
-# the end (1024 GPUs included), --validate with measured files prints every mode of both
-# configurations, and the update model keeps to its bounds. Throughput figures are not asserted.
+# the end (1024 GPUs included), no mode passes the ideal row, --validate with measured files
+# prints every mode of both configurations, and the update model keeps to its bounds. Throughput
+# figures are not asserted.
 # Usage: simulate_scale.sh SLUICE SOURCE_DIR
 set -eu
 sluice=$1
 src=$2
 cd "$src"
 # Fewer prompts than the files' (two batches at 1024 GPUs, four below) to keep the test short.
-out=$("$sluice" simulate --scale --json --modes sync,partial-rollout,sluice --set manager.prompts=1536)
+modes=sync,partial-rollout,partial-broadcast,ideal,sluice
+out=$("$sluice" simulate --scale --json --modes $modes --set manager.prompts=1536)
 printf '%s\n' "$out" | python3 -c '
 import json, math, sys
-rows = [r for r in (json.loads(l) for l in sys.stdin if l.startswith("{")) if "mode" in r]
+lines = [json.loads(l) for l in sys.stdin if l.startswith("{")]
+rows = [r for r in lines if "mode" in r]
+summaries = [r for r in lines if r.get("summary")]
 setups = {r["setup"]: r["cluster_gpus"] for r in rows}
 assert sorted(setups.values()) == [64, 256, 1024], setups
 for r in rows:
-    assert r["mode"] in ("sync", "partial-rollout", "sluice"), r
+    assert r["mode"] in ("sync", "partial-rollout", "partial-broadcast", "ideal", "sluice"), r
     assert r["tokens_per_s"] > 0 and math.isfinite(r["steady_tokens_per_s"]), r
     assert r["steady_tokens_per_s"] > 0, r
     assert "sluice_ratio" in r, r
-assert len(rows) == 9, len(rows)
+assert len(rows) == 15, len(rows)
+# The ideal row is a limit: no simulated mode of a setup passes it.
+for s in setups:
+    ideal = [r["tokens_per_s"] for r in rows if r["setup"] == s and r["mode"] == "ideal"][0]
+    for r in rows:
+        if r["setup"] == s:
+            assert r["tokens_per_s"] <= ideal * (1 + 1e-9), (r, ideal)
+assert len(summaries) == 3, summaries
+for m in summaries:
+    assert 0 < m["sluice_over_ideal"] <= 1, m
+    assert m["sluice_over_partial_broadcast"] > 0, m
 '
 fixture=tests/cli/data/bench_e2e_measured.jsonl
 table=$("$sluice" simulate --validate --measured "$fixture" --measured-hosts "$fixture")

@@ -3,7 +3,10 @@
 // tail, unknown keys refused, and 1024 GPUs simulated to the end. No timing is asserted.
 #include <doctest/doctest.h>
 
+#include <unistd.h>
 #include <cmath>
+#include <filesystem>
+#include <fstream>
 
 #include "core/config.hpp"
 #include "core/log.hpp"
@@ -48,8 +51,8 @@ sim::SimInput small_job() {
   return in;
 }
 
-const char* const kModes[] = {"sync",   "one-step-off",   "stream", "partial-rollout",
-                              "sluice", "sluice-norepack"};
+const char* const kModes[] = {"sync",   "one-step-off",    "stream",           "partial-rollout",
+                              "sluice", "sluice-norepack", "partial-broadcast"};
 
 }  // namespace
 
@@ -108,6 +111,61 @@ TEST_CASE("an unknown key in the simulate section is refused, naming it") {
   auto bad = core::config::parse_json_text(R"({"broadcast": "ring"})", "t");
   REQUIRE(bad.is_ok());
   CHECK_FALSE(core::config::parse(*bad, c).is_ok());
+}
+
+TEST_CASE("partial-broadcast: each version stops the trainer and every rollout for its broadcast") {
+  sim::SimInput in = small_job();
+  // 8 MiB at 0.008388608 GB/s: one second a version.
+  in.sim.broadcast_gbps = 0.008388608;
+  const double broadcast_s = 1.0;
+  auto b = sim::simulate_mode(in, "partial-broadcast");
+  auto p = sim::simulate_mode(in, "partial-rollout");
+  REQUIRE_MESSAGE(b.is_ok(), b.status().to_string());
+  REQUIRE(p.is_ok());
+  // The trainer sends every version itself (the first included) and waits for it.
+  CHECK(b->versions >= 6);
+  CHECK(b->wall_s >= static_cast<double>(b->versions) * broadcast_s);
+  // Every rollout stops for the first broadcast and for at least one during the job.
+  CHECK(b->gpu.loading >= 2 * broadcast_s * b->gpus);
+  CHECK(b->gpu.loading > 10 * p->gpu.loading);
+  CHECK(b->tokens_per_s < p->tokens_per_s);
+  in.sim.broadcast_gbps = 0;
+  CHECK_FALSE(sim::simulate_mode(in, "partial-broadcast").is_ok());
+}
+
+TEST_CASE("ideal: the slower of the fleet at full batch and the trainer, and no mode beats it") {
+  sim::SimInput in = small_job();
+  const auto file = std::filesystem::temp_directory_path() /
+                    ("sluice_ideal_lengths_" + std::to_string(::getpid()) + ".txt");
+  std::ofstream(file) << "100\n";
+  in.engine.lengths.kind = "file";
+  in.engine.lengths.file = file.string();
+  // The fleet: 8 rollouts x 8 sequences / (4 ms + 0.25 ms x 8) = 10,666.7 tokens/s. The trainer:
+  // 64 x 100 tokens in 50 ms + 0.02 ms x 6,400 = 178 ms, 35,955 tokens/s.
+  auto fleet_bound = sim::simulate_mode(in, "ideal");
+  REQUIRE_MESSAGE(fleet_bound.is_ok(), fleet_bound.status().to_string());
+  CHECK(fleet_bound->tokens_per_s == doctest::Approx(64.0 / 0.006));
+  CHECK(fleet_bound->rollout_util == doctest::Approx(1.0));
+  CHECK(fleet_bound->trained_tokens == 96 * 4 * 100);
+  // A slower trainer: 50 ms + 0.2 ms x 6,400 = 1,330 ms a step, 4,812 tokens/s.
+  in.actor.train_ms_per_token = 0.2;
+  auto trainer_bound = sim::simulate_mode(in, "ideal");
+  REQUIRE(trainer_bound.is_ok());
+  CHECK(trainer_bound->tokens_per_s == doctest::Approx(6400.0 / 1.33));
+  CHECK(trainer_bound->rollout_util == doctest::Approx(6400.0 / 1.33 / (64.0 / 0.006)));
+  CHECK(trainer_bound->actor_idle_frac == doctest::Approx(0.0));
+  std::filesystem::remove(file);
+
+  // On the long tail, every simulated mode stays under its job's ideal.
+  const sim::SimInput tail = small_job();
+  auto ideal = sim::simulate_mode(tail, "ideal");
+  REQUIRE(ideal.is_ok());
+  for (const char* mode : kModes) {
+    CAPTURE(mode);
+    auto r = sim::simulate_mode(tail, mode);
+    REQUIRE(r.is_ok());
+    CHECK(r->tokens_per_s < ideal->tokens_per_s);
+  }
 }
 
 TEST_CASE("a bad label or an endless job is an error, not a hang") {
