@@ -56,4 +56,21 @@ core::Status SimulateConfig::validate() const {
   return {};
 }
 
+std::vector<GpuType> rollout_timings(const SimInput& in) {
+  GpuType engine;
+  engine.name = "engine";
+  engine.t0_ms = in.engine.t0_ms;
+  engine.t1_ms = in.engine.t1_ms;
+  engine.prefill_ms_per_token = in.engine.prefill_ms_per_token;
+  std::vector<GpuType> out;
+  out.reserve(in.rollouts);
+  for (const GpuType& g : in.sim.gpu_types) {
+    for (std::uint32_t k = 0; k < g.rollouts && out.size() < in.rollouts; ++k)
+      out.push_back(g);
+  }
+  while (out.size() < in.rollouts)
+    out.push_back(engine);
+  return out;
+}
+
 }  // namespace sluice::sim

@@ -170,4 +170,8 @@ struct SimInput {
   SimulateConfig sim;
 };
 
+// Each rollout's decode timing, by rollout index: the first rollouts take gpu_types in order
+// (`rollouts` of each), the rest the engine's own (rollout.sim).
+std::vector<GpuType> rollout_timings(const SimInput& in);
+
 }  // namespace sluice::sim

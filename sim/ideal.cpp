@@ -33,24 +33,11 @@ core::Result<ModeResult> ideal_result(const SimInput& in) {
   }
   const double mean_len = sum / kLengthDraws;
 
-  // Rollouts: each at its full batch, with its type's step time (as the simulator assigns types).
+  // Rollouts: each at its full batch, with its type's step time.
   const double batch = static_cast<double>(in.engine.capacity().max_sequences);
   double generate = 0;  // tokens/s of the whole fleet
-  std::size_t type = 0;
-  std::uint32_t of_type = 0;
-  for (std::uint32_t i = 0; i < in.rollouts; ++i) {
-    double t0 = in.engine.t0_ms, t1 = in.engine.t1_ms;
-    while (type < in.sim.gpu_types.size() && of_type >= in.sim.gpu_types[type].rollouts) {
-      ++type;
-      of_type = 0;
-    }
-    if (type < in.sim.gpu_types.size()) {
-      t0 = in.sim.gpu_types[type].t0_ms;
-      t1 = in.sim.gpu_types[type].t1_ms;
-      ++of_type;
-    }
-    generate += batch / ((t0 + t1 * batch) / 1000.0);
-  }
+  for (const GpuType& g : rollout_timings(in))
+    generate += batch / ((g.t0_ms + g.t1_ms * batch) / 1000.0);
 
   // The trainer: one batch of the job's mean length a step, steps back to back.
   const double batch_tokens = static_cast<double>(in.actor.batch_trajectories) * mean_len;

@@ -75,28 +75,16 @@ core::Status Sim::init() {
     }
   }
   rollouts_.resize(in_.rollouts);
-  std::size_t type = 0;
-  std::uint32_t of_type = 0;
+  const std::vector<GpuType> timings = rollout_timings(in_);
   for (std::uint32_t i = 0; i < in_.rollouts; ++i) {
     SimRollout& r = rollouts_[i];
     r.id = fmt::format("rollout-{}", i);
     r.index = i;
     r.host = placement_.rollout_host[i];
     r.cap = in_.engine.capacity();
-    r.t0 = in_.engine.t0_ms / 1000.0;
-    r.t1 = in_.engine.t1_ms / 1000.0;
-    r.prefill = in_.engine.prefill_ms_per_token / 1000.0;
-    while (type < in_.sim.gpu_types.size() && of_type >= in_.sim.gpu_types[type].rollouts) {
-      ++type;
-      of_type = 0;
-    }
-    if (type < in_.sim.gpu_types.size()) {
-      const GpuType& g = in_.sim.gpu_types[type];
-      r.t0 = g.t0_ms / 1000.0;
-      r.t1 = g.t1_ms / 1000.0;
-      r.prefill = g.prefill_ms_per_token / 1000.0;
-      ++of_type;
-    }
+    r.t0 = timings[i].t0_ms / 1000.0;
+    r.t1 = timings[i].t1_ms / 1000.0;
+    r.prefill = timings[i].prefill_ms_per_token / 1000.0;
     // Rollouts report out of phase with each other, as independent processes do.
     const std::uint64_t h = core::chunk_checksum(r.id.data(), r.id.size());
     r.phase = static_cast<double>(h % 1000) / 1000.0 * report_s_;

@@ -147,6 +147,13 @@ TEST_CASE("ideal: the slower of the fleet at full batch and the trainer, and no 
   CHECK(fleet_bound->tokens_per_s == doctest::Approx(64.0 / 0.006));
   CHECK(fleet_bound->rollout_util == doctest::Approx(1.0));
   CHECK(fleet_bound->trained_tokens == 96 * 4 * 100);
+  // A mixed fleet: the first 4 rollouts step in 2 ms + 0.25 ms x 8 (2,000 tokens/s each), the
+  // other 4 as the engine (1,333.3 each).
+  sim::SimInput mixed = in;
+  mixed.sim.gpu_types = {sim::GpuType{"fast", 4, 2.0, 0.25, 0.01}};
+  auto mixed_bound = sim::simulate_mode(mixed, "ideal");
+  REQUIRE(mixed_bound.is_ok());
+  CHECK(mixed_bound->tokens_per_s == doctest::Approx(4 * 8 / 0.004 + 4 * 8 / 0.006));
   // A slower trainer: 50 ms + 0.2 ms x 6,400 = 1,330 ms a step, 4,812 tokens/s.
   in.actor.train_ms_per_token = 0.2;
   auto trainer_bound = sim::simulate_mode(in, "ideal");
