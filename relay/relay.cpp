@@ -204,19 +204,24 @@ struct Relay::Impl {
       ro.verify = false;  // a piece has no checksum of its own: the assembled chunk has
       ro.max_in_flight_per_source = 4;
     }
-    engine->read({{a.source, a.desc}}, a.reads, *it->second, ro,
-                 [this, v = a.version, i = a.chunk, from = a.source, pieces = a.pieces,
-                  off = a.offset, bytes = a.bytes, sum = a.checksum](Result<core::ReadStats> st) {
-                   Status s = st.status();
-                   auto b = buffers.find(v);
-                   if (s.is_ok() && pieces && b != buffers.end() &&
-                       core::chunk_checksum(b->second->data() + off, bytes) != sum) {
-                     s = core::data_loss("chunk " + std::to_string(i) +
-                                         " assembled from its pieces does not match its declared "
-                                         "checksum");
-                   }
-                   chunk_done(v, i, from, bytes, s);
-                 });
+    engine->read(
+        {{a.source, a.desc}}, a.reads, *it->second, ro,
+        [this, v = a.version, i = a.chunk, from = a.source, pieces = a.pieces, off = a.offset,
+         bytes = a.bytes, sum = a.checksum, digest = a.digest](Result<core::ReadStats> st) {
+          Status s = st.status();
+          auto b = buffers.find(v);
+          if (s.is_ok() && pieces && b != buffers.end()) {
+            const std::uint8_t* at = b->second->data() + off;
+            const bool match = digest ? core::chunk_digest(at, bytes) == *digest
+                                      : core::chunk_checksum(at, bytes) == sum;
+            if (!match) {
+              s = core::data_loss("chunk " + std::to_string(i) +
+                                  " assembled from its pieces does not match its "
+                                  "signed digest or declared checksum");
+            }
+          }
+          chunk_done(v, i, from, bytes, s);
+        });
   }
 
   // After a chunk read: the chunk counts, or its source is set aside for this version.

@@ -240,7 +240,12 @@ void fetch_delta(core::TransferEngine& engine, weightstore::StoreClient& store,
                 const std::uint64_t n = view->chunk_size(i);
                 std::span<std::uint8_t> out(dst.data() + at, n);
                 Status s = core::apply_delta_chunk(*view, bytes, i, {base_bytes + at, n}, out);
-                if (s.is_ok() && core::chunk_checksum(out.data(), n) == target.checksums[i]) {
+                // A signed target's chunk must match its digest; the checksum only where the
+                // version has none (plain mode, an older actor).
+                const bool match = !target.digests.empty()
+                                       ? core::chunk_digest(out.data(), n) == target.digests[i]
+                                       : core::chunk_checksum(out.data(), n) == target.checksums[i];
+                if (s.is_ok() && match) {
                   have[i] = true;
                   ++f.rebuilt;
                 } else {

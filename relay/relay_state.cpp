@@ -187,10 +187,12 @@ void RelayState::read_chunk(CopyState& c, std::uint32_t i, Actions& out) {
   a.offset = layout.chunk_offset(i);
   a.bytes = layout.chunk_size(i);
   a.checksum = layout.checksums[i];
+  if (!layout.digests.empty()) a.digest = layout.digests[i];
   core::ChunkRead r;
   r.src_offset = r.dst_offset = a.offset;
   r.bytes = a.bytes;
   r.checksum = a.checksum;
+  r.digest = a.digest;
   a.reads.push_back(r);
   c.reading.insert(i);
   out.push_back(std::move(a));
@@ -209,6 +211,7 @@ void RelayState::read_share_chunk(CopyState& c, std::uint32_t i, Actions& out) {
   a.offset = layout.chunk_offset(i);
   a.bytes = layout.chunk_size(i);
   a.checksum = c.manifest.checksums[i];
+  if (!c.manifest.digests.empty()) a.digest = c.manifest.digests[i];
   const std::uint64_t from_off = a.offset, to_off = from_off + a.bytes;
   const auto& ps = c.share.pieces;
   auto it = std::upper_bound(

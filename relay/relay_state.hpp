@@ -54,9 +54,9 @@ struct AskSource {  // chain_source; the answer goes to source_named() or source
   weightstore::ChainSourceRequest request;
 };
 // Read chunk `chunk` from `source` into [offset, offset + bytes) of the copy. `pieces` false:
-// one read, its checksum verified. True (a host share from a holder of the whole version): the
-// reads are the share's pieces in that chunk, unchecked; the assembled chunk is checked against
-// `checksum`. The outcome goes to chunk_done().
+// one read, its digest (or checksum) verified. True (a host share from a holder of the whole
+// version): the reads are the share's pieces in that chunk, unchecked; the assembled chunk is
+// checked against `digest` (or `checksum`). The outcome goes to chunk_done().
 struct ReadChunk {
   std::uint64_t version = 0;
   std::uint32_t chunk = 0;
@@ -65,6 +65,7 @@ struct ReadChunk {
   std::vector<core::ChunkRead> reads;
   bool pieces = false;
   std::uint64_t offset = 0, bytes = 0, checksum = 0;
+  std::optional<core::Digest> digest;  // the signed version's, when it has digests
 };
 struct ReportChunks {  // add_chunks; the outcome goes to report_done()
   weightstore::AddChunks add;

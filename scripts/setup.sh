@@ -14,6 +14,7 @@ packages=(
   libspdlog-dev libfmt-dev        # logging
   libcli11-dev                    # command line
   libxxhash-dev                   # chunk checksums
+  libssl-dev                      # chunk digests (SHA-256) under the version signature
   libzstd-dev                     # delta versions (core/delta.hpp)
   libsqlite3-dev                  # the rollout manager's durable state
   libopenblas-dev                 # reference model matrix products

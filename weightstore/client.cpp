@@ -27,7 +27,8 @@ Result<std::unique_ptr<StoreClient>> StoreClient::create(core::EventLoop& loop,
   return c;
 }
 
-Result<ReadPlan> StoreClient::checked_plan(Result<ReadPlan> plan, const PlanRequest& asked) {
+Result<ReadPlan> StoreClient::checked_plan(Result<ReadPlan> plan, const PlanRequest& asked,
+                                           const core::Manifest* parent) {
   if (!plan.is_ok()) return plan;
   const core::Manifest& m = plan->manifest;
   Status s;
@@ -35,6 +36,8 @@ Result<ReadPlan> StoreClient::checked_plan(Result<ReadPlan> plan, const PlanRequ
     s = core::protocol_error("a read plan for " + asked.model + "@" +
                              std::to_string(asked.version) + " came with the manifest of " +
                              m.model + "@" + std::to_string(m.version));
+  } else if (parent) {
+    s = core::check_share_follows(*parent, m);
   } else {
     s = core::check_version_signature(m, security_);
   }
@@ -168,6 +171,16 @@ void StoreClient::plan_async(const PlanRequest& p, Millis timeout, Done<ReadPlan
                 [this, p, done = std::move(done)](Result<ReadPlan> plan) {
                   if (done) done(checked_plan(std::move(plan), p));
                 });
+}
+
+void StoreClient::share_plan_async(const PlanRequest& p,
+                                   std::shared_ptr<const core::Manifest> parent, Millis timeout,
+                                   Done<ReadPlan> done) {
+  ask<ReadPlan>(
+      encode(p), timeout, decode_plain,
+      [this, p, parent = std::move(parent), done = std::move(done)](Result<ReadPlan> plan) {
+        if (done) done(checked_plan(std::move(plan), p, parent.get()));
+      });
 }
 
 void StoreClient::renew_async(std::uint64_t lease_id, Millis timeout, StatusDone done) {

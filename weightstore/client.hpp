@@ -86,6 +86,12 @@ class StoreClient {
   void heartbeat_async(const std::string& holder_id, Millis timeout, StatusDone done);
   void latest_async(const std::string& model, Millis timeout, Done<Latest> done);
   void plan_async(const PlanRequest& p, Millis timeout, Done<ReadPlan> done);  // as plan()
+  // A host share's plan (p.model a share of `parent`'s model, p.version parent's version): no
+  // actor signs a share, so its manifest is checked against the one `parent` gives
+  // (core::check_share_follows) instead of a signature. `parent` must itself have been checked,
+  // as a plan's manifest is; its lease is released when refused.
+  void share_plan_async(const PlanRequest& p, std::shared_ptr<const core::Manifest> parent,
+                        Millis timeout, Done<ReadPlan> done);
   void renew_async(std::uint64_t lease_id, Millis timeout, StatusDone done);
   // `done` may be empty: fire and forget (a lease that is not released expires on the store).
   void release_async(std::uint64_t lease_id, Millis timeout, StatusDone done = {});
@@ -112,7 +118,9 @@ class StoreClient {
   template <class T, class Decode>
   core::Result<T> call(core::Message req, Millis timeout, Decode decode);
   // A decoded plan, checked as plan() says; releases its lease when refused.
-  core::Result<ReadPlan> checked_plan(core::Result<ReadPlan> plan, const PlanRequest& asked);
+  // A share's plan is checked against `parent` instead.
+  core::Result<ReadPlan> checked_plan(core::Result<ReadPlan> plan, const PlanRequest& asked,
+                                      const core::Manifest* parent = nullptr);
 
   core::EventLoop* loop_ = nullptr;
   std::unique_ptr<core::Client> client_;

@@ -145,13 +145,7 @@ Status follows_parent(const WeightStore& st, const core::Manifest& m) {
                                      ": the store has no manifest of " + parent + "@" +
                                      std::to_string(m.version) + " to check the share against");
   }
-  SLUICE_ASSIGN_OR_RETURN(core::Manifest want, core::share_manifest(*p, m.model));
-  if (!m.signature.empty() || want.signed_bytes() != m.signed_bytes()) {
-    return core::invalid_argument(m.model + "@" + std::to_string(m.version) +
-                                  ": the manifest is not the share that " + parent + "@" +
-                                  std::to_string(m.version) + " declares");
-  }
-  return {};
+  return core::check_share_follows(*p, m);
 }
 }  // namespace
 

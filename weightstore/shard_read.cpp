@@ -26,9 +26,11 @@ struct ShardJob {
   core::ReadOptions options;
   std::function<void(Result<Pulled>)> done;
   const std::vector<std::uint64_t>* declared = nullptr;  // into plan->manifest
-  std::unique_ptr<core::RegisteredBuffer> stream;        // the assembled shard stream
-  core::ReadStats stats;                                 // summed over every read
-  std::size_t next_holder = 0;                           // the declared path's retries
+  // Its signed digests, when the version has them: checked instead of the checksums.
+  const std::vector<core::Digest>* declared_digests = nullptr;
+  std::unique_ptr<core::RegisteredBuffer> stream;  // the assembled shard stream
+  core::ReadStats stats;                           // summed over every read
+  std::size_t next_holder = 0;                     // the declared path's retries
   bool whole_chunks = false;
   // Read from the host share's relays (read_shard_via_share_async), as they receive it.
   struct Share {
@@ -80,6 +82,7 @@ std::shared_ptr<ShardJob> start_job(core::TransferEngine& engine,
   job->options = std::move(options);
   job->done = std::move(done);
   job->declared = core::declared_checksums(job->plan->manifest, job->shard);
+  job->declared_digests = core::declared_digests(job->plan->manifest, job->shard);
   auto buf = engine.allocate(std::max<std::uint64_t>(job->shard.bytes, 1), false);
   if (!buf.is_ok()) {
     job->done(buf.status().with_context(job->what()));
@@ -155,8 +158,11 @@ void check_pieces(const std::shared_ptr<ShardJob>& job, const std::vector<std::s
   for (std::uint64_t c = 0; c < touched.size(); ++c) {
     if (!touched[c]) continue;
     const std::uint64_t n = std::min(cb, job->shard.bytes - c * cb);
-    if (core::chunk_checksum(job->stream->data() + c * cb, n) != (*job->declared)[c])
-      bad.push_back(c);
+    const std::uint8_t* at = job->stream->data() + c * cb;
+    const bool match = job->declared_digests
+                           ? core::chunk_digest(at, n) == (*job->declared_digests)[c]
+                           : core::chunk_checksum(at, n) == (*job->declared)[c];
+    if (!match) bad.push_back(c);
   }
   if (bad.empty()) return deliver(job);
   job->stats.checksum_failures += static_cast<std::uint32_t>(bad.size());
@@ -230,6 +236,7 @@ void read_whole_chunks(const std::shared_ptr<ShardJob>& job) {
     r.dst_offset = at;
     r.bytes = layout.chunk_size(c);
     r.checksum = m.checksums[c];
+    if (!m.digests.empty()) r.digest = m.digests[c];
     r.sources = job->plan->chunks[c].holders;
     at += r.bytes;
     reads.push_back(std::move(r));
@@ -291,8 +298,10 @@ void share_again(const std::shared_ptr<ShardJob>& job) {
 
 void share_round(const std::shared_ptr<ShardJob>& job) {
   ShardJob::Share& share = *job->share;
-  share.store->plan_async(
-      PlanRequest{share.model, job->plan->manifest.version, share.where}, kStoreRequestTimeout,
+  // No actor signs a share: its manifest must be the one the version's checked manifest gives.
+  share.store->share_plan_async(
+      PlanRequest{share.model, job->plan->manifest.version, share.where},
+      std::shared_ptr<const core::Manifest>(job->plan, &job->plan->manifest), kStoreRequestTimeout,
       [job](Result<ReadPlan> r) {
         auto& sh = *job->share;
         if (!r.is_ok() && r.status().code() == core::Code::kNotFound && !sh.appeared) {

@@ -7,6 +7,7 @@
 #include "bench/bench_broadcast.hpp"
 #include "bench/bench_crossdc.hpp"
 #include "bench/bench_delta.hpp"
+#include "bench/bench_digest.hpp"
 #include "bench/bench_e2e.hpp"
 #include "bench/bench_elastic.hpp"
 #include "bench/bench_learner.hpp"
@@ -263,6 +264,20 @@ void add_bench_learner(CLI::App& c, BenchLearnerArgs& a) {
   c.add_flag("--json", a.json, "one JSON object per variant");
 }
 
+void add_bench_digest(CLI::App& c, BenchDigestArgs& a) {
+  c.add_option("--size", a.size, "bytes hashed per round")->capture_default_str();
+  c.add_option("--chunk", a.chunk, "chunk size (each chunk hashed on its own)")
+      ->capture_default_str();
+  c.add_option("--hashes", a.hashes, "xxh3, sha256, blake2b")
+      ->delimiter(',')
+      ->capture_default_str();
+  c.add_option("--threads", a.threads, "threads for the second row (default: the host's cores)");
+  c.add_option("--rounds", a.rounds, "rounds per row; the best counts")->capture_default_str();
+  c.add_option("--link-gbps", a.link_gbps, "a link's rate in GB/s, for the cores it would need")
+      ->capture_default_str();
+  c.add_flag("--json", a.json, "one JSON line");
+}
+
 void add_bench_delta(CLI::App& c, BenchDeltaArgs& a) {
   c.add_option("--size", a.size, "synthetic version size")->capture_default_str();
   c.add_option("--chunk", a.chunk, "synthetic versions' chunk size")->capture_default_str();
@@ -398,6 +413,10 @@ std::vector<Subcommand> bench_subcommands() {
   t.push_back(subcommand<BenchDeltaArgs>(
       "bench delta", "bit-exact deltas between consecutive versions: synthetic and the real job's",
       add_bench_delta, plain(run_bench_delta)));
+  t.push_back(subcommand<BenchDigestArgs>(
+      "bench digest",
+      "what verifying chunks costs per core: xxh3, sha256 (the signed digest), blake2b",
+      add_bench_digest, plain(run_bench_digest)));
   t.push_back(subcommand<BenchBroadcastArgs>("bench broadcast-run", "one broadcast run",
                                              add_bench_broadcast_run,
                                              with_env(run_bench_broadcast_inside), true));

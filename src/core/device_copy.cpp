@@ -21,7 +21,7 @@ Status cuda_check(cudaError_t e, const std::string& what) {
   return internal_error("cuda: " + what + ": " + cudaGetErrorString(e));
 }
 
-// A page-locked buffer of one thread, grown as needed, for device_chunk_checksum().
+// A page-locked buffer of one thread, grown as needed, for device_chunk_sums().
 struct Bounce {
   void* data = nullptr;
   std::size_t size = 0;
@@ -46,8 +46,8 @@ DevicePointer device_pointer(const void* p) {
   return {true, a.device};
 }
 
-Result<std::uint64_t> device_chunk_checksum(const void* device_data, std::size_t bytes) {
-  if (bytes == 0) return chunk_checksum(device_data, 0);
+Result<ChunkSums> device_chunk_sums(const void* device_data, std::size_t bytes, SumKind kind) {
+  if (bytes == 0) return chunk_sums(device_data, 0, kind);
   thread_local Bounce bounce;
   if (bounce.size < bytes) {
     if (bounce.data) {
@@ -61,7 +61,12 @@ Result<std::uint64_t> device_chunk_checksum(const void* device_data, std::size_t
   }
   SLUICE_TRY(cuda_check(cudaMemcpy(bounce.data, device_data, bytes, cudaMemcpyDeviceToHost),
                         "copy " + std::to_string(bytes) + " bytes to the host to checksum them"));
-  return chunk_checksum(bounce.data, bytes);
+  return chunk_sums(bounce.data, bytes, kind);
+}
+
+Result<std::uint64_t> device_chunk_checksum(const void* device_data, std::size_t bytes) {
+  SLUICE_ASSIGN_OR_RETURN(ChunkSums sums, device_chunk_sums(device_data, bytes, SumKind::checksum));
+  return *sums.checksum;
 }
 
 Result<std::unique_ptr<DeviceBuffer>> DeviceBuffer::allocate(int device, std::size_t bytes) {

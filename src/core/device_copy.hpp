@@ -24,6 +24,7 @@
 #include <optional>
 #include <vector>
 
+#include "core/checksum.hpp"
 #include "core/status.hpp"
 
 namespace sluice::core {
@@ -42,6 +43,8 @@ DevicePointer device_pointer(const void* p);
 // through a page-locked buffer of the calling thread. failed_precondition without CUDA; internal
 // with the CUDA error when the copy fails.
 Result<std::uint64_t> device_chunk_checksum(const void* device_data, std::size_t bytes);
+// chunk_sums of `bytes` of device memory, copied to the host the same way.
+Result<ChunkSums> device_chunk_sums(const void* device_data, std::size_t bytes, SumKind kind);
 
 // Device memory this object owns (cudaMalloc on `device`, cudaFree when it goes): for tools,
 // tests and benchmarks that need device memory without including CUDA. Not copyable.

@@ -18,6 +18,11 @@ Result<std::uint64_t> device_chunk_checksum(const void* /*device_data*/, std::si
   return no_cuda();
 }
 
+Result<ChunkSums> device_chunk_sums(const void* /*device_data*/, std::size_t /*bytes*/,
+                                    SumKind /*kind*/) {
+  return no_cuda();
+}
+
 Result<std::unique_ptr<DeviceBuffer>> DeviceBuffer::allocate(int /*device*/,
                                                              std::size_t /*bytes*/) {
   return no_cuda();

@@ -14,11 +14,12 @@ namespace sluice::core {
 
 struct HashWorker::Impl {
   struct Job {
-    std::uint8_t* copy_to = nullptr;  // null: checksum only
+    std::uint8_t* copy_to = nullptr;  // null: hash only
     const std::uint8_t* data;
     std::size_t bytes;
-    std::function<void(std::uint64_t)> done;
-    std::function<void(Result<std::uint64_t>)> device_done;  // set: data is device memory
+    SumKind kind;
+    std::function<void(ChunkSums)> done;
+    std::function<void(Result<ChunkSums>)> device_done;  // set: data is device memory
   };
   EventLoop& loop;
   std::mutex mu;
@@ -46,16 +47,16 @@ struct HashWorker::Impl {
         jobs.pop_front();
       }
       if (job.device_done) {
-        Result<std::uint64_t> r = device_chunk_checksum(job.data, job.bytes);
+        Result<ChunkSums> r = device_chunk_sums(job.data, job.bytes, job.kind);
         loop.post([weak, r, done = std::move(job.device_done)] {
           if (!weak.expired()) done(r);
         });
         continue;
       }
-      std::uint64_t sum = job.copy_to ? copy_with_checksum(job.copy_to, job.data, job.bytes)
-                                      : chunk_checksum(job.data, job.bytes);
-      loop.post([weak, sum, done = std::move(job.done)] {
-        if (!weak.expired()) done(sum);
+      ChunkSums sums = job.copy_to ? copy_with_sums(job.copy_to, job.data, job.bytes, job.kind)
+                                   : chunk_sums(job.data, job.bytes, job.kind);
+      loop.post([weak, sums, done = std::move(job.done)] {
+        if (!weak.expired()) done(sums);
       });
     }
   }
@@ -76,29 +77,29 @@ HashWorker::~HashWorker() {
   impl_->alive.reset();
 }
 
-void HashWorker::submit(const std::uint8_t* data, std::size_t bytes,
-                        std::function<void(std::uint64_t)> done) {
+void HashWorker::submit(const std::uint8_t* data, std::size_t bytes, SumKind kind,
+                        std::function<void(ChunkSums)> done) {
   {
     std::lock_guard<std::mutex> lock(impl_->mu);
-    impl_->jobs.push_back({nullptr, data, bytes, std::move(done), {}});
+    impl_->jobs.push_back({nullptr, data, bytes, kind, std::move(done), {}});
   }
   impl_->cv.notify_one();
 }
 
 void HashWorker::submit_copy(std::uint8_t* dst, const std::uint8_t* src, std::size_t bytes,
-                             std::function<void(std::uint64_t)> done) {
+                             SumKind kind, std::function<void(ChunkSums)> done) {
   {
     std::lock_guard<std::mutex> lock(impl_->mu);
-    impl_->jobs.push_back({dst, src, bytes, std::move(done), {}});
+    impl_->jobs.push_back({dst, src, bytes, kind, std::move(done), {}});
   }
   impl_->cv.notify_one();
 }
 
-void HashWorker::submit_device(const std::uint8_t* device_data, std::size_t bytes,
-                               std::function<void(Result<std::uint64_t>)> done) {
+void HashWorker::submit_device(const std::uint8_t* device_data, std::size_t bytes, SumKind kind,
+                               std::function<void(Result<ChunkSums>)> done) {
   {
     std::lock_guard<std::mutex> lock(impl_->mu);
-    impl_->jobs.push_back({nullptr, device_data, bytes, {}, std::move(done)});
+    impl_->jobs.push_back({nullptr, device_data, bytes, kind, {}, std::move(done)});
   }
   impl_->cv.notify_one();
 }

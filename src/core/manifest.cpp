@@ -21,6 +21,7 @@ RegionLayout Manifest::layout() const {
   l.bytes = total_bytes;
   l.chunk_bytes = chunk_bytes;
   l.checksums = checksums;
+  l.digests = digests;
   return l;
 }
 
@@ -69,6 +70,10 @@ Status Manifest::validate() const {
     return bad(std::to_string(checksums.size()) + " checksums for " +
                std::to_string(chunk_count()) + " chunks");
   }
+  if (!digests.empty() && digests.size() != chunk_count()) {
+    return bad(std::to_string(digests.size()) + " digests for " + std::to_string(chunk_count()) +
+               " chunks");
+  }
   if (shards.size() > kMaxShardLayouts) {
     return bad(std::to_string(shards.size()) + " shard layouts (at most " +
                std::to_string(kMaxShardLayouts) + ")");
@@ -97,6 +102,18 @@ Status Manifest::validate() const {
                    std::to_string(per_rank) + " chunks");
       }
     }
+    if (!sc.digests.empty()) {
+      if (sc.digests.size() != sc.tp_size) {
+        return bad(who + " has digests for " + std::to_string(sc.digests.size()) + " ranks");
+      }
+      for (std::size_t r = 0; r < sc.digests.size(); ++r) {
+        if (sc.digests[r].size() != per_rank) {
+          return bad(who + ": rank " + std::to_string(r) + " has " +
+                     std::to_string(sc.digests[r].size()) + " digests for " +
+                     std::to_string(per_rank) + " chunks");
+        }
+      }
+    }
   }
   return {};
 }
@@ -113,9 +130,12 @@ void put_str(std::string& out, const std::string& s) {
 }  // namespace
 
 std::string Manifest::signed_bytes() const {
-  // v1 without shard checksums: the bytes every manifest before them was signed over.
-  std::string out = shards.empty() ? "sluice.manifest.v1" : "sluice.manifest.v2";
-  std::size_t n = 64 + model.size() + 8 * checksums.size();
+  // v1 without shard checksums: the bytes every manifest before them was signed over. v3 with
+  // digests.
+  std::string out = !digests.empty() ? "sluice.manifest.v3"
+                    : shards.empty() ? "sluice.manifest.v1"
+                                     : "sluice.manifest.v2";
+  std::size_t n = 72 + model.size() + 8 * checksums.size() + 32 * digests.size();
   for (const auto& t : tensors)
     n += 48 + t.name.size() + t.dtype.size() + 8 * t.shape.size();
   out.reserve(out.size() + n);
@@ -136,7 +156,13 @@ std::string Manifest::signed_bytes() const {
   put_u64(out, checksums.size());
   for (auto c : checksums)
     put_u64(out, c);
-  if (shards.empty()) return out;
+  if (!digests.empty()) {
+    put_u64(out, digests.size());
+    for (const auto& d : digests)
+      out.append(reinterpret_cast<const char*>(d.bytes.data()), d.bytes.size());
+  } else if (shards.empty()) {
+    return out;
+  }
   put_u64(out, shards.size());
   for (const auto& sc : shards) {
     put_u64(out, sc.tp_size);
@@ -146,6 +172,13 @@ std::string Manifest::signed_bytes() const {
       put_u64(out, rank.size());
       for (auto c : rank)
         put_u64(out, c);
+    }
+    if (digests.empty()) continue;  // v2: no shard digests either
+    put_u64(out, sc.digests.size());
+    for (const auto& rank : sc.digests) {
+      put_u64(out, rank.size());
+      for (const auto& d : rank)
+        out.append(reinterpret_cast<const char*>(d.bytes.data()), d.bytes.size());
     }
   }
   return out;
@@ -181,7 +214,13 @@ Status check_signature(const Manifest& m, const std::vector<std::string>& signer
 
 Status check_version_signature(const Manifest& m, const Security& security) {
   if (!security.versions_signed()) return {};
-  return check_signature(m, security.version_signers());
+  SLUICE_TRY(check_signature(m, security.version_signers()));
+  if (m.digests.empty()) {
+    return permission_denied("manifest " + m.model + "@" + std::to_string(m.version) +
+                             " has no chunk digests: its signature covers only XXH3 checksums, "
+                             "which do not bind the bytes (a version from before digests)");
+  }
+  return {};
 }
 
 nlohmann::json Manifest::to_json() const {
@@ -191,6 +230,11 @@ nlohmann::json Manifest::to_json() const {
   j["total_bytes"] = total_bytes;
   j["chunk_bytes"] = chunk_bytes;
   j["checksums"] = checksums;
+  if (!digests.empty()) {
+    auto& list = j["digests"] = nlohmann::json::array();
+    for (const auto& d : digests)
+      list.push_back(digest_hex(d));
+  }
   j["tensors"] = nlohmann::json::array();
   for (const auto& t : tensors) {
     j["tensors"].push_back({{"name", t.name},
@@ -202,8 +246,17 @@ nlohmann::json Manifest::to_json() const {
   if (!shards.empty()) {
     j["shards"] = nlohmann::json::array();
     for (const auto& sc : shards) {
-      j["shards"].push_back(
-          {{"tp_size", sc.tp_size}, {"splits", sc.splits}, {"checksums", sc.ranks}});
+      nlohmann::json e = {{"tp_size", sc.tp_size}, {"splits", sc.splits}, {"checksums", sc.ranks}};
+      if (!sc.digests.empty()) {
+        auto& ranks = e["digests"] = nlohmann::json::array();
+        for (const auto& rank : sc.digests) {
+          auto list = nlohmann::json::array();
+          for (const auto& d : rank)
+            list.push_back(digest_hex(d));
+          ranks.push_back(std::move(list));
+        }
+      }
+      j["shards"].push_back(std::move(e));
     }
   }
   if (!signature.empty()) j["signature"] = signature;
@@ -232,6 +285,18 @@ Result<Manifest> Manifest::from_json(const nlohmann::json& j) {
   for (const auto& c : j["checksums"]) {
     if (!c.is_number_unsigned()) return bad("a checksum is not a non-negative integer");
     m.checksums.push_back(c.get<std::uint64_t>());
+  }
+  if (auto ds = j.find("digests"); ds != j.end()) {
+    // Counted against the checksums before any is parsed; validate() checks against the chunks.
+    if (!ds->is_array() || ds->size() != m.checksums.size())
+      return bad("'digests' must be an array of one digest per checksum");
+    m.digests.reserve(ds->size());
+    for (const auto& d : *ds) {
+      if (!d.is_string()) return bad("a digest is not a string");
+      SLUICE_ASSIGN_OR_RETURN(Digest parsed,
+                              parse_digest(d.get_ref<const std::string&>(), "manifest: a digest"));
+      m.digests.push_back(parsed);
+    }
   }
   if (!j.contains("tensors") || !j["tensors"].is_array()) return bad("'tensors' must be an array");
   for (const auto& t : j["tensors"]) {
@@ -288,6 +353,25 @@ Result<Manifest> Manifest::from_json(const nlohmann::json& j) {
         }
         sc.ranks.push_back(std::move(list));
       }
+      if (auto ds = e.find("digests"); ds != e.end()) {
+        // One list per rank, each as long as that rank's checksums: sized before parsing.
+        if (!ds->is_array() || ds->size() != sc.ranks.size())
+          return bad("a shard layout's 'digests' must be one array per rank");
+        for (std::size_t r = 0; r < ds->size(); ++r) {
+          const auto& rank = (*ds)[r];
+          if (!rank.is_array() || rank.size() != sc.ranks[r].size())
+            return bad("a shard layout's rank digests must be one per rank checksum");
+          std::vector<Digest> list;
+          list.reserve(rank.size());
+          for (const auto& d : rank) {
+            if (!d.is_string()) return bad("a shard digest is not a string");
+            SLUICE_ASSIGN_OR_RETURN(Digest parsed, parse_digest(d.get_ref<const std::string&>(),
+                                                                "manifest: a shard digest"));
+            list.push_back(parsed);
+          }
+          sc.digests.push_back(std::move(list));
+        }
+      }
       m.shards.push_back(std::move(sc));
     }
   }
@@ -324,7 +408,9 @@ Result<Manifest> make_manifest(std::string model, std::uint64_t version,
   if (chunk_bytes > 0) {
     for (std::uint64_t i = 0; i < m.chunk_count(); ++i) {
       std::uint64_t off = i * chunk_bytes;
-      m.checksums.push_back(chunk_checksum(data + off, std::min(chunk_bytes, total_bytes - off)));
+      const std::uint64_t n = std::min(chunk_bytes, total_bytes - off);
+      m.checksums.push_back(chunk_checksum(data + off, n));
+      m.digests.push_back(chunk_digest(data + off, n));
     }
   }
   SLUICE_TRY(m.validate());

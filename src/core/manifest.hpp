@@ -1,12 +1,16 @@
 // A version's manifest: the ordered tensors of one model version (name, dtype, shape, offset,
-// bytes), its total size, its chunk size and a checksum per chunk. Manifests travel as JSON in
-// control messages; the weight bytes themselves live only in holders' registered memory.
+// bytes), its total size, its chunk size, and a checksum and a digest per chunk. Manifests travel
+// as JSON in control messages; the weight bytes themselves live only in holders' registered
+// memory.
 //
 // A version is something only the actor can make: the actor signs each manifest (Ed25519, its
 // key in the job's members file, core/security.hpp) over signed_bytes(), one canonical byte form
 // of everything a reader trusts: the model name, the version number, the tensors, the sizes, the
-// chunk size and every chunk checksum. Stores accept, and readers load, only a manifest whose
-// signature verifies against an actor's sign_key (check_version_signature).
+// chunk size, every chunk checksum and every chunk digest (SHA-256, core/checksum.hpp). Stores
+// accept, and readers load, only a manifest whose signature verifies against an actor's sign_key
+// and that carries digests (check_version_signature); readers then verify every chunk against
+// its signed digest, so no byte the actor did not publish reaches a tensor. The checksums (XXH3)
+// are not cryptographic and are kept only as a check against accidents.
 //
 // Thread safety: plain values.
 #pragma once
@@ -42,6 +46,9 @@ struct ShardChecksums {
   // (columns), '-' replicated (core/shard.hpp: Split).
   std::string splits;
   std::vector<std::vector<std::uint64_t>> ranks;  // tp_size lists
+  // Empty, or tp_size lists of one SHA-256 per chunk of that rank's stream (the actor computes
+  // both; what a shard read is verified against when present).
+  std::vector<std::vector<Digest>> digests;
 };
 
 // Bounds a manifest's shard checksums (decoded from peers): layouts declared, ranks per layout.
@@ -55,6 +62,9 @@ struct Manifest {
   std::uint64_t total_bytes = 0;
   std::uint64_t chunk_bytes = 0;
   std::vector<std::uint64_t> checksums;  // one per chunk (XXH3)
+  // One SHA-256 per chunk; empty only in a manifest made before digests (refused where versions
+  // are signed).
+  std::vector<Digest> digests;
   // Per inference layout the actor declared (none: only whole chunks can be verified).
   std::vector<ShardChecksums> shards;
   // The actor's signature of signed_bytes(): kSignaturePrefix and 128 lowercase hex characters
@@ -69,9 +79,9 @@ struct Manifest {
   // Checks that the manifest is self-consistent: a model name; tensors with unique, non-empty
   // names and known dtypes; bytes == product(shape) x dtype size; tensors in offset order, not
   // overlapping, covering [0, total_bytes) with no gap; a positive chunk size; one checksum per
-  // chunk; shard checksums (at most kMaxShardLayouts, no layout twice) whose splits tile their
-  // tensors and whose counts match the shards' sizes. The error names the first problem found
-  // (and the tensor).
+  // chunk; no digests or one per chunk; shard checksums (at most kMaxShardLayouts, no layout twice)
+  // whose splits tile their tensors and whose counts match the shards' sizes. The error names the
+  // first problem found (and the tensor).
   Status validate() const;
 
   // The canonical bytes a signature covers: a format tag, then every field in a fixed order,
@@ -80,7 +90,9 @@ struct Manifest {
   // "sluice.manifest.v1" without shard checksums (the bytes every earlier manifest was signed
   // over, so those stay valid), "sluice.manifest.v2" with them, which follow the chunk
   // checksums. A peer older than v2 ignores "shards" and then finds the signature invalid: it
-  // refuses such a version rather than misreading it.
+  // refuses such a version rather than misreading it. "sluice.manifest.v3" when the manifest has
+  // digests: the chunk checksums, then the digests (32 bytes each), then the shard layouts
+  // (their count first, which may be 0).
   std::string signed_bytes() const;
 
   // The JSON form; "signature" only when signed.
@@ -104,7 +116,7 @@ Status check_signature(const Manifest& m, const std::vector<std::string>& signer
 Status check_version_signature(const Manifest& m, const Security& security);
 
 // Builds the manifest of `bytes` laid out as `tensors` (their offsets and sizes must already be
-// set) and computes the chunk checksums. Validates the result.
+// set) and computes the chunk checksums and digests. Validates the result.
 Result<Manifest> make_manifest(std::string model, std::uint64_t version,
                                std::vector<TensorSpec> tensors, const std::uint8_t* data,
                                std::uint64_t total_bytes, std::uint64_t chunk_bytes);

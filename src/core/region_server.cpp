@@ -21,6 +21,10 @@ Status RegionLayout::validate() const {
     return invalid_argument("region '" + name + "': " + std::to_string(checksums.size()) +
                             " checksums for " + std::to_string(chunk_count()) + " chunks");
   }
+  if (!digests.empty() && digests.size() != chunk_count()) {
+    return invalid_argument("region '" + name + "': " + std::to_string(digests.size()) +
+                            " digests for " + std::to_string(chunk_count()) + " chunks");
+  }
   return {};
 }
 
@@ -131,6 +135,7 @@ std::vector<ChunkRead> whole_region_chunks(const RegionLayout& layout) {
     c.dst_offset = c.src_offset;
     c.bytes = layout.chunk_size(i);
     c.checksum = layout.checksums[i];
+    if (!layout.digests.empty()) c.digest = layout.digests[i];
     out.push_back(c);
   }
   return out;

@@ -22,6 +22,9 @@ struct RegionLayout {
   std::uint64_t bytes = 0;
   std::uint64_t chunk_bytes = 0;
   std::vector<std::uint64_t> checksums;  // one per chunk; the last chunk may be short
+  // Empty, or one SHA-256 per chunk (a signed version's, core/manifest.hpp): reads of the region
+  // are then verified against these instead of the checksums.
+  std::vector<Digest> digests;
 
   std::uint64_t chunk_count() const;
   std::uint64_t chunk_offset(std::uint64_t i) const { return i * chunk_bytes; }

@@ -303,6 +303,14 @@ const std::vector<std::uint64_t>* declared_checksums(const Manifest& m, const Sh
   return nullptr;
 }
 
+const std::vector<Digest>* declared_digests(const Manifest& m, const ShardPlan& plan) {
+  for (const auto& sc : m.shards) {
+    if (sc.tp_size == plan.tp_size && sc.splits == plan.splits && plan.tp_rank < sc.digests.size())
+      return &sc.digests[plan.tp_rank];
+  }
+  return nullptr;
+}
+
 std::vector<std::uint64_t> stream_checksums(std::span<const std::uint8_t> stream,
                                             std::uint64_t chunk_bytes) {
   std::vector<std::uint64_t> out;
@@ -326,6 +334,12 @@ Status add_shard_checksums(Manifest& m, const ShardLayout& layout, const std::ui
     SLUICE_ASSIGN_OR_RETURN(ShardPlan plan, plan_shard(m, base));
     sc.splits = plan.splits;
     std::vector<std::uint64_t> sums;
+    std::vector<Digest> digests;
+    auto add = [&](std::uint64_t n) {
+      ChunkSums s = chunk_sums(chunk.data(), n, SumKind::both);
+      sums.push_back(*s.checksum);
+      digests.push_back(*s.digest);
+    };
     std::uint64_t fill = 0;
     for (const auto& p : plan.pieces) {
       std::uint64_t done = 0;
@@ -335,13 +349,14 @@ Status add_shard_checksums(Manifest& m, const ShardLayout& layout, const std::ui
         fill += n;
         done += n;
         if (fill == m.chunk_bytes) {
-          sums.push_back(chunk_checksum(chunk.data(), fill));
+          add(fill);
           fill = 0;
         }
       }
     }
-    if (fill > 0) sums.push_back(chunk_checksum(chunk.data(), fill));
+    if (fill > 0) add(fill);
     sc.ranks.push_back(std::move(sums));
+    sc.digests.push_back(std::move(digests));
   }
   std::erase_if(m.shards, [&](const ShardChecksums& o) {
     return o.tp_size == sc.tp_size && o.splits == sc.splits;
@@ -469,12 +484,24 @@ Result<Manifest> share_manifest(const Manifest& m, const std::string& name) {
   Manifest out = shard_manifest(m, plan, layout);
   out.model = name;
   out.checksums = declared->ranks[share->tp_rank];
+  if (share->tp_rank < declared->digests.size()) out.digests = declared->digests[share->tp_rank];
   if (out.checksums.size() != out.chunk_count()) {
     return invalid_argument(name + ": " + std::to_string(out.checksums.size()) +
                             " declared checksums for " + std::to_string(out.chunk_count()) +
                             " chunks");
   }
   return out;
+}
+
+Status check_share_follows(const Manifest& parent, const Manifest& share) {
+  SLUICE_ASSIGN_OR_RETURN(Manifest want, share_manifest(parent, share.model));
+  if (share.version != parent.version || !share.signature.empty() ||
+      want.signed_bytes() != share.signed_bytes()) {
+    return invalid_argument(share.model + "@" + std::to_string(share.version) +
+                            ": the manifest is not the share that " + parent.model + "@" +
+                            std::to_string(parent.version) + " declares");
+  }
+  return {};
 }
 
 Result<std::vector<ShardPiece>> rebase_pieces(const ShardPlan& fine, const ShardPlan& coarse,

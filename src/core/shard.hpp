@@ -107,10 +107,12 @@ Result<std::uint64_t> shard_stream_bytes(const Manifest& m, std::uint32_t tp_siz
 
 // The declared checksums for plan's layout and rank in m.shards; nullptr when not declared.
 const std::vector<std::uint64_t>* declared_checksums(const Manifest& m, const ShardPlan& plan);
+// The declared digests for plan's layout and rank; nullptr when not declared or without digests.
+const std::vector<Digest>* declared_digests(const Manifest& m, const ShardPlan& plan);
 
-// Computes every rank's shard checksums of `layout`'s tp_size and splits over the version's
-// bytes `data` (m.total_bytes of them) and adds them to m.shards (replacing the same layout's).
-// For the actor, before it signs. Errors: plan_shard's, or too many layouts.
+// Computes every rank's shard checksums and digests of `layout`'s tp_size and splits over the
+// version's bytes `data` (m.total_bytes of them) and adds them to m.shards (replacing the same
+// layout's). For the actor, before it signs. Errors: plan_shard's, or too many layouts.
 Status add_shard_checksums(Manifest& m, const ShardLayout& layout, const std::uint8_t* data);
 
 // The checksums of a shard stream cut at chunk_bytes.
@@ -145,10 +147,15 @@ bool is_share_model(const std::string& name);
 // The parent's model name of a share's (the name itself when it is not a share's).
 std::string share_parent(const std::string& name);
 // The manifest of the share `name` of version m (m's model and version): the shard tensors of
-// rank R of tp_size T in stream order, their offsets in the stream, the declared checksums of
-// that rank, no shard checksums and no signature. invalid_argument for a name that is not a
-// share of m's model; failed_precondition when m declares no layout of that tp_size and splits.
+// rank R of tp_size T in stream order, their offsets in the stream, the declared checksums and
+// digests of that rank, no shard checksums and no signature. invalid_argument for a name that is
+// not a share of m's model; failed_precondition when m declares no layout of that tp_size and
+// splits.
 Result<Manifest> share_manifest(const Manifest& m, const std::string& name);
+// ok when `share` is exactly the share manifest that `parent` (the version's manifest, checked
+// by the caller as any version is) gives for share.model, and carries no signature of its own:
+// how a share, which no actor signs, is trusted. invalid_argument saying which otherwise.
+Status check_share_follows(const Manifest& parent, const Manifest& share);
 // The split letters as a layout's split map over m's tensors (replicated ones left out).
 std::map<std::string, Split> splits_by_name(const Manifest& m, std::string_view splits);
 

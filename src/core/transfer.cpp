@@ -9,6 +9,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <thread>
 
 #include "core/checksum.hpp"
 #include "core/chunk_stream.hpp"
@@ -496,7 +497,8 @@ struct ChunkState {
   ChunkRead c;
   std::vector<bool> tried;  // per source
   bool done = false;
-  std::string errors;  // "relay-1: checksum mismatch; relay-2: ..."
+  std::string errors;    // "relay-1: digest mismatch; relay-2: ..."
+  bool corrupt = false;  // some source's bytes failed verification
 };
 
 struct ReadState {
@@ -611,9 +613,9 @@ struct ReadState {
       // The holder's memory is mapped here: copy and checksum it on the verify threads. It
       // cannot hang; the holder's segment stays mapped while the key is cached.
       op->mapped = true;
-      impl->hasher->submit_copy(dst->data() + ch.c.dst_offset,
-                                static_cast<const std::uint8_t*>(mapped), ch.c.bytes,
-                                [this, op](std::uint64_t got) { settle(op, UCS_OK, got); });
+      impl->hasher->submit_copy(
+          dst->data() + ch.c.dst_offset, static_cast<const std::uint8_t*>(mapped), ch.c.bytes,
+          sum_kind(ch.c), [this, op](ChunkSums got) { settle(op, UCS_OK, got); });
       return;
     }
 
@@ -662,7 +664,7 @@ struct ReadState {
     const auto& ch = chunks[op->chunk];
     if (status == UCS_OK && !failure && opt.verify && dst_device) {
       // The bytes are in device memory: copied to the host to be checksummed there.
-      auto checked = [this, op](Result<std::uint64_t> got) {
+      auto checked = [this, op](Result<ChunkSums> got) {
         if (!got.is_ok()) {
           fail(got.status().with_context("verify a chunk in device memory"));
           settle(op, UCS_OK, std::nullopt);  // ends as not done, and the read with the failure
@@ -671,25 +673,42 @@ struct ReadState {
         settle(op, UCS_OK, *got);
       };
       if (impl->hasher) {
-        impl->hasher->submit_device(dst->data() + ch.c.dst_offset, ch.c.bytes, std::move(checked));
+        impl->hasher->submit_device(dst->data() + ch.c.dst_offset, ch.c.bytes, sum_kind(ch.c),
+                                    std::move(checked));
         return;
       }
-      checked(device_chunk_checksum(dst->data() + ch.c.dst_offset, ch.c.bytes));
+      checked(device_chunk_sums(dst->data() + ch.c.dst_offset, ch.c.bytes, sum_kind(ch.c)));
       return;
     }
     if (status == UCS_OK && !failure && opt.verify) {
       if (impl->hasher) {
-        impl->hasher->submit(dst->data() + ch.c.dst_offset, ch.c.bytes,
-                             [this, op](std::uint64_t got) { settle(op, UCS_OK, got); });
+        impl->hasher->submit(dst->data() + ch.c.dst_offset, ch.c.bytes, sum_kind(ch.c),
+                             [this, op](ChunkSums got) { settle(op, UCS_OK, got); });
         return;
       }
-      settle(op, status, chunk_checksum(dst->data() + ch.c.dst_offset, ch.c.bytes));
+      settle(op, status, chunk_sums(dst->data() + ch.c.dst_offset, ch.c.bytes, sum_kind(ch.c)));
       return;
     }
     settle(op, status, std::nullopt);
   }
 
-  void settle(Op* op, ucs_status_t status, std::optional<std::uint64_t> got) {
+  static SumKind sum_kind(const ChunkRead& c) {
+    return c.digest ? SumKind::digest : SumKind::checksum;
+  }
+
+  // Whether a chunk's sums match what it was expected to hash to; the reason when not.
+  static std::optional<std::string> mismatch(const ChunkRead& c, const ChunkSums& got) {
+    if (c.digest) {
+      if (got.digest && *got.digest == *c.digest) return std::nullopt;
+      return "digest mismatch (" + (got.digest ? digest_hex(*got.digest) : std::string("none")) +
+             ", expected " + digest_hex(*c.digest) + ")";
+    }
+    if (got.checksum && *got.checksum == c.checksum) return std::nullopt;
+    return "checksum mismatch (" + (got.checksum ? checksum_hex(*got.checksum) : "none") +
+           ", expected " + checksum_hex(c.checksum) + ")";
+  }
+
+  void settle(Op* op, ucs_status_t status, std::optional<ChunkSums> got) {
     std::unique_ptr<Op> owned = std::move(ops[op]);
     ops.erase(op);
     auto& src = sources[op->source];
@@ -698,13 +717,15 @@ struct ReadState {
     --impl->in_flight;
     if (status == UCS_OK && !failure) {
       bool good = true;
-      if (opt.verify && got && *got != ch.c.checksum) {
+      std::optional<std::string> wrong;
+      if (opt.verify && got) wrong = mismatch(ch.c, *got);
+      if (wrong) {
         good = false;
         ++stats.checksum_failures;
-        ch.errors += src.src.name + ": checksum mismatch (" + checksum_hex(*got) + ", expected " +
-                     checksum_hex(ch.c.checksum) + "); ";
-        log::warn("transfer: chunk at {} from {} failed its checksum: retrying elsewhere",
-                  ch.c.src_offset, src.src.name);
+        ch.errors += src.src.name + ": " + *wrong + "; ";
+        ch.corrupt = true;
+        log::warn("transfer: chunk at {} from {} failed verification ({}): retrying elsewhere",
+                  ch.c.src_offset, src.src.name, *wrong);
       }
       if (good) {
         ch.done = true;
@@ -794,7 +815,7 @@ struct ReadState {
         if (errors.empty()) errors = "no source holds it";
         if (errors.size() >= 2 && errors.compare(errors.size() - 2, 2, "; ") == 0)
           errors.resize(errors.size() - 2);
-        bool corrupt = ch.errors.find("checksum mismatch") != std::string::npos;
+        const bool corrupt = ch.corrupt;
         std::string m = "chunk at offset " + std::to_string(ch.c.src_offset) + " (" +
                         std::to_string(ch.c.bytes) + " bytes) failed on every source: " + errors;
         fail(corrupt ? data_loss(m) : unavailable(m));
@@ -944,8 +965,12 @@ Result<std::unique_ptr<TransferEngine>> TransferEngine::create(EventLoop& loop,
   for (const auto& [k, v] : ucx_env_defaults(opts.environment, !opts.tcp_stream))
     impl->defaults.push_back(k + "=" + v);
   impl->shm_only = shm_only_transports(impl->tls);
-  if (opts.verify_on_thread)
-    impl->hasher = std::make_unique<HashWorker>(loop, std::max(1u, opts.verify_threads));
+  if (opts.verify_on_thread) {
+    const unsigned threads = opts.verify_threads > 0
+                                 ? opts.verify_threads
+                                 : std::max(2u, std::thread::hardware_concurrency());
+    impl->hasher = std::make_unique<HashWorker>(loop, threads);
+  }
   impl->copy_mapped = opts.copy_mapped && impl->hasher && shm_allowed(impl->tls);
   impl->tcp_stream = opts.tcp_stream;
   SLUICE_TRY(check_stream_encryption(opts.stream_encryption, opts.stream_keys != nullptr,

@@ -4,6 +4,8 @@
 
 #include <vector>
 
+#include "../support/job_keys.hpp"
+#include "core/checksum.hpp"
 #include "core/manifest.hpp"
 
 using namespace sluice::core;
@@ -21,6 +23,11 @@ TEST_SUITE("core.manifest") {
     Manifest m = two_tensors();
     CHECK(m.chunk_count() == 3);
     CHECK(m.checksums.size() == 3);
+    REQUIRE(m.digests.size() == 3);
+    // The last chunk is the 4 bytes from offset 20: its digest is theirs.
+    std::vector<std::uint8_t> tail(4, 7);
+    CHECK(m.digests[2] == chunk_digest(tail.data(), tail.size()));
+    CHECK(m.to_json()["digests"][2] == digest_hex(m.digests[2]));
     auto back = Manifest::from_json(m.to_json());
     REQUIRE(back.is_ok());
     CHECK(back->to_json() == m.to_json());
@@ -100,6 +107,15 @@ TEST_SUITE("core.manifest.signature") {
     c = m;
     c.checksums[2] ^= 1;
     refused(c);
+    // Every chunk digest, one bit of any of them, and all of them together.
+    for (std::size_t i = 0; i < m.digests.size(); ++i) {
+      c = m;
+      c.digests[i].bytes[31] ^= 1;
+      refused(c);
+    }
+    c = m;
+    c.digests.clear();
+    refused(c);
     c = m;
     c.chunk_bytes = 12;
     refused(c);
@@ -148,6 +164,63 @@ TEST_SUITE("core.manifest.signature") {
     other.signature = "x25519:" + m.signature.substr(8);
     CHECK(check_signature(other, {actor.public_key}).message().find("unknown scheme") !=
           std::string::npos);
+  }
+
+  TEST_CASE("where versions are signed, one without chunk digests is refused, however signed") {
+    // A version signed over XXH3 checksums alone (an actor from before digests, or a member
+    // that strips them and finds an old signature) does not bind its bytes.
+    sluice::testing::JobKeys keys;
+    const Security actor = keys.security("actor");
+    const Security reader = keys.security("rollout-0");
+    Manifest m = two_tensors();
+    REQUIRE(sign_manifest(m, actor.sign).is_ok());
+    CHECK(check_version_signature(m, reader).is_ok());
+    Manifest old = m;
+    old.digests.clear();
+    REQUIRE(sign_manifest(old, actor.sign).is_ok());  // really the actor's signature
+    CHECK(check_signature(old, reader.version_signers()).is_ok());
+    Status s = check_version_signature(old, reader);
+    CHECK(s.code() == Code::kPermissionDenied);
+    CHECK(s.message().find("m@1 has no chunk digests") != std::string::npos);
+    // Plain mode checks nothing.
+    CHECK(check_version_signature(old, Security::plain()).is_ok());
+  }
+
+  TEST_CASE("digests in JSON: one per checksum, each sha256: and 64 lowercase hex characters") {
+    Manifest m = two_tensors();
+    const std::string good = digest_hex(m.digests[0]);
+    CHECK(good.rfind("sha256:", 0) == 0);
+    CHECK(good.size() == 7 + 64);
+    auto parsed = parse_digest(good, "d");
+    REQUIRE(parsed.is_ok());
+    CHECK(*parsed == m.digests[0]);
+    std::string upper = good;
+    for (auto& ch : upper)
+      if (ch >= 'a' && ch <= 'f') ch = static_cast<char>(ch - 'a' + 'A');
+    const std::vector<std::string> bad = {good.substr(0, good.size() - 1), good + "0",
+                                          "sha512:" + good.substr(7), "xxh3:" + good.substr(7),
+                                          upper.find_first_of("ABCDEF") != std::string::npos
+                                              ? upper
+                                              : good.substr(0, 7) + std::string(63, '0') + "g"};
+    for (const auto& b : bad) {
+      CAPTURE(b);
+      auto j = m.to_json();
+      j["digests"][1] = b;
+      auto r = Manifest::from_json(j);
+      CHECK(r.status().code() == Code::kInvalidArgument);
+      CHECK(r.status().message().find("digest") != std::string::npos);
+    }
+    auto j = m.to_json();
+    j["digests"].erase(j["digests"].size() - 1);
+    CHECK(Manifest::from_json(j).status().message().find("one digest per checksum") !=
+          std::string::npos);
+    j = m.to_json();
+    j["digests"][0] = 5;
+    CHECK(Manifest::from_json(j).status().message().find("not a string") != std::string::npos);
+    // Digests that do not match the chunk count are refused by validate() too.
+    Manifest short_m = m;
+    short_m.digests.pop_back();
+    CHECK(short_m.validate().message().find("2 digests for 3 chunks") != std::string::npos);
   }
 
   TEST_CASE("the signed form is fixed: known bytes and a known signature for a known manifest") {

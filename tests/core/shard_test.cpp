@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/bf16.hpp"
+#include "core/checksum.hpp"
 #include "core/manifest.hpp"
 #include "core/shard.hpp"
 #include "core/units.hpp"
@@ -219,15 +220,23 @@ TEST_SUITE("core.shard") {
 
   TEST_CASE("shard checksums travel signed in the manifest, and old manifests sign as before") {
     Version v = version();
-    const std::string v1 = v.manifest.signed_bytes();
-    CHECK(v1.rfind("sluice.manifest.v1", 0) == 0);
+    // Without digests (a manifest from before them), the signed form is v1, and v2 with shards.
+    Manifest legacy = v.manifest;
+    legacy.digests.clear();
+    CHECK(legacy.signed_bytes().rfind("sluice.manifest.v1", 0) == 0);
+    CHECK(v.manifest.signed_bytes().rfind("sluice.manifest.v3", 0) == 0);
     REQUIRE(add_shard_checksums(v.manifest, layout(0, 2), v.bytes.data()).is_ok());
     REQUIRE(add_shard_checksums(v.manifest, layout(0, 4), v.bytes.data()).is_ok());
     REQUIRE(add_shard_checksums(v.manifest, layout(3, 4), v.bytes.data()).is_ok());  // same one
     REQUIRE(v.manifest.shards.size() == 2);
     REQUIRE(v.manifest.validate().is_ok());
-    CHECK(v.manifest.signed_bytes().rfind("sluice.manifest.v2", 0) == 0);
-    // Each rank's checksums are those of its assembled stream.
+    CHECK(v.manifest.signed_bytes().rfind("sluice.manifest.v3", 0) == 0);
+    legacy = v.manifest;
+    legacy.digests.clear();
+    for (auto& sc : legacy.shards)
+      sc.digests.clear();
+    CHECK(legacy.signed_bytes().rfind("sluice.manifest.v2", 0) == 0);
+    // Each rank's checksums and digests are those of its assembled stream.
     for (std::uint32_t r = 0; r < 4; ++r) {
       auto plan = plan_shard(v.manifest, layout(r, 4)).value();
       std::vector<std::uint8_t> s(plan.bytes);
@@ -235,6 +244,13 @@ TEST_SUITE("core.shard") {
       const auto* want = declared_checksums(v.manifest, plan);
       REQUIRE(want != nullptr);
       CHECK(*want == stream_checksums(s, 40));
+      const auto* digests = declared_digests(v.manifest, plan);
+      REQUIRE(digests != nullptr);
+      REQUIRE(digests->size() == want->size());
+      for (std::size_t k = 0; k < digests->size(); ++k) {
+        const std::size_t n = std::min<std::size_t>(40, s.size() - 40 * k);
+        CHECK((*digests)[k] == chunk_digest(s.data() + 40 * k, n));
+      }
     }
     ShardLayout other = layout(0, 2);
     other.splits["wo"] = Split::kRows;  // not declared
@@ -251,6 +267,12 @@ TEST_SUITE("core.shard") {
     CHECK(check_signature(v.manifest, {key.public_key}).is_ok());
     Manifest forged = v.manifest;
     forged.shards[0].ranks[1][0] ^= 1;
+    CHECK(check_signature(forged, {key.public_key}).code() == Code::kPermissionDenied);
+    forged = v.manifest;
+    forged.shards[1].digests[3][0].bytes[0] ^= 1;
+    CHECK(check_signature(forged, {key.public_key}).code() == Code::kPermissionDenied);
+    forged = v.manifest;
+    forged.shards[1].digests.clear();
     CHECK(check_signature(forged, {key.public_key}).code() == Code::kPermissionDenied);
 
     SUBCASE("wrong counts, splits or sizes are refused") {
@@ -269,6 +291,15 @@ TEST_SUITE("core.shard") {
       j = v.manifest.to_json();
       j["shards"][0]["tp_size"] = 1u << 20;
       CHECK(has(Manifest::from_json(j).status(), "'tp_size' must be an integer"));
+      m = v.manifest;
+      m.shards[0].digests[1].pop_back();
+      CHECK(has(m.validate(), "rank 1 has"));
+      j = v.manifest.to_json();
+      j["shards"][0]["digests"][0][0] = "sha256:00";
+      CHECK(has(Manifest::from_json(j).status(), "shard digest"));
+      j = v.manifest.to_json();
+      j["shards"][0]["digests"].erase(1);
+      CHECK(has(Manifest::from_json(j).status(), "'digests' must be one array per rank"));
     }
   }
 
@@ -295,6 +326,9 @@ TEST_SUITE("core.shard") {
     std::vector<std::uint8_t> held(coarse.bytes);
     assemble_shard(coarse, v.bytes.data(), held.data());
     CHECK(share->checksums == stream_checksums(held, v.manifest.chunk_bytes));
+    REQUIRE(share->digests.size() == share->checksums.size());
+    CHECK(share->digests[0] ==
+          chunk_digest(held.data(), std::min<std::size_t>(held.size(), v.manifest.chunk_bytes)));
     CHECK(share->signature.empty());
 
     // Ranks 2 and 3 of tp 4 are inside rank 1 of tp 2: read out of the share's stream alone,

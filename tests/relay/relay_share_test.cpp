@@ -10,6 +10,7 @@
 #include <cstring>
 #include <map>
 
+#include "../support/job_keys.hpp"
 #include "../support/jobs.hpp"
 #include "../support/store_process.hpp"
 #include "actor/publisher.hpp"
@@ -85,16 +86,42 @@ std::vector<std::uint8_t> reference(const std::uint8_t* base, const Tensor& t, s
 
 // The run: hosts a0, a1 (rollout a) and b0, b1 (rollout b), a relay on each (host x1 holds share
 // rank 1 of tp 2), the store and the publisher apart. With `net`, each on an emulated host of its
-// own (network namespaces, links limited); without, labelled hosts on loopback.
+// own (network namespaces, links limited); without, labelled hosts on loopback. With `curve`,
+// every role authenticates with the job's keys and versions are signed, as in a default job: the
+// shares, which no actor signs, are trusted as the signed version's shares.
 std::vector<std::string> with(std::vector<std::string> a, std::initializer_list<std::string> b);
 
-void run_shares(cli::EmulatedHosts* net) {
+void run_shares(cli::EmulatedHosts* net, bool curve) {
+  std::unique_ptr<testing::JobKeys> keys;
+  if (curve) {
+    keys = std::make_unique<testing::JobKeys>(
+        std::vector<std::pair<std::string, std::string>>{{"weightstore", core::kRoleWeightstore},
+                                                         {"actor", core::kRoleActor},
+                                                         {"relay-a0", core::kRoleRelay},
+                                                         {"relay-a1", core::kRoleRelay},
+                                                         {"relay-b0", core::kRoleRelay},
+                                                         {"relay-b1", core::kRoleRelay},
+                                                         {"rollout-0", core::kRoleRollout}});
+  }
+  // A role's --set security arguments under `section`.
+  auto security_args = [&](const std::string& section, const std::string& identity) {
+    if (!keys) return std::vector<std::string>{"--set", section + ".security.mode=plain"};
+    const core::SecurityConfig c = keys->config(identity);
+    return std::vector<std::string>{"--set", section + ".security.key_file=" + c.key_file, "--set",
+                                    section + ".security.members_file=" + c.members_file};
+  };
+  auto security_of = [&](const std::string& identity) {
+    return keys ? keys->security(identity) : core::Security::plain();
+  };
   std::string store_ep;
   if (net) REQUIRE(net->enter(0).is_ok());  // the store and the publisher: host 0
   const std::string listen = net ? cli::EmulatedHosts::address(0) : std::string("127.0.0.1");
-  auto store = start({SLUICE_BIN, "--log-level", "warn", "weightstore", "--set",
-                      "store.listen=tcp://" + listen + ":*", "--set", "store.security.mode=plain"},
-                     "endpoint ", &store_ep);
+  std::vector<std::string> store_argv = {SLUICE_BIN, "--log-level",
+                                         "warn",     "weightstore",
+                                         "--set",    "store.listen=tcp://" + listen + ":*"};
+  for (const auto& a : security_args("store", "weightstore"))
+    store_argv.push_back(a);
+  auto store = start(store_argv, "endpoint ", &store_ep);
   // Hosts a0, a1 (rollout a) and b0, b1 (rollout b); host x1 holds share rank 1 of tp 2.
   const std::vector<std::string> hosts = {"a0", "a1", "b0", "b1"};
   std::map<std::string, std::unique_ptr<core::Subprocess>> relays;
@@ -106,18 +133,19 @@ void run_shares(cli::EmulatedHosts* net) {
     for (std::string a : {std::string(SLUICE_BIN), std::string("--log-level"), std::string("warn"),
                           std::string("relay")})
       argv.push_back(a);
-    relays[h] =
-        start(with(argv, {"--set", "relay.store=" + store_ep, "--set", "relay.relay_id=relay-" + h,
-                          "--set", "relay.security.mode=plain", "--set", "relay.poll_ms=20",
-                          "--set", "relay.host=" + h, "--set", "relay.share_tp_size=2", "--set",
-                          std::string("relay.share_rank=") + h.back()}),
-              "relay ");
+    argv =
+        with(argv, {"--set", "relay.store=" + store_ep, "--set", "relay.relay_id=relay-" + h,
+                    "--set", "relay.poll_ms=20", "--set", "relay.host=" + h, "--set",
+                    "relay.share_tp_size=2", "--set", std::string("relay.share_rank=") + h.back()});
+    for (const auto& a : security_args("relay", "relay-" + h))
+      argv.push_back(a);
+    relays[h] = start(argv, "relay ");
     loop->run_until([] { return false; }, Millis(100));  // join in this order
   }
   core::TransferOptions publisher_to = over_tcp();
   publisher_to.stream_reach = store_ep;  // its chunk server binds where the hosts reach it
   auto engine = core::TransferEngine::create(*loop, publisher_to).value();
-  auto client = weightstore::StoreClient::create(*loop, store_ep, core::Security::plain()).value();
+  auto client = weightstore::StoreClient::create(*loop, store_ep, security_of("actor")).value();
   actor::PublisherOptions po;
   po.model = "policy";
   po.holder_id = "actor-0";
@@ -143,6 +171,8 @@ void run_shares(cli::EmulatedHosts* net) {
   }
   auto m = pub->publish(1, views);
   REQUIRE_MESSAGE(m.is_ok(), m.status().to_string());
+  CHECK(m->signature.empty() == !curve);
+  CHECK_FALSE(m->digests.empty());
 
   // Each relay holds its share whole: the share's chunks, and no copy of the version.
   std::map<std::uint32_t, core::Manifest> share;
@@ -199,7 +229,7 @@ void run_shares(cli::EmulatedHosts* net) {
       ro.layout = layout(rank, 4);
       ro.layout->host_tp_size = 2;
       clients.push_back(
-          weightstore::StoreClient::create(*loop, store_ep, core::Security::plain()).value());
+          weightstore::StoreClient::create(*loop, store_ep, security_of("rollout-0")).value());
       auto reader = weightstore::Reader::create(*loop, *engines.back(), *clients.back(), ro);
       REQUIRE_MESSAGE(reader.is_ok(), reader.status().to_string());
       readers.push_back(std::move(reader).value());
@@ -268,7 +298,11 @@ TEST_SUITE("relay.share") {
   }
 
   TEST_CASE("host-share relays hold their host's share and serve every rank its exact shard") {
-    run_shares(nullptr);
+    run_shares(nullptr, false);
+  }
+
+  TEST_CASE("host-share relays under curve: shares trusted as the signed version's, read on-host") {
+    run_shares(nullptr, true);
   }
 
   TEST_CASE("host-share relays on emulated hosts: each holds its share, every rank its shard") {
@@ -285,6 +319,6 @@ TEST_SUITE("relay.share") {
       env.emplace_back(*e);
     auto net = cli::EmulatedHosts::up(hc, env);
     REQUIRE_MESSAGE(net.is_ok(), net.status().to_string());
-    run_shares(net->get());
+    run_shares(net->get(), true);
   }
 }
