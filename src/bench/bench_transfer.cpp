@@ -154,7 +154,8 @@ Result<nlohmann::json> sluice_read(const std::vector<std::string>& extra_env,
   Subprocess::Options ro;
   ro.argv = {self_exe(),     "--log-level", "warn",        "transfer-read",
              "--from",       endpoint,      "--in-flight", std::to_string(args.in_flight),
-             "--timeout-ms", "600000",      "--repeat",    std::to_string(kRepeat)};
+             "--timeout-ms", "600000",      "--repeat",    std::to_string(kRepeat),
+             "--verify",     args.verify};
   if (ucx_get) ro.argv.push_back("--ucx-get");
   enc.add_to(ro.argv);
   ro.extra_env = extra_env;

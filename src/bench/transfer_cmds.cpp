@@ -176,6 +176,16 @@ int run_transfer_read(const TransferReadArgs& args, const std::vector<std::strin
   opts.max_in_flight_per_source = args.in_flight;
   opts.total_timeout = Millis(args.timeout_ms);
   opts.op_timeout = Millis(args.op_timeout_ms);
+  if (args.verify == "checksum") {
+    layout->digests.clear();
+  } else if (args.verify != "digest") {
+    std::fprintf(stderr, "transfer-read: --verify must be digest or checksum, not '%s'\n",
+                 args.verify.c_str());
+    return 2;
+  } else if (layout->digests.empty()) {
+    std::fprintf(stderr, "transfer-read: the source gave no chunk digests to verify against\n");
+    return 1;
+  }
   auto chunks = whole_region_chunks(*layout);
   if (args.warmup) {
     // Connection set-up and first-touch costs stay out of the timed read: read one chunk from

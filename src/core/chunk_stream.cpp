@@ -258,6 +258,7 @@ struct ChunkServer::Impl {
     Clock::time_point last_progress;    // a byte received or sent
     Clock::time_point request_started;  // the first byte of the partial request in `in`
     std::uint64_t refused = 0;          // requests refused on this connection
+    std::uint64_t served = 0;           // requests answered with bytes
     ~Conn() {
       write_wait.reset();
       read_watch.reset();
@@ -349,15 +350,23 @@ struct ChunkServer::Impl {
     });
   }
 
-  // The connection that has moved nothing for longest and has nothing in progress, if any.
+  // The connection to close to admit another: the one that has moved nothing for longest and has
+  // nothing in progress; else one that has only ever been refused (a request of it may be under
+  // way: a client that keeps one bad request in progress at all times is never idle, and could
+  // otherwise hold a place for as long as its refusals last). Null when every connection is
+  // busy and has been served.
   Conn* idlest() {
     Conn* best = nullptr;
-    for (auto& [raw, c] : conns)
+    Conn* refused_only = nullptr;
+    for (auto& [raw, c] : conns) {
+      if (c->phase == Conn::Phase::kClosing) continue;
       if (c->out.empty() && c->in_have == 0 && c->wire_sent == c->wire.size() &&
-          c->plain_at == c->plain_have && c->phase != Conn::Phase::kClosing &&
-          (!best || c->last_progress < best->last_progress))
+          c->plain_at == c->plain_have && (!best || c->last_progress < best->last_progress))
         best = raw;
-    return best;
+      if (c->refused > 0 && c->served == 0 && (!refused_only || c->refused > refused_only->refused))
+        refused_only = raw;
+    }
+    return best ? best : refused_only;
   }
 
   void admit(int fd, const std::string& ip, std::uint16_t port) {
@@ -767,6 +776,7 @@ struct ChunkServer::Impl {
         return false;
       }
     } else {
+      ++c->served;
       h.length = req->length;
       rep.data = it->second.data + req->offset;
       rep.length = req->length;

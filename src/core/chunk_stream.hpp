@@ -115,8 +115,9 @@ struct ChunkServerOptions {
   // Connections accepted in one loop callback (>= 1).
   std::uint32_t accepts_per_turn = 64;
   // Requests refused on one connection (unknown region, range outside it) before it is closed.
-  // A reader whose copy was withdrawn meets a few (its requests in flight).
-  std::uint32_t max_refused_per_connection = 256;
+  // A reader whose copy was withdrawn meets a few (its requests in flight: 8 by default); a
+  // client whose requests keep failing is closed soon, so that it cannot hold a place for long.
+  std::uint32_t max_refused_per_connection = 16;
 
   template <typename V>
   void describe(V& v) {

@@ -8,18 +8,13 @@
 
 #include "core/checksum.hpp"
 #include "core/cuda_device.hpp"
+#include "core/cuda_status.hpp"
 #include "core/device_copy.hpp"
 #include "core/log.hpp"
 
 namespace sluice::core {
 
 namespace {
-
-Status cuda_check(cudaError_t e, const std::string& what) {
-  if (e == cudaSuccess) return {};
-  cudaGetLastError();  // clear a non-sticky error so that it does not surface in a later call
-  return internal_error("cuda: " + what + ": " + cudaGetErrorString(e));
-}
 
 // A page-locked buffer of one thread, grown as needed, for device_chunk_sums().
 struct Bounce {

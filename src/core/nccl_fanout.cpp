@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "core/cuda_device.hpp"
+#include "core/cuda_status.hpp"
 #include "core/device_copy.hpp"
 #include "core/log.hpp"
 #include "core/nccl_fanout.hpp"
@@ -18,12 +19,6 @@ namespace {
 
 // A broadcast's streams are queried this often: a version's copy takes milliseconds or more.
 constexpr std::chrono::microseconds kBroadcastPoll{50};
-
-Status cuda_check(cudaError_t e, const std::string& what) {
-  if (e == cudaSuccess) return {};
-  cudaGetLastError();
-  return internal_error("cuda: " + what + ": " + cudaGetErrorString(e));
-}
 
 Status nccl_check(ncclResult_t r, const std::string& what) {
   if (r == ncclSuccess) return {};

@@ -36,7 +36,9 @@ Result<RegionLayout> make_layout(std::string name, const std::uint8_t* data, std
   l.chunk_bytes = chunk_bytes;
   if (chunk_bytes == 0) return invalid_argument("chunk size must be positive");
   for (std::uint64_t i = 0; i < l.chunk_count(); ++i) {
-    l.checksums.push_back(chunk_checksum(data + l.chunk_offset(i), l.chunk_size(i)));
+    ChunkSums s = chunk_sums(data + l.chunk_offset(i), l.chunk_size(i), SumKind::both);
+    l.checksums.push_back(*s.checksum);
+    l.digests.push_back(*s.digest);
   }
   SLUICE_TRY(l.validate());
   return l;
@@ -60,6 +62,11 @@ Result<std::unique_ptr<RegionServer>> RegionServer::create(Server& server) {
     reply.body["bytes"] = l.bytes;
     reply.body["chunk_bytes"] = l.chunk_bytes;
     reply.body["checksums"] = l.checksums;
+    if (!l.digests.empty()) {
+      auto& digests = reply.body["digests"] = nlohmann::json::array();
+      for (const auto& d : l.digests)
+        digests.push_back(digest_hex(d));
+    }
     reply.blobs.push_back(it->second.buf->descriptor().encode());
     return reply;
   });
@@ -115,6 +122,16 @@ Result<RemoteRegion> describe_region(Client& client, const std::string& name, Mi
   for (const auto& c : b["checksums"]) {
     if (!c.is_number_unsigned()) return bad("a checksum is not an unsigned integer");
     r.layout.checksums.push_back(c.get<std::uint64_t>());
+  }
+  if (auto ds = b.find("digests"); ds != b.end()) {
+    if (!ds->is_array() || ds->size() != r.layout.checksums.size())
+      return bad("'digests' is not one digest per checksum");
+    for (const auto& d : *ds) {
+      if (!d.is_string()) return bad("a digest is not a string");
+      auto parsed = parse_digest(d.get_ref<const std::string&>(), "a digest");
+      if (!parsed.is_ok()) return bad(parsed.status().message());
+      r.layout.digests.push_back(*parsed);
+    }
   }
   Status v = r.layout.validate();
   if (!v.is_ok()) return bad(v.message());

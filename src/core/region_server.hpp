@@ -33,7 +33,7 @@ struct RegionLayout {
   Status validate() const;
 };
 
-// Computes the layout (a checksum per chunk) of `bytes` at `data`.
+// Computes the layout (a checksum and a digest per chunk) of `bytes` at `data`.
 Result<RegionLayout> make_layout(std::string name, const std::uint8_t* data, std::uint64_t bytes,
                                  std::uint64_t chunk_bytes);
 

@@ -261,7 +261,7 @@ struct RegisteredBuffer::Registration {
 
 namespace {
 
-struct Peer {
+struct UcxPeer {
   std::unique_ptr<ucx::Endpoint> ep;
   // GETs this reader keeps in flight to the peer at most, over ReadOptions' bound (see
   // get_window()).
@@ -289,7 +289,7 @@ struct Peer {
     return h;
   }
   static constexpr std::size_t kMaxCachedRkeys = 64;
-  ~Peer() {
+  ~UcxPeer() {
     rkeys.clear();  // before the endpoint closes
   }
 };
@@ -401,7 +401,7 @@ struct TransferEngine::Impl {
   std::string datacenter;
   std::shared_ptr<const StreamKeys> stream_keys;
   bool net_rdma = false;  // UCX reaches other hosts without tcp (see network_rdma())
-  std::map<std::string, std::shared_ptr<Peer>> peers;  // by worker address
+  std::map<std::string, std::shared_ptr<UcxPeer>> peers;  // by worker address
   std::map<ReadState*, std::shared_ptr<ReadState>> reads;
   std::uint64_t in_flight = 0;
   // GETs UCX still has to progress (copies from mapped memory run on the verify threads and need
@@ -449,14 +449,14 @@ struct TransferEngine::Impl {
     }
   }
 
-  Result<std::shared_ptr<Peer>> peer(const std::string& address) {
+  Result<std::shared_ptr<UcxPeer>> peer(const std::string& address) {
     auto it = peers.find(address);
     if (it != peers.end() && !it->second->failed) return it->second;
-    auto p = std::make_shared<Peer>();
+    auto p = std::make_shared<UcxPeer>();
     auto ep = ucx::Endpoint::connect(
         *worker, address,
         [](void* arg, ucs_status_t s) {
-          auto* peer = static_cast<Peer*>(arg);
+          auto* peer = static_cast<UcxPeer*>(arg);
           peer->failed = true;
           peer->why = ucs_status_string(s);
         },
@@ -484,7 +484,7 @@ namespace {
 
 struct SourceState {
   ReadSource src;
-  std::shared_ptr<Peer> peer;
+  std::shared_ptr<UcxPeer> peer;
   std::unique_ptr<ChunkStream> stream;  // reads go here instead of the peer when set
   ucp_rkey_h rkey = nullptr;            // owned by the peer's cache
   std::uint32_t in_flight = 0;

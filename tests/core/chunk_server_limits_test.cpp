@@ -248,8 +248,59 @@ TEST_SUITE("core.chunk_stream") {
     stop = true;
     attacker.join();
     CHECK(equal);
-    CHECK(replies > 1000);  // the flood reached the server and was refused
+    // The flood reached the server and was refused, each connection closed after its limit of
+    // refusals (16) and opened again at once by the attacker (which then sees few replies: the
+    // server closes with its refusals unsent).
+    CHECK(s.server->stats().refused > 1000);
     CHECK(beat.worst < std::chrono::seconds(1));
+  }
+
+  TEST_CASE("connections whose requests keep failing cannot hold every place from a reader") {
+    // Every place taken by a client that is never idle: each of its connections completes a
+    // request with a bad token every 100 ms and at once starts the next (its first byte sent), so
+    // a request of it is always in progress. Before, such a connection was never closed to make
+    // room (only idle ones were) and lasted 256 refusals: the reader was turned away.
+    ChunkServerOptions opts;
+    opts.max_connections = 8;
+    Served s(opts);
+    const std::string addr = s.server->addresses().front();
+    std::uint8_t bad[chunk_wire::kRequestBytes];
+    chunk_wire::encode_request({std::string(kStreamTokenBytes, 'x'), 0, 4096, 1}, bad);
+    std::vector<int> held;
+    for (int i = 0; i < 8; ++i) {
+      int fd = connect_from("127.0.0." + std::to_string(2 + i), addr);
+      REQUIRE(fd >= 0);
+      held.push_back(fd);
+    }
+    auto push = [&](int fd, const std::uint8_t* p, std::size_t n) {
+      for (std::size_t at = 0; at < n;) {
+        ssize_t k = ::send(fd, p + at, n - at, MSG_NOSIGNAL);
+        if (k <= 0) return;  // closed by the server (or full): the attack has lost this place
+        at += static_cast<std::size_t>(k);
+      }
+    };
+    auto drain = [](int fd) {
+      char b[4096];
+      while (::recv(fd, b, sizeof b, 0) > 0) {
+      }
+    };
+    s.loop->run_until([&] { return s.server->stats().connections >= 8; }, Millis(3000));
+    REQUIRE(s.server->stats().connections == 8);
+    for (int fd : held)
+      push(fd, bad, 1);
+    auto attack = s.loop->every(Millis(100), [&] {
+      for (int fd : held) {
+        drain(fd);
+        push(fd, bad + 1, sizeof bad - 1);  // completes the request: refused
+        push(fd, bad, 1);                   // and starts the next
+      }
+    });
+    s.loop->run_until([] { return false; }, Millis(500));
+    CHECK(read_all(*s.loop, *s.server, s.token, s.data));
+    CHECK(s.server->stats().connections <= 8);
+    attack.reset();
+    for (int fd : held)
+      ::close(fd);
   }
 
   TEST_CASE("with descriptors exhausted the server backs off, warns a few times, and recovers") {
