@@ -115,8 +115,9 @@ ChunkSums copy_with_sums(void* dst, const void* src, std::size_t bytes, SumKind 
   auto* d = static_cast<std::uint8_t*>(dst);
   const auto* s = static_cast<const std::uint8_t*>(src);
   if (bytes < 4 * kCopyBlock) {
-    // Small: one copy, then the sums of what was written.
-    std::memcpy(d, s, bytes);
+    // Small: one copy, then the sums of what was written. (An empty range may come as null
+    // pointers, which memcpy may not be given even for no bytes.)
+    if (bytes > 0) std::memcpy(d, s, bytes);
     if (detail::copy_with_checksum_read_hook) detail::copy_with_checksum_read_hook(0);
     return chunk_sums(d, bytes, kind);
   }
