@@ -1,6 +1,8 @@
 #include "relay/relay_state.hpp"
 
 #include <algorithm>
+#include <tuple>
+#include <utility>
 
 namespace sluice::relay {
 
@@ -177,17 +179,24 @@ void RelayState::ask_source(CopyState& c, Clock::time_point now, Actions& out) {
   out.push_back(action::AskSource{std::move(req)});
 }
 
+namespace {
+// Chunk i's place in a version, from the manifest's sizes alone: Manifest::layout() would copy
+// every chunk's checksum and digest, once for each chunk read.
+std::pair<std::uint64_t, std::uint64_t> chunk_span(const core::Manifest& m, std::uint32_t i) {
+  const std::uint64_t off = std::uint64_t{i} * m.chunk_bytes;
+  return {off, off >= m.total_bytes ? 0 : std::min(m.chunk_bytes, m.total_bytes - off)};
+}
+}  // namespace
+
 void RelayState::read_chunk(CopyState& c, std::uint32_t i, Actions& out) {
-  auto layout = c.manifest.layout();
   action::ReadChunk a;
   a.version = c.manifest.version;
   a.chunk = i;
   a.source = c.source;
   a.desc = c.source_desc;
-  a.offset = layout.chunk_offset(i);
-  a.bytes = layout.chunk_size(i);
-  a.checksum = layout.checksums[i];
-  if (!layout.digests.empty()) a.digest = layout.digests[i];
+  std::tie(a.offset, a.bytes) = chunk_span(c.manifest, i);
+  a.checksum = c.manifest.checksums[i];
+  if (!c.manifest.digests.empty()) a.digest = c.manifest.digests[i];
   core::ChunkRead r;
   r.src_offset = r.dst_offset = a.offset;
   r.bytes = a.bytes;
@@ -201,15 +210,13 @@ void RelayState::read_chunk(CopyState& c, std::uint32_t i, Actions& out) {
 // A host share's chunk i from a complete holder of the whole version: the share's pieces that
 // fall in it.
 void RelayState::read_share_chunk(CopyState& c, std::uint32_t i, Actions& out) {
-  const auto layout = c.manifest.layout();
   action::ReadChunk a;
   a.version = c.manifest.version;
   a.chunk = i;
   a.source = c.source;
   a.desc = c.source_desc;
   a.pieces = true;
-  a.offset = layout.chunk_offset(i);
-  a.bytes = layout.chunk_size(i);
+  std::tie(a.offset, a.bytes) = chunk_span(c.manifest, i);
   a.checksum = c.manifest.checksums[i];
   if (!c.manifest.digests.empty()) a.digest = c.manifest.digests[i];
   const std::uint64_t from_off = a.offset, to_off = from_off + a.bytes;
