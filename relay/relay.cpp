@@ -65,7 +65,7 @@ struct Relay::Impl {
                                                            "weight bytes received and verified");
   core::Gauge& m_version =
       core::process_metrics().gauge("sluice_relay_version", "the newest version held whole");
-  std::unique_ptr<DeltaOffers> offers;  // make_deltas only
+  std::unique_ptr<DeltaOffers> offers;  // make_deltas or deltas_for_other_datacenters
   core::Counter& m_delta_bytes = core::process_metrics().counter(
       "sluice_relay_delta_bytes_received_total", "delta bytes read in place of full versions");
   core::Counter& m_delta_chunks = core::process_metrics().counter(
@@ -190,8 +190,9 @@ struct Relay::Impl {
                       name(v));
             return state.source_unknown(v);
           }
-          NamedSource s{r->holder_id, r->model, r->distance, std::move(desc).value(),
-                        std::move(r->chunks)};
+          NamedSource s{r->holder_id,         r->model,
+                        r->distance,          std::move(desc).value(),
+                        std::move(r->chunks), r->feeds_other_datacenter};
           execute(state.source_named(v, std::move(s), Clock::now()));
         });
   }
@@ -205,7 +206,7 @@ struct Relay::Impl {
       ro.max_in_flight_per_source = 4;
     }
     engine->read(
-        {{a.source, a.desc}}, a.reads, *it->second, ro,
+        {{a.source, a.desc, a.source}}, a.reads, *it->second, ro,
         [this, v = a.version, i = a.chunk, from = a.source, pieces = a.pieces, off = a.offset,
          bytes = a.bytes, sum = a.checksum, digest = a.digest](Result<core::ReadStats> st) {
           Status s = st.status();
@@ -381,7 +382,8 @@ Result<std::unique_ptr<Relay>> Relay::create(core::EventLoop& loop, RelayConfig 
   ho.log_name = "relay " + impl->config.relay_id;
   SLUICE_ASSIGN_OR_RETURN(impl->holder,
                           weightstore::Holder::create(loop, *impl->store, std::move(ho)));
-  if (impl->config.make_deltas) {
+  if (impl->config.make_deltas ||
+      (impl->config.deltas_for_other_datacenters && impl->config.share_tp_size == 0)) {
     DeltaOptions d;
     d.holder_id = impl->config.relay_id;
     d.endpoint = "relay:" + impl->config.relay_id;

@@ -50,8 +50,12 @@ struct RelayConfig : weightstore::HolderRoleConfig, weightstore::TopologyLabels 
   // N+1 is in another datacenter, it reads a delta N -> N+1 instead (when one is offered, or
   // expected within delta_wait_ms), rebuilds N+1, verifies every chunk against N+1's checksums
   // and reads the chunks that fail in full.
+  // deltas_for_other_datacenters: make them also without make_deltas whenever the store says a
+  // relay of another datacenter reads from this one (it is its datacenter's seed, and a
+  // datacenter after it in the chain has relays), so a WAN link carries deltas with no setting.
   bool make_deltas = false;
   bool use_deltas = true;
+  bool deltas_for_other_datacenters = true;
   std::uint64_t delta_wait_ms = 5000;
   // A relay receives one version at a time: a newer one starts once the one being received is
   // complete, or once it has made no progress for abandon_after_ms (its sources failing or
@@ -85,6 +89,9 @@ struct RelayConfig : weightstore::HolderRoleConfig, weightstore::TopologyLabels 
     v("max_version_bytes", max_version_bytes, "largest version this relay takes, in bytes");
     v("make_deltas", make_deltas,
       "offer the delta N -> N+1 when this relay holds N and completes N+1 (default false)");
+    v("deltas_for_other_datacenters", deltas_for_other_datacenters,
+      "make deltas also without make_deltas while the store says a relay of another datacenter "
+      "reads from this one (default true; not for a host-share relay)");
     v("use_deltas", use_deltas,
       "read N+1 as a delta against a held N when its source is in another datacenter "
       "(default true)");

@@ -201,7 +201,7 @@ void fetch_delta(core::TransferEngine& engine, weightstore::StoreClient& store,
         for (const auto& h : r->holders) {
           auto desc = core::RegionDescriptor::decode(h.descriptor);
           if (!desc.is_ok()) return fail(desc.status());
-          sources.push_back({h.holder_id, std::move(desc).value()});
+          sources.push_back({h.holder_id, std::move(desc).value(), h.holder_id});
         }
         auto buf = engine.allocate(d.bytes, false);
         if (!buf.is_ok()) return fail(buf.status());
@@ -209,12 +209,13 @@ void fetch_delta(core::TransferEngine& engine, weightstore::StoreClient& store,
         core::ReadOptions ro;
         ro.op_timeout = kRelayGetTimeout;
         ro.total_timeout = kRelayReadTimeout;
-        // The lease is renewed while the read runs: a holder frees a delta once its leases
-        // drain.
-        std::shared_ptr<core::EventLoop::Timer> renew =
-            store.loop().every(weightstore::kLeaseRenewPeriod, [&store, lease] {
-              store.renew_async(lease, weightstore::kStoreRequestTimeout, [](Status) {});
-            });
+        // The lease is renewed while the read runs (a holder frees a delta once its leases
+        // drain), and a renewal that fails stops the read, as a version's pull does.
+        ro.cancel = std::make_shared<core::ReadCancel>();
+        std::shared_ptr<core::EventLoop::Timer> renew = store.keep_lease(
+            lease, weightstore::kLeaseRenewPeriod, weightstore::kStoreRequestTimeout, ro.cancel,
+            "delta " + target.model + "@" + std::to_string(base) + "->" +
+                std::to_string(target.version));
         engine.read(
             std::move(sources), core::whole_region_chunks(d.layout()), *blob, ro,
             [&store, lease, blob, f, base, target, base_bytes, &dst, &have, done,

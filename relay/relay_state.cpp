@@ -52,7 +52,7 @@ Actions RelayState::housekeeping(Clock::time_point now) {
 
 Actions RelayState::store_forgot(Clock::time_point now) {
   // Deltas are offered again once the copies they refer to are back.
-  if (config_.make_deltas) reoffer_at_ = now + kHeartbeat;
+  if (config_.make_deltas || fed_other_datacenter_) reoffer_at_ = now + kHeartbeat;
   return {action::Join{true}};
 }
 
@@ -253,6 +253,8 @@ Actions RelayState::source_named(std::uint64_t version, NamedSource s, Clock::ti
   c->source_distance = s.distance;
   c->source_desc = std::move(s.desc);
   c->source_has = std::move(s.chunks);
+  c->feeds_other_datacenter = s.feeds_other_datacenter;
+  fed_other_datacenter_ = fed_other_datacenter_ || s.feeds_other_datacenter;
   pump(*c, now, out);
   return out;
 }
@@ -285,7 +287,9 @@ void RelayState::check_complete(CopyState& c, Actions& out) {
   c.complete = std::all_of(c.have.begin(), c.have.end(), [](bool b) { return b; });
   if (!c.complete) return;
   action::Completed done{c.manifest.version, std::nullopt};
-  if (config_.make_deltas) {
+  const bool auto_delta = config_.deltas_for_other_datacenters && config_.share_tp_size == 0 &&
+                          c.feeds_other_datacenter;
+  if (config_.make_deltas || auto_delta) {
     if (CopyState* base = base_for(c)) done.delta_base = base->manifest.version;
   }
   out.push_back(done);

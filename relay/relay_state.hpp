@@ -113,6 +113,9 @@ struct CopyState {
   bool reporting = false;                 // an add_chunks request is out
   Clock::time_point asked{};
   int source_distance = 3;  // topology distance to the source, as the store said
+  // The store said, naming a source, that a relay of another datacenter reads from this one:
+  // the delta to this version is made (RelayConfig::deltas_for_other_datacenters).
+  bool feeds_other_datacenter = false;
 
   // Receiving by delta (use_deltas): wanted until the source is known to be remote (or not);
   // no chunk is read in full while a delta is asked for or read.
@@ -139,6 +142,7 @@ struct NamedSource {
   int distance = 3;
   core::RegionDescriptor desc;  // decoded by the service
   std::vector<bool> chunks;
+  bool feeds_other_datacenter = false;  // the store says a relay of another datacenter reads here
 };
 
 // What fetch_delta came back with.
@@ -218,6 +222,7 @@ class RelayState {
   bool stopping_ = false;
   Clock::time_point last_heartbeat_{};
   std::optional<Clock::time_point> reoffer_at_;  // after a store restart, once copies are back
+  bool fed_other_datacenter_ = false;            // some copy was made to feed another datacenter
 };
 
 }  // namespace sluice::relay

@@ -189,6 +189,19 @@ void StoreClient::renew_async(std::uint64_t lease_id, Millis timeout, StatusDone
   ask_status(encode(r), timeout, std::move(done));
 }
 
+std::shared_ptr<core::EventLoop::Timer> StoreClient::keep_lease(
+    std::uint64_t lease_id, Millis period, Millis timeout, std::shared_ptr<core::ReadCancel> stop,
+    std::string what) {
+  return loop().every(period, [this, lease_id, timeout, stop, what] {
+    renew_async(lease_id, timeout, [lease_id, stop, what](Status s) {
+      if (s.is_ok() || stop->cancelled()) return;
+      core::log::warn("{}: lease {} not renewed, read stopped: {}", what, lease_id, s.to_string());
+      stop->cancel(core::unavailable("lease " + std::to_string(lease_id) +
+                                     " not renewed: " + s.to_string()));
+    });
+  });
+}
+
 void StoreClient::release_async(std::uint64_t lease_id, Millis timeout, StatusDone done) {
   Release r;
   r.lease_id = lease_id;
@@ -243,7 +256,7 @@ Result<Pulled> pull(core::TransferEngine& engine, StoreClient& store, const std:
       store.release(plan.lease_id).ignore();
       return d.status().with_context("holder " + h.holder_id);
     }
-    sources.push_back({h.holder_id, std::move(d).value()});
+    sources.push_back({h.holder_id, std::move(d).value(), h.holder_id});
   }
   auto layout = plan.manifest.layout();
   auto chunks = core::whole_region_chunks(layout);
@@ -302,7 +315,7 @@ void pull_async(core::TransferEngine& engine, StoreClient& store, const std::str
             release(plan->lease_id);
             return done(d.status().with_context("holder " + h.holder_id));
           }
-          sources.push_back({h.holder_id, std::move(d).value()});
+          sources.push_back({h.holder_id, std::move(d).value(), h.holder_id});
         }
         // A layout that does not fit this version fails here, before anything is read.
         std::optional<core::ShardPlan> shard_plan;
@@ -314,23 +327,12 @@ void pull_async(core::TransferEngine& engine, StoreClient& store, const std::str
           }
           shard_plan = std::move(p).value();
         }
-        // Renewed while the read runs. A renewal that fails (the store refused it: it restarted,
-        // or the lease expired; or it did not answer) ends the read: without the lease a holder
-        // may reuse the memory under the reader, and reading on could only tear.
+        // Renewed while the read runs; a renewal that fails ends the read (keep_lease).
         std::shared_ptr<core::EventLoop::Timer> renew;
         if (lease_renew > Millis(0)) {
-          std::uint64_t lease = plan->lease_id;
-          auto stop = std::make_shared<core::ReadCancel>();
-          options.cancel = stop;
-          renew = sc->loop().every(lease_renew, [sc, lease, lease_renew, stop, model] {
-            sc->renew_async(lease, lease_renew, [lease, stop, model](Status s) {
-              if (s.is_ok() || stop->cancelled()) return;
-              core::log::warn("pull {}: lease {} not renewed, read stopped: {}", model, lease,
-                              s.to_string());
-              stop->cancel(core::unavailable("lease " + std::to_string(lease) +
-                                             " not renewed: " + s.to_string()));
-            });
-          });
+          options.cancel = std::make_shared<core::ReadCancel>();
+          renew = sc->keep_lease(plan->lease_id, lease_renew, lease_renew, options.cancel,
+                                 "pull " + model);
         }
         if (shard_plan) {
           return read_shard_via_share_async(

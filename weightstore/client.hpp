@@ -93,6 +93,14 @@ class StoreClient {
   void share_plan_async(const PlanRequest& p, std::shared_ptr<const core::Manifest> parent,
                         Millis timeout, Done<ReadPlan> done);
   void renew_async(std::uint64_t lease_id, Millis timeout, StatusDone done);
+  // Renews `lease_id` every `period` (each renewal within `timeout`) while a read runs. A
+  // renewal that fails (the store refused it: it restarted, or the lease expired; or it did not
+  // answer) cancels the read through `stop`: without the lease a holder may reuse the memory
+  // under the reader, and reading on could only tear. Drop the timer to stop renewing.
+  std::shared_ptr<core::EventLoop::Timer> keep_lease(std::uint64_t lease_id, Millis period,
+                                                     Millis timeout,
+                                                     std::shared_ptr<core::ReadCancel> stop,
+                                                     std::string what);
   // `done` may be empty: fire and forget (a lease that is not released expires on the store).
   void release_async(std::uint64_t lease_id, Millis timeout, StatusDone done = {});
   void unpublish_async(const CopyRef& c, Millis timeout, Done<Drained> done = {});

@@ -232,6 +232,7 @@ Message encode(const ChainSource& m) {
                       {{"holder_id", m.holder_id}, {"endpoint", m.endpoint}, {"chunks", m.chunks}});
   r.body["distance"] = m.distance;
   if (!m.model.empty()) r.body["model"] = m.model;
+  if (m.feeds_other_datacenter) r.body["feeds_other_datacenter"] = true;
   r.blobs.push_back(m.descriptor);
   return r;
 }
@@ -431,6 +432,8 @@ Result<ChainSource> decode_chain_source(const Message& m, const Limits& lim) {
   if (m.body.contains("distance")) SLUICE_TRY(field::u64(m.body, what, "distance", distance));
   if (m.body.contains("model"))
     SLUICE_TRY(field::id(m.body, what, "model", lim.max_id_bytes, r.model));
+  if (m.body.contains("feeds_other_datacenter"))
+    SLUICE_TRY(field::boolean(m.body, what, "feeds_other_datacenter", r.feeds_other_datacenter));
   r.distance = static_cast<int>(std::min<std::uint64_t>(distance, 3));
   if (m.blobs.size() != 1) return core::protocol_error(std::string(what) + ": no descriptor");
   r.descriptor = m.blobs[0];

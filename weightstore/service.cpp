@@ -115,8 +115,26 @@ Status counted(Status s, const Message& req, const char* reason = "owner") {
   return s;
 }
 
+// In curve mode a holder id is its caller's own (core::Members::owns_holder_id): the identity,
+// or the identity and a '-' suffix. So nobody registers under a holder's id while that holder is
+// down, and a reader can check that a server is the holder its plan names.
+Status holder_id_is_callers(const core::Security& sec, const std::string& holder_id,
+                            const Message& req) {
+  if (!req.peer.authenticated ||
+      (sec.members && sec.members->owns_holder_id(req.peer.identity, holder_id))) {
+    return {};
+  }
+  return counted(
+      core::permission_denied("holder id '" + holder_id + "' is not " + req.peer.identity +
+                              "'s: a member holds as '" + req.peer.identity + "' or '" +
+                              req.peer.identity + "-<suffix>'"),
+      req);
+}
+
 // The holder's owner check, counted and logged as a refusal when it fails.
-Status owner_of(const WeightStore& st, const std::string& holder_id, const Message& req) {
+Status owner_of(const WeightStore& st, const core::Security& sec, const std::string& holder_id,
+                const Message& req) {
+  SLUICE_TRY(holder_id_is_callers(sec, holder_id, req));
   return counted(st.check_owner(holder_id, req.peer.identity), req);
 }
 
@@ -186,6 +204,7 @@ void StoreService::install_holder_handlers(const StoreDecodeLimits& lim) {
       msg::kRegister,
       [&st, &sec, lim](const Message& req) -> Result<Message> {
         SLUICE_ASSIGN_OR_RETURN(auto r, decode_registration(req, lim));
+        SLUICE_TRY(holder_id_is_callers(sec, r.holder_id, req));
         const bool known = st.knows(r.manifest.model, r.manifest.version);
         // A registration of a version the store does not know creates it (how a restarted
         // store learns its versions back): only from a manifest the actor signed, whoever
@@ -219,25 +238,25 @@ void StoreService::install_holder_handlers(const StoreDecodeLimits& lim) {
       kHolders);
   srv.on_sync(
       msg::kAddChunks,
-      [&st](const Message& req) -> Result<Message> {
+      [&st, &sec](const Message& req) -> Result<Message> {
         SLUICE_ASSIGN_OR_RETURN(auto r, decode_add_chunks(req));
-        SLUICE_TRY(owner_of(st, r.holder_id, req));
+        SLUICE_TRY(owner_of(st, sec, r.holder_id, req));
         SLUICE_TRY(st.add_chunks(r.holder_id, r.model, r.version, r.chunks, Clock::now()));
         return encode(Committed{st.committed(r.model, r.version)});
       },
       kHolders);
   srv.on_sync(
       msg::kHeartbeat,
-      [&st](const Message& req) -> Result<Message> {
+      [&st, &sec](const Message& req) -> Result<Message> {
         SLUICE_ASSIGN_OR_RETURN(auto r, decode_heartbeat(req));
-        SLUICE_TRY(owner_of(st, r.holder_id, req));
+        SLUICE_TRY(owner_of(st, sec, r.holder_id, req));
         SLUICE_TRY(st.heartbeat(r.holder_id, Clock::now()));
         return encode_ok();
       },
       kHolders);
-  auto drained_reply = [&st](const Message& req, bool unpublish) -> Result<Message> {
+  auto drained_reply = [&st, &sec](const Message& req, bool unpublish) -> Result<Message> {
     SLUICE_ASSIGN_OR_RETURN(auto c, decode_copy_ref(req));
-    SLUICE_TRY(owner_of(st, c.holder_id, req));
+    SLUICE_TRY(owner_of(st, sec, c.holder_id, req));
     if (unpublish) SLUICE_TRY(st.unpublish(c.holder_id, c.model, c.version));
     SLUICE_ASSIGN_OR_RETURN(bool drained, st.drained(c.holder_id, c.model, c.version));
     return encode(Drained{drained});
@@ -331,6 +350,9 @@ void StoreService::install_relay_handlers() {
         SLUICE_ASSIGN_OR_RETURN(auto src,
                                 st.chain_source(r.model, r.version, r.relay_id, r.exclude));
         src.distance = st.holder_distance(r.relay_id, src.holder_id);
+        src.feeds_other_datacenter = st.feeds_other_datacenter(r.model, r.version, r.relay_id);
+        // Readers in the next datacenter are told a delta is expected from it (DeltaPlan).
+        if (src.feeds_other_datacenter) st.set_delta_maker(r.relay_id, true);
         return encode(src);
       },
       kRelay);
@@ -365,10 +387,12 @@ void StoreService::install_relay_handlers() {
 void StoreService::install_delta_handlers(const StoreDecodeLimits& lim) {
   auto& srv = *server_;
   WeightStore& st = store_;
+  const core::Security& sec = security_;
   srv.on_sync(
       msg::kRegisterDelta,
-      [&st, lim](const Message& req) -> Result<Message> {
+      [&st, &sec, lim](const Message& req) -> Result<Message> {
         SLUICE_ASSIGN_OR_RETURN(auto r, decode_delta_registration(req, lim));
+        SLUICE_TRY(holder_id_is_callers(sec, r.holder_id, req));
         SLUICE_TRY(counted(st.register_delta(r, Clock::now(), req.peer.identity), req));
         log::info("weightstore: delta {}@{}->{} ({} bytes) offered by {}", r.delta.model,
                   r.delta.base, r.delta.target, r.delta.bytes, r.holder_id);
@@ -384,9 +408,9 @@ void StoreService::install_delta_handlers(const StoreDecodeLimits& lim) {
         return encode(p);
       },
       kAnyMember);
-  auto delta_drained = [&st, lim](const Message& req, bool unpublish) -> Result<Message> {
+  auto delta_drained = [&st, &sec, lim](const Message& req, bool unpublish) -> Result<Message> {
     SLUICE_ASSIGN_OR_RETURN(auto r, decode_delta_ref(req, lim));
-    SLUICE_TRY(owner_of(st, r.holder_id, req));
+    SLUICE_TRY(owner_of(st, sec, r.holder_id, req));
     SLUICE_ASSIGN_OR_RETURN(bool drained,
                             unpublish ? st.unpublish_delta(r.holder_id, r.model, r.base, r.target)
                                       : st.delta_drained(r.holder_id, r.model, r.base, r.target));

@@ -322,7 +322,7 @@ void share_round(const std::shared_ptr<ShardJob>& job) {
             return all_pieces_from_version(job,
                                            "holder " + h.holder_id + ": " + d.status().to_string());
           }
-          sources.push_back({h.holder_id, std::move(d).value()});
+          sources.push_back({h.holder_id, std::move(d).value(), h.holder_id});
         }
         const std::uint64_t cb = r->manifest.chunk_bytes;
         // With a relay of the share on this host, only it is read from, at the pace it receives:

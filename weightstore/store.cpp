@@ -223,10 +223,7 @@ core::Result<bool> WeightStore::drained(const std::string& holder_id, const std:
                            vname(model, version) + ": whether its readers drained is unknown");
   }
   if (copy->leases_unknown_until) return false;  // leases a restarted store never saw
-  for (const auto& [id, l] : leases_) {
-    if (l.model != model || l.version != version) continue;
-    if (std::find(l.holders.begin(), l.holders.end(), holder_id) != l.holders.end()) return false;
-  }
+  if (leases_by_copy_.count({holder_id, model, version})) return false;
   return !relay_reading(holder_id, model, version);
 }
 
@@ -276,13 +273,14 @@ std::string WeightStore::state_digest() const {
   }
   for (const auto& [id, n] : relay_order_)
     add("relay", id, n);
-  for (const auto& [name, m] : models_)
-    for (const auto& [pair, d] : m.deltas)
-      add("delta", name, pair.first, pair.second, d.bytes, d.chunk_bytes, d.checksums.size());
-  for (const auto& [id, h] : holders_)
-    for (const auto& [key, c] : h.deltas)
+  for (const auto& [id, h] : holders_) {
+    for (const auto& [key, c] : h.deltas) {
       add("dcopy", id, std::get<0>(key), std::get<1>(key), std::get<2>(key), c.endpoint,
-          c.descriptor, c.unpublished);
+          c.descriptor, c.unpublished, c.object.bytes, c.object.chunk_bytes);
+      for (auto x : c.object.checksums)
+        add(x);
+    }
+  }
   for (const auto& [id, l] : delta_leases_) {
     add("dlease", id, std::get<0>(l.key), std::get<1>(l.key), std::get<2>(l.key), l.owner,
         l.expires.time_since_epoch().count());
@@ -320,10 +318,40 @@ bool WeightStore::committed(const std::string& model, std::uint64_t version) con
 }
 
 std::size_t WeightStore::active_leases(const std::string& holder_id) const {
-  std::size_t n = 0;
-  for (const auto& [id, l] : leases_)
-    n += static_cast<std::size_t>(std::count(l.holders.begin(), l.holders.end(), holder_id));
-  return n;
+  auto it = leases_by_holder_.find(holder_id);
+  return it == leases_by_holder_.end() ? 0 : it->second;
+}
+
+namespace {
+// Adds `by` (+1 or -1) to table[key], dropping the entry at zero.
+template <typename Table, typename Key>
+void bump(Table& table, const Key& key, int by) {
+  auto& n = table[key];
+  n = static_cast<std::uint32_t>(static_cast<std::int64_t>(n) + by);
+  if (n == 0) table.erase(key);
+}
+}  // namespace
+
+void WeightStore::count_lease(const Lease& l, int by) {
+  if (!l.owner.empty()) bump(leases_by_owner_, l.owner, by);
+  for (const auto& h : l.holders) {
+    bump(leases_by_holder_, h, by);
+    bump(leases_by_copy_, std::make_tuple(h, l.model, l.version), by);
+  }
+}
+
+void WeightStore::count_lease(const DeltaLease& l, int by) {
+  if (!l.owner.empty()) bump(leases_by_owner_, l.owner, by);
+}
+
+Status WeightStore::check_lease_cap(const std::string& owner) const {
+  if (owner.empty()) return {};
+  auto it = leases_by_owner_.find(owner);
+  if (it == leases_by_owner_.end() || it->second < config_.max_leases_per_identity) return {};
+  return core::Status(core::Code::kResourceExhausted,
+                      fmt::format("{} holds {} leases, the most one member may: release or let "
+                                  "some expire before planning again",
+                                  owner, it->second));
 }
 
 core::Result<ReadPlan> WeightStore::plan(const std::string& model, std::uint64_t version,
@@ -339,6 +367,7 @@ core::Result<ReadPlan> WeightStore::plan(const std::string& model, std::uint64_t
   if (!v->committed && !share) {
     return core::failed_precondition(vname(model, version) + " is not committed yet");
   }
+  SLUICE_TRY(check_lease_cap(owner));
   ReadPlan p;
   p.manifest = v->manifest;
   std::vector<Candidate<Copy>> cands;
@@ -394,7 +423,7 @@ Status WeightStore::renew(std::uint64_t lease_id, Clock::time_point now,
   auto extend = [&](auto& table, auto it) -> Status {
     SLUICE_TRY(check_lease_owner(lease_id, it->second.owner, identity));
     if (now >= it->second.deadline) {
-      table.erase(it);
+      drop_lease(table, it);
       return core::not_found(fmt::format("lease {} reached its longest life ({} ms): plan again",
                                          lease_id, config_.lease_max_life.count()));
     }
@@ -412,7 +441,7 @@ Status WeightStore::renew(std::uint64_t lease_id, Clock::time_point now,
 Status WeightStore::release(std::uint64_t lease_id, const std::string& identity) {
   if (auto d = delta_leases_.find(lease_id); d != delta_leases_.end()) {
     SLUICE_TRY(check_lease_owner(lease_id, d->second.owner, identity));
-    delta_leases_.erase(d);
+    drop_lease(delta_leases_, d);
     return {};
   }
   auto it = leases_.find(lease_id);
@@ -420,19 +449,46 @@ Status WeightStore::release(std::uint64_t lease_id, const std::string& identity)
     return core::not_found("lease " + std::to_string(lease_id) + " is not active");
   }
   SLUICE_TRY(check_lease_owner(lease_id, it->second.owner, identity));
-  leases_.erase(it);
+  drop_lease(leases_, it);
   return {};
 }
 
 Status WeightStore::pin(const std::string& model, std::uint64_t version, const std::string& owner) {
   Version* v = find_version(model, version);
   if (!v) return core::not_found("no " + vname(model, version));
+  if (v->pins.count(owner)) return {};
+  if (!owner.empty()) {
+    auto n = pins_by_owner_.find(owner);
+    if (n != pins_by_owner_.end() && n->second >= config_.max_pins_per_identity) {
+      return core::Status(core::Code::kResourceExhausted,
+                          fmt::format("{} pins {} versions, the most one member may: unpin one "
+                                      "before pinning {}",
+                                      owner, n->second, vname(model, version)));
+    }
+    bump(pins_by_owner_, owner, +1);
+  }
   v->pins.insert(owner);
   return {};
 }
 
 void WeightStore::unpin(const std::string& model, std::uint64_t version, const std::string& owner) {
-  if (Version* v = find_version(model, version)) v->pins.erase(owner);
+  Version* v = find_version(model, version);
+  if (v && v->pins.erase(owner) && !owner.empty()) bump(pins_by_owner_, owner, -1);
+}
+
+void WeightStore::unpin_holder(const std::string& holder_id, const std::string& owner) {
+  const bool identity_left =
+      owner.empty() || std::any_of(holders_.begin(), holders_.end(),
+                                   [&](const auto& h) { return h.second.owner == owner; });
+  for (auto& [name, m] : models_) {
+    for (auto& [v, ver] : m.versions) {
+      for (const std::string& who : {holder_id, identity_left ? std::string() : owner}) {
+        if (!who.empty() && ver.pins.erase(who) && pins_by_owner_.count(who)) {
+          bump(pins_by_owner_, who, -1);
+        }
+      }
+    }
+  }
 }
 
 std::set<std::uint64_t> WeightStore::retained(const std::string& model) const {
@@ -484,26 +540,39 @@ bool WeightStore::labelled_datacenters() const {
   return false;
 }
 
+const std::string& WeightStore::holder_dc(const std::string& id) const {
+  static const std::string none;
+  auto h = holders_.find(id);
+  return h == holders_.end() ? none : h->second.topology.datacenter;
+}
+
 std::vector<std::string> WeightStore::dc_ancestors(
     const std::string& model, std::uint64_t version, const std::string& relay_id,
     const std::vector<std::pair<std::uint64_t, std::string>>& order) const {
-  auto dc_of = [this](const std::string& id) -> const std::string& {
-    static const std::string none;
-    auto h = holders_.find(id);
-    return h == holders_.end() ? none : h->second.topology.datacenter;
-  };
-  const std::string& my_dc = dc_of(relay_id);
+  const std::string& my_dc = holder_dc(relay_id);
   // Inside a datacenter the relays form a chain in join order; its first relay is the seed.
   std::vector<std::string> ancestors;
   for (const auto& [seq, id] : order) {
     if (id == relay_id) break;
-    if (dc_of(id) == my_dc) ancestors.insert(ancestors.begin(), id);
+    if (holder_dc(id) == my_dc) ancestors.insert(ancestors.begin(), id);
   }
   if (!ancestors.empty()) return ancestors;
   // A seed. The seeds form a chain over the datacenters: the publisher's datacenter first (its
   // seed reads from the publisher), then the others in the order their seeds joined, each seed
   // reading from the one before. So each datacenter's WAN link carries one copy in (none into
   // the publisher's) and at most one copy out, however many relays and readers it has.
+  const std::vector<std::string> seeds = seed_chain(model, version, order);
+  for (std::size_t i = 0; i < seeds.size(); ++i) {
+    if (seeds[i] != relay_id) continue;
+    for (std::size_t j = i; j-- > 0;)
+      ancestors.push_back(seeds[j]);
+  }
+  return ancestors;
+}
+
+std::vector<std::string> WeightStore::seed_chain(
+    const std::string& model, std::uint64_t version,
+    const std::vector<std::pair<std::uint64_t, std::string>>& order) const {
   std::string publisher_dc;
   bool has_publisher = false;
   for (const auto& [id, h] : holders_) {
@@ -518,19 +587,23 @@ std::vector<std::string> WeightStore::dc_ancestors(
   std::set<std::string> seen;
   if (has_publisher) seen.insert(publisher_dc);  // its seed reads from the publisher
   for (const auto& [seq, id] : order) {
-    const std::string& dc = dc_of(id);
+    const std::string& dc = holder_dc(id);
     if (has_publisher && dc == publisher_dc) {
-      if (seeds.empty() || dc_of(seeds.front()) != dc) seeds.insert(seeds.begin(), id);
+      if (seeds.empty() || holder_dc(seeds.front()) != dc) seeds.insert(seeds.begin(), id);
       continue;
     }
     if (seen.insert(dc).second) seeds.push_back(id);
   }
-  for (std::size_t i = 0; i < seeds.size(); ++i) {
-    if (seeds[i] != relay_id) continue;
-    for (std::size_t j = i; j-- > 0;)
-      ancestors.push_back(seeds[j]);
-  }
-  return ancestors;
+  return seeds;
+}
+
+bool WeightStore::feeds_other_datacenter(const std::string& model, std::uint64_t version,
+                                         const std::string& relay_id) const {
+  if (config_.broadcast != "chain" || !labelled_datacenters() || !relay_order_.count(relay_id))
+    return false;
+  const std::vector<std::string> seeds = seed_chain(model, version, chain_order(relay_id));
+  auto at = std::find(seeds.begin(), seeds.end(), relay_id);
+  return at != seeds.end() && std::next(at) != seeds.end();
 }
 
 std::optional<WeightStore::CopyInfo> WeightStore::share_head_source(
@@ -721,9 +794,11 @@ std::vector<HolderState> WeightStore::holders(const std::string& model,
 
 std::vector<std::string> WeightStore::expire(Clock::time_point now) {
   std::vector<std::string> gone;
+  std::vector<std::pair<std::string, std::string>> unpins;  // (holder id, its owner)
   for (auto it = holders_.begin(); it != holders_.end();) {
     if (now - it->second.last_seen > config_.holder_ttl) {
       gone.push_back(it->first);
+      unpins.emplace_back(it->first, it->second.owner);
       relay_order_.erase(it->first);
       for (auto g = chain_reads_.begin(); g != chain_reads_.end();) {
         g = std::get<0>(g->first) == it->first ? chain_reads_.erase(g) : std::next(g);
@@ -738,16 +813,14 @@ std::vector<std::string> WeightStore::expire(Clock::time_point now) {
       if (c.leases_unknown_until && now >= *c.leases_unknown_until) c.leases_unknown_until.reset();
     }
   }
-  for (auto it = leases_.begin(); it != leases_.end();) {
-    if (now > it->second.expires)
-      it = leases_.erase(it);
-    else
-      ++it;
-  }
-  std::erase_if(delta_leases_, [now](const auto& l) { return now > l.second.expires; });
+  for (const auto& [id, owner] : unpins)
+    unpin_holder(id, owner);
+  for (auto it = leases_.begin(); it != leases_.end();)
+    it = now > it->second.expires ? drop_lease(leases_, it) : std::next(it);
+  for (auto it = delta_leases_.begin(); it != delta_leases_.end();)
+    it = now > it->second.expires ? drop_lease(delta_leases_, it) : std::next(it);
   for (const auto& id : gone)
     delta_makers_.erase(id);
-  forget_unheld_deltas();
   erase_retired(now);
   return gone;
 }
@@ -818,9 +891,10 @@ WeightStore::Sizes WeightStore::sizes() const {
   Sizes n;
   for (const auto& [name, m] : models_) {
     n.versions += m.versions.size();
-    n.deltas += m.deltas.size();
-    for (const auto& [v, ver] : m.versions)
+    for (const auto& [v, ver] : m.versions) {
       n.chunk_entries += ver.manifest.checksums.size();
+      n.pins += ver.pins.size();
+    }
   }
   for (const auto& [id, h] : holders_) {
     n.copies += h.copies.size();

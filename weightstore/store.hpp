@@ -76,6 +76,12 @@ struct StoreConfig {
   // A lease expires this long after it was granted, renewed or not (> 0): longer than any one
   // read of a version takes, short enough that a retired copy is freed in bounded time.
   Millis lease_max_life{3600000};
+  // Per authenticated identity (curve mode): at most this many active leases (version and delta
+  // leases together) and pins, so that one member that plans or pins without end cannot grow
+  // the store's tables; beyond them plan, delta_plan and pin are resource_exhausted. Plain mode
+  // has no identities: its leases are bounded by lease_ttl alone.
+  std::uint32_t max_leases_per_identity = 256;
+  std::uint32_t max_pins_per_identity = 16;
 };
 
 struct HolderRegistration {
@@ -258,7 +264,8 @@ class WeightStore {
     std::size_t chunk_entries = 0;  // per-chunk entries: manifests' checksums and copies' bitmaps
     std::size_t leases = 0;         // version and delta leases
     std::size_t chain_reads = 0;    // relays' current sources
-    std::size_t deltas = 0;         // delta objects and holders' copies of them
+    std::size_t deltas = 0;         // holders' copies of deltas
+    std::size_t pins = 0;           // pins, all versions
   };
   Sizes sizes() const;
 
@@ -297,11 +304,18 @@ class WeightStore {
     std::string endpoint;
     std::string descriptor;
     std::vector<bool> chunks;
-    int distance = 3;  // from the relay to this holder (the service fills it in)
+    int distance = 3;                     // from the relay to this holder (the service fills it in)
+    bool feeds_other_datacenter = false;  // the asking relay's (the service fills it in)
   };
   core::Result<CopyInfo> chain_source(const std::string& model, std::uint64_t version,
                                       const std::string& relay_id,
                                       const std::set<std::string>& exclude);
+  // Whether a relay of another datacenter reads `model`@`version` from relay `relay_id` in the
+  // chain: it is its datacenter's seed, and a seed of another datacenter comes after it. The
+  // service tells the relay so with its source (CopyInfo::feeds_other_datacenter), and the relay
+  // then makes deltas for that link with no setting (relay.deltas_for_other_datacenters).
+  bool feeds_other_datacenter(const std::string& model, std::uint64_t version,
+                              const std::string& relay_id) const;
   // Every registered copy of a version: holder id and how many chunks it has.
   std::vector<std::pair<std::string, std::size_t>> copies(const std::string& model,
                                                           std::uint64_t version) const;
@@ -310,16 +324,19 @@ class WeightStore {
   std::vector<HolderState> holders(const std::string& model, std::uint64_t version) const;
 
   // Deltas (store_delta.cpp). A holder offers a delta it holds whole; both versions must be
-  // known and retained, of one size and chunk size. Another holder's offer of the same pair must
-  // describe the same object (already_exists otherwise). Binds the holder to `owner` as
-  // register_holder does.
+  // known and retained, of one size and chunk size. Each offer is bound to its holder: holders
+  // may describe the same pair differently (a delta's bytes are checked against its holder's
+  // description, and what it rebuilds against the target's signed digests), so that an early
+  // bogus offer blocks nobody's honest one. Binds the holder to `owner` as register_holder does.
   core::Status register_delta(const DeltaRegistration& r, Clock::time_point now,
                               const std::string& owner = {});
   // A relay that makes deltas (its configuration says so): readers waiting for a delta are told
   // one is expected while it holds the versions.
   void set_delta_maker(const std::string& relay_id, bool makes);
   // For a reader at `where` that holds `base`: whether and where `target` can be read as a
-  // delta. Takes a lease on the holders named when available. failed_precondition when target
+  // delta. Where holders describe it differently, the description a delta-making relay offers
+  // is chosen, else the one most holders offer; only its holders are named. Takes a lease on
+  // them when available. failed_precondition when target
   // is not committed; not_found when base or target is not retained (no delta is kept then).
   // The lease is bound to `owner` as plan()'s is.
   core::Result<DeltaPlan> delta_plan(const std::string& model, std::uint64_t base,
@@ -357,6 +374,7 @@ class WeightStore {
   struct DeltaCopy {
     std::string endpoint;
     std::string descriptor;
+    DeltaObject object;  // as this holder described it
     bool unpublished = false;
   };
   // A copy or a delta that a plan may name: ranked once, nearest first, then least loaded
@@ -386,7 +404,6 @@ class WeightStore {
   };
   struct Model {
     std::map<std::uint64_t, Version> versions;
-    std::map<std::pair<std::uint64_t, std::uint64_t>, DeltaObject> deltas;  // (base, target)
     std::uint64_t latest = 0;  // 0: nothing committed yet
     std::uint64_t erased = 0;  // the newest version erased (0: none)
   };
@@ -407,9 +424,26 @@ class WeightStore {
     l.expires = std::min(now + config_.lease_ttl, l.deadline);
     l.owner = owner;
     const std::uint64_t id = next_lease_++;
+    count_lease(l, +1);
     table[id] = std::move(l);
     return id;
   }
+  // Drops lease `it` from `table`, and from the counts.
+  template <typename L>
+  typename std::map<std::uint64_t, L>::iterator drop_lease(
+      std::map<std::uint64_t, L>& table, typename std::map<std::uint64_t, L>::iterator it) {
+    count_lease(it->second, -1);
+    return table.erase(it);
+  }
+  // What a lease adds to (or, with -1, takes from) the counts below.
+  struct DeltaLease;
+  void count_lease(const Lease& l, int by);
+  void count_lease(const DeltaLease& l, int by);
+  // resource_exhausted when `owner` already holds max_leases_per_identity leases.
+  core::Status check_lease_cap(const std::string& owner) const;
+  // Clears the pins of an expired holder: those under its id, and those of its identity when no
+  // live holder of that identity is left.
+  void unpin_holder(const std::string& holder_id, const std::string& owner);
   // Whether `identity` may renew or release a lease bound to `owner`.
   static core::Status check_lease_owner(std::uint64_t lease_id, const std::string& owner,
                                         const std::string& identity);
@@ -441,6 +475,13 @@ class WeightStore {
       const std::vector<std::pair<std::uint64_t, std::string>>& order) const;
   // Whether some relay has a datacenter label: the chain then runs per datacenter.
   bool labelled_datacenters() const;
+  // A live holder's datacenter label (empty when it has none or is unknown).
+  const std::string& holder_dc(const std::string& id) const;
+  // The seeds (each datacenter's first relay by join) in chain order: the publisher's
+  // datacenter's first, then the others in the order their seeds joined.
+  std::vector<std::string> seed_chain(
+      const std::string& model, std::uint64_t version,
+      const std::vector<std::pair<std::uint64_t, std::string>>& order) const;
   // A chain over datacenters: `relay_id`'s ancestors, nearest first (`order`: relays by join).
   std::vector<std::string> dc_ancestors(
       const std::string& model, std::uint64_t version, const std::string& relay_id,
@@ -458,9 +499,13 @@ class WeightStore {
     Clock::time_point deadline;  // lease_max_life after it was granted
   };
   std::map<std::uint64_t, DeltaLease> delta_leases_;  // share next_lease_ with leases_
-  std::set<std::string> delta_makers_;                // relays that make deltas
-  // Drops delta objects that no holder offers any more.
-  void forget_unheld_deltas();
+  // Counts kept beside the lease tables, so that no question costs a pass over every lease:
+  // active leases (both kinds) per identity; version leases per holder, and per holder's copy.
+  std::map<std::string, std::uint32_t> leases_by_owner_;
+  std::map<std::string, std::uint32_t> leases_by_holder_;
+  std::map<std::tuple<std::string, std::string, std::uint64_t>, std::uint32_t> leases_by_copy_;
+  std::map<std::string, std::uint32_t> pins_by_owner_;  // pins per identity (curve mode)
+  std::set<std::string> delta_makers_;                  // relays that make deltas
   core::Result<bool> delta_drain(const std::string& holder_id, const DeltaKey& key, bool unpublish);
   std::map<std::string, std::uint64_t> relay_order_;  // relay id -> join sequence
   // (relay id, model, version) -> the holder chain_source last named for that relay to read from.

@@ -48,6 +48,14 @@ Status WeightStore::register_delta(const DeltaRegistration& r, Clock::time_point
   SLUICE_TRY(check_owner(r.holder_id, owner));
   const DeltaObject& d = r.delta;
   SLUICE_TRY(d.validate());
+  if (auto n = holders_.find(r.holder_id); n != holders_.end()) {
+    auto mine = n->second.deltas.find({d.model, d.base, d.target});
+    if (mine != n->second.deltas.end() && !(mine->second.object == d)) {
+      return core::Status(core::Code::kAlreadyExists,
+                          dname(d.model, d.base, d.target) + ": holder '" + r.holder_id +
+                              "' offers it already, described otherwise");
+    }
+  }
   const std::string name = dname(d.model, d.base, d.target);
   Version* base = find_version(d.model, d.base);
   Version* target = find_version(d.model, d.target);
@@ -60,16 +68,11 @@ Status WeightStore::register_delta(const DeltaRegistration& r, Clock::time_point
   if (!kept.count(d.base) || !kept.count(d.target)) {
     return core::failed_precondition(name + ": a version is no longer retained");
   }
-  auto& objects = models_[d.model].deltas;
-  auto [it, added] = objects.try_emplace({d.base, d.target}, d);
-  if (!added && !(it->second == d)) {
-    return core::Status(core::Code::kAlreadyExists, name + " exists with another description");
-  }
   auto& h = holders_[r.holder_id];
   if (h.owner.empty()) h.owner = owner;
   h.topology = r.topology;
   h.last_seen = now;
-  h.deltas[{d.model, d.base, d.target}] = DeltaCopy{r.endpoint, r.descriptor, false};
+  h.deltas[{d.model, d.base, d.target}] = DeltaCopy{r.endpoint, r.descriptor, d, false};
   return {};
 }
 
@@ -91,21 +94,19 @@ core::Result<DeltaPlan> WeightStore::delta_plan(const std::string& model, std::u
   if (!kept.count(base) || !kept.count(target)) {
     return core::not_found(name + ": a version is no longer retained");
   }
+  SLUICE_TRY(check_lease_cap(owner));
   DeltaPlan p;
   p.target_bytes = find_version(model, target)->manifest.total_bytes;
   const DeltaKey key{model, base, target};
-  auto& objects = models_[model].deltas;
-  auto obj = objects.find({base, target});
+  std::map<std::string, std::size_t> load;  // delta leases per holder
+  for (const auto& [lid, l] : delta_leases_)
+    for (const auto& id : l.holders)
+      ++load[id];
   std::vector<Candidate<DeltaCopy>> cands;
-  if (obj != objects.end()) {
-    for (const auto& [id, h] : holders_) {
-      auto c = h.deltas.find(key);
-      if (c == h.deltas.end() || c->second.unpublished) continue;
-      std::size_t load = 0;
-      for (const auto& [lid, l] : delta_leases_)
-        load += static_cast<std::size_t>(std::count(l.holders.begin(), l.holders.end(), id));
-      cands.push_back({id, &c->second, distance(where, h.topology), load});
-    }
+  for (const auto& [id, h] : holders_) {
+    auto c = h.deltas.find(key);
+    if (c == h.deltas.end() || c->second.unpublished) continue;
+    cands.push_back({id, &c->second, distance(where, h.topology), load[id]});
   }
   if (cands.empty()) {
     // Expected when a live maker holds either version (it makes the delta once it has both).
@@ -119,12 +120,26 @@ core::Result<DeltaPlan> WeightStore::delta_plan(const std::string& model, std::u
     return p;
   }
   std::sort(cands.begin(), cands.end());
+  // Holders may describe the pair differently (an early bogus offer among them): the
+  // description a delta maker offers wins, then the one most holders offer, then the nearest's.
+  const DeltaObject* chosen = nullptr;
+  std::pair<bool, std::size_t> best{false, 0};
+  for (const auto& c : cands) {
+    std::pair<bool, std::size_t> score{false, 0};
+    for (const auto& o : cands) {
+      if (!(o.copy->object == c.copy->object)) continue;
+      score.first = score.first || delta_makers_.count(o.id) > 0;
+      ++score.second;
+    }
+    if (!chosen || score > best) chosen = &c.copy->object, best = score;
+  }
   p.available = true;
-  p.delta = obj->second;
+  p.delta = *chosen;
   DeltaLease l;
   l.key = key;
   for (const auto& c : cands) {
     if (p.holders.size() >= config_.sources_per_chunk) break;
+    if (!(c.copy->object == *chosen)) continue;
     p.holders.push_back({c.id, c.copy->endpoint, c.copy->descriptor, c.dist});
     l.holders.push_back(c.id);
   }
@@ -148,7 +163,6 @@ core::Result<bool> WeightStore::delta_drain(const std::string& holder_id, const 
   }
   // Drained: the holder frees it now, and the store forgets it.
   h->second.deltas.erase(c);
-  forget_unheld_deltas();
   return true;
 }
 
@@ -169,14 +183,17 @@ std::vector<DeltaState> WeightStore::deltas(const std::string& model) const {
   auto m = models_.find(model);
   if (m == models_.end()) return out;
   auto kept = retained(model);
-  for (const auto& [pair, d] : m->second.deltas) {
-    if (!kept.count(pair.first) || !kept.count(pair.second)) continue;
-    for (const auto& [id, h] : holders_) {
-      auto c = h.deltas.find({model, pair.first, pair.second});
-      if (c == h.deltas.end()) continue;
-      out.push_back({id, pair.first, pair.second, d.bytes, c->second.unpublished});
+  for (const auto& [id, h] : holders_) {
+    for (const auto& [key, c] : h.deltas) {
+      const auto& [name, base, target] = key;
+      if (name != model || !kept.count(base) || !kept.count(target)) continue;
+      out.push_back({id, base, target, c.object.bytes, c.unpublished});
     }
   }
+  // By pair, then holder id (holders_ is in id order and the sort is stable).
+  std::stable_sort(out.begin(), out.end(), [](const DeltaState& a, const DeltaState& b) {
+    return std::tie(a.base, a.target) < std::tie(b.base, b.target);
+  });
   return out;
 }
 
@@ -185,18 +202,6 @@ int WeightStore::holder_distance(const std::string& a, const std::string& b) con
   auto hb = holders_.find(b);
   if (ha == holders_.end() || hb == holders_.end()) return 3;
   return distance(ha->second.topology, hb->second.topology);
-}
-
-void WeightStore::forget_unheld_deltas() {
-  for (auto& entry : models_) {
-    // Not a structured binding: clang before 16 (the fuzz build) cannot capture one.
-    const std::string& name = entry.first;
-    std::erase_if(entry.second.deltas, [&](const auto& e) {
-      const DeltaKey key{name, e.first.first, e.first.second};
-      return std::none_of(holders_.begin(), holders_.end(),
-                          [&](const auto& h) { return h.second.deltas.count(key) > 0; });
-    });
-  }
 }
 
 }  // namespace sluice::weightstore

@@ -101,7 +101,9 @@ class Publisher:
     process serves the version to relays and generators. ``wait(version)`` blocks until the
     store committed it. Versions must increase. Tensor names are the ``state_dict``'s (Hugging
     Face names for a Hugging Face model). CUDA tensors (one GPU) are copied on CUDA streams.
-    ``layouts`` declares the rollouts' inference layouts (dicts as :class:`Reader` takes; only
+    ``holder_id`` is the id it holds versions under: by default its identity where the job
+    authenticates (curve), where an id must be the identity or the identity and a ``-suffix``;
+    ``"actor-0"`` in plain mode. ``layouts`` declares the rollouts' inference layouts (dicts as :class:`Reader` takes; only
     ``tp_size`` and ``splits`` count): each version then carries signed checksums of every
     rank's shard, so those readers read only their shard's bytes.
 
@@ -112,12 +114,14 @@ class Publisher:
         pub.wait(1)
     """
 
-    def __init__(self, store: str, model: str, *, holder_id: str = "actor-0",
-                 security: Optional[Mapping[str, str]] = None, chunk_bytes: int = 8 << 20,
+    def __init__(self, store: str, model: str, *, holder_id: Optional[str] = None,
+                 security: Optional[Mapping[str, str]] = None, stream_encryption: str = "auto",
+                 chunk_bytes: int = 8 << 20,
                  keep_versions: int = 2, lease_ttl: float = 10.0, timeout: float = 10.0,
                  layouts: Optional[Sequence[Mapping[str, Any]]] = None) -> None:
-        self._p = _sluice.Publisher(store, model, holder_id=holder_id,
-                                    security=_security(security), chunk_bytes=chunk_bytes,
+        self._p = _sluice.Publisher(store, model, holder_id=holder_id or "",
+                                    security=_security(security),
+                                    stream_encryption=stream_encryption, chunk_bytes=chunk_bytes,
                                     keep_versions=keep_versions, lease_ttl=lease_ttl,
                                     timeout=timeout,
                                     layouts=None if layouts is None else [dict(l) for l in layouts])
@@ -170,20 +174,25 @@ class Reader:
     "names": {...}, "cast": "bf16"}`` (``cast``: "bf16" from F32, or "fp8_e4m3" from BF16 with a
     "<name>.scale" F32 tensor per ``cast_block`` elements). A bad layout raises before anything
     is loaded. Such a reader does not serve. ``last_read()`` says what the last pull moved.
+    ``holder_id`` is the id it serves under, as for :class:`Publisher` (``"reader-0"`` in plain
+    mode). Where the job encrypts chunk streams, it reads them encrypted with its own keys.
+    ``stream_encryption`` is as a role's: ``"auto"`` (encrypt what a holder serves encrypted
+    only), ``"on"`` (serve and read encrypted streams only; needs curve) or ``"off"``.
 
     Example::
 
-        reader = sluice.Reader(store, "policy", holder_id="gen-0", security=cfg["security"])
+        reader = sluice.Reader(store, "policy", security=cfg["security"])
         reader.pull("latest", into=model.state_dict())
     """
 
-    def __init__(self, store: str, model: str, *, holder_id: str = "reader-0",
-                 security: Optional[Mapping[str, str]] = None, serve: Optional[bool] = None,
-                 timeout: float = 10.0, drain_timeout: float = 30.0,
+    def __init__(self, store: str, model: str, *, holder_id: Optional[str] = None,
+                 security: Optional[Mapping[str, str]] = None, stream_encryption: str = "auto",
+                 serve: Optional[bool] = None, timeout: float = 10.0, drain_timeout: float = 30.0,
                  layout: Optional[Mapping[str, Any]] = None) -> None:
         # serve: True unless a layout is given (a shard reader holds no whole version to serve).
-        self._r = _sluice.Reader(store, model, holder_id=holder_id, security=_security(security),
-                                 serve=serve, timeout=timeout, drain_timeout=drain_timeout,
+        self._r = _sluice.Reader(store, model, holder_id=holder_id or "", security=_security(security),
+                                 stream_encryption=stream_encryption, serve=serve, timeout=timeout,
+                                 drain_timeout=drain_timeout,
                                  layout=None if layout is None else dict(layout))
         self.model = model
 

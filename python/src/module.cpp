@@ -116,16 +116,26 @@ std::string random_hex() {
 
 // What a Publisher and a Reader both stand on: this process's security, a transfer engine and a
 // store client, made on the object's loop (call from LoopThread::exclusive).
-void connect_store(core::EventLoop& loop, const core::SecurityConfig& sc, const std::string& who,
-                   const std::string& store, double timeout,
-                   std::unique_ptr<core::TransferEngine>& engine,
-                   std::unique_ptr<weightstore::StoreClient>& client) {
+// Returns the holder id to hold under: `holder_id`, or with none given this process's identity
+// (curve: a holder id is its member's identity or identity-<suffix>), else `fallback`.
+std::string connect_store(core::EventLoop& loop, const core::SecurityConfig& sc,
+                          const std::string& who, const std::string& holder_id,
+                          const std::string& fallback, const std::string& stream_encryption,
+                          const std::string& store, double timeout,
+                          std::unique_ptr<core::TransferEngine>& engine,
+                          std::unique_ptr<weightstore::StoreClient>& client) {
   auto sec = value(core::load_security(sc, who));
   core::TransferOptions to;
   to.environment = environment();
   to.stream_reach = store;  // the chunk server binds where the job's hosts reach it
+  // The job's stream keys, as its roles have them (no datacenter label): under auto a holder that
+  // serves encrypted streams only is read encrypted, and this process's own chunk server takes
+  // encrypted readers; "on" serves and reads encrypted streams only.
+  check(core::set_stream_security(to, stream_encryption, "", sec, who));
   engine = value(core::TransferEngine::create(loop, to));
   client = value(weightstore::StoreClient::create(loop, store, sec, millis(timeout)));
+  if (!holder_id.empty()) return holder_id;
+  return sec.curve() ? sec.identity : fallback;
 }
 
 // A shard layout from a Python dict (core::ShardLayout::from_json's keys); None: none.
@@ -142,8 +152,8 @@ std::optional<core::ShardLayout> shard_layout(const py::object& layout) {
 class Publisher {
  public:
   Publisher(std::string store, std::string model, std::string holder_id, py::object security,
-            std::uint64_t chunk_bytes, std::uint32_t keep_versions, double lease_ttl,
-            double timeout, py::object layouts)
+            std::string stream_encryption, std::uint64_t chunk_bytes, std::uint32_t keep_versions,
+            double lease_ttl, double timeout, py::object layouts)
       : model_(std::move(model)) {
     auto sc = security_config(security);
     std::vector<core::ShardLayout> declared;
@@ -153,10 +163,10 @@ class Publisher {
     }
     py::gil_scoped_release nogil;
     lt_.exclusive([&] {
-      connect_store(lt_.loop(), sc, "publisher " + holder_id, store, timeout, engine_, store_);
       actor::PublisherOptions po;
+      po.holder_id = connect_store(lt_.loop(), sc, "publisher " + holder_id, holder_id, "actor-0",
+                                   stream_encryption, store, timeout, engine_, store_);
       po.model = model_;
-      po.holder_id = holder_id;
       po.chunk_bytes = chunk_bytes;
       po.keep_versions = keep_versions;
       po.lease_ttl = millis(lease_ttl);
@@ -312,7 +322,8 @@ std::string mismatches(const core::Manifest& m, const std::vector<TensorRef>& in
 class Reader {
  public:
   Reader(std::string store, std::string model, std::string holder_id, py::object security,
-         py::object serve_arg, double timeout, double drain_timeout, py::object layout_arg)
+         std::string stream_encryption, py::object serve_arg, double timeout, double drain_timeout,
+         py::object layout_arg)
       : model_(std::move(model)) {
     auto sc = security_config(security);
     std::optional<core::ShardLayout> layout = shard_layout(layout_arg);
@@ -321,10 +332,10 @@ class Reader {
     const bool serve = serve_arg.is_none() ? !layout : serve_arg.cast<bool>();
     py::gil_scoped_release nogil;
     lt_.exclusive([&] {
-      connect_store(lt_.loop(), sc, "reader " + holder_id, store, timeout, engine_, store_);
       weightstore::ReaderOptions ro;
+      ro.holder_id = connect_store(lt_.loop(), sc, "reader " + holder_id, holder_id, "reader-0",
+                                   stream_encryption, store, timeout, engine_, store_);
       ro.model = model_;
-      ro.holder_id = holder_id;
       ro.serve = serve;
       ro.request_timeout = millis(timeout);
       ro.drain_timeout = millis(drain_timeout);
@@ -723,12 +734,12 @@ PYBIND11_MODULE(_sluice, m) {
       py::arg("level"), "trace, debug, info, warn, error or off (stderr)");
 
   py::class_<Publisher>(m, "Publisher")
-      .def(py::init<std::string, std::string, std::string, py::object, std::uint64_t, std::uint32_t,
-                    double, double, py::object>(),
-           py::arg("store"), py::arg("model"), py::kw_only(), py::arg("holder_id") = "actor-0",
-           py::arg("security") = py::none(), py::arg("chunk_bytes") = 8u << 20,
-           py::arg("keep_versions") = 2, py::arg("lease_ttl") = 10.0, py::arg("timeout") = 10.0,
-           py::arg("layouts") = py::none())
+      .def(py::init<std::string, std::string, std::string, py::object, std::string, std::uint64_t,
+                    std::uint32_t, double, double, py::object>(),
+           py::arg("store"), py::arg("model"), py::kw_only(), py::arg("holder_id") = "",
+           py::arg("security") = py::none(), py::arg("stream_encryption") = "auto",
+           py::arg("chunk_bytes") = 8u << 20, py::arg("keep_versions") = 2,
+           py::arg("lease_ttl") = 10.0, py::arg("timeout") = 10.0, py::arg("layouts") = py::none())
       .def("publish", &Publisher::publish, py::arg("version"), py::arg("tensors"))
       .def("wait", &Publisher::wait, py::arg("version"), py::arg("timeout") = 60.0)
       .def("committed", &Publisher::committed)
@@ -750,12 +761,12 @@ PYBIND11_MODULE(_sluice, m) {
       });
 
   py::class_<Reader>(m, "Reader")
-      .def(py::init<std::string, std::string, std::string, py::object, py::object, double, double,
-                    py::object>(),
-           py::arg("store"), py::arg("model"), py::kw_only(), py::arg("holder_id") = "reader-0",
-           py::arg("security") = py::none(), py::arg("serve") = py::none(),
-           py::arg("timeout") = 10.0, py::arg("drain_timeout") = 30.0,
-           py::arg("layout") = py::none())
+      .def(py::init<std::string, std::string, std::string, py::object, std::string, py::object,
+                    double, double, py::object>(),
+           py::arg("store"), py::arg("model"), py::kw_only(), py::arg("holder_id") = "",
+           py::arg("security") = py::none(), py::arg("stream_encryption") = "auto",
+           py::arg("serve") = py::none(), py::arg("timeout") = 10.0,
+           py::arg("drain_timeout") = 30.0, py::arg("layout") = py::none())
       .def("last_read", &Reader::last_read)
       .def("latest", &Reader::latest)
       .def_property_readonly("current", &Reader::current)

@@ -51,6 +51,17 @@ def make_keys(work, rollouts=2, relays=0):
     return keys
 
 
+def job_with_publisher(script, test_file, rollouts=2):
+    """A job's keys and store, and ``script`` (a publisher) in another process, run as
+    ``python -c script TEST_DIR STORE KEYS`` with its stdin and stdout piped: (keys, store, child)."""
+    work = workdir()
+    keys = make_keys(work, rollouts=rollouts)
+    store = start_store(work, keys)
+    child = subprocess.Popen([sys.executable, "-c", script, os.path.dirname(os.path.abspath(test_file)), store, keys],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    return keys, store, child
+
+
 def security(keys, identity):
     return {"mode": "curve", "key_file": os.path.join(keys, identity + ".key"),
             "members_file": os.path.join(keys, "members.json")}

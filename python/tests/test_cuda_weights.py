@@ -3,8 +3,6 @@ process's GPU tensors, equal bit for bit. The model is a Hugging Face GPT-2 buil
 configuration (no download) where transformers is installed, else a small model with Hugging
 Face names. Skipped (77) without a CUDA device or without CUDA in this build."""
 
-import os
-import subprocess
 import sys
 
 import _harness as h
@@ -51,11 +49,7 @@ pub.close(timeout=10)
 
 
 def main():
-    work = h.workdir()
-    keys = h.make_keys(work)
-    store = h.start_store(work, keys)
-    child = subprocess.Popen([sys.executable, "-c", PUBLISHER, os.path.dirname(__file__), store, keys],
-                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    keys, store, child = h.job_with_publisher(PUBLISHER, __file__)
     # Libraries may print to the child's stdout too (transformers 5 prints its warnings there):
     # read up to the word, or to the end when the child died.
     said = []

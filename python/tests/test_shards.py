@@ -4,9 +4,6 @@ state_dict, and the bytes it read are its shard's, about 1/tp of the version plu
 tensors. A cast on the way matches torch's own bf16 conversion, and fp8 e4m3 with block scales
 matches a reference written here. A bad layout raises a clear error and loads nothing."""
 
-import os
-import subprocess
-import sys
 
 import _harness as h
 import numpy as np
@@ -87,11 +84,7 @@ print("closed", flush=True)
 
 
 def main():
-    work = h.workdir()
-    keys = h.make_keys(work, rollouts=4)
-    store = h.start_store(work, keys)
-    child = subprocess.Popen([sys.executable, "-c", PUBLISHER, os.path.dirname(__file__), store, keys],
-                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    keys, store, child = h.job_with_publisher(PUBLISHER, __file__, rollouts=4)
     line = child.stdout.readline().strip()
     h.check(line == "committed 1", f"another process published version 1 with tp 2 and 4 declared ({line})")
 

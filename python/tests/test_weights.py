@@ -3,9 +3,6 @@ bf16, fp16, int8, int64, and a numpy array); a name, shape or dtype mismatch rai
 nothing; a prefetched version is swapped in only when asked; a reader without the job's key is
 refused."""
 
-import os
-import subprocess
-import sys
 
 import _harness as h
 
@@ -57,11 +54,7 @@ print("closed", flush=True)
 
 
 def main():
-    work = h.workdir()
-    keys = h.make_keys(work)
-    store = h.start_store(work, keys)
-    child = subprocess.Popen([sys.executable, "-c", PUBLISHER, os.path.dirname(__file__), store, keys],
-                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    keys, store, child = h.job_with_publisher(PUBLISHER, __file__)
     lines = [child.stdout.readline().strip() for _ in range(2)]
     h.check(lines == ["committed 1", "committed 2"], f"another process published versions 1 and 2 ({lines})")
 

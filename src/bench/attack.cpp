@@ -131,6 +131,7 @@ class Attacker {
   void strangers();
   void versions();
   void owners_and_leases();
+  void identities();
   void manager_roles();
   void foreign_finish();
   void oversized();
@@ -242,6 +243,16 @@ void Attacker::versions() {
   forged.signature.clear();
   play("relay-forged-latest-unsigned",
        fmt::format("version {} with chunk 0's checksum changed, unsigned", v), forged);
+  // The digest is what readers trust: one changed under the actor's signature.
+  core::Manifest forged_digest = newest;
+  if (!forged_digest.digests.empty()) {
+    forged_digest.digests[0].bytes[0] ^= 0x01;
+    play("relay-forged-digest",
+         fmt::format("version {} with chunk 0's SHA-256 digest changed, its signature kept", v),
+         forged_digest);
+  } else {
+    report_.skip("relay-forged-digest", "the newest version carries no digests (plain mode)");
+  }
   core::Manifest huge = newest;
   huge.version = 1ull << 60;
   play("relay-huge-version", "version 2^60 with the newest's signature", huge);
@@ -375,6 +386,75 @@ void Attacker::owners_and_leases() {
                 released > 0 ? Verdict::kBreach : Verdict::kRefused};
   report_.add(std::move(sweep));
   release(lease);
+}
+
+// Holder ids bound to identities, and the caps on what one identity may hold.
+void Attacker::identities() {
+  if (t_.rollouts.empty()) {
+    report_.skip("squat-holder-id", "the run folder has no rollout key");
+    return;
+  }
+  const std::string who = t_.rollouts.front();
+  auto p = plan();
+  if (!p.is_ok() || p->holders.empty()) {
+    report_.skip("squat-holder-id",
+                 "no read plan of the newest version: " +
+                     (p.is_ok() ? std::string("no holders") : brief(p.status())));
+    return;
+  }
+  weightstore::ReadPlan rp = std::move(p).value();
+  release(rp.lease_id);
+  const std::uint64_t v = rp.manifest.version;
+  // Ids another identity would hold under, that no live holder has now: what a squatter takes
+  // while their holder is down (or before it comes), so that its registration then fails.
+  const std::string victim = t_.relays.empty() ? std::string(core::kRoleActor) : t_.relays.front();
+  const std::string squatted = victim + "-squat";
+  weightstore::HolderRegistration r;
+  r.holder_id = squatted;
+  r.endpoint = "tcp://127.0.0.1:9";
+  r.descriptor = rp.holders.front().descriptor;
+  r.manifest = rp.manifest;
+  report_.add(member_attempt(
+      "squat-holder-id",
+      fmt::format("store.register as {} under {}'s id {} (version {}, its signed manifest)", who,
+                  victim, squatted, v),
+      call_as(who, core::kRoleWeightstore, weightstore::encode(r))));
+  if (v > 1) {
+    weightstore::DeltaRegistration d;
+    d.holder_id = squatted;
+    d.endpoint = r.endpoint;
+    d.descriptor = r.descriptor;
+    d.delta = {t_.model, v - 1, v, 4096, 4096, {0}};
+    report_.add(
+        member_attempt("delta-as-another",
+                       fmt::format("store.register_delta as {} under {}'s id {}: a bogus {}->{}",
+                                   who, victim, squatted, v - 1, v),
+                       call_as(who, core::kRoleWeightstore, weightstore::encode(d))));
+  }
+  // A lease flood: plans as one rollout until the store refuses, then every lease released (the
+  // real rollout of that identity reads under the same cap).
+  constexpr int kMaxTries = 4096;
+  std::vector<std::uint64_t> taken;
+  std::string stopped;
+  bool capped = false;
+  for (int i = 0; i < kMaxTries && stopped.empty(); ++i) {
+    auto reply = call_as(who, core::kRoleWeightstore,
+                         weightstore::encode(weightstore::PlanRequest{t_.model, 0, {}}));
+    auto got = reply.is_ok() ? weightstore::decode_plan(*reply)
+                             : Result<weightstore::ReadPlan>(reply.status());
+    if (got.is_ok())
+      taken.push_back(got->lease_id);
+    else
+      stopped = brief(got.status()), capped = got.status().code() == core::Code::kResourceExhausted;
+  }
+  for (auto id : taken) {
+    call_as(who, core::kRoleWeightstore, weightstore::encode(weightstore::Release{{id}})).ignore();
+  }
+  report_.add({"lease-flood",
+               fmt::format("store.plan as {} without releasing, up to {} times", who, kMaxTries),
+               fmt::format("{} leases granted, then {}", taken.size(),
+                           stopped.empty() ? std::string("never refused") : stopped),
+               capped ? Verdict::kRefused : Verdict::kBreach});
 }
 
 void Attacker::manager_roles() {
@@ -643,6 +723,7 @@ int run_attack(const AttackArgs& args) {
       {"strangers", [&] { attacker.strangers(); }},
       {"versions", [&] { attacker.versions(); }},
       {"owners and leases", [&] { attacker.owners_and_leases(); }},
+      {"holder ids and caps", [&] { attacker.identities(); }},
       {"manager roles", [&] { attacker.manager_roles(); }},
       {"another rollout's trajectory", [&] { attacker.foreign_finish(); }},
       {"oversized message", [&] { attacker.oversized(); }},

@@ -270,7 +270,7 @@ int run_bench_crossdc(const BenchCrossdcArgs& args, const std::vector<std::strin
   if (!size.is_ok() || *size == 0) return usage_error("bad --size '" + args.size + "'");
   if (!chunk.is_ok() || *chunk == 0) return usage_error("bad --chunk '" + args.chunk + "'");
   std::vector<std::string> designs, encryptions;
-  if (auto e = parse_names(args.designs, {"direct", "seed", "delta"}, "design", designs);
+  if (auto e = parse_names(args.designs, {"direct", "seed", "delta", "default"}, "design", designs);
       !e.empty()) {
     return usage_error(e);
   }

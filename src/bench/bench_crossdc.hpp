@@ -11,7 +11,9 @@
 // Designs: "direct" (every rollout reads the trainer's copy), "seed" (a relay per host; the
 // store chains one seed per datacenter across the WAN and fans out inside it; rollouts wait for
 // their host's relay), and "delta" (seed, with version N+1 sent over the WAN as a delta against
-// N: the trainer's datacenter's seed makes it, the other seeds read it; needs --hosts-per-dc >= 2).
+// N: the trainer's datacenter's seed makes it, the other seeds read it; needs --hosts-per-dc >= 2),
+// and "default" (relays as a job starts them, with no delta setting: each seed that a seed of
+// another datacenter reads from makes deltas because the store tells it so).
 //
 // Versions are synthetic (--size bytes, --change-rate of the elements changed each time), or a
 // job's real consecutive versions read from --versions-dir (files v<N>.bin of one size, as `bench
@@ -46,7 +48,7 @@ struct BenchCrossdcArgs {
   // --change-rate unused). "" for synthetic versions.
   std::string versions_dir;
   unsigned first_version = 1;
-  std::string designs = "direct,seed,delta";
+  std::string designs = "direct,seed,delta,default";
   unsigned poll_ms = 100;  // how often each rollout asks for a newer version
   // seed: how often a rollout waiting for its host's relay asks for a read plan again (each
   // crosses the WAN to the store; ReaderOptions::local_check)

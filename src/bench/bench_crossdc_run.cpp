@@ -147,11 +147,16 @@ Status start_relays(const BenchCrossdcArgs& args, const std::string& exe,
          "relay.datacenter=" + dc_label(i / args.hosts_per_dc),
          // "delta": the trainer's datacenter's seed (host 1) makes N -> N+1 deltas (one
          // maker is enough: encoding costs CPU); every relay whose source is in another
-         // datacenter (the other seeds) reads one when it holds N.
+         // datacenter (the other seeds) reads one when it holds N. "seed": no deltas at all.
+         // "default": no delta setting (every seed that another datacenter reads from makes
+         // them, as the store tells it).
          "--set",
          std::string("relay.make_deltas=") +
              (args.design == "delta" && i == 1 && args.hosts_per_dc > 1 ? "true" : "false"),
-         "--set", std::string("relay.use_deltas=") + (args.design == "delta" ? "true" : "false"),
+         "--set",
+         std::string("relay.deltas_for_other_datacenters=") +
+             (args.design == "default" ? "true" : "false"),
+         "--set", std::string("relay.use_deltas=") + (args.design == "seed" ? "false" : "true"),
          "--set", "relay.security.key_file=" + key_file_path(keys, relay_identity(i)), "--set",
          "relay.security.members_file=" + members, "--set",
          "relay.stream_encryption=" + args.encryption});

@@ -156,7 +156,7 @@ void add_bench_crossdc(CLI::App& c, BenchCrossdcArgs& a) {
       ->capture_default_str();
   c.add_option("--first-version", a.first_version, "--versions-dir: the first v<N>.bin")
       ->capture_default_str();
-  c.add_option("--designs", a.designs, "direct, seed, delta")->capture_default_str();
+  c.add_option("--designs", a.designs, "direct, seed, delta, default")->capture_default_str();
   c.add_option("--poll-ms", a.poll_ms, "how often a rollout asks for a newer version")
       ->capture_default_str();
   c.add_option("--local-check-ms", a.local_check_ms,

@@ -122,7 +122,9 @@ void add_publish(CLI::App& c, PublishArgs& a) {
   c.add_option("--model", a.model, "model name")->capture_default_str();
   c.add_option("--version", a.version, "version number")->capture_default_str();
   c.add_option("--chunk", a.chunk, "chunk size")->capture_default_str();
-  c.add_option("--holder-id", a.holder_id, "holder name (default publish-PID)");
+  c.add_option("--holder-id", a.holder_id,
+               "holder id (default publish-PID; with curve IDENTITY-publish-PID: a holder id is "
+               "the identity or IDENTITY-suffix)");
   add_auth(c, a.auth);
 }
 

@@ -997,6 +997,7 @@ struct ChunkStream::Impl {
   std::string last_error;
   // Encrypted connections (keys set): the handshake, then a cipher per direction.
   std::shared_ptr<const StreamKeys> keys;
+  std::string holder;        // the holder id the server's key must own (empty: any member)
   bool handshaking = false;  // the hello is sent, the accept not yet read
   stream_crypto::Ephemeral ephemeral;
   std::uint8_t hello[stream_crypto::kHelloBytes];
@@ -1141,8 +1142,13 @@ struct ChunkStream::Impl {
     if (a->status == kNoCommonSuite)
       return fail(
           failed_precondition("chunk stream: the holder runs none of this reader's ciphers"));
-    if (!keys->holder(a->static_key))
+    const Member* server = keys->holder(a->static_key);
+    if (!server)
       return fail(permission_denied("chunk stream: the holder's key is not a job member"));
+    if (!holder.empty() &&
+        !(keys->members && keys->members->owns_holder_id(server->identity, holder)))
+      return fail(permission_denied("chunk stream: the server is " + server->identity +
+                                    ", not holder " + holder + " that the read plan names"));
     auto k = derive_keys(hello, accept, keys->secret_key, a->static_key, ephemeral.secret_key,
                          a->ephemeral_key);
     sodium_memzero(ephemeral.secret_key.data(), ephemeral.secret_key.size());
@@ -1403,7 +1409,8 @@ ChunkStream::~ChunkStream() = default;
 Result<std::unique_ptr<ChunkStream>> ChunkStream::connect(EventLoop& loop,
                                                           std::vector<std::string> addresses,
                                                           std::string token, Millis connect_timeout,
-                                                          std::shared_ptr<const StreamKeys> keys) {
+                                                          std::shared_ptr<const StreamKeys> keys,
+                                                          std::string holder) {
   if (addresses.empty()) return invalid_argument("chunk stream: no address to connect to");
   if (token.size() != kStreamTokenBytes)
     return invalid_argument("chunk stream: a region token is " + std::to_string(kStreamTokenBytes) +
@@ -1413,6 +1420,7 @@ Result<std::unique_ptr<ChunkStream>> ChunkStream::connect(EventLoop& loop,
   impl->token = std::move(token);
   impl->connect_timeout = connect_timeout;
   impl->keys = std::move(keys);
+  impl->holder = std::move(holder);
   std::unique_ptr<ChunkStream> s(new ChunkStream(std::move(impl)));
   s->impl_->try_next_address();
   return s;

@@ -203,12 +203,15 @@ class ChunkStream {
 
   // Starts connecting to the first of `addresses` that accepts (each within connect_timeout).
   // With `keys`, the connection is encrypted: the handshake (within another connect_timeout)
-  // agrees its keys, and the holder's static key must be a member that may serve. Gets may be
-  // issued at once; they are sent once connected (and, encrypted, once the handshake is done).
+  // agrees its keys, and the holder's static key must be a member that may serve and, when
+  // `holder` names a holder id, the member that id belongs to (Members::owns_holder_id):
+  // permission_denied otherwise. Gets may be issued at once; they are sent once connected (and,
+  // encrypted, once the handshake is done).
   static Result<std::unique_ptr<ChunkStream>> connect(EventLoop& loop,
                                                       std::vector<std::string> addresses,
                                                       std::string token, Millis connect_timeout,
-                                                      std::shared_ptr<const StreamKeys> keys = {});
+                                                      std::shared_ptr<const StreamKeys> keys = {},
+                                                      std::string holder = {});
   // Drops every pending get without calling it.
   ~ChunkStream();
   ChunkStream(const ChunkStream&) = delete;

@@ -277,6 +277,13 @@ const Member* Members::by_identity(const std::string& identity) const {
   return it == by_identity_.end() ? nullptr : &members_[it->second];
 }
 
+bool Members::owns_holder_id(const std::string& identity, const std::string& holder_id) const {
+  if (identity.empty() || !by_identity(identity)) return false;
+  if (holder_id == identity) return true;
+  return holder_id.size() > identity.size() + 1 && holder_id.starts_with(identity) &&
+         holder_id[identity.size()] == '-' && !by_identity(holder_id);
+}
+
 std::vector<std::string> Members::version_signers() const {
   std::vector<std::string> keys;
   for (const auto& m : members_)

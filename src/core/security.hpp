@@ -87,6 +87,11 @@ class Members {
   Status add(Member m);
   const Member* by_key(const std::string& public_key) const;
   const Member* by_identity(const std::string& identity) const;
+  // Whether `holder_id` is member `identity`'s to hold under: the identity itself, or the identity,
+  // '-' and a suffix that is not another member's identity ("actor" holds as "actor-0", never as
+  // "relay-0"). A holder id is bound to one identity for good, so that nobody can take a holder's
+  // id while it is down, and a reader can tell the holder a plan names from a stand-in.
+  bool owns_holder_id(const std::string& identity, const std::string& holder_id) const;
   // The one member with `role`; not_found when there is none, invalid_argument for several.
   Result<const Member*> only_of_role(const std::string& role) const;
   const std::vector<Member>& all() const { return members_; }

@@ -1282,7 +1282,8 @@ void TransferEngine::read(std::vector<ReadSource> sources, std::vector<ChunkRead
           std::min(rs->opt.op_timeout, kStreamConnectTimeout),
           encrypt_stream(impl->stream_encryption, impl->datacenter, impl->stream_keys, region)
               ? impl->stream_keys
-              : nullptr);
+              : nullptr,
+          st.src.holder);
       if (!stream.is_ok()) {
         rs->mark_dead(s, stream.status().to_string());
         continue;

@@ -231,8 +231,16 @@ Status set_stream_security(TransferOptions& to, const std::string& stream_encryp
                            const std::string& who);
 
 struct ReadSource {
+  ReadSource() = default;
+  ReadSource(std::string n, RegionDescriptor r, std::string h = {})
+      : name(std::move(n)), region(std::move(r)), holder(std::move(h)) {}
+
   std::string name;  // for messages and stats ("relay-2", "tcp://10.0.0.2:5555", ...)
   RegionDescriptor region;
+  // The holder id a read plan names for this region (empty: none). On an encrypted chunk
+  // stream the serving key must be that holder's member (Members::owns_holder_id), not just any
+  // member that may serve.
+  std::string holder;
 };
 
 struct ChunkRead {

@@ -72,7 +72,11 @@ int run_publish(const PublishArgs& args, const std::vector<std::string>& env) {
   if (!store.is_ok()) return fail("publish", store.status(), 2);
   actor::PublisherOptions po;
   po.model = args.model;
-  po.holder_id = args.holder_id.empty() ? "publish-" + std::to_string(::getpid()) : args.holder_id;
+  // A holder id of this member's own (identity-<suffix>, where the job authenticates).
+  const std::string pid = "publish-" + std::to_string(::getpid());
+  po.holder_id = !args.holder_id.empty() ? args.holder_id
+                 : security->curve()     ? security->identity + "-" + pid
+                                         : pid;
   po.chunk_bytes = *chunk;
   auto publisher = actor::Publisher::create(*loop, **engine, **store, po);
   if (!publisher.is_ok()) return fail("publish", publisher.status(), 2);

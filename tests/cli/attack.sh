@@ -72,11 +72,13 @@ grep -q "job ended" "$tmp/attack.out" && fail "the job ended before the attack w
 for want in '^refused +stranger-curve weightstore' '^refused +stranger-curve rollout-manager' \
     '^refused +stranger-plain weightstore' '^refused +stranger-plain rollout-manager' \
     '^refused +relay-new-version:' '^refused +relay-forged-latest:' '^refused +relay-huge-version:' \
+    '^refused +relay-forged-digest:' \
     '^refused +unpublish-another-copy:' '^refused +add-chunks-for-another:' \
     '^refused +heartbeat-for-another:' '^refused +join-as-another-relay:' \
     '^refused +chain-source-as-another-relay:' '^refused +pin-as-another:' \
     '^refused +unpin-as-another:' '^refused +renew-another-lease:' \
     '^refused +release-another-lease:' '^refused +release-readers-leases:' \
+    '^refused +squat-holder-id:' '^refused +delta-as-another:' '^refused +lease-flood:' \
     '^refused +rollout-collect:' '^refused +report-as-another:' '^refused +forged-kv-ref:' \
     '^refused +finish-another-rollouts-trajectory:' \
     '^refused +oversized-message:' '^refused +key-file-modes:' '^survived +chunk-idle ' \

@@ -16,12 +16,13 @@ out=$("$sluice" --log-level warn bench crossdc --dcs 2 --hosts-per-dc 2 --rollou
 status=$?
 echo "$out"
 [ $status -eq 0 ] || { echo "bench exited $status"; exit 1; }
-[ "$(echo "$out" | grep -Ec '^(direct|seed|delta) +auto +[12] ')" -eq 6 ] || { echo "rows missing"; exit 1; }
+[ "$(echo "$out" | grep -Ec '^(direct|seed|delta|default) +auto +[12] ')" -eq 8 ] || { echo "rows missing"; exit 1; }
 # Bytes, not time: version 2 differs from version 1 in 3% of its elements, so the delta design's
-# seed of dc1 takes in far less of it over the WAN than the seed design's does (a full copy).
+# seed of dc1 takes in far less of it over the WAN than the seed design's does (a full copy), and
+# so does the default design's, with no delta setting at all.
 wan_in() { echo "$out" | awk -v d="$1" '$1 == d && $3 == 2 { for (i = 1; i <= NF; ++i) if ($i == "dc1") { split($(i + 1), a, "/"); print a[2] } }'; }
-seed_in=$(wan_in seed); delta_in=$(wan_in delta)
-echo "dc1 WAN copies in, version 2: seed $seed_in, delta $delta_in"
-awk -v s="$seed_in" -v d="$delta_in" 'BEGIN { exit !(s >= 0.9 && d < 0.5) }' ||
-  { echo "delta did not cut dc1's WAN bytes (seed $seed_in, delta $delta_in)"; exit 1; }
+seed_in=$(wan_in seed); delta_in=$(wan_in delta); default_in=$(wan_in default)
+echo "dc1 WAN copies in, version 2: seed $seed_in, delta $delta_in, default $default_in"
+awk -v s="$seed_in" -v d="$delta_in" -v f="$default_in" 'BEGIN { exit !(s >= 0.9 && d < 0.5 && f < 0.5) }' ||
+  { echo "deltas did not cut dc1's WAN bytes (seed $seed_in, delta $delta_in, default $default_in)"; exit 1; }
 echo "$out" | grep -Eq '^seed +auto +2 .*dc0 [0-9.]+/[0-9.]+ +dc1 ' || { echo "no WAN figures"; exit 1; }

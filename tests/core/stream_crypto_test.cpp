@@ -148,8 +148,10 @@ struct Holder {
   // Reads [offset, offset + length) pieces of `piece` bytes through one stream; the statuses.
   std::vector<Status> read(const std::string& address, const std::string& token,
                            std::shared_ptr<const StreamKeys> keys, std::uint8_t* dst,
-                           std::uint64_t length, std::uint64_t piece) {
-    auto s = ChunkStream::connect(*loop, {address}, token, Millis(2000), std::move(keys)).value();
+                           std::uint64_t length, std::uint64_t piece,
+                           const std::string& holder = {}) {
+    auto s = ChunkStream::connect(*loop, {address}, token, Millis(2000), std::move(keys), holder)
+                 .value();
     std::vector<std::optional<Status>> out((length + piece - 1) / piece);
     for (std::size_t i = 0; i < out.size(); ++i) {
       const std::uint64_t at = i * piece;
@@ -267,6 +269,57 @@ TEST_SUITE("core.stream_crypto") {
     CHECK(h.server->stats().handshakes_refused == 2);
     CHECK(h.server->stats().requests == 0);
     CHECK(std::all_of(dst.begin(), dst.end(), [](std::uint8_t b) { return b == 0; }));
+  }
+
+  TEST_CASE("a member that serves is refused when it is not the holder the read plan names") {
+    JobKeys job({{"actor", core::kRoleActor},
+                 {"relay-0", core::kRoleRelay},
+                 {"relay-1", core::kRoleRelay},
+                 {"rollout-0", core::kRoleRollout}});
+    // relay-1 serves where the plan names relay-0 (a member standing in for a holder).
+    Holder h(StreamCrypto::kEncrypted, stream_keys(job, "relay-1"));
+    auto mem = pattern(1u << 20, 13);
+    auto token = h.server->expose(mem.data(), mem.size()).value();
+    const std::string at = h.server->addresses()[0];
+    std::vector<std::uint8_t> dst(mem.size(), 0);
+    for (const char* named : {"relay-0", "actor-0", "rollout-0"}) {
+      CAPTURE(named);
+      auto st = h.read(at, token, stream_keys(job, "rollout-0"), dst.data(), dst.size(), dst.size(),
+                       named);
+      CHECK(st[0].code() == Code::kPermissionDenied);
+      CHECK_MESSAGE(st[0].message().find("not holder " + std::string(named)) != std::string::npos,
+                    st[0].message());
+      CHECK(std::all_of(dst.begin(), dst.end(), [](std::uint8_t b) { return b == 0; }));
+    }
+    // Its own ids read, and with no holder named any member that may serve does.
+    for (const char* named : {"relay-1", "relay-1-b", ""}) {
+      CAPTURE(named);
+      std::fill(dst.begin(), dst.end(), 0);
+      auto st = h.read(at, token, stream_keys(job, "rollout-0"), dst.data(), dst.size(), dst.size(),
+                       named);
+      REQUIRE_MESSAGE(st[0].is_ok(), st[0].to_string());
+      CHECK(dst == mem);
+    }
+  }
+
+  TEST_CASE("a holder id belongs to its identity, or to the identity and a suffix no member has") {
+    JobKeys job({{"actor", core::kRoleActor},
+                 {"relay", core::kRoleRelay},
+                 {"relay-0", core::kRoleRelay},
+                 {"relay-1", core::kRoleRelay}});
+    auto members = job.security("actor").members;
+    CHECK(members->owns_holder_id("actor", "actor"));
+    CHECK(members->owns_holder_id("actor", "actor-0"));
+    CHECK(members->owns_holder_id("relay-1", "relay-1-share"));
+    CHECK_FALSE(members->owns_holder_id("relay-1", "relay-10"));
+    CHECK_FALSE(members->owns_holder_id("relay-1", "relay-0"));
+    CHECK_FALSE(members->owns_holder_id("relay-1", "relay-"));
+    CHECK_FALSE(members->owns_holder_id("actor", "actorx"));
+    CHECK_FALSE(members->owns_holder_id("actor", ""));
+    // "relay" and a suffix, but another member's identity: not relay's.
+    CHECK_FALSE(members->owns_holder_id("relay", "relay-0"));
+    CHECK(members->owns_holder_id("relay", "relay-2"));
+    CHECK_FALSE(members->owns_holder_id("stranger", "stranger"));  // not a member
   }
 
   TEST_CASE("a tampered byte on the wire closes the connection and the get fails") {

@@ -5,12 +5,16 @@
 // serves wrong bytes holds one version at a time rather than one per version published.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <optional>
 #include <sstream>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "actor/publisher.hpp"
@@ -18,7 +22,9 @@
 #include "core/delta.hpp"
 #include "core/process.hpp"
 #include "core/units.hpp"
+#include "relay/relay_delta.hpp"
 #include "weightstore/client.hpp"
+#include "weightstore/service.hpp"
 
 using namespace sluice;
 using core::Millis;
@@ -155,6 +161,72 @@ std::vector<std::uint8_t> next_version(std::vector<std::uint8_t> w, std::uint64_
 }  // namespace
 
 TEST_SUITE("relay") {
+  TEST_CASE("a delta read stops when its lease is not renewed") {
+    auto loop = core::EventLoop::create().value();
+    weightstore::ServiceConfig cfg;
+    cfg.listen = "tcp://127.0.0.1:*";
+    cfg.security.mode = "plain";
+    cfg.lease_ttl_ms = 300;  // gone long before the first renewal (kLeaseRenewPeriod)
+    cfg.expire_interval_ms = 100;
+    cfg.holder_ttl_ms = 60000;
+    auto svc = weightstore::StoreService::create(*loop, cfg).value();
+    auto client =
+        weightstore::StoreClient::create(*loop, svc->endpoint(), core::Security::plain()).value();
+    auto engine = core::TransferEngine::create(*loop, {}).value();
+    const std::uint64_t bytes = 1 << 20;
+    std::vector<std::uint8_t> w1(bytes, 1), w2(bytes, 2);
+    core::TensorSpec t{"w", "F32", {bytes / 4}, 0, bytes};
+    auto m1 = core::make_manifest("policy", 1, {t}, w1.data(), bytes, 256 * 1024).value();
+    auto m2 = core::make_manifest("policy", 2, {t}, w2.data(), bytes, 256 * 1024).value();
+    for (const core::Manifest* m : {&m1, &m2}) {
+      weightstore::HolderRegistration r;
+      r.holder_id = "actor-0";
+      r.endpoint = "tcp://127.0.0.1:9";
+      r.descriptor = "not read here";
+      r.manifest = *m;
+      REQUIRE(client->register_holder(r).is_ok());
+    }
+    // The delta's holder: a chunk server that takes connections and never answers, so the read
+    // would wait for its GET timeout (kRelayGetTimeout) but for the failed renewal.
+    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    REQUIRE(fd >= 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof a;
+    REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+    REQUIRE(::listen(fd, 8) == 0);
+    REQUIRE(::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0);
+    core::RegionDescriptor d;
+    d.worker_address = "not used: chunk streams only";
+    d.rkey = "not used";
+    d.host = "another-host";
+    d.length = 4096;
+    d.stream = {"127.0.0.1:" + std::to_string(ntohs(a.sin_port))};
+    d.stream_token = std::string(core::kStreamTokenBytes, 't');
+    weightstore::DeltaRegistration dr;
+    dr.holder_id = "relay-9";
+    dr.endpoint = "tcp://127.0.0.1:9";
+    dr.descriptor = d.encode();
+    dr.delta = {"policy", 1, 2, 4096, 4096, {7}};
+    std::optional<core::Status> offered;
+    client->register_delta_async(dr, Millis(5000), [&](core::Status s) { offered = s; });
+    REQUIRE(loop->run_until([&] { return offered.has_value(); }, Millis(10000)));
+    REQUIRE_MESSAGE(offered->is_ok(), offered->to_string());
+
+    auto dst = engine->allocate(bytes, false).value();
+    std::vector<bool> have(m2.chunk_count(), false);
+    std::optional<core::Result<relay::DeltaFetched>> got;
+    relay::fetch_delta(*engine, *client, "policy", 1, m2, {}, w1.data(), *dst, have,
+                       [&](core::Result<relay::DeltaFetched> r) { got = std::move(r); });
+    REQUIRE(loop->run_until([&] { return got.has_value(); }, Millis(30000)));
+    ::close(fd);
+    REQUIRE_FALSE(got->is_ok());
+    CHECK_MESSAGE(got->status().message().find("not renewed") != std::string::npos,
+                  got->status().to_string());
+    CHECK(std::none_of(have.begin(), have.end(), [](bool b) { return b; }));
+  }
+
   TEST_CASE("a relay in another datacenter receives each next version by delta, bit for bit") {
     std::string store_ep;
     auto store = start_store(store_ep);

@@ -330,6 +330,36 @@ TEST_SUITE("relay state") {
     CHECK(s.find(2)->progressed == at(1200));
   }
 
+  TEST_CASE("a relay that another datacenter reads from makes deltas with no setting") {
+    for (bool told : {false, true}) {
+      for (bool allowed : {false, true}) {
+        CAPTURE(told);
+        CAPTURE(allowed);
+        RelayConfig cfg = config();  // make_deltas false, as by default
+        cfg.deltas_for_other_datacenters = allowed;
+        RelayState s = joined(cfg);
+        for (std::uint64_t v : {1, 2}) {
+          start(s, manifest(v), at(1000 * static_cast<int>(v)));
+          s.tick(at(1000 * static_cast<int>(v)));
+          NamedSource src = source("a", 4);
+          src.feeds_other_datacenter = told;
+          s.source_named(v, src, at(1000 * static_cast<int>(v) + 1));
+          Actions as;
+          for (std::uint32_t i = 0; i < 4; ++i) {
+            auto more = s.chunk_done(v, i, "a", true, at(1000 * static_cast<int>(v) + 2));
+            as.insert(as.end(), more.begin(), more.end());
+          }
+          auto done = all<action::Completed>(as);
+          REQUIRE(done.size() == 1);
+          // Version 2 completes with 1 held: the delta 1 -> 2 is made only when told and allowed.
+          const bool made = done[0].delta_base.has_value();
+          CHECK(made == (v == 2 && told && allowed));
+          if (made) CHECK(*done[0].delta_base == 1);
+        }
+      }
+    }
+  }
+
   TEST_CASE("a near source is read in full, never as a delta") {
     RelayState s = joined(config());
     start(s, manifest(1), kT0);

@@ -92,6 +92,38 @@ struct Store {
 }  // namespace
 
 TEST_SUITE("weightstore.auth") {
+  TEST_CASE("a holder id is its identity's: nobody takes one, even one the store does not know") {
+    Store s;
+    auto actor = s.client("actor");
+    REQUIRE(s.call(*actor, encode(PutManifest{s.manifest(1)})).is_ok());
+    REQUIRE(s.call(*actor, encode(s.reg("actor-0", 1))).is_ok());
+    // The store restarts (or actor-0 expired while its process was down): it knows no holder,
+    // and the first to register under actor-0's id used to get it.
+    s.start();
+    actor = s.client("actor");
+    auto rollout = s.client("rollout-0");
+    REQUIRE(s.call(*actor, encode(PutManifest{s.manifest(1)})).is_ok());
+    const std::string before = s.svc->store().state_digest();
+    for (const char* id : {"actor-0", "actor-1", "relay-0", "rollout-1", "rollout-0x"}) {
+      CAPTURE(id);
+      auto r = s.call(*rollout, encode(s.reg(id, 1)));
+      CHECK(r.status().code() == Code::kPermissionDenied);
+      CHECK(r.status().message().find("is not rollout-0's") != std::string::npos);
+      DeltaRegistration d;
+      d.holder_id = id;
+      d.delta = {"policy", 1, 2, 1024, 1024, {1}};
+      CHECK(s.call(*rollout, encode(d)).status().code() == Code::kPermissionDenied);
+    }
+    CHECK(s.svc->store().state_digest() == before);
+    // The real holders register as before, under their identity or identity-suffix ids.
+    CHECK(s.call(*actor, encode(s.reg("actor-0", 1))).is_ok());
+    CHECK(s.call(*rollout, encode(s.reg("rollout-0", 1))).is_ok());
+    CHECK(s.call(*rollout, encode(s.reg("rollout-0-spare", 1))).is_ok());
+    // And acting for a holder by id is checked the same way.
+    CHECK(s.call(*rollout, encode(Heartbeat{"actor-0"})).status().code() ==
+          Code::kPermissionDenied);
+  }
+
   TEST_CASE(
       "only the actor puts manifests: a rollout cannot bring a version: refusals change nothing") {
     Store s;
@@ -138,7 +170,7 @@ TEST_SUITE("weightstore.auth") {
     for (auto* c : {rollout.get(), relay.get()}) {
       auto r = s.call(*c, encode(u));
       CHECK(r.status().code() == Code::kPermissionDenied);
-      CHECK(r.status().message().find("registered by actor") != std::string::npos);
+      CHECK(r.status().message().find("holder id 'actor-0' is not") != std::string::npos);
       CHECK(s.call(*c, encode(AddChunks{"actor-0", "policy", 1, {1, 2, 3}})).status().code() ==
             Code::kPermissionDenied);
       CHECK(s.call(*c, encode(Heartbeat{"actor-0"})).status().code() == Code::kPermissionDenied);

@@ -78,10 +78,40 @@ TEST_SUITE("weightstore.delta") {
     CHECK(p.holders[1].holder_id == "far");
     CHECK(p.holders[1].distance == 3);
     CHECK(p.lease_id > 0);
-    // Another description of the same pair is refused and changes nothing.
+    // Another holder's other description of the pair is bound to that holder and blocks nobody:
+    // the plan names the description most holders offer, and only its holders.
+    REQUIRE(s.register_delta(delta("other", 1, 2, {"h9", "", "b"}, 500), t0).is_ok());
+    auto q = s.delta_plan("m", 1, 2, reader, t0).value();
+    CHECK(q.delta.bytes == 300);
+    REQUIRE(q.holders.size() == 2);
+    CHECK(q.holders[0].holder_id == "near");
+    CHECK(s.deltas("m").size() == 3);
+    // A holder that describes its own offer otherwise is refused, and nothing changes.
     auto before = s.state_digest();
-    CHECK(s.register_delta(delta("other", 1, 2, {}, 500), t0).code() == Code::kAlreadyExists);
+    CHECK(s.register_delta(delta("near", 1, 2, {"h2", "", "b"}, 500), t0).code() ==
+          Code::kAlreadyExists);
     CHECK(s.state_digest() == before);
+  }
+
+  TEST_CASE("an early bogus offer of a delta does not block a delta maker's") {
+    WeightStore s = with_versions(2);
+    REQUIRE(s.join_relay("relay-a", {"h1", "", "a"}, t0).is_ok());
+    s.set_delta_maker("relay-a", true);
+    // A rollout on the reader's own host offers a bogus description first.
+    const Topology reader{"h9", "", "b"};
+    REQUIRE(s.register_delta(delta("rollout-3", 1, 2, {"h9", "", "b"}, 500), t0).is_ok());
+    REQUIRE(s.register_delta(delta("relay-a", 1, 2, {"h1", "", "a"}), t0).is_ok());
+    auto p = s.delta_plan("m", 1, 2, reader, t0).value();
+    REQUIRE(p.available);
+    CHECK(p.delta.bytes == 300);
+    REQUIRE(p.holders.size() == 1);
+    CHECK(p.holders[0].holder_id == "relay-a");
+    // Without the maker's offer, the only one there is is named (its rebuild is checked against
+    // the target's signed digests by the reader).
+    REQUIRE(s.unpublish_delta("relay-a", "m", 1, 2).is_ok());
+    auto q = s.delta_plan("m", 1, 2, reader, t0).value();
+    REQUIRE(q.holders.size() == 1);
+    CHECK(q.holders[0].holder_id == "rollout-3");
   }
 
   TEST_CASE("deltas are refused for unknown versions, other layouts and bad descriptions") {

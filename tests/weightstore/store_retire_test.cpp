@@ -160,4 +160,78 @@ TEST_SUITE("weightstore.store") {
     CHECK(s.register_holder(r, t0).is_ok());
     CHECK(s.committed("m", 1));
   }
+
+  TEST_CASE("one identity's leases stop at its cap, and another's and plain mode's do not") {
+    StoreConfig c = config();
+    c.max_leases_per_identity = 3;
+    WeightStore s(c);
+    publish(s, 2, t0);
+    std::vector<std::uint64_t> mine;
+    for (int i = 0; i < 3; ++i)
+      mine.push_back(s.plan("m", 2, {}, t0, "rollout-1").value().lease_id);
+    const auto before = s.state_digest();
+    auto refused = s.plan("m", 2, {}, t0, "rollout-1");
+    CHECK(refused.status().code() == Code::kResourceExhausted);
+    CHECK(refused.status().message().find("rollout-1 holds 3 leases") != std::string::npos);
+    CHECK(s.delta_plan("m", 1, 2, {}, t0, "rollout-1").status().code() == Code::kResourceExhausted);
+    CHECK(s.state_digest() == before);  // nothing was granted
+    CHECK(s.sizes().leases == 3);
+    CHECK(s.plan("m", 2, {}, t0, "rollout-2").is_ok());
+    for (int i = 0; i < 5; ++i)
+      CHECK(s.plan("m", 2, {}, t0).is_ok());  // plain mode: leases expire with lease_ttl
+    // One released: room for one more. All expired: room again.
+    REQUIRE(s.release(mine[0], "rollout-1").is_ok());
+    CHECK(s.plan("m", 2, {}, t0, "rollout-1").is_ok());
+    CHECK(s.plan("m", 2, {}, t0, "rollout-1").status().code() == Code::kResourceExhausted);
+    s.expire(t0 + Millis(500));
+    CHECK(s.sizes().leases == 0);
+    CHECK(s.active_leases("actor") == 0);
+    CHECK(s.plan("m", 2, {}, t0 + Millis(500), "rollout-1").is_ok());
+    CHECK(s.active_leases("actor") == 1);
+  }
+
+  TEST_CASE("one identity's pins stop at its cap, and are cleared with its holder") {
+    StoreConfig c = config();
+    c.max_pins_per_identity = 2;
+    WeightStore s(c);
+    publish(s, 4, t0);
+    REQUIRE(s.register_holder(copy_of("rollout-1", manifest(4)), t0, "rollout-1").is_ok());
+    REQUIRE(s.pin("m", 1, "rollout-1").is_ok());
+    REQUIRE(s.pin("m", 2, "rollout-1").is_ok());
+    CHECK(s.pin("m", 2, "rollout-1").is_ok());  // pinned already: no second pin
+    const auto before = s.state_digest();
+    CHECK(s.pin("m", 3, "rollout-1").code() == Code::kResourceExhausted);
+    CHECK(s.state_digest() == before);
+    REQUIRE(s.pin("m", 3, "rollout-2").is_ok());  // another identity's own cap
+    CHECK(s.retained("m") == std::set<std::uint64_t>{1, 2, 3, 4});
+    s.unpin("m", 1, "rollout-1");
+    REQUIRE(s.pin("m", 3, "rollout-1").is_ok());
+    CHECK(s.sizes().pins == 3);
+    // rollout-1's holder stops beating: its pins go with it; rollout-2 has no holder and keeps its
+    // pin (bounded by its cap).
+    REQUIRE(s.heartbeat("actor", t0 + Millis(1500)).is_ok());
+    s.expire(t0 + Millis(1500));
+    CHECK(s.holder_count() == 1);
+    CHECK(s.sizes().pins == 1);
+    CHECK(s.retained("m") == std::set<std::uint64_t>{3, 4});
+    REQUIRE(s.pin("m", 4, "rollout-1").is_ok());  // its count went with them
+    REQUIRE(s.pin("m", 3, "rollout-1").is_ok());
+  }
+
+  TEST_CASE("a holder's copy drains when its last lease goes, however many leases others hold") {
+    WeightStore s(config());
+    publish(s, 2, t0);
+    REQUIRE(s.register_holder(copy_of("relay-0", manifest(2)), t0).is_ok());
+    std::vector<std::uint64_t> leases;
+    for (int i = 0; i < 50; ++i)
+      leases.push_back(s.plan("m", 2, {}, t0).value().lease_id);
+    REQUIRE(s.unpublish("actor", "m", 2).is_ok());
+    CHECK(s.active_leases("actor") == 50);
+    CHECK_FALSE(s.drained("actor", "m", 2).value());
+    for (auto id : leases)
+      REQUIRE(s.release(id).is_ok());
+    CHECK(s.active_leases("actor") == 0);
+    CHECK(s.active_leases("relay-0") == 0);
+    CHECK(s.drained("actor", "m", 2).value());
+  }
 }

@@ -603,6 +603,13 @@ TEST_SUITE("weightstore.datacenters") {
     CHECK(in["dc2"] == 1);
     for (const auto& [dc, n] : out)
       CHECK_MESSAGE(n <= 1, dc);
+    // The relays another datacenter reads from are told so (they make deltas for that link):
+    // dc0's seed and dc1's, not the last datacenter's seed and nobody inside a datacenter.
+    for (const char* r : {"a1", "b0", "c2", "d0", "e1", "f2", "g1", "h0", "i2"}) {
+      CAPTURE(r);
+      const bool feeds = std::string(r) == "b0" || std::string(r) == "a1";
+      CHECK(f.s.feeds_other_datacenter("m", 1, r) == feeds);
+    }
   }
 
   TEST_CASE("across datacenters a relay waits for a live ancestor rather than read over the WAN") {
@@ -678,6 +685,17 @@ TEST_SUITE("weightstore.datacenters") {
   }
 
   TEST_CASE("without datacenter labels the chain is the join order, host labels or not") {
+    {
+      // And no relay feeds another datacenter: nobody makes deltas unasked.
+      auto m = manifest(1);
+      WeightStore s;
+      REQUIRE(s.put_manifest(m).is_ok());
+      REQUIRE(s.register_holder(holder("actor", m, {"h0", "", ""}), t0).is_ok());
+      REQUIRE(s.join_relay("r0", {"h1", "", ""}, t0).is_ok());
+      REQUIRE(s.join_relay("r1", {"h2", "", ""}, t0).is_ok());
+      CHECK_FALSE(s.feeds_other_datacenter("m", 1, "r0"));
+      CHECK_FALSE(s.feeds_other_datacenter("m", 1, "r1"));
+    }
     for (bool hosts : {false, true}) {
       auto m = manifest(1);
       WeightStore s;
