@@ -127,6 +127,13 @@ class Attacker {
     return operator_store_->plan(t_.model, 0, weightstore::Topology{});
   }
   void release(std::uint64_t lease) { operator_store_->release(lease).ignore(); }
+  weightstore::StoreClient& operator_store() { return *operator_store_; }
+  // A non-actor member that makes no version: a relay when the job has one.
+  std::string relay_key() const {
+    if (!t_.relays.empty()) return t_.relays.front();
+    if (!t_.rollouts.empty()) return t_.rollouts.front();
+    return core::kRoleOperator;
+  }
 
   void strangers();
   void versions();
@@ -143,12 +150,6 @@ class Attacker {
   Result<Message> call_as(const std::string& identity, const std::string& server_role, Message m) {
     SLUICE_ASSIGN_OR_RETURN(core::Client * c, clients_.as(identity, server_role));
     return c->call(std::move(m), member_wait());
-  }
-  // A non-actor member that makes no version: a relay when the job has one.
-  std::string relay_key() const {
-    if (!t_.relays.empty()) return t_.relays.front();
-    if (!t_.rollouts.empty()) return t_.rollouts.front();
-    return core::kRoleOperator;
   }
 
   core::EventLoop& loop_;
@@ -733,6 +734,10 @@ int run_attack(const AttackArgs& args) {
          play_chunk_servers([&] { return attacker.plan(); },
                             [&](std::uint64_t lease) { attacker.release(lease); },
                             args.idle_connections, report);
+       }},
+      {"served bytes",
+       [&] {
+         play_served_bytes(**loop, t, attacker.operator_store(), attacker.relay_key(), report);
        }},
   };
   for (const auto& [name, play] : phases) {

@@ -14,7 +14,10 @@
 //   - every chunk server that a read plan names: 1000 idle connections (beyond the per-peer cap),
 //     a slow-loris partial request, a flood of requests with bad tokens and reads outside a
 //     region, each while a real read of a verified chunk must still succeed;
-//   - the keys folder's and members file's modes.
+//   - the keys folder's and members file's modes;
+//   - served bytes: a member registers a copy of the newest version with one byte changed, and a
+//     reader sent to it by a read plan must refuse it; a member answers an encrypted chunk
+//     stream in place of the holder a plan names, and the reader must refuse its key.
 // It prints one line per attempt: what it tried, what it got, and whether that is refused or
 // survived (what a sound job does), a breach, or skipped (the job lacks what it needs, with why).
 //

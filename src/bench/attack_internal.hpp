@@ -16,6 +16,10 @@
 #include "core/status.hpp"
 #include "weightstore/store.hpp"
 
+namespace sluice::weightstore {
+class StoreClient;
+}  // namespace sluice::weightstore
+
 namespace sluice::cli::attack {
 
 // What an attempt came to. Refused and survived are what a sound job does; skipped means the job
@@ -70,5 +74,13 @@ using LeaseRelease = std::function<void(std::uint64_t lease_id)>;
 // The chunk-server attacks (bench/attack_stream.cpp): every chunk server the plans name.
 void play_chunk_servers(const PlanSource& plan, const LeaseRelease& release,
                         std::uint32_t idle_connections, Report& report);
+
+// The attacks on served bytes (bench/attack_bytes.cpp), as `member` (a member that may serve):
+// a copy of the newest version with one byte changed, registered under an id of the member's,
+// and the member answering an encrypted chunk stream in another holder's place. Each is read
+// back as the job's readers read.
+void play_served_bytes(core::EventLoop& loop, const Target& t,
+                       weightstore::StoreClient& operator_store, const std::string& member,
+                       Report& report);
 
 }  // namespace sluice::cli::attack

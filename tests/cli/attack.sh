@@ -3,7 +3,8 @@
 # PROMPTS prompts), mid-run. The job runs twice, one after the other with the same settings: once left alone, once
 # attacked from its first trained step on. Checks:
 #   - the attack exits 0 (nothing breached) and played the attempts it must (strangers, a relay
-#     forging versions, members acting for others, every chunk server's four attacks);
+#     forging versions, members acting for others, every chunk server's four attacks, a member
+#     serving changed bytes and one answering in another holder's place);
 #   - the attacked job completes, with every trajectory consumed exactly once (none lost, none
 #     twice, none trained twice), as `sluice chaos` and cli.elastic check it;
 #   - its held-out accuracy at the end is within 5 points of the run left alone (the tolerance
@@ -83,6 +84,8 @@ for want in '^refused +stranger-curve weightstore' '^refused +stranger-curve rol
     '^refused +finish-another-rollouts-trajectory:' \
     '^refused +oversized-message:' '^refused +key-file-modes:' '^survived +chunk-idle ' \
     '^survived +chunk-slow-loris ' '^refused +chunk-bad-tokens ' '^refused +chunk-out-of-range ' \
+    '^refused +member-forged-bytes: .* refused the copy: .*digest' \
+    '^refused +stand-in-holder: .*not holder .*as itself: verified' \
     '^survived +job-alive:'; do
   grep -Eq -- "$want" "$tmp/attack.out" || fail "the attack did not report /$want/"
 done
