@@ -43,6 +43,18 @@ core::Status SimulateConfig::validate() const {
     if (!(r > 0)) return core::invalid_argument("every *_gbps rate must be positive");
   }
   if (!(local_gbps >= 0)) return core::invalid_argument("local_gbps must not be negative");
+  if (!(digest_gbps_per_core >= 0) || !(sign_ms >= 0)) {
+    return core::invalid_argument("digest_gbps_per_core and sign_ms must not be negative");
+  }
+  if ((trainer_digest_cores > 0 || relay_digest_cores > 0) && !(digest_gbps_per_core > 0)) {
+    return core::invalid_argument(
+        "trainer_digest_cores and relay_digest_cores need digest_gbps_per_core");
+  }
+  if (signing != "after-staging" && signing != "streamed") {
+    return core::invalid_argument(
+        fmt::format("signing must be after-staging or streamed, not '{}'", signing));
+  }
+  if (sign_batch_chunks == 0) return core::invalid_argument("sign_batch_chunks must be at least 1");
   if (hop_latency_ms < 0) return core::invalid_argument("hop_latency_ms must not be negative");
   if (refresh_ms == 0) return core::invalid_argument("refresh_ms must be at least 1");
   if (!(max_sim_s > 0) || !(stall_s > 0)) {

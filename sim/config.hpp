@@ -90,6 +90,18 @@ struct SimulateConfig {
   // partial-broadcast only: a version goes from the trainer to every rollout at once, no relays,
   // at this rate (GB/s of the version's bytes); the trainer and every rollout wait for it.
   double broadcast_gbps = 48.0;
+  // What the version's digests and signature cost on its way (core/manifest.hpp: a SHA-256 per
+  // chunk, signed by the actor; every reader verifies each chunk it receives). 0 cores: not
+  // modelled, the bytes move as fast as staging and the links allow.
+  double digest_gbps_per_core = 0.0;       // one core's SHA-256 rate, GB/s
+  std::uint32_t trainer_digest_cores = 0;  // a trainer host's cores that digest what it stages
+  std::uint32_t relay_digest_cores = 0;    // a relay host's cores that verify what it receives
+  double sign_ms = 0.0;  // the actor signs the manifest (streamed: one batch of digests)
+  // When relays may start: "after-staging" (sluice's publish: every chunk staged and digested,
+  // then the manifest signed) or "streamed" (the digests signed in batches of sign_batch_chunks
+  // chunks per trainer host as they are staged; a design, not built).
+  std::string signing = "after-staging";
+  std::uint32_t sign_batch_chunks = 16;
   // With repack on, a busy rollout reports at least this often so the planner sees its KV use
   // (otherwise a rollout reports when something about it changed; see simulator.hpp).
   std::uint64_t refresh_ms = 1000;
@@ -132,6 +144,17 @@ struct SimulateConfig {
     v("broadcast_gbps", broadcast_gbps,
       "partial-broadcast: GB/s of a version broadcast from the trainer to every rollout at once "
       "(no relays); the trainer and every rollout pause for it");
+    v("digest_gbps_per_core", digest_gbps_per_core,
+      "one core's SHA-256 rate, GB/s (with *_digest_cores: what digests cost)");
+    v("trainer_digest_cores", trainer_digest_cores,
+      "a trainer host's cores that digest what it stages (0: digests not modelled there)");
+    v("relay_digest_cores", relay_digest_cores,
+      "a relay host's cores that verify what it receives (0: not modelled there)");
+    v("sign_ms", sign_ms, "the actor's signature of the manifest (streamed: of one batch), ms");
+    v("signing", signing,
+      "when relays may start: after-staging (every chunk staged, digested, then signed) or "
+      "streamed (digests signed in batches as they are staged: a design, not built)");
+    v("sign_batch_chunks", sign_batch_chunks, "streamed: chunks per signed batch (>= 1)");
     v("refresh_ms", refresh_ms, "repack on: a busy rollout reports at least this often (ms)");
     v("max_sim_s", max_sim_s, "simulated time bound in seconds (beyond it: an error)");
     v("stall_s", stall_s,

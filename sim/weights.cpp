@@ -1,6 +1,7 @@
 #include "sim/weights.hpp"
 
 #include <algorithm>
+#include <limits>
 #include <map>
 #include <utility>
 
@@ -19,6 +20,13 @@ struct Node {
 
 bool host_share(const SimulateConfig& c) {
   return c.relay_holds == "host-share";
+}
+
+// A relay host's intake while it verifies what it receives (bytes/s; unbounded when not
+// modelled).
+double verify_rate(const SimulateConfig& c) {
+  if (c.relay_digest_cores == 0) return std::numeric_limits<double>::infinity();
+  return c.relay_digest_cores * c.digest_gbps_per_core * kGB;
 }
 
 }  // namespace
@@ -49,8 +57,31 @@ double relay_bytes(const SimulateConfig& c, std::uint64_t bytes) {
   return host_share(c) ? b / hosts_per_rollout(c) : b;
 }
 
+SignedFeed signed_feed(const SimulateConfig& c, std::uint64_t bytes, std::uint64_t chunk_bytes) {
+  const double b = static_cast<double>(bytes);
+  const double hosts = trainer_hosts(c);
+  double rate = c.stage_gbps * kGB;
+  if (c.trainer_digest_cores > 0) {
+    rate = std::min(rate, hosts * c.trainer_digest_cores * c.digest_gbps_per_core * kGB);
+  }
+  const double stage_s = publish_stall_s(c, bytes);
+  const double sign_s = c.sign_ms / 1000.0;
+  SignedFeed f;
+  f.rate = rate;
+  f.done_s = b / rate + sign_s - stage_s;
+  if (c.signing == "streamed") {
+    const double batch =
+        std::min(b / hosts, static_cast<double>(chunk_bytes) * c.sign_batch_chunks);
+    f.start_s = std::min(f.done_s, batch / (rate / hosts) + sign_s - stage_s);
+  } else {
+    f.start_s = f.done_s;
+  }
+  return f;
+}
+
 std::vector<RelayTimes> relay_times(const SimulateConfig& c, std::uint32_t hosts,
                                     std::uint64_t bytes, std::uint64_t chunk_bytes) {
+  const SignedFeed feed = signed_feed(c, bytes, chunk_bytes);
   std::vector<Node> nodes(hosts);
   const std::uint32_t per_dc = c.hosts_per_datacenter == 0 ? hosts : c.hosts_per_datacenter;
   const std::uint32_t groups = host_share(c) ? hosts_per_rollout(c) : 1;
@@ -85,8 +116,10 @@ std::vector<RelayTimes> relay_times(const SimulateConfig& c, std::uint32_t hosts
   // Masters read striped from every trainer host, which share their egress among the masters.
   const double trainer_out = trainer_hosts(c) * c.trainer_gbps * kGB / std::max(1, masters);
   for (auto& n : nodes) {
-    if (n.parent < 0) n.rate = std::min(c.link_gbps * kGB, trainer_out);
+    if (n.parent >= 0) continue;
+    n.rate = std::min(c.link_gbps * kGB, trainer_out);
   }
+  const double verify = verify_rate(c);
   const double held = relay_bytes(c, bytes);
   const double chunk = std::min(static_cast<double>(chunk_bytes), held);
   const double rest = held - chunk;
@@ -94,18 +127,20 @@ std::vector<RelayTimes> relay_times(const SimulateConfig& c, std::uint32_t hosts
   std::vector<RelayTimes> out(hosts);
   for (std::uint32_t h = 0; h < hosts; ++h) {
     const Node& n = nodes[h];
-    double rate = n.rate;
-    double before = 0, slow = rate;
+    double rate = std::min(n.rate, verify);
+    double before = feed.start_s, slow = rate;
     if (n.parent >= 0) {
       const auto p = static_cast<std::size_t>(n.parent);
-      rate /= std::max(1, nodes[p].children);
+      rate = std::min(n.rate / std::max(1, nodes[p].children), verify);
       before = out[p].first_s;
       slow = std::min(out[p].rate, rate);
     }
     RelayTimes& r = out[h];
     r.first_s = before + chunk / rate + c.hop_latency_ms / 1000.0;
     r.rate = slow;
-    r.all_s = r.first_s + rest / slow;
+    // No sooner than the last signed chunk's way down this path (streamed, a relay keeps up with
+    // what the trainer signs, so this bounds it when the trainer is the slower).
+    r.all_s = std::max(r.first_s + rest / slow, feed.done_s + (r.first_s - feed.start_s));
     r.bytes = held;
   }
   return out;
@@ -154,6 +189,9 @@ UpdateTimes update_times(const SimulateConfig& c, std::uint32_t rollouts, std::u
   const Placement p = place(c, rollouts);
   u.hosts = p.hosts;
   u.stage_s = publish_stall_s(c, bytes);
+  const SignedFeed feed = signed_feed(c, bytes, chunk_bytes);
+  u.digest_s = static_cast<double>(bytes) / feed.rate;
+  u.relays_start_s = u.stage_s + feed.start_s;
   u.floor_s = line_rate_floor_s(c, bytes);
   const std::vector<RelayTimes> relays = relay_times(c, p.hosts, bytes, chunk_bytes);
   if (relays.empty()) return u;
@@ -162,7 +200,9 @@ UpdateTimes update_times(const SimulateConfig& c, std::uint32_t rollouts, std::u
   for (const RelayTimes& r : relays) {
     u.first_relay_s = std::min(u.first_relay_s, u.stage_s + r.all_s);
     u.last_relay_s = std::max(u.last_relay_s, u.stage_s + r.all_s);
-    const LoadWindow w = load_window(c, r, bytes, chunk_bytes, 0.0);
+    // Rollouts ask for the version once it is announced: at the staged publish, or streamed,
+    // when its first batch is signed.
+    const LoadWindow w = load_window(c, r, bytes, chunk_bytes, std::min(0.0, feed.start_s));
     if (u.stage_s + w.end_s >= u.switch_end_s) {
       u.switch_start_s = u.stage_s + w.start_s;
       u.switch_end_s = u.stage_s + w.end_s;

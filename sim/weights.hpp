@@ -25,6 +25,14 @@
 // masters reading at the same time (trainer hosts: trainer_gpus / gpus_per_host, at least 1).
 // The masters read once the publish has staged every shard (the trainer registers then).
 //
+// Digests and the signature (digest_gbps_per_core and the *_digest_cores, sign_ms, signing): a
+// trainer host digests what it stages as it stages it, at the slower of its staging share and
+// its digest cores; a relay verifies what it receives, so it takes in no faster than its digest
+// cores. With "after-staging" (sluice's publish) relays start once every chunk is staged and
+// digested and the manifest signed. With "streamed" each trainer host signs its digests in
+// batches as it stages: relays start after the first batch and its signature, and end no sooner
+// than the last batch's signature plus its chunk's way down the path.
+//
 // Time along a path of hops, chunk-pipelined: a hop forwards each chunk as soon as it has it, so
 // the last byte reaches the end of the path after
 //     sum over hops (chunk / rate + hop_latency) + (bytes - chunk) / (slowest rate on the path)
@@ -69,6 +77,15 @@ struct RelayTimes {
   double rate = 0;     // bytes/s of the slowest hop on its path
 };
 
+// When relays may read a version, in seconds after the publish has staged it (negative: before,
+// with streamed signatures), and how fast the trainer makes its bytes readable.
+struct SignedFeed {
+  double start_s = 0;  // the first bytes are staged, digested and signed
+  double done_s = 0;   // the last are
+  double rate = 0;     // bytes/s staged and digested, every trainer host together
+};
+SignedFeed signed_feed(const SimulateConfig& c, std::uint64_t bytes, std::uint64_t chunk_bytes);
+
 // Every host's relay, by host index.
 std::vector<RelayTimes> relay_times(const SimulateConfig& c, std::uint32_t hosts,
                                     std::uint64_t bytes, std::uint64_t chunk_bytes);
@@ -107,6 +124,8 @@ double line_rate_floor_s(const SimulateConfig& c, std::uint64_t bytes);
 struct UpdateTimes {
   std::uint32_t hosts = 0;
   double stage_s = 0;         // the actor's publish stall (the trainer stages its shards)
+  double digest_s = 0;        // every chunk is staged and digested
+  double relays_start_s = 0;  // relays may start reading (the first signed bytes)
   double first_relay_s = 0;   // the first relay holds what it will hold
   double last_relay_s = 0;    // the last relay does
   double relay_bytes = 0;     // what each relay holds

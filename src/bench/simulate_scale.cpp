@@ -625,6 +625,8 @@ int run_simulate_update(const SimulateArgs& args) {
   const std::uint32_t gpus = in->rollouts * c.gpus_per_rollout;
   auto to_json = [](const sim::UpdateTimes& u) {
     return json{{"stage_s", u.stage_s},
+                {"digest_s", u.digest_s},
+                {"relays_start_s", u.relays_start_s},
                 {"first_relay_s", u.first_relay_s},
                 {"last_relay_s", u.last_relay_s},
                 {"relay_bytes", u.relay_bytes},
@@ -660,6 +662,12 @@ int run_simulate_update(const SimulateArgs& args) {
               share.relay_bytes / 1e9);
   std::printf("%-48s %12.3f %12.3f\n", "trainer has staged it (the actor's stall)", whole.stage_s,
               share.stage_s);
+  std::printf("%-48s %12.3f %12.3f\n", "trainer has staged and digested every chunk",
+              whole.digest_s, share.digest_s);
+  std::printf("%-48s %12.3f %12.3f\n",
+              c.signing == "streamed" ? "relays start: first batch signed (streamed)"
+                                      : "relays start: manifest signed (after staging)",
+              whole.relays_start_s, share.relays_start_s);
   std::printf("%-48s %12.3f %12.3f\n", "first relay holds its part", whole.first_relay_s,
               share.first_relay_s);
   std::printf("%-48s %12.3f %12.3f\n", "last relay holds its part", whole.last_relay_s,
@@ -675,6 +683,18 @@ int run_simulate_update(const SimulateArgs& args) {
       "share (%.1f GB) at %.0f GB/s\n",
       c.stage_gbps, sim::trainer_hosts(c), c.trainer_gbps, master_gbps, c.link_gbps,
       c.gpus_per_rollout, static_cast<double>(bytes) / c.gpus_per_rollout / 1e9, c.h2d_gbps);
+  if (c.digest_gbps_per_core > 0) {
+    auto cores = [](std::uint32_t n) {
+      return n == 0 ? std::string("not modelled") : fmt::format("{} cores", n);
+    };
+    std::printf(
+        "digests: SHA-256 at %.2f GB/s a core; a trainer host digests with %s, a relay host "
+        "verifies with %s; signing %s, %.2f ms a signature%s\n",
+        c.digest_gbps_per_core, cores(c.trainer_digest_cores).c_str(),
+        cores(c.relay_digest_cores).c_str(), c.signing.c_str(), c.sign_ms,
+        c.signing == "streamed" ? fmt::format(", batches of {} chunks", c.sign_batch_chunks).c_str()
+                                : "");
+  }
   std::printf(
       "line-rate floor (each host receives only its GPUs' share at %.0f GB/s, nothing "
       "else counted): %.3f s\n",

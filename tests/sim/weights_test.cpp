@@ -119,3 +119,62 @@ TEST_CASE("a GPU reads only chunks its relay holds: its load ends after the rela
   CHECK(w.start_s == doctest::Approx(r.first_s));
   CHECK(w.end_s == doctest::Approx(r.first_s + 12.5));
 }
+
+TEST_CASE(
+    "digests: relays start once every chunk is digested and signed, and verify no faster "
+    "than their cores") {
+  sim::SimulateConfig c = one_t("host-share");
+  const sim::UpdateTimes free = sim::update_times(c, kRollouts, kBytes, kChunk);
+  c.digest_gbps_per_core = 1.41;
+  c.sign_ms = 5;
+  // 32 trainer hosts x 64 cores x 1.41 GB/s: 2.9 TB/s, slower than staging (6.4 TB/s).
+  c.trainer_digest_cores = 64;
+  const sim::UpdateTimes digested = sim::update_times(c, kRollouts, kBytes, kChunk);
+  CHECK(digested.stage_s == doctest::Approx(free.stage_s));  // the actor's stall is the copy
+  CHECK(digested.digest_s == doctest::Approx(2e12 / (32 * 64 * 1.41e9)));
+  CHECK(digested.relays_start_s == doctest::Approx(digested.digest_s + 0.005));
+  CHECK(digested.last_relay_s - digested.relays_start_s ==
+        doctest::Approx(free.last_relay_s - free.relays_start_s));
+  // A relay host verifying with 96 cores takes in 135 GB/s, not its link's 400: the relay stage
+  // is the share over that rate, and twice the cores halve it.
+  c.relay_digest_cores = 96;
+  const sim::UpdateTimes verified = sim::update_times(c, kRollouts, kBytes, kChunk);
+  const double share = 2e12 / 4;
+  CHECK(verified.last_relay_s - verified.relays_start_s ==
+        doctest::Approx(share / (96 * 1.41e9)).epsilon(0.01));
+  c.relay_digest_cores = 192;
+  const sim::UpdateTimes twice = sim::update_times(c, kRollouts, kBytes, kChunk);
+  CHECK(twice.last_relay_s - twice.relays_start_s ==
+        doctest::Approx((verified.last_relay_s - verified.relays_start_s) / 2).epsilon(0.01));
+}
+
+TEST_CASE(
+    "streamed signatures: relays start during staging and end no sooner than the last "
+    "batch") {
+  sim::SimulateConfig c = one_t("host-share");
+  c.h2d_gbps = 54.3;  // a GPU loads its 62.5 GB in 1.15 s, less than the relays take
+  c.digest_gbps_per_core = 1.41;
+  c.sign_ms = 5;
+  c.trainer_digest_cores = 64;
+  const sim::UpdateTimes after = sim::update_times(c, kRollouts, kBytes, kChunk);
+  c.signing = "streamed";
+  const sim::UpdateTimes streamed = sim::update_times(c, kRollouts, kBytes, kChunk);
+  // The first batch: 16 chunks of one trainer host at its 90 GB/s, and a signature.
+  CHECK(streamed.relays_start_s ==
+        doctest::Approx(16.0 * kChunk / (64 * 1.41e9) + 0.005).epsilon(1e-3));
+  CHECK(streamed.relays_start_s < streamed.stage_s);
+  CHECK(streamed.switch_end_s < after.switch_end_s);
+  // The relays' stage (500 GB at 400 GB/s) is longer than the trainer's digests: they bind.
+  CHECK(streamed.last_relay_s == doctest::Approx(streamed.relays_start_s + 1.25).epsilon(0.01));
+  // The GPUs load while their relays receive, from the announcement on: the update ends with
+  // the last relay's last chunk, not a whole load after the staging.
+  CHECK(streamed.switch_end_s == doctest::Approx(streamed.last_relay_s).epsilon(0.01));
+  CHECK(streamed.switch_end_s < streamed.stage_s + sim::switch_s(c, kBytes));
+  // A trainer that digests slower than the relays read: the last relay waits for the last
+  // batch's signature, whatever the links.
+  c.trainer_digest_cores = 4;  // 180 GB/s in all: 11.1 s
+  c.link_gbps = c.trainer_gbps = 3200;
+  const sim::UpdateTimes slow = sim::update_times(c, kRollouts, kBytes, kChunk);
+  CHECK(slow.last_relay_s >= slow.digest_s + 0.005);
+  CHECK(slow.last_relay_s == doctest::Approx(slow.digest_s + 0.005).epsilon(0.01));
+}
