@@ -58,7 +58,7 @@ for u in (r, share):
     assert u["update_s"] >= r["floor_s"] > 0, (u, r["floor_s"])
     assert u["stage_s"] <= u["switch_start_s"] < u["switch_end_s"] == u["update_s"], u
     assert abs(u["stall_s"] - 2e12 / 32 / 54.3e9) < 1e-6, u
-    # Signed after staging (the file's setting): relays start once every chunk is digested.
+    # Signed after staging, as the file says: relays start once every chunk is digested.
     assert u["relays_start_s"] >= u["digest_s"] >= u["stage_s"] > 0, u
 assert abs(share["relay_bytes"] * 4 - r["relay_bytes"]) < 1, (share, r)
 assert share["update_s"] <= r["update_s"], (share, r)
