@@ -1,5 +1,6 @@
 #include "relay/relay.hpp"
 
+#include <algorithm>
 #include <map>
 #include <variant>
 
@@ -27,6 +28,9 @@ Status RelayConfig::validate() const {
   if (poll_ms == 0) return core::invalid_argument("poll_ms must be positive");
   if (follow_poll_ms == 0 || reask_ms == 0)
     return core::invalid_argument("follow_poll_ms and reask_ms must be positive");
+  if (latest_wait_ms > weightstore::kMaxLongPollMs || follow_wait_ms > weightstore::kMaxLongPollMs)
+    return core::invalid_argument("latest_wait_ms and follow_wait_ms must be at most " +
+                                  std::to_string(weightstore::kMaxLongPollMs));
   if (in_flight == 0) return core::invalid_argument("in_flight must be positive");
   if (store_lease_ttl_ms == 0) return core::invalid_argument("store_lease_ttl_ms must be positive");
   if (max_version_bytes == 0) return core::invalid_argument("max_version_bytes must be positive");
@@ -60,6 +64,8 @@ struct Relay::Impl {
   // and the drain of retired copies before their memory goes.
   std::unique_ptr<weightstore::Holder> holder;
   bool stopping = false;
+  bool latest_asking = false;      // a question for the newest version is out
+  std::uint64_t latest_known = 0;  // the newest version the store named last
   // Exported on the role's /metrics (core::process_metrics()).
   core::Counter& m_bytes = core::process_metrics().counter("sluice_relay_bytes_received_total",
                                                            "weight bytes received and verified");
@@ -343,9 +349,27 @@ struct Relay::Impl {
       if (!state.is_joined()) return;
     }
     execute(state.housekeeping(Clock::now()));
-    auto latest = store->latest(config.model);
-    if (latest.is_ok()) execute(state.latest_seen(*latest, Clock::now()));
+    ask_latest();
+    // Every tick, as when it asked every tick: a newer version waits while one is received.
+    if (latest_known > 0) execute(state.latest_seen(latest_known, Clock::now()));
     execute(state.tick(Clock::now()));
+  }
+
+  // One question for the newest version at a time: a long poll (latest_wait_ms) parked at the
+  // store until a version above the newest seen commits, or a plain one a tick.
+  void ask_latest() {
+    if (latest_asking) return;
+    latest_asking = true;
+    weightstore::LatestRequest ask{config.model, latest_known, config.latest_wait_ms};
+    store->latest_async(ask, weightstore::kStoreRequestTimeout,
+                        [this](Result<weightstore::Latest> r) {
+                          latest_asking = false;
+                          if (!r.is_ok()) return;
+                          // Seen by the next tick: a new version's start asks the store for
+                          // its plan, a blocking call, which cannot run inside this reply's
+                          // delivery (the client reads no replies meanwhile).
+                          latest_known = r->version;  // lower after a store restart
+                        });
   }
 };
 

@@ -43,6 +43,13 @@ struct RelayConfig : weightstore::HolderRoleConfig, weightstore::TopologyLabels 
   // than the store (measured, 3 datacenters x 4 hosts, 32 MiB: see docs/benchmarks.md).
   std::uint64_t follow_poll_ms = 3;
   std::uint64_t reask_ms = 10;
+  // Long polls (0: poll as above). The relay keeps one question for a newer version parked at
+  // the store, answered when one commits or after latest_wait_ms, and, while receiving, one for
+  // its source's progress, answered when the source holds more or the store names another, or
+  // after follow_wait_ms. Each question is then a step forward, not a tick: across datacenters
+  // the ticks were most of a link's bytes beyond the weights (docs/benchmarks.md).
+  std::uint64_t latest_wait_ms = 1000;
+  std::uint64_t follow_wait_ms = 1000;
   // A version larger than this is not taken (nothing allocated for it).
   std::uint64_t max_version_bytes = 256ull << 30;
   // Deltas (relay_delta.hpp). make_deltas: when this relay holds version N and completes N+1,
@@ -85,6 +92,12 @@ struct RelayConfig : weightstore::HolderRoleConfig, weightstore::TopologyLabels 
       "holds is read (default 3)");
     v("reask_ms", reask_ms,
       "while receiving, the longest time without asking the store for the source (default 10)");
+    v("latest_wait_ms", latest_wait_ms,
+      "how long the store may hold a question for a newer version until one commits (default "
+      "1000; 0: ask every poll_ms)");
+    v("follow_wait_ms", follow_wait_ms,
+      "while receiving, how long the store may hold a question for the source's progress until "
+      "there is some (default 1000; 0: ask every follow_poll_ms)");
     TopologyLabels::describe(v);
     v("max_version_bytes", max_version_bytes, "largest version this relay takes, in bytes");
     v("make_deltas", make_deltas,

@@ -176,6 +176,14 @@ void RelayState::ask_source(CopyState& c, Clock::time_point now, Actions& out) {
   req.version = c.manifest.version;
   req.relay_id = config_.relay_id;
   req.exclude = c.failed_sources;
+  if (config_.follow_wait_ms > 0) {
+    // Parked at the store until there is something new to say (another source, or more of
+    // this one), so the relay asks again as soon as an answer comes.
+    req.following = c.source;
+    req.after_chunks =
+        static_cast<std::uint64_t>(std::count(c.source_has.begin(), c.source_has.end(), true));
+    req.wait_ms = config_.follow_wait_ms;
+  }
   out.push_back(action::AskSource{std::move(req)});
 }
 

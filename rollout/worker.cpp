@@ -66,6 +66,9 @@ double sim_reward(const SequenceState& s) {
 
 namespace {
 
+// The longest a reader's question for the latest version waits at the store for news.
+constexpr Millis kRolloutLatestWait{1000};
+
 double seconds(Clock::duration d) {
   return std::chrono::duration<double>(d).count();
 }
@@ -406,6 +409,10 @@ struct RolloutWorker::Impl {
     ro.drain_timeout = Millis(0);
     ro.lease_ttl = Millis(cfg.store_lease_ttl_ms);
     ro.request_timeout = kRolloutStoreRequestTimeout;
+    // A question for the latest version that has no news yet (the store has not committed what
+    // the manager named, or a nearby copy was just declined) waits at the store for it: across
+    // datacenters each question crosses the WAN.
+    ro.latest_wait = kRolloutLatestWait;
     SLUICE_ASSIGN_OR_RETURN(reader, weightstore::Reader::create(*loop, *transfer, *store, ro));
     log::info("rollout {}: {} its loaded version to peers", cfg.rollout_id,
               ro.serve ? "serves" : "does not serve");

@@ -91,8 +91,8 @@ Status StoreClient::heartbeat(const std::string& holder_id) {
 }
 
 Result<std::uint64_t> StoreClient::latest(const std::string& model) {
-  SLUICE_ASSIGN_OR_RETURN(auto l,
-                          call<Latest>(encode(LatestRequest{model}), timeout_, decode_latest));
+  SLUICE_ASSIGN_OR_RETURN(
+      auto l, call<Latest>(encode(LatestRequest{model, 0, 0}), timeout_, decode_latest));
   return l.version;
 }
 
@@ -163,7 +163,11 @@ void StoreClient::heartbeat_async(const std::string& holder_id, Millis timeout, 
 }
 
 void StoreClient::latest_async(const std::string& model, Millis timeout, Done<Latest> done) {
-  ask<Latest>(encode(LatestRequest{model}), timeout, decode_latest, std::move(done));
+  latest_async(LatestRequest{model, 0, 0}, timeout, std::move(done));
+}
+
+void StoreClient::latest_async(const LatestRequest& l, Millis timeout, Done<Latest> done) {
+  ask<Latest>(encode(l), or_default(timeout) + Millis(l.wait_ms), decode_latest, std::move(done));
 }
 
 void StoreClient::plan_async(const PlanRequest& p, Millis timeout, Done<ReadPlan> done) {
@@ -230,7 +234,8 @@ void StoreClient::join_relay_async(const JoinRelay& j, Millis timeout, StatusDon
 
 void StoreClient::chain_source_async(const ChainSourceRequest& c, Millis timeout,
                                      Done<ChainSource> done) {
-  ask<ChainSource>(encode(c), timeout, decode_source, std::move(done));
+  ask<ChainSource>(encode(c), or_default(timeout) + Millis(c.wait_ms), decode_source,
+                   std::move(done));
 }
 
 namespace {

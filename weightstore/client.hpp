@@ -85,6 +85,9 @@ class StoreClient {
   void add_chunks_async(const AddChunks& a, Millis timeout, Done<Committed> done);
   void heartbeat_async(const std::string& holder_id, Millis timeout, StatusDone done);
   void latest_async(const std::string& model, Millis timeout, Done<Latest> done);
+  // A long poll (l.wait_ms > 0): answered once a version above l.after commits, or when the wait
+  // ends; `timeout` is counted from then (the wait is added to it). chain_source_async likewise.
+  void latest_async(const LatestRequest& l, Millis timeout, Done<Latest> done);
   void plan_async(const PlanRequest& p, Millis timeout, Done<ReadPlan> done);  // as plan()
   // A host share's plan (p.model a share of `parent`'s model, p.version parent's version): no
   // actor signs a share, so its manifest is checked against the one `parent` gives

@@ -170,7 +170,8 @@ Message encode(const DrainedQuery& m) {
   return Message(msg::kDrained, copy_body(m));
 }
 Message encode(const LatestRequest& m) {
-  return Message(msg::kLatest, {{"model", m.model}});
+  if (m.wait_ms == 0) return Message(msg::kLatest, {{"model", m.model}});
+  return Message(msg::kLatest, {{"model", m.model}, {"after", m.after}, {"wait_ms", m.wait_ms}});
 }
 Message encode(const PlanRequest& m) {
   return Message(
@@ -200,10 +201,16 @@ Message encode(const JoinRelay& m) {
   return r;
 }
 Message encode(const ChainSourceRequest& m) {
-  return Message(msg::kChainSource, {{"model", m.model},
-                                     {"version", m.version},
-                                     {"relay_id", m.relay_id},
-                                     {"exclude", m.exclude}});
+  Message out(msg::kChainSource, {{"model", m.model},
+                                  {"version", m.version},
+                                  {"relay_id", m.relay_id},
+                                  {"exclude", m.exclude}});
+  if (m.wait_ms > 0) {
+    if (!m.following.empty()) out.body["following"] = m.following;
+    out.body["after_chunks"] = m.after_chunks;
+    out.body["wait_ms"] = m.wait_ms;
+  }
+  return out;
 }
 Message encode(const CopiesRequest& m) {
   return Message(msg::kCopies, version_body(m));
@@ -320,6 +327,9 @@ Result<CopyRef> decode_copy_ref(const Message& m, const Limits& lim) {
 Result<LatestRequest> decode_latest_request(const Message& m, const Limits& lim) {
   LatestRequest r;
   SLUICE_TRY(field::id(m.body, msg::kLatest, "model", lim.max_id_bytes, r.model));
+  if (m.body.contains("after")) SLUICE_TRY(field::u64(m.body, msg::kLatest, "after", r.after));
+  if (m.body.contains("wait_ms"))
+    SLUICE_TRY(field::u64(m.body, msg::kLatest, "wait_ms", r.wait_ms));
   return r;
 }
 
@@ -379,6 +389,11 @@ Result<ChainSourceRequest> decode_chain_source_request(const Message& m, const L
       r.exclude.insert(x.get<std::string>());
     }
   }
+  if (m.body.contains("following"))
+    SLUICE_TRY(field::id(m.body, what, "following", lim.max_id_bytes, r.following));
+  if (m.body.contains("after_chunks"))
+    SLUICE_TRY(field::u64(m.body, what, "after_chunks", r.after_chunks));
+  if (m.body.contains("wait_ms")) SLUICE_TRY(field::u64(m.body, what, "wait_ms", r.wait_ms));
   return r;
 }
 

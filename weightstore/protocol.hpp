@@ -108,8 +108,15 @@ struct CopyRef {
 };
 struct Unpublish : CopyRef {};
 struct DrainedQuery : CopyRef {};
+// The longest a long poll waits at the store (a longer wait_ms is cut to this).
+inline constexpr std::uint64_t kMaxLongPollMs = 30000;
+
+// A long poll when wait_ms > 0: the store answers once a version above `after` commits, or when
+// the wait ends (service.cpp).
 struct LatestRequest {
   std::string model;
+  std::uint64_t after = 0;
+  std::uint64_t wait_ms = 0;
 };
 struct PlanRequest {
   std::string model;
@@ -137,11 +144,16 @@ struct JoinRelay {
   bool makes_deltas = false;  // it offers the delta of each version it completes (optional field)
   std::string share = {};     // a host-share relay's share ("tp4.1"); empty: whole versions
 };
+// A long poll when wait_ms > 0: the store answers once it names another source than
+// `following`, or one holding more than `after_chunks` chunks, or when the wait ends.
 struct ChainSourceRequest {
   std::string model;
   std::uint64_t version = 0;
   std::string relay_id;
-  std::set<std::string> exclude;  // holders that just failed this relay
+  std::set<std::string> exclude = {};  // holders that just failed this relay
+  std::string following = {};          // the source the relay reads from now
+  std::uint64_t after_chunks = 0;      // how many chunks it held when last named
+  std::uint64_t wait_ms = 0;
 };
 struct VersionRef {
   std::string model;

@@ -140,24 +140,35 @@ void Reader::pull_latest(Done done) {
   if (busy_) return;  // joins the pull in flight
   busy_ = true;
   std::weak_ptr<bool> alive = alive_;
-  store_->latest_async(
-      options_.model, options_.request_timeout, [this, alive](Result<Latest> reply) {
-        if (alive.expired()) return;
-        if (!reply.is_ok()) {
-          return finish(reply.status().with_context(name() + ": latest " + options_.model));
-        }
-        const std::uint64_t* latest = &reply->version;
-        // Nothing newer than what is here already: no bytes to move.
-        if (*latest <= newest_held()) return finish(newest_held());
-        // A joiner's first version (local_wait_first false) and a restricted pull never wait.
-        const bool no_wait = restricted() || (!options_.local_wait_first && newest_held() == 0);
-        Scope scope = no_wait ? Scope::kAny : wait_scope(*latest);
-        if (scope != Scope::kAny && *latest == local_declined_version_ &&
-            Clock::now() - local_declined_at_ < options_.local_check) {
-          return finish(newest_held());  // asked for a plan of it a moment ago
-        }
-        fetch(*latest, scope);
-      });
+  LatestRequest ask{options_.model, newest_held(), 0};
+  if (options_.latest_wait > Millis(0)) {
+    Millis wait = options_.latest_wait;
+    // A version whose nearby plan was declined a moment ago is asked about again only once
+    // local_check has passed: until then the question waits for a newer one.
+    auto since = Clock::now() - local_declined_at_;
+    if (local_declined_version_ > ask.after && since < options_.local_check) {
+      ask.after = local_declined_version_;
+      wait = std::min(wait, std::chrono::ceil<Millis>(options_.local_check - since));
+    }
+    ask.wait_ms = static_cast<std::uint64_t>(wait.count());
+  }
+  store_->latest_async(ask, options_.request_timeout, [this, alive](Result<Latest> reply) {
+    if (alive.expired()) return;
+    if (!reply.is_ok()) {
+      return finish(reply.status().with_context(name() + ": latest " + options_.model));
+    }
+    const std::uint64_t* latest = &reply->version;
+    // Nothing newer than what is here already: no bytes to move.
+    if (*latest <= newest_held()) return finish(newest_held());
+    // A joiner's first version (local_wait_first false) and a restricted pull never wait.
+    const bool no_wait = restricted() || (!options_.local_wait_first && newest_held() == 0);
+    Scope scope = no_wait ? Scope::kAny : wait_scope(*latest);
+    if (scope != Scope::kAny && *latest == local_declined_version_ &&
+        Clock::now() - local_declined_at_ < options_.local_check) {
+      return finish(newest_held());  // asked for a plan of it a moment ago
+    }
+    fetch(*latest, scope);
+  });
 }
 
 Reader::Scope Reader::wait_scope(std::uint64_t latest) {

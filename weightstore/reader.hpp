@@ -66,6 +66,10 @@ struct ReaderOptions {
   // what is held. Every plan crosses to the store, across the WAN for a remote datacenter, and
   // many readers asking at once would move a fair part of a version's bytes in plans (> 0).
   Millis local_check{100};
+  // > 0: pull_latest() asks the store with a long poll, which it answers once a version newer
+  // than the reader's commits (or a declined nearby plan's local_check has passed), or after
+  // this long; one question a version, not one a call. 0: the store answers at once.
+  Millis latest_wait{0};
   // false: a reader that holds no version yet (a joiner: it has nothing to generate with) never
   // waits for its host's copy: it reads its first version from that copy when it is complete,
   // else from every holder at once, striped.

@@ -1,5 +1,8 @@
 #include "weightstore/service.hpp"
 
+#include <algorithm>
+#include <optional>
+
 #include "core/log.hpp"
 #include "core/metrics.hpp"
 #include "core/shard.hpp"
@@ -49,11 +52,11 @@ StoreConfig store_config(const ServiceConfig& c) {
 }  // namespace
 
 StoreService::StoreService(core::EventLoop& loop, const ServiceConfig& config)
-    : loop_(loop), config_(config), store_(store_config(config)) {}
+    : loop_(loop), config_(config), store_(store_config(config)), waiters_(loop, WaitLimits{}) {}
 
 StoreService::~StoreService() {
   expiry_.reset();
-  server_.reset();
+  server_.reset();  // before the waiters' responders and timers go
 }
 
 Result<std::unique_ptr<StoreService>> StoreService::create(core::EventLoop& loop,
@@ -200,9 +203,10 @@ void StoreService::install_holder_handlers(const StoreDecodeLimits& lim) {
         return encode_ok();
       },
       kActor);
+  Waiters& waiters = waiters_;
   srv.on_sync(
       msg::kRegister,
-      [&st, &sec, lim](const Message& req) -> Result<Message> {
+      [&st, &sec, &waiters, lim](const Message& req) -> Result<Message> {
         SLUICE_ASSIGN_OR_RETURN(auto r, decode_registration(req, lim));
         SLUICE_TRY(holder_id_is_callers(sec, r.holder_id, req));
         const bool known = st.knows(r.manifest.model, r.manifest.version);
@@ -233,15 +237,17 @@ void StoreService::install_holder_handlers(const StoreDecodeLimits& lim) {
           log::info("weightstore: {}@{} committed (holder {})", r.manifest.model,
                     r.manifest.version, r.holder_id);
         }
+        waiters.wake();
         return encode(Committed{now});
       },
       kHolders);
   srv.on_sync(
       msg::kAddChunks,
-      [&st, &sec](const Message& req) -> Result<Message> {
+      [&st, &sec, &waiters](const Message& req) -> Result<Message> {
         SLUICE_ASSIGN_OR_RETURN(auto r, decode_add_chunks(req));
         SLUICE_TRY(owner_of(st, sec, r.holder_id, req));
         SLUICE_TRY(st.add_chunks(r.holder_id, r.model, r.version, r.chunks, Clock::now()));
+        waiters.wake();
         return encode(Committed{st.committed(r.model, r.version)});
       },
       kHolders);
@@ -267,12 +273,21 @@ void StoreService::install_holder_handlers(const StoreDecodeLimits& lim) {
   srv.on_sync(
       msg::kDrained, [drained_reply](const Message& req) { return drained_reply(req, false); },
       kHolders);
-  srv.on_sync(
+  // A long poll with `wait_ms`: answered once a version above `after` commits, or when the wait
+  // ends (with the latest then, or the error).
+  srv.on(
       msg::kLatest,
-      [&st](const Message& req) -> Result<Message> {
-        SLUICE_ASSIGN_OR_RETURN(auto r, decode_latest_request(req));
-        SLUICE_ASSIGN_OR_RETURN(auto v, st.latest(r.model));
-        return encode(Latest{v});
+      [&st, &waiters](const Message& req, core::Responder out) {
+        auto r = decode_latest_request(req);
+        if (!r.is_ok()) return out.respond(r.status());
+        waiters.park(req.peer.identity, Millis(r->wait_ms), std::move(out),
+                     [&st, r = *r](bool final) -> std::optional<Result<Message>> {
+                       auto v = st.latest(r.model);
+                       if (v.is_ok() && *v > r.after) return encode(Latest{*v});
+                       if (!final) return std::nullopt;
+                       if (!v.is_ok()) return v.status();
+                       return encode(Latest{*v});
+                     });
       },
       kAnyMember);
 }
@@ -342,18 +357,34 @@ void StoreService::install_relay_handlers() {
         return encode_ok();
       },
       kRelay);
-  srv.on_sync(
+  // A long poll with `wait_ms`: answered once the store names another source than `following`,
+  // or one that holds more than `after_chunks` chunks, or when the wait ends.
+  Waiters& waiters = waiters_;
+  srv.on(
       msg::kChainSource,
-      [&st](const Message& req) -> Result<Message> {
-        SLUICE_ASSIGN_OR_RETURN(auto r, decode_chain_source_request(req));
-        SLUICE_TRY(caller_is(req, r.relay_id, "relay_id"));
-        SLUICE_ASSIGN_OR_RETURN(auto src,
-                                st.chain_source(r.model, r.version, r.relay_id, r.exclude));
-        src.distance = st.holder_distance(r.relay_id, src.holder_id);
-        src.feeds_other_datacenter = st.feeds_other_datacenter(r.model, r.version, r.relay_id);
-        // Readers in the next datacenter are told a delta is expected from it (DeltaPlan).
-        if (src.feeds_other_datacenter) st.set_delta_maker(r.relay_id, true);
-        return encode(src);
+      [&st, &waiters](const Message& req, core::Responder out) {
+        auto r = decode_chain_source_request(req);
+        if (!r.is_ok()) return out.respond(r.status());
+        if (Status s = caller_is(req, r->relay_id, "relay_id"); !s.is_ok()) return out.respond(s);
+        waiters.park(req.peer.identity, Millis(r->wait_ms), std::move(out),
+                     [&st, r = *r](bool final) -> std::optional<Result<Message>> {
+                       auto src = st.chain_source(r.model, r.version, r.relay_id, r.exclude);
+                       if (!src.is_ok()) {
+                         if (!final) return std::nullopt;
+                         return src.status();
+                       }
+                       const auto held = static_cast<std::uint64_t>(
+                           std::count(src->chunks.begin(), src->chunks.end(), true));
+                       if (!final && src->holder_id == r.following && held <= r.after_chunks)
+                         return std::nullopt;
+                       src->distance = st.holder_distance(r.relay_id, src->holder_id);
+                       src->feeds_other_datacenter =
+                           st.feeds_other_datacenter(r.model, r.version, r.relay_id);
+                       // Readers in the next datacenter are told a delta is expected from it
+                       // (DeltaPlan).
+                       if (src->feeds_other_datacenter) st.set_delta_maker(r.relay_id, true);
+                       return encode(*src);
+                     });
       },
       kRelay);
   srv.on_sync(

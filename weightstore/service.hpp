@@ -19,6 +19,7 @@
 #include "core/security.hpp"
 #include "core/status.hpp"
 #include "weightstore/store.hpp"
+#include "weightstore/waiters.hpp"
 
 namespace sluice::weightstore {
 
@@ -81,6 +82,8 @@ class StoreService {
 
   const std::string& endpoint() const;
   const WeightStore& store() const { return store_; }
+  // Long polls parked now (latest, chain_source).
+  std::size_t parked() const { return waiters_.parked(); }
 
  private:
   StoreService(core::EventLoop& loop, const ServiceConfig& config);
@@ -98,7 +101,10 @@ class StoreService {
   WeightStore store_;
   // Whose signatures make versions (the members' actors); plain mode checks none.
   core::Security security_;
+  // Long polls (latest, chain_source) parked until a commit or new chunks; woken after each
+  // message that can bring either. Declared after server_: destroyed first.
   std::unique_ptr<core::Server> server_;
+  Waiters waiters_;
   std::unique_ptr<core::EventLoop::Timer> expiry_;
   std::uint64_t requests_exported_ = 0;
 };

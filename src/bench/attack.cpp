@@ -168,7 +168,8 @@ void Attacker::strangers() {
     Message request;
   };
   const Server servers[] = {
-      {core::kRoleWeightstore, t_.store, weightstore::encode(weightstore::LatestRequest{t_.model})},
+      {core::kRoleWeightstore, t_.store,
+       weightstore::encode(weightstore::LatestRequest{t_.model, 0, 0})},
       {core::kRoleManager, t_.manager, rollout::encode(rollout::StatusRequest{})},
   };
   for (const auto& s : servers) {
@@ -589,7 +590,7 @@ void Attacker::foreign_finish() {
 
 void Attacker::oversized() {
   // Past the messaging limit (64 MiB in all): an error reply, and the store goes on.
-  Message big = weightstore::encode(weightstore::LatestRequest{t_.model});
+  Message big = weightstore::encode(weightstore::LatestRequest{t_.model, 0, 0});
   big.blobs.push_back(std::string(65u << 20, '\0'));
   auto r = call_as(core::kRoleOperator, core::kRoleWeightstore, std::move(big));
   Attempt a =

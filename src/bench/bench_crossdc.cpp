@@ -51,6 +51,8 @@ std::vector<std::string> crossdc_part_argv(const std::string& exe, const std::st
           std::to_string(a.poll_ms),
           "--local-check-ms",
           std::to_string(a.local_check_ms),
+          "--wait-ms",
+          std::to_string(a.wait_ms),
           "--encryption",
           a.encryption};
 }
@@ -74,6 +76,7 @@ std::string crossdc_usage_error(const BenchCrossdcArgs& args) {
     return "--local-check-ms must be between 1 and 10000";
   if (args.relay_follow_ms < 1 || args.relay_follow_ms > 1000)
     return "--relay-follow-ms must be between 1 and 1000";
+  if (args.wait_ms > 10000) return "--wait-ms must be at most 10000";
   return "";
 }
 

@@ -56,6 +56,9 @@ struct BenchCrossdcArgs {
   // seed, delta: the relays' follow_poll_ms (how often a receiving relay asks the store for its
   // source's progress; every question from another datacenter than the store's crosses the WAN)
   unsigned relay_follow_ms = 20;
+  // Long polls: how long the store may hold a rollout's or relay's question until it has news
+  // (ReaderOptions::latest_wait, relay.latest_wait_ms and follow_wait_ms); 0: they poll.
+  unsigned wait_ms = 1000;
   bool json = false;
   // Chunk stream encryption (TransferOptions::stream_encryption) of every process, one pass per
   // value: "auto" (encrypted between datacenters), "on", "off", or a list ("off,on") to run each

@@ -143,6 +143,8 @@ Status start_relays(const BenchCrossdcArgs& args, const std::string& exe,
          "relay.store=" + store_ep, "--set", "relay.relay_id=" + relay_identity(i), "--set",
          "relay.poll_ms=50", "--set",
          "relay.follow_poll_ms=" + std::to_string(args.relay_follow_ms), "--set",
+         "relay.latest_wait_ms=" + std::to_string(args.wait_ms), "--set",
+         "relay.follow_wait_ms=" + std::to_string(args.wait_ms), "--set",
          "relay.host=" + host_label(i), "--set",
          "relay.datacenter=" + dc_label(i / args.hosts_per_dc),
          // "delta": the trainer's datacenter's seed (host 1) makes N -> N+1 deltas (one
@@ -416,6 +418,7 @@ int run_bench_crossdc_host(const BenchCrossdcArgs& args, const std::vector<std::
       // Each plan a waiting rollout asks for crosses the WAN (a few KiB).
       ro.local_check = Millis(args.local_check_ms);
     }
+    ro.latest_wait = Millis(args.wait_ms);
     auto r = weightstore::Reader::create(**loop, **engine, **client, std::move(ro));
     if (!r.is_ok()) return fail(r.status().to_string());
     readers.push_back(std::move(r).value());

@@ -166,6 +166,10 @@ void add_bench_crossdc(CLI::App& c, BenchCrossdcArgs& a) {
                "seed, delta: how often a receiving relay asks the store for its source's "
                "progress (relay.follow_poll_ms)")
       ->capture_default_str();
+  c.add_option("--wait-ms", a.wait_ms,
+               "how long the store may hold a rollout's or relay's question until it has news "
+               "(a long poll; 0: they poll)")
+      ->capture_default_str();
   c.add_option("--encryption", a.encryptions,
                "chunk stream encryption: auto, on, off, or a list (off,on) to run each design "
                "with each and print encrypted/clear")
@@ -188,6 +192,7 @@ void add_bench_crossdc_part(CLI::App& c, BenchCrossdcArgs& a) {
   c.add_option("--poll-ms", a.poll_ms);
   c.add_option("--local-check-ms", a.local_check_ms);
   c.add_option("--relay-follow-ms", a.relay_follow_ms);
+  c.add_option("--wait-ms", a.wait_ms);
   c.add_option("--emuhosts", a.emuhosts);
   c.add_option("--prefix", a.prefix);
   c.add_option("--store", a.store);

@@ -148,7 +148,7 @@ TEST_SUITE("weightstore.auth") {
     CHECK(s.svc->store().state_digest() == before);
     CHECK_FALSE(s.svc->store().knows("policy", 2));
     // What a rollout may do: read the latest, register a copy of a known version.
-    CHECK(s.call(*rollout, encode(LatestRequest{"policy"})).is_ok());
+    CHECK(s.call(*rollout, encode(LatestRequest{"policy", 0, 0})).is_ok());
     CHECK(s.call(*rollout, encode(s.reg("rollout-0", 1))).is_ok());
   }
 
