@@ -33,13 +33,6 @@ namespace attack {
 
 namespace {
 
-// A status for one line: the code and the message, shortened.
-std::string brief(const Status& s) {
-  std::string text = s.to_string();
-  if (text.size() > 200) text = text.substr(0, 197) + "...";
-  return text;
-}
-
 using Message = core::Message;
 
 // One client per (identity, server), made on first use.
@@ -656,6 +649,8 @@ Result<Target> read_target(const std::string& run_dir) {
   t.manager = job.actor.manager;
   t.model = job.actor.model;
   t.curve = job.auth == "curve";
+  t.stream_encryption =
+      job.relay.stream_encryption == "auto" ? job.stream_encryption : job.relay.stream_encryption;
   t.keys_dir = (fs::path(run_dir) / "keys").string();
   if (t.store.empty() || t.manager.empty()) {
     return core::failed_precondition(

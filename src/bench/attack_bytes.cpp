@@ -14,6 +14,7 @@
 
 #include "bench/attack_internal.hpp"
 #include "core/region_server.hpp"
+#include "core/shard.hpp"
 #include "core/transfer.hpp"
 #include "weightstore/client.hpp"
 
@@ -25,11 +26,6 @@ using core::Result;
 using core::Status;
 
 constexpr int kPlans = 8;  // plans taken to find the forged copy among the holders
-
-std::string brief(const Status& s) {
-  std::string text = s.to_string();
-  return text.size() > 240 ? text.substr(0, 237) + "..." : text;
-}
 
 // An engine of the attacker's as `sec`'s member: chunk streams on (served and read), encrypted as
 // `encryption` says.
@@ -62,7 +58,8 @@ Result<std::unique_ptr<core::RegisteredBuffer>> served_copy(core::TransferEngine
 void play_served_bytes(core::EventLoop& loop, const Target& t,
                        weightstore::StoreClient& operator_store, const std::string& member,
                        Report& report) {
-  const char* names[] = {"member-forged-bytes", "stand-in-holder"};
+  const char* names[] = {"member-forged-bytes", "stand-in-holder", "clear-read-encrypted-job",
+                         "share-not-following"};
   auto skip_all = [&](const std::string& why) {
     for (const char* n : names)
       report.skip(n, why);
@@ -205,6 +202,92 @@ void play_served_bytes(core::EventLoop& loop, const Target& t,
                    ? "; the same server read as itself: verified"
                    : "; the same server read as itself failed too: " + brief(as_itself);
       if (as_other.is_ok()) a.verdict = Verdict::kBreach;
+      report.add(std::move(a));
+    }
+  }
+
+  // 3. Where the job encrypts its chunk streams, a reader without the job's stream keys (the
+  //    Python Reader given none reads so) asks a holder the plan names for the newest version
+  //    in the clear, over its chunk stream. The holder must not serve it; the same read with the
+  //    keys is the control.
+  {
+    const char* name = "clear-read-encrypted-job";
+    auto p = operator_store.plan(t.model, m.version, {});
+    std::optional<weightstore::ReadPlan::Holder> holder;
+    if (p.is_ok()) {
+      for (const auto& h : p->holders)
+        if (!holder) holder = h;
+      operator_store.release(p->lease_id).ignore();
+    }
+    auto d = holder ? core::RegionDescriptor::decode(holder->descriptor)
+                    : Result<core::RegionDescriptor>(core::not_found("no holder in the plan"));
+    auto clear = engine_as(loop, *operator_sec, "off");
+    auto keyed = engine_as(loop, *operator_sec, "on");
+    if (t.stream_encryption != "on") {
+      report.skip(name,
+                  "the job's chunk streams are encrypted only between datacenters "
+                  "(stream_encryption " +
+                      t.stream_encryption + ")");
+    } else if (!d.is_ok() || !clear.is_ok() || !keyed.is_ok()) {
+      report.skip(name, "no holder stream to read: " + brief(!d.is_ok()       ? d.status()
+                                                             : !clear.is_ok() ? clear.status()
+                                                                              : keyed.status()));
+    } else {
+      d->host = "elsewhere";  // as from another machine: over its chunk stream
+      auto read_with = [&](core::TransferEngine& e) {
+        auto into = e.allocate(size, false);
+        if (!into.is_ok()) return into.status();
+        return e
+            .read_sync({core::ReadSource(holder->holder_id, *d, holder->holder_id)},
+                       signed_chunks(m), **into, {})
+            .status();
+      };
+      Status in_clear = read_with(**clear);
+      Status with_keys = read_with(**keyed);
+      Attempt a{name,
+                fmt::format("a reader without stream keys reads version {} from {} in the clear",
+                            m.version, holder->holder_id),
+                "", Verdict::kRefused};
+      a.got =
+          in_clear.is_ok() ? "the holder served it in the clear" : "refused: " + brief(in_clear);
+      a.got += with_keys.is_ok()
+                   ? "; the same read with the job's keys: verified"
+                   : "; the same read with the job's keys failed too: " + brief(with_keys);
+      if (in_clear.is_ok()) a.verdict = Verdict::kBreach;
+      report.add(std::move(a));
+    }
+  }
+
+  // 4. A host share that does not follow from the signed version: the member registers the
+  //    newest version's bytes under a share's name (tp 2, rank 0), with one digest changed, as a
+  //    copy of its own. No actor signs a share: the store must check it against the version,
+  //    so that a host's readers, which read only their host's share, get no other bytes.
+  {
+    Attempt a{"share-not-following",
+              fmt::format("{} registers a host share of version {} that its manifest does not "
+                          "give (one digest changed)",
+                          member, m.version),
+              "", Verdict::kRefused};
+    auto store = weightstore::StoreClient::create(loop, t.store, *member_sec);
+    if (!store.is_ok()) {
+      report.skip(a.name, "no store client: " + brief(store.status()));
+    } else {
+      weightstore::HolderRegistration r;
+      r.holder_id = member + "-share-forger";
+      r.endpoint = "tcp://127.0.0.1:9";
+      r.descriptor = "none";
+      r.manifest = m;
+      r.manifest.model = core::share_model(m.model, 2, 0, "");
+      r.manifest.signature.clear();
+      if (!r.manifest.digests.empty()) r.manifest.digests[0].bytes[0] ^= 0x01;
+      auto registered = (*store)->register_holder(r);
+      if (registered.is_ok()) {
+        a.got = "the store took the share";
+        a.verdict = Verdict::kBreach;
+        (*store)->unpublish(r.holder_id, r.manifest.model, m.version).ignore();
+      } else {
+        a.got = "refused: " + brief(registered.status());
+      }
       report.add(std::move(a));
     }
   }

@@ -33,6 +33,9 @@ struct Attempt {
   Verdict verdict = Verdict::kRefused;
 };
 
+// A status for one line: the code and the message, shortened.
+std::string brief(const core::Status& s);
+
 // Prints each attempt as it is added, one line, and counts breaches.
 class Report {
  public:
@@ -58,6 +61,7 @@ struct Target {
   std::string manager;  // the manager's endpoint
   std::string model;
   bool curve = true;
+  std::string stream_encryption;  // the relays' chunk streams: on, off or auto (between DCs)
   std::string keys_dir;
   std::shared_ptr<const core::Members> members;
   std::vector<std::string> relays;    // relay identities with keys
@@ -78,7 +82,8 @@ void play_chunk_servers(const PlanSource& plan, const LeaseRelease& release,
 // The attacks on served bytes (bench/attack_bytes.cpp), as `member` (a member that may serve):
 // a copy of the newest version with one byte changed, registered under an id of the member's,
 // and the member answering an encrypted chunk stream in another holder's place. Each is read
-// back as the job's readers read.
+// back as the job's readers read. Then, where the job encrypts its chunk streams, a reader
+// without the job's stream keys (as a Python Reader given none) reading a holder's stream.
 void play_served_bytes(core::EventLoop& loop, const Target& t,
                        weightstore::StoreClient& operator_store, const std::string& member,
                        Report& report);

@@ -27,6 +27,12 @@ const char* verdict_name(Verdict v) {
 
 }  // namespace
 
+std::string brief(const core::Status& s) {
+  std::string text = s.to_string();
+  if (text.size() > 200) text = text.substr(0, 197) + "...";
+  return text;
+}
+
 void Report::add(Attempt a) {
   if (a.verdict == Verdict::kBreach && ended_ok_ && ended_ok_()) {
     a.got += " (the job ended meanwhile, with outcome ok: not counted)";

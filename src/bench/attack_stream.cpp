@@ -265,6 +265,11 @@ Status real_read(const Server& s, const PlanSource& plan, const LeaseRelease& re
   std::uint8_t head[wire::kReplyBytes];
   SLUICE_TRY(recv_all(fd.get(), head, sizeof(head), deadline));
   SLUICE_ASSIGN_OR_RETURN(wire::ReplyHeader h, wire::decode_reply_header(head, sizeof(head)));
+  if (h.status == wire::kEncryptionRequired) {
+    return core::failed_precondition(
+        "the server serves encrypted streams only (the job's stream_encryption is on), and these "
+        "attempts speak the clear protocol");
+  }
   if (h.status != wire::kOk || h.length != r.chunk_bytes) {
     return core::unavailable(fmt::format("refused a real read: status {}", h.status));
   }
@@ -284,6 +289,9 @@ void with_real_read(Attempt& a, const Server& s, const PlanSource& plan,
     a.got += "; a real read meanwhile got chunk 0, verified";
   } else if (st.code() == core::Code::kNotFound) {
     a.got += "; no real read (" + st.message() + ")";
+  } else if (st.code() == core::Code::kFailedPrecondition) {
+    a.got += "; not played: " + st.message();
+    a.verdict = Verdict::kSkipped;
   } else {
     a.got += "; a real read meanwhile failed: " + st.to_string();
     a.verdict = Verdict::kBreach;
