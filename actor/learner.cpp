@@ -31,6 +31,9 @@ Status check_trajectory(const rl::Trajectory& t, const model::GptConfig& g, bool
   };
   if (t.prompt_tokens.empty()) return bad("empty prompt");
   if (t.response_tokens.empty()) return bad("empty response");
+  if (!scoring && t.logprobs.size() == t.response_tokens.size()) {
+    if (Status e = t.check_episode(); !e.is_ok()) return bad(e.message());
+  }
   if (!scoring && t.logprobs.size() != t.response_tokens.size()) {
     return bad(std::to_string(t.logprobs.size()) + " behaviour log-probs for " +
                std::to_string(t.response_tokens.size()) + " response tokens");
@@ -174,6 +177,9 @@ std::vector<std::int32_t> shape_of(const model::GptConfig& g) {
 struct TrainBatch {
   Sequences seq;
   std::vector<float> behaviour, weights;  // per token, per sequence
+  // Per token: 1 the model's, 0 an episode's environment token (never trained on).
+  std::vector<std::uint8_t> loss_mask;
+  std::size_t env_tokens = 0;
   std::vector<double> rewards;
   std::vector<std::string> keys;  // prompt ids: GRPO's groups
   std::size_t skipped = 0;
@@ -189,6 +195,13 @@ TrainBatch gather(const std::vector<Sample>& batch) {
     tb.seq.add(s.trajectory);
     tb.behaviour.insert(tb.behaviour.end(), s.trajectory.logprobs.begin(),
                         s.trajectory.logprobs.end());
+    if (s.trajectory.is_episode()) {
+      tb.loss_mask.insert(tb.loss_mask.end(), s.trajectory.loss_mask.begin(),
+                          s.trajectory.loss_mask.end());
+      tb.env_tokens += s.trajectory.response_tokens.size() - s.trajectory.model_tokens();
+    } else {
+      tb.loss_mask.insert(tb.loss_mask.end(), s.trajectory.response_tokens.size(), 1);
+    }
     tb.weights.push_back(static_cast<float>(s.weight));
     tb.rewards.push_back(s.trajectory.reward);
     tb.keys.push_back(s.trajectory.prompt_id);
@@ -465,8 +478,16 @@ core::Result<TrainStats> Learner::train(const std::vector<Sample>& batch) {
   const std::size_t n_seq = seq.seqs.size();
   if (n_seq == 0) return stats;
   const std::size_t n_tok = seq.layout.tokens();
+  const std::size_t n_env = tb.env_tokens, n_model = n_tok - n_env;
   stats.samples = n_seq;
-  stats.tokens = n_tok;
+  stats.tokens = n_model;
+  stats.env_tokens = n_env;
+  if (n_env > 0 && config_.algorithm == "ppo") {
+    return core::invalid_argument(
+        "learner: ppo does not train on episodes with environment tokens (its values and GAE "
+        "would run across them): use grpo");
+  }
+  if (n_model == 0) return core::invalid_argument("learner: the batch has no model tokens");
   for (double r : rewards)
     stats.mean_reward += r / static_cast<double>(n_seq);
 
@@ -491,17 +512,25 @@ core::Result<TrainStats> Learner::train(const std::vector<Sample>& batch) {
   //     bounds how far the epochs move from the current weights; the paper's r_t is against the
   //     behaviour policy with no clip at all, which this matches at one epoch.
   rl::SurrogateOptions clip = config_.clip;
-  std::vector<std::uint8_t> mask;
+  // Environment tokens are masked out (no loss, no gradient); m2po's bound is taken over the
+  // model's tokens alone, and its mask joins theirs.
+  std::vector<std::uint8_t> mask = tb.loss_mask;
   if (m2po) {
     clip.behaviour_cap = std::numeric_limits<double>::infinity();
-    std::vector<float> log_w(n_tok);
+    std::vector<float> log_w;
+    log_w.reserve(n_model);
     for (std::size_t i = 0; i < n_tok; ++i)
-      log_w[i] = proximal[i] - behaviour[i];
-    SLUICE_ASSIGN_OR_RETURN(mask, rl::second_moment_mask(log_w, config_.m2po_threshold));
+      if (mask[i]) log_w.push_back(proximal[i] - behaviour[i]);
+    SLUICE_ASSIGN_OR_RETURN(std::vector<std::uint8_t> kept,
+                            rl::second_moment_mask(log_w, config_.m2po_threshold));
+    for (std::size_t i = 0, k = 0; i < n_tok; ++i)
+      if (mask[i]) mask[i] = kept[k++];
   }
+  const bool use_mask = m2po || n_env > 0;
   const bool use_proximal = config_.correction != "none";
 
-  const double total = static_cast<double>(n_tok);
+  // The loss is a mean over the model's tokens (the environment's count for nothing).
+  const double total = static_cast<double>(n_model);
   std::vector<float> logp_new(n_tok), values_new(ppo ? n_tok : 0);
   for (std::uint32_t epoch = 0; epoch < config_.epochs; ++epoch) {
     model_->zero_grad();
@@ -525,7 +554,7 @@ core::Result<TrainStats> Learner::train(const std::vector<Sample>& batch) {
       if (use_proximal) pb.logp_proximal = slice(proximal, t0, t1);
       pb.advantages = slice(advantages, t0, t1);
       pb.sample_weights = slice(weights, b0, b1);
-      if (m2po) pb.token_mask = std::span<const std::uint8_t>(mask).subspan(t0, t1 - t0);
+      if (use_mask) pb.token_mask = std::span<const std::uint8_t>(mask).subspan(t0, t1 - t0);
       SLUICE_ASSIGN_OR_RETURN(rl::SurrogateResult sr, rl::clipped_surrogate(sub_layout, pb, clip));
       // The surrogate is a mean over this minibatch's tokens; rescale to the batch's.
       const double n_sub = static_cast<double>(t1 - t0);
@@ -546,6 +575,7 @@ core::Result<TrainStats> Learner::train(const std::vector<Sample>& batch) {
     }
     if (epoch == 0) {
       for (std::size_t i = 0; i < n_tok; ++i) {
+        if (!tb.loss_mask[i]) continue;
         const double log_w = static_cast<double>(proximal[i]) - behaviour[i];
         behaviour_kl += (std::exp(log_w) - 1.0) - log_w;
       }
@@ -561,7 +591,7 @@ core::Result<TrainStats> Learner::train(const std::vector<Sample>& batch) {
     stats.clip_fraction = clipped / total;
     stats.approx_kl = kl / total;
     stats.truncated_fraction = truncated / total;
-    stats.masked_fraction = masked / total;
+    stats.masked_fraction = (masked - static_cast<double>(n_env)) / total;  // m2po's alone
   }
   model_->zero_grad();
   return stats;

@@ -152,7 +152,8 @@ struct TrainStats {
   double truncated_fraction = 0.0;  // share of tokens whose behaviour weight hit the cap
   double masked_fraction = 0.0;     // m2po: share of tokens masked by the second-moment bound
   double grad_norm = 0.0;           // global gradient norm before clipping (last epoch)
-  std::size_t tokens = 0;           // response tokens trained on
+  std::size_t tokens = 0;           // response tokens trained on (the model's)
+  std::size_t env_tokens = 0;       // episodes' environment tokens, masked out
   std::size_t samples = 0;          // samples trained on (weight > 0)
   std::size_t skipped = 0;          // samples of weight 0, set aside
 };

@@ -2,6 +2,13 @@
 // partial-rollout baseline, by several; `versions` then lists them). It is what a rollout sends
 // to the experience buffer and what the actor trains on.
 //
+// An episode is a trajectory of several turns: the model's tokens and, between them, the tokens
+// its environment answered (a tool's result), all in `response_tokens` as they were sampled and
+// returned, never re-tokenized. `loss_mask` tells them apart (1: the model's, trained on; 0: the
+// environment's, never trained on, with log-prob 0), and `token_versions` names the version that
+// generated each model token (0 for the environment's). Both empty: one turn, every token the
+// model's, its versions those of `versions`.
+//
 // Thread safety: plain values.
 #pragma once
 
@@ -15,6 +22,9 @@
 
 namespace sluice::rl {
 
+// The most turns an episode may have.
+inline constexpr std::uint64_t kMaxTurns = 1024;
+
 struct Trajectory {
   std::string id;                       // unique per job: "<prompt_id>/<sample index>"
   std::string prompt_id;                // the GRPO group key: samples of one prompt share it
@@ -24,11 +34,23 @@ struct Trajectory {
   std::vector<std::int32_t> response_tokens;
   std::vector<float> logprobs;  // behaviour log-probability of each response token
   double reward = 0.0;
-  std::string rollout;  // which rollout finished it (for metrics)
+  // Episodes (above): per response token, or both empty.
+  std::vector<std::uint8_t> loss_mask;
+  std::vector<std::uint64_t> token_versions;
+  std::uint32_t turns = 1;  // model turns
+  std::string rollout;      // which rollout finished it (for metrics)
   // Stopped before its end because it could no longer be trained on (too stale under the drop
   // policy): the buffer drops its group, and counts it.
   bool abandoned = false;
   bool mixed_versions() const { return versions.size() > 1; }
+  bool is_episode() const { return !loss_mask.empty(); }
+  // Response tokens the model generated (all of them outside an episode).
+  std::size_t model_tokens() const;
+  // An episode's own rules (the single-turn form passes): mask and versions one per response
+  // token; an environment token masked out, with log-prob 0 and version 0; model tokens'
+  // versions not decreasing, each one of `versions`, the first of them `version`. Says which
+  // token breaks which rule.
+  core::Status check_episode() const;
 
   nlohmann::json to_json() const;
   static core::Result<Trajectory> from_json(const nlohmann::json& j);

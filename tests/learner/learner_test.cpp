@@ -270,6 +270,59 @@ TEST_SUITE("learner") {
     }
   }
 
+  TEST_CASE("an episode's environment tokens are not trained on and do not count") {
+    // The environment's answer after the model's last token changes none of the model tokens'
+    // log-probs (attention looks back only), so with it masked out, and the loss a mean over the
+    // model's tokens, the update must be the single turn's own.
+    LearnerConfig c = small_config();
+    auto with_env = make(c);
+    auto single = make(c);
+    const std::vector<float> p0 = params(*single);
+    rl::Trajectory good = trajectory(*single, 3, gold(*single, 3), 1.0, "p3/0");
+    const rl::Trajectory bad = trajectory(*single, 3, wrong(*single, 3), 0.0, "p3/1");
+    rl::Trajectory episode = good;
+    const std::size_t n = good.response_tokens.size();
+    REQUIRE(good.prompt_tokens.size() + n + 2 <= static_cast<std::size_t>(c.gpt.context));
+    episode.version = 1;
+    episode.versions = {1};
+    episode.response_tokens.insert(episode.response_tokens.end(), {5, 6});
+    episode.logprobs.insert(episode.logprobs.end(), {0.0f, 0.0f});
+    episode.loss_mask.assign(n, 1);
+    episode.loss_mask.insert(episode.loss_mask.end(), {0, 0});
+    episode.token_versions.assign(n, 1);
+    episode.token_versions.insert(episode.token_versions.end(), {0, 0});
+
+    auto a = with_env->train({Sample{episode, 1.0, 0}, Sample{bad, 1.0, 0}});
+    auto b = single->train({Sample{good, 1.0, 0}, Sample{bad, 1.0, 0}});
+    REQUIRE_MESSAGE(a.is_ok(), a.status().to_string());
+    REQUIRE(b.is_ok());
+    CHECK(a->tokens == b->tokens);
+    CHECK(a->env_tokens == 2);
+    CHECK(a->masked_fraction == 0.0);
+    CHECK(a->loss == doctest::Approx(b->loss).epsilon(1e-6));
+    const double step = moved(p0, params(*single));
+    REQUIRE(step > 0.0);
+    CHECK(moved(params(*with_env), params(*single)) <= 1e-5 * step);
+
+    // PPO's values and GAE would run across the environment's tokens: refused, nothing changed.
+    LearnerConfig ppo = c;
+    ppo.algorithm = "ppo";
+    ppo.gpt.value_head = true;
+    auto p = make(ppo);
+    const std::vector<float> before = params(*p);
+    auto refused = p->train({Sample{episode, 1.0, 0}});
+    REQUIRE_FALSE(refused.is_ok());
+    CHECK(refused.status().message().find("use grpo") != std::string::npos);
+    CHECK(params(*p) == before);
+
+    // An environment token that claims a sampling log-prob is refused before anything changes.
+    rl::Trajectory forged = episode;
+    forged.logprobs[n] = -0.5f;
+    auto no = with_env->train({Sample{forged, 1.0, 0}, Sample{bad, 1.0, 0}});
+    REQUIRE_FALSE(no.is_ok());
+    CHECK(no.status().message().find("environment token") != std::string::npos);
+  }
+
   TEST_CASE("a stale sample is weighted by how far its behaviour policy was") {
     auto l = make(small_config());
     rl::Trajectory good = trajectory(*l, 3, gold(*l, 3), 1.0, "p3/0");
