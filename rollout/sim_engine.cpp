@@ -4,29 +4,26 @@
 #include <charconv>
 #include <cmath>
 #include <fstream>
-#include <numbers>
 
 #include "core/checksum.hpp"
+#include "core/lognormal.hpp"
 #include "core/splitmix.hpp"
 
 namespace sluice::rollout {
 
 namespace {
 
-// z of the standard normal's 99th percentile: p99 = median x exp(kZ99 x sigma).
-constexpr double kZ99 = 2.3263478740408408;
-
 using core::kSplitMixGamma;
 using core::mix64;
-
-// The per-trajectory key every draw derives from: XXH3 of the id mixed with the seed.
-std::uint64_t trajectory_key(std::uint64_t seed, const std::string& id) {
-  return mix64(core::chunk_checksum(id.data(), id.size()) ^ mix64(seed + kSplitMixGamma));
-}
 
 // A uniform in the open interval (0, 1) from the top 53 bits.
 double to_unit(std::uint64_t x) {
   return (static_cast<double>(x >> 11) + 0.5) * 0x1.0p-53;
+}
+
+// The per-trajectory key every draw derives from: XXH3 of the id mixed with the seed.
+std::uint64_t trajectory_key(std::uint64_t seed, const std::string& id) {
+  return mix64(core::chunk_checksum(id.data(), id.size()) ^ mix64(seed + kSplitMixGamma));
 }
 
 std::string trim(const std::string& s) {
@@ -74,8 +71,8 @@ core::Result<LengthSampler> LengthSampler::create(const LengthConfig& config, st
   s.config_ = config;
   s.seed_ = seed;
   if (config.kind == "lognormal") {
-    s.mu_ = std::log(config.median);
-    s.sigma_ = std::log(config.p99 / config.median) / kZ99;
+    SLUICE_ASSIGN_OR_RETURN(s.lognormal_,
+                            core::Lognormal::from_median_p99(config.median, config.p99, "lengths"));
     return s;
   }
   std::ifstream in(config.file);
@@ -103,11 +100,7 @@ core::Result<LengthSampler> LengthSampler::create(const LengthConfig& config, st
 std::uint64_t LengthSampler::length(const std::string& trajectory_id) const {
   const std::uint64_t key = trajectory_key(seed_, trajectory_id);
   if (!table_.empty()) return table_[mix64(key + 1) % table_.size()];
-  // Box-Muller from two independent uniforms of the key.
-  const double u1 = to_unit(mix64(key + 1));
-  const double u2 = to_unit(mix64(key + 2));
-  const double z = std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * std::numbers::pi * u2);
-  const double x = std::exp(mu_ + sigma_ * z);
+  const double x = lognormal_.draw(key);
   // Truncated (clamped) at max_len: very long draws become max_len, like a generation limit.
   if (!(x < static_cast<double>(config_.max_len))) return config_.max_len;
   return std::max<std::uint64_t>(1, static_cast<std::uint64_t>(std::llround(x)));

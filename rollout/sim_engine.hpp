@@ -21,6 +21,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/lognormal.hpp"
 #include "core/status.hpp"
 #include "rollout/engine.hpp"
 
@@ -86,8 +87,7 @@ class LengthSampler {
   LengthSampler() = default;
   LengthConfig config_;
   std::uint64_t seed_ = 0;
-  double mu_ = 0.0;                   // lognormal: log of the median
-  double sigma_ = 0.0;                // lognormal: log(p99 / median) / z_0.99
+  core::Lognormal lognormal_;         // kind "lognormal"
   std::vector<std::uint64_t> table_;  // kind "file"
 };
 
