@@ -120,6 +120,7 @@ class GptPolicy final : public Policy {
                           {"eval_reward", e.mean_reward},
                           {"eval_response_tokens", e.mean_response_tokens},
                           {"eval_prompts", e.prompts},
+                          {"eval_tool_use", e.tool_use},
                           {"accuracy_by_terms", std::move(by_terms)}};
   }
 

@@ -398,16 +398,26 @@ core::Result<WarmStartStats> Learner::warm_start(const Progress& progress) {
   SLUICE_ASSIGN_OR_RETURN(std::unique_ptr<model::AdamW> opt, model::AdamW::create(oc, *model_));
   std::vector<std::vector<std::int32_t>> seqs(config_.warmstart_batch);
   std::vector<std::int32_t> start(config_.warmstart_batch);
+  // The tool form: a share of the solutions call the tool, the environment's answer masked out.
+  std::vector<std::vector<std::uint8_t>> masks(task_.uses_tool() ? config_.warmstart_batch : 0);
   for (std::uint32_t step = 1; step <= config_.warmstart_steps; ++step) {
     for (std::uint32_t i = 0; i < config_.warmstart_batch; ++i) {
-      SLUICE_ASSIGN_OR_RETURN(rl::Prompt p, task_.train_prompt(next_train_prompt_++));
+      const std::uint64_t index = next_train_prompt_++;
+      SLUICE_ASSIGN_OR_RETURN(rl::Prompt p, task_.train_prompt(index));
       seqs[i] = p.tokens;
+      start[i] = static_cast<std::int32_t>(p.tokens.size());
+      if (task_.demo_uses_tool(index)) {
+        rl::ToolSolution gold = task_.tool_solution(p);
+        seqs[i].insert(seqs[i].end(), gold.tokens.begin(), gold.tokens.end());
+        masks[i] = std::move(gold.mask);
+        continue;
+      }
       const std::vector<rl::Token> gold = task_.solution(p);
       seqs[i].insert(seqs[i].end(), gold.begin(), gold.end());
-      start[i] = static_cast<std::int32_t>(p.tokens.size());
+      if (!masks.empty()) masks[i].clear();
     }
     model_->zero_grad();
-    SLUICE_ASSIGN_OR_RETURN(float loss, model_->sft_loss_and_grad(seqs, start));
+    SLUICE_ASSIGN_OR_RETURN(float loss, model_->sft_loss_and_grad(seqs, start, masks));
     opt->set_lr(cosine_lr(config_.warmstart_lr, step - 1, config_.warmstart_steps,
                           config_.warmstart_lr_final));
     SLUICE_TRY(opt->step(*model_).status().with_context("learner: warm-start step"));
@@ -618,7 +628,7 @@ core::Result<std::vector<Learner::Generated>> Learner::generate(
       active[i] = i;
     }
     while (!active.empty()) {
-      std::vector<std::size_t> still;
+      std::vector<std::size_t> still, fed;
       std::vector<model::KvCache*> feed;
       std::vector<std::int32_t> tokens;
       for (std::size_t i : active) {
@@ -626,19 +636,38 @@ core::Result<std::vector<Learner::Generated>> Learner::generate(
         Generated& g = out[c0 + i];
         g.tokens.push_back(s.token);
         g.logprobs.push_back(s.logprob);
-        const bool done = s.token == rl::Tokenizer::kEos || g.tokens.size() >= max_new_tokens ||
-                          prompts[c0 + i].tokens.size() + g.tokens.size() >=
-                              static_cast<std::size_t>(caches[i].capacity());
+        const std::size_t room =
+            static_cast<std::size_t>(caches[i].capacity()) -
+            std::min(prompts[c0 + i].tokens.size(), static_cast<std::size_t>(caches[i].capacity()));
+        bool done = s.token == rl::Tokenizer::kEos || g.tokens.size() >= max_new_tokens ||
+                    g.tokens.size() >= room;
+        if (!done && task_.ends_with_call(g.tokens)) {
+          // The tool form: the calculator answers and the next turn starts from the call and the
+          // answer, prefilled; a call in the last turn, or without room for its answer, ends it.
+          SLUICE_ASSIGN_OR_RETURN(std::vector<rl::Token> answer, task_.tool_answer(g.tokens));
+          const std::size_t after = g.tokens.size() + answer.size();
+          done = g.turns >= task_.config().max_turns || after >= max_new_tokens || after >= room;
+          if (done) continue;
+          std::vector<std::int32_t> feed_in{s.token};
+          feed_in.insert(feed_in.end(), answer.begin(), answer.end());
+          g.tokens.insert(g.tokens.end(), answer.begin(), answer.end());
+          g.logprobs.insert(g.logprobs.end(), answer.size(), 0.0f);
+          ++g.turns;
+          SLUICE_TRY(model_->prefill(caches[i], feed_in, next[i]));
+          still.push_back(i);
+          continue;
+        }
         if (done) continue;
         still.push_back(i);
+        fed.push_back(i);
         feed.push_back(&caches[i]);
         tokens.push_back(s.token);
       }
-      if (!still.empty()) {
+      if (!fed.empty()) {
         SLUICE_TRY(model_->decode(feed, tokens, logits));
-        for (std::size_t r = 0; r < still.size(); ++r) {
-          next[still[r]].assign(logits.begin() + static_cast<std::ptrdiff_t>(r * vocab),
-                                logits.begin() + static_cast<std::ptrdiff_t>((r + 1) * vocab));
+        for (std::size_t r = 0; r < fed.size(); ++r) {
+          next[fed[r]].assign(logits.begin() + static_cast<std::ptrdiff_t>(r * vocab),
+                              logits.begin() + static_cast<std::ptrdiff_t>((r + 1) * vocab));
         }
       }
       active = std::move(still);
@@ -672,11 +701,13 @@ core::Result<EvalStats> Learner::evaluate() {
     k.correct += right ? 1 : 0;
     reward += task_.reward(prompts[i], r);
     length += static_cast<double>(r.size());
+    stats.tool_use += responses[i].turns > 1 ? 1.0 : 0.0;
   }
   const double count = static_cast<double>(n);
   stats.accuracy = correct / count;
   stats.mean_reward = reward / count;
   stats.mean_response_tokens = length / count;
+  stats.tool_use /= count;
   for (const auto& [terms, k] : by_terms)
     stats.by_terms.push_back(k);
   return stats;

@@ -163,6 +163,7 @@ struct EvalStats {
   double accuracy = 0.0;     // share of prompts answered fully right (ArithmeticTask::correct)
   double mean_reward = 0.0;  // ArithmeticTask::reward
   double mean_response_tokens = 0.0;  // generated tokens, EOS included
+  double tool_use = 0.0;  // the tool form: share of prompts whose response called the tool
   // The same prompts by their number of terms (ascending): where the policy fails.
   struct ByTerms {
     std::uint32_t terms = 0;
@@ -220,9 +221,11 @@ class Learner {
   // each response up to max_new_tokens tokens, EOS, or until prompt + response fill the context.
   // Tokens are drawn at `temperature` (0: greedy) from `rng` (see model::sample); logprobs[j] is
   // what model::sample reports for token j. The model's weights are not changed.
+  // A response; in the tool form an episode, the calculator's answers in `tokens` at log-prob 0.
   struct Generated {
     std::vector<rl::Token> tokens;
     std::vector<float> logprobs;
+    std::uint32_t turns = 1;
   };
   core::Result<std::vector<Generated>> generate(const std::vector<rl::Prompt>& prompts,
                                                 float temperature, std::uint32_t max_new_tokens,

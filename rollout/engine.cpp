@@ -54,7 +54,39 @@ core::Status check_sequence(std::string_view engine, const SequenceState& seq) {
         fmt::format("{}: sequence {} has {} log-probs for {} generated tokens", engine, id,
                     seq.logprobs.size(), seq.generated.size()));
   }
-  return {};
+  return check_episode_fields(engine, seq);
+}
+
+core::Status check_episode_fields(std::string_view engine, const SequenceState& seq) {
+  if (!seq.is_episode()) {
+    if (seq.loss_mask.empty() && seq.token_versions.empty()) return {};
+    return core::invalid_argument(
+        fmt::format("{}: sequence {} has a loss mask or token versions but no call token", engine,
+                    seq.trajectory_id));
+  }
+  // The checks are the trajectory's own (rl::Trajectory::check_episode).
+  rl::Trajectory t = to_trajectory(seq, 0.0, "");
+  if (seq.generated.empty()) return {};
+  return t.check_episode().with_context(fmt::format("{}: sequence {}", engine, seq.trajectory_id));
+}
+
+void record_sample(SequenceState& s, std::int32_t token, float logprob, std::uint64_t version) {
+  if (s.versions.empty() || s.versions.back() != version) s.versions.push_back(version);
+  s.generated.push_back(token);
+  s.logprobs.push_back(logprob);
+  if (!s.is_episode()) return;
+  s.loss_mask.push_back(1);
+  s.token_versions.push_back(version);
+}
+
+void record_environment(SequenceState& s, const std::vector<std::int32_t>& tokens) {
+  for (std::int32_t t : tokens) {
+    s.generated.push_back(t);
+    s.logprobs.push_back(0.0f);
+    s.loss_mask.push_back(0);
+    s.token_versions.push_back(0);
+  }
+  ++s.turns;
 }
 
 bool fits(const Capacity& c, std::size_t active, std::uint64_t kv_used, std::uint64_t kv_tokens) {
@@ -87,6 +119,12 @@ nlohmann::json SequenceState::to_json() const {
                    {"versions", versions},
                    {"max_new_tokens", max_new_tokens},
                    {"rng_state", rng_state}};
+  if (is_episode()) {
+    j["call_token"] = call_token;
+    j["loss_mask"] = loss_mask;
+    j["token_versions"] = token_versions;
+    j["turns"] = turns;
+  }
   // Floats travel as JSON numbers: nlohmann writes them with enough digits to read back the same
   // bits, so the destination's cache is bit for bit the source's.
   if (kv) {
@@ -206,6 +244,11 @@ rl::Trajectory to_trajectory(const SequenceState& s, double reward, const std::s
   t.logprobs = s.logprobs;
   t.reward = reward;
   t.rollout = rollout;
+  if (s.is_episode()) {
+    t.loss_mask = s.loss_mask;
+    t.token_versions = s.token_versions;
+    t.turns = s.turns;
+  }
   return t;
 }
 
@@ -240,6 +283,22 @@ core::Result<SequenceState> SequenceState::from_json(const nlohmann::json& j) {
     return core::protocol_error("sequence state " + s.trajectory_id + ": " +
                                 std::to_string(s.logprobs.size()) + " 'logprobs' for " +
                                 std::to_string(s.generated.size()) + " 'generated' tokens");
+  }
+  if (j.contains("call_token")) {
+    std::uint64_t call = 0, turns = 0;
+    std::vector<std::uint64_t> mask;
+    SLUICE_TRY(f::u64_at_most(j, kWhat, "call_token", std::uint64_t{1} << 30, call));
+    SLUICE_TRY(f::u64_array(j, kWhat, "loss_mask", mask));
+    SLUICE_TRY(f::u64_array(j, kWhat, "token_versions", s.token_versions));
+    SLUICE_TRY(f::u64_at_most(j, kWhat, "turns", rl::kMaxTurns, turns));
+    s.call_token = static_cast<std::int32_t>(call);
+    s.turns = static_cast<std::uint32_t>(turns);
+    for (std::uint64_t m : mask) {
+      if (m > 1) return core::protocol_error("sequence state: 'loss_mask' must hold 0 and 1");
+      s.loss_mask.push_back(static_cast<std::uint8_t>(m));
+    }
+    core::Status st = check_episode_fields("sequence state", s);
+    if (!st.is_ok()) return core::protocol_error(st.message());
   }
   return s;
 }

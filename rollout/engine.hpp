@@ -82,11 +82,32 @@ struct SequenceState {
   // Or where to read it (never both): the destination reads it before admitting, and re-prefills
   // when the read fails.
   std::optional<KvRef> kv_ref;
+  // An episode (rl::Trajectory's): a model turn ends when it samples `call_token`, and the
+  // rollout's environment answers by appending its tokens before the next turn. -1: one turn.
+  std::int32_t call_token = -1;
+  // Per generated token in an episode (else empty): 1 for the model's, 0 for the environment's;
+  // the version that sampled it (0 for the environment's). Engines append both per token sampled.
+  std::vector<std::uint8_t> loss_mask;
+  std::vector<std::uint64_t> token_versions;
+  std::uint32_t turns = 1;  // model turns begun
+  bool is_episode() const { return call_token >= 0; }
+  // Whether the last token is the model's call: the turn is over and the environment is next.
+  bool awaits_environment() const {
+    return is_episode() && !generated.empty() && generated.back() == call_token &&
+           !loss_mask.empty() && loss_mask.back() == 1;
+  }
   std::uint64_t kv_tokens() const { return prompt_tokens.size() + generated.size(); }
 
   nlohmann::json to_json() const;
   static core::Result<SequenceState> from_json(const nlohmann::json& j);
 };
+
+// Appends a token the engine sampled with weights `version`: its log-prob, the version among
+// `versions`, and in an episode its mask and version.
+void record_sample(SequenceState& s, std::int32_t token, float logprob, std::uint64_t version);
+// Appends the environment's answer to an episode's call: tokens with log-prob 0, mask 0 and
+// version 0, and the next turn begins.
+void record_environment(SequenceState& s, const std::vector<std::int32_t>& tokens);
 
 // A finished (or abandoned) sequence as a trajectory for the experience buffer; its behaviour
 // version is the first that generated it.
@@ -115,6 +136,9 @@ struct StepResult {
 // The admission rules every engine shares, its name (`engine`, "model engine") in each error.
 // A sequence on its own: an id, max_new_tokens > 0, one log-prob per generated token.
 core::Status check_sequence(std::string_view engine, const SequenceState& seq);
+// An episode's fields: one mask and version per generated token, a model token's version not
+// below the one before and one of `versions`, an environment token at log-prob 0 and version 0.
+core::Status check_episode_fields(std::string_view engine, const SequenceState& seq);
 // Whether a sequence needing `kv_tokens` fits beside `active` sequences holding `kv_used`.
 bool fits(const Capacity& c, std::size_t active, std::uint64_t kv_used, std::uint64_t kv_tokens);
 // The same, as the error a full batch or a full KV budget gives (resource_exhausted).

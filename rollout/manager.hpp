@@ -48,11 +48,12 @@
 
 namespace sluice::rollout {
 
-// Where idle rollout slots went, the keys of the status's `free_slot_s` (slot-seconds): a rollout
-// loading weights, one draining an old version, the admission budget used up, the actor's backlog
-// full (continuous admission), no work left in the job, anything else.
-inline constexpr const char* kFreeSlotCauses[] = {"loading", "draining", "budget",
-                                                  "backlog", "end",      "other"};
+// Where idle rollout slots went, the keys of the status's `free_slot_s` (slot-seconds): episodes
+// waiting on their environment with nothing else to run in their place, a rollout loading
+// weights, one draining an old version, the admission budget used up, the actor's backlog full
+// (continuous admission), no work left in the job, anything else.
+inline constexpr const char* kFreeSlotCauses[] = {"environment", "loading", "draining", "budget",
+                                                  "backlog",     "end",     "other"};
 
 struct ManagerConfig {
   std::string listen = "tcp://127.0.0.1:5560";  // control endpoint (rollouts and the actor)

@@ -303,6 +303,13 @@ void ManagerState::sample_free_slots(Clock::time_point now) {
     std::int64_t free = static_cast<std::int64_t>(r.capacity.max_sequences) -
                         static_cast<std::int64_t>(r.active.size() + r.queued.size());
     if (free <= 0) continue;
+    // As many free slots as it has episodes waiting on their environment, when the pool has no
+    // work to fill them, are the environment's.
+    const auto env =
+        work_waits ? 0 : std::min<std::int64_t>(free, static_cast<std::int64_t>(r.waiting.size()));
+    free_slots_.environment += dt * static_cast<double>(env);
+    free -= env;
+    if (free <= 0) continue;
     double slot_s = dt * static_cast<double>(free);
     if (!work_waits) {
       if (pool_.all_released()) {

@@ -175,6 +175,7 @@ class ManagerState {
     std::vector<SequenceView> active;
     std::uint32_t previous_active = 0;
     std::set<std::string> queued;
+    std::vector<std::string> waiting;  // episodes waiting on their environment (no slot held)
     std::vector<SequenceState> to_import;
     std::vector<std::string> to_export;
     std::vector<std::string> to_abandon;  // trajectories of doomed groups it holds
@@ -188,7 +189,7 @@ class ManagerState {
     // refused) unless that reply never reached it (it timed out waiting and reported again).
     std::map<std::string, std::pair<SequenceState, std::uint64_t>> awaiting;
     std::uint64_t active_at_version(std::uint64_t v) const {
-      return version < v ? active.size() + queued.size() : 0;
+      return version < v ? active.size() + waiting.size() + queued.size() : 0;
     }
     RolloutVersions versions() const { return {version, staged, loading}; }
   };
@@ -204,6 +205,7 @@ class ManagerState {
   // groups is full (`backlog`: the trainer is the bound).
   struct FreeSlots {
     double loading = 0, draining = 0, budget = 0, backlog = 0, end = 0, other = 0;
+    double environment = 0;
   };
 
   ManagerState(ManagerConfig config, Mode mode, Admission admission, TailPolicy tail,

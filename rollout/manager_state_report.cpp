@@ -199,6 +199,18 @@ void ManagerState::take_report(Rollout& r, ReportRequest& q) {
     t.rollout = id;
     if (t.state == TrajState::kActive) t.failed_moves = 0;  // it runs: its move worked
   }
+  // Episodes waiting on their environment run here as the active do, holding no slot.
+  r.waiting.clear();
+  for (const auto& tid : q.waiting) {
+    named.insert(tid);
+    if (stop_here(tid, "waiting")) continue;
+    r.waiting.push_back(tid);
+    bool known = trajs_.count(tid) > 0;
+    Traj& t = traj_named(tid);
+    if (!known) recover(r, tid, t);
+    if (t.state != TrajState::kMoving) t.state = TrajState::kActive;
+    t.rollout = id;
+  }
   r.queued.clear();
   for (const auto& tid : q.queued) {
     named.insert(tid);
@@ -359,7 +371,8 @@ void ManagerState::reclaim_lost(Rollout& r, const std::set<std::string>& named) 
 // The reply's instructions: a version to load, partial states to resume, new work, and what to
 // hand over or stop.
 void ManagerState::reply_work(Rollout& r, ReportReply& reply) {
-  const bool has_work = !r.active.empty() || !r.queued.empty() || !r.to_import.empty();
+  const bool has_work =
+      !r.active.empty() || !r.waiting.empty() || !r.queued.empty() || !r.to_import.empty();
   const bool continue_tail =
       r.continue_tail || (mode_ == Mode::kSluice && tail_ == TailPolicy::kContinue);
   const LoadDecision d = decide_load(mode_, r.versions(), latest_, has_work,
@@ -415,8 +428,11 @@ void ManagerState::reply_work(Rollout& r, ReportReply& reply) {
       r.queued.insert(item->trajectory_id);
       assign.push_back(std::move(*item));
     }
-    if (assign.empty() && r.active.empty() && r.queued.empty()) state = out_of_work_state(mode_);
-  } else if (load == 0 && r.active.empty() && r.queued.empty() && state == "run") {
+    if (assign.empty() && r.active.empty() && r.waiting.empty() && r.queued.empty()) {
+      state = out_of_work_state(mode_);
+    }
+  } else if (load == 0 && r.active.empty() && r.waiting.empty() && r.queued.empty() &&
+             state == "run") {
     state = latest_ == 0 ? "barrier" : "idle";
   }
   for (const auto& item : assign)

@@ -44,6 +44,8 @@ std::string ManagerState::digest() const {
       s += fmt::format("{}/{};", a.trajectory_id, a.kv_tokens);
     for (const auto& q : r.queued)
       s += q + ";";
+    for (const auto& w : r.waiting)
+      s += "w" + w + ";";
     for (const auto& [tid, w] : r.awaiting)
       s += tid + ";";
     for (const auto& q : r.to_import)
@@ -101,7 +103,8 @@ json ManagerState::status_fields(Clock::time_point now) const {
               {"cross_version_moves", c.cross_version},
               {"mixed", c.mixed},
               {"free_slot_s",
-               {{"loading", free_slots_.loading},
+               {{"environment", free_slots_.environment},
+                {"loading", free_slots_.loading},
                 {"draining", free_slots_.draining},
                 {"budget", free_slots_.budget},
                 {"backlog", free_slots_.backlog},

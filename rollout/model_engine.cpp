@@ -95,8 +95,10 @@ core::Status ModelEngine::load_weights(std::uint64_t version, const std::uint8_t
                  .with_context("model engine: version " + std::to_string(version)));
   // The active sequences' caches hold keys and values of the old weights: recompute them with the
   // new ones before their next token, as partial-rollout systems do after a weight update.
-  for (auto& a : seqs_)
+  for (auto& a : seqs_) {
     a.needs_prefill = true;
+    a.cache.clear();
+  }
   version_ = version;
   return {};
 }
@@ -132,7 +134,10 @@ core::Status ModelEngine::admit(SequenceState seq) {
   SLUICE_TRY(check_room("model engine", capacity_, id, seqs_.size(), kv_used_, kv));
   if (seq.kv) SLUICE_TRY(check_kv(seq));
   if (seq.generated.empty() && seq.rng_state == 0) seq.rng_state = initial_rng_state(id);
-  if (seq.versions.empty() || seq.versions.back() != version_) seq.versions.push_back(version_);
+  // An episode lists a version when it samples with it (record_sample).
+  if (!seq.is_episode() && (seq.versions.empty() || seq.versions.back() != version_)) {
+    seq.versions.push_back(version_);
+  }
   // Room for every token the sequence may still generate, so appending never reallocates.
   const std::uint64_t room =
       std::min<std::uint64_t>(context - seq.prompt_tokens.size(), seq.max_new_tokens);
@@ -146,7 +151,9 @@ core::Status ModelEngine::admit(SequenceState seq) {
     SLUICE_TRY(a.cache.import_rows(static_cast<std::int32_t>(c.layers),
                                    static_cast<std::int32_t>(c.width),
                                    static_cast<std::int32_t>(c.positions), c.keys, c.values));
-    a.needs_prefill = false;
+    // An episode back from its environment brings the cache of its turns so far: the
+    // environment's tokens (and the call) are prefilled on top of it.
+    a.needs_prefill = c.positions + 1 < seq.kv_tokens();
     seq.kv.reset();  // the cache holds it now
   }
   a.state = std::move(seq);
@@ -174,7 +181,12 @@ core::Status ModelEngine::check_kv(const SequenceState& s) const {
                                   std::to_string(kv.layers) + " layers x " +
                                   std::to_string(kv.width) + ", not this model's shape");
   }
-  if (s.generated.empty() || kv.positions + 1 != s.kv_tokens()) {
+  // All the tokens but the last, or, for an episode back from its environment, fewer: the
+  // tokens since are prefilled.
+  const bool fits = s.is_episode()
+                        ? kv.positions >= s.prompt_tokens.size() && kv.positions < s.kv_tokens()
+                        : kv.positions + 1 == s.kv_tokens();
+  if (s.generated.empty() || !fits) {
     return core::invalid_argument("model engine: sequence " + id + " comes with a KV cache of " +
                                   std::to_string(kv.positions) + " positions for " +
                                   std::to_string(s.kv_tokens()) + " tokens");
@@ -184,6 +196,7 @@ core::Status ModelEngine::check_kv(const SequenceState& s) const {
 
 bool ModelEngine::done(const SequenceState& s) const {
   if (!s.generated.empty() && s.generated.back() == kEos) return true;
+  if (s.awaits_environment()) return true;
   if (s.generated.size() >= s.max_new_tokens) return true;
   return s.kv_tokens() >= static_cast<std::uint64_t>(config_.gpt.context);
 }
@@ -204,9 +217,7 @@ bool ModelEngine::append_sample(Active& a, std::span<const float> logits) {
                      sampled.status().to_string());
     return false;
   }
-  if (s.versions.empty() || s.versions.back() != version_) s.versions.push_back(version_);
-  s.generated.push_back(sampled->token);
-  s.logprobs.push_back(sampled->logprob);
+  record_sample(s, sampled->token, sampled->logprob, version_);
   ++kv_used_;
   return true;
 }
@@ -232,9 +243,15 @@ StepResult ModelEngine::step() {
       batch_index_.push_back(i);
       continue;
     }
+    // What the cache does not hold yet: everything, or an episode's tokens since its call.
+    if (a.cache.length() < 1 || static_cast<std::uint64_t>(a.cache.length()) >= s.kv_tokens()) {
+      a.cache.clear();
+    }
+    const auto cached = static_cast<std::size_t>(a.cache.length());
     prefill_input_.assign(s.prompt_tokens.begin(), s.prompt_tokens.end());
     prefill_input_.insert(prefill_input_.end(), s.generated.begin(), s.generated.end());
-    a.cache.clear();
+    prefill_input_.erase(prefill_input_.begin(),
+                         prefill_input_.begin() + static_cast<std::ptrdiff_t>(cached));
     core::Status st = model_->prefill(a.cache, prefill_input_, logits_);
     if (!st.is_ok()) {
       // admit() checked what prefill checks; this is a bug, and the sequence cannot go on.
@@ -277,6 +294,11 @@ StepResult ModelEngine::step() {
   for (std::size_t i = 0; i < seqs_.size(); ++i) {
     Active& a = seqs_[i];
     if (failed_[i] != 0 || done(a.state)) {
+      // An episode's call: its cache leaves with it, to come back after the environment answers
+      // when the weights are still these (the rollout decides).
+      if (failed_[i] == 0 && a.state.awaits_environment() && !a.needs_prefill) {
+        a.state.kv = export_kv(a);
+      }
       kv_used_ -= a.state.kv_tokens();
       r.finished.push_back(std::move(a.state));
       free_caches_.push_back(std::move(a.cache));
@@ -301,17 +323,22 @@ core::Result<SequenceState> ModelEngine::export_sequence_with_kv(const std::stri
     // Current only once it sampled from its own prefill or decode: the cache then holds prompt +
     // generated but the last token.
     if (a.needs_prefill || a.state.generated.empty()) break;
-    kv.emplace();
-    kv->version = version_;
-    kv->layers = static_cast<std::uint32_t>(a.cache.layers());
-    kv->width = static_cast<std::uint32_t>(a.cache.width());
-    kv->positions = static_cast<std::uint32_t>(a.cache.length());
-    a.cache.export_rows(kv->keys, kv->values);
+    kv = export_kv(a);
     break;
   }
   SLUICE_ASSIGN_OR_RETURN(SequenceState s, export_sequence(trajectory_id));
   s.kv = std::move(kv);
   return s;
+}
+
+KvState ModelEngine::export_kv(const Active& a) const {
+  KvState kv;
+  kv.version = version_;
+  kv.layers = static_cast<std::uint32_t>(a.cache.layers());
+  kv.width = static_cast<std::uint32_t>(a.cache.width());
+  kv.positions = static_cast<std::uint32_t>(a.cache.length());
+  a.cache.export_rows(kv.keys, kv.values);
+  return kv;
 }
 
 std::vector<SequenceState> ModelEngine::export_all() {

@@ -130,6 +130,7 @@ class ModelEngine final : public Engine {
 
   bool done(const SequenceState& s) const;
   core::Status check_kv(const SequenceState& s) const;
+  KvState export_kv(const Active& a) const;
   model::KvCache take_cache();
   // Samples from `logits` for `a` and appends the token; false (logged) when sampling failed.
   bool append_sample(Active& a, std::span<const float> logits);

@@ -155,6 +155,7 @@ core::Message encode(const ReportRequest& m) {
       {"stats", m.stats}};
   if (m.incarnation.empty()) body.erase("incarnation");
   if (m.leaving) body["leaving"] = true;
+  if (!m.waiting.empty()) body["waiting"] = m.waiting;
   return core::Message(msg::kReport, std::move(body));
 }
 
@@ -196,6 +197,7 @@ core::Result<ReportRequest> decode_report(const json& body, const DecodeLimits& 
   };
   SLUICE_TRY(f::list(body, what, "active", lim.max_list, m.active, active_entry));
   SLUICE_TRY(trajectory_ids(body, what, "queued", lim, m.queued));
+  if (body.contains("waiting")) SLUICE_TRY(trajectory_ids(body, what, "waiting", lim, m.waiting));
   SLUICE_TRY(trajectories(body, what, "finished", lim, m.finished));
   if (body.contains("exported")) SLUICE_TRY(sequences(body, what, "exported", lim, m.exported));
   if (body.contains("partial")) SLUICE_TRY(sequences(body, what, "partial", lim, m.partial));

@@ -63,6 +63,9 @@ struct ReportRequest {
   Capacity capacity;
   std::vector<ActiveEntry> active;
   std::vector<std::string> queued;
+  // Episodes out of the engine, waiting on their environment: held by the rollout, holding no
+  // slot. Absent: none.
+  std::vector<std::string> waiting;
   std::vector<rl::Trajectory> finished;
   std::vector<SequenceState> exported;
   std::vector<SequenceState> partial;

@@ -8,6 +8,7 @@
 #include "core/checksum.hpp"
 #include "core/lognormal.hpp"
 #include "core/splitmix.hpp"
+#include "rl/trajectory.hpp"
 
 namespace sluice::rollout {
 
@@ -61,6 +62,9 @@ core::Status SimEngineConfig::validate() const {
   }
   if (!non_negative(time_scale)) {
     return core::invalid_argument("time_scale must be finite and >= 0");
+  }
+  if (turns == 0 || turns > rl::kMaxTurns) {
+    return core::invalid_argument("turns must be in [1, " + std::to_string(rl::kMaxTurns) + "]");
   }
   return lengths.validate();
 }
@@ -148,8 +152,10 @@ core::Status SimEngine::load_weights(std::uint64_t version, const std::uint8_t* 
   // recomputed (re-prefilled) with the new weights before its next token, as partial-rollout
   // systems do when they interrupt generation for a weight update.
   if (version != version_) {
-    for (auto& a : seqs_)
+    for (auto& a : seqs_) {
       a.prefilled = false;
+      a.cached = 0;
+    }
   }
   version_ = version;
   return {};
@@ -173,9 +179,14 @@ core::Status SimEngine::admit(SequenceState seq) {
   if (seq.generated.empty() && seq.rng_state == 0) {
     seq.rng_state = mix64(trajectory_key(config_.seed, id) ^ 0x5eed5eed5eed5eedULL);
   }
-  if (seq.versions.empty() || seq.versions.back() != version_) seq.versions.push_back(version_);
+  if (!seq.is_episode() && (seq.versions.empty() || seq.versions.back() != version_)) {
+    seq.versions.push_back(version_);
+  }
   Active a;
   a.target = std::min(lengths_.length(id), seq.max_new_tokens);
+  // A modelled cache of these weights, back with an episode from its environment.
+  if (seq.kv && seq.kv->version == version_ && seq.kv->positions < kv) a.cached = seq.kv->positions;
+  seq.kv.reset();
   a.state = std::move(seq);
   kv_used_ += kv;
   seqs_.push_back(std::move(a));
@@ -187,7 +198,7 @@ StepResult SimEngine::step() {
   if (seqs_.empty()) return r;
   for (auto& a : seqs_) {
     if (a.prefilled) continue;
-    r.prefill_tokens += a.state.kv_tokens();
+    r.prefill_tokens += a.state.kv_tokens() - a.cached;
     a.prefilled = true;
   }
   std::vector<Active> still;
@@ -196,18 +207,29 @@ StepResult SimEngine::step() {
     SequenceState& s = a.state;
     // A migrated sequence may arrive already complete (its source's length was shorter); it
     // finishes without decoding.
-    if (s.generated.size() < a.target) {
-      if (s.versions.empty() || s.versions.back() != version_) s.versions.push_back(version_);
+    const std::uint64_t model = model_tokens(s);
+    if (model < a.target && !s.awaits_environment()) {
       const std::uint64_t z = core::splitmix64(s.rng_state);
-      s.generated.push_back(static_cast<std::int32_t>(z % kSimVocab));
+      auto token = static_cast<std::int32_t>(z % kSimVocab);
+      if (s.is_episode()) {
+        // Only a turn's end calls.
+        if (token == s.call_token) token = (token + 1) % kSimVocab;
+        if (ends_turn(a.target, model + 1)) token = s.call_token;
+      }
       // Log-probs in (-4.01, -0.01): sampled tokens of a plausible policy, never exactly 0.
-      s.logprobs.push_back(static_cast<float>(-(0.01 + 4.0 * to_unit(z))));
+      record_sample(s, token, static_cast<float>(-(0.01 + 4.0 * to_unit(z))), version_);
       ++kv_used_;
       ++r.tokens;
       ++r.batch;
     }
-    if (s.generated.size() >= a.target) {
+    if (model_tokens(s) >= a.target || s.awaits_environment()) {
       kv_used_ -= s.kv_tokens();
+      if (s.awaits_environment()) {
+        // The modelled cache leaves with it: its shape only (all but the call).
+        s.kv.emplace();
+        s.kv->version = version_;
+        s.kv->positions = static_cast<std::uint32_t>(s.kv_tokens() - 1);
+      }
       r.finished.push_back(std::move(s));
     } else {
       still.push_back(std::move(a));
@@ -218,6 +240,23 @@ StepResult SimEngine::step() {
                     config_.prefill_ms_per_token * static_cast<double>(r.prefill_tokens);
   r.wait_s = ms * config_.time_scale / 1000.0;
   return r;
+}
+
+std::uint64_t SimEngine::model_tokens(const SequenceState& s) {
+  if (!s.is_episode()) return s.generated.size();
+  return static_cast<std::uint64_t>(std::count(s.loss_mask.begin(), s.loss_mask.end(), 1));
+}
+
+bool SimEngine::ends_turn(std::uint64_t target, std::uint64_t model_tokens) const {
+  // Turn i (1-based) ends at round(target x i / turns) model tokens; the last one has no call.
+  const std::uint32_t turns = config_.turns;
+  if (turns <= 1 || model_tokens >= target) return false;
+  for (std::uint32_t i = 1; i < turns; ++i) {
+    const auto end = static_cast<std::uint64_t>(
+        std::llround(static_cast<double>(target) * i / static_cast<double>(turns)));
+    if (end == model_tokens) return true;
+  }
+  return false;
 }
 
 core::Result<SequenceState> SimEngine::export_sequence(const std::string& trajectory_id) {

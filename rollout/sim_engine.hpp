@@ -8,6 +8,10 @@
 //   that step (a newly admitted sequence prefills its prompt; a migrated one re-prefills prompt +
 //   generated). All times are multiplied by time_scale. step() never sleeps: it reports the time
 //   in StepResult::wait_s and the caller waits it out on a loop timer.
+// - An episode's length is split into `turns` model turns; each but the last ends with its call
+//   token, and the rollout's environment answers. A call's sequence leaves with a KvState that
+//   holds only its shape (no keys or values): admitted again on the same version, the sequence
+//   prefills only the tokens since (the environment's answer), else all of them.
 // - Tokens are pseudo-random ids in [0, kSimVocab) with negative log-probs, drawn from the
 //   sequence's own rng_state, so a migrated sequence continues exactly as if it had never moved.
 //
@@ -57,6 +61,11 @@ struct SimEngineConfig {
   LengthConfig lengths;                 // response-length distribution
   std::uint64_t seed = 1;               // lengths and tokens derive from it
   double time_scale = 1.0;              // multiplies every time, >= 0 (0: instant)
+  // Agentic workloads: an episode (SequenceState::call_token set by the rollout) has this many
+  // model turns, its length split evenly, each but the last ending in a call; the environment
+  // answers each call with env_tokens tokens. 1: one turn.
+  std::uint32_t turns = 1;
+  std::uint32_t env_tokens = 8;
 
   template <typename V>
   void describe(V& v) {
@@ -68,6 +77,9 @@ struct SimEngineConfig {
     v("lengths", lengths, "response-length distribution");
     v("seed", seed, "seed of response lengths and sampled tokens");
     v("time_scale", time_scale, "multiplies every modelled time (>= 0)");
+    v("turns", turns,
+      "model turns of an episode, each but the last ending in a tool call (default 1: one turn)");
+    v("env_tokens", env_tokens, "tokens the simulated environment answers a call with (default 8)");
   }
   core::Status validate() const;
   Capacity capacity() const { return {max_sequences, max_kv_tokens}; }
@@ -142,9 +154,14 @@ class SimEngine final : public Engine {
  private:
   struct Active {
     SequenceState state;
-    std::uint64_t target = 0;  // min(response length, max_new_tokens)
+    std::uint64_t target = 0;  // min(response length, max_new_tokens): model tokens
     bool prefilled = false;
+    std::uint64_t cached = 0;  // tokens its (modelled) KV cache holds when admitted
   };
+  // Model tokens generated (all of them outside an episode).
+  static std::uint64_t model_tokens(const SequenceState& s);
+  // Whether an episode's model turn ends (with a call) at this many model tokens.
+  bool ends_turn(std::uint64_t target, std::uint64_t model_tokens) const;
   SimEngine(SimEngineConfig config, LengthSampler lengths)
       : config_(std::move(config)), lengths_(std::move(lengths)) {}
 

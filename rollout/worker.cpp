@@ -6,6 +6,7 @@
 #include <atomic>
 #include <chrono>
 #include <deque>
+#include <map>
 #include <optional>
 #include <random>
 #include <thread>
@@ -47,6 +48,8 @@ core::Status RolloutConfig::validate() const {
   for (const auto& h : join_read_from) {
     if (h.empty()) return core::invalid_argument("join_read_from names an empty holder id");
   }
+  if (env_timeout_ms == 0) return core::invalid_argument("env_timeout_ms must be at least 1");
+  SLUICE_TRY(env_latency.validate().with_context("env_latency"));
   if (manager_timeout_ms < report_ms) {
     return core::invalid_argument("manager_timeout_ms must be at least report_ms");
   }
@@ -71,6 +74,23 @@ constexpr Millis kRolloutLatestWait{1000};
 
 double seconds(Clock::duration d) {
   return std::chrono::duration<double>(d).count();
+}
+
+// The environment of a rollout that runs episodes, or null.
+core::Result<std::unique_ptr<Environment>> make_environment(core::EventLoop& loop,
+                                                            const RolloutConfig& cfg) {
+  if (cfg.engine == "model" && cfg.task.tool != "none") {
+    SLUICE_ASSIGN_OR_RETURN(rl::ArithmeticTask task, rl::ArithmeticTask::create(cfg.task));
+    SLUICE_ASSIGN_OR_RETURN(rl::EnvLatency latency,
+                            rl::EnvLatency::create(cfg.env_latency, cfg.task.seed));
+    return make_task_environment(loop, task, latency);
+  }
+  if (cfg.engine == "sim" && cfg.sim.turns > 1) {
+    SLUICE_ASSIGN_OR_RETURN(rl::EnvLatency latency,
+                            rl::EnvLatency::create(cfg.env_latency, cfg.sim.seed));
+    return make_sim_environment(loop, kSimVocab - 1, kSimVocab, cfg.sim.env_tokens, latency);
+  }
+  return std::unique_ptr<Environment>();
 }
 
 }  // namespace
@@ -108,6 +128,16 @@ struct RolloutWorker::Impl {
   std::atomic<bool> stopping{false};
 
   std::deque<SequenceState> queue;  // assigned, not yet admitted
+  // Episodes: their environment, and those waiting on it (by id), each with when it began to wait
+  // and, once it came, the answer.
+  std::unique_ptr<Environment> env;
+  struct Waiting {
+    SequenceState state;
+    Clock::time_point since;
+    std::optional<core::Result<EnvAnswer>> answer;
+  };
+  std::map<std::string, Waiting> waiting;
+  bool answers_ready = false;
   std::vector<rl::Trajectory> finished;
   std::vector<SequenceState> exported;
   std::vector<SequenceState> refused;
@@ -139,6 +169,20 @@ struct RolloutWorker::Impl {
   std::uint64_t served_versions = 0, last_served = 0;
   std::uint64_t refused_version = 0;  // imports of another version (never expected)
   std::uint64_t abandoned = 0;        // trajectories stopped because they could not be trained
+  // Episodes: seconds spent waiting on the environment (summed over episodes), calls answered,
+  // episodes the environment failed (an error or past env_timeout_ms), calls whose KV cache was
+  // used again, and those re-prefilled (and their tokens).
+  double env_wait_s = 0;
+  std::uint64_t env_calls = 0, env_failed = 0, env_kv_kept = 0, env_reprefills = 0;
+  std::uint64_t env_reprefill_tokens = 0;
+  core::Counter& m_env_wait = core::process_metrics().counter(
+      "sluice_rollout_env_wait_seconds_total", "seconds episodes waited on their environment");
+  core::Counter& m_env_calls = core::process_metrics().counter("sluice_rollout_env_calls_total",
+                                                               "environment calls answered");
+  core::Counter& m_env_failed = core::process_metrics().counter(
+      "sluice_rollout_env_failed_total", "episodes ended by an environment error or time-out");
+  core::Gauge& m_env_waiting = core::process_metrics().gauge(
+      "sluice_rollout_env_waiting", "episodes waiting on their environment now");
 
   json stats() const {
     // Time counts from the first version loaded: waiting for the job's first weights is start-up.
@@ -167,6 +211,12 @@ struct RolloutWorker::Impl {
                 {"served_versions", served_versions},
                 {"refused_version", refused_version},
                 {"abandoned", abandoned},
+                {"env_wait_s", env_wait_s},
+                {"env_calls", env_calls},
+                {"env_failed", env_failed},
+                {"env_kv_kept", env_kv_kept},
+                {"env_reprefills", env_reprefills},
+                {"env_reprefill_tokens", env_reprefill_tokens},
                 {"created_unix", created_unix},
                 {"first_weights_s", first_weights_s},
                 {"first_read_s", first_read_s},
@@ -193,6 +243,8 @@ struct RolloutWorker::Impl {
       req.active.push_back({a.trajectory_id, a.kv_tokens});
     for (const auto& s : queue)
       req.queued.push_back(s.trajectory_id);
+    for (const auto& [id, w] : waiting)
+      req.waiting.push_back(id);
     // Copies: what is sent stays held until the manager answers. A bounded prefix: after an
     // outage thousands may be held, more than one message carries (the rest go next time).
     const std::size_t sent_finished = fitting_prefix(finished);
@@ -201,7 +253,14 @@ struct RolloutWorker::Impl {
     req.exported = exported;
     req.refused = refused;
     req.returned = returned;
-    if (cfg.partial_every > 0 && reports % cfg.partial_every == 0) req.partial = engine->snapshot();
+    if (cfg.partial_every > 0 && reports % cfg.partial_every == 0) {
+      req.partial = engine->snapshot();
+      // An episode waiting on its environment resumes elsewhere at its call.
+      for (const auto& [id, w] : waiting) {
+        req.partial.push_back(w.state);
+        req.partial.back().kv.reset();
+      }
+    }
     ++reports;
     req.stats = stats();
     bool answered = false;
@@ -241,6 +300,7 @@ struct RolloutWorker::Impl {
                 cfg.rollout_id);
       engine->export_all();
       queue.clear();
+      drop_waiting();
       return {};
     }
     if (r.unqueue) {
@@ -309,8 +369,11 @@ struct RolloutWorker::Impl {
             static_cast<double>(kv) * cfg.sim.prefill_ms_per_token * cfg.sim.time_scale / 1000.0;
       }
     }
-    for (auto& s : r.assign)
+    for (auto& s : r.assign) {
+      // With an environment, new work runs as episodes.
+      if (env && s.generated.empty() && !s.is_episode()) s.call_token = env->call_token();
       queue.push_back(std::move(s));
+    }
     SLUICE_TRY(prefetch());
     if (r.load > engine->version()) SLUICE_TRY(load_version(r.load, r.allow_active));
     return {};
@@ -345,8 +408,108 @@ struct RolloutWorker::Impl {
     }
   }
 
+  // ---- episodes ----
+
+  // A model turn ended with a call: the sequence waits on the environment, out of the engine.
+  void call_environment(SequenceState s) {
+    const std::string id = s.trajectory_id;
+    if (!cfg.env_keep_kv) s.kv.reset();
+    Waiting& w = waiting[id];
+    w.state = std::move(s);
+    w.since = Clock::now();
+    w.answer.reset();
+    m_env_waiting.set(static_cast<double>(waiting.size()));
+    std::weak_ptr<bool> guard = alive;
+    env->answer(w.state, [this, guard, id](core::Result<EnvAnswer> a) {
+      if (guard.expired()) return;
+      auto it = waiting.find(id);
+      if (it == waiting.end()) return;
+      it->second.answer = std::move(a);
+      answers_ready = true;
+    });
+  }
+
+  // Episodes whose environment answered (or failed, or timed out): back to the queue's front for
+  // their next turn, or finished.
+  void take_answers() {
+    answers_ready = false;
+    const auto now = Clock::now();
+    for (auto it = waiting.begin(); it != waiting.end();) {
+      Waiting& w = it->second;
+      const bool late = now - w.since > Millis(cfg.env_timeout_ms);
+      if (!w.answer && !late) {
+        ++it;
+        continue;
+      }
+      const double waited = seconds(now - w.since);
+      env_wait_s += waited;
+      m_env_wait.inc(waited);
+      SequenceState s = std::move(w.state);
+      std::optional<core::Result<EnvAnswer>> answer = std::move(w.answer);
+      it = waiting.erase(it);
+      if (!answer) {
+        env->cancel(s.trajectory_id);
+        end_failed_episode(std::move(s), fmt::format("no answer in {} ms", cfg.env_timeout_ms));
+        continue;
+      }
+      if (!answer->is_ok()) {
+        end_failed_episode(std::move(s), answer->status().to_string());
+        continue;
+      }
+      ++env_calls;
+      m_env_calls.inc();
+      const EnvAnswer& a = answer->value();
+      // No turns left, or no room for the answer and one more token: the episode ends here.
+      if (a.done || s.generated.size() + a.tokens.size() >= s.max_new_tokens) {
+        finish_sequence(std::move(s));
+        continue;
+      }
+      record_environment(s, a.tokens);
+      if (s.kv && s.kv->version == engine->version()) {
+        ++env_kv_kept;
+      } else {
+        s.kv.reset();
+        ++env_reprefills;
+        env_reprefill_tokens += s.kv_tokens();
+      }
+      queue.push_front(std::move(s));
+    }
+    m_env_waiting.set(static_cast<double>(waiting.size()));
+  }
+
+  void end_failed_episode(SequenceState s, const std::string& why) {
+    ++env_failed;
+    m_env_failed.inc();
+    log::warn("rollout {}: episode {} ended: its environment {}", cfg.rollout_id, s.trajectory_id,
+              why);
+    s.kv.reset();
+    finish_abandoned(std::move(s));
+  }
+
+  void drop_waiting() {
+    for (const auto& [id, w] : waiting)
+      env->cancel(id);
+    waiting.clear();
+    m_env_waiting.set(0);
+  }
+
+  void finish_sequence(SequenceState s) {
+    s.kv.reset();
+    double reward = scorer ? scorer(s) : 0.0;
+    m_finished.inc();
+    finished.push_back(to_trajectory(s, reward, cfg.rollout_id));
+  }
+
   // Stops a trajectory queued or running here and sends it back marked abandoned.
   void abandon(const std::string& id) {
+    if (auto w = waiting.find(id); w != waiting.end()) {
+      env->cancel(id);
+      SequenceState s = std::move(w->second.state);
+      waiting.erase(w);
+      s.kv.reset();
+      finish_abandoned(std::move(s));
+      return;
+    }
     auto q = std::find_if(queue.begin(), queue.end(),
                           [&](const SequenceState& s) { return s.trajectory_id == id; });
     if (q != queue.end()) {
@@ -545,6 +708,12 @@ struct RolloutWorker::Impl {
     for (auto& s : engine->export_all()) {
       (s.generated.empty() ? req.returned : req.exported).push_back(std::move(s));
     }
+    // Episodes waiting on their environment resume elsewhere at their call.
+    for (auto& [id, w] : waiting) {
+      w.state.kv.reset();
+      req.exported.push_back(std::move(w.state));
+    }
+    if (env) drop_waiting();
     req.stats = stats();
     const std::size_t in_flight = req.exported.size(), unstarted = req.returned.size();
     bool answered = false;
@@ -574,6 +743,7 @@ struct RolloutWorker::Impl {
         ws->schedule_report(Clock::now());
         clock = std::max(clock, Clock::now());
       }
+      if (answers_ready || !waiting.empty()) take_answers();
       admit_queued();
       if (engine->active() > 0) {
         StepResult res = engine->step();
@@ -591,9 +761,11 @@ struct RolloutWorker::Impl {
           first_trajectory_s = seconds(Clock::now() - created);
         }
         for (auto& s : res.finished) {
-          double reward = scorer ? scorer(s) : 0.0;
-          m_finished.inc();
-          finished.push_back(to_trajectory(s, reward, cfg.rollout_id));
+          if (env && s.awaits_environment()) {
+            call_environment(std::move(s));
+          } else {
+            finish_sequence(std::move(s));
+          }
         }
         // Finished work and exports go out at once: the manager may be waiting for them.
         if (!res.finished.empty() && engine->active() == 0 && queue.empty()) {
@@ -602,7 +774,8 @@ struct RolloutWorker::Impl {
       } else {
         auto until = ws->next_report();
         auto before = Clock::now();
-        wait_until(until);
+        // An environment's answer ends the wait early: the episode's next turn can start.
+        loop->run_until([this] { return answers_ready; }, until);
         double idle = seconds(Clock::now() - before);
         if (ws->manager_state() == "barrier") {
           barrier_s += idle;
@@ -642,6 +815,7 @@ core::Result<std::unique_ptr<RolloutWorker>> RolloutWorker::create(
   impl->scorer = std::move(scorer);
   impl->environment = std::move(environment);
   impl->kv_outbox = core::RetiredBuffers(Millis(impl->cfg.kv_hold_ms));
+  SLUICE_ASSIGN_OR_RETURN(impl->env, make_environment(loop, impl->cfg));
   SLUICE_ASSIGN_OR_RETURN(
       impl->security, core::load_security(impl->cfg.security, "rollout " + impl->cfg.rollout_id));
   // The manager takes a rollout's reports only under its authenticated identity.

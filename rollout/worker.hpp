@@ -17,6 +17,12 @@
 // Time is accounted as generating (at least one active sequence), loading weights, waiting at a
 // weight barrier, or idle; the totals go to the manager with every report.
 //
+// Episodes: a sequence whose model turn ends with a call leaves the engine and waits on the
+// rollout's Environment (rollout/environment.hpp), holding no slot; the answer's tokens are
+// appended and it goes to the front of the queue for its next turn, with its KV cache when the
+// weights are unchanged (env_keep_kv), else re-prefilled. Reports name the waiting episodes, and
+// their partial states include them, so a rollout killed mid-episode loses none.
+//
 // Thread safety: one thread. run() is a plain driver loop (the engine's modelled step time is
 // slept through, since a rollout serves no requests), so the blocking control-plane calls are
 // made from it, never from a loop callback.
@@ -31,8 +37,10 @@
 #include "core/event_loop.hpp"
 #include "core/security.hpp"
 #include "core/status.hpp"
+#include "rl/env_latency.hpp"
 #include "rl/task.hpp"
 #include "rollout/engine.hpp"
+#include "rollout/environment.hpp"
 #include "rollout/model_engine.hpp"
 #include "rollout/sim_engine.hpp"
 #include "weightstore/holder_config.hpp"
@@ -106,6 +114,14 @@ struct RolloutConfig : weightstore::HolderRoleConfig, weightstore::TopologyLabel
   std::uint64_t kv_hold_ms = 30000;
   // A destination's whole read of one KV cache; past it the sequence is re-prefilled.
   std::uint64_t kv_read_timeout_ms = 5000;
+  // Episodes (the model engine with task.tool calc, the sim engine with sim.turns > 1): how long
+  // the environment takes to answer a call, and how long the rollout waits for an answer before
+  // it ends the episode (dropped with its group, counted).
+  rl::EnvLatencyConfig env_latency;
+  std::uint64_t env_timeout_ms = 120000;
+  // An episode's KV cache waits with it while its environment answers, and is used again when the
+  // weights did not change meanwhile (else it is re-prefilled); false: always re-prefilled.
+  bool env_keep_kv = true;
 
   template <typename V>
   void describe(V& v) {
@@ -132,6 +148,12 @@ struct RolloutConfig : weightstore::HolderRoleConfig, weightstore::TopologyLabel
     v("kv_hold_ms", kv_hold_ms, "how long an exported KV cache stays readable here, in ms");
     v("kv_read_timeout_ms", kv_read_timeout_ms,
       "a KV cache read that takes longer fails (the sequence is re-prefilled)");
+    v("env_latency", env_latency, "episodes: how long the environment takes to answer a call");
+    v("env_timeout_ms", env_timeout_ms,
+      "episodes: an environment silent this long ends its episode (ms, default 120000)");
+    v("env_keep_kv", env_keep_kv,
+      "episodes: keep a KV cache while its environment answers, used again on unchanged weights "
+      "(default true)");
     v("max_held_finished", max_held_finished,
       "finished trajectories held while the manager is unreachable; when full, no new work starts");
     v("pull_in_flight", pull_in_flight, "GETs in flight per source when pulling weights");

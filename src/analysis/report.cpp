@@ -384,9 +384,13 @@ std::uint64_t twice_in(const json& ids) {
 
 // The manager's free_slot_s causes (rollout/manager.hpp, kFreeSlotCauses) as a reader names them.
 constexpr std::pair<std::string_view, std::string_view> kSlotCauses[] = {
-    {"loading", "waiting for weights"},           {"draining", "draining an old version"},
-    {"budget", "parked by the in-flight budget"}, {"backlog", "paused by the actor's backlog"},
-    {"end", "no work left (the job's end)"},      {"other", "idle, other"},
+    {"environment", "waiting on the environment"},
+    {"loading", "waiting for weights"},
+    {"draining", "draining an old version"},
+    {"budget", "parked by the in-flight budget"},
+    {"backlog", "paused by the actor's backlog"},
+    {"end", "no work left (the job's end)"},
+    {"other", "idle, other"},
 };
 
 Headline make_headline(const json& summary, const json& job) {

@@ -470,11 +470,18 @@ core::Status Gpt::backward(const std::vector<std::vector<float>>& dlogprob,
 }
 
 core::Result<float> Gpt::sft_loss_and_grad(const std::vector<std::vector<std::int32_t>>& seqs,
-                                           const std::vector<std::int32_t>& response_start) {
-  if (response_start.size() != seqs.size()) {
+                                           const std::vector<std::int32_t>& response_start,
+                                           const std::vector<std::vector<std::uint8_t>>& masks) {
+  if (response_start.size() != seqs.size() || (!masks.empty() && masks.size() != seqs.size())) {
     return invalid_argument("sft: " + std::to_string(response_start.size()) +
-                            " response starts for " + std::to_string(seqs.size()) + " sequences");
+                            " response starts and " + std::to_string(masks.size()) + " masks for " +
+                            std::to_string(seqs.size()) + " sequences");
   }
+  // Whether response token t of sequence i is trained on.
+  auto trained = [&](std::size_t i, std::size_t t) {
+    return masks.empty() || masks[i].empty() ||
+           masks[i][t - static_cast<std::size_t>(response_start[i])] != 0;
+  };
   std::size_t count = 0;
   for (std::size_t i = 0; i < seqs.size(); ++i) {
     const auto s = response_start[i];
@@ -483,8 +490,17 @@ core::Result<float> Gpt::sft_loss_and_grad(const std::vector<std::vector<std::in
                               std::to_string(i) + " is outside [1, " +
                               std::to_string(seqs[i].size()) + ")");
     }
-    count += seqs[i].size() - static_cast<std::size_t>(s);
+    if (!masks.empty() && !masks[i].empty() &&
+        masks[i].size() != seqs[i].size() - static_cast<std::size_t>(s)) {
+      return invalid_argument("sft: the mask of sequence " + std::to_string(i) + " has " +
+                              std::to_string(masks[i].size()) + " entries for " +
+                              std::to_string(seqs[i].size() - static_cast<std::size_t>(s)) +
+                              " response tokens");
+    }
+    for (std::size_t t = static_cast<std::size_t>(s); t < seqs[i].size(); ++t)
+      count += trained(i, t) ? 1 : 0;
   }
+  if (count == 0) return invalid_argument("sft: no response token is trained on");
   SLUICE_ASSIGN_OR_RETURN(ForwardOutput out, forward(seqs));
   const float scale = 1.0f / static_cast<float>(count);
   double loss = 0.0;
@@ -492,6 +508,7 @@ core::Result<float> Gpt::sft_loss_and_grad(const std::vector<std::vector<std::in
   for (std::size_t i = 0; i < seqs.size(); ++i) {
     dlogprob[i].assign(seqs[i].size() - 1, 0.0f);
     for (std::size_t t = static_cast<std::size_t>(response_start[i]); t < seqs[i].size(); ++t) {
+      if (!trained(i, t)) continue;
       loss -= out.logprobs[i][t - 1];
       dlogprob[i][t - 1] = -scale;
     }

@@ -139,8 +139,11 @@ class Gpt {
   // Supervised warm start: the mean negative log-likelihood of the response tokens (positions
   // t >= response_start[i], with 1 <= response_start[i] < length) over the whole batch, and its
   // gradient accumulated into grads().
+  // `masks`, when not empty, holds per sequence one 0/1 per response token (or nothing: all 1):
+  // tokens at 0 (an environment's, in an episode) give no loss, and the mean is over the rest.
   core::Result<float> sft_loss_and_grad(const std::vector<std::vector<std::int32_t>>& seqs,
-                                        const std::vector<std::int32_t>& response_start);
+                                        const std::vector<std::int32_t>& response_start,
+                                        const std::vector<std::vector<std::uint8_t>>& masks = {});
 
   // ---- inference ----
   KvCache make_cache() const;

@@ -8,6 +8,8 @@
 
 #include "core/checksum.hpp"
 #include "core/splitmix.hpp"
+#include "rl/calculator.hpp"
+#include "rl/trajectory.hpp"
 
 namespace sluice::rl {
 
@@ -26,6 +28,8 @@ constexpr std::uint64_t kMaxDraws = 100000;
 // Lognormal draws outside [min_terms, max_terms] are redrawn this many times, then clamped.
 constexpr int kMaxTermDraws = 64;
 constexpr std::size_t kMaxNumberDigits = 4;
+// Stream tag of the warm start's choice of tool demonstrations.
+constexpr std::uint64_t kDemoStream = 0x64656d6f;  // "demo"
 
 using core::mix64;
 
@@ -148,6 +152,17 @@ core::Status TaskConfig::validate() const {
     return core::invalid_argument(
         fmt::format("task: partial_credit is {}, must be in [0, 1)", partial_credit));
   }
+  if (tool != "none" && tool != "calc") {
+    return core::invalid_argument(fmt::format("task: tool is '{}', must be none or calc", tool));
+  }
+  if (max_turns < 2 || max_turns > kMaxTurns) {
+    return core::invalid_argument(
+        fmt::format("task: max_turns is {}, must be in [2, {}]", max_turns, kMaxTurns));
+  }
+  if (!(tool_demos >= 0.0 && tool_demos <= 1.0)) {
+    return core::invalid_argument(
+        fmt::format("task: tool_demos is {}, must be in [0, 1]", tool_demos));
+  }
   return {};
 }
 
@@ -186,7 +201,12 @@ std::uint32_t ArithmeticTask::max_response_tokens() const {
   std::uint32_t n = (k - 2) + 1;
   for (std::uint32_t i = 2; i <= k; ++i)
     n += decimal_digits(static_cast<long>(i) * config_.max_operand);
-  return n;
+  if (!uses_tool()) return n;
+  // The tool form: up to max_turns - 1 calls of the prompt's expression ('=' included) answered
+  // by the largest sum and a space, then that sum and EOS.
+  const std::uint32_t sum = decimal_digits(static_cast<long>(k) * config_.max_operand);
+  const std::uint32_t call = (max_prompt_tokens() - 1) + sum + 1;
+  return std::max(n, (config_.max_turns - 1) * call + sum + 1);
 }
 
 Prompt ArithmeticTask::draw(std::uint64_t stream, std::uint64_t index,
@@ -246,7 +266,84 @@ std::vector<Token> ArithmeticTask::solution(const Prompt& prompt) const {
   return out;
 }
 
+namespace {
+
+const Token kSpace = Tokenizer::token(' ').value();
+
+bool has_call(std::span<const Token> response) {
+  return std::find(response.begin(), response.end(), ArithmeticTask::call_token()) !=
+         response.end();
+}
+
+// The tool form's answer after a call: the response ends with one number (no leading zero) and
+// EOS after the environment's last answer, and the number is the sum.
+bool tool_answer_right(const Prompt& prompt, std::span<const Token> response) {
+  if (response.size() < 2 || response.back() != Tokenizer::kEos) return false;
+  auto last_space = std::find(response.rbegin(), response.rend(), kSpace);
+  if (last_space == response.rend()) return false;  // a call never answered
+  const auto start = static_cast<std::size_t>(response.rend() - last_space);
+  long value = 0;
+  std::size_t digits = 0;
+  for (std::size_t i = start; i + 1 < response.size(); ++i) {
+    const int d = Tokenizer::digit_value(response[i]);
+    if (d < 0 || (digits > 0 && value == 0) || digits == 9) return false;
+    value = value * 10 + d;
+    ++digits;
+  }
+  return digits > 0 && value == prompt.answer();
+}
+
+}  // namespace
+
+Token ArithmeticTask::call_token() {
+  return Tokenizer::token('=').value();
+}
+
+bool ArithmeticTask::ends_with_call(std::span<const Token> response) const {
+  return uses_tool() && !response.empty() && response.back() == call_token();
+}
+
+core::Result<std::vector<Token>> ArithmeticTask::tool_answer(
+    std::span<const Token> response) const {
+  if (!ends_with_call(response)) {
+    return core::invalid_argument("task: the response does not end with a call ('=')");
+  }
+  // The expression: the model's tokens since the environment's last answer.
+  auto from = std::find(response.rbegin() + 1, response.rend(), kSpace);
+  const auto start = static_cast<std::size_t>(response.rend() - from);
+  const std::string expr = Tokenizer::decode(response.subspan(start, response.size() - 1 - start));
+  std::string answer = ": ";
+  if (auto v = calculate(expr); v.is_ok()) answer = std::to_string(*v) + " ";
+  // A negative value's '-' and the digits are in the vocabulary.
+  return Tokenizer::encode(answer).value();
+}
+
+ToolSolution ArithmeticTask::tool_solution(const Prompt& prompt) const {
+  ToolSolution s;
+  // The model copies the prompt's expression and calls, ...
+  std::vector<Token> call(prompt.tokens.begin() + 1, prompt.tokens.end());
+  s.tokens = call;
+  s.mask.assign(call.size(), 1);
+  // ... the environment answers, ...
+  std::vector<Token> answer = tool_answer(s.tokens).value();
+  s.tokens.insert(s.tokens.end(), answer.begin(), answer.end());
+  s.mask.insert(s.mask.end(), answer.size(), 0);
+  // ... and the model copies the value and ends.
+  std::vector<Token> final = Tokenizer::encode(std::to_string(prompt.answer())).value();
+  final.push_back(Tokenizer::kEos);
+  s.tokens.insert(s.tokens.end(), final.begin(), final.end());
+  s.mask.insert(s.mask.end(), final.size(), 1);
+  return s;
+}
+
+bool ArithmeticTask::demo_uses_tool(std::uint64_t index) const {
+  if (!uses_tool()) return false;
+  Rng rng(config_.seed, kDemoStream, index, 0);
+  return rng.uniform() < config_.tool_demos;
+}
+
 double ArithmeticTask::reward(const Prompt& prompt, std::span<const Token> response) const {
+  if (uses_tool() && has_call(response)) return tool_answer_right(prompt, response) ? 1.0 : 0.0;
   std::vector<int> numbers;
   std::vector<int> gold = running_sums(prompt);
   if (gold.empty() || !parse_response(response, numbers) || numbers.size() != gold.size()) {
@@ -260,6 +357,7 @@ double ArithmeticTask::reward(const Prompt& prompt, std::span<const Token> respo
 }
 
 bool ArithmeticTask::correct(const Prompt& prompt, std::span<const Token> response) const {
+  if (uses_tool() && has_call(response)) return tool_answer_right(prompt, response);
   std::vector<int> numbers;
   std::vector<int> gold = running_sums(prompt);
   return !gold.empty() && parse_response(response, numbers) && numbers.size() == gold.size() &&

@@ -24,6 +24,21 @@
 // token. With the default partial_credit = 0 the reward is binary. correct() (what accuracy
 // counts) is true only for the full reward.
 //
+// The tool form (tool = "calc"), the built-in agentic task: before it answers, the model may call
+// a calculator (rl/calculator.hpp). A call is an expression followed by '=', which ends the model's
+// turn; the environment answers with the value and a space (':' and a space when the expression
+// does not evaluate), and the model's next turn goes on from there:
+//
+//   prompt   ^37+48+95=
+//   response 37+48+95=180 180$    model "37+48+95=", environment "180 ", model "180$"
+//
+// After a call the answer is one number then EOS; without a call it is the running sums as above.
+// Reward in the tool form: 1 when the response ends in EOS and its answer (the last number) is
+// right, else partial credit on the running sums as above when there was no call, else 0. An
+// episode has at most max_turns model turns: a call in the last is not answered (the episode ends
+// there, unrewarded). The warm start shows the tool on a share `tool_demos` of its solutions,
+// drawn at random, so RL has to learn where a call pays.
+//
 // Thread safety: ArithmeticTask is immutable after create(); its const methods may be called from
 // any number of threads.
 #pragma once
@@ -49,6 +64,9 @@ struct TaskConfig {
   double heldout_fraction = 0.1;      // share of prompt texts held out, in [0, 0.5]
   double partial_credit = 0.0;        // reward scale for right running sums, in [0, 1)
   std::uint32_t context_tokens = 96;  // prompt + response must fit (checked for the worst case)
+  std::string tool = "none";          // "calc": the model may call a calculator; "none"
+  std::uint32_t max_turns = 3;        // tool form: model turns at most, in [2, kMaxTurns]
+  double tool_demos = 0.25;           // tool form: share of warm-start solutions that call
 
   template <typename V>
   void describe(V& v) {
@@ -64,6 +82,12 @@ struct TaskConfig {
     v("partial_credit", partial_credit,
       "reward scale for right running sums when the answer is wrong, 0 = binary (default 0)");
     v("context_tokens", context_tokens, "prompt + response must fit this many tokens (default 96)");
+    v("tool", tool,
+      "calc: the model may call a calculator, an expression then '=' (multi-turn episodes); none: "
+      "one turn (default none)");
+    v("max_turns", max_turns, "tool calc: model turns per episode at most, at least 2 (default 3)");
+    v("tool_demos", tool_demos,
+      "tool calc: share of the warm start's gold solutions that call the tool (default 0.25)");
   }
   // Checks the ranges above (the context check needs the task: see ArithmeticTask::create).
   core::Status validate() const;
@@ -76,6 +100,13 @@ struct Prompt {
   std::string text;           // "7+3+8+5=" (no BOS)
   std::vector<Token> tokens;  // BOS followed by the text's tokens: what the model is given
   int answer() const;         // the sum of the terms
+};
+
+// A gold solution in the tool form: the response tokens and, per token, 1 for the model's and 0
+// for the environment's.
+struct ToolSolution {
+  std::vector<Token> tokens;
+  std::vector<std::uint8_t> mask;
 };
 
 // Response lengths (in tokens, EOS included) of gold solutions over some prompts.
@@ -107,6 +138,21 @@ class ArithmeticTask {
 
   // The gold response: running sums, then EOS (for the supervised warm start).
   std::vector<Token> solution(const Prompt& prompt) const;
+
+  // ---- the tool form (see the header comment) ----
+  bool uses_tool() const { return config_.tool == "calc"; }
+  // The token that ends a model turn with a call ('=').
+  static Token call_token();
+  // Whether the model's turn that produced `response` (episode so far) ended with a call.
+  bool ends_with_call(std::span<const Token> response) const;
+  // The environment's answer to the call that ends `response`: the value of the expression since
+  // the environment's last answer (or the response's start) and a space, or ':' and a space when
+  // it does not evaluate. invalid_argument when the response does not end with a call.
+  core::Result<std::vector<Token>> tool_answer(std::span<const Token> response) const;
+  // The gold response that calls the tool once, then answers.
+  ToolSolution tool_solution(const Prompt& prompt) const;
+  // Whether the warm start's index-th solution shows the tool (a share tool_demos of them).
+  bool demo_uses_tool(std::uint64_t index) const;
   // The reward of a response (see the header comment) and whether it is fully right.
   double reward(const Prompt& prompt, std::span<const Token> response) const;
   bool correct(const Prompt& prompt, std::span<const Token> response) const;

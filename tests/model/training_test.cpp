@@ -1,5 +1,6 @@
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -71,6 +72,37 @@ TEST_SUITE("model.training") {
     CHECK(m->sft_loss_and_grad({{1, 2, 3}}, {0}).status().code() == core::Code::kInvalidArgument);
     CHECK(m->sft_loss_and_grad({{1, 2, 3}}, {3}).status().code() == core::Code::kInvalidArgument);
     CHECK(m->sft_loss_and_grad({{1, 2, 3}}, {}).status().code() == core::Code::kInvalidArgument);
+  }
+
+  TEST_CASE("sft: tokens masked out (an environment's) give no loss and no gradient") {
+    auto a = make_model(tiny_config());
+    auto b = make_model(tiny_config());
+    REQUIRE((a && b));
+    // The last two response tokens masked out train exactly as the sequence without them: the
+    // model is causal, so the earlier tokens' log-probs do not depend on them.
+    const std::vector<std::int32_t> full{1, 5, 6, 7, 8, 9, 10};
+    const std::vector<std::int32_t> cut{1, 5, 6, 7, 8};
+    a->zero_grad();
+    b->zero_grad();
+    auto masked = a->sft_loss_and_grad({full}, {2}, {{1, 1, 1, 0, 0}});
+    auto plain = b->sft_loss_and_grad({cut}, {2});
+    REQUIRE(masked.is_ok());
+    REQUIRE(plain.is_ok());
+    CHECK(*masked == doctest::Approx(*plain).epsilon(1e-6));
+    double diff = 0;
+    for (std::size_t i = 0; i < a->param_count(); ++i)
+      diff = std::max(diff, static_cast<double>(std::abs(a->grads()[i] - b->grads()[i])));
+    CHECK(diff < 1e-6);
+    // With the mask off they differ: the test can fail.
+    a->zero_grad();
+    auto unmasked = a->sft_loss_and_grad({full}, {2});
+    REQUIRE(unmasked.is_ok());
+    CHECK(*unmasked != doctest::Approx(*plain).epsilon(1e-6));
+    // A mask of the wrong length, or one that trains nothing, is refused.
+    CHECK(a->sft_loss_and_grad({full}, {2}, {{1, 1}}).status().code() ==
+          core::Code::kInvalidArgument);
+    CHECK(a->sft_loss_and_grad({full}, {2}, {{0, 0, 0, 0, 0}}).status().code() ==
+          core::Code::kInvalidArgument);
   }
 
   TEST_CASE("AdamW state saved and restored continues the same trajectory") {

@@ -1,4 +1,5 @@
-// The agentic task's pieces: the calculator tool and the environment's latency.
+// The agentic task's pieces: the calculator tool, the environment's latency and the tool form of
+// the arithmetic task.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -7,6 +8,7 @@
 
 #include "rl/calculator.hpp"
 #include "rl/env_latency.hpp"
+#include "rl/task.hpp"
 
 using namespace sluice;
 
@@ -75,5 +77,92 @@ TEST_SUITE("rl.tool") {
     bad = c;
     bad.median_ms = 0;
     CHECK_FALSE(rl::EnvLatency::create(bad, 1).is_ok());
+  }
+}
+
+namespace {
+
+sluice::rl::ArithmeticTask tool_task(std::uint32_t max_operand = 99) {
+  sluice::rl::TaskConfig c;
+  c.tool = "calc";
+  c.max_operand = max_operand;
+  c.max_terms = 6;
+  c.median_terms = 3;
+  c.p99_terms = 6;
+  auto t = sluice::rl::ArithmeticTask::create(c);
+  REQUIRE_MESSAGE(t.is_ok(), t.status().to_string());
+  return std::move(t).value();
+}
+
+std::vector<sluice::rl::Token> toks(const std::string& text) {
+  return sluice::rl::Tokenizer::encode(text).value();
+}
+
+}  // namespace
+
+TEST_SUITE("rl.tool_task") {
+  using sluice::rl::ArithmeticTask;
+  using sluice::rl::Tokenizer;
+
+  TEST_CASE("the calculator answers a call with the value and a space, or ': ' when it fails") {
+    ArithmeticTask task = tool_task();
+    CHECK(Tokenizer::decode(task.tool_answer(toks("37+48+95=")).value()) == "180 ");
+    // Only the expression since the environment's last answer counts.
+    CHECK(Tokenizer::decode(task.tool_answer(toks("9+9=18 2*3-10=")).value()) == "-4 ");
+    CHECK(Tokenizer::decode(task.tool_answer(toks("3+=")).value()) == ": ");
+    CHECK(Tokenizer::decode(task.tool_answer(toks("=")).value()) == ": ");
+    // Not a call: refused.
+    CHECK(task.tool_answer(toks("37+48")).status().code() == sluice::core::Code::kInvalidArgument);
+    CHECK(task.ends_with_call(toks("1+2=")));
+    CHECK(!task.ends_with_call(toks("1+2= 3")));
+  }
+
+  TEST_CASE("the tool form's reward: a right answer after a call, running sums without one") {
+    ArithmeticTask task = tool_task();
+    auto p = ArithmeticTask::parse_prompt(toks("^37+48+95=")).value();
+    CHECK(task.reward(p, toks("37+48+95=180 180$")) == 1.0);
+    CHECK(task.correct(p, toks("37+48+95=180 180$")));
+    CHECK(task.reward(p, toks("37+48+95=180 181$")) == 0.0);
+    CHECK(task.reward(p, toks("37+48+95=180 180")) == 0.0);    // no EOS
+    CHECK(task.reward(p, toks("37+48+95=")) == 0.0);           // a call never answered
+    CHECK(task.reward(p, toks("37+48+95=180 0180$")) == 0.0);  // a leading zero
+    CHECK(task.reward(p, toks("85,180$")) == 1.0);             // no call: the running sums
+    CHECK(task.reward(p, toks("180$")) == 0.0);                // no call, not the running sums
+    // The same tokens in the single-turn task are malformed.
+    auto plain = ArithmeticTask::create({}).value();
+    CHECK(plain.reward(p, toks("37+48+95=180 180$")) == 0.0);
+  }
+
+  TEST_CASE("the tool form's gold solution: the model's tokens and the environment's, masked") {
+    ArithmeticTask task = tool_task();
+    std::size_t demos = 0;
+    for (std::uint64_t i = 0; i < 400; ++i) {
+      auto p = task.train_prompt(i).value();
+      auto s = task.tool_solution(p);
+      REQUIRE(s.mask.size() == s.tokens.size());
+      CHECK(task.reward(p, s.tokens) == 1.0);
+      CHECK(s.tokens.size() <= task.max_response_tokens());
+      // The masked-out tokens are exactly what the calculator answers.
+      std::vector<sluice::rl::Token> env;
+      for (std::size_t k = 0; k < s.tokens.size(); ++k)
+        if (s.mask[k] == 0) env.push_back(s.tokens[k]);
+      CHECK(Tokenizer::decode(env) == std::to_string(p.answer()) + " ");
+      demos += task.demo_uses_tool(i) ? 1 : 0;
+    }
+    // tool_demos 0.25 of 400.
+    CHECK(demos > 70);
+    CHECK(demos < 130);
+  }
+
+  TEST_CASE("the tool form's settings are checked") {
+    sluice::rl::TaskConfig c;
+    c.tool = "abacus";
+    CHECK(ArithmeticTask::create(c).status().message().find("tool") != std::string::npos);
+    c.tool = "calc";
+    c.max_turns = 1;
+    CHECK(ArithmeticTask::create(c).status().message().find("max_turns") != std::string::npos);
+    c.max_turns = 3;
+    c.tool_demos = 1.5;
+    CHECK(!ArithmeticTask::create(c).is_ok());
   }
 }

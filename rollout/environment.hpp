@@ -1,0 +1,82 @@
+// What answers an episode's calls. A rollout that runs episodes (SequenceState::call_token set)
+// holds one Environment: when a model turn ends with its call, the sequence leaves the engine, the
+// environment answers, and the sequence comes back with the answer's tokens appended (never
+// trained on) for its next turn. Meanwhile its slot serves other work.
+//
+// Two environments are built in, both answering after a latency drawn per (episode, turn) from
+// rl::EnvLatency, on a loop timer:
+// - the tool task's calculator (rl::ArithmeticTask with tool "calc"), for the model engine;
+// - the simulated workload's, for the sim engine: env_tokens pseudo-random tokens.
+//
+// Thread safety: one thread (the rollout's event loop).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/event_loop.hpp"
+#include "core/status.hpp"
+#include "rl/env_latency.hpp"
+#include "rl/task.hpp"
+#include "rollout/engine.hpp"
+
+namespace sluice::rollout {
+
+struct EnvAnswer {
+  std::vector<std::int32_t> tokens;  // appended to the episode
+  // The episode ends at its call, unanswered (its last allowed turn called).
+  bool done = false;
+};
+
+class Environment {
+ public:
+  using Done = std::function<void(core::Result<EnvAnswer>)>;
+  virtual ~Environment() = default;
+  // The token that ends a model turn with a call.
+  virtual std::int32_t call_token() const = 0;
+  // Starts answering the call that ends `s`'s last turn. `done` runs once, later, from the event
+  // loop (never inside answer()); an error ends the episode. cancel() drops a pending answer
+  // (its `done` never runs).
+  virtual void answer(const SequenceState& s, Done done) = 0;
+  virtual void cancel(const std::string& trajectory_id) = 0;
+  // Answers pending.
+  virtual std::size_t pending() const = 0;
+};
+
+// An environment whose answer is a function of the episode so far, delivered after the drawn
+// latency.
+class TimedEnvironment : public Environment {
+ public:
+  using Compute = std::function<core::Result<EnvAnswer>(const SequenceState&)>;
+  TimedEnvironment(core::EventLoop& loop, rl::EnvLatency latency, std::int32_t call_token,
+                   Compute compute)
+      : loop_(&loop), latency_(latency), call_token_(call_token), compute_(std::move(compute)) {}
+  std::int32_t call_token() const override { return call_token_; }
+  void answer(const SequenceState& s, Done done) override;
+  void cancel(const std::string& trajectory_id) override { timers_.erase(trajectory_id); }
+  std::size_t pending() const override { return timers_.size(); }
+
+ private:
+  core::EventLoop* loop_;
+  rl::EnvLatency latency_;
+  std::int32_t call_token_;
+  Compute compute_;
+  std::map<std::string, std::unique_ptr<core::EventLoop::Timer>> timers_;
+};
+
+// The tool task's calculator: the value of the call's expression (rl::ArithmeticTask::tool_answer);
+// a call in the episode's max_turns-th turn ends it.
+std::unique_ptr<Environment> make_task_environment(core::EventLoop& loop,
+                                                   const rl::ArithmeticTask& task,
+                                                   rl::EnvLatency latency);
+// The simulated workload's: `tokens` pseudo-random tokens in [0, vocab) other than the call
+// token, drawn from the episode's id and turn.
+std::unique_ptr<Environment> make_sim_environment(core::EventLoop& loop, std::int32_t call_token,
+                                                  std::int32_t vocab, std::uint32_t tokens,
+                                                  rl::EnvLatency latency);
+
+}  // namespace sluice::rollout
