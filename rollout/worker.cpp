@@ -465,13 +465,7 @@ struct RolloutWorker::Impl {
         continue;
       }
       record_environment(s, a.tokens);
-      if (s.kv && s.kv->version == engine->version()) {
-        ++env_kv_kept;
-      } else {
-        s.kv.reset();
-        ++env_reprefills;
-        env_reprefill_tokens += s.kv_tokens();
-      }
+      // Its KV cache goes with it; admission decides whether it still serves.
       queue.push_front(std::move(s));
     }
     m_env_waiting.set(static_cast<double>(waiting.size()));
@@ -675,9 +669,29 @@ struct RolloutWorker::Impl {
     while (!queue.empty() && engine->can_admit(queue.front().kv_tokens())) {
       SequenceState s = std::move(queue.front());
       queue.pop_front();
+      // An episode back from its environment: its KV cache serves only the weights it was made
+      // with (they may have changed while it queued), else it is re-prefilled.
+      if (s.is_episode() && !s.generated.empty()) {
+        if (s.kv && s.kv->version != engine->version()) s.kv.reset();
+        if (s.kv) {
+          ++env_kv_kept;
+        } else {
+          ++env_reprefills;
+          env_reprefill_tokens += s.kv_tokens();
+        }
+      }
+      // What is admitted without its cache when the engine refuses it, and handed back when the
+      // engine refuses it even so: never lost.
+      std::optional<KvState> kv = std::move(s.kv);
+      s.kv.reset();
+      SequenceState plain = s;
+      s.kv = std::move(kv);
       auto st = engine->admit(std::move(s));
+      if (!st.is_ok() && plain.is_episode()) st = engine->admit(plain);
       if (!st.is_ok()) {
-        log::warn("rollout {}: admit failed: {}", cfg.rollout_id, st.to_string());
+        log::warn("rollout {}: admit of {} failed, handing it back: {}", cfg.rollout_id,
+                  plain.trajectory_id, st.to_string());
+        (plain.generated.empty() ? returned : exported).push_back(std::move(plain));
         break;
       }
     }

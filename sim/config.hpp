@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/status.hpp"
+#include "rl/env_latency.hpp"
 #include "rollout/manager.hpp"
 #include "rollout/sim_engine.hpp"
 
@@ -185,8 +186,9 @@ struct ActorParams {
 };
 
 struct SimInput {
-  rollout::ManagerConfig manager;   // mode and repack are set per run
-  rollout::SimEngineConfig engine;  // capacity, default timing, lengths, seed
+  rollout::ManagerConfig manager;    // mode and repack are set per run
+  rollout::SimEngineConfig engine;   // capacity, default timing, lengths, seed, episode turns
+  rl::EnvLatencyConfig env_latency;  // episodes: the environment's answer time
   std::uint32_t rollouts = 4;
   std::uint64_t report_ms = 25;  // the rollouts' report period
   ActorParams actor;

@@ -99,7 +99,12 @@ void Sim::finish_done_sequences(SimRollout& r, double t) {
       ++k;
       continue;
     }
+    const bool last = r.active[k].last_turn;
     rollout::SequenceState s = take_out(r, k);
+    if (!last) {
+      call_environment(r, std::move(s), t);
+      continue;
+    }
     r.finished.push_back(rollout::to_trajectory(s, rollout::sim_reward(s), r.id));
     any = true;
   }
@@ -112,17 +117,74 @@ void Sim::finish_done_sequences(SimRollout& r, double t) {
 // Admits a new or migrated sequence: its prompt (and generated tokens) are prefilled first.
 void Sim::admit(SimRollout& r, rollout::SequenceState s, double t) {
   const std::uint64_t kv = s.kv_tokens();
-  const bool migrated = !s.generated.empty();
-  const double fill = static_cast<double>(kv) * r.prefill;
+  bool migrated = !s.generated.empty();
+  // An episode back from its environment prefills only its answer (and the call) when its KV
+  // cache is of these weights, as the worker does.
+  std::uint64_t cached = 0;
+  if (s.kv) {
+    if (s.kv->version == r.version && s.kv->positions < kv) {
+      cached = s.kv->positions;
+      ++r.env_kv_kept;
+      migrated = false;
+    } else {
+      ++r.env_reprefills;
+    }
+    s.kv.reset();
+  }
+  const double fill = static_cast<double>(kv - cached) * r.prefill;
   add_block(r, t, fill, false);
   if (migrated) r.reprefill_s += fill;
   if (s.versions.empty() || s.versions.back() != r.version) s.versions.push_back(r.version);
   Seq q;
-  q.target = std::min(lengths_->length(s.trajectory_id), s.max_new_tokens);
+  std::tie(q.target, q.last_turn) = turn_end(s);
   q.target = std::max<std::uint64_t>(q.target, s.generated.size());
   q.s0 = r.S;
   q.st = std::move(s);
   r.active.push_back(std::move(q));
+}
+
+std::pair<std::uint64_t, bool> Sim::turn_end(const rollout::SequenceState& s) const {
+  const std::uint64_t total = std::min(lengths_->length(s.trajectory_id), s.max_new_tokens);
+  const std::uint32_t turns = in_.engine.turns;
+  if (!env_latency_ || turns <= 1) return {total, true};
+  // As the simulated engine splits an episode: turn k ends at round(total x k / turns) model
+  // tokens, after k - 1 answers of env_tokens each.
+  const std::uint64_t k = s.turns;
+  const std::uint64_t env = (k - 1) * in_.engine.env_tokens;
+  const std::uint64_t model = s.generated.size() >= env ? s.generated.size() - env : 0;
+  auto end = static_cast<std::uint64_t>(
+      std::llround(static_cast<double>(total) * static_cast<double>(k) / turns));
+  end = std::max(end, model + 1);
+  if (k >= turns || end >= total) return {total + env, true};
+  return {end + env, false};
+}
+
+void Sim::call_environment(SimRollout& r, rollout::SequenceState s, double t) {
+  ++r.env_calls;
+  const std::uint64_t token = ++r.next_wait;
+  const double delay = env_latency_->delay_ms(s.trajectory_id, s.turns) / 1000.0;
+  // Its modelled KV cache waits with it: the shape only.
+  s.kv.emplace();
+  s.kv->version = r.version;
+  s.kv->positions = static_cast<std::uint32_t>(s.kv_tokens() - 1);
+  r.waiting[token] = SimRollout::Waiting{std::move(s), t};
+  at(t + delay, Ev::kEnvAnswer, r.index, token);
+}
+
+void Sim::on_env_answer(SimRollout& r, std::uint64_t token, double t) {
+  auto it = r.waiting.find(token);
+  if (it == r.waiting.end()) return;  // abandoned meanwhile
+  advance(r, t);
+  rollout::SequenceState s = std::move(it->second.st);
+  r.env_wait_s += t - it->second.since;
+  r.waiting.erase(it);
+  fill_generated(s, s.generated.size() + in_.engine.env_tokens);
+  ++s.turns;
+  r.queue.push_front(std::move(s));
+  last_progress_ = t;
+  admit_queued(r, t);
+  reschedule_engine(r, t);
+  want_report(r, t);
 }
 
 void Sim::admit_queued(SimRollout& r, double t) {
@@ -179,6 +241,8 @@ void Sim::on_report(SimRollout& r, double t) {
     q.active.push_back({a.st.trajectory_id, a.st.prompt_tokens.size() + r.generated(a)});
   for (const auto& s : r.queue)
     q.queued.push_back(s.trajectory_id);
+  for (const auto& [token, w] : r.waiting)
+    q.waiting.push_back(w.st.trajectory_id);
   const std::size_t n = rollout::fitting_prefix(r.finished);
   q.finished.assign(std::make_move_iterator(r.finished.begin()),
                     std::make_move_iterator(r.finished.begin() + static_cast<std::ptrdiff_t>(n)));
@@ -189,7 +253,7 @@ void Sim::on_report(SimRollout& r, double t) {
   r.exported.clear();
   r.refused.clear();
   r.returned.clear();
-  const bool has_work = !q.active.empty() || !q.queued.empty();
+  const bool has_work = !q.active.empty() || !q.queued.empty() || !q.waiting.empty();
   const bool changed_view = q.version != r.reported_version || has_work != r.reported_work;
   r.reported_version = q.version;
   r.reported_work = has_work;
@@ -230,8 +294,17 @@ void Sim::apply(SimRollout& r, rollout::ReportReply reply, double t) {
     } else {
       auto a = std::find_if(r.active.begin(), r.active.end(),
                             [&](const Seq& q) { return q.st.trajectory_id == id; });
-      if (a == r.active.end()) return;  // finished meanwhile
-      s = take_out(r, static_cast<std::size_t>(a - r.active.begin()));
+      auto w = std::find_if(r.waiting.begin(), r.waiting.end(),
+                            [&](const auto& e) { return e.second.st.trajectory_id == id; });
+      if (w != r.waiting.end()) {
+        s = std::move(w->second.st);
+        s.kv.reset();
+        r.waiting.erase(w);
+      } else if (a == r.active.end()) {
+        return;  // finished meanwhile
+      } else {
+        s = take_out(r, static_cast<std::size_t>(a - r.active.begin()));
+      }
     }
     rl::Trajectory tr = rollout::to_trajectory(s, 0.0, r.id);
     tr.abandoned = true;

@@ -6,11 +6,13 @@
 #include <deque>
 #include <map>
 #include <memory>
+#include <optional>
 #include <queue>
 #include <string>
 #include <vector>
 
 #include "actor/experience_buffer.hpp"
+#include "rl/env_latency.hpp"
 #include "rollout/manager_state.hpp"
 #include "rollout/sim_engine.hpp"
 #include "sim/simulator.hpp"
@@ -28,7 +30,8 @@ enum class Ev {
   kTrained,
   kPublished,
   kRepack,
-  kSample
+  kSample,
+  kEnvAnswer
 };
 
 struct Event {
@@ -44,8 +47,9 @@ struct Event {
 // the rollout's decode-step counter S.
 struct Seq {
   rollout::SequenceState st;  // `generated` and `logprobs` as at admission
-  std::uint64_t target = 0;   // generated tokens at which it finishes
+  std::uint64_t target = 0;   // generated tokens at which it finishes (an episode: its turn)
   double s0 = 0;              // the rollout's S at admission
+  bool last_turn = true;      // an episode's turn that ends it (not with a call)
 };
 
 // A time the engine does not decode: prefilling (counted as generating) or loading weights.
@@ -91,6 +95,16 @@ struct SimRollout {
   double first_load = -1, gen_s = 0, load_s = 0, barrier_s = 0, idle_s = 0, occ_s = 0;
   double reprefill_s = 0;
   std::uint64_t tokens = 0, loads = 0;
+  // Episodes waiting on their environment (out of the engine), by the token of their answer's
+  // event, each with the version its KV cache was made by (kept while the weights stay).
+  struct Waiting {
+    rollout::SequenceState st;
+    double since = 0;
+  };
+  std::map<std::uint64_t, Waiting> waiting;
+  std::uint64_t next_wait = 0;
+  double env_wait_s = 0;
+  std::uint64_t env_calls = 0, env_kv_kept = 0, env_reprefills = 0;
 
   double nominal_step_s() const { return t0 + t1 * static_cast<double>(active.size()); }
   double step_s() const { return nominal_step_s() * slow; }
@@ -132,6 +146,11 @@ class Sim {
   void on_loaded(SimRollout& r, double t);
   void want_report(SimRollout& r, double t, bool now = false);
   void after_report(SimRollout& r, double t);
+  // Episodes: a turn's end (the call), and its environment's answer.
+  void call_environment(SimRollout& r, rollout::SequenceState s, double t);
+  void on_env_answer(SimRollout& r, std::uint64_t token, double t);
+  // An episode's turn: the generated tokens at which it ends, and whether it is the last.
+  std::pair<std::uint64_t, bool> turn_end(const rollout::SequenceState& s) const;
 
   // The CPU model (simulator.cpp): demand in cores, the slowdown it gives, and bringing every
   // rollout's decode speed to it.
@@ -159,6 +178,7 @@ class Sim {
   Progress progress_;
   std::unique_ptr<rollout::ManagerState> mgr_;
   std::unique_ptr<rollout::LengthSampler> lengths_;
+  std::optional<rl::EnvLatency> env_latency_;  // episodes (engine.turns > 1)
   std::vector<SimRollout> rollouts_;
   Placement placement_;
   std::vector<RelayTimes> relay_;                 // per host: times after a publish

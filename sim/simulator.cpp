@@ -54,6 +54,11 @@ core::Status Sim::init() {
   SLUICE_ASSIGN_OR_RETURN(rollout::LengthSampler ls,
                           rollout::LengthSampler::create(in_.engine.lengths, in_.engine.seed));
   lengths_ = std::make_unique<rollout::LengthSampler>(std::move(ls));
+  if (in_.engine.turns > 1) {
+    SLUICE_ASSIGN_OR_RETURN(rl::EnvLatency env,
+                            rl::EnvLatency::create(in_.env_latency, in_.engine.seed));
+    env_latency_ = env;
+  }
   SLUICE_ASSIGN_OR_RETURN(mgr_, rollout::ManagerState::create(in_.manager, nullptr, tp(0)));
   actor::BufferOptions bo;
   bo.group_size = in_.actor.group_size;
@@ -348,6 +353,9 @@ core::Result<ModeResult> Sim::run() {
       }
       case Ev::kPulled:
         on_pulled(rollouts_[e.who], t);
+        break;
+      case Ev::kEnvAnswer:
+        on_env_answer(rollouts_[e.who], e.token, t);
         break;
       case Ev::kLoaded:
         on_loaded(rollouts_[e.who], t);

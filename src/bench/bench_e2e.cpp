@@ -363,6 +363,13 @@ void print_workload(const JobConfig& job) {
       static_cast<unsigned long long>(stats->p99), static_cast<unsigned long long>(stats->max),
       static_cast<double>(stats->p99) / static_cast<double>(std::max<std::uint64_t>(1, stats->p50)),
       static_cast<unsigned long long>(job.actor.max_staleness));
+  if (job.rollout.sim.turns > 1) {
+    std::printf(
+        "episodes: %u model turns, each call answered with %u tokens after a lognormal latency "
+        "(median %.0f ms, p99 %.0f ms, at most %.0f ms)\n",
+        job.rollout.sim.turns, job.rollout.sim.env_tokens, job.rollout.env_latency.median_ms,
+        job.rollout.env_latency.p99_ms, job.rollout.env_latency.max_ms);
+  }
   std::fflush(stdout);
 }
 

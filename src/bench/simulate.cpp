@@ -70,6 +70,7 @@ sim::SimInput simulation_input(const JobConfig& j, const sim::SimulateConfig& si
   sim::SimInput in;
   in.manager = j.manager;
   in.engine = j.rollout.sim;
+  in.env_latency = j.rollout.env_latency;
   in.rollouts = j.rollouts;
   in.report_ms = j.rollout.report_ms;
   in.actor.batch_trajectories = j.actor.batch_trajectories;

@@ -458,3 +458,58 @@ TEST_CASE("while a job runs, every role serves valid Prometheus text on /metrics
   launcher->read_all(Millis(60000));
   CHECK(launcher->wait(Millis(10000)).is_ok());
 }
+
+namespace {
+
+// small_job with episodes: three model turns, the environment answering each call after a
+// long-tailed latency.
+json episode_job(const std::string& mode) {
+  json job = small_job(mode);
+  job["rollout"]["sim"]["turns"] = 3;
+  job["rollout"]["sim"]["env_tokens"] = 4;
+  job["rollout"]["env_latency"] = {{"median_ms", 20}, {"p99_ms", 300}, {"max_ms", 600}};
+  return job;
+}
+
+// Every rollout's calls were answered, none failed, and some were counted as waits.
+void check_episodes(const Run& r) {
+  const json& m = r.summary.at("manager");
+  std::uint64_t calls = 0, failed = 0;
+  double waited = 0;
+  for (const auto& ro : m.at("rollouts")) {
+    calls += ro.at("stats").value("env_calls", std::uint64_t{0});
+    failed += ro.at("stats").value("env_failed", std::uint64_t{0});
+    waited += ro.at("stats").value("env_wait_s", 0.0);
+  }
+  // Two calls per episode, but for the shortest (a turn needs a model token): more than one on
+  // average.
+  CHECK(calls > kPrompts * kGroup);
+  CHECK(failed == 0);
+  CHECK(waited > 0);
+  CHECK(m.at("free_slot_s").contains("environment"));
+}
+
+}  // namespace
+
+TEST_CASE("episodes waiting on their environment reach the buffer exactly once, in every mode") {
+  for (std::string mode : kModes) {
+    CAPTURE(mode);
+    Run r = run_job(mode + "-episodes", episode_job(mode));
+    check_exactly_once(r);
+    check_common(r, mode);
+    check_episodes(r);
+  }
+}
+
+TEST_CASE("a rollout killed mid-episode loses nothing: its episodes resume or run again") {
+  json job = episode_job("sluice");
+  job["kill_rollout_after_s"] = 0.4;
+  Run r = run_job("sluice-episodes-kill", job);
+  check_exactly_once(r);
+  check_common(r, "sluice");
+  check_episodes(r);
+  const json& m = r.summary.at("manager");
+  CHECK(m.at("dead_rollouts").get<std::uint64_t>() +
+            m.at("rollout_restarts").get<std::uint64_t>() >=
+        1);
+}
