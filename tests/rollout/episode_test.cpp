@@ -8,6 +8,7 @@
 #include <memory>
 #include <vector>
 
+#include "../model/test_util.hpp"
 #include "model/blas.hpp"
 #include "model/gpt.hpp"
 #include "rl/trajectory.hpp"
@@ -19,14 +20,11 @@ using rollout::SequenceState;
 
 namespace {
 
+// The model tests' tiny shape, with the task's vocabulary and room for a few turns.
 model::GptConfig tiny_gpt(std::uint64_t init_seed) {
-  model::GptConfig c;
+  model::GptConfig c = model::testing::tiny_config();
   c.vocab = 20;
   c.context = 64;
-  c.d_model = 32;
-  c.n_layer = 2;
-  c.n_head = 2;
-  c.d_ff = 64;
   c.init_seed = init_seed;
   return c;
 }
@@ -90,6 +88,15 @@ double logprob_of(model::Gpt& m, const std::vector<std::int32_t>& prefix, std::i
   return static_cast<double>(logits[static_cast<std::size_t>(t)]) - mx - std::log(z);
 }
 
+// The first token an engine on `weights` (version 1) samples for the test's sequence.
+std::int32_t first_sampled(const model::Gpt& weights) {
+  auto e = make_engine();
+  REQUIRE(e->load_weights(1, bytes_of(weights).data(), weights.param_bytes(), false).is_ok());
+  SequenceState plain = episode(0);
+  plain.call_token = -1;
+  return run_turn(*e, plain).generated.front();
+}
+
 const std::vector<std::int32_t> kAnswer{7, 10, 3, 19};  // "4 70 " as the environment's ids
 
 }  // namespace
@@ -99,14 +106,7 @@ TEST_SUITE("rollout.episode") {
     auto v1 = make_gpt(7), v2 = make_gpt(8);
     // The token the engine samples first for this sequence is made its call token, so the first
     // turn is one token long and ends with a call.
-    std::int32_t first = 0;
-    {
-      auto e = make_engine();
-      REQUIRE(e->load_weights(1, bytes_of(*v1).data(), v1->param_bytes(), false).is_ok());
-      SequenceState plain = episode(0);
-      plain.call_token = -1;
-      first = run_turn(*e, plain).generated.front();
-    }
+    const std::int32_t first = first_sampled(*v1);
     auto e = make_engine();
     REQUIRE(e->load_weights(1, bytes_of(*v1).data(), v1->param_bytes(), false).is_ok());
     SequenceState s = run_turn(*e, episode(first));
@@ -169,14 +169,7 @@ TEST_SUITE("rollout.episode") {
 
   TEST_CASE("a kept KV cache continues exactly as a re-prefill does, prefilling only the answer") {
     auto v1 = make_gpt(7);
-    std::int32_t first = 0;
-    {
-      auto e = make_engine();
-      REQUIRE(e->load_weights(1, bytes_of(*v1).data(), v1->param_bytes(), false).is_ok());
-      SequenceState plain = episode(0);
-      plain.call_token = -1;
-      first = run_turn(*e, plain).generated.front();
-    }
+    const std::int32_t first = first_sampled(*v1);
     SequenceState results[2];
     std::uint64_t prefilled[2] = {0, 0};
     for (int keep = 0; keep < 2; ++keep) {
