@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -80,13 +81,16 @@ void record_sample(SequenceState& s, std::int32_t token, float logprob, std::uin
 }
 
 void record_environment(SequenceState& s, const std::vector<std::int32_t>& tokens) {
+  // A turn follows a model turn; what comes before the first (an agent's context) starts none.
+  const bool after_model =
+      std::find(s.loss_mask.begin(), s.loss_mask.end(), std::uint8_t{1}) != s.loss_mask.end();
   for (std::int32_t t : tokens) {
     s.generated.push_back(t);
     s.logprobs.push_back(0.0f);
     s.loss_mask.push_back(0);
     s.token_versions.push_back(0);
   }
-  ++s.turns;
+  if (after_model) ++s.turns;
 }
 
 bool fits(const Capacity& c, std::size_t active, std::uint64_t kv_used, std::uint64_t kv_tokens) {
@@ -124,6 +128,7 @@ nlohmann::json SequenceState::to_json() const {
     j["loss_mask"] = loss_mask;
     j["token_versions"] = token_versions;
     j["turns"] = turns;
+    if (turn_limit > 0) j["turn_limit"] = turn_limit;
   }
   // Floats travel as JSON numbers: nlohmann writes them with enough digits to read back the same
   // bits, so the destination's cache is bit for bit the source's.
@@ -293,6 +298,7 @@ core::Result<SequenceState> SequenceState::from_json(const nlohmann::json& j) {
     SLUICE_TRY(f::u64_at_most(j, kWhat, "turns", rl::kMaxTurns, turns));
     s.call_token = static_cast<std::int32_t>(call);
     s.turns = static_cast<std::uint32_t>(turns);
+    if (j.contains("turn_limit")) SLUICE_TRY(f::u64(j, kWhat, "turn_limit", s.turn_limit));
     for (std::uint64_t m : mask) {
       if (m > 1) return core::protocol_error("sequence state: 'loss_mask' must hold 0 and 1");
       s.loss_mask.push_back(static_cast<std::uint8_t>(m));

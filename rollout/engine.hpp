@@ -90,11 +90,15 @@ struct SequenceState {
   std::vector<std::uint8_t> loss_mask;
   std::vector<std::uint64_t> token_versions;
   std::uint32_t turns = 1;  // model turns begun
+  // An episode's turn also ends once `generated` holds this many tokens (0: no such bound): an
+  // agent's request for at most N tokens.
+  std::uint64_t turn_limit = 0;
   bool is_episode() const { return call_token >= 0; }
-  // Whether the last token is the model's call: the turn is over and the environment is next.
+  // Whether the model's turn is over and the environment is next: its last token is the model's
+  // call, or the turn reached its limit.
   bool awaits_environment() const {
-    return is_episode() && !generated.empty() && generated.back() == call_token &&
-           !loss_mask.empty() && loss_mask.back() == 1;
+    return is_episode() && !generated.empty() && !loss_mask.empty() && loss_mask.back() == 1 &&
+           (generated.back() == call_token || (turn_limit > 0 && generated.size() >= turn_limit));
   }
   std::uint64_t kv_tokens() const { return prompt_tokens.size() + generated.size(); }
 
@@ -106,7 +110,8 @@ struct SequenceState {
 // `versions`, and in an episode its mask and version.
 void record_sample(SequenceState& s, std::int32_t token, float logprob, std::uint64_t version);
 // Appends the environment's answer to an episode's call: tokens with log-prob 0, mask 0 and
-// version 0, and the next turn begins.
+// version 0, and the next turn begins (after a model turn: an agent may give tokens before the
+// first).
 void record_environment(SequenceState& s, const std::vector<std::int32_t>& tokens);
 
 // A finished (or abandoned) sequence as a trajectory for the experience buffer; its behaviour

@@ -15,6 +15,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -28,8 +29,12 @@ namespace sluice::rollout {
 
 struct EnvAnswer {
   std::vector<std::int32_t> tokens;  // appended to the episode
-  // The episode ends at its call, unanswered (its last allowed turn called).
+  // The episode ends here: at its call, unanswered (its last allowed turn called), or as an
+  // agent ended it, with the agent's reward (unset: the rollout's scorer gives it).
   bool done = false;
+  std::optional<double> reward;
+  // The next turn also ends after this many generated tokens in all (0: only at the call).
+  std::uint64_t turn_limit = 0;
 };
 
 class Environment {
@@ -45,6 +50,9 @@ class Environment {
   virtual void cancel(const std::string& trajectory_id) = 0;
   // Answers pending.
   virtual std::size_t pending() const = 0;
+  // Whether episodes start only when the environment takes them (an agent over HTTP): the
+  // rollout then admits no new work of its own.
+  virtual bool claims_work() const { return false; }
 };
 
 // An environment whose answer is a function of the episode so far, delivered after the drawn

@@ -5,7 +5,9 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <deque>
+#include <fstream>
 #include <map>
 #include <optional>
 #include <random>
@@ -16,6 +18,7 @@
 #include "core/messaging.hpp"
 #include "core/metrics.hpp"
 #include "core/transfer.hpp"
+#include "rollout/agent_env.hpp"
 #include "rollout/kv_transfer.hpp"
 #include "rollout/manager_client.hpp"
 #include "rollout/protocol.hpp"
@@ -49,6 +52,12 @@ core::Status RolloutConfig::validate() const {
     if (h.empty()) return core::invalid_argument("join_read_from names an empty holder id");
   }
   if (env_timeout_ms == 0) return core::invalid_argument("env_timeout_ms must be at least 1");
+  if (!agent_listen.empty() && engine != "model") {
+    return core::invalid_argument("agent_listen needs engine model");
+  }
+  if (!agent_listen.empty() && task.tool != "none") {
+    return core::invalid_argument("agent_listen and task.tool drive episodes both: choose one");
+  }
   SLUICE_TRY(env_latency.validate().with_context("env_latency"));
   if (manager_timeout_ms < report_ms) {
     return core::invalid_argument("manager_timeout_ms must be at least report_ms");
@@ -76,7 +85,8 @@ double seconds(Clock::duration d) {
   return std::chrono::duration<double>(d).count();
 }
 
-// The environment of a rollout that runs episodes, or null.
+// The environment of a rollout that runs episodes, or null (the agent endpoint is made by the
+// worker, which lends it its queue).
 core::Result<std::unique_ptr<Environment>> make_environment(core::EventLoop& loop,
                                                             const RolloutConfig& cfg) {
   if (cfg.engine == "model" && cfg.task.tool != "none") {
@@ -370,8 +380,10 @@ struct RolloutWorker::Impl {
       }
     }
     for (auto& s : r.assign) {
-      // With an environment, new work runs as episodes.
-      if (env && s.generated.empty() && !s.is_episode()) s.call_token = env->call_token();
+      // With an environment, new work runs as episodes (an agent's, once the agent takes it).
+      if (env && !env->claims_work() && s.generated.empty() && !s.is_episode()) {
+        s.call_token = env->call_token();
+      }
       queue.push_back(std::move(s));
     }
     SLUICE_TRY(prefetch());
@@ -409,6 +421,28 @@ struct RolloutWorker::Impl {
   }
 
   // ---- episodes ----
+
+  core::Status start_agent_endpoint() {
+    AgentHooks h;
+    h.claim = [this] { return claim_for_agent(); };
+    h.max_context = static_cast<std::uint64_t>(cfg.gpt.gpt.context);
+    h.vocab = cfg.gpt.gpt.vocab;
+    SLUICE_ASSIGN_OR_RETURN(std::unique_ptr<AgentEnvironment> a,
+                            AgentEnvironment::create(*loop, cfg.agent_listen, cfg.agent_token, h));
+    const std::string url = a->url();
+    env = std::move(a);
+    log::info("rollout {}: agent endpoint at {}", cfg.rollout_id, url);
+    if (!cfg.agent_dir.empty()) {
+      const std::string path = cfg.agent_dir + "/agent-" + cfg.rollout_id + ".url";
+      std::ofstream f(path + ".tmp");
+      f << url << "\n";
+      f.close();
+      if (!f || std::rename((path + ".tmp").c_str(), path.c_str()) != 0) {
+        return core::internal_error("rollout: cannot write " + path);
+      }
+    }
+    return {};
+  }
 
   // A model turn ended with a call: the sequence waits on the environment, out of the engine.
   void call_environment(SequenceState s) {
@@ -461,10 +495,11 @@ struct RolloutWorker::Impl {
       const EnvAnswer& a = answer->value();
       // No turns left, or no room for the answer and one more token: the episode ends here.
       if (a.done || s.generated.size() + a.tokens.size() >= s.max_new_tokens) {
-        finish_sequence(std::move(s));
+        finish_sequence(std::move(s), a.reward);
         continue;
       }
       record_environment(s, a.tokens);
+      s.turn_limit = a.turn_limit;
       // Its KV cache goes with it; admission decides whether it still serves.
       queue.push_front(std::move(s));
     }
@@ -480,6 +515,19 @@ struct RolloutWorker::Impl {
     finish_abandoned(std::move(s));
   }
 
+  // The agent takes the first unstarted sequence: it becomes an episode waiting on the agent.
+  std::optional<SequenceState> claim_for_agent() {
+    auto it = std::find_if(queue.begin(), queue.end(),
+                           [](const SequenceState& s) { return !s.is_episode(); });
+    if (it == queue.end() || !ws->may_admit(finished.size())) return std::nullopt;
+    SequenceState s = std::move(*it);
+    queue.erase(it);
+    s.call_token = env->call_token();
+    SequenceState copy = s;
+    call_environment(std::move(s));
+    return copy;
+  }
+
   void drop_waiting() {
     for (const auto& [id, w] : waiting)
       env->cancel(id);
@@ -487,9 +535,9 @@ struct RolloutWorker::Impl {
     m_env_waiting.set(0);
   }
 
-  void finish_sequence(SequenceState s) {
+  void finish_sequence(SequenceState s, std::optional<double> given = std::nullopt) {
     s.kv.reset();
-    double reward = scorer ? scorer(s) : 0.0;
+    double reward = given ? *given : scorer ? scorer(s) : 0.0;
     m_finished.inc();
     finished.push_back(to_trajectory(s, reward, cfg.rollout_id));
   }
@@ -667,6 +715,8 @@ struct RolloutWorker::Impl {
     // Holding as many finished trajectories as it may (the manager is away): new work waits.
     if (!ws->may_admit(finished.size())) return;
     while (!queue.empty() && engine->can_admit(queue.front().kv_tokens())) {
+      // Under an agent, work starts when the agent takes it (claim_for_agent).
+      if (env && env->claims_work() && !queue.front().is_episode()) break;
       SequenceState s = std::move(queue.front());
       queue.pop_front();
       // An episode back from its environment: its KV cache serves only the weights it was made
@@ -830,6 +880,7 @@ core::Result<std::unique_ptr<RolloutWorker>> RolloutWorker::create(
   impl->environment = std::move(environment);
   impl->kv_outbox = core::RetiredBuffers(Millis(impl->cfg.kv_hold_ms));
   SLUICE_ASSIGN_OR_RETURN(impl->env, make_environment(loop, impl->cfg));
+  if (!impl->cfg.agent_listen.empty()) SLUICE_TRY(impl->start_agent_endpoint());
   SLUICE_ASSIGN_OR_RETURN(
       impl->security, core::load_security(impl->cfg.security, "rollout " + impl->cfg.rollout_id));
   // The manager takes a rollout's reports only under its authenticated identity.

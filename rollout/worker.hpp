@@ -122,6 +122,13 @@ struct RolloutConfig : weightstore::HolderRoleConfig, weightstore::TopologyLabel
   // An episode's KV cache waits with it while its environment answers, and is used again when the
   // weights did not change meanwhile (else it is re-prefilled); false: always re-prefilled.
   bool env_keep_kv = true;
+  // The agent endpoint (rollout/agent_env.hpp), engine model: "HOST:PORT" to serve it on (port 0:
+  // a free one; empty: off). Requests must carry agent_token (`sluice run` makes one per job and
+  // writes it to the run folder's agent_token). The rollout writes its endpoint's URL to
+  // agent_dir/agent-<rollout_id>.url (empty: nowhere).
+  std::string agent_listen;
+  std::string agent_token;
+  std::string agent_dir;
 
   template <typename V>
   void describe(V& v) {
@@ -154,6 +161,12 @@ struct RolloutConfig : weightstore::HolderRoleConfig, weightstore::TopologyLabel
     v("env_keep_kv", env_keep_kv,
       "episodes: keep a KV cache while its environment answers, used again on unchanged weights "
       "(default true)");
+    v("agent_listen", agent_listen,
+      "engine model: serve the agent endpoint (/v1/episodes, /v1/completions, "
+      "/v1/chat/completions) on HOST:PORT (default empty: off)");
+    v("agent_token", agent_token, "the token agent requests must carry (sluice run makes one)");
+    v("agent_dir", agent_dir,
+      "folder to write agent-<rollout_id>.url into (sluice run: the run's)");
     v("max_held_finished", max_held_finished,
       "finished trajectories held while the manager is unreachable; when full, no new work starts");
     v("pull_in_flight", pull_in_flight, "GETs in flight per source when pulling weights");

@@ -41,25 +41,23 @@ struct Fd {
 Result<sockaddr_in> parse_listen(const std::string& listen) {
   auto colon = listen.rfind(':');
   if (colon == std::string::npos || colon == 0 || colon + 1 == listen.size()) {
-    return invalid_argument(fmt::format("metrics address '{}' is not HOST:PORT", listen));
+    return invalid_argument(fmt::format("address '{}' is not HOST:PORT", listen));
   }
   sockaddr_in a{};
   a.sin_family = AF_INET;
   std::string host = listen.substr(0, colon);
   if (host == "localhost") host = "127.0.0.1";
   if (::inet_pton(AF_INET, host.c_str(), &a.sin_addr) != 1) {
-    return invalid_argument(
-        fmt::format("metrics address '{}': '{}' is not an IPv4 address", listen, host));
+    return invalid_argument(fmt::format("address '{}': '{}' is not an IPv4 address", listen, host));
   }
   const std::string port = listen.substr(colon + 1);
   unsigned long p = 0;
   for (char c : port) {
     if (c < '0' || c > '9') {
-      return invalid_argument(fmt::format("metrics address '{}': bad port '{}'", listen, port));
+      return invalid_argument(fmt::format("address '{}': bad port '{}'", listen, port));
     }
     p = p * 10 + static_cast<unsigned long>(c - '0');
-    if (p > 65535)
-      return invalid_argument(fmt::format("metrics address '{}': port > 65535", listen));
+    if (p > 65535) return invalid_argument(fmt::format("address '{}': port > 65535", listen));
   }
   a.sin_port = htons(static_cast<std::uint16_t>(p));
   return a;
@@ -195,31 +193,39 @@ struct MetricsEndpoint::Impl {
   }
 };
 
-Result<std::unique_ptr<MetricsEndpoint>> MetricsEndpoint::create(EventLoop& loop,
-                                                                 const std::string& listen,
-                                                                 const MetricsRegistry& registry) {
+Result<int> listen_tcp(const std::string& listen, std::string* host_port) {
   SLUICE_ASSIGN_OR_RETURN(sockaddr_in addr, parse_listen(listen));
-  auto impl = std::make_unique<Impl>();
-  impl->loop = &loop;
-  impl->registry = &registry;
   int s = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  if (s < 0) return unavailable(fmt::format("metrics: socket: {}", std::strerror(errno)));
-  impl->listener = std::make_unique<Fd>(s);
+  if (s < 0) return unavailable(fmt::format("http: socket: {}", std::strerror(errno)));
+  Fd fd(s);
   int one = 1;
   ::setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
   if (::bind(s, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
-    return unavailable(fmt::format("metrics: cannot bind {}: {}", listen, std::strerror(errno)));
+    return unavailable(fmt::format("http: cannot bind {}: {}", listen, std::strerror(errno)));
   }
   if (::listen(s, 16) != 0) {
-    return unavailable(
-        fmt::format("metrics: cannot listen on {}: {}", listen, std::strerror(errno)));
+    return unavailable(fmt::format("http: cannot listen on {}: {}", listen, std::strerror(errno)));
   }
   sockaddr_in bound{};
   socklen_t len = sizeof bound;
   ::getsockname(s, reinterpret_cast<sockaddr*>(&bound), &len);
   char host[INET_ADDRSTRLEN] = {};
   ::inet_ntop(AF_INET, &bound.sin_addr, host, sizeof host);
-  impl->url = fmt::format("http://{}:{}/metrics", host, ntohs(bound.sin_port));
+  if (host_port) *host_port = fmt::format("{}:{}", host, ntohs(bound.sin_port));
+  fd.fd = -1;
+  return s;
+}
+
+Result<std::unique_ptr<MetricsEndpoint>> MetricsEndpoint::create(EventLoop& loop,
+                                                                 const std::string& listen,
+                                                                 const MetricsRegistry& registry) {
+  auto impl = std::make_unique<Impl>();
+  impl->loop = &loop;
+  impl->registry = &registry;
+  std::string bound;
+  SLUICE_ASSIGN_OR_RETURN(int s, listen_tcp(listen, &bound));
+  impl->listener = std::make_unique<Fd>(s);
+  impl->url = fmt::format("http://{}/metrics", bound);
   Impl* raw = impl.get();
   impl->accept_watch = loop.watch_readable(s, [raw] { raw->on_accept(); });
   return std::unique_ptr<MetricsEndpoint>(new MetricsEndpoint(std::move(impl)));

@@ -20,6 +20,11 @@
 
 namespace sluice::core {
 
+// A listening TCP socket (non-blocking) on `listen` ("HOST:PORT", port 0: a free one), and the
+// address it bound as "HOST:PORT". Errors: invalid_argument for a malformed address, unavailable
+// when it cannot bind. The caller owns the descriptor.
+Result<int> listen_tcp(const std::string& listen, std::string* host_port);
+
 class MetricsEndpoint {
  public:
   // Listens on `listen` ("HOST:PORT"; port 0 picks a free one; HOST an IPv4 address, loopback

@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstdio>
 #include <ctime>
@@ -26,6 +27,7 @@
 #include "core/messaging.hpp"
 #include "core/process.hpp"
 #include "core/security.hpp"
+#include "core/stream_crypto.hpp"
 #include "core/transfer.hpp"
 #include "launch/commands.hpp"
 #include "launch/job_setup.hpp"
@@ -547,6 +549,27 @@ ProcessSpec role_spec(const JobPlan& plan, const std::string& sluice_exe, const 
   return ps;
 }
 
+// A job whose rollouts serve the agent endpoint: a token for it, made here unless the job names
+// one, written to the run folder's agent_token (0600), and the run folder for their URLs.
+core::Status prepare_agent_endpoint(JobConfig& job, const fs::path& dir) {
+  if (job.rollout.agent_listen.empty()) return {};
+  if (job.rollout.agent_token.empty()) {
+    std::array<std::uint8_t, 24> raw{};
+    SLUICE_TRY(core::stream_crypto::fill_random(raw.data(), raw.size()));
+    for (std::uint8_t b : raw)
+      job.rollout.agent_token += fmt::format("{:02x}", b);
+  }
+  const fs::path path = dir / "agent_token";
+  {
+    std::ofstream f(path);
+    f << job.rollout.agent_token << "\n";
+    if (!f) return core::internal_error("cannot write " + path.string());
+  }
+  fs::permissions(path, fs::perms::owner_read | fs::perms::owner_write, fs::perm_options::replace);
+  if (job.rollout.agent_dir.empty()) job.rollout.agent_dir = dir.string();
+  return {};
+}
+
 // Writes each role's file and starts the roles in order (store, relays, manager, rollouts,
 // actor), each ready before the next.
 core::Status start_roles(JobPlan& plan, Supervisor& sup, const std::string& sluice_exe,
@@ -564,6 +587,7 @@ core::Status start_roles(JobPlan& plan, Supervisor& sup, const std::string& slui
     SLUICE_TRY(sup.start(spec(rc.relay_id, "relay", path, "relay", host)));
   }
   SLUICE_TRY(write_role_file(dir / "rollout-manager.json", job, "manager", job.manager));
+  SLUICE_TRY(prepare_agent_endpoint(job, dir));
   SLUICE_TRY(sup.start(
       spec("rollout-manager", "rollout-manager", dir / "rollout-manager.json", "endpoint")));
   for (std::uint32_t i = 0; i < job.rollouts; ++i) {

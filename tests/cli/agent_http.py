@@ -1,0 +1,160 @@
+#!/usr/bin/env python3
+"""The agent endpoint end to end: a job whose rollout serves /v1/*, driven by this script.
+
+Bad input gets a clear 4xx and changes nothing; a silent agent's episode is ended and counted;
+every other episode, driven properly (completions and chat), reaches the actor exactly once.
+
+    agent_http.py SLUICE_BIN WORK_DIR
+"""
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+
+sluice, work = sys.argv[1], sys.argv[2]
+os.makedirs(work, exist_ok=True)
+run_dir = os.path.join(work, "agent-http-run")
+subprocess.run(["rm", "-rf", run_dir], check=True)
+PROMPTS, GROUP = 4, 2
+job = {
+    "name": "agent-http", "mode": "sluice", "rollouts": 1, "relays": 1, "log_level": "warn",
+    "timeout_s": 150, "progress_s": 0,
+    "manager": {"prompt_source": "task", "prompts": PROMPTS, "group_size": GROUP,
+                "batch_trajectories": PROMPTS * GROUP, "heartbeat_timeout_ms": 5000},
+    "rollout": {"engine": "model", "report_ms": 20, "gpt": {"max_sequences": 8},
+                "agent_listen": "127.0.0.1:0", "env_timeout_ms": 3000},
+    "actor": {"policy": "gpt", "weight_bytes": 16,
+              "learner": {"warmstart_steps": 5, "eval_prompts": 4}},
+}
+job_path = os.path.join(work, "agent-http.json")
+json.dump(job, open(job_path, "w"))
+proc = subprocess.Popen([sluice, "run", job_path, "--out", run_dir], stdout=subprocess.PIPE,
+                        stderr=subprocess.STDOUT, text=True)
+failures = []
+
+
+def check(ok, what):
+    print(("ok   " if ok else "FAIL ") + what)
+    if not ok:
+        failures.append(what)
+
+
+def post(path, body, token=None, raw=None):
+    data = raw if raw is not None else json.dumps(body).encode()
+    headers = {"Content-Type": "application/json"}
+    if token is not None:
+        headers["Authorization"] = "Bearer " + token
+    req = urllib.request.Request(url + path, data=data, headers=headers, method="POST")
+    try:
+        with urllib.request.urlopen(req, timeout=60) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        text = e.read()
+        return e.code, json.loads(text) if text else {}
+
+
+deadline = time.time() + 60
+url_file = os.path.join(run_dir, "agent-rollout-0.url")
+while not os.path.exists(url_file) and time.time() < deadline and proc.poll() is None:
+    time.sleep(0.1)
+if not os.path.exists(url_file):
+    print(proc.communicate()[0])
+    sys.exit("the rollout wrote no agent endpoint URL")
+url = open(url_file).read().strip()
+token = open(os.path.join(run_dir, "agent_token")).read().strip()
+check(oct(os.stat(os.path.join(run_dir, "agent_token")).st_mode & 0o777) == "0o600",
+      "the token file is 0600")
+
+# A stranger is refused: no token, a wrong one.
+check(post("/v1/episodes", {})[0] == 401, "no token: 401")
+check(post("/v1/episodes", {}, token="x" * len(token))[0] == 401, "a wrong token: 401")
+
+
+def take():
+    for _ in range(400):
+        status, ep = post("/v1/episodes", {}, token)
+        if status == 200:
+            return ep
+        time.sleep(0.05)
+    sys.exit("no episode to take")
+
+
+ep = take()
+sid, prompt = ep["session"], ep["prompt_tokens"]
+check(post("/v1/completions", None, token, raw=b"{not json")[0] == 400, "malformed JSON: 400")
+check(post("/v1/completions", {"session": sid, "prompt": "text"}, token)[0] == 400,
+      "a prompt that is not token ids: 400")
+check(post("/v1/completions", {"session": sid, "prompt": prompt, "max_tokens": 0}, token)[0]
+      == 400, "max_tokens 0: 400")
+check(post("/v1/completions", {"session": "p999/9", "prompt": prompt}, token)[0] == 404,
+      "an unknown session: 404")
+status, err = post("/v1/completions", {"session": sid, "prompt": [1] + prompt}, token)
+check(status == 409 and "position 1" in err["error"]["message"],
+      "a context that drifts from the episode's tokens: 409 naming the position")
+status, err = post("/v1/completions", {"session": sid, "prompt": prompt + [3] * 200}, token)
+check(status == 400 and "at most" in err["error"]["message"], "a context over the model's: 400")
+
+
+def oversized():
+    """Announces a 2 MB body and sends none: the endpoint answers from the header alone."""
+    host, port = url.split("//")[1].split(":")
+    with socket.create_connection((host, int(port)), timeout=30) as c:
+        c.sendall((f"POST /v1/completions HTTP/1.1\r\nHost: {host}\r\n"
+                   f"Authorization: Bearer {token}\r\nContent-Length: 2000000\r\n\r\n").encode())
+        answer = b""
+        while chunk := c.recv(4096):
+            answer += chunk
+    return int(answer.split()[1])
+
+
+check(oversized() == 413, "a body over 1 MiB: 413")
+check(post("/v1/nothing", {"session": sid}, token)[0] == 404, "an unknown route: 404")
+
+# The right way: a turn, then the episode ended with the agent's reward.
+status, out1 = post("/v1/completions", {"session": sid, "prompt": prompt, "max_tokens": 6}, token)
+check(status == 200 and out1["version"] >= 1, "a turn answered, with its version")
+turn = out1["choices"][0]["tokens"]
+check(0 < len(turn) <= 6 and len(out1["choices"][0]["logprobs"]) == len(turn),
+      "at most max_tokens tokens, one log-prob each")
+# A second turn after the agent's own tokens (its environment's): the context grows exactly.
+status, out2 = post("/v1/completions",
+                    {"session": sid, "prompt": prompt + turn + [19, 3], "max_tokens": 2}, token)
+check(status == 200, "a second turn after the agent's tokens")
+check(post("/v1/episodes/end", {"session": sid, "reward": "high"}, token)[0] == 400,
+      "a reward that is not a number: 400")
+check(post("/v1/episodes/end", {"session": sid, "reward": 1.0}, token)[0] == 200, "ended")
+check(post("/v1/episodes/end", {"session": sid, "reward": 1.0}, token)[0] == 409,
+      "an ended session: 409")
+
+# One episode left silent: ended by the rollout after env_timeout_ms, counted.
+silent = take()
+
+# The rest through chat completions.
+done = 2
+while done < PROMPTS * GROUP:
+    ep = take()
+    status, out = post("/v1/chat/completions",
+                       {"session": ep["session"],
+                        "messages": [{"role": "user", "content": ep["prompt"].lstrip("^")}],
+                        "max_tokens": 8}, token)
+    check(status == 200 and "content" in out["choices"][0]["message"], "a chat turn")
+    check(post("/v1/episodes/end", {"session": ep["session"], "reward": 0.0}, token)[0] == 200,
+          "a chat episode ended")
+    done += 1
+
+output = proc.communicate(timeout=150)[0]
+check(proc.returncode == 0, "the job ends (exit 0)")
+summary = json.load(open(os.path.join(run_dir, "summary.json")))
+actor, manager = summary["actor"], summary["manager"]
+ids = actor["accepted_ids"]
+check(len(ids) == len(set(ids)) == PROMPTS * GROUP, "every trajectory reached the actor once")
+failed = sum(r["stats"].get("env_failed", 0) for r in manager["rollouts"])
+check(failed == 1, f"the silent agent's episode was ended and counted (env_failed {failed})")
+check(actor["abandoned"] >= 1, "and the actor counted it abandoned")
+if failures:
+    print(output)
+    sys.exit(1)
