@@ -65,9 +65,25 @@ core::Status check_episode_fields(std::string_view engine, const SequenceState& 
         fmt::format("{}: sequence {} has a loss mask or token versions but no call token", engine,
                     seq.trajectory_id));
   }
+  if (seq.generated.empty()) return {};
+  // Before the model's first turn only the environment's tokens are there (a reset's answer).
+  const bool model_token =
+      std::find(seq.loss_mask.begin(), seq.loss_mask.end(), std::uint8_t{1}) != seq.loss_mask.end();
+  if (!model_token) {
+    const std::size_t n = seq.generated.size();
+    const bool plain =
+        seq.loss_mask.size() == n && seq.token_versions.size() == n &&
+        std::all_of(seq.loss_mask.begin(), seq.loss_mask.end(), [](auto m) { return m == 0; }) &&
+        std::all_of(seq.token_versions.begin(), seq.token_versions.end(),
+                    [](auto v) { return v == 0; }) &&
+        std::all_of(seq.logprobs.begin(), seq.logprobs.end(), [](float l) { return l == 0.0f; });
+    if (plain) return {};
+    return core::invalid_argument(fmt::format(
+        "{}: sequence {}: its environment's tokens need a mask, version and log-prob of 0 each",
+        engine, seq.trajectory_id));
+  }
   // The checks are the trajectory's own (rl::Trajectory::check_episode).
   rl::Trajectory t = to_trajectory(seq, 0.0, "");
-  if (seq.generated.empty()) return {};
   return t.check_episode().with_context(fmt::format("{}: sequence {}", engine, seq.trajectory_id));
 }
 

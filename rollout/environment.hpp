@@ -53,6 +53,9 @@ class Environment {
   // Whether episodes start only when the environment takes them (an agent over HTTP): the
   // rollout then admits no new work of its own.
   virtual bool claims_work() const { return false; }
+  // Whether an episode starts with the environment's answer to its prompt (a reset): the rollout
+  // then hands it each new episode (no model token yet) before the first turn.
+  virtual bool resets() const { return false; }
 };
 
 // An environment whose answer is a function of the episode so far, delivered after the drawn

@@ -19,6 +19,7 @@
 #include "core/metrics.hpp"
 #include "core/transfer.hpp"
 #include "rollout/agent_env.hpp"
+#include "rollout/command_env.hpp"
 #include "rollout/kv_transfer.hpp"
 #include "rollout/manager_client.hpp"
 #include "rollout/protocol.hpp"
@@ -55,8 +56,14 @@ core::Status RolloutConfig::validate() const {
   if (!agent_listen.empty() && engine != "model") {
     return core::invalid_argument("agent_listen needs engine model");
   }
-  if (!agent_listen.empty() && task.tool != "none") {
-    return core::invalid_argument("agent_listen and task.tool drive episodes both: choose one");
+  const int drivers = (agent_listen.empty() ? 0 : 1) + (task.tool == "none" ? 0 : 1) +
+                      (env_command.empty() ? 0 : 1);
+  if (drivers > 1) {
+    return core::invalid_argument(
+        "agent_listen, task.tool and env_command each drive episodes: choose one");
+  }
+  if (!env_command.empty() && engine != "model") {
+    return core::invalid_argument("env_command needs engine model");
   }
   SLUICE_TRY(env_latency.validate().with_context("env_latency"));
   if (manager_timeout_ms < report_ms) {
@@ -94,6 +101,16 @@ core::Result<std::unique_ptr<Environment>> make_environment(core::EventLoop& loo
     SLUICE_ASSIGN_OR_RETURN(rl::EnvLatency latency,
                             rl::EnvLatency::create(cfg.env_latency, cfg.task.seed));
     return make_task_environment(loop, task, latency);
+  }
+  if (!cfg.env_command.empty()) {
+    CommandEnvOptions o;
+    o.argv = cfg.env_command;
+    o.cwd = cfg.env_workdir;
+    o.call_token = cfg.env_call_token;
+    o.vocab = cfg.gpt.gpt.vocab;
+    SLUICE_ASSIGN_OR_RETURN(std::unique_ptr<CommandEnvironment> env,
+                            CommandEnvironment::create(loop, std::move(o)));
+    return std::unique_ptr<Environment>(std::move(env));
   }
   if (cfg.engine == "sim" && cfg.sim.turns > 1) {
     SLUICE_ASSIGN_OR_RETURN(rl::EnvLatency latency,
@@ -383,6 +400,11 @@ struct RolloutWorker::Impl {
       // With an environment, new work runs as episodes (an agent's, once the agent takes it).
       if (env && !env->claims_work() && s.generated.empty() && !s.is_episode()) {
         s.call_token = env->call_token();
+        // One that resets first: the episode waits on its environment before its first turn.
+        if (env->resets()) {
+          call_environment(std::move(s));
+          continue;
+        }
       }
       queue.push_back(std::move(s));
     }
@@ -493,8 +515,15 @@ struct RolloutWorker::Impl {
       ++env_calls;
       m_env_calls.inc();
       const EnvAnswer& a = answer->value();
+      const bool model_turn =
+          std::find(s.loss_mask.begin(), s.loss_mask.end(), std::uint8_t{1}) != s.loss_mask.end();
+      const bool no_room = s.generated.size() + a.tokens.size() >= s.max_new_tokens;
+      if (!model_turn && (a.done || no_room)) {
+        end_failed_episode(std::move(s), "ended it before the model's first turn");
+        continue;
+      }
       // No turns left, or no room for the answer and one more token: the episode ends here.
-      if (a.done || s.generated.size() + a.tokens.size() >= s.max_new_tokens) {
+      if (a.done || no_room) {
         finish_sequence(std::move(s), a.reward);
         continue;
       }

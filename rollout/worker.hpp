@@ -129,6 +129,12 @@ struct RolloutConfig : weightstore::HolderRoleConfig, weightstore::TopologyLabel
   std::string agent_listen;
   std::string agent_token;
   std::string agent_dir;
+  // An environment in another process (rollout/command_env.hpp), engine model: its argv (empty:
+  // none), run in env_workdir (`sluice run`: the job file's folder unless set; relative paths are
+  // taken from there), and the token that ends a model turn (EOS by default).
+  std::vector<std::string> env_command;
+  std::string env_workdir;
+  std::int32_t env_call_token = 2;
 
   template <typename V>
   void describe(V& v) {
@@ -167,6 +173,13 @@ struct RolloutConfig : weightstore::HolderRoleConfig, weightstore::TopologyLabel
     v("agent_token", agent_token, "the token agent requests must carry (sluice run makes one)");
     v("agent_dir", agent_dir,
       "folder to write agent-<rollout_id>.url into (sluice run: the run's)");
+    v("env_command", env_command,
+      "engine model: an environment program and its arguments, speaking JSON lines (reset, step) "
+      "on stdin and stdout (default empty: none)");
+    v("env_workdir", env_workdir,
+      "the environment program's working folder (sluice run: the job file's folder)");
+    v("env_call_token", env_call_token,
+      "the token that ends a model turn for env_command (default 2, EOS)");
     v("max_held_finished", max_held_finished,
       "finished trajectories held while the manager is unreachable; when full, no new work starts");
     v("pull_in_flight", pull_in_flight, "GETs in flight per source when pulling weights");

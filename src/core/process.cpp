@@ -8,6 +8,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <pthread.h>
+
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -43,8 +45,17 @@ Result<std::unique_ptr<Subprocess>> Subprocess::spawn(Options options) {
   if (options.capture_stdout && ::pipe2(fds, O_CLOEXEC) != 0) {
     return internal_error(std::string("spawn: pipe: ") + std::strerror(errno));
   }
+  int in[2] = {-1, -1};
+  if (options.pipe_stdin && ::pipe2(in, O_CLOEXEC) != 0) {
+    if (options.capture_stdout) {
+      ::close(fds[0]);
+      ::close(fds[1]);
+    }
+    return internal_error(std::string("spawn: pipe: ") + std::strerror(errno));
+  }
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);
+  if (options.pipe_stdin) posix_spawn_file_actions_adddup2(&fa, in[0], STDIN_FILENO);
   if (options.capture_stdout) {
     posix_spawn_file_actions_adddup2(&fa, fds[1], STDOUT_FILENO);
     if (options.stderr_to_stdout) posix_spawn_file_actions_adddup2(&fa, fds[1], STDERR_FILENO);
@@ -79,16 +90,24 @@ Result<std::unique_ptr<Subprocess>> Subprocess::spawn(Options options) {
   argv.push_back(nullptr);
 
   pid_t pid = -1;
-  int rc = ::posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), envp.data());
+  int rc = options.search_path
+               ? ::posix_spawnp(&pid, argv[0], &fa, nullptr, argv.data(), envp.data())
+               : ::posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), envp.data());
   posix_spawn_file_actions_destroy(&fa);
   if (options.capture_stdout) ::close(fds[1]);
+  if (options.pipe_stdin) ::close(in[0]);
   if (rc != 0) {
     if (options.capture_stdout) ::close(fds[0]);
+    if (options.pipe_stdin) ::close(in[1]);
     return unavailable("spawn " + options.argv[0] + ": " + std::strerror(rc));
   }
   std::unique_ptr<Subprocess> p(new Subprocess());
   p->pid_ = pid;
   p->out_fd_ = options.capture_stdout ? fds[0] : -1;
+  if (options.pipe_stdin) {
+    p->in_fd_ = in[1];
+    ::fcntl(p->in_fd_, F_SETFL, ::fcntl(p->in_fd_, F_GETFL) | O_NONBLOCK);
+  }
   return p;
 }
 
@@ -99,6 +118,41 @@ Subprocess::~Subprocess() {
     ::waitpid(pid_, &st, 0);
   }
   if (out_fd_ >= 0) ::close(out_fd_);
+  if (in_fd_ >= 0) ::close(in_fd_);
+}
+
+Status Subprocess::write_stdin(const std::string& data, std::chrono::milliseconds timeout) {
+  if (in_fd_ < 0) return unavailable("child " + std::to_string(pid_) + " has no stdin pipe");
+  // A child that closed its stdin makes the write EPIPE, and the signal that comes with it would
+  // end this process: it is blocked meanwhile, and taken if it came.
+  sigset_t pipe_signal, old;
+  sigemptyset(&pipe_signal);
+  sigaddset(&pipe_signal, SIGPIPE);
+  ::pthread_sigmask(SIG_BLOCK, &pipe_signal, &old);
+  const auto deadline = Clock::now() + timeout;
+  std::size_t sent = 0;
+  Status result;
+  while (sent < data.size()) {
+    ssize_t n = ::write(in_fd_, data.data() + sent, data.size() - sent);
+    if (n > 0) {
+      sent += static_cast<std::size_t>(n);
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) && Clock::now() < deadline) {
+      ::usleep(1000);
+      continue;
+    }
+    if (n < 0 && errno == EPIPE) {
+      timespec now{};
+      ::sigtimedwait(&pipe_signal, nullptr, &now);
+    }
+    result = unavailable("child " + std::to_string(pid_) +
+                         ": writing its stdin: " + (n < 0 ? std::strerror(errno) : "stalled"));
+    break;
+  }
+  ::pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  return result;
 }
 
 Result<std::string> Subprocess::read_line(std::chrono::milliseconds timeout) {

@@ -34,7 +34,9 @@ class Subprocess {
     bool capture_stdout = true;          // else stdout is inherited
     bool stderr_to_stdout = false;       // capture stderr in the same pipe
     std::string stderr_path;             // else, when set: stderr appended to this file
-    std::string cwd;  // the child's working directory (empty: ours); paths above are ours
+    std::string cwd;           // the child's working directory (empty: ours); paths above are ours
+    bool pipe_stdin = false;   // give the child a pipe as stdin (write_stdin), else ours
+    bool search_path = false;  // a program named without '/' is looked for on PATH
   };
 
   static Result<std::unique_ptr<Subprocess>> spawn(Options options);
@@ -60,6 +62,10 @@ class Subprocess {
   // the next call.
   std::vector<std::string> drain_lines();
 
+  // Writes all of `data` to the child's stdin (Options::pipe_stdin), waiting at most `timeout`
+  // while the pipe is full. Fails with unavailable when the child closed it or is gone.
+  Status write_stdin(const std::string& data, std::chrono::milliseconds timeout);
+
   Status signal(int sig);
   // Waits for the child to exit: its exit status, or 128 + signal number if a signal ended it.
   Result<int> wait(std::chrono::milliseconds timeout);
@@ -74,6 +80,7 @@ class Subprocess {
   Fill fill(int wait_ms);
   pid_t pid_ = -1;
   int out_fd_ = -1;
+  int in_fd_ = -1;
   bool reaped_ = false;
   int exit_code_ = 0;
   std::string buffer_;

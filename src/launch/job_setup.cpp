@@ -102,6 +102,16 @@ core::Result<core::config::Json> read_job_file(const std::string& path) {
         "from the job file's folder)",
         path, lengths->string()));
   }
+  // A rollout's environment program runs in the job file's folder unless told otherwise.
+  if (doc.is_object() && doc.contains("rollout") && doc["rollout"].is_object() &&
+      doc["rollout"].contains("env_command")) {
+    core::config::Json& r = doc["rollout"];
+    if (!r.contains("env_workdir") || r["env_workdir"] == "") {
+      r["env_workdir"] = folder.string();
+    } else {
+      resolve_path(r, {"env_workdir"}, folder);
+    }
+  }
   for (const char* role : {"actor_command", "rollout_command"}) {
     if (!doc.is_object() || !doc.contains(role) || !doc[role].is_object()) continue;
     core::config::Json& command = doc[role];
