@@ -176,6 +176,7 @@ struct JsonHttpServer::Impl {
     const std::string out = os.str();
     // Answers are small (a turn's tokens); a peer that reads nothing gets a second.
     constexpr Millis kSendWait{1000};
+    constexpr useconds_t kSendRetryUs = 1000;  // between tries while the send buffer is full
     std::size_t sent = 0;
     const auto deadline = core::Clock::now() + kSendWait;
     while (sent < out.size() && core::Clock::now() < deadline) {
@@ -183,7 +184,7 @@ struct JsonHttpServer::Impl {
       if (n > 0) {
         sent += static_cast<std::size_t>(n);
       } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
-        ::usleep(1000);
+        ::usleep(kSendRetryUs);
       } else {
         break;
       }

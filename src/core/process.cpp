@@ -140,7 +140,8 @@ Status Subprocess::write_stdin(const std::string& data, std::chrono::millisecond
     }
     if (n < 0 && errno == EINTR) continue;
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) && Clock::now() < deadline) {
-      ::usleep(1000);
+      constexpr useconds_t kStdinRetryUs = 1000;  // between tries while the pipe is full
+      ::usleep(kStdinRetryUs);
       continue;
     }
     if (n < 0 && errno == EPIPE) {
