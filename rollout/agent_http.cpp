@@ -173,23 +173,7 @@ struct JsonHttpServer::Impl {
     res.prepare_payload();
     std::ostringstream os;
     os << res;
-    const std::string out = os.str();
-    // Answers are small (a turn's tokens); a peer that reads nothing gets a second.
-    constexpr Millis kSendWait{1000};
-    constexpr useconds_t kSendRetryUs = 1000;  // between tries while the send buffer is full
-    std::size_t sent = 0;
-    const auto deadline = core::Clock::now() + kSendWait;
-    while (sent < out.size() && core::Clock::now() < deadline) {
-      ssize_t n = ::send(c, out.data() + sent, out.size() - sent, MSG_NOSIGNAL);
-      if (n > 0) {
-        sent += static_cast<std::size_t>(n);
-      } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
-        ::usleep(kSendRetryUs);
-      } else {
-        break;
-      }
-    }
-    ::shutdown(c, SHUT_WR);
+    core::send_answer(c, os.str());
     close_later(id);
   }
 };

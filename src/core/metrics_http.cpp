@@ -172,26 +172,29 @@ struct MetricsEndpoint::Impl {
     res.prepare_payload();
     std::ostringstream os;
     os << res;
-    const std::string out = os.str();
-    // The answer is a few KiB and the socket's send buffer takes it whole; a peer that reads
-    // nothing gets up to a second, then the rest is dropped.
-    constexpr Millis kSendWait{1000};
-    constexpr useconds_t kSendRetryUs = 1000;  // between tries while the send buffer is full
-    std::size_t sent = 0;
-    auto deadline = Clock::now() + kSendWait;
-    while (sent < out.size() && Clock::now() < deadline) {
-      ssize_t n = ::send(c, out.data() + sent, out.size() - sent, MSG_NOSIGNAL);
-      if (n > 0) {
-        sent += static_cast<std::size_t>(n);
-      } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
-        ::usleep(kSendRetryUs);
-      } else {
-        break;
-      }
-    }
-    ::shutdown(c, SHUT_WR);
+    send_answer(c, os.str());
   }
 };
+
+void send_answer(int fd, const std::string& answer) {
+  // Answers are a few KiB and the socket's send buffer takes them whole; a peer that reads
+  // nothing gets up to a second, then the rest is dropped.
+  constexpr Millis kSendWait{1000};
+  constexpr useconds_t kSendRetryUs = 1000;  // between tries while the send buffer is full
+  std::size_t sent = 0;
+  const auto deadline = Clock::now() + kSendWait;
+  while (sent < answer.size() && Clock::now() < deadline) {
+    ssize_t n = ::send(fd, answer.data() + sent, answer.size() - sent, MSG_NOSIGNAL);
+    if (n > 0) {
+      sent += static_cast<std::size_t>(n);
+    } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
+      ::usleep(kSendRetryUs);
+    } else {
+      break;
+    }
+  }
+  ::shutdown(fd, SHUT_WR);
+}
 
 Result<int> listen_tcp(const std::string& listen, std::string* host_port) {
   SLUICE_ASSIGN_OR_RETURN(sockaddr_in addr, parse_listen(listen));

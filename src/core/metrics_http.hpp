@@ -25,6 +25,10 @@ namespace sluice::core {
 // when it cannot bind. The caller owns the descriptor.
 Result<int> listen_tcp(const std::string& listen, std::string* host_port);
 
+// Sends a whole HTTP answer on a non-blocking socket, waiting at most a second while its send
+// buffer is full (the rest is then dropped), and shuts the socket's sending side.
+void send_answer(int fd, const std::string& answer);
+
 class MetricsEndpoint {
  public:
   // Listens on `listen` ("HOST:PORT"; port 0 picks a free one; HOST an IPv4 address, loopback
