@@ -9,7 +9,7 @@
 #include <thread>
 
 #include "core/log.hpp"
-#include "core/safetensors.hpp"
+#include "format/safetensors.hpp"
 
 namespace sluice::actor {
 

@@ -5,7 +5,7 @@
 #include <cstring>
 #include <span>
 
-#include "core/bf16.hpp"
+#include "format/bf16.hpp"
 #include "core/device_copy.hpp"
 
 namespace sluice::actor {

@@ -1,6 +1,6 @@
 // The dtype the actor publishes its weights in (TrainerConfig::publish_dtype). The policy's master
 // weights stay as they are (fp32 for the reference GPT); "bf16" rounds each F32 tensor to BF16
-// (round-to-nearest-even, core/bf16.hpp) into a buffer the actor owns, and publishes that: half
+// (round-to-nearest-even, format/bf16.hpp) into a buffer the actor owns, and publishes that: half
 // the bytes, and since one RL update moves few weights across a bf16 rounding boundary,
 // consecutive versions differ in few values and their deltas are small. Rollouts generate from
 // the bf16 values (rollout::ModelEngine widens them on load).

@@ -8,7 +8,7 @@
 #include <thread>
 
 #include "core/log.hpp"
-#include "core/shard.hpp"
+#include "format/shard.hpp"
 #include "weightstore/protocol.hpp"
 
 namespace sluice::actor {

@@ -1,6 +1,6 @@
 // The actor's publisher: puts a weight version into the weight store. publish() copies the
 // tensors into registered staging memory, computes the manifest (a checksum per chunk), signs it
-// with the actor's key (curve mode: the store client's security holds it; core/manifest.hpp),
+// with the actor's key (curve mode: the store client's security holds it; format/manifest.hpp),
 // sends it to the store and registers this process as the version's first holder, which
 // commits it.
 // The publisher then serves the version to readers (relays, rollouts) until it drops it.
@@ -36,9 +36,9 @@
 #include "core/device_copy.hpp"
 #include "core/event_loop.hpp"
 #include "core/hash_worker.hpp"
-#include "core/manifest.hpp"
-#include "core/shard.hpp"
-#include "core/transfer.hpp"
+#include "format/manifest.hpp"
+#include "format/shard.hpp"
+#include "wire/transfer.hpp"
 #include "weightstore/client.hpp"
 #include "weightstore/holder.hpp"
 
@@ -79,7 +79,7 @@ struct PublisherOptions {
   // registration may have reached the store, which may already have named it to readers), or
   // until the hash thread is done with it when it was never offered. Default 60000.
   core::Millis publish_timeout{60000};
-  // The inference layouts the job's rollouts declare (core/shard.hpp; only tp_size and splits
+  // The inference layouts the job's rollouts declare (format/shard.hpp; only tp_size and splits
   // count here). For each, every version's manifest carries signed checksums of every rank's
   // shard, so that those rollouts read only their shard's bytes and still verify them all
   // (weightstore/shard_read.hpp). A layout that does not tile a version's tensors fails its

@@ -36,7 +36,7 @@
 #include "actor/experience_buffer.hpp"
 #include "actor/learner.hpp"
 #include "core/event_loop.hpp"
-#include "core/security.hpp"
+#include "wire/security.hpp"
 #include "core/status.hpp"
 #include "weightstore/holder_config.hpp"
 

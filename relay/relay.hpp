@@ -15,7 +15,7 @@
 #include <string>
 
 #include "core/event_loop.hpp"
-#include "core/security.hpp"
+#include "wire/security.hpp"
 #include "core/status.hpp"
 #include "weightstore/holder_config.hpp"
 #include "weightstore/store.hpp"
@@ -71,7 +71,7 @@ struct RelayConfig : weightstore::HolderRoleConfig, weightstore::TopologyLabels 
   // draining, however slow its sources are.
   std::uint64_t abandon_after_ms = 15000;
   // Host share (share_tp_size > 0): the relay holds only rank share_rank's shard stream of the
-  // layout of tp_size share_tp_size that the actor declares (one such layout; core/shard.hpp),
+  // layout of tp_size share_tp_size that the actor declares (one such layout; format/shard.hpp),
   // which is what its host's rollout GPUs load when their layout is share_tp_size x (GPUs a
   // host) wide. The relays of one share form their own chain; its head reads the pieces from a
   // complete holder of the whole version. Deltas are not made or used for shares.

@@ -4,9 +4,9 @@
 #include <cstring>
 
 #include "core/checksum.hpp"
-#include "core/delta.hpp"
+#include "format/delta.hpp"
 #include "core/log.hpp"
-#include "core/region_server.hpp"
+#include "wire/region_server.hpp"
 
 namespace sluice::relay {
 

@@ -1,7 +1,7 @@
 // The relay's deltas (design: "Datacenters, elasticity, deltas"). Two halves:
 //
 // DeltaOffers (RelayConfig::make_deltas): when the relay holds version N and completes N+1, it
-// encodes the delta N -> N+1 (core/delta.hpp) into registered memory and offers it to the store
+// encodes the delta N -> N+1 (format/delta.hpp) into registered memory and offers it to the store
 // as a holder. A delta goes when either of its versions leaves the relay: unpublished, and freed
 // once the store says no lease on it is left (or, when the store does not know it any more, after
 // one lease time-to-live), through a grace period like every holder's memory.
@@ -24,8 +24,8 @@
 #include <vector>
 
 #include "core/event_loop.hpp"
-#include "core/manifest.hpp"
-#include "core/transfer.hpp"
+#include "format/manifest.hpp"
+#include "wire/transfer.hpp"
 #include "weightstore/client.hpp"
 
 namespace sluice::relay {

@@ -21,10 +21,10 @@
 #include <vector>
 
 #include "core/event_loop.hpp"
-#include "core/manifest.hpp"
-#include "core/shard.hpp"
+#include "format/manifest.hpp"
+#include "format/shard.hpp"
 #include "core/status.hpp"
-#include "core/transfer.hpp"
+#include "wire/transfer.hpp"
 #include "relay/relay.hpp"
 #include "weightstore/protocol.hpp"
 
@@ -91,7 +91,7 @@ using Actions = std::vector<Action>;
 
 // One version being received or held.
 struct CopyState {
-  core::Manifest manifest;  // the version's, or for a host share the share's (core/shard.hpp)
+  core::Manifest manifest;  // the version's, or for a host share the share's (format/shard.hpp)
   // A host share: the version's manifest and the share's pieces in it (read from a holder of
   // the whole version), by offset in the share's stream.
   std::optional<core::Manifest> parent;

@@ -13,7 +13,7 @@
 #include <sstream>
 
 #include "core/log.hpp"
-#include "core/metrics_http.hpp"
+#include "wire/metrics_http.hpp"
 
 namespace sluice::rollout {
 

@@ -1,7 +1,7 @@
 #include "rollout/engine.hpp"
 
 #include "core/json_limits.hpp"
-#include "core/transfer.hpp"
+#include "wire/transfer.hpp"
 
 #include <fmt/format.h>
 

@@ -16,7 +16,7 @@
 #include <memory>
 
 #include "core/status.hpp"
-#include "core/transfer.hpp"
+#include "wire/transfer.hpp"
 #include "rollout/engine.hpp"
 
 namespace sluice::rollout {

@@ -8,7 +8,7 @@
 #include <algorithm>
 
 #include "core/log.hpp"
-#include "core/messaging.hpp"
+#include "wire/messaging.hpp"
 #include "rollout/manager_db.hpp"
 #include "rollout/manager_state.hpp"
 #include "rollout/mode_policy.hpp"

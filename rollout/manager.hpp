@@ -41,7 +41,7 @@
 #include <string>
 
 #include "core/event_loop.hpp"
-#include "core/security.hpp"
+#include "wire/security.hpp"
 #include "core/status.hpp"
 #include "rl/task.hpp"
 #include "rollout/repack.hpp"
@@ -104,7 +104,7 @@ struct ManagerConfig {
   // A trajectory sent to the actor and neither received (`have`) nor acknowledged is sent again
   // after this long (a lost reply).
   std::uint64_t resend_ms = 3000;
-  // Who may talk to the manager (core/security.hpp): curve by default, with this role's key file
+  // Who may talk to the manager (wire/security.hpp): curve by default, with this role's key file
   // and the job's members file; plain only when set, and loud.
   core::SecurityConfig security;
 

@@ -17,8 +17,8 @@
 #include <string>
 
 #include "core/event_loop.hpp"
-#include "core/messaging.hpp"
-#include "core/security.hpp"
+#include "wire/messaging.hpp"
+#include "wire/security.hpp"
 #include "core/status.hpp"
 #include "rollout/protocol.hpp"
 
@@ -26,7 +26,7 @@ namespace sluice::rollout {
 
 class ManagerClient {
  public:
-  // `security`: this process's (core/security.hpp); in curve mode the manager's public key is
+  // `security`: this process's (wire/security.hpp); in curve mode the manager's public key is
   // taken from the job's members (the member with role rollout-manager), so a manager with
   // another key is never talked to (its requests time out). `timeout`: each call's, unless the
   // call names one.

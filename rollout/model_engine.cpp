@@ -5,7 +5,7 @@
 #include <optional>
 #include <span>
 
-#include "core/bf16.hpp"
+#include "format/bf16.hpp"
 #include "core/checksum.hpp"
 #include "core/log.hpp"
 #include "core/splitmix.hpp"

@@ -24,7 +24,7 @@
 #include <string>
 #include <vector>
 
-#include "core/messaging.hpp"
+#include "wire/messaging.hpp"
 #include "rl/trajectory.hpp"
 #include "rollout/engine.hpp"
 

@@ -15,9 +15,9 @@
 
 #include "core/checksum.hpp"
 #include "core/log.hpp"
-#include "core/messaging.hpp"
+#include "wire/messaging.hpp"
 #include "core/metrics.hpp"
-#include "core/transfer.hpp"
+#include "wire/transfer.hpp"
 #include "rollout/agent_env.hpp"
 #include "rollout/command_env.hpp"
 #include "rollout/kv_transfer.hpp"

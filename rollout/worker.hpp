@@ -35,7 +35,7 @@
 #include <vector>
 
 #include "core/event_loop.hpp"
-#include "core/security.hpp"
+#include "wire/security.hpp"
 #include "core/status.hpp"
 #include "rl/env_latency.hpp"
 #include "rl/task.hpp"

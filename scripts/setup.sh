@@ -15,7 +15,7 @@ packages=(
   libcli11-dev                    # command line
   libxxhash-dev                   # chunk checksums
   libssl-dev                      # chunk digests (SHA-256) under the version signature
-  libzstd-dev                     # delta versions (core/delta.hpp)
+  libzstd-dev                     # delta versions (format/delta.hpp)
   libsqlite3-dev                  # the rollout manager's durable state
   libopenblas-dev                 # reference model matrix products
   iproute2                        # emulated hosts: ip netns, veth, tc

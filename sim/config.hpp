@@ -91,7 +91,7 @@ struct SimulateConfig {
   // partial-broadcast only: a version goes from the trainer to every rollout at once, no relays,
   // at this rate (GB/s of the version's bytes); the trainer and every rollout wait for it.
   double broadcast_gbps = 48.0;
-  // What the version's digests and signature cost on its way (core/manifest.hpp: a SHA-256 per
+  // What the version's digests and signature cost on its way (format/manifest.hpp: a SHA-256 per
   // chunk, signed by the actor; every reader verifies each chunk it receives). 0 cores: not
   // modelled, the bytes move as fast as staging and the links allow.
   double digest_gbps_per_core = 0.0;       // one core's SHA-256 rate, GB/s

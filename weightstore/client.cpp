@@ -3,7 +3,7 @@
 #include <optional>
 
 #include "core/log.hpp"
-#include "core/shard.hpp"
+#include "format/shard.hpp"
 
 #include "weightstore/protocol.hpp"
 #include "weightstore/shard_read.hpp"

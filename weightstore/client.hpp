@@ -11,9 +11,9 @@
 #include <string>
 
 #include "core/event_loop.hpp"
-#include "core/manifest.hpp"
-#include "core/messaging.hpp"
-#include "core/transfer.hpp"
+#include "format/manifest.hpp"
+#include "wire/messaging.hpp"
+#include "wire/transfer.hpp"
 #include "weightstore/protocol.hpp"
 #include "weightstore/store.hpp"
 
@@ -38,7 +38,7 @@ class StoreClient {
   using Done = std::function<void(core::Result<T>)>;
   using StatusDone = std::function<void(core::Status)>;
 
-  // `security`: this process's (core/security.hpp); in curve mode the store's public key is
+  // `security`: this process's (wire/security.hpp); in curve mode the store's public key is
   // taken from the job's members (the member with role weightstore), so a store with another
   // key is never talked to (its requests time out). In curve mode every read plan's manifest is
   // checked against the members' actors' sign keys before plan()/plan_async() hand it out (see

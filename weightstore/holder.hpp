@@ -29,8 +29,8 @@
 #include <vector>
 
 #include "core/event_loop.hpp"
-#include "core/manifest.hpp"
-#include "core/transfer.hpp"
+#include "format/manifest.hpp"
+#include "wire/transfer.hpp"
 #include "weightstore/client.hpp"
 
 namespace sluice::weightstore {

@@ -9,7 +9,7 @@
 #include <cstdint>
 #include <string>
 
-#include "core/security.hpp"
+#include "wire/security.hpp"
 #include "weightstore/store.hpp"
 
 namespace sluice::weightstore {
@@ -22,7 +22,7 @@ struct HolderRoleConfig {
   // The store's lease_ttl_ms (sluice run copies it): a copy the store does not know (it
   // restarted) is freed only after this long.
   std::uint64_t store_lease_ttl_ms = 10000;
-  // The role's key and the job's members (core/security.hpp). Curve by default; plain only when
+  // The role's key and the job's members (wire/security.hpp). Curve by default; plain only when
   // set.
   core::SecurityConfig security;
 

@@ -1,6 +1,6 @@
 #include "weightstore/protocol.hpp"
 
-#include "core/shard.hpp"
+#include "format/shard.hpp"
 #include "weightstore/protocol_parts.hpp"
 
 namespace sluice::weightstore {

@@ -42,7 +42,7 @@
 #include <string>
 #include <vector>
 
-#include "core/messaging.hpp"
+#include "wire/messaging.hpp"
 #include "weightstore/store.hpp"
 
 namespace sluice::weightstore {

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "core/json_limits.hpp"
-#include "core/messaging.hpp"
+#include "wire/messaging.hpp"
 #include "weightstore/protocol.hpp"
 
 namespace sluice::weightstore {

@@ -27,9 +27,9 @@
 #include <vector>
 
 #include "core/event_loop.hpp"
-#include "core/manifest.hpp"
-#include "core/shard.hpp"
-#include "core/transfer.hpp"
+#include "format/manifest.hpp"
+#include "format/shard.hpp"
+#include "wire/transfer.hpp"
 #include "weightstore/client.hpp"
 #include "weightstore/holder.hpp"
 #include "weightstore/store.hpp"
@@ -83,7 +83,7 @@ struct ReaderOptions {
   bool only_from_first = false;
   // How often a pull renews its lease while it reads (well under the store's lease_ttl).
   Millis lease_renew{3000};
-  // The rollout's inference layout (core/shard.hpp): when set, a pull reads only this rank's
+  // The rollout's inference layout (format/shard.hpp): when set, a pull reads only this rank's
   // shard, assembled into the rollout's tensors (names, shard shapes, cast dtypes), and the
   // current version is those tensors, not the published bytes. Such a reader holds no whole
   // version, so it cannot serve one: serve must be false. Unset: the whole version.

@@ -5,7 +5,7 @@
 
 #include "core/log.hpp"
 #include "core/metrics.hpp"
-#include "core/shard.hpp"
+#include "format/shard.hpp"
 #include "weightstore/protocol.hpp"
 
 namespace sluice::weightstore {
@@ -156,7 +156,7 @@ Status signed_by_actor(const core::Manifest& m, const core::Security& security,
                        const Message& req) {
   return counted(core::check_version_signature(m, security), req, "signature");
 }
-// A host share's manifest (core/shard.hpp): the store must know the parent version, and the
+// A host share's manifest (format/shard.hpp): the store must know the parent version, and the
 // manifest must be exactly what the parent's signed manifest gives for that share.
 Status follows_parent(const WeightStore& st, const core::Manifest& m) {
   const std::string parent = core::share_parent(m.model);

@@ -15,8 +15,8 @@
 #include <string>
 
 #include "core/event_loop.hpp"
-#include "core/messaging.hpp"
-#include "core/security.hpp"
+#include "wire/messaging.hpp"
+#include "wire/security.hpp"
 #include "core/status.hpp"
 #include "weightstore/store.hpp"
 #include "weightstore/waiters.hpp"
@@ -46,7 +46,7 @@ struct ServiceConfig {
   // every version is below 2^53): a version number cannot jump so far ahead that the actor's
   // next publish is blocked, nor wrap.
   std::uint64_t max_version_ahead = 1u << 20;
-  // Who may talk to the store (core/security.hpp): curve by default, with this role's key file
+  // Who may talk to the store (wire/security.hpp): curve by default, with this role's key file
   // and the job's members file; plain only when set, and loud.
   core::SecurityConfig security;
 

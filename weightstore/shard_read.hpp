@@ -1,4 +1,4 @@
-// Reads one rank's shard of a version (core/shard.hpp) from the holders a read plan names, and
+// Reads one rank's shard of a version (format/shard.hpp) from the holders a read plan names, and
 // assembles it into the rollout's own tensors.
 //
 // Two ways, both verified before anything is used:
@@ -19,8 +19,8 @@
 #include <memory>
 #include <vector>
 
-#include "core/shard.hpp"
-#include "core/transfer.hpp"
+#include "format/shard.hpp"
+#include "wire/transfer.hpp"
 #include "weightstore/client.hpp"
 #include "weightstore/store.hpp"
 

@@ -5,7 +5,7 @@
 #include <algorithm>
 
 #include "core/checksum.hpp"
-#include "core/shard.hpp"
+#include "format/shard.hpp"
 
 namespace sluice::weightstore {
 

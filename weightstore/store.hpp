@@ -38,7 +38,7 @@
 #include <tuple>
 #include <vector>
 
-#include "core/manifest.hpp"
+#include "format/manifest.hpp"
 #include "core/status.hpp"
 
 namespace sluice::weightstore {
@@ -125,7 +125,7 @@ struct ReadPlan {
 };
 
 // A delta: an immutable object that rebuilds version `target` of `model` from version `base`
-// bit for bit (core/delta.hpp), with its own size and a checksum per chunk of its bytes, so that
+// bit for bit (format/delta.hpp), with its own size and a checksum per chunk of its bytes, so that
 // it is read and verified like a version. Holders offer it, and readers read it, under the same
 // leases; it is offered only while both versions are retained.
 struct DeltaObject {

@@ -20,7 +20,7 @@
 #include <string>
 
 #include "core/event_loop.hpp"
-#include "core/messaging.hpp"
+#include "wire/messaging.hpp"
 #include "core/status.hpp"
 
 namespace sluice::weightstore {

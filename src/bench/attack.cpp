@@ -16,7 +16,7 @@
 
 #include "bench/attack_internal.hpp"
 #include "core/log.hpp"
-#include "core/messaging.hpp"
+#include "wire/messaging.hpp"
 #include "launch/job.hpp"
 #include "rollout/protocol.hpp"
 #include "weightstore/client.hpp"

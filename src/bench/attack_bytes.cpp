@@ -13,9 +13,9 @@
 #include <vector>
 
 #include "bench/attack_internal.hpp"
-#include "core/region_server.hpp"
-#include "core/shard.hpp"
-#include "core/transfer.hpp"
+#include "wire/region_server.hpp"
+#include "format/shard.hpp"
+#include "wire/transfer.hpp"
 #include "weightstore/client.hpp"
 
 namespace sluice::cli::attack {

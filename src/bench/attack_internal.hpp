@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "core/event_loop.hpp"
-#include "core/security.hpp"
+#include "wire/security.hpp"
 #include "core/status.hpp"
 #include "weightstore/store.hpp"
 

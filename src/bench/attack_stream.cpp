@@ -1,5 +1,5 @@
 // The attack suite's chunk-server attempts (bench/attack.hpp). They speak the chunk-stream wire
-// format (core/chunk_stream.hpp) over plain sockets of their own, blocking with a deadline on
+// format (wire/chunk_stream.hpp) over plain sockets of their own, blocking with a deadline on
 // every step, and check each time that the server still gives a real reader a verified chunk.
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -24,8 +24,8 @@
 
 #include "bench/attack_internal.hpp"
 #include "core/checksum.hpp"
-#include "core/chunk_stream.hpp"
-#include "core/transfer.hpp"
+#include "wire/chunk_stream.hpp"
+#include "wire/transfer.hpp"
 
 namespace sluice::cli::attack {
 

@@ -24,7 +24,7 @@
 #include "bench/harness.hpp"
 #include "core/log.hpp"
 #include "core/process.hpp"
-#include "core/security.hpp"
+#include "wire/security.hpp"
 #include "core/units.hpp"
 
 namespace sluice::cli {

@@ -1,5 +1,5 @@
 // `sluice bench delta`: how small and how fast bit-exact deltas between consecutive versions are
-// (core/delta.hpp), and that they rebuild the version bit for bit.
+// (format/delta.hpp), and that they rebuild the version bit for bit.
 //
 // Two sources of version pairs, each printed as one row per pair:
 // - synthetic: fp32 weights of --size bytes, and for each rate in --rates, a copy in which that
@@ -9,7 +9,7 @@
 //   --updates on-policy GRPO updates (each on a batch the current weights generated, of the job's
 //   size). The weights after each update are the version the actor would publish next, so each
 //   pair of consecutive snapshots is a pair of consecutive published versions.
-// With --dtype bf16 the job's versions are its fp32 weights rounded to bf16 (core/bf16.hpp), as
+// With --dtype bf16 the job's versions are its fp32 weights rounded to bf16 (format/bf16.hpp), as
 // the actor publishes them with publish_dtype bf16; the batches are still generated from the fp32
 // weights (a bf16 job's rollouts generate from the rounded ones, which changes the trajectories,
 // not how far one update moves the weights). After the job's rows, one line gives the median of

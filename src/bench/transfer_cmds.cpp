@@ -11,9 +11,9 @@
 #include "core/checksum.hpp"
 #include "core/event_loop.hpp"
 #include "core/log.hpp"
-#include "core/messaging.hpp"
-#include "core/region_server.hpp"
-#include "core/transfer.hpp"
+#include "wire/messaging.hpp"
+#include "wire/region_server.hpp"
+#include "wire/transfer.hpp"
 #include "core/units.hpp"
 
 namespace sluice::cli {

@@ -39,7 +39,7 @@ struct TransferReadArgs {
   // "cuda": also pull into GPU memory and time it against the host pull and the host-to-device
   // copy (bench/transfer_device.cpp); exits 77 when there is no CUDA device.
   std::string memory = "host";
-  std::string device_path = "auto";  // with cuda: auto, staged or direct (core/device_read.hpp)
+  std::string device_path = "auto";  // with cuda: auto, staged or direct (wire/device_read.hpp)
   bool fanout = false;  // with cuda: broadcast the pulled copy to the host's other GPUs (NCCL)
   // Chunk stream encryption with the "rollout-0" key of the job keys in `keys` (see
   // TransferSourceArgs). The JSON then also reports this process's CPU seconds in the timed

@@ -10,8 +10,8 @@
 
 #include "core/cuda_device.hpp"
 #include "core/device_copy.hpp"
-#include "core/device_read.hpp"
-#include "core/nccl_fanout.hpp"
+#include "wire/device_read.hpp"
+#include "wire/nccl_fanout.hpp"
 
 namespace sluice::cli {
 

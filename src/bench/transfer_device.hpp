@@ -5,8 +5,8 @@
 
 #include "bench/transfer_cmds.hpp"
 #include "core/event_loop.hpp"
-#include "core/region_server.hpp"
-#include "core/transfer.hpp"
+#include "wire/region_server.hpp"
+#include "wire/transfer.hpp"
 
 namespace sluice::cli {
 

@@ -5,7 +5,7 @@
 #include <cstdio>
 
 #include "cli/subcommands.hpp"
-#include "core/build_info.hpp"
+#include "wire/build_info.hpp"
 #include "core/cuda_device.hpp"
 #include "launch/commands.hpp"
 #include "launch/executable.hpp"

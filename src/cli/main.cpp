@@ -10,7 +10,7 @@
 #include "cli/subcommands.hpp"
 #include "core/log.hpp"
 #include "core/process.hpp"
-#include "core/transfer.hpp"
+#include "wire/transfer.hpp"
 
 extern char** environ;
 

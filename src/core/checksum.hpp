@@ -5,7 +5,7 @@
 //   different chunks with the same XXH3 can be built by hand (tests/core/digest_test.cpp keeps
 //   such a pair), so a checksum only guards against accidents.
 // - Digests: SHA-256 (OpenSSL's, which uses the CPU's SHA instructions where it has them). What
-//   a version's signature covers (core/manifest.hpp): a member that serves other bytes than the
+//   a version's signature covers (format/manifest.hpp): a member that serves other bytes than the
 //   actor published cannot make them pass. Measured here (`sluice bench digest`) at about 1.4
 //   GB/s per core against about 0.8 for libsodium's BLAKE2b; see docs/benchmarks.md.
 //

@@ -5,7 +5,7 @@
 // through host memory: a publisher copies its device tensors into a registered host buffer
 // (to_host, each chunk handed on to be checksummed as soon as it has landed), and a reader copies
 // each chunk into its device tensors as soon as the chunk has been verified (enqueue_to_device,
-// from ReadOptions::on_chunk; core/device_read.hpp puts the two together). Copies from and to
+// from ReadOptions::on_chunk; wire/device_read.hpp puts the two together). Copies from and to
 // page-locked (pinned) host memory run asynchronously and overlap each other on the streams, the
 // network, and the checksums on the CPU; PinnedHost (RegisteredBuffer::pin_for_device()) pins
 // host memory in place.

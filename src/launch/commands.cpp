@@ -8,7 +8,7 @@
 #include "core/config.hpp"
 #include "core/event_loop.hpp"
 #include "core/log.hpp"
-#include "core/messaging.hpp"
+#include "wire/messaging.hpp"
 #include "launch/executable.hpp"
 #include "launch/fleet_roles.hpp"
 #include "launch/job.hpp"

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "core/security.hpp"
+#include "wire/security.hpp"
 
 namespace sluice::cli {
 
@@ -36,7 +36,7 @@ struct PingArgs {
   AuthArgs auth;
 };
 
-// `sluice keys DIR`: a job's keys (core/security.hpp), one key pair per identity.
+// `sluice keys DIR`: a job's keys (wire/security.hpp), one key pair per identity.
 struct KeysArgs {
   std::string dir;
   std::uint32_t relays = 1;

@@ -9,7 +9,7 @@
 #include "core/config.hpp"
 #include "core/event_loop.hpp"
 #include "core/log.hpp"
-#include "core/security.hpp"
+#include "wire/security.hpp"
 #include "launch/fleet_roles.hpp"
 #include "launch/role_file.hpp"
 #include "launch/role_metrics.hpp"

@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "core/config.hpp"
-#include "core/security.hpp"
+#include "wire/security.hpp"
 #include "core/status.hpp"
 #include "launch/job.hpp"
 

@@ -7,7 +7,7 @@
 #include <string>
 
 #include "core/event_loop.hpp"
-#include "core/metrics_http.hpp"
+#include "wire/metrics_http.hpp"
 
 namespace sluice::cli {
 

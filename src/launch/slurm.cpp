@@ -15,7 +15,7 @@
 
 #include "core/event_loop.hpp"
 #include "core/log.hpp"
-#include "core/messaging.hpp"
+#include "wire/messaging.hpp"
 #include "core/process.hpp"
 #include "launch/executable.hpp"
 #include "launch/job_setup.hpp"

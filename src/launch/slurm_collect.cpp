@@ -8,7 +8,7 @@
 
 #include "core/event_loop.hpp"
 #include "core/log.hpp"
-#include "core/messaging.hpp"
+#include "wire/messaging.hpp"
 #include "launch/job_setup.hpp"
 #include "launch/slurm.hpp"
 #include "rollout/manager_client.hpp"

@@ -8,7 +8,7 @@
 
 #include "actor/publisher.hpp"
 #include "core/log.hpp"
-#include "core/safetensors.hpp"
+#include "format/safetensors.hpp"
 #include "core/units.hpp"
 #include "weightstore/client.hpp"
 

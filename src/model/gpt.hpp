@@ -25,7 +25,7 @@
 #include <string>
 #include <vector>
 
-#include "core/manifest.hpp"
+#include "format/manifest.hpp"
 #include "core/status.hpp"
 
 namespace sluice::model {

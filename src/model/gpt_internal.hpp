@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "core/manifest.hpp"
+#include "format/manifest.hpp"
 #include "model/gpt.hpp"
 
 namespace sluice::model {

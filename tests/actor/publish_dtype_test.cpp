@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "actor/publish_dtype.hpp"
-#include "core/bf16.hpp"
+#include "format/bf16.hpp"
 
 using namespace sluice;
 

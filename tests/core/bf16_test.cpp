@@ -9,7 +9,7 @@
 #include <limits>
 #include <vector>
 
-#include "core/bf16.hpp"
+#include "format/bf16.hpp"
 
 using namespace sluice;
 

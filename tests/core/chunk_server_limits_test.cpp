@@ -22,7 +22,7 @@
 #include <thread>
 #include <vector>
 
-#include "core/chunk_stream.hpp"
+#include "wire/chunk_stream.hpp"
 #include "core/units.hpp"
 
 using namespace sluice;

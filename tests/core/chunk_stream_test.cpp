@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "../support/await_gets.hpp"
-#include "core/chunk_stream.hpp"
+#include "wire/chunk_stream.hpp"
 #include "core/units.hpp"
 
 using namespace sluice;

@@ -7,9 +7,9 @@
 
 #include <cstring>
 
-#include "core/bf16.hpp"
+#include "format/bf16.hpp"
 #include "core/checksum.hpp"
-#include "core/delta.hpp"
+#include "format/delta.hpp"
 #include "core/units.hpp"
 
 using namespace sluice;

@@ -10,11 +10,11 @@
 #include "core/checksum.hpp"
 #include "core/cuda_device.hpp"
 #include "core/device_copy.hpp"
-#include "core/device_read.hpp"
+#include "wire/device_read.hpp"
 #include "core/event_loop.hpp"
-#include "core/nccl_fanout.hpp"
-#include "core/region_server.hpp"
-#include "core/transfer.hpp"
+#include "wire/nccl_fanout.hpp"
+#include "wire/region_server.hpp"
+#include "wire/transfer.hpp"
 #include "core/units.hpp"
 
 using namespace sluice::core;

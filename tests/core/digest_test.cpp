@@ -9,7 +9,7 @@
 
 #include "core/checksum.hpp"
 #include "core/event_loop.hpp"
-#include "core/transfer.hpp"
+#include "wire/transfer.hpp"
 #include "core/units.hpp"
 
 using namespace sluice::core;

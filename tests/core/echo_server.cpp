@@ -11,7 +11,7 @@
 
 #include "core/event_loop.hpp"
 #include "core/log.hpp"
-#include "core/messaging.hpp"
+#include "wire/messaging.hpp"
 #include "core/process.hpp"
 
 using namespace sluice::core;

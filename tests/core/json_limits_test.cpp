@@ -5,7 +5,7 @@
 #include <string>
 
 #include "core/json_limits.hpp"
-#include "core/manifest.hpp"
+#include "format/manifest.hpp"
 
 using namespace sluice;
 

@@ -6,7 +6,7 @@
 
 #include "../support/job_keys.hpp"
 #include "core/checksum.hpp"
-#include "core/manifest.hpp"
+#include "format/manifest.hpp"
 
 using namespace sluice::core;
 

@@ -9,7 +9,7 @@
 #include <zmq_addon.hpp>
 
 #include "core/event_loop.hpp"
-#include "core/messaging.hpp"
+#include "wire/messaging.hpp"
 #include "core/metrics.hpp"
 #include "core/process.hpp"
 

@@ -13,7 +13,7 @@
 
 #include "core/event_loop.hpp"
 #include "core/metrics.hpp"
-#include "core/metrics_http.hpp"
+#include "wire/metrics_http.hpp"
 
 using namespace sluice;
 

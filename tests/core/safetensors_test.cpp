@@ -8,7 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
-#include "core/safetensors.hpp"
+#include "format/safetensors.hpp"
 
 using namespace sluice::core;
 namespace fs = std::filesystem;

@@ -7,9 +7,9 @@
 
 #include "../support/job_keys.hpp"
 #include "core/event_loop.hpp"
-#include "core/messaging.hpp"
+#include "wire/messaging.hpp"
 #include "core/metrics.hpp"
-#include "core/security.hpp"
+#include "wire/security.hpp"
 
 using namespace sluice::core;
 using sluice::testing::JobKeys;

@@ -11,10 +11,10 @@
 #include <random>
 #include <vector>
 
-#include "core/bf16.hpp"
+#include "format/bf16.hpp"
 #include "core/checksum.hpp"
-#include "core/manifest.hpp"
-#include "core/shard.hpp"
+#include "format/manifest.hpp"
+#include "format/shard.hpp"
 #include "core/units.hpp"
 
 using namespace sluice::core;

@@ -19,8 +19,8 @@
 
 #include "../support/await_gets.hpp"
 #include "../support/job_keys.hpp"
-#include "core/chunk_stream.hpp"
-#include "core/stream_crypto.hpp"
+#include "wire/chunk_stream.hpp"
+#include "wire/stream_crypto.hpp"
 #include "core/units.hpp"
 
 using namespace sluice;

@@ -9,14 +9,14 @@
 
 #include "../support/job_keys.hpp"
 #include "core/checksum.hpp"
-#include "core/chunk_stream.hpp"
+#include "wire/chunk_stream.hpp"
 #include "core/cuda_device.hpp"
 #include "core/event_loop.hpp"
-#include "core/messaging.hpp"
+#include "wire/messaging.hpp"
 #include "core/process.hpp"
-#include "core/region_server.hpp"
-#include "core/transfer.hpp"
-#include "core/ucx.hpp"
+#include "wire/region_server.hpp"
+#include "wire/transfer.hpp"
+#include "wire/ucx.hpp"
 #include "core/units.hpp"
 
 using namespace sluice::core;

@@ -1,4 +1,4 @@
-// libFuzzer target: the chunk stream's wire format (src/core/chunk_stream.hpp), as a holder
+// libFuzzer target: the chunk stream's wire format (src/wire/chunk_stream.hpp), as a holder
 // decodes a reader's request and a reader decodes a holder's reply header. The first bytes are
 // read as a request, the next as a reply header, any rest as a region size. A decoded message
 // encodes back to the same bytes; a range judged inside a region really is inside it.
@@ -7,7 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "core/chunk_stream.hpp"
+#include "wire/chunk_stream.hpp"
 
 namespace wire = sluice::core::chunk_wire;
 

@@ -8,7 +8,7 @@
 #include <span>
 #include <vector>
 
-#include "core/delta.hpp"
+#include "format/delta.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   std::span<const std::uint8_t> blob(data, size);

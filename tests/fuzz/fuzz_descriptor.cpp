@@ -5,7 +5,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "core/transfer.hpp"
+#include "wire/transfer.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   std::string bytes(reinterpret_cast<const char*>(data), size);

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "core/messaging.hpp"
+#include "wire/messaging.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   std::vector<std::string> frames(1);

@@ -7,7 +7,7 @@
 #include <string_view>
 
 #include "core/json_limits.hpp"
-#include "core/manifest.hpp"
+#include "format/manifest.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   std::string_view text(reinterpret_cast<const char*>(data), size);

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "core/json_limits.hpp"
-#include "core/manifest.hpp"
+#include "format/manifest.hpp"
 
 namespace {
 

@@ -1,4 +1,4 @@
-// libFuzzer target: the encrypted chunk stream's handshake and records (core/stream_crypto.hpp),
+// libFuzzer target: the encrypted chunk stream's handshake and records (wire/stream_crypto.hpp),
 // as a holder decodes a reader's hello and a reader decodes a holder's accept and its records.
 // The first bytes are read as a hello, the next as an accept (each that decodes must encode back
 // to the same bytes), and the rest as a run of records under a fixed key: each record header is
@@ -11,7 +11,7 @@
 #include <cstring>
 #include <vector>
 
-#include "core/stream_crypto.hpp"
+#include "wire/stream_crypto.hpp"
 
 namespace sc = sluice::core::stream_crypto;
 

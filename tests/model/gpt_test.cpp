@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "core/manifest.hpp"
+#include "format/manifest.hpp"
 #include "model/blas.hpp"
 #include "model/gpt.hpp"
 #include "model/sampling.hpp"

@@ -5,7 +5,7 @@
 
 #include "../support/job_keys.hpp"
 #include "core/event_loop.hpp"
-#include "core/messaging.hpp"
+#include "wire/messaging.hpp"
 #include "relay/relay.hpp"
 
 using namespace sluice;

@@ -19,7 +19,7 @@
 
 #include "actor/publisher.hpp"
 #include "core/checksum.hpp"
-#include "core/delta.hpp"
+#include "format/delta.hpp"
 #include "core/process.hpp"
 #include "core/units.hpp"
 #include "relay/relay_delta.hpp"

@@ -15,7 +15,7 @@
 #include "../support/store_process.hpp"
 #include "actor/publisher.hpp"
 #include "core/process.hpp"
-#include "core/shard.hpp"
+#include "format/shard.hpp"
 #include "core/units.hpp"
 #include "launch/emulated_hosts.hpp"
 #include "relay/relay.hpp"

@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "core/checksum.hpp"
-#include "core/shard.hpp"
+#include "format/shard.hpp"
 #include "relay/relay_state.hpp"
 
 using namespace sluice;

@@ -21,7 +21,7 @@
 #include "../support/jobs.hpp"
 #include "core/event_loop.hpp"
 #include "core/process.hpp"
-#include "core/transfer.hpp"
+#include "wire/transfer.hpp"
 
 using namespace sluice;
 using core::Millis;

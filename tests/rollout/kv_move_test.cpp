@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "core/event_loop.hpp"
-#include "core/transfer.hpp"
+#include "wire/transfer.hpp"
 #include "model/blas.hpp"
 #include "model/gpt.hpp"
 #include "model/sampling.hpp"

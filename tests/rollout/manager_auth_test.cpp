@@ -7,7 +7,7 @@
 
 #include "../support/job_keys.hpp"
 #include "core/event_loop.hpp"
-#include "core/messaging.hpp"
+#include "wire/messaging.hpp"
 #include "rollout/manager.hpp"
 
 using namespace sluice;

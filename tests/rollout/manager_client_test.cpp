@@ -8,7 +8,7 @@
 #include <string>
 
 #include "core/event_loop.hpp"
-#include "core/security.hpp"
+#include "wire/security.hpp"
 #include "rollout/manager.hpp"
 #include "rollout/manager_client.hpp"
 

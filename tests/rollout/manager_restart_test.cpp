@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "core/event_loop.hpp"
-#include "core/messaging.hpp"
+#include "wire/messaging.hpp"
 #include "rl/trajectory.hpp"
 #include "rollout/engine.hpp"
 #include "rollout/manager.hpp"

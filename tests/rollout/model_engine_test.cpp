@@ -11,7 +11,7 @@
 
 #include "../support/store_process.hpp"
 #include "actor/publisher.hpp"
-#include "core/bf16.hpp"
+#include "format/bf16.hpp"
 #include "core/process.hpp"
 #include "core/units.hpp"
 #include "model/blas.hpp"

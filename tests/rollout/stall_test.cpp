@@ -11,7 +11,7 @@
 //   and a state refused kMaxFailedMoves times restarts from its prompt, logged at warn.
 // - A manager sent reports that their rollouts had given up on (queued while it was down, or
 //   behind slow commits) served each of them. It now drops a request past its sender's deadline
-//   unread (core/messaging.cpp), and a client queues nothing for a server it is not connected to.
+//   unread (wire/messaging.cpp), and a client queues nothing for a server it is not connected to.
 //   This one slowed the job without stalling it here.
 #include <doctest/doctest.h>
 

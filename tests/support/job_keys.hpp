@@ -12,7 +12,7 @@
 #include <utility>
 #include <vector>
 
-#include "core/security.hpp"
+#include "wire/security.hpp"
 
 namespace sluice::testing {
 

@@ -6,7 +6,7 @@
 
 #include <numeric>
 
-#include "core/transfer.hpp"
+#include "wire/transfer.hpp"
 #include "weightstore/holder.hpp"
 #include "weightstore/service.hpp"
 

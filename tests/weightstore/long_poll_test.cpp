@@ -6,7 +6,7 @@
 #include <optional>
 
 #include "core/event_loop.hpp"
-#include "core/manifest.hpp"
+#include "format/manifest.hpp"
 #include "weightstore/client.hpp"
 #include "weightstore/service.hpp"
 

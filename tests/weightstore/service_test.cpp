@@ -4,9 +4,9 @@
 #include <csignal>
 
 #include "core/event_loop.hpp"
-#include "core/messaging.hpp"
+#include "wire/messaging.hpp"
 #include "core/process.hpp"
-#include "core/shard.hpp"
+#include "format/shard.hpp"
 #include "weightstore/protocol.hpp"
 #include "weightstore/service.hpp"
 

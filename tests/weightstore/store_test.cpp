@@ -4,7 +4,7 @@
 #include <map>
 #include <numeric>
 
-#include "core/shard.hpp"
+#include "format/shard.hpp"
 #include "weightstore/store.hpp"
 
 using namespace sluice;

@@ -31,7 +31,7 @@
 #include <string_view>
 #include <vector>
 
-#include "core/manifest.hpp"
+#include "format/manifest.hpp"
 #include "core/status.hpp"
 
 namespace sluice::core {
@@ -167,7 +167,7 @@ std::map<std::string, Split> splits_by_name(const Manifest& m, std::string_view 
 Result<std::vector<ShardPiece>> rebase_pieces(const ShardPlan& fine, const ShardPlan& coarse,
                                               std::uint64_t chunk_bytes);
 
-// The fp8 element casts (exposed for tests; fp32 <-> bf16 is core/bf16.hpp's): bf16 -> fp8
+// The fp8 element casts (exposed for tests; fp32 <-> bf16 is format/bf16.hpp's): bf16 -> fp8
 // e4m3fn of value / scale, round to nearest even, saturating at +-448, NaN to NaN (0x7f / 0xff).
 std::uint8_t fp32_to_fp8_e4m3(float f);
 float fp8_e4m3_to_fp32(std::uint8_t b);

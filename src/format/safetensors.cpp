@@ -1,4 +1,4 @@
-#include "core/safetensors.hpp"
+#include "format/safetensors.hpp"
 
 #include <algorithm>
 #include <cerrno>

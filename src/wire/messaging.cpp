@@ -1,4 +1,4 @@
-#include "core/messaging.hpp"
+#include "wire/messaging.hpp"
 
 #include "core/json_limits.hpp"
 

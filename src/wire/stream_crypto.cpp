@@ -1,4 +1,4 @@
-#include "core/stream_crypto.hpp"
+#include "wire/stream_crypto.hpp"
 
 #include <sodium.h>
 #include <zmq.h>

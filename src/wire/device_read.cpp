@@ -1,4 +1,4 @@
-#include "core/device_read.hpp"
+#include "wire/device_read.hpp"
 
 #include <memory>
 #include <optional>

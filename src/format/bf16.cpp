@@ -1,4 +1,4 @@
-#include "core/bf16.hpp"
+#include "format/bf16.hpp"
 
 #include <string>
 

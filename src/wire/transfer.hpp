@@ -26,7 +26,7 @@
 #include <vector>
 
 #include "core/checksum.hpp"
-#include "core/chunk_stream.hpp"
+#include "wire/chunk_stream.hpp"
 #include "core/event_loop.hpp"
 #include "core/status.hpp"
 
@@ -183,7 +183,7 @@ struct TransferOptions {
   // about 11 GB/s this way (docs/benchmarks.md).
   bool copy_mapped = true;
 
-  // Reads over TCP go through chunk streams (core/chunk_stream.hpp) instead of UCX's emulated
+  // Reads over TCP go through chunk streams (wire/chunk_stream.hpp) instead of UCX's emulated
   // GET: the engine serves what it registers on a chunk server of its own (when UCX may use
   // tcp), and reads a source over its chunk stream when the source is on another machine or UCX
   // may not use shared memory here. See tcp_holder_survives_reader_death().
@@ -200,7 +200,7 @@ struct TransferOptions {
   std::string stream_reach;
   // Connection caps, timeouts and per-turn budgets of the chunk server (defaults there).
   ChunkServerOptions stream_server;
-  // Whether chunk streams are encrypted and authenticated (core/stream_crypto.hpp: keys agreed
+  // Whether chunk streams are encrypted and authenticated (wire/stream_crypto.hpp: keys agreed
   // from the job's CURVE identities, AES-256-GCM or ChaCha20-Poly1305 records). Same-host shared
   // memory and UCX's own transports are not chunk streams and stay as they are.
   //   "auto" (the default): a reader encrypts its stream from a holder in another datacenter
@@ -289,7 +289,7 @@ struct ReadOptions {
   // verify is on): its bytes are dst.data() + chunk.dst_offset and stay as they are until the
   // read ends. Every chunk is reported once, before `done`; a read that fails later has reported
   // some chunks (what the caller did with them is then its own to undo). For copies onward (to
-  // a GPU, core/device_read.hpp) that overlap the rest of the read.
+  // a GPU, wire/device_read.hpp) that overlap the rest of the read.
   std::function<void(const ChunkRead&)> on_chunk;
   // A pull refuses a version larger than this before it allocates anything for it.
   std::uint64_t max_total_bytes = 256ull << 30;
@@ -332,7 +332,7 @@ class TransferEngine {
 
   // Whether this process's UCX can register and move CUDA device memory (decided at run time
   // from the UCX context's memory types; Debian's UCX 1.13 cannot). Without it, device memory
-  // goes through pinned host staging (core/device_copy.hpp, core/device_read.hpp).
+  // goes through pinned host staging (core/device_copy.hpp, wire/device_read.hpp).
   bool cuda_memory() const;
   // Registers CUDA device memory the caller owns (it must outlive the buffer) for reads straight
   // into it, or for serving it, without host staging. failed_precondition when !cuda_memory().

@@ -1,7 +1,7 @@
 // bfloat16: the upper 16 bits of an IEEE fp32 value (sign, 8 exponent bits, 7 mantissa bits).
 // The actor keeps fp32 master weights and may publish them rounded to bf16 (half the bytes);
 // consecutive bf16 versions differ in few values when an update moves weights by less than half
-// a bf16 step, which is what makes their deltas small (core/delta.hpp).
+// a bf16 step, which is what makes their deltas small (format/delta.hpp).
 //
 // Rounding is IEEE round-to-nearest, ties to even, as PyTorch's and CUDA's fp32 -> bf16
 // conversions do: an fp32 value exactly halfway between two bf16 values goes to the one whose

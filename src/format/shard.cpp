@@ -1,4 +1,4 @@
-#include "core/shard.hpp"
+#include "format/shard.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -9,7 +9,7 @@
 
 #include <fmt/format.h>
 
-#include "core/bf16.hpp"
+#include "format/bf16.hpp"
 #include "core/checksum.hpp"
 
 namespace sluice::core {

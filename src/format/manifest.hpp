@@ -4,7 +4,7 @@
 // memory.
 //
 // A version is something only the actor can make: the actor signs each manifest (Ed25519, its
-// key in the job's members file, core/security.hpp) over signed_bytes(), one canonical byte form
+// key in the job's members file, wire/security.hpp) over signed_bytes(), one canonical byte form
 // of everything a reader trusts: the model name, the version number, the tensors, the sizes, the
 // chunk size, every chunk checksum and every chunk digest (SHA-256, core/checksum.hpp). Stores
 // accept, and readers load, only a manifest whose signature verifies against an actor's sign_key
@@ -21,8 +21,8 @@
 #include <string>
 #include <vector>
 
-#include "core/region_server.hpp"
-#include "core/security.hpp"
+#include "wire/region_server.hpp"
+#include "wire/security.hpp"
 #include "core/status.hpp"
 
 namespace sluice::core {
@@ -35,7 +35,7 @@ struct TensorSpec {
   std::uint64_t bytes = 0;
 };
 
-// The checksums of one inference layout's shards, which the actor declares (core/shard.hpp): for
+// The checksums of one inference layout's shards, which the actor declares (format/shard.hpp): for
 // a tensor-parallel size and one split per tensor, rank r's shard is the bytes it loads, tensor
 // after tensor in manifest order, and ranks[r] holds one XXH3 checksum per chunk_bytes of that
 // stream (the last one shorter). A rollout of that layout reads only its shard's bytes and still
@@ -43,7 +43,7 @@ struct TensorSpec {
 struct ShardChecksums {
   std::uint32_t tp_size = 0;  // 1..kMaxTensorParallel
   // One letter per tensor, in manifest order: 'r' split along dim 0 (rows), 'c' along dim 1
-  // (columns), '-' replicated (core/shard.hpp: Split).
+  // (columns), '-' replicated (format/shard.hpp: Split).
   std::string splits;
   std::vector<std::vector<std::uint64_t>> ranks;  // tp_size lists
   // Empty, or tp_size lists of one SHA-256 per chunk of that rank's stream (the actor computes

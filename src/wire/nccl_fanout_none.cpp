@@ -1,6 +1,6 @@
 // Compiled when CUDA is off or NCCL was not found: there is nothing to fan out with, and create()
 // says so.
-#include "core/nccl_fanout.hpp"
+#include "wire/nccl_fanout.hpp"
 
 namespace sluice::core {
 

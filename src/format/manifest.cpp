@@ -1,11 +1,11 @@
-#include "core/manifest.hpp"
+#include "format/manifest.hpp"
 
 #include <algorithm>
 #include <set>
 
 #include "core/checksum.hpp"
-#include "core/safetensors.hpp"
-#include "core/shard.hpp"
+#include "format/safetensors.hpp"
+#include "format/shard.hpp"
 
 namespace sluice::core {
 

@@ -1,4 +1,4 @@
-// Encryption and authentication of chunk streams (core/chunk_stream.hpp): the handshake that
+// Encryption and authentication of chunk streams (wire/chunk_stream.hpp): the handshake that
 // agrees a connection's keys from the job's CURVE identities, and the AEAD records that carry
 // every byte after it. Pure functions and values, shared by both ends and by the fuzz target
 // (tests/fuzz/fuzz_stream_crypto.cpp).
@@ -30,7 +30,7 @@
 #include <memory>
 #include <string>
 
-#include "core/security.hpp"
+#include "wire/security.hpp"
 #include "core/status.hpp"
 
 namespace sluice::core {

@@ -1,4 +1,4 @@
-#include "core/ucx.hpp"
+#include "wire/ucx.hpp"
 
 #include <algorithm>
 #include <chrono>

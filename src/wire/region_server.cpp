@@ -1,4 +1,4 @@
-#include "core/region_server.hpp"
+#include "wire/region_server.hpp"
 
 #include "core/checksum.hpp"
 

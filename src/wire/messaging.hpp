@@ -9,7 +9,7 @@
 // an oversized message, or an unknown type gets an error reply and changes nothing; the server
 // goes on serving others.
 //
-// Security (core/security.hpp): every Server and Client is created with a core::Security. In
+// Security (wire/security.hpp): every Server and Client is created with a core::Security. In
 // curve mode a server admits only the job's members: libzmq asks this server's ZAP handler (an
 // inproc REP socket in the server's own ZeroMQ context, driven from the loop like the server,
 // RFC 27) about each connecting key, and the handler answers with the member's identity as the
@@ -35,7 +35,7 @@
 #include <vector>
 
 #include "core/event_loop.hpp"
-#include "core/security.hpp"
+#include "wire/security.hpp"
 #include "core/status.hpp"
 
 namespace sluice::core {
@@ -48,7 +48,7 @@ inline constexpr std::size_t kEnvelopeBytes = 16;
 struct Peer {
   bool authenticated = false;  // curve mode: the peer's key is the job member's below
   std::string identity;        // e.g. "relay-0"; empty in plain mode
-  std::string role;            // e.g. "relay" (core/security.hpp); empty in plain mode
+  std::string role;            // e.g. "relay" (wire/security.hpp); empty in plain mode
   std::string address;         // the peer's IP address, as ZeroMQ reports it (may be empty)
   // "relay-0 (relay)" or "unauthenticated peer 127.0.0.1", for messages.
   std::string describe() const;

@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "core/messaging.hpp"
-#include "core/transfer.hpp"
+#include "wire/messaging.hpp"
+#include "wire/transfer.hpp"
 
 namespace sluice::core {
 
@@ -22,7 +22,7 @@ struct RegionLayout {
   std::uint64_t bytes = 0;
   std::uint64_t chunk_bytes = 0;
   std::vector<std::uint64_t> checksums;  // one per chunk; the last chunk may be short
-  // Empty, or one SHA-256 per chunk (a signed version's, core/manifest.hpp): reads of the region
+  // Empty, or one SHA-256 per chunk (a signed version's, format/manifest.hpp): reads of the region
   // are then verified against these instead of the checksums.
   std::vector<Digest> digests;
 

@@ -1,9 +1,9 @@
-#include "core/build_info.hpp"
+#include "wire/build_info.hpp"
 
 #include <ucp/api/ucp.h>
 #include <zmq.h>
 
-#include "core/messaging.hpp"
+#include "wire/messaging.hpp"
 
 namespace sluice::core {
 

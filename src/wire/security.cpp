@@ -1,4 +1,4 @@
-#include "core/security.hpp"
+#include "wire/security.hpp"
 
 #include <fcntl.h>
 #include <sodium.h>

@@ -1,4 +1,4 @@
-// Pulling a version into GPU memory: a read of core/transfer.hpp whose destination is device
+// Pulling a version into GPU memory: a read of wire/transfer.hpp whose destination is device
 // tensors (a DeviceLayout over the version's host image).
 //
 // Two paths, chosen per read:
@@ -23,7 +23,7 @@
 
 #include "core/device_copy.hpp"
 #include "core/event_loop.hpp"
-#include "core/transfer.hpp"
+#include "wire/transfer.hpp"
 
 namespace sluice::core {
 

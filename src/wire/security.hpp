@@ -11,7 +11,7 @@
 //                        an actor member also has "sign_key" (its Ed25519 public key, hex)
 //
 // A version is something only the actor can make: it signs each manifest with its Ed25519 key
-// (core/manifest.hpp), and stores and readers accept a manifest only with a signature by an
+// (format/manifest.hpp), and stores and readers accept a manifest only with a signature by an
 // actor's sign_key from the members file. The sign_key field is optional in the file format (a
 // file without it still parses), but curve mode requires it for every actor member, and an
 // actor's key file must hold the matching secret half.

@@ -1,4 +1,4 @@
-#include "core/metrics_http.hpp"
+#include "wire/metrics_http.hpp"
 
 #include <arpa/inet.h>
 #include <fcntl.h>

@@ -1,4 +1,4 @@
-#include "core/chunk_stream.hpp"
+#include "wire/chunk_stream.hpp"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -25,7 +25,7 @@
 
 #include "core/le_bytes.hpp"
 #include "core/log.hpp"
-#include "core/security.hpp"
+#include "wire/security.hpp"
 
 namespace sluice::core {
 

@@ -11,7 +11,7 @@
 #include "core/cuda_status.hpp"
 #include "core/device_copy.hpp"
 #include "core/log.hpp"
-#include "core/nccl_fanout.hpp"
+#include "wire/nccl_fanout.hpp"
 
 namespace sluice::core {
 

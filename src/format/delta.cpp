@@ -1,4 +1,4 @@
-#include "core/delta.hpp"
+#include "format/delta.hpp"
 
 #include <fmt/format.h>
 #include <zstd.h>

@@ -1,4 +1,4 @@
-#include "core/transfer.hpp"
+#include "wire/transfer.hpp"
 
 #include <algorithm>
 #include <cstdint>
@@ -12,11 +12,11 @@
 #include <thread>
 
 #include "core/checksum.hpp"
-#include "core/chunk_stream.hpp"
+#include "wire/chunk_stream.hpp"
 #include "core/device_copy.hpp"
 #include "core/hash_worker.hpp"
 #include "core/log.hpp"
-#include "core/ucx.hpp"
+#include "wire/ucx.hpp"
 
 namespace sluice::core {
 

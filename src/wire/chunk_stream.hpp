@@ -15,7 +15,7 @@
 //   reply   (32 bytes): "SLCP", u16 version, u16 status (0 ok, 1 unknown region, 2 range
 //                       outside the region, 3 this holder serves encrypted streams only), u64
 //                       request id, u64 length, u64 0; then `length` bytes when the status is 0.
-// An encrypted connection (core/stream_crypto.hpp) opens with a hello from the reader ("SLCH")
+// An encrypted connection (wire/stream_crypto.hpp) opens with a hello from the reader ("SLCH")
 // and the holder's accept ("SLCA"); from then on each direction is a sequence of AEAD records
 // whose plaintext is exactly the byte stream above. A reader's record holds 1 to 64 whole
 // requests; a holder's record holds at most 256 KiB of one reply (its header and the first part
@@ -38,7 +38,7 @@
 
 #include "core/event_loop.hpp"
 #include "core/status.hpp"
-#include "core/stream_crypto.hpp"
+#include "wire/stream_crypto.hpp"
 
 namespace sluice::core {
 
