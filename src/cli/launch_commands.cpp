@@ -10,6 +10,7 @@
 #include "launch/commands.hpp"
 #include "launch/executable.hpp"
 #include "launch/job_elastic.hpp"
+#include "launch/role_commands.hpp"
 #include "launch/slurm.hpp"
 #include "launch/weights_cmds.hpp"
 

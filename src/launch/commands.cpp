@@ -1,136 +1,15 @@
 #include "launch/commands.hpp"
 
-#include <unistd.h>
-
 #include <cstdio>
 
 #include "analysis/compare.hpp"
-#include "core/config.hpp"
 #include "core/event_loop.hpp"
-#include "core/log.hpp"
-#include "wire/messaging.hpp"
 #include "launch/executable.hpp"
-#include "launch/fleet_roles.hpp"
 #include "launch/job.hpp"
 #include "launch/job_setup.hpp"
-#include "launch/role_file.hpp"
-#include "launch/role_metrics.hpp"
-#include "relay/relay.hpp"
-#include "weightstore/service.hpp"
+#include "wire/messaging.hpp"
 
 namespace sluice::cli {
-
-namespace log = core::log;
-
-namespace {
-
-// What every role's configuration has in common.
-struct CommonConfig {
-  std::string log_level = "info";  // trace|debug|info|warn|error|off
-
-  template <typename V>
-  void describe(V& v) {
-    v("log_level", log_level, "log level: trace, debug, info, warn, error or off");
-  }
-  core::Status validate() const { return log::parse_level(log_level).status(); }
-};
-
-inline constexpr char kStoreSection[] = "store";
-inline constexpr char kRelaySection[] = "relay";
-
-// `sluice weightstore`: the common settings and the store's.
-int run_weightstore(const RoleArgs& args, const std::vector<std::string>& overrides) {
-  bool printed = false;
-  auto cfg = load_role<weightstore::ServiceConfig, kStoreSection>(args, overrides, &printed);
-  if (!cfg.is_ok()) {
-    std::fprintf(stderr, "sluice weightstore: %s\n", cfg.status().to_string().c_str());
-    return 2;
-  }
-  if (printed) return 0;
-  auto loop = core::EventLoop::create().value();
-  loop->handle_shutdown_signals();
-  auto metrics = start_role_metrics(*loop, cfg->metrics_listen, "weightstore", "store");
-  if (!metrics.is_ok()) {
-    std::fprintf(stderr, "sluice weightstore: %s\n", metrics.status().to_string().c_str());
-    return 2;
-  }
-  auto service = weightstore::StoreService::create(*loop, cfg->section);
-  if (!service.is_ok()) {
-    std::fprintf(stderr, "sluice weightstore: %s\n", service.status().to_string().c_str());
-    return 1;
-  }
-  std::unique_ptr<weightstore::StoreService> svc = std::move(service).value();
-  std::printf("endpoint %s\n", svc->endpoint().c_str());
-  std::fflush(stdout);
-  announce_metrics(metrics->get());
-  loop->on_shutdown([&](int) {
-    svc.reset();
-    loop->stop();
-  });
-  core::Status s = loop->run();
-  log::info("weightstore: stopped ({})", s.to_string());
-  return 0;
-}
-
-// `sluice relay`: the common settings and the relay's.
-int run_relay(const RoleArgs& args, const std::vector<std::string>& overrides,
-              const std::vector<std::string>& environment) {
-  bool printed = false;
-  auto cfg = load_role<relay::RelayConfig, kRelaySection>(
-      args, overrides, &printed, [](relay::RelayConfig& r) {
-        if (r.relay_id.empty()) r.relay_id = "relay-" + std::to_string(::getpid());
-        log::set_process_name(r.relay_id);
-      });
-  if (!cfg.is_ok()) {
-    std::fprintf(stderr, "sluice relay: %s\n", cfg.status().to_string().c_str());
-    return 2;
-  }
-  if (printed) return 0;
-  auto loop = core::EventLoop::create().value();
-  loop->handle_shutdown_signals();
-  auto metrics = start_role_metrics(*loop, cfg->metrics_listen, "relay", cfg->section.relay_id);
-  if (!metrics.is_ok()) {
-    std::fprintf(stderr, "sluice relay: %s\n", metrics.status().to_string().c_str());
-    return 2;
-  }
-  auto r = relay::Relay::create(*loop, cfg->section, environment);
-  if (!r.is_ok()) {
-    std::fprintf(stderr, "sluice relay: %s\n", r.status().to_string().c_str());
-    return 1;
-  }
-  loop->on_shutdown([&](int) { (*r)->stop(); });
-  std::printf("relay %s\n", cfg->section.relay_id.c_str());
-  std::fflush(stdout);
-  announce_metrics(metrics->get());
-  (*r)->run().ignore();
-  return 0;
-}
-
-}  // namespace
-
-int run_role(const RoleArgs& args, const std::vector<std::string>& environment) {
-  log::set_process_name(args.role);
-  auto overrides = core::config::overrides_from_env(environment);
-  overrides.insert(overrides.end(), args.overrides.begin(), args.overrides.end());
-  if (args.role == "weightstore") return run_weightstore(args, overrides);
-  if (args.role == "relay") return run_relay(args, overrides, environment);
-  if (args.role == "rollout-manager") return run_rollout_manager(args, overrides);
-  if (args.role == "rollout") return run_rollout(args, overrides, environment);
-  if (args.role == "actor") return run_actor(args, overrides, environment);
-  auto cfg = core::config::load<CommonConfig>(args.config_path, overrides);
-  if (!cfg.is_ok()) {
-    std::fprintf(stderr, "sluice %s: %s\n", args.role.c_str(), cfg.status().to_string().c_str());
-    return 2;
-  }
-  std::string effective = core::config::to_json(*cfg).dump(2);
-  if (args.print_config_only) {
-    std::printf("%s\n", effective.c_str());
-    return 0;
-  }
-  log::info("effective configuration:\n{}", effective);
-  std::fprintf(stderr, "sluice %s: this role is not part of this build yet\n", args.role.c_str());
-  return 1;
-}
 
 namespace {
 
@@ -199,36 +78,6 @@ int resume_job(const std::string& run_dir, const std::vector<std::string>& envir
   }
   std::fprintf(stderr, "sluice run: resuming %s from %s\n", job->name.c_str(), run_dir.c_str());
   return print_job_result(*job, run_local_job(*job, self_exe(), environment, nullptr, true));
-}
-
-core::Result<core::Security> tool_security(const AuthArgs& auth, const std::string& tool) {
-  if (auth.plain) {
-    if (!auth.keys_dir.empty()) return core::invalid_argument("give --keys or --plain, not both");
-    core::warn_plain("sluice " + tool);
-    return core::Security::plain();
-  }
-  if (auth.keys_dir.empty()) {
-    return core::invalid_argument(
-        "the job's roles authenticate their peers: give --keys DIR (the job's keys: sluice keys "
-        "DIR, or RUN_DIR/keys of sluice run) or, for a job in plain mode, --plain");
-  }
-  core::SecurityConfig sc;
-  sc.key_file = core::key_file_path(auth.keys_dir, auth.as);
-  sc.members_file = core::members_file_path(auth.keys_dir);
-  return core::load_security(sc, "sluice " + tool);
-}
-
-std::vector<std::pair<std::string, std::string>> job_identities(std::uint32_t relays,
-                                                                std::uint32_t rollouts) {
-  std::vector<std::pair<std::string, std::string>> ids{{"weightstore", core::kRoleWeightstore},
-                                                       {"rollout-manager", core::kRoleManager},
-                                                       {"actor", core::kRoleActor},
-                                                       {"operator", core::kRoleOperator}};
-  for (std::uint32_t i = 0; i < relays; ++i)
-    ids.emplace_back("relay-" + std::to_string(i), core::kRoleRelay);
-  for (std::uint32_t i = 0; i < rollouts; ++i)
-    ids.emplace_back("rollout-" + std::to_string(i), core::kRoleRollout);
-  return ids;
 }
 
 int run_keys(const KeysArgs& args) {

@@ -24,15 +24,15 @@
 #include "core/config.hpp"
 #include "core/event_loop.hpp"
 #include "core/log.hpp"
-#include "wire/messaging.hpp"
 #include "core/process.hpp"
-#include "wire/security.hpp"
-#include "wire/stream_crypto.hpp"
-#include "wire/transfer.hpp"
-#include "launch/commands.hpp"
+#include "launch/job_config.hpp"
 #include "launch/job_setup.hpp"
 #include "rollout/manager_client.hpp"
 #include "rollout/protocol.hpp"
+#include "wire/messaging.hpp"
+#include "wire/security.hpp"
+#include "wire/stream_crypto.hpp"
+#include "wire/transfer.hpp"
 
 namespace sluice::cli {
 
@@ -41,128 +41,6 @@ namespace log = core::log;
 using core::Clock;
 using core::Millis;
 using nlohmann::json;
-
-core::Status RoleCommand::validate() const {
-  if (!argv.empty() && argv[0].empty()) return core::invalid_argument("argv[0] is empty");
-  for (const auto& e : env) {
-    if (e.find('=') == std::string::npos || e.front() == '=') {
-      return core::invalid_argument("env entry '" + e + "' is not NAME=VALUE");
-    }
-  }
-  if (argv.empty() && (!env.empty() || !options.empty())) {
-    return core::invalid_argument("env or options given without argv (the program to run)");
-  }
-  return {};
-}
-
-core::Status JobConfig::validate() const {
-  if (rollouts == 0) return core::invalid_argument("rollouts must be at least 1");
-  if (relays == 0) return core::invalid_argument("relays must be at least 1");
-  if (timeout_s <= 0) return core::invalid_argument("timeout_s must be positive");
-  if (auth != "curve" && auth != "plain") {
-    return core::invalid_argument("auth must be curve or plain, not '" + auth + "'");
-  }
-  const bool keys = auth == "curve";
-  SLUICE_TRY(core::check_stream_encryption(stream_encryption, keys, "job"));
-  SLUICE_TRY(core::check_stream_encryption(relay.stream_encryption, keys, "relay"));
-  SLUICE_TRY(core::check_stream_encryption(rollout.stream_encryption, keys, "rollout"));
-  SLUICE_TRY(core::check_stream_encryption(actor.stream_encryption, keys, "actor"));
-  if (duration_s < 0) return core::invalid_argument("duration_s must not be negative");
-  if (max_rollouts != 0 && max_rollouts < rollouts) {
-    return core::invalid_argument(fmt::format(
-        "max_rollouts ({}) must be at least rollouts ({}), or 0", max_rollouts, rollouts));
-  }
-  if (max_relays != 0 && max_relays < relays) {
-    return core::invalid_argument(
-        fmt::format("max_relays ({}) must be at least relays ({}), or 0", max_relays, relays));
-  }
-  SLUICE_TRY(restart.validate());
-  SLUICE_TRY(chaos.validate().with_context("chaos"));
-  SLUICE_TRY(hosts.validate());
-  SLUICE_TRY(log::parse_level(log_level).status());
-  SLUICE_TRY(actor_command.validate().with_context("actor_command"));
-  SLUICE_TRY(rollout_command.validate().with_context("rollout_command"));
-  if (!mode.empty()) {
-    rollout::ManagerConfig m = manager;
-    m.mode = mode;
-    SLUICE_TRY(m.validate().with_context("mode"));
-  }
-  if (manager.prompts == 0 && actor.steps == 0 && duration_s == 0) {
-    return core::invalid_argument(
-        "the job never ends: set manager.prompts (prompts in the job), actor.steps or "
-        "duration_s");
-  }
-  // The task is configured in each role that uses it: the manager draws prompts from it, the
-  // rollouts score with it, the actor warms up and evaluates on it. They must agree, or rewards
-  // and evaluation would silently measure different tasks.
-  std::vector<std::pair<std::string, json>> tasks;
-  if (manager.prompt_source == "task") {
-    tasks.emplace_back("manager.task", core::config::to_json(manager.task));
-  }
-  // A command role reads the task from its section too (docs/architecture.md, "Command roles").
-  if (rollout.engine == "model" || rollout_command.enabled()) {
-    tasks.emplace_back("rollout.task", core::config::to_json(rollout.task));
-  }
-  if (actor.policy == "gpt" || actor_command.enabled()) {
-    tasks.emplace_back("actor.learner.task", core::config::to_json(actor.learner.task));
-  }
-  std::vector<std::string> roles;
-  for (const auto& t : tasks)
-    roles.push_back(t.first);
-  for (std::size_t i = 1; i < tasks.size(); ++i) {
-    for (const auto& [key, value] : tasks[0].second.items()) {
-      const json other = tasks[i].second.value(key, json());
-      if (other == value) continue;
-      return core::invalid_argument(fmt::format(
-          "the task differs between roles: {}.{} is {} but {}.{} is {}; set it the same in {}",
-          tasks[0].first, key, value.dump(), tasks[i].first, key, other.dump(),
-          fmt::join(roles, ", ")));
-    }
-  }
-  return check_liveness_timing();
-}
-
-// A role is declared dead when it is silent for a time-out set in another role's section. Each
-// beat must fit into its time-out at least twice, or one late beat (a loaded host, a long step)
-// makes a live role look dead.
-core::Status JobConfig::check_liveness_timing() const {
-  struct Pair {
-    const char* beat_key;
-    std::uint64_t beat_ms;
-    const char* timeout_key;
-    std::uint64_t timeout_ms;
-  };
-  const Pair pairs[] = {
-      {"actor.heartbeat_ms", actor.heartbeat_ms, "store.holder_ttl_ms", store.holder_ttl_ms},
-      {"rollout.report_ms", rollout.report_ms, "manager.heartbeat_timeout_ms",
-       manager.heartbeat_timeout_ms},
-      {"actor.manager_call_ms", actor.manager_call_ms, "actor.manager_timeout_ms",
-       actor.manager_timeout_ms},
-  };
-  for (const auto& p : pairs) {
-    if (p.beat_ms * 2 > p.timeout_ms) {
-      return core::invalid_argument(
-          fmt::format("{} ({} ms) must be at most half of {} ({} ms): a live role would look dead "
-                      "after one late beat",
-                      p.beat_key, p.beat_ms, p.timeout_key, p.timeout_ms));
-    }
-  }
-  // A report that gets no reply silences the rollout for its time-out plus the retry interval;
-  // that too must fit into the manager's heartbeat time-out twice, or one slow reply makes a live
-  // rollout dead (its work reclaimed, everything in flight thrown away).
-  rollout::RolloutConfig rc = rollout;
-  rc.derive_report_timing(manager.heartbeat_timeout_ms);
-  const std::uint64_t silence = rc.report_timeout_ms + std::max(rc.report_retry_ms, rc.report_ms);
-  if (silence * 2 > manager.heartbeat_timeout_ms) {
-    return core::invalid_argument(fmt::format(
-        "rollout.report_timeout_ms ({} ms) plus rollout.report_retry_ms ({} ms) must be at most "
-        "half of manager.heartbeat_timeout_ms ({} ms): one unanswered report would make a live "
-        "rollout look dead (leave them 0 to derive them from the heartbeat time-out)",
-        rc.report_timeout_ms, std::max(rc.report_retry_ms, rc.report_ms),
-        manager.heartbeat_timeout_ms));
-  }
-  return {};
-}
 
 namespace {
 
@@ -383,67 +261,6 @@ std::vector<std::string> job_role_environment(const JobConfig& job,
 
 namespace {
 
-// Hosts 1..relay_hosts hold the relays and the job's own rollouts; the rest, if any, are for
-// joiners (EmulatedHostsConfig::joiner_hosts).
-std::uint32_t relay_hosts(const JobConfig& job) {
-  return job.hosts.joiner_hosts < job.hosts.count ? job.hosts.count - job.hosts.joiner_hosts
-                                                  : job.hosts.count;
-}
-
-}  // namespace
-
-std::uint32_t rollout_host(const JobConfig& job, std::uint32_t index) {
-  if (job.hosts.count == 0) return 0;
-  const std::uint32_t base = relay_hosts(job);
-  if (base < job.hosts.count && index >= job.rollouts) {
-    return 1 + base + (index - job.rollouts) % (job.hosts.count - base);
-  }
-  return 1 + index % base;
-}
-
-std::uint32_t relay_host(const JobConfig& job, std::uint32_t index) {
-  return job.hosts.count > 0 ? 1 + index % relay_hosts(job) : 0;
-}
-
-core::SecurityConfig job_role_security(const JobConfig& job, const std::string& identity) {
-  core::SecurityConfig sc;
-  sc.mode = job.auth;
-  if (job.auth == "curve") {
-    // Absolute: a command role runs in its own workdir.
-    const fs::path keys_dir = fs::absolute(job.out_dir) / "keys";
-    sc.key_file = core::key_file_path(keys_dir.string(), identity);
-    sc.members_file = core::members_file_path(keys_dir.string());
-  }
-  return sc;
-}
-
-rollout::RolloutConfig rollout_role_config(const JobConfig& job, std::uint32_t index) {
-  rollout::RolloutConfig rc = job.rollout;
-  rc.rollout_id = fmt::format("rollout-{}", index);
-  rc.security = job_role_security(job, rc.rollout_id);
-  rc.sim.seed = job.rollout.sim.seed;  // one workload: lengths depend on the seed and id only
-  rc.derive_report_timing(job.manager.heartbeat_timeout_ms);
-  std::uint32_t host = rollout_host(job, index);
-  if (host > 0) {
-    rc.host = EmulatedHosts::label(host);
-    bool relay_here = false;
-    for (std::uint32_t r = 0; r < job.relays; ++r)
-      relay_here = relay_here || relay_host(job, r) == host;
-    if (!relay_here) rc.local_wait_ms = 0;
-  }
-  return rc;
-}
-
-relay::RelayConfig relay_role_config(const JobConfig& job, std::uint32_t index) {
-  relay::RelayConfig rc = job.relay;
-  rc.relay_id = fmt::format("relay-{}", index);
-  rc.security = job_role_security(job, rc.relay_id);
-  if (std::uint32_t host = relay_host(job, index); host > 0) rc.host = EmulatedHosts::label(host);
-  return rc;
-}
-
-namespace {
-
 // `sluice run`'s local job in four steps: plan (settle the job, its hosts, run folder, ports,
 // endpoints and keys), start (each role in order, waiting for its ready line), supervise
 // (restarts, chaos, progress, until the actor finishes or the job must stop) and collect (the
@@ -577,30 +394,32 @@ core::Status start_roles(JobPlan& plan, Supervisor& sup, const std::string& slui
   JobConfig& job = plan.job;
   const fs::path& dir = plan.dir;
   auto spec = [&](auto&&... a) { return role_spec(plan, sluice_exe, a...); };
-  SLUICE_TRY(write_role_file(dir / "weightstore.json", job, "store", job.store));
+  const std::string keys_dir = local_keys_dir(job);
+  SLUICE_TRY(write_role_file<kStoreSection>(dir / "weightstore.json", job, job.store));
   SLUICE_TRY(sup.start(spec("weightstore", "weightstore", dir / "weightstore.json", "endpoint")));
   for (std::uint32_t i = 0; i < job.relays; ++i) {
-    relay::RelayConfig rc = relay_role_config(job, i);
+    relay::RelayConfig rc = relay_role_config(job, i, keys_dir);
     std::uint32_t host = plan.hosts ? relay_host(job, i) : 0;
     auto path = dir / fmt::format("relay-{}.json", i);
-    SLUICE_TRY(write_role_file(path, job, "relay", rc));
+    SLUICE_TRY(write_role_file<kRelaySection>(path, job, rc));
     SLUICE_TRY(sup.start(spec(rc.relay_id, "relay", path, "relay", host)));
   }
-  SLUICE_TRY(write_role_file(dir / "rollout-manager.json", job, "manager", job.manager));
+  SLUICE_TRY(write_role_file<kManagerSection>(dir / "rollout-manager.json", job, job.manager));
   SLUICE_TRY(prepare_agent_endpoint(job, dir));
   SLUICE_TRY(sup.start(
       spec("rollout-manager", "rollout-manager", dir / "rollout-manager.json", "endpoint")));
   for (std::uint32_t i = 0; i < job.rollouts; ++i) {
-    rollout::RolloutConfig rc = rollout_role_config(job, i);
+    rollout::RolloutConfig rc = rollout_role_config(job, i, keys_dir);
     std::uint32_t host = plan.hosts ? rollout_host(job, i) : 0;
     auto path = dir / fmt::format("rollout-{}.json", i);
-    SLUICE_TRY(write_role_file(path, job, "rollout", rc, &job.rollout_command));
+    SLUICE_TRY(write_role_file<kRolloutSection>(path, job, rc, &job.rollout_command));
     SLUICE_TRY(sup.start(spec(rc.rollout_id, "rollout", path, "rollout", host, &job.rollout_command,
                               plan.programs.rollout)));
   }
   // The actor's metric times count from the job's start.
   job.actor.start_offset_s = seconds(Clock::now() - job_start);
-  SLUICE_TRY(write_role_file(dir / "actor.json", job, "actor", job.actor, &job.actor_command));
+  SLUICE_TRY(
+      write_role_file<kActorSection>(dir / "actor.json", job, job.actor, &job.actor_command));
   return sup.start(spec("actor", "actor", dir / "actor.json", "actor", 0, &job.actor_command,
                         plan.programs.actor));
 }

@@ -23,13 +23,14 @@
 #include "core/config.hpp"
 #include "core/event_loop.hpp"
 #include "core/log.hpp"
-#include "wire/messaging.hpp"
-#include "wire/security.hpp"
 #include "launch/executable.hpp"
 #include "launch/job.hpp"
+#include "launch/role_file.hpp"
 #include "launch/supervisor.hpp"
 #include "rollout/manager_client.hpp"
 #include "rollout/protocol.hpp"
+#include "wire/messaging.hpp"
+#include "wire/security.hpp"
 
 namespace sluice::cli {
 
@@ -111,18 +112,6 @@ core::Status enter_host0(const JobConfig& job) {
   return {};
 }
 
-template <typename T>
-core::Status write_role(const fs::path& path, const JobConfig& job, const char* section,
-                        const T& cfg) {
-  json doc{{"log_level", job.log_level},
-           {"metrics_listen", job.metrics_listen},
-           {section, json::parse(core::config::to_json(cfg).dump())}};
-  std::ofstream f(path);
-  f << doc.dump(2) << "\n";
-  if (!f) return core::internal_error(fmt::format("cannot write {}", path.string()));
-  return {};
-}
-
 // The file lock that keeps two --add commands from claiming the same ids.
 class RunLock {
  public:
@@ -164,7 +153,7 @@ core::Result<std::vector<std::uint32_t>> fresh_indices(const JobConfig& job, con
   for (std::uint32_t i = 0; i < limit && out.size() < c.count; ++i) {
     if (fs::exists(dir / fmt::format("{}-{}.json", c.role, i))) continue;
     if (job.auth == "curve") {
-      auto key = job_role_security(job, fmt::format("{}-{}", c.role, i)).key_file;
+      auto key = role_security(job, local_keys_dir(job), fmt::format("{}-{}", c.role, i)).key_file;
       if (!fs::exists(key)) continue;
     }
     out.push_back(i);
@@ -217,14 +206,15 @@ core::Result<std::vector<std::uint32_t>> claim_joiners(const JobConfig& job, con
                                                        const FleetChange& change) {
   SLUICE_ASSIGN_OR_RETURN(auto lock, RunLock::take(dir / "elastic.lock"));
   SLUICE_ASSIGN_OR_RETURN(std::vector<std::uint32_t> indices, fresh_indices(job, dir, change));
+  const std::string keys_dir = local_keys_dir(job);
   for (std::uint32_t i : indices) {
     fs::path path = dir / fmt::format("{}-{}.json", change.role, i);
     if (change.role == "rollout") {
-      rollout::RolloutConfig rc = rollout_role_config(job, i);
+      rollout::RolloutConfig rc = rollout_role_config(job, i, keys_dir);
       rc.local_wait_first = false;  // a joiner's first weights come from every holder at once
-      SLUICE_TRY(write_role(path, job, "rollout", rc));
+      SLUICE_TRY(write_role_file<kRolloutSection>(path, job, rc));
     } else {
-      SLUICE_TRY(write_role(path, job, "relay", relay_role_config(job, i)));
+      SLUICE_TRY(write_role_file<kRelaySection>(path, job, relay_role_config(job, i, keys_dir)));
     }
   }
   return indices;
@@ -261,7 +251,8 @@ class JoinLog {
           const FleetChange& change, const std::vector<std::uint32_t>& indices)
       : dir_(dir) {
     if (change.role == "rollout") {
-      auto sec = core::load_security(job_role_security(job, "operator"), "sluice run --add");
+      auto sec = core::load_security(role_security(job, local_keys_dir(job), "operator"),
+                                     "sluice run --add");
       if (sec.is_ok()) {
         auto c =
             rollout::ManagerClient::create(loop, job.manager.listen, *sec, kManagerStatusTimeout);

@@ -12,7 +12,6 @@
 #include "analysis/report.hpp"
 #include "core/config.hpp"
 #include "core/log.hpp"
-#include "launch/commands.hpp"
 
 namespace sluice::cli {
 
@@ -220,17 +219,6 @@ void wire_job(JobConfig& job, const JobEndpoints& ep, const std::string& dir_nam
     if (*s == "auto") *s = job.stream_encryption;
 }
 
-core::SecurityConfig role_security(const JobConfig& job, const std::string& keys_dir,
-                                   const std::string& identity) {
-  core::SecurityConfig sc;
-  sc.mode = job.auth;
-  if (job.auth == "curve") {
-    sc.key_file = core::key_file_path(keys_dir, identity);
-    sc.members_file = core::members_file_path(keys_dir);
-  }
-  return sc;
-}
-
 core::Status make_job_security(JobConfig& job, const std::string& keys_dir, bool keep_existing) {
   if (job.auth == "curve") {
     bool have = keep_existing && fs::exists(core::members_file_path(keys_dir));
@@ -264,31 +252,6 @@ core::Status check_plain_public(const JobConfig& job, bool allowed, const std::s
       "ports could publish weights or take trajectories. Use auth \"curve\" (the default), or "
       "pass --allow-plain-public to " +
       command + " if the network is private");
-}
-
-relay::RelayConfig relay_config(const JobConfig& job, std::uint32_t i,
-                                const std::string& keys_dir) {
-  relay::RelayConfig rc = job.relay;
-  rc.relay_id = fmt::format("relay-{}", i);
-  rc.security = role_security(job, keys_dir, rc.relay_id);
-  return rc;
-}
-
-rollout::RolloutConfig rollout_config(const JobConfig& job, std::uint32_t i,
-                                      const std::string& keys_dir) {
-  rollout::RolloutConfig rc = job.rollout;
-  rc.rollout_id = fmt::format("rollout-{}", i);
-  rc.security = role_security(job, keys_dir, rc.rollout_id);
-  rc.sim.seed = job.rollout.sim.seed;  // one workload: lengths depend on the seed and id only
-  rc.derive_report_timing(job.manager.heartbeat_timeout_ms);
-  return rc;
-}
-
-core::Status write_json_file(const fs::path& path, const json& doc) {
-  std::ofstream f(path);
-  f << doc.dump(2) << "\n";
-  if (!f) return core::internal_error(fmt::format("cannot write {}", path.string()));
-  return {};
 }
 
 void write_run_summary(const fs::path& dir, const JobConfig& job, const JobResult& result,

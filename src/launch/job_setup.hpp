@@ -16,9 +16,9 @@
 #include <vector>
 
 #include "core/config.hpp"
-#include "wire/security.hpp"
 #include "core/status.hpp"
-#include "launch/job.hpp"
+#include "launch/job_config.hpp"
+#include "launch/role_file.hpp"
 
 namespace sluice::cli {
 
@@ -69,11 +69,6 @@ struct JobEndpoints {
 // copies what one role decides into the others that must agree (lease time-out, model name).
 void wire_job(JobConfig& job, const JobEndpoints& endpoints, const std::string& dir);
 
-// A role's security section: curve with its own key file in `keys_dir` and the members file, or
-// plain when the job says so.
-core::SecurityConfig role_security(const JobConfig& job, const std::string& keys_dir,
-                                   const std::string& identity);
-
 // Curve jobs: makes the job's keys in `keys_dir` (0700, files 0600) unless `keep_existing` and
 // the folder has them already; plain jobs: warns. Then gives the store, the manager and the actor
 // their security sections.
@@ -85,34 +80,14 @@ core::Status make_job_security(JobConfig& job, const std::string& keys_dir, bool
 // is meant; `command` names the subcommand in the error.
 core::Status check_plain_public(const JobConfig& job, bool allowed, const std::string& command);
 
-// Relay i's and rollout i's configuration: the job's section with its id and security.
-relay::RelayConfig relay_config(const JobConfig& job, std::uint32_t i, const std::string& keys_dir);
-rollout::RolloutConfig rollout_config(const JobConfig& job, std::uint32_t i,
-                                      const std::string& keys_dir);
-
-// A role's configuration file as JSON: what `sluice <role> --config FILE` reads (log level,
-// metrics address, the role's section); a command role's has its options besides.
-template <typename T>
-nlohmann::json role_file(const JobConfig& job, const char* section, const T& cfg,
-                         const RoleCommand* command = nullptr) {
-  nlohmann::json doc{{"log_level", job.log_level},
-                     {"metrics_listen", job.metrics_listen},
-                     {section, nlohmann::json::parse(core::config::to_json(cfg).dump())}};
-  if (command && command->enabled()) {
-    doc["options"] = nlohmann::json::parse(command->options.dump());
-  }
-  return doc;
-}
-
-// Writes `doc` to `path` (indented, one trailing newline).
-core::Status write_json_file(const std::filesystem::path& path, const nlohmann::json& doc);
-
-template <typename T>
-core::Status write_role_file(const std::filesystem::path& path, const JobConfig& job,
-                             const char* section, const T& cfg,
-                             const RoleCommand* command = nullptr) {
-  return write_json_file(path, role_file(job, section, cfg, command));
-}
+// What a job did, whoever ran it (sluice run, sluice slurm-collect).
+struct JobResult {
+  std::string dir;                  // the run folder
+  nlohmann::json actor;             // the actor's summary
+  nlohmann::json manager;           // the manager's final status
+  std::vector<std::string> events;  // children that died, chaos applied
+  nlohmann::json restarts;          // restarts and kills per process name
+};
 
 // The end of a job's run folder, whoever ran it: summary.json (the shape `sluice run` writes;
 // `outcome` "ok" or the failure) and report.html (a warning, not a failure, when it cannot be

@@ -165,17 +165,17 @@ json plain_command(const std::vector<std::string>& argv, const std::string& file
 // The role files and job.json written to DIR/config; the ConfigMap's data (file name: text).
 core::Result<json> write_role_files(JobConfig& job, const fs::path& out) {
   json files = json::object();
-  files["weightstore.json"] = role_file(job, "store", job.store);
-  files["rollout-manager.json"] = role_file(job, "manager", job.manager);
+  files["weightstore.json"] = role_file<kStoreSection>(job, job.store);
+  files["rollout-manager.json"] = role_file<kManagerSection>(job, job.manager);
   for (std::uint32_t i = 0; i < job.relays; ++i) {
     files[fmt::format("relay-{}.json", i)] =
-        role_file(job, "relay", relay_config(job, i, kKeysDir));
+        role_file<kRelaySection>(job, relay_role_config(job, i, kKeysDir));
   }
   for (std::uint32_t i = 0; i < job.rollouts; ++i) {
-    files[fmt::format("rollout-{}.json", i)] =
-        role_file(job, "rollout", rollout_config(job, i, kKeysDir), &job.rollout_command);
+    files[fmt::format("rollout-{}.json", i)] = role_file<kRolloutSection>(
+        job, rollout_role_config(job, i, kKeysDir), &job.rollout_command);
   }
-  files["actor.json"] = role_file(job, "actor", job.actor, &job.actor_command);
+  files["actor.json"] = role_file<kActorSection>(job, job.actor, &job.actor_command);
   std::error_code ec;
   fs::create_directories(out / "config", ec);
   json config_data = json::object();

@@ -1,21 +1,42 @@
-// A role's file, {"log_level": ..., "metrics_listen": ..., "<section>": {...}}, and its loading,
-// shared by every role subcommand (commands.cpp, fleet_roles.cpp): read with the overrides,
-// printed as the effective configuration, and the log level applied.
+// A role's file, {"log_level": ..., "metrics_listen": ..., "<section>": {...}}, through one field
+// table (RoleFile): read by every role subcommand (load_role: with the overrides, printed as the
+// effective configuration, the log level applied) and written by every launcher (role_file,
+// write_role_file), so that what a launcher writes is what the role reads.
 //
-// Thread safety: the loading sets the process's log level; call it from main's thread.
+// Thread safety: load_role sets the process's log level; call it from main's thread. The writers
+// share no state.
 #pragma once
 
+#include <nlohmann/json.hpp>
+
 #include <cstdio>
+#include <filesystem>
 #include <functional>
 #include <string>
 #include <vector>
 
 #include "core/config.hpp"
 #include "core/log.hpp"
-#include "launch/commands.hpp"
+#include "core/status.hpp"
+#include "launch/job_config.hpp"
 #include "launch/role_metrics.hpp"
 
 namespace sluice::cli {
+
+// `sluice ROLE --config FILE [--set a.b=c]... [--print-config]`.
+struct RoleArgs {
+  std::string role;
+  std::string config_path;
+  std::vector<std::string> overrides;
+  bool print_config_only = false;
+};
+
+// The role's section in its file.
+inline constexpr char kStoreSection[] = "store";
+inline constexpr char kRelaySection[] = "relay";
+inline constexpr char kManagerSection[] = "manager";
+inline constexpr char kRolloutSection[] = "rollout";
+inline constexpr char kActorSection[] = "actor";
 
 template <typename T, const char* kSection>
 struct RoleFile {
@@ -52,6 +73,29 @@ core::Result<RoleFile<T, kSection>> load_role(const RoleArgs& args,
   core::log::set_level(core::log::parse_level(cfg->log_level).value());
   core::log::info("effective configuration:\n{}", effective);
   return cfg;
+}
+
+// A role's file as a launcher writes it: the job's log level and metrics address, and `cfg` as
+// the section. A command role's file has the command's `options` besides, passed through as given
+// (RoleCommand; the built-in roles take none, so RoleFile has no such field). Object keys are
+// sorted, as nlohmann::json keeps them.
+template <const char* kSection, typename T>
+nlohmann::json role_file(const JobConfig& job, const T& cfg, const RoleCommand* command = nullptr) {
+  const RoleFile<T, kSection> file{job.log_level, job.metrics_listen, cfg};
+  nlohmann::json doc = nlohmann::json::parse(core::config::to_json(file).dump());
+  if (command && command->enabled()) {
+    doc["options"] = nlohmann::json::parse(command->options.dump());
+  }
+  return doc;
+}
+
+// Writes `doc` to `path` (indented, one trailing newline).
+core::Status write_json_file(const std::filesystem::path& path, const nlohmann::json& doc);
+
+template <const char* kSection, typename T>
+core::Status write_role_file(const std::filesystem::path& path, const JobConfig& job, const T& cfg,
+                             const RoleCommand* command = nullptr) {
+  return write_json_file(path, role_file<kSection>(job, cfg, command));
 }
 
 }  // namespace sluice::cli

@@ -15,12 +15,12 @@
 
 #include "core/event_loop.hpp"
 #include "core/log.hpp"
-#include "wire/messaging.hpp"
 #include "core/process.hpp"
 #include "launch/executable.hpp"
 #include "launch/job_setup.hpp"
 #include "launch/slurm_scripts.hpp"
 #include "rollout/protocol.hpp"
+#include "wire/messaging.hpp"
 
 namespace sluice::cli {
 
@@ -187,20 +187,20 @@ core::Result<fs::path> make_slurm_dir(JobConfig& job) {
 // Every role's configuration file, under conf/; relays and rollouts learn their node (@HOST@)
 // from the batch script.
 core::Status write_slurm_roles(JobConfig& job, const fs::path& conf, const std::string& keys_dir) {
-  SLUICE_TRY(write_role_file(conf / "weightstore.json", job, "store", job.store));
-  SLUICE_TRY(write_role_file(conf / "rollout-manager.json", job, "manager", job.manager));
+  SLUICE_TRY(write_role_file<kStoreSection>(conf / "weightstore.json", job, job.store));
+  SLUICE_TRY(write_role_file<kManagerSection>(conf / "rollout-manager.json", job, job.manager));
   for (std::uint32_t i = 0; i < job.relays; ++i) {
-    relay::RelayConfig rc = relay_config(job, i, keys_dir);
+    relay::RelayConfig rc = relay_role_config(job, i, keys_dir);
     rc.host = "@HOST@";  // the node it runs on: rollouts read from the relay on their node
-    SLUICE_TRY(write_role_file(conf / (rc.relay_id + ".json"), job, "relay", rc));
+    SLUICE_TRY(write_role_file<kRelaySection>(conf / (rc.relay_id + ".json"), job, rc));
   }
   for (std::uint32_t i = 0; i < job.rollouts; ++i) {
-    rollout::RolloutConfig rc = rollout_config(job, i, keys_dir);
+    rollout::RolloutConfig rc = rollout_role_config(job, i, keys_dir);
     rc.host = "@HOST@";
-    SLUICE_TRY(write_role_file(conf / (rc.rollout_id + ".json"), job, "rollout", rc,
-                               &job.rollout_command));
+    SLUICE_TRY(write_role_file<kRolloutSection>(conf / (rc.rollout_id + ".json"), job, rc,
+                                                &job.rollout_command));
   }
-  return write_role_file(conf / "actor.json", job, "actor", job.actor, &job.actor_command);
+  return write_role_file<kActorSection>(conf / "actor.json", job, job.actor, &job.actor_command);
 }
 
 // role.sh (one role on a node, restarted as the job's restart policy says) and job.sbatch.

@@ -8,10 +8,11 @@
 
 #include "core/event_loop.hpp"
 #include "core/log.hpp"
-#include "wire/messaging.hpp"
+#include "launch/job.hpp"
 #include "launch/job_setup.hpp"
 #include "launch/slurm.hpp"
 #include "rollout/manager_client.hpp"
+#include "wire/messaging.hpp"
 
 namespace sluice::cli {
 

@@ -1,12 +1,14 @@
 // `sluice publish` and `sluice pull`: move a safetensors checkpoint through a running weight
 // store, byte for byte.
+//
+// Thread safety: main's thread only.
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
-#include "launch/commands.hpp"
+#include "launch/job_config.hpp"
 
 namespace sluice::cli {
 
