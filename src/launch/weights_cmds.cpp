@@ -8,8 +8,8 @@
 
 #include "actor/publisher.hpp"
 #include "core/log.hpp"
-#include "format/safetensors.hpp"
 #include "core/units.hpp"
+#include "format/safetensors.hpp"
 #include "weightstore/client.hpp"
 
 namespace sluice::cli {
@@ -38,6 +38,40 @@ Result<std::vector<std::uint8_t>> read_file(const std::string& path) {
   return bytes;
 }
 
+// What publish and pull both set up: the event loop, the tool's security, a transfer engine with
+// chunk streams as a job's roles have them, and a client of the store. Members in the order they
+// are made, so that they go in reverse.
+struct StoreTools {
+  std::unique_ptr<EventLoop> loop;
+  Security security = Security::plain();
+  std::unique_ptr<TransferEngine> engine;
+  std::unique_ptr<weightstore::StoreClient> store;
+};
+
+// Makes `out` for the command `cmd` (publish or pull) and the store at `store`; the loop handles
+// SIGINT and SIGTERM when `handle_signals`. 0, or the exit code once the failure is printed.
+int open_store_tools(const char* cmd, const std::string& store, const AuthArgs& auth,
+                     const std::vector<std::string>& env, bool handle_signals, StoreTools& out) {
+  out.loop = EventLoop::create().value();
+  if (handle_signals) out.loop->handle_shutdown_signals();
+  TransferOptions topts;
+  topts.environment = env;
+  topts.stream_reach = store;
+  auto security = tool_security(auth, cmd);
+  if (!security.is_ok()) return fail(cmd, security.status(), 2);
+  out.security = std::move(security).value();
+  // Chunk streams as a job's roles have them (auto), with no datacenter label of its own.
+  if (auto st = set_stream_security(topts, "auto", "", out.security, cmd); !st.is_ok())
+    return fail(cmd, st, 2);
+  auto engine = TransferEngine::create(*out.loop, topts);
+  if (!engine.is_ok()) return fail(cmd, engine.status());
+  out.engine = std::move(engine).value();
+  auto client = weightstore::StoreClient::create(*out.loop, store, out.security);
+  if (!client.is_ok()) return fail(cmd, client.status(), 2);
+  out.store = std::move(client).value();
+  return 0;
+}
+
 }  // namespace
 
 int run_publish(const PublishArgs& args, const std::vector<std::string>& env) {
@@ -56,29 +90,20 @@ int run_publish(const PublishArgs& args, const std::vector<std::string>& env) {
         {t.name, t.dtype, t.shape, file->data() + header->data_offset + t.begin, t.end - t.begin});
   }
 
-  auto loop = EventLoop::create().value();
-  loop->handle_shutdown_signals();
-  TransferOptions topts;
-  topts.environment = env;
-  topts.stream_reach = args.store;
-  auto security = tool_security(args.auth, "publish");
-  if (!security.is_ok()) return fail("publish", security.status(), 2);
-  // Chunk streams as a job's roles have them (auto), with no datacenter label of its own.
-  if (auto st = set_stream_security(topts, "auto", "", *security, "publish"); !st.is_ok())
-    return fail("publish", st, 2);
-  auto engine = TransferEngine::create(*loop, topts);
-  if (!engine.is_ok()) return fail("publish", engine.status());
-  auto store = weightstore::StoreClient::create(*loop, args.store, *security);
-  if (!store.is_ok()) return fail("publish", store.status(), 2);
+  StoreTools tools;
+  if (int code = open_store_tools("publish", args.store, args.auth, env, true, tools); code != 0)
+    return code;
+  EventLoop* loop = tools.loop.get();
+  const Security& security = tools.security;
   actor::PublisherOptions po;
   po.model = args.model;
   // A holder id of this member's own (identity-<suffix>, where the job authenticates).
   const std::string pid = "publish-" + std::to_string(::getpid());
   po.holder_id = !args.holder_id.empty() ? args.holder_id
-                 : security->curve()     ? security->identity + "-" + pid
+                 : security.curve()      ? security.identity + "-" + pid
                                          : pid;
   po.chunk_bytes = *chunk;
-  auto publisher = actor::Publisher::create(*loop, **engine, **store, po);
+  auto publisher = actor::Publisher::create(*loop, *tools.engine, *tools.store, po);
   if (!publisher.is_ok()) return fail("publish", publisher.status(), 2);
   auto manifest = (*publisher)->publish(args.version, views);
   if (!manifest.is_ok()) return fail("publish", manifest.status());
@@ -102,26 +127,16 @@ int run_publish(const PublishArgs& args, const std::vector<std::string>& env) {
 int run_pull(const PullArgs& args, const std::vector<std::string>& env) {
   log::set_process_name("pull");
   if (args.out.empty()) return fail("pull", invalid_argument("--out FILE is required"), 2);
-  auto loop = EventLoop::create().value();
-  TransferOptions topts;
-  topts.environment = env;
-  topts.stream_reach = args.store;
-  auto security = tool_security(args.auth, "pull");
-  if (!security.is_ok()) return fail("pull", security.status(), 2);
-  // Chunk streams as a job's roles have them (auto), with no datacenter label of its own.
-  if (auto st = set_stream_security(topts, "auto", "", *security, "pull"); !st.is_ok())
-    return fail("pull", st, 2);
-  auto engine = TransferEngine::create(*loop, topts);
-  if (!engine.is_ok()) return fail("pull", engine.status());
-  auto store = weightstore::StoreClient::create(*loop, args.store, *security);
-  if (!store.is_ok()) return fail("pull", store.status(), 2);
+  StoreTools tools;
+  if (int code = open_store_tools("pull", args.store, args.auth, env, false, tools); code != 0)
+    return code;
   ReadOptions ro;
   ro.total_timeout = Millis(args.timeout_ms);
   ro.on_progress = [](const ReadProgress& p) {
     log::info("pull: {} of {}", format_bytes(p.bytes_done), format_bytes(p.bytes_total));
   };
   ro.progress_interval = kPullProgressPeriod;
-  auto pulled = weightstore::pull(**engine, **store, args.model, args.version, {}, ro);
+  auto pulled = weightstore::pull(*tools.engine, *tools.store, args.model, args.version, {}, ro);
   if (!pulled.is_ok()) return fail("pull", pulled.status());
   const auto& m = pulled->manifest;
   const std::uint8_t* bytes = pulled->buffer->data();
