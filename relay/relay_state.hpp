@@ -25,7 +25,7 @@
 #include "format/shard.hpp"
 #include "core/status.hpp"
 #include "wire/transfer.hpp"
-#include "relay/relay.hpp"
+#include "relay/relay_config.hpp"
 #include "weightstore/protocol.hpp"
 
 namespace sluice::relay {

@@ -51,7 +51,7 @@
 #include "rl/trajectory.hpp"
 #include "rollout/done_set.hpp"
 #include "rollout/engine.hpp"
-#include "rollout/manager.hpp"
+#include "rollout/manager_config.hpp"
 #include "rollout/manager_db.hpp"
 #include "rollout/manager_outbox.hpp"
 #include "rollout/mode_policy.hpp"

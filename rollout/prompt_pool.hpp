@@ -35,7 +35,7 @@
 #include "core/status.hpp"
 #include "rl/task.hpp"
 #include "rollout/engine.hpp"
-#include "rollout/manager.hpp"
+#include "rollout/manager_config.hpp"
 #include "rollout/manager_db.hpp"
 #include "rollout/mode_policy.hpp"
 

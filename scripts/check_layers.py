@@ -1,11 +1,15 @@
 #!/usr/bin/env python3
 """Fails when the source tree's includes run in a circle.
 
-Reads every `#include "..."` outside tests and build folders and draws two graphs: folders
-(src/core, weightstore, relay, ... each a node; an include from one folder into another an
-arrow) and files. Either graph with a circle fails: a folder that includes, through any chain,
-a folder that includes it has no place in the layers, and neither has a header that includes
-itself. With no circle the folders are printed in layers, each above everything it includes.
+Reads every `#include "..."` outside tests and build folders and draws three graphs:
+  folders  src/core, src/wire, weightstore, relay, ... each a node; an include from one folder
+           into another an arrow;
+  modules  a header and the source file of the same name (relay/relay_state.hpp and
+           relay/relay_state.cpp) are one node, so an include runs back up inside a folder when
+           a.cpp includes b.hpp while b.hpp (or b.cpp) includes a.hpp;
+  files    each file a node (a header that includes itself, through any chain).
+Any graph with a circle fails, each circle listed with the includes that close it. With no circle
+the folders are printed in layers, each above everything it includes, and the number of modules.
 
     scripts/check_layers.py [ROOT]    exit 0: no circle; 1: circles, each listed; 2: bad usage
 """
@@ -25,6 +29,10 @@ def folder_of(rel):
     if parts[0] == "python" and len(parts) > 2:
         return "python/" + parts[1]
     return parts[0]
+
+
+def module_of(rel):
+    return os.path.splitext(rel)[0]
 
 
 def source_files(root):
@@ -88,7 +96,7 @@ def main(argv):
     root = os.path.abspath(argv[1] if len(argv) > 1 else os.path.join(os.path.dirname(__file__), ".."))
     files = list(source_files(root))
     known = set(files)
-    file_graph, folder_graph, why = {}, {}, {}
+    file_graph, module_graph, folder_graph, why = {}, {}, {}, {}
     for rel in files:
         with open(os.path.join(root, rel), encoding="utf-8", errors="replace") as f:
             for line in f:
@@ -99,21 +107,27 @@ def main(argv):
                 if to is None:
                     continue  # a system or generated header
                 file_graph.setdefault(rel, set()).add(to)
+                why.setdefault((rel, to), f"{rel} includes {to}")
+                ma, mb = module_of(rel), module_of(to)
+                if ma != mb:
+                    module_graph.setdefault(ma, set()).add(mb)
+                    why.setdefault((ma, mb), f"{rel} includes {to}")
                 a, b = folder_of(rel), folder_of(to)
                 if a != b:
                     folder_graph.setdefault(a, set()).add(b)
                     why.setdefault((a, b), f"{rel} includes {to}")
+    found = [("folders in a circle", folder_graph),
+             ("modules in a circle (a header and its source file are one)", module_graph),
+             ("files in a circle", file_graph)]
     bad = False
-    for part in circles(folder_graph):
-        bad = True
-        print("folders in a circle: " + ", ".join(part))
-        for a in part:
-            for b in part:
-                if (a, b) in why:
-                    print(f"  {a} -> {b}: {why[(a, b)]}")
-    for part in circles(file_graph):
-        bad = True
-        print("files in a circle: " + ", ".join(part))
+    for title, graph in found:
+        for part in circles(graph):
+            bad = True
+            print(f"{title}: " + ", ".join(part))
+            for a in part:
+                for b in part:
+                    if (a, b) in why:
+                        print(f"  {a} -> {b}: {why[(a, b)]}")
     if bad:
         return 1
     # Layers: a folder's is one more than the highest it includes.
@@ -127,7 +141,9 @@ def main(argv):
     folders = sorted({folder_of(f) for f in files})
     for v in folders:
         height(v)
-    print(f"check_layers: {len(files)} files in {len(folders)} folders, no circle; from the top:")
+    modules = {module_of(f) for f in files}
+    print(f"check_layers: {len(files)} files, {len(modules)} modules in {len(folders)} folders, "
+          "no circle; folders from the top:")
     for h in sorted(set(layer.values()), reverse=True):
         print(f"  {h}: " + ", ".join(v for v in folders if layer[v] == h))
     return 0

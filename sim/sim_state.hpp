@@ -15,7 +15,7 @@
 #include "rl/env_latency.hpp"
 #include "rollout/manager_state.hpp"
 #include "rollout/sim_engine.hpp"
-#include "sim/simulator.hpp"
+#include "sim/mode_result.hpp"
 #include "sim/steady.hpp"
 #include "sim/weights.hpp"
 

@@ -3,7 +3,7 @@
 
 #include <vector>
 
-#include "bench/transfer_cmds.hpp"
+#include "bench/transfer_args.hpp"
 #include "core/event_loop.hpp"
 #include "wire/region_server.hpp"
 #include "wire/transfer.hpp"
