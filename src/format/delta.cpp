@@ -7,7 +7,9 @@
 #include <cmath>
 #include <cstring>
 #include <memory>
+#include <string_view>
 
+#include "core/bytes.hpp"
 #include "core/splitmix.hpp"
 
 namespace sluice::core {
@@ -16,27 +18,14 @@ namespace {
 
 constexpr char kMagic[8] = {'S', 'L', 'D', 'E', 'L', 'T', 'A', '\0'};
 
-void put_u32(std::vector<std::uint8_t>& out, std::uint32_t v) {
-  for (int i = 0; i < 4; ++i)
-    out.push_back(static_cast<std::uint8_t>(v >> (8 * i)));
-}
-void put_u64(std::vector<std::uint8_t>& out, std::uint64_t v) {
-  for (int i = 0; i < 8; ++i)
-    out.push_back(static_cast<std::uint8_t>(v >> (8 * i)));
-}
-std::uint32_t get_u32(const std::uint8_t* p) {
-  std::uint32_t v = 0;
-  for (int i = 3; i >= 0; --i)
-    v = (v << 8) | p[i];
-  return v;
-}
-std::uint64_t get_u64(const std::uint8_t* p) {
-  std::uint64_t v = 0;
-  for (int i = 7; i >= 0; --i)
-    v = (v << 8) | p[i];
-  return v;
+// Appends the sparse forms' leading count.
+void put_count(std::vector<std::uint8_t>& raw, std::size_t count) {
+  std::uint8_t bytes[4];
+  ByteWriter(bytes, sizeof bytes).u32(static_cast<std::uint32_t>(count));
+  raw.insert(raw.end(), bytes, bytes + sizeof bytes);
 }
 
+// A word of a version's bytes in host order: equality and XOR do not care about the order.
 std::uint32_t load_word(const std::uint8_t* p) {
   std::uint32_t w;
   std::memcpy(&w, p, 4);
@@ -72,7 +61,7 @@ void xor_planes(const std::uint8_t* base, const std::uint8_t* target, std::size_
 void sparse_form(const std::uint8_t* base, const std::uint8_t* target, std::size_t n,
                  const std::vector<std::uint32_t>& changed, std::vector<std::uint8_t>& raw) {
   raw.clear();
-  put_u32(raw, static_cast<std::uint32_t>(changed.size()));
+  put_count(raw, changed.size());
   std::uint64_t prev = 0;
   for (std::size_t k = 0; k < changed.size(); ++k) {
     std::uint64_t gap = changed[k] - (k == 0 ? 0 : prev + 1);
@@ -107,14 +96,13 @@ void put_varint(std::vector<std::uint8_t>& raw, std::uint64_t v) {
   raw.push_back(static_cast<std::uint8_t>(v));
 }
 
-// Reads one varint of at most 5 bytes (a gap below 2^35) at raw[at], advancing `at`; false when
-// it runs past `end` or is longer.
-bool get_varint(const std::vector<std::uint8_t>& raw, std::size_t& at, std::size_t end,
-                std::uint64_t& v) {
+// Reads one varint of at most 5 bytes (a gap below 2^35); false when it runs past the end or is
+// longer.
+bool get_varint(ByteReader& in, std::uint64_t& v) {
   v = 0;
   for (int shift = 0; shift <= 28; shift += 7) {
-    if (at >= end) return false;
-    const std::uint8_t byte = raw[at++];
+    const std::uint8_t byte = in.u8();
+    if (!in.ok()) return false;
     v |= static_cast<std::uint64_t>(byte & 0x7f) << shift;
     if (!(byte & 0x80)) return true;
   }
@@ -126,17 +114,18 @@ bool get_varint(const std::vector<std::uint8_t>& raw, std::size_t& at, std::size
 Status read_sparse_indices(const std::vector<std::uint8_t>& raw, std::uint64_t i,
                            std::uint64_t limit, const char* unit, std::size_t& at,
                            std::vector<std::uint32_t>& index) {
-  const std::uint64_t count = get_u32(raw.data());
+  ByteReader in(raw.data(), raw.size());
+  const std::uint64_t count = in.u32();
+  if (!in.ok()) return protocol_error(fmt::format("delta: chunk {}'s indices are malformed", i));
   if (count > limit) {
     return protocol_error(
         fmt::format("delta: chunk {} names {} changed {}s of {}", i, count, unit, limit));
   }
-  at = 4;
   index.resize(count);
   std::uint64_t next = 0;
   for (std::uint64_t k = 0; k < count; ++k) {
     std::uint64_t gap = 0;
-    if (!get_varint(raw, at, raw.size(), gap)) {
+    if (!get_varint(in, gap)) {
       return protocol_error(fmt::format("delta: chunk {}'s indices are malformed", i));
     }
     next += gap;
@@ -146,6 +135,7 @@ Status read_sparse_indices(const std::vector<std::uint8_t>& raw, std::uint64_t i
     index[k] = static_cast<std::uint32_t>(next);
     ++next;
   }
+  at = in.pos();
   return {};
 }
 
@@ -167,7 +157,7 @@ std::uint16_t unzigzag16(std::uint16_t base, std::uint16_t z) {
 void sparse16_form(const std::uint8_t* base, const std::uint8_t* target, std::size_t n,
                    const std::vector<std::uint32_t>& changed, std::vector<std::uint8_t>& raw) {
   raw.clear();
-  put_u32(raw, static_cast<std::uint32_t>(changed.size()));
+  put_count(raw, changed.size());
   std::uint64_t prev = 0;
   for (std::size_t k = 0; k < changed.size(); ++k) {
     put_varint(raw, changed[k] - (k == 0 ? 0 : prev + 1));
@@ -256,17 +246,10 @@ Result<std::vector<std::uint8_t>> encode_delta(std::span<const std::uint8_t> bas
   DeltaStats st;
   const std::uint64_t total = target.size();
   const std::uint64_t count = (total + chunk_bytes - 1) / chunk_bytes;
-  std::vector<std::uint8_t> out;
-  out.insert(out.end(), kMagic, kMagic + sizeof(kMagic));
-  put_u32(out, kDeltaFormatVersion);
-  put_u32(out, 0);
-  put_u64(out, base_version);
-  put_u64(out, target_version);
-  put_u64(out, total);
-  put_u64(out, chunk_bytes);
-  put_u64(out, count);
-  const std::size_t entries_at = out.size();
-  out.resize(entries_at + count * kDeltaEntryBytes);
+  std::vector<std::uint8_t> out(kDeltaHeaderBytes + count * kDeltaEntryBytes);
+  ByteWriter header(out.data(), kDeltaHeaderBytes);
+  header.put(kMagic, sizeof kMagic).u32(kDeltaFormatVersion).u32(0);
+  header.u64(base_version).u64(target_version).u64(total).u64(chunk_bytes).u64(count);
   std::vector<std::uint8_t> raw, packed, alt_raw, alt_packed;
   std::vector<std::uint32_t> changed, changed16;
   for (std::uint64_t i = 0; i < count; ++i) {
@@ -332,12 +315,10 @@ Result<std::vector<std::uint8_t>> encode_delta(std::span<const std::uint8_t> bas
         ++st.sparse16_chunks;
         break;
     }
-    std::uint8_t* e = out.data() + entries_at + i * kDeltaEntryBytes;
-    std::vector<std::uint8_t> entry;
-    put_u32(entry, static_cast<std::uint32_t>(enc));
-    put_u32(entry, 0);
-    put_u64(entry, packed.size());
-    std::memcpy(e, entry.data(), kDeltaEntryBytes);
+    ByteWriter(out.data() + kDeltaHeaderBytes + i * kDeltaEntryBytes, kDeltaEntryBytes)
+        .u32(static_cast<std::uint32_t>(enc))
+        .u32(0)
+        .u64(packed.size());
     out.insert(out.end(), packed.begin(), packed.end());
   }
   if (stats) *stats = st;
@@ -349,22 +330,23 @@ Result<DeltaView> parse_delta(std::span<const std::uint8_t> blob) {
     return protocol_error(fmt::format("delta: {} bytes, shorter than its {}-byte header",
                                       blob.size(), kDeltaHeaderBytes));
   }
-  const std::uint8_t* p = blob.data();
-  if (std::memcmp(p, kMagic, sizeof(kMagic)) != 0) {
+  // The header fits (checked above), so its reads cannot fail.
+  ByteReader in(blob.data(), blob.size());
+  if (in.view(sizeof kMagic) != std::string_view(kMagic, sizeof kMagic)) {
     return protocol_error("delta: bad magic (not a sluice delta)");
   }
-  const std::uint32_t format = get_u32(p + 8);
+  const std::uint32_t format = in.u32();
   if (format != kDeltaFormatVersion) {
     return protocol_error(
         fmt::format("delta: format version {}, this build reads {}", format, kDeltaFormatVersion));
   }
-  if (get_u32(p + 12) != 0) return protocol_error("delta: unknown flags");
+  if (in.u32() != 0) return protocol_error("delta: unknown flags");
   DeltaView v;
-  v.header.base_version = get_u64(p + 16);
-  v.header.target_version = get_u64(p + 24);
-  v.header.total_bytes = get_u64(p + 32);
-  v.header.chunk_bytes = get_u64(p + 40);
-  v.header.chunk_count = get_u64(p + 48);
+  v.header.base_version = in.u64();
+  v.header.target_version = in.u64();
+  v.header.total_bytes = in.u64();
+  v.header.chunk_bytes = in.u64();
+  v.header.chunk_count = in.u64();
   const DeltaHeader& h = v.header;
   if (h.total_bytes == 0 || h.chunk_bytes == 0) {
     return protocol_error("delta: total bytes and chunk bytes must be positive");
@@ -383,10 +365,11 @@ Result<DeltaView> parse_delta(std::span<const std::uint8_t> blob) {
   std::uint64_t at = kDeltaHeaderBytes + h.chunk_count * kDeltaEntryBytes;
   v.chunks.resize(h.chunk_count);
   for (std::uint64_t i = 0; i < h.chunk_count; ++i) {
-    const std::uint8_t* e = p + kDeltaHeaderBytes + i * kDeltaEntryBytes;
-    const std::uint32_t enc = get_u32(e);
-    const std::uint64_t bytes = get_u64(e + 8);
-    if (enc > static_cast<std::uint32_t>(DeltaEncoding::kSparse16) || get_u32(e + 4) != 0) {
+    // The entries fit (checked above); the reader walks them in order.
+    const std::uint32_t enc = in.u32();
+    const std::uint32_t reserved = in.u32();
+    const std::uint64_t bytes = in.u64();
+    if (enc > static_cast<std::uint32_t>(DeltaEncoding::kSparse16) || reserved != 0) {
       return protocol_error(fmt::format("delta: chunk {} has an unknown encoding {}", i, enc));
     }
     if ((enc == 0) != (bytes == 0)) {

@@ -1,11 +1,15 @@
 #include "format/manifest.hpp"
 
 #include <algorithm>
+#include <limits>
 #include <set>
+#include <string_view>
 
+#include "core/bytes.hpp"
 #include "core/checksum.hpp"
+#include "core/json_limits.hpp"
 #include "format/safetensors.hpp"
-#include "format/shard.hpp"
+#include "format/split.hpp"
 
 namespace sluice::core {
 
@@ -89,7 +93,7 @@ Status Manifest::validate() const {
       if (shards[j].tp_size == sc.tp_size && shards[j].splits == sc.splits)
         return bad(who + " is declared twice");
     }
-    auto stream = shard_stream_bytes(*this, sc.tp_size, sc.splits);
+    auto stream = shard_stream_bytes(tensors, sc.tp_size, sc.splits);
     if (!stream.is_ok()) return bad(who + ": " + stream.status().message());
     const std::uint64_t per_rank = *stream / chunk_bytes + (*stream % chunk_bytes != 0 ? 1 : 0);
     if (sc.ranks.size() != sc.tp_size) {
@@ -119,13 +123,12 @@ Status Manifest::validate() const {
 }
 
 namespace {
-void put_u64(std::string& out, std::uint64_t v) {
-  for (int i = 0; i < 8; ++i)
-    out.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+// A string or list length, then the string.
+void put_str(ByteWriter& w, const std::string& s) {
+  w.u64(s.size()).put(s);
 }
-void put_str(std::string& out, const std::string& s) {
-  put_u64(out, s.size());
-  out += s;
+void put_digest(ByteWriter& w, const Digest& d) {
+  w.put(d.bytes.data(), d.bytes.size());
 }
 }  // namespace
 
@@ -139,46 +142,43 @@ std::string Manifest::signed_bytes() const {
   for (const auto& t : tensors)
     n += 48 + t.name.size() + t.dtype.size() + 8 * t.shape.size();
   out.reserve(out.size() + n);
-  put_str(out, model);
-  put_u64(out, version);
-  put_u64(out, total_bytes);
-  put_u64(out, chunk_bytes);
-  put_u64(out, tensors.size());
+  ByteWriter w(out);
+  put_str(w, model);
+  w.u64(version).u64(total_bytes).u64(chunk_bytes).u64(tensors.size());
   for (const auto& t : tensors) {
-    put_str(out, t.name);
-    put_str(out, t.dtype);
-    put_u64(out, t.shape.size());
+    put_str(w, t.name);
+    put_str(w, t.dtype);
+    w.u64(t.shape.size());
     for (auto d : t.shape)
-      put_u64(out, d);
-    put_u64(out, t.offset);
-    put_u64(out, t.bytes);
+      w.u64(d);
+    w.u64(t.offset).u64(t.bytes);
   }
-  put_u64(out, checksums.size());
+  w.u64(checksums.size());
   for (auto c : checksums)
-    put_u64(out, c);
+    w.u64(c);
   if (!digests.empty()) {
-    put_u64(out, digests.size());
+    w.u64(digests.size());
     for (const auto& d : digests)
-      out.append(reinterpret_cast<const char*>(d.bytes.data()), d.bytes.size());
+      put_digest(w, d);
   } else if (shards.empty()) {
     return out;
   }
-  put_u64(out, shards.size());
+  w.u64(shards.size());
   for (const auto& sc : shards) {
-    put_u64(out, sc.tp_size);
-    put_str(out, sc.splits);
-    put_u64(out, sc.ranks.size());
+    w.u64(sc.tp_size);
+    put_str(w, sc.splits);
+    w.u64(sc.ranks.size());
     for (const auto& rank : sc.ranks) {
-      put_u64(out, rank.size());
+      w.u64(rank.size());
       for (auto c : rank)
-        put_u64(out, c);
+        w.u64(c);
     }
     if (digests.empty()) continue;  // v2: no shard digests either
-    put_u64(out, sc.digests.size());
+    w.u64(sc.digests.size());
     for (const auto& rank : sc.digests) {
-      put_u64(out, rank.size());
+      w.u64(rank.size());
       for (const auto& d : rank)
-        out.append(reinterpret_cast<const char*>(d.bytes.data()), d.bytes.size());
+        put_digest(w, d);
     }
   }
   return out;
@@ -263,135 +263,144 @@ nlohmann::json Manifest::to_json() const {
   return j;
 }
 
-Result<Manifest> Manifest::from_json(const nlohmann::json& j) {
-  auto bad = [](const std::string& what) { return invalid_argument("manifest: " + what); };
-  if (!j.is_object()) return bad("not a JSON object");
-  auto u64 = [&](const nlohmann::json& o, const char* key, std::uint64_t& out) -> Status {
-    auto it = o.find(key);
-    if (it == o.end() || !it->is_number_unsigned()) {
-      return bad(std::string("'") + key + "' must be a non-negative integer");
-    }
-    out = it->get<std::uint64_t>();
-    return {};
-  };
-  Manifest m;
-  if (!j.contains("model") || !j["model"].is_string()) return bad("'model' must be a string");
-  m.model = j["model"].get<std::string>();
-  SLUICE_TRY(u64(j, "version", m.version));
-  SLUICE_TRY(u64(j, "total_bytes", m.total_bytes));
-  SLUICE_TRY(u64(j, "chunk_bytes", m.chunk_bytes));
-  if (!j.contains("checksums") || !j["checksums"].is_array())
-    return bad("'checksums' must be an array");
-  for (const auto& c : j["checksums"]) {
-    if (!c.is_number_unsigned()) return bad("a checksum is not a non-negative integer");
-    m.checksums.push_back(c.get<std::uint64_t>());
+namespace {
+
+namespace field = json_field;
+using Json = nlohmann::json;
+
+// from_json takes no limits: the decoder of a message that carries a manifest bounds it first
+// (the weight store's counts its tensors before, and checks its size and chunks after).
+constexpr std::size_t kUnbounded = std::numeric_limits<std::size_t>::max();
+
+// "manifest: a digest" (parse_digest's message names it) from a string at j.
+Status read_digest(const Json& j, std::string_view what, const char* key, const std::string& name,
+                   Digest& out) {
+  if (!j.is_string()) return field::error(what, key, "holds " + name + " that is not a string");
+  SLUICE_ASSIGN_OR_RETURN(out, parse_digest(j.get_ref<const std::string&>(), "manifest: " + name));
+  return {};
+}
+
+Status read_tensor(const Json& j, std::size_t i, TensorSpec& t) {
+  const std::string entry = "manifest: tensors[" + std::to_string(i) + "]";
+  SLUICE_TRY(field::object(j, entry));
+  SLUICE_TRY(field::string(j, entry, "name", t.name));
+  const std::string what = "manifest: tensor '" + t.name + "'";
+  SLUICE_TRY(field::string(j, what, "dtype", t.dtype));
+  SLUICE_TRY(field::u64_array(j, what, "shape", t.shape));
+  SLUICE_TRY(field::u64(j, what, "offset", t.offset));
+  SLUICE_TRY(field::u64(j, what, "bytes", t.bytes));
+  return {};
+}
+
+// One declared layout; counts are checked against the tensors and tp_size before the lists are
+// read, validate() checks the rest.
+Status read_shards(const Json& j, std::size_t tensors, ShardChecksums& sc) {
+  constexpr std::string_view what = "manifest: a shard layout";
+  SLUICE_TRY(field::object(j, what));
+  std::uint64_t tp_size = 0;
+  if (!field::u64_at_most(j, what, "tp_size", kMaxTensorParallel, tp_size).is_ok()) {
+    return field::error(what, "tp_size",
+                        "must be an integer 1.." + std::to_string(kMaxTensorParallel));
   }
-  if (auto ds = j.find("digests"); ds != j.end()) {
+  sc.tp_size = static_cast<std::uint32_t>(tp_size);
+  SLUICE_TRY(field::string(j, what, "splits", sc.splits));
+  if (sc.splits.size() != tensors) {
+    return field::error(what, "splits", "must be a string of one letter per tensor");
+  }
+  const Json* ranks = nullptr;
+  if (!field::array(j, what, "checksums", sc.tp_size, ranks).is_ok() ||
+      ranks->size() != sc.tp_size) {
+    return field::error(what, "checksums", "must be one array per rank");
+  }
+  SLUICE_TRY(
+      field::list(j, what, "checksums", sc.tp_size, sc.ranks,
+                  [&](const Json& rank, std::size_t, std::vector<std::uint64_t>& out) -> Status {
+                    if (!rank.is_array())
+                      return field::error(what, "checksums", "must hold arrays");
+                    out.reserve(rank.size());
+                    for (const auto& c : rank) {
+                      if (!c.is_number_unsigned())
+                        return field::error(what, "checksums", "must hold non-negative integers");
+                      out.push_back(c.get<std::uint64_t>());
+                    }
+                    return {};
+                  }));
+  if (!j.contains("digests")) return {};
+  // One list per rank, each as long as that rank's checksums: sized before parsing.
+  const Json* digests = nullptr;
+  if (!field::array(j, what, "digests", sc.tp_size, digests).is_ok() ||
+      digests->size() != sc.ranks.size()) {
+    return field::error(what, "digests", "must be one array per rank");
+  }
+  return field::list(
+      j, what, "digests", sc.tp_size, sc.digests,
+      [&](const Json& rank, std::size_t r, std::vector<Digest>& out) -> Status {
+        if (!rank.is_array() || rank.size() != sc.ranks[r].size()) {
+          return field::error(what, "digests", "must be one per rank checksum");
+        }
+        out.resize(rank.size());
+        for (std::size_t k = 0; k < rank.size(); ++k)
+          SLUICE_TRY(read_digest(rank[k], what, "digests", "a shard digest", out[k]));
+        return {};
+      });
+}
+
+// "ed25519:" and 128 lowercase hex characters.
+bool signature_form(const std::string& text) {
+  constexpr std::size_t kHexChars = 128;
+  const std::string_view prefix = kSignaturePrefix;
+  return text.size() == prefix.size() + kHexChars && text.compare(0, prefix.size(), prefix) == 0 &&
+         std::all_of(text.begin() + static_cast<std::ptrdiff_t>(prefix.size()), text.end(),
+                     [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
+}
+
+// The fields in the order to_json writes them; unknown keys are ignored, as in every message.
+Status read_manifest(const Json& j, Manifest& m) {
+  constexpr std::string_view what = "manifest";
+  SLUICE_TRY(field::object(j, what));
+  SLUICE_TRY(field::string(j, what, "model", m.model));
+  SLUICE_TRY(field::u64(j, what, "version", m.version));
+  SLUICE_TRY(field::u64(j, what, "total_bytes", m.total_bytes));
+  SLUICE_TRY(field::u64(j, what, "chunk_bytes", m.chunk_bytes));
+  SLUICE_TRY(field::u64_array(j, what, "checksums", m.checksums));
+  if (j.contains("digests")) {
     // Counted against the checksums before any is parsed; validate() checks against the chunks.
-    if (!ds->is_array() || ds->size() != m.checksums.size())
-      return bad("'digests' must be an array of one digest per checksum");
-    m.digests.reserve(ds->size());
-    for (const auto& d : *ds) {
-      if (!d.is_string()) return bad("a digest is not a string");
-      SLUICE_ASSIGN_OR_RETURN(Digest parsed,
-                              parse_digest(d.get_ref<const std::string&>(), "manifest: a digest"));
-      m.digests.push_back(parsed);
+    const Json* ds = nullptr;
+    if (!field::array(j, what, "digests", m.checksums.size(), ds).is_ok() ||
+        ds->size() != m.checksums.size()) {
+      return field::error(what, "digests", "must be an array of one digest per checksum");
     }
+    SLUICE_TRY(field::list(j, what, "digests", ds->size(), m.digests,
+                           [&](const Json& d, std::size_t, Digest& out) {
+                             return read_digest(d, what, "digests", "a digest", out);
+                           }));
   }
-  if (!j.contains("tensors") || !j["tensors"].is_array()) return bad("'tensors' must be an array");
-  for (const auto& t : j["tensors"]) {
-    if (!t.is_object()) return bad("a tensor is not an object");
-    TensorSpec s;
-    if (!t.contains("name") || !t["name"].is_string()) return bad("a tensor has no 'name' string");
-    s.name = t["name"].get<std::string>();
-    if (!t.contains("dtype") || !t["dtype"].is_string())
-      return bad("tensor '" + s.name + "' has no 'dtype' string");
-    s.dtype = t["dtype"].get<std::string>();
-    if (!t.contains("shape") || !t["shape"].is_array())
-      return bad("tensor '" + s.name + "' has no 'shape' array");
-    for (const auto& d : t["shape"]) {
-      if (!d.is_number_unsigned()) return bad("tensor '" + s.name + "' has a bad shape entry");
-      s.shape.push_back(d.get<std::uint64_t>());
-    }
-    SLUICE_TRY(u64(t, "offset", s.offset).with_context("tensor '" + s.name + "'"));
-    SLUICE_TRY(u64(t, "bytes", s.bytes).with_context("tensor '" + s.name + "'"));
-    m.tensors.push_back(std::move(s));
-  }
-  if (auto sh = j.find("shards"); sh != j.end()) {
+  SLUICE_TRY(field::list(j, what, "tensors", kUnbounded, m.tensors, read_tensor));
+  if (j.contains("shards")) {
     // Sizes are checked before anything is kept; validate() checks the rest.
-    if (!sh->is_array() || sh->size() > kMaxShardLayouts) {
-      return bad("'shards' must be an array of at most " + std::to_string(kMaxShardLayouts) +
-                 " layouts");
-    }
-    for (const auto& e : *sh) {
-      if (!e.is_object()) return bad("a shard layout is not an object");
-      ShardChecksums sc;
-      auto tp = e.find("tp_size");
-      if (tp == e.end() || !tp->is_number_unsigned() ||
-          tp->get<std::uint64_t>() > kMaxTensorParallel) {
-        return bad("a shard layout's 'tp_size' must be an integer 1.." +
-                   std::to_string(kMaxTensorParallel));
-      }
-      sc.tp_size = tp->get<std::uint32_t>();
-      auto sp = e.find("splits");
-      if (sp == e.end() || !sp->is_string() ||
-          sp->get_ref<const std::string&>().size() != m.tensors.size()) {
-        return bad("a shard layout's 'splits' must be a string of one letter per tensor");
-      }
-      sc.splits = sp->get<std::string>();
-      auto cs = e.find("checksums");
-      if (cs == e.end() || !cs->is_array() || cs->size() != sc.tp_size) {
-        return bad("a shard layout's 'checksums' must be one array per rank");
-      }
-      for (const auto& rank : *cs) {
-        if (!rank.is_array()) return bad("a shard layout's rank checksums are not an array");
-        std::vector<std::uint64_t> list;
-        list.reserve(rank.size());
-        for (const auto& c : rank) {
-          if (!c.is_number_unsigned()) return bad("a shard checksum is not a non-negative integer");
-          list.push_back(c.get<std::uint64_t>());
-        }
-        sc.ranks.push_back(std::move(list));
-      }
-      if (auto ds = e.find("digests"); ds != e.end()) {
-        // One list per rank, each as long as that rank's checksums: sized before parsing.
-        if (!ds->is_array() || ds->size() != sc.ranks.size())
-          return bad("a shard layout's 'digests' must be one array per rank");
-        for (std::size_t r = 0; r < ds->size(); ++r) {
-          const auto& rank = (*ds)[r];
-          if (!rank.is_array() || rank.size() != sc.ranks[r].size())
-            return bad("a shard layout's rank digests must be one per rank checksum");
-          std::vector<Digest> list;
-          list.reserve(rank.size());
-          for (const auto& d : rank) {
-            if (!d.is_string()) return bad("a shard digest is not a string");
-            SLUICE_ASSIGN_OR_RETURN(Digest parsed, parse_digest(d.get_ref<const std::string&>(),
-                                                                "manifest: a shard digest"));
-            list.push_back(parsed);
-          }
-          sc.digests.push_back(std::move(list));
-        }
-      }
-      m.shards.push_back(std::move(sc));
+    SLUICE_TRY(field::list(j, what, "shards", kMaxShardLayouts, m.shards,
+                           [&](const Json& e, std::size_t, ShardChecksums& sc) {
+                             return read_shards(e, m.tensors.size(), sc);
+                           }));
+  }
+  if (j.contains("signature")) {
+    if (!field::string(j, what, "signature", m.signature).is_ok() || !signature_form(m.signature)) {
+      return field::error(
+          what, "signature",
+          "must be \"" + std::string(kSignaturePrefix) + "\" and 128 lowercase hex characters");
     }
   }
-  if (auto s = j.find("signature"); s != j.end()) {
-    constexpr std::size_t kHexChars = 128;
-    const std::string_view prefix = kSignaturePrefix;
-    bool ok = s->is_string();
-    if (ok) {
-      const auto& text = s->get_ref<const std::string&>();
-      ok = text.size() == prefix.size() + kHexChars &&
-           text.compare(0, prefix.size(), prefix) == 0 &&
-           std::all_of(text.begin() + static_cast<std::ptrdiff_t>(prefix.size()), text.end(),
-                       [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
-      if (ok) m.signature = text;
-    }
-    if (!ok) {
-      return bad("'signature' must be \"" + std::string(prefix) +
-                 "\" and 128 lowercase hex characters");
-    }
-  }
+  return {};
+}
+
+}  // namespace
+
+Result<Manifest> Manifest::from_json(const nlohmann::json& j) {
+  Manifest m;
+  // json_field's readers speak protocol_error, a peer's mistake; here, as in validate(), a
+  // manifest that does not decode is an invalid argument (the store's decoder turns it back into
+  // a malformed message).
+  if (Status s = read_manifest(j, m); !s.is_ok()) return invalid_argument(s.message());
   SLUICE_TRY(m.validate());
   return m;
 }

@@ -21,19 +21,12 @@
 #include <string>
 #include <vector>
 
+#include "core/status.hpp"
+#include "format/tensor_spec.hpp"
 #include "wire/region_server.hpp"
 #include "wire/security.hpp"
-#include "core/status.hpp"
 
 namespace sluice::core {
-
-struct TensorSpec {
-  std::string name;
-  std::string dtype;  // safetensors names: F32, BF16, F16, I64, U8, ...
-  std::vector<std::uint64_t> shape;
-  std::uint64_t offset = 0;  // from the start of the version's bytes
-  std::uint64_t bytes = 0;
-};
 
 // The checksums of one inference layout's shards, which the actor declares (format/shard.hpp): for
 // a tensor-parallel size and one split per tensor, rank r's shard is the bytes it loads, tensor

@@ -11,6 +11,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/bytes.hpp"
+
 namespace sluice::core {
 
 namespace {
@@ -50,15 +52,6 @@ std::string describe(const Json& j) {
     text = text.substr(0, cut) + "...";
   }
   return kind + (" " + text);
-}
-
-// The 8-byte length field, decoded byte by byte so the host's endianness does not matter.
-std::uint64_t load_le64(const std::uint8_t* p) {
-  std::uint64_t v = 0;
-  for (int i = 7; i >= 0; --i) {
-    v = (v << 8) | p[i];
-  }
-  return v;
 }
 
 // Bytes of a tensor of `dtype` and `shape`; every failure names `where`.
@@ -267,7 +260,8 @@ Result<SafetensorsHeader> parse_safetensors_header(const std::uint8_t* prefix,
                             " bytes, fewer than the 8-byte header length");
   }
   SafetensorsHeader h;
-  h.header_bytes = load_le64(prefix);
+  ByteReader in(prefix, prefix_len);
+  h.header_bytes = in.u64();
   if (h.header_bytes > kSafetensorsMaxHeaderBytes) {
     return invalid_argument("header length " + std::to_string(h.header_bytes) +
                             " is larger than the limit of " +
@@ -284,10 +278,11 @@ Result<SafetensorsHeader> parse_safetensors_header(const std::uint8_t* prefix,
                             "header ends at byte " + std::to_string(h.data_offset));
   }
   // The spec requires '{' first; it also stops nlohmann from skipping a byte-order mark.
-  if (h.header_bytes == 0 || prefix[8] != '{') {
+  const std::uint8_t* text = in.data(h.header_bytes);
+  if (h.header_bytes == 0 || text[0] != '{') {
     return invalid_argument("header must be a JSON object starting with '{'");
   }
-  SLUICE_ASSIGN_OR_RETURN(Json j, parse_without_duplicates(prefix + 8, prefix + h.data_offset));
+  SLUICE_ASSIGN_OR_RETURN(Json j, parse_without_duplicates(text, text + h.header_bytes));
   if (!j.is_object()) return invalid_argument("header must be a JSON object, got " + describe(j));
 
   for (const auto& item : j.items()) {
@@ -320,7 +315,7 @@ Result<SafetensorsFile> read_safetensors(const std::string& path) {
   std::vector<std::uint8_t> prefix(std::min<std::uint64_t>(file_size, 8));
   SLUICE_TRY(read_exact(f.get(), prefix.data(), prefix.size(), path));
   if (prefix.size() == 8) {
-    const std::uint64_t n = load_le64(prefix.data());
+    const std::uint64_t n = ByteReader(prefix.data(), prefix.size()).u64();
     if (n <= kSafetensorsMaxHeaderBytes && n <= file_size - 8) {
       prefix.resize(8 + n);
       SLUICE_TRY(read_exact(f.get(), prefix.data() + 8, n, path));
@@ -383,9 +378,7 @@ Status write_safetensors(const std::string& path, const std::vector<SafetensorsI
   FilePtr f(std::fopen(partial.c_str(), "wb"));
   if (!f) return not_found("cannot create " + in_quotes(partial) + ": " + errno_text());
   std::uint8_t length[8];
-  for (int i = 0; i < 8; ++i) {
-    length[i] = static_cast<std::uint8_t>(text.size() >> (8 * i));
-  }
+  ByteWriter(length, sizeof length).u64(text.size());
   bool ok = std::fwrite(length, 1, 8, f.get()) == 8 &&
             std::fwrite(text.data(), 1, text.size(), f.get()) == text.size();
   for (std::size_t i = 0; ok && i < tensors.size(); ++i) {

@@ -9,8 +9,8 @@
 
 #include <fmt/format.h>
 
-#include "format/bf16.hpp"
 #include "core/checksum.hpp"
+#include "format/bf16.hpp"
 
 namespace sluice::core {
 
@@ -19,47 +19,6 @@ namespace {
 constexpr const char* kCastBf16 = "bf16";
 constexpr const char* kCastFp8 = "fp8_e4m3";
 constexpr float kFp8Max = 448.0f;
-
-const char* split_word(Split s) {
-  switch (s) {
-    case Split::kRows:
-      return "rows";
-    case Split::kColumns:
-      return "columns";
-    case Split::kReplicated:
-      break;
-  }
-  return "replicated";
-}
-
-std::string shape_text(const std::vector<std::uint64_t>& shape) {
-  std::string out = "[";
-  for (std::size_t i = 0; i < shape.size(); ++i)
-    out += (i ? ", " : "") + std::to_string(shape[i]);
-  return out + "]";
-}
-
-// The bytes one rank's shard of `t` has under `split`, or why the split does not tile it.
-Result<std::uint64_t> tile(const TensorSpec& t, Split split, std::uint32_t tp) {
-  if (split == Split::kReplicated) return t.bytes;
-  const std::size_t dim = split == Split::kRows ? 0 : 1;
-  const std::string who = "tensor '" + t.name + "' (shape " + shape_text(t.shape) + ")";
-  if (t.shape.size() <= dim) {
-    return invalid_argument(who + " has no dim " + std::to_string(dim) + " to split into " +
-                            split_word(split));
-  }
-  if (t.shape[dim] % tp != 0) {
-    return invalid_argument(who + ": tp_size " + std::to_string(tp) + " does not divide dim " +
-                            std::to_string(dim) + " (" + std::to_string(t.shape[dim]) +
-                            "), so the layout does not tile it");
-  }
-  return t.bytes / tp;
-}
-
-bool is_split_letter(char c) {
-  return c == static_cast<char>(Split::kRows) || c == static_cast<char>(Split::kColumns) ||
-         c == static_cast<char>(Split::kReplicated);
-}
 
 bool casts(const ShardLayout& l, const std::string& dtype) {
   return (l.cast == kCastBf16 && dtype == "F32") || (l.cast == kCastFp8 && dtype == "BF16");
@@ -167,26 +126,6 @@ nlohmann::json ShardLayout::to_json() const {
   return j;
 }
 
-Result<std::uint64_t> shard_stream_bytes(const Manifest& m, std::uint32_t tp_size,
-                                         std::string_view splits) {
-  if (tp_size == 0) return invalid_argument("tp_size must be positive");
-  if (splits.size() != m.tensors.size()) {
-    return invalid_argument(std::to_string(splits.size()) + " splits for " +
-                            std::to_string(m.tensors.size()) + " tensors");
-  }
-  std::uint64_t total = 0;
-  for (std::size_t i = 0; i < m.tensors.size(); ++i) {
-    if (!is_split_letter(splits[i])) {
-      return invalid_argument("tensor '" + m.tensors[i].name + "' has an unknown split '" +
-                              std::string(1, splits[i]) + "'");
-    }
-    SLUICE_ASSIGN_OR_RETURN(std::uint64_t b,
-                            tile(m.tensors[i], static_cast<Split>(splits[i]), tp_size));
-    total += b;
-  }
-  return total;
-}
-
 Result<std::string> shard_splits(const Manifest& m, const ShardLayout& layout) {
   const std::string what = "layout tp " + std::to_string(layout.tp_rank) + "/" +
                            std::to_string(layout.tp_size) + " for " + m.model + "@" +
@@ -205,7 +144,7 @@ Result<std::string> shard_splits(const Manifest& m, const ShardLayout& layout) {
   for (const auto& t : m.tensors) {
     auto it = layout.splits.find(t.name);
     const Split s = it == layout.splits.end() ? Split::kReplicated : it->second;
-    SLUICE_TRY(tile(t, s, layout.tp_size).status().with_context(what));
+    SLUICE_TRY(split_bytes(t, s, layout.tp_size).status().with_context(what));
     out.push_back(static_cast<char>(s));
   }
   return out;

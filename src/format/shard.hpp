@@ -31,12 +31,11 @@
 #include <string_view>
 #include <vector>
 
-#include "format/manifest.hpp"
 #include "core/status.hpp"
+#include "format/manifest.hpp"
+#include "format/split.hpp"
 
 namespace sluice::core {
-
-enum class Split : char { kReplicated = '-', kRows = 'r', kColumns = 'c' };
 
 struct ShardLayout {
   std::uint32_t tp_rank = 0;  // < tp_size
@@ -99,11 +98,6 @@ Result<ShardPlan> plan_shard(const Manifest& m, const ShardLayout& layout);
 
 // The split letters of `layout` for `m`'s tensors (plan_shard's checks on splits only).
 Result<std::string> shard_splits(const Manifest& m, const ShardLayout& layout);
-
-// The length of every rank's shard stream for tp_size and split letters over m's tensors (in
-// manifest order); invalid_argument naming the tensor whose split does not tile it.
-Result<std::uint64_t> shard_stream_bytes(const Manifest& m, std::uint32_t tp_size,
-                                         std::string_view splits);
 
 // The declared checksums for plan's layout and rank in m.shards; nullptr when not declared.
 const std::vector<std::uint64_t>* declared_checksums(const Manifest& m, const ShardPlan& plan);
