@@ -8,7 +8,9 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <string_view>
 
+#include "core/bytes.hpp"
 #include "core/checksum.hpp"
 #include "core/config.hpp"
 
@@ -25,18 +27,6 @@ constexpr std::uint32_t kOldestFormat = 1;  // lists every consumed id (still re
 // a million ids, about 20 MB): a size beyond it is damage.
 constexpr std::uint64_t kMaxCheckpointBytes = 1ull << 30;
 constexpr std::size_t kHeaderBytes = sizeof(kMagic) + sizeof(std::uint32_t) + sizeof(std::uint64_t);
-
-template <typename T>
-void put(std::string& out, T v) {
-  out.append(reinterpret_cast<const char*>(&v), sizeof(v));
-}
-
-template <typename T>
-T get(const std::string& in, std::size_t at) {
-  T v{};
-  std::memcpy(&v, in.data() + at, sizeof(v));
-  return v;
-}
 
 std::string errno_text() {
   return std::strerror(errno);
@@ -91,11 +81,10 @@ core::Result<std::string> read_file(const std::string& path, std::uint64_t max_b
 
 core::Status write_checkpoint(const std::string& dir, const CheckpointState& state) {
   const std::string body = core::config::to_json(state).dump();
-  std::string out(kMagic, sizeof(kMagic));
-  put(out, kFormatVersion);
-  put(out, static_cast<std::uint64_t>(body.size()));
-  out += body;
-  put(out, core::chunk_checksum(out.data(), out.size()));
+  std::string out;
+  core::ByteWriter w(out);
+  w.put(kMagic, sizeof(kMagic)).u32(kFormatVersion).u64(body.size()).put(body);
+  w.u64(core::chunk_checksum(out.data(), out.size()));
   return write_file_atomic((fs::path(dir) / kCheckpointFile).string(), out)
       .with_context("actor checkpoint");
 }
@@ -106,20 +95,26 @@ core::Result<CheckpointState> read_checkpoint(const std::string& path) {
     return core::data_loss("actor checkpoint '" + path + "' is damaged: " + what);
   };
   if (in.size() < kHeaderBytes + sizeof(std::uint64_t)) return damaged("too short");
-  if (std::memcmp(in.data(), kMagic, sizeof(kMagic)) != 0) return damaged("not a checkpoint");
+  // The checksum trails what it covers; the header and body are read from the front.
   const std::size_t end = in.size() - sizeof(std::uint64_t);
-  if (core::chunk_checksum(in.data(), end) != get<std::uint64_t>(in, end)) {
+  core::ByteReader r(in.data(), end);
+  if (r.view(sizeof(kMagic)) != std::string_view(kMagic, sizeof(kMagic))) {
+    return damaged("not a checkpoint");
+  }
+  const std::uint64_t checksum = core::ByteReader(in.data() + end, sizeof(std::uint64_t)).u64();
+  if (core::chunk_checksum(in.data(), end) != checksum) {
     return damaged("checksum mismatch");
   }
-  const auto version = get<std::uint32_t>(in, sizeof(kMagic));
+  const std::uint32_t version = r.u32();
   if (version < kOldestFormat || version > kFormatVersion) {
     return core::invalid_argument(
         "actor checkpoint '" + path + "' has format version " + std::to_string(version) +
         ", expected " + std::to_string(kOldestFormat) + " to " + std::to_string(kFormatVersion));
   }
-  const auto body_len = get<std::uint64_t>(in, sizeof(kMagic) + sizeof(std::uint32_t));
-  if (body_len != end - kHeaderBytes) return damaged("body length does not match the file");
-  auto doc = core::config::Json::parse(in.begin() + kHeaderBytes, in.begin() + end, nullptr,
+  const std::uint64_t body_len = r.u64();
+  if (body_len != r.left()) return damaged("body length does not match the file");
+  const std::string_view body = r.view(body_len);
+  auto doc = core::config::Json::parse(body.begin(), body.end(), nullptr,
                                        /*allow_exceptions=*/false);
   if (doc.is_discarded()) return damaged("body is not JSON");
   CheckpointState s;

@@ -8,8 +8,10 @@
 #include <limits>
 #include <map>
 #include <span>
+#include <string_view>
 #include <utility>
 
+#include "core/bytes.hpp"
 #include "core/checksum.hpp"
 #include "model/device.hpp"
 #include "model/sampling.hpp"
@@ -117,46 +119,15 @@ std::span<const float> slice(const std::vector<float>& v, std::size_t from, std:
 constexpr char kMagic[8] = {'S', 'L', 'U', 'I', 'C', 'E', 'L', 'N'};
 constexpr std::uint32_t kFormatVersion = 1;
 
-class Writer {
- public:
-  template <typename T>
-  void put(const T& v) {
-    const auto* p = reinterpret_cast<const char*>(&v);
-    bytes_.insert(bytes_.end(), p, p + sizeof(T));
-  }
-  void put_floats(std::span<const float> v) {
-    const auto* p = reinterpret_cast<const char*>(v.data());
-    bytes_.insert(bytes_.end(), p, p + v.size_bytes());
-  }
-  std::vector<char>& bytes() { return bytes_; }
-
- private:
-  std::vector<char> bytes_;
-};
-
-class Reader {
- public:
-  explicit Reader(std::span<const char> bytes) : bytes_(bytes) {}
-  template <typename T>
-  bool get(T& v) {
-    if (bytes_.size() - pos_ < sizeof(T)) return false;
-    std::memcpy(&v, bytes_.data() + pos_, sizeof(T));
-    pos_ += sizeof(T);
-    return true;
-  }
-  bool get_floats(std::vector<float>& v, std::size_t n) {
-    if ((bytes_.size() - pos_) / sizeof(float) < n) return false;
-    v.resize(n);
-    std::memcpy(v.data(), bytes_.data() + pos_, n * sizeof(float));
-    pos_ += n * sizeof(float);
-    return true;
-  }
-  bool at_end() const { return pos_ == bytes_.size(); }
-
- private:
-  std::span<const char> bytes_;
-  std::size_t pos_ = 0;
-};
+// The checkpoint's float arrays are the model's and optimizer's own bytes, in host order.
+bool get_floats(core::ByteReader& r, std::vector<float>& v, std::size_t n) {
+  if (r.left() / sizeof(float) < n) return false;
+  v.resize(n);
+  return r.copy(v.data(), n * sizeof(float));
+}
+void put_floats(core::ByteWriter& w, std::span<const float> v) {
+  w.put(v.data(), v.size_bytes());
+}
 
 // A cosine from `base` at step 0 down to final_fraction x base at step `steps`, constant after
 // (steps 0: constant).
@@ -716,26 +687,22 @@ core::Result<EvalStats> Learner::evaluate() {
 // ---- checkpoints ----
 
 core::Status Learner::save(const std::string& path) const {
-  Writer w;
-  for (char c : kMagic)
-    w.put(c);
-  w.put(kFormatVersion);
+  std::string bytes;
+  core::ByteWriter w(bytes);
+  w.put(kMagic, sizeof(kMagic)).u32(kFormatVersion);
   for (std::int32_t x : shape_of(config_.gpt))
-    w.put(x);
-  w.put(static_cast<std::uint64_t>(optimizer_->steps()));
-  w.put(static_cast<std::uint64_t>(next_train_prompt_));
-  w.put(static_cast<std::uint64_t>(model_->param_count()));
-  w.put_floats(std::span<const float>(model_->params(), model_->param_count()));
-  w.put_floats(optimizer_->m());
-  w.put_floats(optimizer_->v());
-  const std::uint64_t sum = core::chunk_checksum(w.bytes().data(), w.bytes().size());
-  w.put(sum);
+    w.u32(static_cast<std::uint32_t>(x));
+  w.u64(optimizer_->steps()).u64(next_train_prompt_).u64(model_->param_count());
+  put_floats(w, std::span<const float>(model_->params(), model_->param_count()));
+  put_floats(w, optimizer_->m());
+  put_floats(w, optimizer_->v());
+  w.u64(core::chunk_checksum(bytes.data(), bytes.size()));
 
   const std::string tmp = path + ".tmp";
   {
     std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
     if (!f) return core::unavailable("learner: cannot write checkpoint '" + tmp + "'");
-    f.write(w.bytes().data(), static_cast<std::streamsize>(w.bytes().size()));
+    f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
     f.flush();
     if (!f) return core::unavailable("learner: writing checkpoint '" + tmp + "' failed");
   }
@@ -763,32 +730,34 @@ core::Status Learner::load(const std::string& path) {
     return core::data_loss("learner: checkpoint '" + path + "': " + what);
   };
   if (bytes.size() < sizeof(kMagic) + sizeof(std::uint64_t)) return damaged("too short");
+  // The checksum trails what it covers; everything else is read from the front.
   const std::size_t body = bytes.size() - sizeof(std::uint64_t);
-  std::uint64_t stored = 0;
-  std::memcpy(&stored, bytes.data() + body, sizeof(stored));
-  if (std::memcmp(bytes.data(), kMagic, sizeof(kMagic)) != 0) return damaged("not a checkpoint");
+  const std::uint64_t stored = core::ByteReader(bytes.data() + body, sizeof(std::uint64_t)).u64();
+  core::ByteReader r(bytes.data(), body);
+  if (r.view(sizeof(kMagic)) != std::string_view(kMagic, sizeof(kMagic))) {
+    return damaged("not a checkpoint");
+  }
   if (core::chunk_checksum(bytes.data(), body) != stored) return damaged("checksum mismatch");
 
-  Reader r(std::span<const char>(bytes.data() + sizeof(kMagic), body - sizeof(kMagic)));
-  std::uint32_t version = 0;
-  if (!r.get(version) || version != kFormatVersion) {
+  const std::uint32_t version = r.u32();  // 0 when the file ends first
+  if (version != kFormatVersion) {
     return core::invalid_argument("learner: checkpoint '" + path + "' has format version " +
                                   std::to_string(version) + ", expected " +
                                   std::to_string(kFormatVersion));
   }
   for (std::int32_t want : shape_of(config_.gpt)) {
-    std::int32_t got = 0;
-    if (!r.get(got)) return damaged("truncated");
+    const auto got = static_cast<std::int32_t>(r.u32());
+    if (!r.ok()) return damaged("truncated");
     if (got != want) {
       return core::invalid_argument("learner: checkpoint '" + path +
                                     "' holds a model of another shape");
     }
   }
-  std::uint64_t steps = 0, next_prompt = 0, count = 0;
-  if (!r.get(steps) || !r.get(next_prompt) || !r.get(count)) return damaged("truncated");
+  const std::uint64_t steps = r.u64(), next_prompt = r.u64(), count = r.u64();
+  if (!r.ok()) return damaged("truncated");
   if (count != model_->param_count()) return damaged("parameter count mismatch");
   std::vector<float> params, m, v;
-  if (!r.get_floats(params, count) || !r.get_floats(m, count) || !r.get_floats(v, count) ||
+  if (!get_floats(r, params, count) || !get_floats(r, m, count) || !get_floats(r, v, count) ||
       !r.at_end()) {
     return damaged("wrong size");
   }

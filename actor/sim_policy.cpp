@@ -1,9 +1,10 @@
 #include "actor/sim_policy.hpp"
 
-#include <cstring>
 #include <string>
+#include <string_view>
 
 #include "actor/checkpoint.hpp"
+#include "core/bytes.hpp"
 #include "core/checksum.hpp"
 #include "core/units.hpp"
 
@@ -35,7 +36,8 @@ class SimPolicy final : public Policy {
     }
     wait(options_.train_ms_fixed + options_.train_ms_per_token * static_cast<double>(tokens));
     ++updates_;
-    std::memcpy(weights_.data(), &updates_, sizeof(updates_));
+    // The first 8 bytes count the updates, so each version's weights differ.
+    core::ByteWriter(weights_.data(), weights_.size()).u64(updates_);
     return nlohmann::json{
         {"reward_mean", batch.empty() ? 0.0 : reward / static_cast<double>(batch.size())}};
   }
@@ -45,12 +47,11 @@ class SimPolicy final : public Policy {
   }
 
   core::Status save_state(const std::string& path) override {
-    std::string out(kMagic, sizeof(kMagic));
-    put(out, kFormatVersion);
-    put(out, updates_);
-    put(out, static_cast<std::uint64_t>(weights_.size()));
-    out.append(reinterpret_cast<const char*>(weights_.data()), weights_.size());
-    put(out, core::chunk_checksum(out.data(), out.size()));
+    std::string out;
+    core::ByteWriter w(out);
+    w.put(kMagic, sizeof(kMagic)).u32(kFormatVersion).u64(updates_).u64(weights_.size());
+    w.put(weights_.data(), weights_.size());
+    w.u64(core::chunk_checksum(out.data(), out.size()));
     return write_file_atomic(path, out).with_context("sim policy state");
   }
 
@@ -66,38 +67,31 @@ class SimPolicy final : public Policy {
       return core::data_loss("sim policy state '" + path + "' is damaged: " + what);
     };
     if (in.size() < kHeaderBytes + sizeof(std::uint64_t)) return damaged("too short");
-    if (std::memcmp(in.data(), kMagic, sizeof(kMagic)) != 0) return damaged("not a state file");
+    // The checksum trails what it covers; the header and weights are read from the front.
     const std::size_t end = in.size() - sizeof(std::uint64_t);
-    if (core::chunk_checksum(in.data(), end) != get<std::uint64_t>(in, end)) {
-      return damaged("checksum mismatch");
+    core::ByteReader r(in.data(), end);
+    if (r.view(sizeof(kMagic)) != std::string_view(kMagic, sizeof(kMagic))) {
+      return damaged("not a state file");
     }
-    if (get<std::uint32_t>(in, sizeof(kMagic)) != kFormatVersion) {
+    const std::uint64_t checksum = core::ByteReader(in.data() + end, sizeof(std::uint64_t)).u64();
+    if (core::chunk_checksum(in.data(), end) != checksum) return damaged("checksum mismatch");
+    if (r.u32() != kFormatVersion) {
       return core::invalid_argument("sim policy state '" + path + "': unknown format version");
     }
-    const auto size = get<std::uint64_t>(in, kHeaderBytes - sizeof(std::uint64_t));
+    const std::uint64_t updates = r.u64();
+    const std::uint64_t size = r.u64();
     if (size != weights_.size()) {
       return core::invalid_argument("sim policy state '" + path + "' holds " +
                                     std::to_string(size) + " weight bytes, this policy " +
                                     std::to_string(weights_.size()));
     }
-    if (end != kHeaderBytes + size) return damaged("wrong size");
-    updates_ = get<std::uint64_t>(in, sizeof(kMagic) + sizeof(std::uint32_t));
-    std::memcpy(weights_.data(), in.data() + kHeaderBytes, size);
+    if (r.left() != size) return damaged("wrong size");
+    updates_ = updates;
+    r.copy(weights_.data(), size);
     return {};
   }
 
  private:
-  template <typename T>
-  static void put(std::string& out, T v) {
-    out.append(reinterpret_cast<const char*>(&v), sizeof(v));
-  }
-  template <typename T>
-  static T get(const std::string& in, std::size_t at) {
-    T v{};
-    std::memcpy(&v, in.data() + at, sizeof(v));
-    return v;
-  }
-
   SimPolicyOptions options_;
   std::vector<std::uint8_t> weights_;
   std::uint64_t updates_ = 0;

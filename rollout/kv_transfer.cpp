@@ -4,7 +4,9 @@
 #include <cstring>
 #include <limits>
 #include <optional>
+#include <string_view>
 
+#include "core/bytes.hpp"
 #include "core/checksum.hpp"
 
 namespace sluice::rollout {
@@ -19,35 +21,33 @@ constexpr std::uint64_t kChunkBytes = 4ull << 20;
 // id bytes, u32 0, then the rollout id in 128 bytes and the trajectory id in 128 (zero-padded).
 constexpr char kKvMagic[4] = {'S', 'L', 'K', 'V'};
 constexpr std::uint16_t kKvHeaderVersion = 1;
-constexpr std::size_t kIdsAt = 16;
-static_assert(kIdsAt + 2 * kMaxKvIdBytes <= kKvHeaderBytes);
-
-void put_u16(std::uint8_t* p, std::size_t v) {
-  p[0] = static_cast<std::uint8_t>(v);
-  p[1] = static_cast<std::uint8_t>(v >> 8);
-}
-std::size_t get_u16(const std::uint8_t* p) {
-  return std::size_t{p[0]} | (std::size_t{p[1]} << 8);
-}
+constexpr std::size_t kFieldsBytes = 16;  // before the ids
+static_assert(kFieldsBytes + 2 * kMaxKvIdBytes <= kKvHeaderBytes);
 
 void write_header(std::uint8_t* h, const KvOwner& owner) {
-  std::memset(h, 0, kKvHeaderBytes);
-  std::memcpy(h, kKvMagic, 4);
-  put_u16(h + 4, kKvHeaderVersion);
-  put_u16(h + 8, owner.rollout.size());
-  put_u16(h + 10, owner.trajectory.size());
-  std::memcpy(h + kIdsAt, owner.rollout.data(), owner.rollout.size());
-  std::memcpy(h + kIdsAt + kMaxKvIdBytes, owner.trajectory.data(), owner.trajectory.size());
+  core::ByteWriter w(h, kKvHeaderBytes);
+  w.put(kKvMagic, sizeof(kKvMagic)).u16(kKvHeaderVersion).u16(0);
+  w.u16(static_cast<std::uint16_t>(owner.rollout.size()));
+  w.u16(static_cast<std::uint16_t>(owner.trajectory.size())).u32(0);
+  w.put(owner.rollout).zeros(kMaxKvIdBytes - owner.rollout.size());
+  w.put(owner.trajectory).zeros(kMaxKvIdBytes - owner.trajectory.size());
+  w.zeros(kKvHeaderBytes - w.pos());
 }
 
 // Who the header says the buffer belongs to; nothing when it is no KV header.
 std::optional<KvOwner> read_header(const std::uint8_t* h) {
-  if (std::memcmp(h, kKvMagic, 4) != 0 || get_u16(h + 4) != kKvHeaderVersion) return std::nullopt;
-  const std::size_t r = get_u16(h + 8), t = get_u16(h + 10);
-  if (r > kMaxKvIdBytes || t > kMaxKvIdBytes) return std::nullopt;
+  core::ByteReader r(h, kKvHeaderBytes);
+  if (r.view(sizeof(kKvMagic)) != std::string_view(kKvMagic, sizeof(kKvMagic)) ||
+      r.u16() != kKvHeaderVersion) {
+    return std::nullopt;
+  }
+  r.skip(2);
+  const std::size_t rollout_bytes = r.u16(), trajectory_bytes = r.u16();
+  r.skip(4);
+  if (rollout_bytes > kMaxKvIdBytes || trajectory_bytes > kMaxKvIdBytes) return std::nullopt;
   KvOwner o;
-  o.rollout.assign(reinterpret_cast<const char*>(h + kIdsAt), r);
-  o.trajectory.assign(reinterpret_cast<const char*>(h + kIdsAt + kMaxKvIdBytes), t);
+  o.rollout = r.view(kMaxKvIdBytes).substr(0, rollout_bytes);
+  o.trajectory = r.view(kMaxKvIdBytes).substr(0, trajectory_bytes);
   return o;
 }
 
