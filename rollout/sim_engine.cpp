@@ -113,25 +113,10 @@ std::uint64_t LengthSampler::length(const std::string& trajectory_id) const {
 core::Result<LengthStats> length_stats(const LengthConfig& config, std::uint64_t seed,
                                        std::size_t n) {
   SLUICE_ASSIGN_OR_RETURN(LengthSampler sampler, LengthSampler::create(config, seed));
-  LengthStats st;
-  if (n == 0) return st;
-  std::vector<std::uint64_t> v(n);
-  double sum = 0.0;
-  for (std::size_t i = 0; i < n; ++i) {
-    v[i] = sampler.length("length-stats/" + std::to_string(i));
-    sum += static_cast<double>(v[i]);
-  }
-  std::sort(v.begin(), v.end());
-  auto rank = [&](double q) {
-    auto r = static_cast<std::size_t>(std::ceil(q * static_cast<double>(n)));
-    return v[std::clamp<std::size_t>(r, 1, n) - 1];
-  };
-  st.count = n;
-  st.mean = sum / static_cast<double>(n);
-  st.p50 = rank(0.50);
-  st.p99 = rank(0.99);
-  st.max = v.back();
-  return st;
+  std::vector<std::uint64_t> lengths(n);
+  for (std::size_t i = 0; i < n; ++i)
+    lengths[i] = sampler.length("length-stats/" + std::to_string(i));
+  return rl::summarize_lengths(std::move(lengths));
 }
 
 core::Result<std::unique_ptr<SimEngine>> SimEngine::create(const SimEngineConfig& config) {

@@ -27,6 +27,7 @@
 
 #include "core/lognormal.hpp"
 #include "core/status.hpp"
+#include "rl/length_stats.hpp"
 #include "rollout/engine.hpp"
 
 namespace sluice::rollout {
@@ -103,13 +104,8 @@ class LengthSampler {
   std::vector<std::uint64_t> table_;  // kind "file"
 };
 
-struct LengthStats {
-  std::size_t count = 0;
-  double mean = 0.0;
-  std::uint64_t p50 = 0;  // nearest-rank percentiles
-  std::uint64_t p99 = 0;
-  std::uint64_t max = 0;
-};
+// The one summary of lengths (rl/length_stats.hpp), under the name benches use.
+using rl::LengthStats;
 
 // Draws `n` lengths (ids "length-stats/0" ...) and summarizes them, for benchmarks to print.
 core::Result<LengthStats> length_stats(const LengthConfig& config, std::uint64_t seed,

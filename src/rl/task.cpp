@@ -403,25 +403,13 @@ core::Result<Prompt> ArithmeticTask::parse_prompt(std::span<const Token> prompt_
 
 core::Result<LengthStats> ArithmeticTask::response_lengths(std::uint64_t n) const {
   if (n == 0) return core::invalid_argument("task: response_lengths needs at least one prompt");
-  std::vector<std::uint32_t> lengths;
+  std::vector<std::uint64_t> lengths;
   lengths.reserve(n);
   for (std::uint64_t i = 0; i < n; ++i) {
     SLUICE_ASSIGN_OR_RETURN(Prompt p, train_prompt(i));
-    lengths.push_back(static_cast<std::uint32_t>(solution(p).size()));
+    lengths.push_back(solution(p).size());
   }
-  std::sort(lengths.begin(), lengths.end());
-  auto rank = [&](double q) {
-    // Nearest rank: the smallest length with at least q of the prompts at or below it.
-    auto r = static_cast<std::size_t>(std::ceil(q * static_cast<double>(n)));
-    return lengths[std::max<std::size_t>(r, 1) - 1];
-  };
-  LengthStats s;
-  s.count = n;
-  s.mean = std::accumulate(lengths.begin(), lengths.end(), 0.0) / static_cast<double>(n);
-  s.p50 = rank(0.50);
-  s.p99 = rank(0.99);
-  s.max = lengths.back();
-  return s;
+  return summarize_lengths(std::move(lengths));
 }
 
 }  // namespace sluice::rl

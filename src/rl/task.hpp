@@ -50,6 +50,7 @@
 #include <vector>
 
 #include "core/status.hpp"
+#include "rl/length_stats.hpp"
 #include "rl/tokenizer.hpp"
 
 namespace sluice::rl {
@@ -109,16 +110,6 @@ struct ToolSolution {
   std::vector<std::uint8_t> mask;
 };
 
-// Response lengths (in tokens, EOS included) of gold solutions over some prompts.
-struct LengthStats {
-  std::uint64_t count = 0;
-  double mean = 0.0;
-  std::uint32_t p50 = 0;  // nearest-rank percentiles
-  std::uint32_t p99 = 0;
-  std::uint32_t max = 0;
-  double tail_ratio() const { return p50 == 0 ? 0.0 : static_cast<double>(p99) / p50; }
-};
-
 class ArithmeticTask {
  public:
   // Validates the configuration, including that the longest possible prompt plus its longest
@@ -162,7 +153,8 @@ class ArithmeticTask {
   // invalid_argument error.
   static core::Result<Prompt> parse_prompt(std::span<const Token> prompt_tokens);
 
-  // The response-length distribution of the first n prompts of the training stream (n >= 1).
+  // The response-length distribution (in tokens, EOS included) of the gold solutions of the first
+  // n prompts of the training stream (n >= 1).
   core::Result<LengthStats> response_lengths(std::uint64_t n) const;
 
   // The longest possible prompt (BOS included) and response (EOS included) for this config.
