@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "actor/experience_buffer.hpp"
 #include "core/status.hpp"
 
 namespace sluice::actor {
@@ -51,8 +52,10 @@ struct TrainerTotals {
   }
 };
 
-// The file's fields are flat: the totals' keys sit beside the others, in this order.
-struct CheckpointState : TrainerTotals {
+// The file's fields are flat: the totals' and the buffer counts' keys sit beside the others, in
+// this order. The buffer counts are the experience buffer's, less what it held and had not
+// consumed (that is sent again).
+struct CheckpointState : TrainerTotals, KeptBufferCounts {
   std::uint64_t sequence = 0;  // checkpoints written so far by this actor (names policy files)
   std::string policy;          // "sim" or "gpt": a checkpoint of another policy is refused
   std::string policy_file;     // the policy's state, a file name in the checkpoint folder
@@ -61,10 +64,6 @@ struct CheckpointState : TrainerTotals {
   std::uint64_t restarts = 0;  // times this actor resumed from a checkpoint
 
   std::string initial_by_terms = "null", last_by_terms = "null";  // JSON text
-  // The experience buffer's counts, less what it held and had not consumed (that is sent again).
-  std::uint64_t accepted = 0, duplicates = 0, consumed = 0, dropped_stale = 0, downweighted = 0,
-                abandoned = 0;
-
   // Every consumed id (trained on or dropped), as an IdSet (actor/id_set.hpp): its group size
   // (0: format 1, where consumed_ids lists every id), its floor and the ids above it. Bounded in
   // a long job, unlike a list of every id (50M ids overran the 1 GiB load cap).
@@ -88,12 +87,7 @@ struct CheckpointState : TrainerTotals {
     TrainerTotals::describe(v);
     v("initial_by_terms", initial_by_terms);
     v("last_by_terms", last_by_terms);
-    v("accepted", accepted);
-    v("duplicates", duplicates);
-    v("consumed", consumed);
-    v("dropped_stale", dropped_stale);
-    v("downweighted", downweighted);
-    v("abandoned", abandoned);
+    KeptBufferCounts::describe(v);
     v("consumed_ids", consumed_ids);
     v("trained_ids", trained_ids);
     v("consumed_group_size", consumed_group_size);

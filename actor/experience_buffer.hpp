@@ -45,13 +45,28 @@ struct Sample {
   std::uint64_t staleness = 0;
 };
 
-struct BufferCounts {
+// The counts an actor checkpoint keeps (actor/checkpoint.hpp): CheckpointState holds them as they
+// are, and the trainer copies them whole, in and out.
+struct KeptBufferCounts {
   std::uint64_t accepted = 0;
   std::uint64_t duplicates = 0;
   std::uint64_t consumed = 0;
   std::uint64_t dropped_stale = 0;
   std::uint64_t downweighted = 0;
   std::uint64_t abandoned = 0;  // arrived abandoned (their groups are dropped, in dropped_stale)
+
+  template <typename V>
+  void describe(V& v) {
+    v("accepted", accepted);
+    v("duplicates", duplicates);
+    v("consumed", consumed);
+    v("dropped_stale", dropped_stale);
+    v("downweighted", downweighted);
+    v("abandoned", abandoned);
+  }
+};
+
+struct BufferCounts : KeptBufferCounts {
   // Response tokens of the trajectories accepted, and of those dropped (stale, or in a group with
   // an abandoned member: what it generated before it stopped). Not kept in actor checkpoints:
   // they count from the process's start.

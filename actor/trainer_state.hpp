@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "actor/consumed.hpp"
-#include "actor/trainer.hpp"
+#include "actor/trainer_config.hpp"
 #include "core/event_loop.hpp"
 #include "core/status.hpp"
 
