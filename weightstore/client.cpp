@@ -245,6 +245,18 @@ core::Status too_large(const std::string& model, const core::Manifest& m,
       "pull " + model + "@" + std::to_string(m.version) + ": " + std::to_string(m.total_bytes) +
       " bytes exceed this reader's limit of " + std::to_string(options.max_total_bytes));
 }
+
+// What a shard read asks of the store, answered by `store` (which outlives the pull).
+ShareStore share_store(StoreClient& store) {
+  ShareStore s;
+  s.loop = &store.loop();
+  s.plan = [&store](const PlanRequest& p, std::shared_ptr<const core::Manifest> parent,
+                    StoreClient::Done<ReadPlan> done) {
+    store.share_plan_async(p, std::move(parent), kStoreRequestTimeout, std::move(done));
+  };
+  s.release = [&store](std::uint64_t lease) { store.release_async(lease, kStoreRequestTimeout); };
+  return s;
+}
 }  // namespace
 
 Result<Pulled> pull(core::TransferEngine& engine, StoreClient& store, const std::string& model,
@@ -341,8 +353,8 @@ void pull_async(core::TransferEngine& engine, StoreClient& store, const std::str
         }
         if (shard_plan) {
           return read_shard_via_share_async(
-              *eng, *sc, where, plan, std::move(sources), std::move(*shard_plan), *shard, options,
-              [plan, done, release, renew](Result<Pulled> pulled) mutable {
+              *eng, share_store(*sc), where, plan, std::move(sources), std::move(*shard_plan),
+              *shard, options, [plan, done, release, renew](Result<Pulled> pulled) mutable {
                 renew.reset();
                 release(plan->lease_id);
                 done(std::move(pulled));

@@ -12,10 +12,11 @@
 
 #include "core/event_loop.hpp"
 #include "format/manifest.hpp"
+#include "weightstore/protocol.hpp"
+#include "weightstore/pulled.hpp"
+#include "weightstore/store.hpp"
 #include "wire/messaging.hpp"
 #include "wire/transfer.hpp"
-#include "weightstore/protocol.hpp"
-#include "weightstore/store.hpp"
 
 namespace sluice::core {
 struct ShardLayout;
@@ -137,18 +138,6 @@ class StoreClient {
   std::unique_ptr<core::Client> client_;
   core::Security security_;
   Millis timeout_ = kStoreRequestTimeout;
-};
-
-struct Pulled {
-  core::Manifest manifest;
-  std::unique_ptr<core::RegisteredBuffer> buffer;  // the version's bytes, verified chunk by chunk
-  core::ReadStats stats;
-  std::uint64_t same_host_bytes = 0;  // of stats.bytes, read from holders on the reader's host
-  // A shard read (pull_async with a layout): `manifest` and `buffer` are the rollout's tensors,
-  // version_bytes the whole version's size, and whole_chunks whether the layout was undeclared
-  // and whole chunks were read (weightstore/shard_read.hpp).
-  std::uint64_t version_bytes = 0;
-  bool whole_chunks = false;
 };
 
 // Reads `model`@`version` (0: latest committed) from the holders the store names, nearest and

@@ -42,8 +42,9 @@
 #include <string>
 #include <vector>
 
-#include "wire/messaging.hpp"
+#include "weightstore/protocol_limits.hpp"
 #include "weightstore/store.hpp"
+#include "wire/messaging.hpp"
 
 namespace sluice::weightstore {
 
@@ -74,15 +75,6 @@ inline constexpr char kDeltaDrained[] = "store.delta_drained";
 inline constexpr char kDeltas[] = "store.deltas";
 inline constexpr char kOk[] = "store.ok";
 }  // namespace msg
-
-struct StoreDecodeLimits {
-  std::size_t max_id_bytes = 256;  // a holder, relay, model or pin owner id
-  std::size_t max_list = 1 << 20;  // entries in any list (chunks, holders, exclusions)
-  // A manifest's size, tensors and chunks (the store's configuration sets them).
-  std::uint64_t max_version_bytes = 256ull << 30;
-  std::size_t max_tensors = 1 << 16;
-  std::uint64_t max_chunks = 1 << 20;
-};
 
 // Whether `m` is within the limits; a protocol error naming the bound it passes.
 core::Status check_manifest_limits(const core::Manifest& m, const StoreDecodeLimits& lim);

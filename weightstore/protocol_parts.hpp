@@ -11,8 +11,9 @@
 #include <vector>
 
 #include "core/json_limits.hpp"
+#include "weightstore/protocol_limits.hpp"
+#include "weightstore/store.hpp"
 #include "wire/messaging.hpp"
-#include "weightstore/protocol.hpp"
 
 namespace sluice::weightstore {
 

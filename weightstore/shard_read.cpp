@@ -34,7 +34,7 @@ struct ShardJob {
   bool whole_chunks = false;
   // Read from the host share's relays (read_shard_via_share_async), as they receive it.
   struct Share {
-    StoreClient* store = nullptr;
+    ShareStore store;
     Topology where;
     std::string model;                     // the share's (core::share_model)
     std::vector<core::ShardPiece> pieces;  // src_offset in the share's stream
@@ -290,7 +290,7 @@ void share_again(const std::shared_ptr<ShardJob>& job) {
   }
   sh.self = job;
   ShardJob* raw = job.get();
-  sh.timer = sh.store->loop().after(kShareFollow, [raw] {
+  sh.timer = sh.store.loop->after(kShareFollow, [raw] {
     auto j = std::move(raw->share->self);
     share_round(j);
   });
@@ -299,9 +299,9 @@ void share_again(const std::shared_ptr<ShardJob>& job) {
 void share_round(const std::shared_ptr<ShardJob>& job) {
   ShardJob::Share& share = *job->share;
   // No actor signs a share: its manifest must be the one the version's checked manifest gives.
-  share.store->share_plan_async(
+  share.store.plan(
       PlanRequest{share.model, job->plan->manifest.version, share.where},
-      std::shared_ptr<const core::Manifest>(job->plan, &job->plan->manifest), kStoreRequestTimeout,
+      std::shared_ptr<const core::Manifest>(job->plan, &job->plan->manifest),
       [job](Result<ReadPlan> r) {
         auto& sh = *job->share;
         if (!r.is_ok() && r.status().code() == core::Code::kNotFound && !sh.appeared) {
@@ -311,9 +311,7 @@ void share_round(const std::shared_ptr<ShardJob>& job) {
           return all_pieces_from_version(job, "its host share: " + r.status().to_string());
         }
         sh.appeared = true;
-        auto release = [&sh, lease = r->lease_id] {
-          sh.store->release_async(lease, kStoreRequestTimeout);
-        };
+        auto release = [&sh, lease = r->lease_id] { sh.store.release(lease); };
         std::vector<core::ReadSource> sources;
         for (const auto& h : r->holders) {
           auto d = core::RegionDescriptor::decode(h.descriptor);
@@ -387,7 +385,7 @@ void share_round(const std::shared_ptr<ShardJob>& job) {
 
 }  // namespace
 
-void read_shard_via_share_async(core::TransferEngine& engine, StoreClient& store,
+void read_shard_via_share_async(core::TransferEngine& engine, ShareStore store,
                                 const Topology& where, std::shared_ptr<const ReadPlan> plan,
                                 std::vector<core::ReadSource> sources, core::ShardPlan shard,
                                 core::ShardLayout layout, core::ReadOptions options,
@@ -415,7 +413,7 @@ void read_shard_via_share_async(core::TransferEngine& engine, StoreClient& store
   if (!job) return;
   job->share = std::make_unique<ShardJob::Share>();
   auto& sh = *job->share;
-  sh.store = &store;
+  sh.store = std::move(store);
   sh.where = where;
   sh.model = core::share_model(m.model, host_tp, coarse_layout.tp_rank, declared->splits);
   sh.pieces = std::move(pieces).value();

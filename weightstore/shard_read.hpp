@@ -19,10 +19,12 @@
 #include <memory>
 #include <vector>
 
+#include "core/event_loop.hpp"
 #include "format/shard.hpp"
-#include "wire/transfer.hpp"
-#include "weightstore/client.hpp"
+#include "weightstore/protocol.hpp"
+#include "weightstore/pulled.hpp"
 #include "weightstore/store.hpp"
+#include "wire/transfer.hpp"
 
 namespace sluice::weightstore {
 
@@ -43,9 +45,20 @@ void read_shard_async(core::TransferEngine& engine, std::shared_ptr<const ReadPl
 // another host's relay only when none on this host has started within 1 s), then every
 // assembled chunk is checked against the declared checksums; chunks that fail are read from
 // `sources` (the version's holders) in turn. A share that no relay has started on within 1 s,
-// or that makes no progress for 10 s, is given up for the version's holders. Without host_tp_size, or without
-// declared checksums for both layouts, it is read_shard_async.
-void read_shard_via_share_async(core::TransferEngine& engine, StoreClient& store,
+// or that makes no progress for 10 s, is given up for the version's holders. Without host_tp_size,
+// or without declared checksums for both layouts, it is read_shard_async. What a share read asks of
+// the store; pull_async answers it with its StoreClient (a host share's plan checked as
+// StoreClient::share_plan_async checks it, and a lease's release, fire and forget), on `loop`, the
+// engine's loop thread.
+struct ShareStore {
+  core::EventLoop* loop = nullptr;
+  std::function<void(const PlanRequest& request, std::shared_ptr<const core::Manifest> parent,
+                     std::function<void(core::Result<ReadPlan>)> done)>
+      plan;
+  std::function<void(std::uint64_t lease_id)> release;
+};
+
+void read_shard_via_share_async(core::TransferEngine& engine, ShareStore store,
                                 const Topology& where, std::shared_ptr<const ReadPlan> plan,
                                 std::vector<core::ReadSource> sources, core::ShardPlan shard,
                                 core::ShardLayout layout, core::ReadOptions options,
