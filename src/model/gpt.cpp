@@ -33,7 +33,7 @@ core::Status GptConfig::validate() const {
 
 // ---- layout ----
 
-Gpt::Layout::Layout(const GptConfig& c) {
+GptLayout::GptLayout(const GptConfig& c) {
   const std::uint64_t V = static_cast<std::uint64_t>(c.vocab);
   const std::uint64_t T = static_cast<std::uint64_t>(c.context);
   const std::uint64_t C = static_cast<std::uint64_t>(c.d_model);
@@ -65,7 +65,7 @@ Gpt::Layout::Layout(const GptConfig& c) {
   }
 }
 
-std::size_t Gpt::Layout::add(std::string name, std::vector<std::uint64_t> shape) {
+std::size_t GptLayout::add(std::string name, std::vector<std::uint64_t> shape) {
   std::uint64_t count = 1;
   for (auto d : shape)
     count *= d;

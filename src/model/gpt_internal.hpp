@@ -1,17 +1,21 @@
-// Internal to sluice_model: the parameter layout and the buffers Gpt keeps between calls.
+// Internal to sluice_model: the parameter layout and the buffers Gpt (model/gpt.hpp) keeps between
+// calls.
+//
+// Thread safety: owned by one Gpt, used as it is.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <vector>
 
-#include "format/manifest.hpp"
-#include "model/gpt.hpp"
+#include "format/tensor_spec.hpp"
+#include "model/gpt_types.hpp"
 
 namespace sluice::model {
 
 // Offsets, in floats, of every tensor in the parameter (and gradient) buffer.
-struct Gpt::Layout {
+struct GptLayout {
   struct Block {
     std::size_t ln1_w, ln1_b;        // [C], [C]
     std::size_t qkv_w, qkv_b;        // [3C, C], [3C]  (q, k, v stacked)
@@ -28,7 +32,7 @@ struct Gpt::Layout {
   std::size_t total = 0;
   std::vector<core::TensorSpec> specs;  // in offset order
 
-  explicit Layout(const GptConfig& c);
+  explicit GptLayout(const GptConfig& c);
 
  private:
   std::size_t add(std::string name, std::vector<std::uint64_t> shape);
@@ -36,7 +40,7 @@ struct Gpt::Layout {
 
 // What forward() keeps for backward(), for the batch it last ran. Rows are all positions of all
 // sequences stacked: sequence i occupies rows [row0[i], row0[i] + len[i]).
-struct Gpt::Activations {
+struct GptActivations {
   struct Block {
     std::vector<float> ln1, ln1_mean, ln1_rstd;  // [N, C], [N], [N]
     std::vector<float> qkv;                      // [N, 3C]
@@ -61,7 +65,7 @@ struct Gpt::Activations {
 };
 
 // Scratch for prefill/decode; grows to the largest row count seen, never shrinks.
-struct Gpt::InferScratch {
+struct GptInferScratch {
   std::vector<float> x, ln, qkv, y, tmp, h, hg, scores;
   std::vector<KvCache*> cache;
   std::vector<std::int32_t> pos;
