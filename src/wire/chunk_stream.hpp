@@ -3,28 +3,25 @@
 //
 // Why: UCX 1.13's tcp transport has no GET. The holder's own UCX worker answers each
 // GET request with an active message, and when the reader dies while such answers are queued, UCX
-// aborts the holder (see get_window() in transfer.cpp for the two paths). A chunk stream keeps the
-// same shape, a reader-driven request for (region, offset, length) answered from registered
-// memory by the holder's event loop, on a socket sluice owns: a reader that dies is a closed
-// connection, and the holder drops it and goes on serving everyone else.
+// aborts the holder (see get_window() in transfer_source.cpp for the two paths). A chunk stream
+// keeps the same shape, a reader-driven request for (region, offset, length) answered from
+// registered memory by the holder's event loop, on a socket sluice owns: a reader that dies is a
+// closed connection, and the holder drops it and goes on serving everyone else.
 //
-// Wire format, little-endian, one TCP connection per reader and holder; requests are pipelined
-// and answered in order:
-//   request (48 bytes): "SLCQ", u16 version (2), u16 0, 16-byte region token, u64 offset,
-//                       u64 length, u64 request id
-//   reply   (32 bytes): "SLCP", u16 version, u16 status (0 ok, 1 unknown region, 2 range
-//                       outside the region, 3 this holder serves encrypted streams only), u64
-//                       request id, u64 length, u64 0; then `length` bytes when the status is 0.
-// An encrypted connection (wire/stream_crypto.hpp) opens with a hello from the reader ("SLCH")
-// and the holder's accept ("SLCA"); from then on each direction is a sequence of AEAD records
-// whose plaintext is exactly the byte stream above. A reader's record holds 1 to 64 whole
-// requests; a holder's record holds at most 256 KiB of one reply (its header and the first part
-// of its payload, or later payload). A record that fails its tag, a malformed record, and a
-// clear request to a holder that serves encrypted streams only (or a hello to one that serves
-// clear streams only) close the connection, the last two after a reply that says why.
-// The token is 16 random bytes per exposed region, handed to readers in the region's descriptor
-// (so only those given a read plan can name it); a range is checked against what the holder
-// exposed, overflow-safe. Nothing a peer sends can write to the holder's memory.
+// The wire format is wire/chunk_format.hpp: pipelined requests, each answered in order by a
+// reply header and, when the holder serves it, the bytes asked for. An encrypted connection
+// (wire/stream_crypto.hpp) opens with a hello from the reader ("SLCH") and the holder's accept
+// ("SLCA"); from then on each direction is a sequence of AEAD records whose plaintext is exactly
+// that clear byte stream. A reader's record holds 1 to 64 whole requests; a holder's record holds
+// at most 256 KiB of one reply (its header and the first part of its payload, or later payload). A
+// record that fails its tag, a malformed record, and a clear request to a holder that serves
+// encrypted streams only (or a hello to one that serves clear streams only) close the connection,
+// the last two after a reply that says why. The token is 16 random bytes per exposed region, handed
+// to readers in the region's descriptor (so only those given a read plan can name it); a range is
+// checked against what the holder exposed, overflow-safe. Nothing a peer sends can write to the
+// holder's memory.
+//
+// The server is wire/chunk_server.cpp, the reader wire/chunk_client.cpp.
 //
 // Thread safety: loop thread only. Neither class is copyable or movable (both hand `this` to loop
 // callbacks).
@@ -38,54 +35,10 @@
 
 #include "core/event_loop.hpp"
 #include "core/status.hpp"
+#include "wire/chunk_format.hpp"
 #include "wire/stream_crypto.hpp"
 
 namespace sluice::core {
-
-inline constexpr std::uint16_t kChunkStreamVersion = stream_crypto::kVersion;
-inline constexpr std::size_t kStreamTokenBytes = 16;
-
-// The wire format above as pure functions, shared by both ends and by the fuzz target
-// (tests/fuzz/fuzz_chunk_stream.cpp).
-namespace chunk_wire {
-inline constexpr std::size_t kRequestBytes = 48;
-inline constexpr std::size_t kReplyBytes = 32;
-inline constexpr std::uint16_t kOk = 0;
-inline constexpr std::uint16_t kUnknownRegion = 1;
-inline constexpr std::uint16_t kOutOfRange = 2;
-inline constexpr std::uint16_t kEncryptionRequired = 3;
-// Requests in one record of an encrypted connection, at most (a reader keeps at most this many
-// in flight, so a holder's buffer of decrypted requests stays this small).
-inline constexpr std::size_t kMaxRequestsPerRecord = 64;
-
-struct Request {
-  std::string token;  // kStreamTokenBytes
-  std::uint64_t offset = 0;
-  std::uint64_t length = 0;
-  std::uint64_t id = 0;
-};
-struct ReplyHeader {
-  std::uint16_t status = kOk;
-  std::uint64_t id = 0;
-  std::uint64_t length = 0;  // payload bytes that follow (0 unless status is kOk)
-};
-
-// Writes kRequestBytes to out. The token must be kStreamTokenBytes long.
-void encode_request(const Request& r, std::uint8_t* out);
-// Exactly kRequestBytes; protocol_error on a bad magic or version, or a non-zero reserved field.
-Result<Request> decode_request(const std::uint8_t* p, std::size_t n);
-void encode_reply_header(const ReplyHeader& h, std::uint8_t* out);  // kReplyBytes
-// Exactly kReplyBytes; protocol_error on a bad magic, version, reserved field or unknown status,
-// or a payload length on a refusal.
-Result<ReplyHeader> decode_reply_header(const std::uint8_t* p, std::size_t n);
-// Whether [offset, offset + length) is a non-empty range inside a region of `size` bytes,
-// without overflow.
-bool range_inside(std::uint64_t size, std::uint64_t offset, std::uint64_t length);
-}  // namespace chunk_wire
-
-// This machine's identity for choosing a transport: the kernel's boot id and the IPC namespace
-// (shared memory reaches exactly the processes that share both).
-const std::string& local_host_id();
 
 // What a chunk server allows its peers (anyone who could connect could stall it). A
 // reader keeps one connection per read and pipelines ReadOptions::max_in_flight_per_source

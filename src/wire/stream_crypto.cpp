@@ -5,14 +5,12 @@
 
 #include <cstring>
 
-#include "core/le_bytes.hpp"
+#include "core/bytes.hpp"
 
 namespace sluice::core {
 
 namespace {
 
-constexpr char kHelloMagic[4] = {'S', 'L', 'C', 'H'};
-constexpr char kAcceptMagic[4] = {'S', 'L', 'C', 'A'};
 // Binds the derived keys to this protocol and its version.
 constexpr char kKeyLabel[] = "sluice chunk stream v2 keys";
 constexpr std::size_t kAeadNonceBytes = 12;  // both suites (the IETF ChaCha20-Poly1305)
@@ -73,57 +71,55 @@ const Member* StreamKeys::holder(const StreamKey& key) const {
 namespace stream_crypto {
 
 void encode_hello(const Hello& h, std::uint8_t* out) {
-  std::memcpy(out, kHelloMagic, 4);
-  put_u(out + 4, kVersion, 2);
-  put_u(out + 6, h.suites, 2);
-  std::memcpy(out + 8, h.static_key.data(), 32);
-  std::memcpy(out + 40, h.ephemeral_key.data(), 32);
-  std::memcpy(out + 72, h.random.data(), kRandomBytes);
+  ByteWriter w(out, kHelloBytes);
+  stream_header::write(w, stream_header::kHelloMagic);
+  w.u16(h.suites);
+  w.put(h.static_key.data(), kStreamKeyBytes);
+  w.put(h.ephemeral_key.data(), kStreamKeyBytes);
+  w.put(h.random.data(), kRandomBytes);
 }
 
 Result<Hello> decode_hello(const std::uint8_t* p, std::size_t n) {
-  if (n != kHelloBytes)
-    return protocol_error("chunk stream hello of " + std::to_string(n) + " bytes, not " +
-                          std::to_string(kHelloBytes));
-  if (std::memcmp(p, kHelloMagic, 4) != 0 || get_u(p + 4, 2) != kVersion)
+  SLUICE_TRY(stream_header::check_size("hello", n, kHelloBytes));
+  ByteReader r(p, n);  // the size is checked: every read below fits
+  if (!stream_header::read(r, stream_header::kHelloMagic))
     return protocol_error("chunk stream hello with a bad magic or version");
   Hello h;
-  h.suites = static_cast<std::uint16_t>(get_u(p + 6, 2));
+  h.suites = r.u16();
   if ((h.suites & (kSuiteAes256Gcm | kSuiteChacha20Poly1305)) == 0)
     return protocol_error("chunk stream hello offers no cipher this build knows");
-  std::memcpy(h.static_key.data(), p + 8, 32);
-  std::memcpy(h.ephemeral_key.data(), p + 40, 32);
-  std::memcpy(h.random.data(), p + 72, kRandomBytes);
+  r.copy(h.static_key.data(), kStreamKeyBytes);
+  r.copy(h.ephemeral_key.data(), kStreamKeyBytes);
+  r.copy(h.random.data(), kRandomBytes);
   return h;
 }
 
 void encode_accept(const Accept& a, std::uint8_t* out) {
-  std::memcpy(out, kAcceptMagic, 4);
-  put_u(out + 4, kVersion, 2);
-  put_u(out + 6, a.status, 2);
-  put_u(out + 8, a.suite, 2);
-  put_u(out + 10, 0, 2);
-  std::memcpy(out + 12, a.static_key.data(), 32);
-  std::memcpy(out + 44, a.ephemeral_key.data(), 32);
-  std::memcpy(out + 76, a.random.data(), kRandomBytes);
+  ByteWriter w(out, kAcceptBytes);
+  stream_header::write(w, stream_header::kAcceptMagic);
+  w.u16(a.status).u16(a.suite).u16(0);
+  w.put(a.static_key.data(), kStreamKeyBytes);
+  w.put(a.ephemeral_key.data(), kStreamKeyBytes);
+  w.put(a.random.data(), kRandomBytes);
 }
 
 Result<Accept> decode_accept(const std::uint8_t* p, std::size_t n) {
-  if (n != kAcceptBytes)
-    return protocol_error("chunk stream accept of " + std::to_string(n) + " bytes, not " +
-                          std::to_string(kAcceptBytes));
-  if (std::memcmp(p, kAcceptMagic, 4) != 0 || get_u(p + 4, 2) != kVersion || get_u(p + 10, 2) != 0)
-    return protocol_error("chunk stream accept with a bad magic, version or reserved field");
+  SLUICE_TRY(stream_header::check_size("accept", n, kAcceptBytes));
+  ByteReader r(p, n);  // the size is checked: every read below fits
+  const bool opening = stream_header::read(r, stream_header::kAcceptMagic);
   Accept a;
-  a.status = static_cast<std::uint16_t>(get_u(p + 6, 2));
-  a.suite = static_cast<std::uint16_t>(get_u(p + 8, 2));
+  a.status = r.u16();
+  a.suite = r.u16();
+  const std::uint16_t reserved = r.u16();
+  if (!opening || reserved != 0)
+    return protocol_error("chunk stream accept with a bad magic, version or reserved field");
   if (a.status > kNoCommonSuite)
     return protocol_error("chunk stream accept of unknown status " + std::to_string(a.status));
   if (a.status == kAccepted && a.suite != kSuiteAes256Gcm && a.suite != kSuiteChacha20Poly1305)
     return protocol_error("chunk stream accept with cipher " + std::to_string(a.suite));
-  std::memcpy(a.static_key.data(), p + 12, 32);
-  std::memcpy(a.ephemeral_key.data(), p + 44, 32);
-  std::memcpy(a.random.data(), p + 76, kRandomBytes);
+  r.copy(a.static_key.data(), kStreamKeyBytes);
+  r.copy(a.ephemeral_key.data(), kStreamKeyBytes);
+  r.copy(a.random.data(), kRandomBytes);
   return a;
 }
 
@@ -195,7 +191,8 @@ Result<SessionKeys> derive_keys(const std::uint8_t* hello, const std::uint8_t* a
 }
 
 Result<std::size_t> decode_record_header(const std::uint8_t* p, std::size_t max) {
-  const std::uint64_t n = get_u(p, 4);
+  ByteReader r(p, kRecordHeaderBytes);
+  const std::uint64_t n = r.u32();
   if (n == 0 || n > max)
     return protocol_error("chunk stream record of " + std::to_string(n) + " bytes (1 to " +
                           std::to_string(max) + ")");
@@ -221,8 +218,8 @@ RecordCipher::~RecordCipher() {
 
 void RecordCipher::seal(const std::uint8_t* p, std::size_t n, std::uint8_t* out) {
   std::uint8_t nonce[kAeadNonceBytes] = {};
-  put_u(nonce, counter_++, 8);
-  put_u(out, n, 4);
+  ByteWriter(nonce, sizeof nonce).u64(counter_++);
+  ByteWriter(out, kRecordHeaderBytes).u32(static_cast<std::uint32_t>(n));
   std::uint8_t* c = out + kRecordHeaderBytes;
   std::uint8_t* tag = c + n;
   if (suite_ == kSuiteAes256Gcm)
@@ -236,9 +233,9 @@ void RecordCipher::seal(const std::uint8_t* p, std::size_t n, std::uint8_t* out)
 Status RecordCipher::open(const std::uint8_t* body, std::size_t n, const std::uint8_t* tag,
                           std::uint8_t* dst) {
   std::uint8_t nonce[kAeadNonceBytes] = {};
-  put_u(nonce, counter_++, 8);
+  ByteWriter(nonce, sizeof nonce).u64(counter_++);
   std::uint8_t header[kRecordHeaderBytes];
-  put_u(header, n, 4);
+  ByteWriter(header, sizeof header).u32(static_cast<std::uint32_t>(n));
   const int rc =
       suite_ == kSuiteAes256Gcm
           ? crypto_aead_aes256gcm_decrypt_detached_afternm(dst, nullptr, body, n, tag, header,

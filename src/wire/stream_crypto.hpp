@@ -30,8 +30,9 @@
 #include <memory>
 #include <string>
 
-#include "wire/security.hpp"
 #include "core/status.hpp"
+#include "wire/security.hpp"
+#include "wire/stream_header.hpp"
 
 namespace sluice::core {
 
@@ -61,7 +62,7 @@ enum class StreamCrypto : std::uint8_t { kClear = 0, kEither = 1, kEncrypted = 2
 
 namespace stream_crypto {
 
-inline constexpr std::uint16_t kVersion = 2;  // the chunk stream's wire version
+inline constexpr std::uint16_t kVersion = kChunkStreamVersion;
 inline constexpr std::size_t kRandomBytes = 32;
 inline constexpr std::size_t kHelloBytes = 4 + 2 + 2 + 3 * 32;
 inline constexpr std::size_t kAcceptBytes = 4 + 2 + 2 + 2 + 2 + 3 * 32;

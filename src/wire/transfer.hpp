@@ -26,37 +26,12 @@
 #include <vector>
 
 #include "core/checksum.hpp"
-#include "wire/chunk_stream.hpp"
 #include "core/event_loop.hpp"
 #include "core/status.hpp"
+#include "wire/chunk_stream.hpp"
+#include "wire/region_descriptor.hpp"
 
 namespace sluice::core {
-
-inline constexpr std::uint16_t kRegionDescriptorVersion = 3;
-
-// Where a region lives and how to read it. Serialized with a format version; decode rejects a
-// truncated descriptor or one of another version.
-struct RegionDescriptor {
-  std::string worker_address;  // packed UCX worker address of the holder
-  std::uint64_t base = 0;      // remote virtual address of byte 0
-  std::uint64_t length = 0;
-  std::string rkey;  // packed UCX remote key
-  // The holder's machine (core::local_host_id()): a reader on another one, or one whose UCX may
-  // not use shared memory, reads over the chunk stream below when there is one.
-  std::string host;
-  // The holder's chunk server ("ip:port", in the order to try them; at most 8) and this region's
-  // token there (kStreamTokenBytes); both empty when the holder serves no chunk stream.
-  std::vector<std::string> stream;
-  std::string stream_token;
-  // What the chunk server accepts (clear, either, encrypted only), and the holder's datacenter
-  // label (TransferOptions::datacenter; empty: none): a reader decides from them whether to
-  // encrypt (TransferOptions::stream_encryption).
-  StreamCrypto stream_crypto = StreamCrypto::kClear;
-  std::string datacenter;
-
-  std::string encode() const;
-  static Result<RegionDescriptor> decode(const std::string& bytes);
-};
 
 class TransferEngine;
 

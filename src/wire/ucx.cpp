@@ -155,7 +155,7 @@ namespace {
 // Peers read registered memory and never write it. RDMA hardware enforces a registration without
 // remote write; UCX 1.13's tcp transport does not (measured: a PUT over tcp into memory
 // registered this way landed), which is one reason the transfer engine leaves tcp out of UCX and
-// serves tcp readers over chunk streams, which have no write at all (see transfer.cpp).
+// serves tcp readers over chunk streams, which have no write at all (see transfer_engine.cpp).
 constexpr unsigned kPeersReadOnly =
     UCP_MEM_MAP_PROT_LOCAL_READ | UCP_MEM_MAP_PROT_LOCAL_WRITE | UCP_MEM_MAP_PROT_REMOTE_READ;
 }  // namespace

@@ -1,162 +1,46 @@
-#include "wire/chunk_stream.hpp"
-
+// The holder's end of chunk streams (wire/chunk_stream.hpp): ChunkServer, which serves
+// exposed memory to readers over clear or encrypted connections, within ChunkServerOptions.
 #include <arpa/inet.h>
-#include <fcntl.h>
 #include <ifaddrs.h>
 #include <net/if.h>
+#include <netdb.h>
 #include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <sodium.h>
 #include <sys/random.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
-#include <netdb.h>
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <deque>
-#include <fstream>
 #include <map>
 #include <optional>
 #include <set>
 
-#include "core/le_bytes.hpp"
 #include "core/log.hpp"
+#include "wire/chunk_socket.hpp"
+#include "wire/chunk_stream.hpp"
 #include "wire/security.hpp"
+#include "wire/stream_header.hpp"
 
 namespace sluice::core {
 
 namespace {
 
 using namespace chunk_wire;
-constexpr char kRequestMagic[4] = {'S', 'L', 'C', 'Q'};
-constexpr char kReplyMagic[4] = {'S', 'L', 'C', 'P'};
+using chunk_socket::errno_text;
+using chunk_socket::set_nodelay;
+using chunk_socket::would_block;
 // Replies queued per connection before the server stops reading that connection's requests
 // (readers keep ReadOptions::max_in_flight_per_source, 8 by default, in flight).
 constexpr std::size_t kMaxQueuedReplies = 64;
-// Requests a reader may have sent and not yet had answered; more wait in its own queue.
-constexpr std::size_t kMaxReaderPipeline = 64;
-static_assert(kMaxReaderPipeline == kMaxRequestsPerRecord);
 // The largest unit a holder reads whole: a record of requests, with its header and tag.
 constexpr std::size_t kMaxInBytes =
     kMaxRequestsPerRecord * kRequestBytes + stream_crypto::kRecordOverhead;
 static_assert(kMaxInBytes >= stream_crypto::kHelloBytes);
-
-std::string errno_text() {
-  return std::strerror(errno);
-}
-
-bool would_block(int e) {
-  return e == EAGAIN || e == EWOULDBLOCK || e == EINTR;
-}
-
-void set_nodelay(int fd) {
-  int one = 1;
-  (void)::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-}
-
-Result<std::pair<std::string, std::uint16_t>> split_address(const std::string& a) {
-  auto colon = a.rfind(':');
-  if (colon == std::string::npos || colon == 0 || colon + 1 == a.size())
-    return invalid_argument("chunk stream address '" + a + "' is not ip:port");
-  unsigned long port = 0;
-  for (std::size_t i = colon + 1; i < a.size(); ++i) {
-    if (a[i] < '0' || a[i] > '9' || port > 65535)
-      return invalid_argument("chunk stream address '" + a + "' has a bad port");
-    port = port * 10 + static_cast<unsigned long>(a[i] - '0');
-  }
-  if (port == 0 || port > 65535)
-    return invalid_argument("chunk stream address '" + a + "' has a bad port");
-  return std::make_pair(a.substr(0, colon), static_cast<std::uint16_t>(port));
-}
-
-std::string read_first_line(const char* path) {
-  std::ifstream in(path);
-  std::string line;
-  std::getline(in, line);
-  return line;
-}
-
-}  // namespace
-
-namespace chunk_wire {
-
-void encode_request(const Request& r, std::uint8_t* out) {
-  std::memcpy(out, kRequestMagic, 4);
-  put_u(out + 4, kChunkStreamVersion, 2);
-  put_u(out + 6, 0, 2);
-  std::memset(out + 8, 0, kStreamTokenBytes);
-  std::memcpy(out + 8, r.token.data(), std::min(r.token.size(), kStreamTokenBytes));
-  put_u(out + 24, r.offset, 8);
-  put_u(out + 32, r.length, 8);
-  put_u(out + 40, r.id, 8);
-}
-
-Result<Request> decode_request(const std::uint8_t* p, std::size_t n) {
-  if (n != kRequestBytes)
-    return protocol_error("chunk stream request of " + std::to_string(n) + " bytes, not " +
-                          std::to_string(kRequestBytes));
-  if (std::memcmp(p, kRequestMagic, 4) != 0 || get_u(p + 4, 2) != kChunkStreamVersion ||
-      get_u(p + 6, 2) != 0)
-    return protocol_error("chunk stream request with a bad magic, version or reserved field");
-  Request r;
-  r.token.assign(reinterpret_cast<const char*>(p + 8), kStreamTokenBytes);
-  r.offset = get_u(p + 24, 8);
-  r.length = get_u(p + 32, 8);
-  r.id = get_u(p + 40, 8);
-  return r;
-}
-
-void encode_reply_header(const ReplyHeader& h, std::uint8_t* out) {
-  std::memcpy(out, kReplyMagic, 4);
-  put_u(out + 4, kChunkStreamVersion, 2);
-  put_u(out + 6, h.status, 2);
-  put_u(out + 8, h.id, 8);
-  put_u(out + 16, h.length, 8);
-  put_u(out + 24, 0, 8);
-}
-
-Result<ReplyHeader> decode_reply_header(const std::uint8_t* p, std::size_t n) {
-  if (n != kReplyBytes)
-    return protocol_error("chunk stream reply header of " + std::to_string(n) + " bytes, not " +
-                          std::to_string(kReplyBytes));
-  if (std::memcmp(p, kReplyMagic, 4) != 0 || get_u(p + 4, 2) != kChunkStreamVersion ||
-      get_u(p + 24, 8) != 0)
-    return protocol_error("chunk stream reply with a bad magic, version or reserved field");
-  ReplyHeader h;
-  h.status = static_cast<std::uint16_t>(get_u(p + 6, 2));
-  h.id = get_u(p + 8, 8);
-  h.length = get_u(p + 16, 8);
-  if (h.status != kOk && h.status != kUnknownRegion && h.status != kOutOfRange &&
-      h.status != kEncryptionRequired)
-    return protocol_error("chunk stream reply of unknown status " + std::to_string(h.status));
-  if (h.status != kOk && h.length != 0)
-    return protocol_error("chunk stream refusal that carries a payload");
-  return h;
-}
-
-bool range_inside(std::uint64_t size, std::uint64_t offset, std::uint64_t length) {
-  return length > 0 && offset <= size && length <= size - offset;
-}
-
-}  // namespace chunk_wire
-
-const std::string& local_host_id() {
-  static const std::string id = [] {
-    std::string boot = read_first_line("/proc/sys/kernel/random/boot_id");
-    struct stat st {};
-    std::string ipc = ::stat("/proc/self/ns/ipc", &st) == 0 ? std::to_string(st.st_ino) : "?";
-    return boot + "/" + ipc;
-  }();
-  return id;
-}
-
-// ---------------------------------------------------------------- server
-
-namespace {
+static_assert(stream_header::kMagicBytes <= kRequestBytes);
 
 struct Region {
   const std::uint8_t* data = nullptr;
@@ -238,7 +122,7 @@ struct ChunkServer::Impl {
     // The unit being read (the first bytes, a request, the hello, a record): in_need bytes.
     std::uint8_t in[kMaxInBytes];
     std::size_t in_have = 0;
-    std::size_t in_need = 4;
+    std::size_t in_need = stream_header::kMagicBytes;
     std::size_t record_length = 0;  // encrypted: the record's plaintext bytes (0: its header next)
     std::unique_ptr<stream_crypto::RecordCipher> rx, tx;
     // Encrypted: requests decrypted from the last record and not yet taken (at most one
@@ -613,10 +497,10 @@ struct ChunkServer::Impl {
     using Phase = Conn::Phase;
     switch (c->phase) {
       case Phase::kStart:
-        if (std::memcmp(c->in, "SLCQ", 4) == 0) {
+        if (stream_header::starts_with(c->in, stream_header::kRequestMagic)) {
           c->phase = Phase::kClear;
           c->in_need = kRequestBytes;
-        } else if (std::memcmp(c->in, "SLCH", 4) == 0) {
+        } else if (stream_header::starts_with(c->in, stream_header::kHelloMagic)) {
           c->phase = Phase::kHello;
           c->in_need = kHelloBytes;
         } else {
@@ -957,489 +841,6 @@ ChunkServer::Stats ChunkServer::stats() const {
   Stats s = impl_->stats;
   s.connections = impl_->conns.size();
   return s;
-}
-
-// ---------------------------------------------------------------- reader
-
-namespace {
-
-struct Get {
-  std::uint64_t id = 0;
-  std::uint64_t offset = 0;
-  std::uint64_t length = 0;
-  std::uint8_t* dst = nullptr;
-  ChunkStream::Done done;
-};
-
-}  // namespace
-
-struct ChunkStream::Impl {
-  explicit Impl(EventLoop& l) : loop(l) {}
-  EventLoop& loop;
-  std::vector<std::string> addresses;
-  std::size_t next_address = 0;
-  std::string token;
-  Millis connect_timeout{0};
-  int fd = -1;
-  bool connected = false;
-  std::optional<Status> failure;
-  std::unique_ptr<EventLoop::FdWatch> read_watch;
-  std::unique_ptr<EventLoop::FdWatch> write_wait;
-  std::unique_ptr<EventLoop::Timer> connect_timer;
-  std::deque<Get> waiting;  // not yet sent
-  std::deque<Get> sent;     // sent, answered in this order
-  std::string out;          // request bytes not yet written
-  std::uint64_t next_id = 1;
-  std::uint8_t header[kReplyBytes];
-  std::size_t header_have = 0;
-  bool in_payload = false;
-  std::uint64_t payload_have = 0;
-  std::string last_error;
-  // Encrypted connections (keys set): the handshake, then a cipher per direction.
-  std::shared_ptr<const StreamKeys> keys;
-  std::string holder;        // the holder id the server's key must own (empty: any member)
-  bool handshaking = false;  // the hello is sent, the accept not yet read
-  stream_crypto::Ephemeral ephemeral;
-  std::uint8_t hello[stream_crypto::kHelloBytes];
-  std::uint8_t accept[stream_crypto::kAcceptBytes];
-  std::size_t accept_have = 0;
-  std::unique_ptr<stream_crypto::RecordCipher> tx, rx;
-  // The record being read: its header, then its body (into the oldest get's destination when
-  // the whole record is its payload, else into `scratch`) and its tag.
-  std::uint8_t record_header[stream_crypto::kRecordHeaderBytes];
-  std::size_t record_header_have = 0;
-  std::size_t record_length = 0;  // 0: the header is next
-  std::uint8_t* record_body = nullptr;
-  std::size_t record_body_have = 0;
-  bool record_direct = false;
-  std::vector<std::uint8_t> scratch;
-  std::uint8_t tag[stream_crypto::kTagBytes];
-  std::size_t tag_have = 0;
-  std::shared_ptr<bool> alive = std::make_shared<bool>(true);
-
-  ~Impl() {
-    *alive = false;
-    close_fd();
-    sodium_memzero(ephemeral.secret_key.data(), ephemeral.secret_key.size());
-  }
-
-  void close_fd() {
-    connect_timer.reset();
-    write_wait.reset();
-    read_watch.reset();
-    if (fd >= 0) ::close(fd);
-    fd = -1;
-    connected = false;
-  }
-
-  // Runs `done` on a later loop turn unless the stream has been destroyed by then.
-  void later(Done done, Status s) {
-    std::weak_ptr<bool> a = alive;
-    loop.post([a, done = std::move(done), s = std::move(s)] {
-      if (!a.expired()) done(s);
-    });
-  }
-
-  void fail(Status s) {
-    if (!failure) failure = s;
-    close_fd();
-    for (auto* q : {&sent, &waiting}) {
-      for (auto& g : *q)
-        later(std::move(g.done), *failure);
-      q->clear();
-    }
-  }
-
-  void try_next_address() {
-    close_fd();
-    while (next_address < addresses.size()) {
-      const std::string& a = addresses[next_address++];
-      auto hp = split_address(a);
-      if (!hp.is_ok()) {
-        last_error = hp.status().message();
-        continue;
-      }
-      sockaddr_in addr{};
-      addr.sin_family = AF_INET;
-      addr.sin_port = htons(hp->second);
-      if (::inet_pton(AF_INET, hp->first.c_str(), &addr.sin_addr) != 1) {
-        last_error = "'" + a + "' is not an IPv4 address";
-        continue;
-      }
-      fd = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-      if (fd < 0) return fail(unavailable("chunk stream: socket: " + errno_text()));
-      set_nodelay(fd);
-      int rc = ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
-      if (rc == 0) return on_connected();
-      if (errno != EINPROGRESS) {
-        last_error = a + ": " + errno_text();
-        close_fd();
-        continue;
-      }
-      write_wait = loop.wait_writable(fd, [this, a] {
-        write_wait.reset();
-        int err = 0;
-        socklen_t len = sizeof err;
-        if (::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0) err = errno;
-        if (err != 0) {
-          last_error = a + ": " + std::strerror(err);
-          return try_next_address();
-        }
-        on_connected();
-      });
-      connect_timer = loop.after(connect_timeout, [this, a] {
-        last_error = a + ": no answer within " + std::to_string(connect_timeout.count()) + " ms";
-        try_next_address();
-      });
-      return;
-    }
-    fail(unavailable("chunk stream: cannot connect to the holder (" + last_error + ")"));
-  }
-
-  void on_connected() {
-    connect_timer.reset();
-    read_watch = loop.watch_readable(fd, [this] { on_readable(); });
-    if (keys) return start_handshake();
-    connected = true;
-    send_waiting();
-  }
-
-  void start_handshake() {
-    using namespace stream_crypto;
-    auto e = make_ephemeral();
-    if (!e.is_ok()) return fail(e.status());
-    ephemeral = *e;
-    Hello h;
-    h.suites = local_suites();
-    h.static_key = keys->public_key;
-    h.ephemeral_key = ephemeral.public_key;
-    if (auto st = fill_random(h.random.data(), h.random.size()); !st.is_ok()) return fail(st);
-    encode_hello(h, hello);
-    handshaking = true;
-    accept_have = 0;
-    out.assign(reinterpret_cast<const char*>(hello), kHelloBytes);
-    connect_timer = loop.after(connect_timeout, [this] {
-      fail(timeout_error("chunk stream: the holder did not answer the handshake within " +
-                         std::to_string(connect_timeout.count()) + " ms"));
-    });
-    flush();
-  }
-
-  // The holder's accept is in: checks it, and agrees the connection's keys.
-  void finish_handshake() {
-    using namespace stream_crypto;
-    handshaking = false;
-    connect_timer.reset();
-    auto a = decode_accept(accept, kAcceptBytes);
-    if (!a.is_ok()) return fail(a.status().with_context("chunk stream handshake"));
-    if (a->status == kClearOnly)
-      return fail(failed_precondition(
-          "chunk stream: the holder serves clear streams only and this reader encrypts (see "
-          "stream_encryption: both ends must agree)"));
-    if (a->status == kNotMember)
-      return fail(permission_denied("chunk stream: the holder refused this reader's key " +
-                                    keys->identity + " (not a job member that may read)"));
-    if (a->status == kNoCommonSuite)
-      return fail(
-          failed_precondition("chunk stream: the holder runs none of this reader's ciphers"));
-    const Member* server = keys->holder(a->static_key);
-    if (!server)
-      return fail(permission_denied("chunk stream: the holder's key is not a job member"));
-    if (!holder.empty() &&
-        !(keys->members && keys->members->owns_holder_id(server->identity, holder)))
-      return fail(permission_denied("chunk stream: the server is " + server->identity +
-                                    ", not holder " + holder + " that the read plan names"));
-    auto k = derive_keys(hello, accept, keys->secret_key, a->static_key, ephemeral.secret_key,
-                         a->ephemeral_key);
-    sodium_memzero(ephemeral.secret_key.data(), ephemeral.secret_key.size());
-    if (!k.is_ok()) return fail(k.status());
-    tx = std::make_unique<RecordCipher>(a->suite, k->reader_to_holder);
-    rx = std::make_unique<RecordCipher>(a->suite, k->holder_to_reader);
-    sodium_memzero(&*k, sizeof(SessionKeys));
-    connected = true;
-    send_waiting();
-  }
-
-  void send_waiting() {
-    if (!connected || failure) return;
-    if (tx) return send_waiting_sealed();
-    while (!waiting.empty() && sent.size() < kMaxReaderPipeline) {
-      Get& g = waiting.front();
-      std::uint8_t r[kRequestBytes];
-      encode_request({token, g.offset, g.length, g.id}, r);
-      out.append(reinterpret_cast<const char*>(r), kRequestBytes);
-      sent.push_back(std::move(g));
-      waiting.pop_front();
-    }
-    flush();
-  }
-
-  // Encrypted: up to kMaxRequestsPerRecord requests per record.
-  void send_waiting_sealed() {
-    std::uint8_t plain[kMaxRequestsPerRecord * kRequestBytes];
-    while (!waiting.empty() && sent.size() < kMaxReaderPipeline) {
-      std::size_t n = 0;
-      while (!waiting.empty() && sent.size() < kMaxReaderPipeline && n < sizeof plain) {
-        Get& g = waiting.front();
-        encode_request({token, g.offset, g.length, g.id}, plain + n);
-        n += kRequestBytes;
-        sent.push_back(std::move(g));
-        waiting.pop_front();
-      }
-      const std::size_t at = out.size();
-      out.resize(at + n + stream_crypto::kRecordOverhead);
-      tx->seal(plain, n, reinterpret_cast<std::uint8_t*>(out.data() + at));
-    }
-    flush();
-  }
-
-  void flush() {
-    if (write_wait || fd < 0) return;
-    while (!out.empty()) {
-      ssize_t n = ::send(fd, out.data(), out.size(), MSG_NOSIGNAL);
-      if (n < 0) {
-        if (would_block(errno)) {
-          write_wait = loop.wait_writable(fd, [this] {
-            write_wait.reset();
-            flush();
-          });
-          return;
-        }
-        return fail(unavailable("chunk stream: send to the holder: " + errno_text()));
-      }
-      out.erase(0, static_cast<std::size_t>(n));
-    }
-  }
-
-  // recv's result: the bytes received, or nothing when the socket is drained or the stream
-  // failed (fd < 0 then).
-  std::optional<std::size_t> received(ssize_t n, const char* during) {
-    if (n == 0) {
-      fail(unavailable(std::string("chunk stream: the holder closed the connection") + during));
-      return std::nullopt;
-    }
-    if (n < 0) {
-      if (!would_block(errno))
-        fail(unavailable("chunk stream: receive from the holder: " + errno_text()));
-      return std::nullopt;
-    }
-    return static_cast<std::size_t>(n);
-  }
-
-  void on_readable() {
-    if (handshaking) {
-      while (fd >= 0 && handshaking) {
-        auto n = received(::recv(fd, accept + accept_have, sizeof accept - accept_have, 0),
-                          " during the handshake (it may serve clear streams only, or be an "
-                          "older sluice)");
-        if (!n) return;
-        accept_have += *n;
-        if (accept_have == sizeof accept) finish_handshake();
-      }
-    }
-    if (rx) return read_records();
-    while (fd >= 0 && !failure) {
-      if (!in_payload) {
-        ssize_t n = ::recv(fd, header + header_have, kReplyBytes - header_have, 0);
-        if (n == 0) return fail(unavailable("chunk stream: the holder closed the connection"));
-        if (n < 0) {
-          if (would_block(errno)) return;
-          return fail(unavailable("chunk stream: receive from the holder: " + errno_text()));
-        }
-        header_have += static_cast<std::size_t>(n);
-        if (header_have < kReplyBytes) continue;
-        header_have = 0;
-        if (!take_header()) return;
-        continue;
-      }
-      Get& g = sent.front();
-      ssize_t n = ::recv(fd, g.dst + payload_have, g.length - payload_have, 0);
-      if (n == 0) return fail(unavailable("chunk stream: the holder closed the connection"));
-      if (n < 0) {
-        if (would_block(errno)) return;
-        return fail(unavailable("chunk stream: receive from the holder: " + errno_text()));
-      }
-      payload_have += static_cast<std::uint64_t>(n);
-      if (payload_have == g.length) {
-        in_payload = false;
-        finish_front(Status());
-      }
-    }
-  }
-
-  void read_records() {
-    using namespace stream_crypto;
-    while (fd >= 0 && !failure) {
-      if (record_length == 0) {
-        auto n = received(::recv(fd, record_header + record_header_have,
-                                 kRecordHeaderBytes - record_header_have, 0),
-                          "");
-        if (!n) return;
-        record_header_have += *n;
-        if (record_header_have < kRecordHeaderBytes) continue;
-        record_header_have = 0;
-        auto len = decode_record_header(record_header, kMaxRecordBytes);
-        if (!len.is_ok()) return fail(len.status());
-        record_length = *len;
-        record_body_have = 0;
-        tag_have = 0;
-        // A record that is all payload of the oldest get is received and decrypted in place in
-        // its destination: no copy.
-        record_direct = in_payload && !sent.empty() && *len <= sent.front().length - payload_have;
-        if (record_direct) {
-          record_body = sent.front().dst + payload_have;
-        } else {
-          scratch.resize(*len);
-          record_body = scratch.data();
-        }
-        continue;
-      }
-      iovec iov[2];
-      int n_iov = 0;
-      if (record_body_have < record_length)
-        iov[n_iov++] = {record_body + record_body_have, record_length - record_body_have};
-      iov[n_iov++] = {tag + tag_have, kTagBytes - tag_have};
-      auto n = received(::readv(fd, iov, n_iov), "");
-      if (!n) return;
-      const std::size_t to_body = std::min(*n, record_length - record_body_have);
-      record_body_have += to_body;
-      tag_have += *n - to_body;
-      if (tag_have < kTagBytes) continue;
-      const std::size_t len = record_length;
-      record_length = 0;
-      if (auto st = rx->open(record_body, len, tag, record_body); !st.is_ok()) return fail(st);
-      if (record_direct) {
-        payload_have += len;
-        if (payload_have == sent.front().length) {
-          in_payload = false;
-          finish_front(Status());
-        }
-      } else if (!consume(scratch.data(), len)) {
-        return;
-      }
-    }
-  }
-
-  // Takes decrypted bytes of the reply stream: reply headers and payloads. False when the stream
-  // failed.
-  bool consume(const std::uint8_t* p, std::size_t n) {
-    while (n > 0) {
-      if (!in_payload) {
-        const std::size_t k = std::min(n, kReplyBytes - header_have);
-        std::memcpy(header + header_have, p, k);
-        header_have += k;
-        p += k;
-        n -= k;
-        if (header_have < kReplyBytes) continue;
-        header_have = 0;
-        if (!take_header()) return false;
-        continue;
-      }
-      Get& g = sent.front();
-      const std::size_t k =
-          static_cast<std::size_t>(std::min<std::uint64_t>(n, g.length - payload_have));
-      std::memcpy(g.dst + payload_have, p, k);
-      payload_have += k;
-      p += k;
-      n -= k;
-      if (payload_have == g.length) {
-        in_payload = false;
-        finish_front(Status());
-      }
-    }
-    return true;
-  }
-
-  // Checks a reply header against the oldest request; false when the stream failed.
-  bool take_header() {
-    auto h = decode_reply_header(header, kReplyBytes);
-    if (!h.is_ok()) {
-      fail(h.status());
-      return false;
-    }
-    if (sent.empty()) {
-      fail(protocol_error("chunk stream: a reply to no request"));
-      return false;
-    }
-    const auto status = h->status;
-    const auto id = h->id;
-    const auto length = h->length;
-    if (status == kEncryptionRequired) {
-      fail(failed_precondition(
-          "chunk stream: the holder serves encrypted streams only and this reader sends clear "
-          "(see stream_encryption: both ends must agree)"));
-      return false;
-    }
-    const Get& g = sent.front();
-    if (id != g.id) {
-      fail(protocol_error("chunk stream: reply " + std::to_string(id) + " out of order (expected " +
-                          std::to_string(g.id) + ")"));
-      return false;
-    }
-    if (status == kUnknownRegion) {
-      finish_front(not_found("the holder does not serve this region (withdrawn or never exposed)"));
-      return true;
-    }
-    if (status == kOutOfRange) {
-      finish_front(invalid_argument("the holder refused a range outside its region"));
-      return true;
-    }
-    if (status != kOk || length != g.length) {
-      fail(protocol_error("chunk stream: reply of status " + std::to_string(status) + " and " +
-                          std::to_string(length) + " bytes to a request for " +
-                          std::to_string(g.length)));
-      return false;
-    }
-    in_payload = true;
-    payload_have = 0;
-    return true;
-  }
-
-  void finish_front(Status s) {
-    Get g = std::move(sent.front());
-    sent.pop_front();
-    later(std::move(g.done), std::move(s));
-    send_waiting();
-  }
-};
-
-ChunkStream::ChunkStream(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
-ChunkStream::~ChunkStream() = default;
-
-Result<std::unique_ptr<ChunkStream>> ChunkStream::connect(EventLoop& loop,
-                                                          std::vector<std::string> addresses,
-                                                          std::string token, Millis connect_timeout,
-                                                          std::shared_ptr<const StreamKeys> keys,
-                                                          std::string holder) {
-  if (addresses.empty()) return invalid_argument("chunk stream: no address to connect to");
-  if (token.size() != kStreamTokenBytes)
-    return invalid_argument("chunk stream: a region token is " + std::to_string(kStreamTokenBytes) +
-                            " bytes");
-  auto impl = std::make_unique<Impl>(loop);
-  impl->addresses = std::move(addresses);
-  impl->token = std::move(token);
-  impl->connect_timeout = connect_timeout;
-  impl->keys = std::move(keys);
-  impl->holder = std::move(holder);
-  std::unique_ptr<ChunkStream> s(new ChunkStream(std::move(impl)));
-  s->impl_->try_next_address();
-  return s;
-}
-
-void ChunkStream::get(std::uint64_t offset, std::uint64_t length, std::uint8_t* dst, Done done) {
-  Impl* impl = impl_.get();
-  if (impl->failure) return impl->later(std::move(done), *impl->failure);
-  if (length == 0 || !dst) return impl->later(std::move(done), invalid_argument("empty get"));
-  impl->waiting.push_back(Get{impl->next_id++, offset, length, dst, std::move(done)});
-  impl->send_waiting();
-}
-
-void ChunkStream::close(Status why) {
-  impl_->fail(std::move(why));
-}
-
-bool ChunkStream::failed() const {
-  return impl_->failure.has_value();
 }
 
 }  // namespace sluice::core

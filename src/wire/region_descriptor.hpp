@@ -1,0 +1,48 @@
+// A region descriptor: where a holder's registered memory lives and how a reader reaches it (its
+// UCX worker and remote key, its chunk stream), as the holder hands it out inside read plans.
+//
+// Binary, little-endian: "SLRD", u16 version (kRegionDescriptorVersion), u16 0, u64 base,
+// u64 length, u32 + worker address, u32 + rkey, u16 + host, u8 count of stream addresses each
+// u16 + address, u8 + stream token, u8 stream encryption, u8 + datacenter ("u32 +" is a length
+// and then that many bytes).
+//
+// Thread safety: a value.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/status.hpp"
+#include "wire/stream_crypto.hpp"
+
+namespace sluice::core {
+
+inline constexpr std::uint16_t kRegionDescriptorVersion = 3;
+
+// Where a region lives and how to read it. Serialized with a format version; decode rejects a
+// truncated descriptor or one of another version.
+struct RegionDescriptor {
+  std::string worker_address;  // packed UCX worker address of the holder
+  std::uint64_t base = 0;      // remote virtual address of byte 0
+  std::uint64_t length = 0;
+  std::string rkey;  // packed UCX remote key
+  // The holder's machine (local_host_id(), wire/transport_choice.hpp): a reader on another one,
+  // or one whose UCX may not use shared memory, reads over the chunk stream below when there is
+  // one.
+  std::string host;
+  // The holder's chunk server ("ip:port", in the order to try them; at most 8) and this region's
+  // token there (kStreamTokenBytes); both empty when the holder serves no chunk stream.
+  std::vector<std::string> stream;
+  std::string stream_token;
+  // What the chunk server accepts (clear, either, encrypted only), and the holder's datacenter
+  // label (TransferOptions::datacenter; empty: none): a reader decides from them whether to
+  // encrypt (TransferOptions::stream_encryption).
+  StreamCrypto stream_crypto = StreamCrypto::kClear;
+  std::string datacenter;
+
+  std::string encode() const;
+  static Result<RegionDescriptor> decode(const std::string& bytes);
+};
+
+}  // namespace sluice::core
