@@ -15,7 +15,7 @@
 #include "core/status.hpp"
 #include "rollout/engine.hpp"
 #include "rollout/protocol.hpp"
-#include "rollout/worker.hpp"
+#include "rollout/worker_config.hpp"
 
 namespace sluice::rollout {
 
