@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "core/log.hpp"
+#include "wire/http_read.hpp"
 #include "wire/metrics_http.hpp"
 
 namespace sluice::rollout {
@@ -109,34 +110,14 @@ struct JsonHttpServer::Impl {
     auto it = conns.find(id);
     if (it == conns.end()) return;
     Conn& conn = *it->second;
-    char buf[16384];
-    bool closed = false;
-    while (true) {
-      ssize_t n = ::recv(conn.fd, buf, sizeof buf, 0);
-      if (n > 0) {
-        if (!conn.answering) conn.pending.append(buf, static_cast<std::size_t>(n));
-        if (conn.pending.size() > max_body + kHeaderLimit * 2) break;
-        continue;
-      }
-      if (n == 0) closed = true;
-      if (n < 0 && errno == EINTR) continue;
-      break;
-    }
+    const bool closed =
+        core::read_available(conn.fd, conn.pending, max_body + kHeaderLimit * 2, !conn.answering);
     if (conn.answering) {
       // The peer went away while its answer was being made: the answer finds no connection.
       if (closed) close_later(id);
       return;
     }
-    boost::beast::error_code ec;
-    while (!conn.pending.empty() && !conn.parser.is_done()) {
-      std::size_t used = conn.parser.put(boost::asio::buffer(conn.pending), ec);
-      conn.pending.erase(0, used);
-      if (ec == http::error::need_more) {
-        ec = {};
-        break;
-      }
-      if (ec || used == 0) break;
-    }
+    boost::beast::error_code ec = core::feed_parser(conn.parser, conn.pending);
     if (ec == http::error::body_limit) {
       send(id, http_error(413, fmt::format("the body is over the limit of {} bytes", max_body)));
     } else if (ec) {

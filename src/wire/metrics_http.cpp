@@ -17,6 +17,7 @@
 #include <sstream>
 
 #include "core/log.hpp"
+#include "wire/http_read.hpp"
 
 namespace sluice::core {
 
@@ -118,30 +119,8 @@ struct MetricsEndpoint::Impl {
     auto it = conns.find(c);
     if (it == conns.end()) return;
     Conn& conn = *it->second;
-    char buf[4096];
-    bool closed = false;
-    while (true) {
-      ssize_t n = ::recv(c, buf, sizeof buf, 0);
-      if (n > 0) {
-        conn.pending.append(buf, static_cast<std::size_t>(n));
-        if (conn.pending.size() > kHeaderLimit * 2) break;
-        continue;
-      }
-      if (n == 0) closed = true;
-      if (n < 0 && errno == EINTR) continue;
-      break;
-    }
-    boost::beast::error_code ec;
-    while (!conn.pending.empty() && !conn.parser.is_done()) {
-      std::size_t used = conn.parser.put(boost::asio::buffer(conn.pending), ec);
-      conn.pending.erase(0, used);
-      if (ec == http::error::need_more) {
-        ec = {};
-        break;
-      }
-      if (ec) break;
-      if (used == 0) break;
-    }
+    const bool closed = read_available(c, conn.pending, kHeaderLimit * 2);
+    boost::beast::error_code ec = feed_parser(conn.parser, conn.pending);
     if (ec) {
       respond(c, http::status::bad_request, "bad request\n");
     } else if (conn.parser.is_done()) {
