@@ -507,7 +507,7 @@ std::optional<Row> measure_row(const BenchTransferArgs& args, const std::vector<
   if (enc_setting != "-") enc = {keys, enc_setting};
   const std::string label = enc_setting == "-" ? t : t + " (encryption " + enc_setting + ")";
   // tcp reads go over chunk streams; tcp-ucx over UCX's GET, as before them (one GET in
-  // flight with UCX 1.13, see wire/transfer.cpp).
+  // flight with UCX 1.13, see get_window() in wire/transfer_source.cpp).
   const bool ucx_get = t == "tcp-ucx";
   auto extra = transport_env(ucx_get ? "tcp" : t, env);
   if (!args.json) std::fprintf(stderr, "bench transfer: %s: sluice reader...\n", label.c_str());

@@ -373,7 +373,7 @@ TEST_SUITE("core.transfer") {
     // still serve a complete, correct read. tests/cli/reader_death.sh does the same at a larger
     // scale and prints the figures (UCX 1.13.1 GETs: the holder aborted in 14 of 40 kills, and
     // in 1 of 60 once readers kept one GET in flight to a tcp-only peer - see get_window() in
-    // transfer.cpp; tcp reads are chunk streams now, which the holder serves itself).
+    // wire/transfer_source.cpp; tcp reads are chunk streams now, which the holder serves itself).
     if (!tcp_holder_survives_reader_death(TransferOptions{})) {
       auto v = ucx_version();
       MESSAGE("skipped: UCX " << v.major << "." << v.minor << "." << v.release
