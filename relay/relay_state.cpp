@@ -194,9 +194,9 @@ std::pair<std::uint64_t, std::uint64_t> chunk_span(const core::Manifest& m, std:
   const std::uint64_t off = std::uint64_t{i} * m.chunk_bytes;
   return {off, off >= m.total_bytes ? 0 : std::min(m.chunk_bytes, m.total_bytes - off)};
 }
-}  // namespace
 
-void RelayState::read_chunk(CopyState& c, std::uint32_t i, Actions& out) {
+// The read of chunk i from the copy's source, without its pieces.
+action::ReadChunk chunk_read(const CopyState& c, std::uint32_t i) {
   action::ReadChunk a;
   a.version = c.manifest.version;
   a.chunk = i;
@@ -205,6 +205,12 @@ void RelayState::read_chunk(CopyState& c, std::uint32_t i, Actions& out) {
   std::tie(a.offset, a.bytes) = chunk_span(c.manifest, i);
   a.checksum = c.manifest.checksums[i];
   if (!c.manifest.digests.empty()) a.digest = c.manifest.digests[i];
+  return a;
+}
+}  // namespace
+
+void RelayState::read_chunk(CopyState& c, std::uint32_t i, Actions& out) {
+  action::ReadChunk a = chunk_read(c, i);
   core::ChunkRead r;
   r.src_offset = r.dst_offset = a.offset;
   r.bytes = a.bytes;
@@ -218,15 +224,8 @@ void RelayState::read_chunk(CopyState& c, std::uint32_t i, Actions& out) {
 // A host share's chunk i from a complete holder of the whole version: the share's pieces that
 // fall in it.
 void RelayState::read_share_chunk(CopyState& c, std::uint32_t i, Actions& out) {
-  action::ReadChunk a;
-  a.version = c.manifest.version;
-  a.chunk = i;
-  a.source = c.source;
-  a.desc = c.source_desc;
+  action::ReadChunk a = chunk_read(c, i);
   a.pieces = true;
-  std::tie(a.offset, a.bytes) = chunk_span(c.manifest, i);
-  a.checksum = c.manifest.checksums[i];
-  if (!c.manifest.digests.empty()) a.digest = c.manifest.digests[i];
   const std::uint64_t from_off = a.offset, to_off = from_off + a.bytes;
   const auto& ps = c.share.pieces;
   auto it = std::upper_bound(

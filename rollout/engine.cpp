@@ -191,16 +191,23 @@ core::Result<KvShape> kv_shape_from_json(const nlohmann::json& j, const std::str
   return shape;
 }
 
+// KvState and KvRef carry the same four shape fields.
+template <typename T>
+T with_shape(const KvShape& shape) {
+  T t;
+  t.version = shape.version;
+  t.layers = shape.layers;
+  t.width = shape.width;
+  t.positions = shape.positions;
+  return t;
+}
+
 core::Result<KvState> kv_from_json(const nlohmann::json& j, const std::string& id) {
   if (!j.is_object()) return core::protocol_error("sequence state " + id + ": 'kv' not an object");
   namespace f = core::json_field;
   const std::string what = "sequence state " + id + " kv";
   SLUICE_ASSIGN_OR_RETURN(KvShape shape, kv_shape_from_json(j, what));
-  KvState kv;
-  kv.version = shape.version;
-  kv.layers = shape.layers;
-  kv.width = shape.width;
-  kv.positions = shape.positions;
+  auto kv = with_shape<KvState>(shape);
   SLUICE_TRY(f::f32_array(j, what, "keys", kv.keys));
   SLUICE_TRY(f::f32_array(j, what, "values", kv.values));
   const std::uint64_t want = std::uint64_t{kv.layers} * kv.width * kv.positions;
@@ -216,11 +223,7 @@ core::Result<KvRef> kv_ref_from_json(const nlohmann::json& j, const std::string&
   if (!j.is_object()) return core::protocol_error(what + ": not an object");
   namespace f = core::json_field;
   SLUICE_ASSIGN_OR_RETURN(KvShape shape, kv_shape_from_json(j, what));
-  KvRef r;
-  r.version = shape.version;
-  r.layers = shape.layers;
-  r.width = shape.width;
-  r.positions = shape.positions;
+  auto r = with_shape<KvRef>(shape);
   std::string checksum, region;
   SLUICE_TRY(f::u64(j, what, "bytes", r.bytes));
   SLUICE_TRY(f::string(j, what, "checksum", checksum));

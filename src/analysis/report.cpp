@@ -224,22 +224,22 @@ std::string render_plot(const PlotSpec& p, const Axis& x) {
   // Ticks, grid lines and labels. Positions are computed from the tick index so that rounding
   // does not add or drop the last tick.
   auto count = [](const Axis& a) { return static_cast<int>(std::lround((a.hi - a.lo) / a.step)); };
-  for (int i = 0, n = count(x); i <= n; ++i) {
-    double v = x.lo + i * x.step;
-    double xp = px(v);
+  auto each_tick = [&](const Axis& a, auto&& draw) {
+    for (int i = 0, n = count(a); i <= n; ++i)
+      draw(a.lo + i * a.step);
+  };
+  each_tick(x, [&](double v) {
     s += fmt::format(
         "<line class=\"grid\" x1=\"{0:.2f}\" y1=\"{1}\" x2=\"{0:.2f}\" y2=\"{2}\"/>"
         "<text class=\"tick x-tick\" x=\"{0:.2f}\" y=\"{3}\" text-anchor=\"middle\">{4}</text>\n",
-        xp, kTop, kTop + kPlotH + 5, kTop + kPlotH + 18, tick_label(v, x.step));
-  }
-  for (int i = 0, n = count(y); i <= n; ++i) {
-    double v = y.lo + i * y.step;
-    double yp = py(v);
+        px(v), kTop, kTop + kPlotH + 5, kTop + kPlotH + 18, tick_label(v, x.step));
+  });
+  each_tick(y, [&](double v) {
     s += fmt::format(
         "<line class=\"grid\" x1=\"{0}\" y1=\"{2:.2f}\" x2=\"{1}\" y2=\"{2:.2f}\"/>"
         "<text class=\"tick y-tick\" x=\"{3}\" y=\"{4:.2f}\" text-anchor=\"end\">{5}</text>\n",
-        kLeft - 5, kLeft + kPlotW, yp, kLeft - 8, yp + 4, tick_label(v, y.step));
-  }
+        kLeft - 5, kLeft + kPlotW, py(v), kLeft - 8, py(v) + 4, tick_label(v, y.step));
+  });
   s += fmt::format(
       "<text class=\"axis-label\" x=\"{}\" y=\"{}\" text-anchor=\"middle\">t (s)</text>\n"
       "<text class=\"axis-label\" transform=\"translate(16 {}) rotate(-90)\" "

@@ -171,41 +171,43 @@ void grow(std::vector<T>& v, std::size_t n) {
   if (v.size() < n) v.resize(n);
 }
 
+// Head h's first column in a [t, 3C] row of q | k | v, each head hs wide.
+struct HeadCols {
+  int q, k, v;
+};
+HeadCols head_cols(int h, int hs, int c) {
+  return {h * hs, c + h * hs, 2 * c + h * hs};
+}
+
 // Causal self-attention over one sequence of t rows. qkv is [t, 3C] (q | k | v), att receives the
 // per-head [t, t] probabilities, y [t, C] the heads' outputs side by side.
 void attention_forward(float* att, float* y, const float* qkv, int t, int c, int n_head) {
   const int hs = c / n_head;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
   for (int h = 0; h < n_head; ++h) {
-    const float* q = qkv + h * hs;
-    const float* key = qkv + c + h * hs;
-    const float* val = qkv + 2 * c + h * hs;
+    const HeadCols o = head_cols(h, hs, c);
     float* a = att + static_cast<std::size_t>(h) * t * t;
-    k::sgemm(false, true, t, t, hs, scale, q, 3 * c, key, 3 * c, 0.0f, a, t);
+    k::sgemm(false, true, t, t, hs, scale, qkv + o.q, 3 * c, qkv + o.k, 3 * c, 0.0f, a, t);
     k::causal_softmax(a, t);
-    k::sgemm(false, false, t, hs, t, 1.0f, a, t, val, 3 * c, 0.0f, y + h * hs, c);
+    k::sgemm(false, false, t, hs, t, 1.0f, a, t, qkv + o.v, 3 * c, 0.0f, y + h * hs, c);
   }
 }
 
 // Backward of attention_forward for one sequence: dqkv (+=) from dy, with datt as [t, t] scratch.
+// dqkv has qkv's layout, so one head's columns are the same in both.
 void attention_backward(float* dqkv, float* datt, const float* dy, const float* qkv,
                         const float* att, int t, int c, int n_head) {
   const int hs = c / n_head;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
   for (int h = 0; h < n_head; ++h) {
-    const float* q = qkv + h * hs;
-    const float* key = qkv + c + h * hs;
-    const float* val = qkv + 2 * c + h * hs;
+    const HeadCols o = head_cols(h, hs, c);
     const float* a = att + static_cast<std::size_t>(h) * t * t;
     const float* d = dy + h * hs;
-    float* dq = dqkv + h * hs;
-    float* dk = dqkv + c + h * hs;
-    float* dv = dqkv + 2 * c + h * hs;
-    k::sgemm(false, true, t, t, hs, 1.0f, d, c, val, 3 * c, 0.0f, datt, t);  // dP = dy v^T
-    k::sgemm(true, false, t, hs, t, 1.0f, a, t, d, c, 1.0f, dv, 3 * c);      // dv += P^T dy
-    k::causal_softmax_backward(datt, a, t);                                  // dS
-    k::sgemm(false, false, t, hs, t, scale, datt, t, key, 3 * c, 1.0f, dq, 3 * c);
-    k::sgemm(true, false, t, hs, t, scale, datt, t, q, 3 * c, 1.0f, dk, 3 * c);
+    k::sgemm(false, true, t, t, hs, 1.0f, d, c, qkv + o.v, 3 * c, 0.0f, datt, t);  // dP = dy v^T
+    k::sgemm(true, false, t, hs, t, 1.0f, a, t, d, c, 1.0f, dqkv + o.v, 3 * c);    // dv += P^T dy
+    k::causal_softmax_backward(datt, a, t);                                        // dS
+    k::sgemm(false, false, t, hs, t, scale, datt, t, qkv + o.k, 3 * c, 1.0f, dqkv + o.q, 3 * c);
+    k::sgemm(true, false, t, hs, t, scale, datt, t, qkv + o.q, 3 * c, 1.0f, dqkv + o.k, 3 * c);
   }
 }
 
