@@ -17,6 +17,7 @@
 #include "core/event_loop.hpp"
 #include "core/status.hpp"
 #include "format/shard.hpp"
+#include "loop_thread.hpp"
 #include "weightstore/client.hpp"
 #include "wire/security.hpp"
 #include "wire/transfer.hpp"
@@ -60,6 +61,29 @@ std::string connect_store(core::EventLoop& loop, const core::SecurityConfig& sc,
                           const std::string& store, double timeout,
                           std::unique_ptr<core::TransferEngine>& engine,
                           std::unique_ptr<weightstore::StoreClient>& client);
+
+// Closes what a Publisher or a Reader holds, on its loop thread without the GIL, and leaves the
+// loop paused: the heartbeat, then the role (`close_role` returns its close's status), then the
+// store client and the transfer engine, in that order. Raises the role's error. Nothing happens
+// once closed.
+template <class Role, class Close>
+void close_on_loop(LoopThread& lt, std::unique_ptr<Role>& role,
+                   std::unique_ptr<core::EventLoop::Timer>& beat,
+                   std::unique_ptr<weightstore::StoreClient>& store,
+                   std::unique_ptr<core::TransferEngine>& engine, Close close_role) {
+  py::gil_scoped_release nogil;
+  lt.exclusive(
+      [&] {
+        if (!role) return;
+        beat.reset();
+        core::Status s = close_role(*role);
+        role.reset();
+        store.reset();
+        engine.reset();
+        check(s);
+      },
+      true);
+}
 
 // A shard layout from a Python dict (core::ShardLayout::from_json's keys); None: none.
 std::optional<core::ShardLayout> shard_layout(const py::object& layout);

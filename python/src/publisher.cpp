@@ -108,18 +108,8 @@ class Publisher {
 
   void close(double timeout) {
     auto t = millis(timeout);
-    py::gil_scoped_release nogil;
-    lt_.exclusive(
-        [&] {
-          if (!publisher_) return;
-          beat_.reset();
-          core::Status s = publisher_->close(t);
-          publisher_.reset();
-          store_.reset();
-          engine_.reset();
-          check(s);
-        },
-        true);
+    close_on_loop(lt_, publisher_, beat_, store_, engine_,
+                  [t](actor::Publisher& p) { return p.close(t); });
   }
 
  private:

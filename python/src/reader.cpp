@@ -234,18 +234,8 @@ class Reader {
   }
 
   void close() {
-    py::gil_scoped_release nogil;
-    lt_.exclusive(
-        [&] {
-          if (!reader_) return;
-          beat_.reset();
-          core::Status s = reader_->close();
-          reader_.reset();
-          store_.reset();
-          engine_.reset();
-          check(s);
-        },
-        true);
+    close_on_loop(lt_, reader_, beat_, store_, engine_,
+                  [](weightstore::Reader& r) { return r.close(); });
   }
 
  private:
