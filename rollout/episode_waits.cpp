@@ -97,6 +97,18 @@ core::Result<std::unique_ptr<EpisodeWaits>> EpisodeWaits::create(core::EventLoop
   return w;
 }
 
+std::optional<SequenceState> EpisodeWaits::begin(SequenceState s) {
+  // An agent's episodes begin when the agent takes them (its Claim).
+  if (env_ && !env_->claims_work() && s.generated.empty() && !s.is_episode()) {
+    s.call_token = env_->call_token();
+    if (env_->resets()) {
+      call(std::move(s));
+      return std::nullopt;
+    }
+  }
+  return s;
+}
+
 void EpisodeWaits::call(SequenceState s) {
   const std::string id = s.trajectory_id;
   if (!keep_kv_) s.kv.reset();

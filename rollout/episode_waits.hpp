@@ -61,6 +61,10 @@ class EpisodeWaits {
   // The environment (null: the rollout runs no episodes).
   Environment* environment() const { return env_.get(); }
 
+  // New work assigned to this rollout. Under an environment that is not the agent's, a sequence
+  // not yet started becomes an episode (its call token set), and one whose environment resets
+  // first waits here before its first turn (nothing returned). Else returned, to be queued.
+  std::optional<SequenceState> begin(SequenceState s);
   // A model turn ended with a call (or an episode that resets begins): `s` waits on the
   // environment, out of the engine, from now. Needs an environment.
   void call(SequenceState s);

@@ -24,7 +24,8 @@
 // their partial states include them, so a rollout killed mid-episode loses none.
 //
 // Its configuration is RolloutConfig (rollout/worker_config.hpp); its parts are WorkerState
-// (decisions), WeightFollower (weights), EpisodeWaits (episodes) and WorkerStats (accounting).
+// (decisions), WeightFollower (weights), KvMoves (KV caches that move), EpisodeWaits (episodes),
+// HeldWork (the queue and what goes to the manager) and WorkerStats (accounting).
 //
 // Thread safety: one thread. run() is a plain driver loop (the engine's modelled step time is
 // slept through, since a rollout serves no requests), so the blocking control-plane calls are

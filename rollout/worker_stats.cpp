@@ -17,6 +17,15 @@ void WorkerStats::first_weights(core::Clock::time_point now) {
   barrier_s = idle_s = 0;
 }
 
+void WorkerStats::stepped(const StepResult& res, double took, std::uint32_t max_sequences,
+                          core::Clock::time_point now) {
+  ++steps;
+  tokens += res.tokens;
+  gen_s += took;
+  occupancy_s += took * res.batch / max_sequences;
+  if (!res.finished.empty() && first_trajectory_s < 0) first_trajectory_s = seconds(now - created);
+}
+
 nlohmann::json WorkerStats::to_json(core::Clock::time_point now, bool loaded,
                                     std::uint32_t max_sequences) const {
   // Time counts from the first version loaded: waiting for the job's first weights is start-up.

@@ -18,6 +18,7 @@
 
 #include "core/event_loop.hpp"
 #include "core/metrics.hpp"
+#include "rollout/engine.hpp"
 #include "rollout/kv_transfer.hpp"
 
 namespace sluice::rollout {
@@ -59,6 +60,12 @@ struct WorkerStats {
   // The first weights were loaded at `now`: the accounting starts here (what went before was
   // start-up). Sets first_weights_s and first_read_s.
   void first_weights(core::Clock::time_point now);
+  // An engine step `res` took `took` seconds, ending at `now`: generating time, occupancy (of
+  // `max_sequences`), tokens, and the first trajectory's time.
+  void stepped(const StepResult& res, double took, std::uint32_t max_sequences,
+               core::Clock::time_point now);
+  // `s` seconds with nothing running: at a weight barrier (`at_barrier`), else idle.
+  void waited(double s, bool at_barrier) { (at_barrier ? barrier_s : idle_s) += s; }
   // The report's stats at `now`. `loaded`: a version is loaded (else wall_s is 0);
   // `max_sequences`: the engine's decode batch bound.
   nlohmann::json to_json(core::Clock::time_point now, bool loaded,
