@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs one bench with two sluice binaries in turn (before, after, before, after, ...) and prints
-# their figures side by side: the median of each over the rounds, and after / before. A change
+# their figures side by side: the median of each over the rounds, after / before, and each side's
+# lowest and highest (a difference inside both sides' spread is noise). A change
 # that should leave speed alone is checked this way, both measured in one run under the same load.
 #
 #   scripts/compare_builds.sh BEFORE AFTER ROUNDS KEYS -- BENCH ARGS...
@@ -57,13 +58,15 @@ for r in rows:
         if isinstance(r.get(k), (int, float)):
             figures.setdefault((ident(r), k), {"before": [], "after": []})[r["_side"]].append(float(r[k]))
 print(f"load average {load0} at the start, {load1} at the end; CPU busy {100 * busy:.1f}% over the run")
-print("| row | figure | before (median) | after (median) | after / before | runs |")
-print("| --- | --- | --- | --- | --- | --- |")
+print("| row | figure | before (median) | after (median) | after / before | before min-max | after min-max | runs |")
+print("| --- | --- | --- | --- | --- | --- | --- | --- |")
 for (row, k), v in figures.items():
     b = statistics.median(v["before"]) if v["before"] else float("nan")
     a = statistics.median(v["after"]) if v["after"] else float("nan")
     ratio = a / b if b else float("nan")
-    print(f"| {row} | {k} | {b:.4g} | {a:.4g} | {ratio:.3f} | {len(v['before'])}+{len(v['after'])} |")
+    spread = lambda xs: f"{min(xs):.4g}-{max(xs):.4g}" if xs else "-"
+    print(f"| {row} | {k} | {b:.4g} | {a:.4g} | {ratio:.3f} | {spread(v['before'])} | "
+          f"{spread(v['after'])} | {len(v['before'])}+{len(v['after'])} |")
 if not figures:
     sys.exit("compare_builds: no row had any of the keys " + ",".join(keys))
 EOF
