@@ -10,7 +10,7 @@ trap 'rm -rf "$dir"' EXIT
 cat > "$dir/job.json" <<'JOB'
 {"name": "chaos-cli", "rollouts": 3, "relays": 2, "progress_s": 0, "timeout_s": 240,
  "restart": {"backoff_ms": 100},
- "manager": {"prompts": 240, "group_size": 4, "batch_trajectories": 16, "heartbeat_timeout_ms": 1500},
+ "manager": {"prompts": 480, "group_size": 4, "batch_trajectories": 16, "heartbeat_timeout_ms": 1500},
  "rollout": {"report_ms": 20, "sim": {"max_sequences": 6, "t0_ms": 2.0, "t1_ms": 0.2,
    "lengths": {"median": 16, "p99": 160, "max_len": 256}}},
  "actor": {"weight_bytes": 1048576, "chunk_bytes": 65536, "train_ms_per_token": 0.02,

@@ -24,10 +24,13 @@ assert rollouts, "no rollout stats"
 for r in rollouts:
     st = r["stats"]
     assert st["loads"] >= 2, st
-    # Every pull is a whole bf16 version, 2 bytes a parameter: as many versions as were loaded
-    # (and perhaps one staged after the last load); fp32 versions would count twice as many.
+    # Every pull is a whole bf16 version, 2 bytes a parameter: at least as many versions as were
+    # loaded, and no more than the actor published. A staged version may be replaced by a newer
+    # pull before it is loaded (the rollout pulls the newest in the background), so pulls may
+    # exceed loads by more than one; fp32 versions would count as at least twice the loads.
+    pulled = st["pulled_bytes"] // (2 * params)
     assert st["pulled_bytes"] % (2 * params) == 0, st["pulled_bytes"]
-    assert st["loads"] <= st["pulled_bytes"] // (2 * params) <= st["loads"] + 1, st
+    assert st["loads"] <= pulled <= min(actor["version"], 2 * st["loads"] - 1), (st, actor["version"])
 evals = [json.loads(l) for l in open(f"{run}/metrics.jsonl") if '"accuracy"' in l]
 assert evals, "no evaluation in metrics.jsonl"
 print("ok: bf16 versions pulled and loaded;", len(evals), "evaluations")

@@ -222,7 +222,7 @@ TEST_CASE("rollouts that serve peers register what they load with the store, and
 TEST_CASE("a rollout that stops heartbeating is declared dead and its work resumes elsewhere") {
   // A longer job and a patient timeout: on a loaded machine (sanitizers, parallel tests) a live
   // rollout must not be mistaken for a stopped one.
-  constexpr std::uint64_t kMore = 96;
+  constexpr std::uint64_t kMore = 192;
   json job = small_job("sluice");
   job["manager"]["prompts"] = kMore;
   job["manager"]["heartbeat_timeout_ms"] = 1500;
@@ -380,8 +380,10 @@ TEST_CASE("work whose reply was lost while the manager stalled is handed out aga
   // when it resumes, with new work in them, go to rollouts that no longer wait for them. Whether
   // a reply carried new work depends on timing, so two pause times (trials at 0.3, 0.8 and 1.2 s
   // re-sent 0, 0 and 7 trajectories); without the manager's check such work was never finished
-  // and the job did not end.
-  constexpr std::uint64_t kMore = 96;
+  // and the job did not end. The job must still be running when the pause comes: at 96 prompts a
+  // fast machine had finished it before 1.2 s, and the launcher's final status then found the
+  // manager stopped.
+  constexpr std::uint64_t kMore = 192;
   std::uint64_t lost = 0;
   for (double at : {0.6, 1.2}) {
     CAPTURE(at);
