@@ -5,8 +5,8 @@
 #include <cstring>
 #include <span>
 
-#include "format/bf16.hpp"
 #include "core/device_copy.hpp"
+#include "format/bf16.hpp"
 
 namespace sluice::actor {
 

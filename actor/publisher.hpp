@@ -38,9 +38,9 @@
 #include "core/hash_worker.hpp"
 #include "format/manifest.hpp"
 #include "format/shard.hpp"
-#include "wire/transfer.hpp"
 #include "weightstore/client.hpp"
 #include "weightstore/holder.hpp"
+#include "wire/transfer.hpp"
 
 namespace sluice::actor {
 

@@ -8,12 +8,12 @@
 #include "core/log.hpp"
 #include "core/metrics.hpp"
 #include "format/shard.hpp"
-#include "wire/transfer.hpp"
 #include "relay/relay_delta.hpp"
 #include "relay/relay_state.hpp"
 #include "weightstore/client.hpp"
 #include "weightstore/holder.hpp"
 #include "weightstore/protocol.hpp"
+#include "wire/transfer.hpp"
 
 namespace sluice::relay {
 

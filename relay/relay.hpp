@@ -15,10 +15,10 @@
 #include <string>
 
 #include "core/event_loop.hpp"
-#include "wire/security.hpp"
 #include "core/status.hpp"
 #include "relay/relay_config.hpp"
 #include "weightstore/store.hpp"
+#include "wire/security.hpp"
 
 namespace sluice::relay {
 

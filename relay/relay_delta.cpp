@@ -4,8 +4,8 @@
 #include <cstring>
 
 #include "core/checksum.hpp"
-#include "format/delta.hpp"
 #include "core/log.hpp"
+#include "format/delta.hpp"
 #include "wire/region_server.hpp"
 
 namespace sluice::relay {

@@ -25,8 +25,8 @@
 
 #include "core/event_loop.hpp"
 #include "format/manifest.hpp"
-#include "wire/transfer.hpp"
 #include "weightstore/client.hpp"
+#include "wire/transfer.hpp"
 
 namespace sluice::relay {
 

@@ -21,12 +21,12 @@
 #include <vector>
 
 #include "core/event_loop.hpp"
+#include "core/status.hpp"
 #include "format/manifest.hpp"
 #include "format/shard.hpp"
-#include "core/status.hpp"
-#include "wire/transfer.hpp"
 #include "relay/relay_config.hpp"
 #include "weightstore/protocol.hpp"
+#include "wire/transfer.hpp"
 
 namespace sluice::relay {
 

@@ -16,8 +16,8 @@
 #include <memory>
 
 #include "core/status.hpp"
-#include "wire/transfer.hpp"
 #include "rollout/engine.hpp"
+#include "wire/transfer.hpp"
 
 namespace sluice::rollout {
 

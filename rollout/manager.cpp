@@ -8,11 +8,11 @@
 #include <algorithm>
 
 #include "core/log.hpp"
-#include "wire/messaging.hpp"
 #include "rollout/manager_db.hpp"
 #include "rollout/manager_state.hpp"
 #include "rollout/mode_policy.hpp"
 #include "rollout/protocol.hpp"
+#include "wire/messaging.hpp"
 
 namespace sluice::rollout {
 

@@ -41,10 +41,10 @@
 #include <string>
 
 #include "core/event_loop.hpp"
-#include "wire/security.hpp"
 #include "core/status.hpp"
 #include "rl/task.hpp"
 #include "rollout/manager_config.hpp"
+#include "wire/security.hpp"
 
 namespace sluice::rollout {
 

@@ -17,10 +17,10 @@
 #include <string>
 
 #include "core/event_loop.hpp"
-#include "wire/messaging.hpp"
-#include "wire/security.hpp"
 #include "core/status.hpp"
 #include "rollout/protocol.hpp"
+#include "wire/messaging.hpp"
+#include "wire/security.hpp"
 
 namespace sluice::rollout {
 

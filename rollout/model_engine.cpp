@@ -5,10 +5,10 @@
 #include <optional>
 #include <span>
 
-#include "format/bf16.hpp"
 #include "core/checksum.hpp"
 #include "core/log.hpp"
 #include "core/splitmix.hpp"
+#include "format/bf16.hpp"
 #include "model/device.hpp"
 #include "model/sampling.hpp"
 #include "rl/tokenizer.hpp"

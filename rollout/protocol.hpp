@@ -24,9 +24,9 @@
 #include <string>
 #include <vector>
 
-#include "wire/messaging.hpp"
 #include "rl/trajectory.hpp"
 #include "rollout/engine.hpp"
+#include "wire/messaging.hpp"
 
 namespace sluice::rollout {
 

@@ -9,8 +9,8 @@
 #include <cstdint>
 #include <string>
 
-#include "wire/security.hpp"
 #include "weightstore/store.hpp"
+#include "wire/security.hpp"
 
 namespace sluice::weightstore {
 

@@ -29,10 +29,10 @@
 #include "core/event_loop.hpp"
 #include "format/manifest.hpp"
 #include "format/shard.hpp"
-#include "wire/transfer.hpp"
 #include "weightstore/client.hpp"
 #include "weightstore/holder.hpp"
 #include "weightstore/store.hpp"
+#include "wire/transfer.hpp"
 
 namespace sluice::weightstore {
 

@@ -15,11 +15,11 @@
 #include <string>
 
 #include "core/event_loop.hpp"
-#include "wire/messaging.hpp"
-#include "wire/security.hpp"
 #include "core/status.hpp"
 #include "weightstore/store.hpp"
 #include "weightstore/waiters.hpp"
+#include "wire/messaging.hpp"
+#include "wire/security.hpp"
 
 namespace sluice::weightstore {
 

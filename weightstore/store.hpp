@@ -38,8 +38,8 @@
 #include <tuple>
 #include <vector>
 
-#include "format/manifest.hpp"
 #include "core/status.hpp"
+#include "format/manifest.hpp"
 
 namespace sluice::weightstore {
 

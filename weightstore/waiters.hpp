@@ -20,8 +20,8 @@
 #include <string>
 
 #include "core/event_loop.hpp"
-#include "wire/messaging.hpp"
 #include "core/status.hpp"
+#include "wire/messaging.hpp"
 
 namespace sluice::weightstore {
 

@@ -14,8 +14,9 @@
 // went, from the manager's free_slot_s); then four inline SVG plots over t (reward, held-out
 // accuracy, throughput in tokens/s, staleness), each with axes, tick labels and a title, sharing
 // one time axis; then the scalar figures of summary.json as a table, folded in <details>.
-// Exactly-once counts the job's trajectories from RUN_DIR/job.json when there is one. The page loads nothing: no scripts, fonts,
-// images or network references. All text taken from the inputs (the title included) is escaped.
+// Exactly-once counts the job's trajectories from RUN_DIR/job.json when there is one. The page
+// loads nothing: no scripts, fonts, images or network references. All text taken from the inputs
+// (the title included) is escaped.
 //
 // Thread safety: a free function without shared state; calls for different folders may run
 // concurrently.

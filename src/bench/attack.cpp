@@ -16,11 +16,11 @@
 
 #include "bench/attack_internal.hpp"
 #include "core/log.hpp"
-#include "wire/messaging.hpp"
 #include "launch/job.hpp"
 #include "rollout/protocol.hpp"
 #include "weightstore/client.hpp"
 #include "weightstore/protocol.hpp"
+#include "wire/messaging.hpp"
 
 namespace sluice::cli {
 

@@ -13,10 +13,10 @@
 #include <vector>
 
 #include "bench/attack_internal.hpp"
-#include "wire/region_server.hpp"
 #include "format/shard.hpp"
-#include "wire/transfer.hpp"
 #include "weightstore/client.hpp"
+#include "wire/region_server.hpp"
+#include "wire/transfer.hpp"
 
 namespace sluice::cli::attack {
 

@@ -12,9 +12,9 @@
 #include <vector>
 
 #include "core/event_loop.hpp"
-#include "wire/security.hpp"
 #include "core/status.hpp"
 #include "weightstore/store.hpp"
+#include "wire/security.hpp"
 
 namespace sluice::weightstore {
 class StoreClient;

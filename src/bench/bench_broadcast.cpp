@@ -24,8 +24,8 @@
 #include "bench/harness.hpp"
 #include "core/log.hpp"
 #include "core/process.hpp"
-#include "wire/security.hpp"
 #include "core/units.hpp"
+#include "wire/security.hpp"
 
 namespace sluice::cli {
 

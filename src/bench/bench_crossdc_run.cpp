@@ -22,9 +22,9 @@
 #include "bench/harness.hpp"
 #include "core/log.hpp"
 #include "core/process.hpp"
-#include "wire/security.hpp"
 #include "core/units.hpp"
 #include "weightstore/reader.hpp"
+#include "wire/security.hpp"
 
 namespace sluice::cli {
 

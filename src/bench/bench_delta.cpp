@@ -13,10 +13,10 @@
 #include "actor/learner.hpp"
 #include "bench/bench_util.hpp"
 #include "bench/learner_runs.hpp"
-#include "format/bf16.hpp"
 #include "core/config.hpp"
-#include "format/delta.hpp"
 #include "core/units.hpp"
+#include "format/bf16.hpp"
+#include "format/delta.hpp"
 #include "launch/job.hpp"
 #include "model/blas.hpp"
 

@@ -23,9 +23,9 @@
 #include "core/event_loop.hpp"
 #include "core/log.hpp"
 #include "core/process.hpp"
+#include "core/units.hpp"
 #include "wire/security.hpp"
 #include "wire/transfer.hpp"
-#include "core/units.hpp"
 
 namespace sluice::cli {
 

@@ -7,10 +7,10 @@
 #include <vector>
 
 #include "bench/cpu_busy.hpp"  // CpuTimes, read_cpu_times (the benches that emulate links)
-#include "wire/security.hpp"
 #include "core/status.hpp"
 #include "launch/executable.hpp"  // self_exe, find_emuhosts
 #include "rollout/sim_engine.hpp"
+#include "wire/security.hpp"
 
 namespace sluice::cli {
 

@@ -11,10 +11,10 @@
 #include "core/checksum.hpp"
 #include "core/event_loop.hpp"
 #include "core/log.hpp"
+#include "core/units.hpp"
 #include "wire/messaging.hpp"
 #include "wire/region_server.hpp"
 #include "wire/transfer.hpp"
-#include "core/units.hpp"
 
 namespace sluice::cli {
 

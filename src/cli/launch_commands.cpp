@@ -5,7 +5,6 @@
 #include <cstdio>
 
 #include "cli/subcommands.hpp"
-#include "wire/build_info.hpp"
 #include "core/cuda_device.hpp"
 #include "launch/commands.hpp"
 #include "launch/executable.hpp"
@@ -13,6 +12,7 @@
 #include "launch/role_commands.hpp"
 #include "launch/slurm.hpp"
 #include "launch/weights_cmds.hpp"
+#include "wire/build_info.hpp"
 
 namespace sluice::cli {
 

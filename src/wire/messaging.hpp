@@ -35,8 +35,8 @@
 #include <vector>
 
 #include "core/event_loop.hpp"
-#include "wire/security.hpp"
 #include "core/status.hpp"
+#include "wire/security.hpp"
 
 namespace sluice::core {
 

@@ -16,11 +16,11 @@
 #include "actor/publisher.hpp"
 #include "actor/sim_policy.hpp"
 #include "actor/trainer.hpp"
-#include "wire/messaging.hpp"
-#include "wire/transfer.hpp"
 #include "rl/trajectory.hpp"
 #include "rollout/protocol.hpp"
 #include "weightstore/client.hpp"
+#include "wire/messaging.hpp"
+#include "wire/transfer.hpp"
 
 using namespace sluice;
 using nlohmann::json;

@@ -22,8 +22,8 @@
 #include <thread>
 #include <vector>
 
-#include "wire/chunk_stream.hpp"
 #include "core/units.hpp"
+#include "wire/chunk_stream.hpp"
 
 using namespace sluice;
 using namespace sluice::core;

@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "../support/await_gets.hpp"
-#include "wire/chunk_stream.hpp"
 #include "core/units.hpp"
+#include "wire/chunk_stream.hpp"
 
 using namespace sluice;
 using namespace sluice::core;

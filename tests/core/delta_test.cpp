@@ -7,10 +7,10 @@
 
 #include <cstring>
 
-#include "format/bf16.hpp"
 #include "core/checksum.hpp"
-#include "format/delta.hpp"
 #include "core/units.hpp"
+#include "format/bf16.hpp"
+#include "format/delta.hpp"
 
 using namespace sluice;
 

@@ -10,12 +10,12 @@
 #include "core/checksum.hpp"
 #include "core/cuda_device.hpp"
 #include "core/device_copy.hpp"
-#include "wire/device_read.hpp"
 #include "core/event_loop.hpp"
+#include "core/units.hpp"
+#include "wire/device_read.hpp"
 #include "wire/nccl_fanout.hpp"
 #include "wire/region_server.hpp"
 #include "wire/transfer.hpp"
-#include "core/units.hpp"
 
 using namespace sluice::core;
 

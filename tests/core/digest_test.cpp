@@ -9,8 +9,8 @@
 
 #include "core/checksum.hpp"
 #include "core/event_loop.hpp"
-#include "wire/transfer.hpp"
 #include "core/units.hpp"
+#include "wire/transfer.hpp"
 
 using namespace sluice::core;
 

@@ -11,8 +11,8 @@
 
 #include "core/event_loop.hpp"
 #include "core/log.hpp"
-#include "wire/messaging.hpp"
 #include "core/process.hpp"
+#include "wire/messaging.hpp"
 
 using namespace sluice::core;
 

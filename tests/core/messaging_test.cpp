@@ -9,9 +9,9 @@
 #include <zmq_addon.hpp>
 
 #include "core/event_loop.hpp"
-#include "wire/messaging.hpp"
 #include "core/metrics.hpp"
 #include "core/process.hpp"
+#include "wire/messaging.hpp"
 
 using namespace sluice::core;
 

@@ -7,8 +7,8 @@
 
 #include "../support/job_keys.hpp"
 #include "core/event_loop.hpp"
-#include "wire/messaging.hpp"
 #include "core/metrics.hpp"
+#include "wire/messaging.hpp"
 #include "wire/security.hpp"
 
 using namespace sluice::core;

@@ -11,11 +11,11 @@
 #include <random>
 #include <vector>
 
-#include "format/bf16.hpp"
 #include "core/checksum.hpp"
+#include "core/units.hpp"
+#include "format/bf16.hpp"
 #include "format/manifest.hpp"
 #include "format/shard.hpp"
-#include "core/units.hpp"
 
 using namespace sluice::core;
 

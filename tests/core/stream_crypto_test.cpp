@@ -19,9 +19,9 @@
 
 #include "../support/await_gets.hpp"
 #include "../support/job_keys.hpp"
+#include "core/units.hpp"
 #include "wire/chunk_stream.hpp"
 #include "wire/stream_crypto.hpp"
-#include "core/units.hpp"
 
 using namespace sluice;
 using namespace sluice::core;

@@ -9,15 +9,15 @@
 
 #include "../support/job_keys.hpp"
 #include "core/checksum.hpp"
-#include "wire/chunk_stream.hpp"
 #include "core/cuda_device.hpp"
 #include "core/event_loop.hpp"
-#include "wire/messaging.hpp"
 #include "core/process.hpp"
+#include "core/units.hpp"
+#include "wire/chunk_stream.hpp"
+#include "wire/messaging.hpp"
 #include "wire/region_server.hpp"
 #include "wire/transfer.hpp"
 #include "wire/ucx.hpp"
-#include "core/units.hpp"
 
 using namespace sluice::core;
 using sluice::testing::JobKeys;

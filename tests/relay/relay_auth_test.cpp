@@ -5,8 +5,8 @@
 
 #include "../support/job_keys.hpp"
 #include "core/event_loop.hpp"
-#include "wire/messaging.hpp"
 #include "relay/relay.hpp"
+#include "wire/messaging.hpp"
 
 using namespace sluice;
 using core::Message;

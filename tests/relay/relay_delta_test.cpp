@@ -19,9 +19,9 @@
 
 #include "actor/publisher.hpp"
 #include "core/checksum.hpp"
-#include "format/delta.hpp"
 #include "core/process.hpp"
 #include "core/units.hpp"
+#include "format/delta.hpp"
 #include "relay/relay_delta.hpp"
 #include "weightstore/client.hpp"
 #include "weightstore/service.hpp"

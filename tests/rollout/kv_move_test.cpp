@@ -10,12 +10,12 @@
 #include <vector>
 
 #include "core/event_loop.hpp"
-#include "wire/transfer.hpp"
 #include "model/blas.hpp"
 #include "model/gpt.hpp"
 #include "model/sampling.hpp"
 #include "rollout/kv_transfer.hpp"
 #include "rollout/model_engine.hpp"
+#include "wire/transfer.hpp"
 
 using namespace sluice;
 using rollout::KvState;

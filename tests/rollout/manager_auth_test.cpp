@@ -7,8 +7,8 @@
 
 #include "../support/job_keys.hpp"
 #include "core/event_loop.hpp"
-#include "wire/messaging.hpp"
 #include "rollout/manager.hpp"
+#include "wire/messaging.hpp"
 
 using namespace sluice;
 using core::Code;

@@ -8,9 +8,9 @@
 #include <string>
 
 #include "core/event_loop.hpp"
-#include "wire/security.hpp"
 #include "rollout/manager.hpp"
 #include "rollout/manager_client.hpp"
+#include "wire/security.hpp"
 
 using namespace sluice;
 

@@ -13,10 +13,10 @@
 #include <vector>
 
 #include "core/event_loop.hpp"
-#include "wire/messaging.hpp"
 #include "rl/trajectory.hpp"
 #include "rollout/engine.hpp"
 #include "rollout/manager.hpp"
+#include "wire/messaging.hpp"
 
 using namespace sluice;
 using nlohmann::json;

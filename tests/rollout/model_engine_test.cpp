@@ -11,9 +11,9 @@
 
 #include "../support/store_process.hpp"
 #include "actor/publisher.hpp"
-#include "format/bf16.hpp"
 #include "core/process.hpp"
 #include "core/units.hpp"
+#include "format/bf16.hpp"
 #include "model/blas.hpp"
 #include "model/gpt.hpp"
 #include "model/sampling.hpp"

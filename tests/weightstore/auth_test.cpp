@@ -7,10 +7,10 @@
 
 #include "../support/job_keys.hpp"
 #include "core/event_loop.hpp"
-#include "wire/messaging.hpp"
 #include "weightstore/client.hpp"
 #include "weightstore/protocol.hpp"
 #include "weightstore/service.hpp"
+#include "wire/messaging.hpp"
 
 using namespace sluice;
 using namespace sluice::weightstore;

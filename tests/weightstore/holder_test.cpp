@@ -6,9 +6,9 @@
 
 #include <numeric>
 
-#include "wire/transfer.hpp"
 #include "weightstore/holder.hpp"
 #include "weightstore/service.hpp"
+#include "wire/transfer.hpp"
 
 using namespace sluice;
 using namespace sluice::weightstore;

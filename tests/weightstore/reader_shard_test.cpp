@@ -12,9 +12,9 @@
 
 #include "../support/store_process.hpp"
 #include "actor/publisher.hpp"
+#include "core/units.hpp"
 #include "format/bf16.hpp"
 #include "format/shard.hpp"
-#include "core/units.hpp"
 #include "weightstore/reader.hpp"
 #include "weightstore/shard_read.hpp"
 

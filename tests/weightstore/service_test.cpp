@@ -4,11 +4,11 @@
 #include <csignal>
 
 #include "core/event_loop.hpp"
-#include "wire/messaging.hpp"
 #include "core/process.hpp"
 #include "format/shard.hpp"
 #include "weightstore/protocol.hpp"
 #include "weightstore/service.hpp"
+#include "wire/messaging.hpp"
 
 using namespace sluice;
 using namespace sluice::weightstore;
