@@ -66,10 +66,14 @@ base_s=$(( $(date +%s) - start ))
 "$sluice" run "$job" "${settings[@]}" --out "$tmp/attacked" >"$tmp/attacked.out" 2>"$tmp/attacked.err" &
 job_pid=$!
 wait_for 600 lines "$tmp/attacked/metrics.jsonl" reward_mean 1 || fail "the job did not train a step"
+attack_start=$(date +%s)
 timeout 600 "$sluice" attack "$tmp/attacked" >"$tmp/attack.out" 2>"$tmp/attack.err"
 attack_status=$?
+attack_end=$(date +%s)
 cat "$tmp/attack.out"
 wait "$job_pid"; job_status=$?; job_pid=
+echo "attack.sh: the attack ran from $(( attack_start - start - base_s )) s to $(( attack_end - start - base_s )) s" \
+  "of the attacked job, which took $(( $(date +%s) - start - base_s )) s"
 [ $attack_status -eq 0 ] || fail "sluice attack exited $attack_status"
 [ $job_status -eq 0 ] || fail "the attacked job exited $job_status"
 # Every attempt the job offers was played while it ran (none skipped because it had ended).
