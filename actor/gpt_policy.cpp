@@ -134,6 +134,8 @@ class GptPolicy final : public Policy {
     return core::write_safetensors(path, in, {{"format", "sluice reference gpt"}});
   }
 
+  const Learner* learner() const override { return learner_.get(); }
+
  private:
   std::unique_ptr<Learner> learner_;
   Worker worker_;  // after learner_: joined before the learner goes

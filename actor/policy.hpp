@@ -18,6 +18,8 @@
 
 namespace sluice::actor {
 
+class Learner;
+
 class Policy {
  public:
   virtual ~Policy() = default;
@@ -48,6 +50,9 @@ class Policy {
     (void)path;
     return {};
   }
+  // The learner behind the policy, read between train() calls (the batch record,
+  // actor/batch_recorder.hpp); nullptr when there is none (the simulated policy).
+  virtual const Learner* learner() const { return nullptr; }
 };
 
 }  // namespace sluice::actor

@@ -14,6 +14,7 @@
 #include <set>
 #include <thread>
 
+#include "actor/batch_recorder.hpp"
 #include "actor/checkpoint.hpp"
 #include "actor/consumed.hpp"
 #include "actor/gpt_policy.hpp"
@@ -74,6 +75,8 @@ struct Trainer::Impl : TrainerTotals {
   std::unique_ptr<Publisher> publisher;
   std::unique_ptr<ExperienceBuffer> buffer;
   std::unique_ptr<Policy> policy;
+  // The batch record (policy gpt, record_batches on, batches_path set); else null.
+  std::unique_ptr<BatchRecorder> recorder;
   // publish_dtype bf16: the rounded weights of the version being published (the publisher copies
   // them into its staging memory before publish() returns).
   std::vector<std::uint8_t> publish_storage;
@@ -195,6 +198,7 @@ struct Trainer::Impl : TrainerTotals {
       tokens += s.trajectory.response_tokens.size();
     }
     auto t0 = Clock::now();
+    if (recorder) recorder->before_step(*policy->learner());
     SLUICE_ASSIGN_OR_RETURN(json stats, policy->train(batch, [this](double ms) { wait_for(ms); }));
     train_s += seconds(Clock::now() - t0);
     trained_tokens += tokens;
@@ -203,6 +207,10 @@ struct Trainer::Impl : TrainerTotals {
     trained_samples += batch.size();
     state->trained(Clock::now());
     const std::uint64_t steps = state->steps();
+    if (recorder) {
+      recorder->after_step(steps, state->version(), batch, *policy->learner(),
+                           stats.value("loss", 0.0), stats.value("grad_norm", 0.0));
+    }
     for (const auto& s : batch)
       consume(s.trajectory.id, true);
     if (cfg.eval_every > 0 && steps % cfg.eval_every == 0) {
@@ -271,6 +279,8 @@ struct Trainer::Impl : TrainerTotals {
     static_cast<KeptBufferCounts&>(s) = buffer->counts_without_held();
     state->consumed().save(s);
 
+    // The record first: a checkpoint at step s finds steps 1..s in it after any kill.
+    if (recorder) recorder->sync();
     const std::string path = in_checkpoint_dir(s.policy_file);
     SLUICE_TRY(policy->save_state(path).with_context("actor checkpoint"));
     SLUICE_TRY(sync_file(path).with_context("actor checkpoint"));
@@ -400,6 +410,10 @@ struct Trainer::Impl : TrainerTotals {
         state->start_above(latest);
       }
     }
+    // The record starts from the weights RL starts from; a resumed actor cuts it back to its
+    // checkpoint's step (what a killed incarnation trained on after it is not in the weights).
+    if (recorder && resumed) recorder->resume(*resumed_from_step);
+    if (recorder && !resumed) recorder->begin(*policy->learner());
     started = Clock::now();
     if (cfg.eval_every > 0 && !resumed) SLUICE_TRY(evaluate_now());
     SLUICE_TRY(publish_next());  // the initial (or restored) weights
@@ -440,6 +454,12 @@ struct Trainer::Impl : TrainerTotals {
     if (!batch.empty()) SLUICE_TRY(train(batch));
     if (cfg.eval_every > 0 && state->steps() % cfg.eval_every != 0) SLUICE_TRY(evaluate_now());
     if (!cfg.weights_path.empty()) SLUICE_TRY(policy->save_weights(cfg.weights_path));
+    if (recorder) {
+      recorder->sync();
+      if (recorder->active())
+        log::info("actor: batch record '{}': {} steps, {} bytes", cfg.batches_path, state->steps(),
+                  recorder->bytes());
+    }
     SLUICE_TRY(maybe_checkpoint(true));
     final_ack();
     return summary();
@@ -530,6 +550,10 @@ core::Result<std::unique_ptr<Trainer>> Trainer::create(core::EventLoop& loop, Tr
     so.train_ms_fixed = impl->cfg.train_ms_fixed;
     so.train_ms_per_token = impl->cfg.train_ms_per_token;
     impl->policy = make_sim_policy(so);
+  }
+  if (impl->cfg.record_batches && !impl->cfg.batches_path.empty() &&
+      impl->policy->learner() != nullptr) {
+    impl->recorder = std::make_unique<BatchRecorder>(impl->cfg.batches_path);
   }
   return std::unique_ptr<Trainer>(new Trainer(std::move(impl)));
 }

@@ -207,6 +207,7 @@ void wire_job(JobConfig& job, const JobEndpoints& ep, const std::string& dir_nam
   job.actor.summary_path = (dir / "actor-summary.json").string();
   job.actor.metrics_path = (dir / "metrics.jsonl").string();
   job.actor.weights_path = (dir / "final_weights.safetensors").string();
+  job.actor.batches_path = (dir / "actor-batches.bin").string();
   // The durable state a restarted role recovers from (and `sluice run --resume` continues from).
   if (job.manager.state_path.empty()) job.manager.state_path = (dir / "manager.db").string();
   if (job.actor.checkpoint_dir.empty()) job.actor.checkpoint_dir = (dir / "checkpoints").string();
