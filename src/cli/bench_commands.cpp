@@ -14,6 +14,7 @@
 #include "bench/chaos.hpp"
 #include "bench/simulate.hpp"
 #include "bench/study.hpp"
+#include "bench/study_schedule.hpp"
 #include "bench/transfer_cmds.hpp"
 #include "cli/subcommands.hpp"
 #include "launch/executable.hpp"
@@ -311,6 +312,19 @@ void add_bench_delta(CLI::App& c, BenchDeltaArgs& a) {
   c.add_flag("--json", a.json, "one JSON object per row");
 }
 
+void add_study_schedule(CLI::App& c, StudyScheduleArgs& a) {
+  c.add_option("run_dir", a.run_dir, "a finished run's folder (with actor-batches.bin)")
+      ->required();
+  c.add_option("--seeds", a.seeds, "sampling seeds, 1..16")->capture_default_str();
+  c.add_option("--every", a.every, "held-out evaluation every N steps (and at the end)")
+      ->capture_default_str();
+  c.add_option("--temperature", a.temperature, "sampling temperature (the rollouts')")
+      ->capture_default_str();
+  c.add_option("--steps", a.steps, "replay only the first N steps (default: all)");
+  c.add_option("--set", a.overrides, "override a learner field: key=value");
+  c.add_flag("--json", a.json, "one JSON object per run instead of the table");
+}
+
 void add_study_staleness(CLI::App& c, StudyArgs& a) {
   a.lags = {"0", "2", "4", "8", "16"};
   a.corrections = {"none", "behaviour-cap", "m2po"};
@@ -422,6 +436,12 @@ std::vector<Subcommand> bench_subcommands() {
       "held-out accuracy against trained samples when generation lags the newest weights by a "
       "chosen number of versions, per correction of stale samples, against sync",
       add_study_staleness, plain(run_study_staleness)));
+  t.push_back(subcommand<StudyScheduleArgs>(
+      "study schedule",
+      "a run's recorded schedule (which samples, which versions, in which order) through the "
+      "study's learner: every response sampled again by its recorded version, and by the current "
+      "one",
+      add_study_schedule, plain(run_study_schedule)));
   t.push_back(subcommand<BenchDeltaArgs>(
       "bench delta", "bit-exact deltas between consecutive versions: synthetic and the real job's",
       add_bench_delta, plain(run_bench_delta)));
