@@ -1,6 +1,7 @@
 #include "actor/batch_recorder.hpp"
 
 #include <cstdio>
+#include <filesystem>
 
 #include "core/config.hpp"
 #include "core/log.hpp"
@@ -41,11 +42,13 @@ void BatchRecorder::begin(const Learner& learner) {
 }
 
 void BatchRecorder::resume(std::uint64_t step) {
+  std::error_code ec;
+  const std::uint64_t before = std::filesystem::file_size(path_, ec);
   auto w = BatchRecordWriter::resume(path_, step);
   if (!w.is_ok()) return give_up(w.status());
   writer_ = std::move(*w);
-  core::log::info("actor: batch record '{}' continues after step {} ({} bytes kept)", path_, step,
-                  writer_->bytes());
+  core::log::info("actor: batch record '{}' continues after step {} ({} bytes kept, {} cut)", path_,
+                  step, writer_->bytes(), ec ? 0 : before - writer_->bytes());
 }
 
 void BatchRecorder::before_step(const Learner& learner) {

@@ -41,8 +41,9 @@ struct TrainerConfig : weightstore::HolderRoleConfig {
   std::string metrics_path;  // metrics.jsonl: one line per training step (empty: none)
   std::string weights_path;  // final weights as safetensors (empty: none)
   // The batch record (actor/batch_record.hpp), for `sluice replay`: policy gpt only, written to
-  // batches_path when record_batches is on. Default on: about 19 MB for the default job's 250
-  // steps (the step's batch costs a fraction of a millisecond to write, its digest about 1 ms).
+  // batches_path when record_batches is on. Default on, as it is cheap: 8.0 MB for the default
+  // job's 250 steps (1.4 MB of starting weights, about 210 bytes a sample); per step a SHA-256 of
+  // the weights (about 1 ms for 1.4 MB) and a 26 KB write, against about 1.2 s of training.
   bool record_batches = true;
   std::string batches_path;      // sluice run sets RUN_DIR/actor-batches.bin (empty: no record)
   double start_offset_s = 0;     // added to metric times (the job's clock started earlier)

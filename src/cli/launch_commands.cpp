@@ -1,5 +1,5 @@
 // The command line of the launcher and the job's tools (src/launch): `version`, the five roles,
-// `run`, `publish`, `pull`, `keys`, `ping`, `slurm`, `slurm-collect` and `k8s`.
+// `run`, `replay`, `publish`, `pull`, `keys`, `ping`, `slurm`, `slurm-collect` and `k8s`.
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
@@ -9,6 +9,7 @@
 #include "launch/commands.hpp"
 #include "launch/executable.hpp"
 #include "launch/job_elastic.hpp"
+#include "launch/replay_cmd.hpp"
 #include "launch/role_commands.hpp"
 #include "launch/slurm.hpp"
 #include "launch/weights_cmds.hpp"
@@ -106,6 +107,18 @@ int run_run(const RunArgs& a, const Context& ctx) {
     return 2;
   }
   return run_job(a.job_path, a.overrides, a.out, ctx.environment);
+}
+
+void add_replay(CLI::App& c, ReplayArgs& a) {
+  c.add_option("run_dir", a.run_dir, "run folder of a finished job (sluice run)")->required();
+  c.add_option("--record", a.record, "the batch record (default RUN_DIR/actor-batches.bin)");
+  c.add_option("--set", a.overrides,
+               "replay with another learner setting: --set correction=none (a field of "
+               "actor.learner; repeatable); the steps are then not compared but evaluated");
+  c.add_option("--eval-every", a.eval_every, "held-out evaluation every N steps (0: none)")
+      ->capture_default_str();
+  c.add_flag("--eval", a.eval, "held-out evaluation at the end (always with --set)");
+  c.add_flag("--quiet", a.quiet, "print the summary only, not a line per step");
 }
 
 // How a tool authenticates: --keys DIR [--as IDENTITY], or --plain.
@@ -218,7 +231,11 @@ std::vector<Subcommand> role_subcommands() {
 
 std::vector<Subcommand> job_subcommands() {
   return {subcommand<RunArgs>("run", "launch a whole job locally, every role a process", add_run,
-                              run_run)};
+                              run_run),
+          subcommand<ReplayArgs>("replay",
+                                 "reproduce a finished run's learner updates bit for bit from its "
+                                 "run folder (or feed its batches to another learner setting)",
+                                 add_replay, plain(run_replay))};
 }
 
 std::vector<Subcommand> tool_subcommands() {

@@ -72,7 +72,7 @@ std::vector<Subcommand> subcommand_table();
 
 // Its parts (cli/launch_commands.cpp, cli/bench_commands.cpp).
 std::vector<Subcommand> role_subcommands();     // version, the five roles
-std::vector<Subcommand> job_subcommands();      // run
+std::vector<Subcommand> job_subcommands();      // run, replay
 std::vector<Subcommand> bench_subcommands();    // chaos ... study, transfer-source, transfer-read
 std::vector<Subcommand> tool_subcommands();     // publish, pull, keys, ping
 std::vector<Subcommand> cluster_subcommands();  // slurm, slurm-collect, k8s

@@ -1,6 +1,7 @@
 // The batch record's format and files: every field of a step round-trips; a payload that ends
 // early or runs on is refused naming the field; a torn, corrupted or reordered file is data_loss
-// naming the byte; a resume cuts the file back to the checkpoint's step.
+// naming the byte; a resume cuts the file back to the checkpoint's step, and a record that cannot
+// be continued is moved aside.
 #include <doctest/doctest.h>
 #include <unistd.h>
 
@@ -10,6 +11,7 @@
 
 #include "actor/batch_record.hpp"
 #include "actor/batch_record_file.hpp"
+#include "actor/batch_recorder.hpp"
 
 using namespace sluice;
 using namespace sluice::actor;
@@ -268,4 +270,22 @@ TEST_CASE("batch record: a resume cuts the file back to the checkpoint's step") 
   REQUIRE_FALSE(short_record.is_ok());
   CHECK(short_record.status().code() == core::Code::kFailedPrecondition);
   CHECK(short_record.status().message().find("ends at step 0") != std::string::npos);
+}
+
+TEST_CASE("batch record: a recorder that cannot continue its record moves it aside") {
+  TempDir dir;
+  const fs::path path = dir.path / "actor-batches.bin";
+  write_record(path, 2);
+  BatchRecorder ok(path.string());
+  ok.resume(1);
+  CHECK(ok.active());
+  CHECK(ok.bytes() == fs::file_size(path));
+
+  // A checkpoint at step 5 with a record of one step: the record cannot describe the weights.
+  BatchRecorder behind(path.string());
+  behind.resume(5);
+  CHECK_FALSE(behind.active());
+  CHECK_FALSE(fs::exists(path));
+  CHECK(fs::exists(dir.path / "actor-batches.bin.incomplete"));
+  behind.sync();  // records nothing, fails nothing
 }
