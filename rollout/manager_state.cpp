@@ -262,7 +262,7 @@ void ManagerState::check_heartbeats(Clock::time_point now) {
     if (now - r.last_seen > Millis(cfg_.heartbeat_timeout_ms)) {
       r.alive = false;
       ++counts_.dead;
-      if (db_) changes_.rollouts_gone.push_back(id);
+      if (db_) changes_.rollout_gone(id);
       reclaim(id, fmt::format("missed heartbeats for {} ms", cfg_.heartbeat_timeout_ms));
     }
   }

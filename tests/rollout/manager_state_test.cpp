@@ -919,3 +919,42 @@ TEST_CASE(
   m.reset();
   std::filesystem::remove(path);
 }
+
+TEST_CASE("manager state: a rollout declared dead that rejoins before the commit stays recorded") {
+  const std::filesystem::path path = std::filesystem::temp_directory_path() /
+                                     ("sluice-rejoin-" + std::to_string(::getpid()) + ".db");
+  for (const char* ext : {"", "-wal", "-shm"})
+    std::filesystem::remove(path.string() + ext);
+  rollout::ManagerConfig cfg = small_job();
+  cfg.state_path = path.string();
+  {
+    auto db = rollout::ManagerDb::open(cfg.state_path);
+    REQUIRE(db.is_ok());
+    auto made = ManagerState::create(cfg, std::move(db).value(), at(0));
+    REQUIRE(made.is_ok());
+    auto m = std::move(made).value();
+    m->published({1, 0});
+    FakeRollout a("a");
+    a.report(*m, at(0));
+    REQUIRE(m->commit().is_ok());
+    // a falls silent and is declared dead; before the next commit (a failed one is retried with
+    // the changes of the requests after it) it comes back, is told to rejoin, and joins afresh.
+    m->check_heartbeats(at(1500));
+    REQUIRE(m->counts().dead == 1);
+    CHECK(a.report(*m, at(1600)).rejoin);
+    CHECK_FALSE(a.report(*m, at(1700)).rejoin);
+    REQUIRE(m->commit().is_ok());
+  }
+  // The file says a is live: a manager restarted on it waits for a's report.
+  std::vector<std::string> recorded;
+  {
+    auto db = rollout::ManagerDb::open(cfg.state_path);
+    REQUIRE(db.is_ok());
+    auto snap = (*db)->load();
+    REQUIRE(snap.is_ok());
+    recorded = snap->rollouts;
+  }
+  CHECK(recorded == std::vector<std::string>{"a"});
+  for (const char* ext : {"", "-wal", "-shm"})
+    std::filesystem::remove(path.string() + ext);
+}
