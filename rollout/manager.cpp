@@ -23,9 +23,8 @@ using nlohmann::json;
 
 namespace {
 
-// The timers' periods: heartbeats are checked (and a failed commit retried) every kTickInterval,
-// and where free rollout slots go is sampled every kSampleInterval.
-constexpr Millis kTickInterval{100};
+// Where free rollout slots go is sampled this often (heartbeats are checked, and a failed commit
+// retried, every heartbeat_check_ms).
 constexpr Millis kSampleInterval{20};
 
 }  // namespace
@@ -65,6 +64,7 @@ core::Result<std::unique_ptr<Manager>> Manager::create(core::EventLoop& loop,
   const std::string listen = config.listen;
   const std::string mode = config.mode;
   const std::uint64_t repack_interval_ms = config.repack_interval_ms;
+  const Millis check_interval(config.heartbeat_check_ms);
   std::unique_ptr<ManagerDb> db;
   if (!config.state_path.empty()) {
     SLUICE_ASSIGN_OR_RETURN(db, ManagerDb::open(config.state_path));
@@ -124,7 +124,7 @@ core::Result<std::unique_ptr<Manager>> Manager::create(core::EventLoop& loop,
                           return encode(st);
                         },
                         {});  // any member: the launcher, the actor, tools
-  impl->tick_timer = loop.every(kTickInterval, [p] {
+  impl->tick_timer = loop.every(check_interval, [p] {
     p->check_heartbeats();
     p->persist().ignore();  // logged; retried with the next request
   });

@@ -27,6 +27,12 @@ core::Status ManagerConfig::validate() const {
   if (heartbeat_timeout_ms < 100) {
     return core::invalid_argument("heartbeat_timeout_ms must be at least 100");
   }
+  if (heartbeat_check_ms == 0 || heartbeat_check_ms > heartbeat_timeout_ms) {
+    return core::invalid_argument(
+        fmt::format("heartbeat_check_ms ({}) must be at least 1 and at most heartbeat_timeout_ms "
+                    "({})",
+                    heartbeat_check_ms, heartbeat_timeout_ms));
+  }
   if (ramp_down_occupancy < 0 || ramp_down_occupancy > 1) {
     return core::invalid_argument("ramp_down_occupancy must be in [0, 1]");
   }

@@ -4,6 +4,7 @@
 // Thread safety: plain data.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 
@@ -43,7 +44,9 @@ struct ManagerConfig {
   std::uint64_t max_new_tokens = 4096;        // cap on a response
   std::uint64_t seed = 1;                     // prompt pool seed
   std::uint64_t heartbeat_timeout_ms = 2000;  // a rollout silent this long is dead
-  bool repack = true;                         // sluice mode: consolidate long tails
+  // How often heartbeats are checked (and a failed commit retried); at most heartbeat_timeout_ms.
+  std::uint64_t heartbeat_check_ms = 100;
+  bool repack = true;  // sluice mode: consolidate long tails
   std::uint64_t repack_interval_ms = 200;
   double ramp_down_occupancy = 0.75;  // measured: 2.54x sync against 2.46x with 0.5 (bench e2e)
   double kv_headroom = 0.1;
@@ -98,6 +101,10 @@ struct ManagerConfig {
     v("max_new_tokens", max_new_tokens, "cap on a response's length");
     v("seed", seed, "prompt pool seed");
     v("heartbeat_timeout_ms", heartbeat_timeout_ms, "a rollout silent this long is dead");
+    v("heartbeat_check_ms", heartbeat_check_ms,
+      "how often heartbeats are checked (default 100); checks a quarter of heartbeat_timeout_ms "
+      "or twice this apart mean the manager stalled, and every rollout gets a full time-out "
+      "after it");
     v("repack", repack, "sluice mode: consolidate long-tail trajectories");
     v("repack_interval_ms", repack_interval_ms, "how often repack is planned (and after publish)");
     v("ramp_down_occupancy", ramp_down_occupancy,
@@ -123,6 +130,16 @@ struct ManagerConfig {
     v("resend_ms", resend_ms, "re-send to the actor what it did not confirm within this long");
   }
   core::Status validate() const;
+
+  // Heartbeat checks this far apart mean the manager itself was stalled (stopped, starved,
+  // swapped out): it read nothing meanwhile, and the reports sent to it may have expired unread
+  // (wire/messaging.cpp drops a request past its sender's deadline), so no rollout's silence
+  // counts across it. A quarter of the heartbeat time-out, which is the rollouts' report time-out
+  // `sluice run` derives: a shorter stall expires no report, as each waits that long for its
+  // reply. And at least twice the checks' interval: a check that is merely late is no stall.
+  std::uint64_t stall_ms() const {
+    return std::max<std::uint64_t>(heartbeat_timeout_ms / 4, 2 * heartbeat_check_ms);
+  }
 };
 
 }  // namespace sluice::rollout

@@ -223,18 +223,14 @@ core::Status ManagerDb::commit(const ManagerChanges& c) {
         SLUICE_TRY(st.run("write doomed"));
       }
     }
-    if (!c.rollouts_joined.empty()) {
-      Stmt st(db_, "INSERT OR IGNORE INTO rollouts (id) VALUES (?1)");
-      for (const auto& id : c.rollouts_joined) {
-        st.bind(1, id);
-        SLUICE_TRY(st.run("write rollouts"));
-      }
-    }
-    if (!c.rollouts_gone.empty()) {
-      Stmt st(db_, "DELETE FROM rollouts WHERE id = ?1");
-      for (const auto& id : c.rollouts_gone) {
-        st.bind(1, id);
-        SLUICE_TRY(st.run("delete rollouts"));
+    if (!c.rollouts.empty()) {
+      // In the order they happened: the last change of each rollout is what stays.
+      Stmt join(db_, "INSERT OR IGNORE INTO rollouts (id) VALUES (?1)");
+      Stmt gone(db_, "DELETE FROM rollouts WHERE id = ?1");
+      for (const auto& ch : c.rollouts) {
+        Stmt& st = ch.joined ? join : gone;
+        st.bind(1, ch.id);
+        SLUICE_TRY(st.run(ch.joined ? "write rollouts" : "delete rollouts"));
       }
     }
     if (c.counters_changed && c.counters.done_floor > 0) {

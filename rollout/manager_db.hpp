@@ -54,6 +54,12 @@ struct ManagerCounters {
   bool operator==(const ManagerCounters&) const = default;
 };
 
+// A rollout joined, or left or was declared dead.
+struct RolloutChange {
+  std::string id;
+  bool joined = false;  // false: gone
+};
+
 // One request's changes, committed as one transaction.
 struct ManagerChanges {
   ManagerCounters counters;
@@ -61,12 +67,16 @@ struct ManagerChanges {
   std::vector<std::pair<std::string, std::string>> unacked;  // id, trajectory JSON
   std::vector<std::string> acked;                            // ids done (acknowledged)
   std::vector<std::string> doomed;                           // prompt ids
-  // Rollouts that joined, and that left or were declared dead: who a restarted manager waits for.
-  std::vector<std::string> rollouts_joined, rollouts_gone;
+  // Rollouts that joined, and that left or were declared dead, in the order it happened: who a
+  // restarted manager waits for. Changes wait for a commit (a failed one is retried with the
+  // next), so one rollout can be declared dead and join again within one commit: then it is live.
+  std::vector<RolloutChange> rollouts;
+  void rollout_joined(const std::string& id) { rollouts.push_back({id, true}); }
+  void rollout_gone(const std::string& id) { rollouts.push_back({id, false}); }
   bool counters_changed = false;
   bool empty() const {
     return !counters_changed && finished.empty() && unacked.empty() && acked.empty() &&
-           doomed.empty() && rollouts_joined.empty() && rollouts_gone.empty();
+           doomed.empty() && rollouts.empty();
   }
 };
 

@@ -186,6 +186,7 @@ void ManagerState::reclaim(const std::string& rollout_id, const std::string& why
     if (!mine) continue;
     if (mv != moves_.end()) moves_.erase(mv);
     ++back;
+    ++counts_.reclaimed;
     if (t.partial && !t.partial->generated.empty()) {
       resumes_.push_back(*t.partial);
       t.state = TrajState::kPending;
@@ -256,13 +257,27 @@ void ManagerState::end_recovery() {
 }
 
 void ManagerState::check_heartbeats(Clock::time_point now) {
+  // The manager did not run for a while: it heard nothing, and what the rollouts sent meanwhile
+  // may have expired unread. The silence was its own, so every rollout gets a full time-out from
+  // now to be heard before it can be declared dead (a dead one is found that much later).
+  const auto gap = std::chrono::duration_cast<Millis>(now - last_check_.value_or(now));
+  last_check_ = std::max(last_check_.value_or(now), now);
+  if (gap >= Millis(cfg_.stall_ms())) {
+    ++counts_.stalls;
+    for (auto& [id, r] : rollouts_)
+      r.last_seen = std::max(r.last_seen, now);
+    log::warn(
+        "manager: stalled for {} ms (heartbeat checks are due every {} ms): every rollout has "
+        "{} ms from now to report before it is declared dead",
+        gap.count(), cfg_.heartbeat_check_ms, cfg_.heartbeat_timeout_ms);
+  }
   if (recovering_ && now >= recovery_deadline_) end_recovery();
   for (auto& [id, r] : rollouts_) {
     if (!r.alive) continue;
     if (now - r.last_seen > Millis(cfg_.heartbeat_timeout_ms)) {
       r.alive = false;
       ++counts_.dead;
-      if (db_) changes_.rollouts_gone.push_back(id);
+      if (db_) changes_.rollout_gone(id);
       reclaim(id, fmt::format("missed heartbeats for {} ms", cfg_.heartbeat_timeout_ms));
     }
   }

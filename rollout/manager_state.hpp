@@ -77,6 +77,12 @@ struct ManagerCounts {
   std::uint64_t restarted = 0;     // partial states dropped: restarted from the prompt
   std::uint64_t resumed = 0;       // partial states resumed on a rollout of their version
   std::uint64_t dead = 0;          // rollouts declared dead (missed heartbeats)
+  // Trajectories taken back from rollouts declared dead, that left or restarted, to be handed
+  // out again.
+  std::uint64_t reclaimed = 0;
+  // Stalls of the manager itself (ManagerConfig::stall_ms): each gave every rollout a full
+  // heartbeat time-out after it.
+  std::uint64_t stalls = 0;
   std::uint64_t repack_plans = 0, repack_moves = 0, moved_kv_tokens = 0;
   std::uint64_t repack_declined = 0;  // sources that fit elsewhere but whose move did not pay
   std::uint64_t cross_version = 0;    // repack moves between versions: the planner must never
@@ -123,8 +129,10 @@ class ManagerState {
   ManagerStatus status(Clock::time_point now) const;
 
   // Timers. check_heartbeats: rollouts silent past heartbeat_timeout_ms are dead and their work
-  // goes back, and the recovery grace period ends. sample_free_slots: where idle rollout slots
-  // went since the last sample. plan_repack: consolidates long tails (sluice mode).
+  // goes back, and the recovery grace period ends. Silence while the manager itself was stalled
+  // does not count: checks stall_ms or more apart give every rollout a full time-out from `now`.
+  // sample_free_slots: where idle rollout slots went since the last sample. plan_repack:
+  // consolidates long tails (sluice mode).
   void check_heartbeats(Clock::time_point now);
   void sample_free_slots(Clock::time_point now);
   void plan_repack();
@@ -303,6 +311,8 @@ class ManagerState {
 
   Clock::time_point started_;
   Clock::time_point last_sample_;
+  // The last check_heartbeats (none yet: a stall is a gap between two checks).
+  std::optional<Clock::time_point> last_check_;
   FreeSlots free_slots_;
 };
 

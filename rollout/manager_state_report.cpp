@@ -99,7 +99,7 @@ ReportReply ManagerState::report(ReportRequest q, Clock::time_point now) {
     const std::string id = r->id;
     reclaim(id, "left the job");
     rollouts_.erase(id);
-    if (db_) changes_.rollouts_gone.push_back(id);
+    if (db_) changes_.rollout_gone(id);
     ++counts_.left;
     log::info("manager: rollout {} left", id);
     reply.done = done();
@@ -137,7 +137,7 @@ ManagerState::Rollout* ManagerState::admit(const ReportRequest& q, Clock::time_p
   if (is_new) {
     r.id = id;
     r.incarnation = q.incarnation;
-    if (db_) changes_.rollouts_joined.push_back(id);
+    if (db_) changes_.rollout_joined(id);
     log::info("manager: rollout {} joined", id);
   }
   r.last_seen = now;

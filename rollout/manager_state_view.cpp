@@ -83,6 +83,8 @@ json ManagerState::status_fields(Clock::time_point now) const {
               {"restarted", c.restarted},
               {"resumed", c.resumed},
               {"dead_rollouts", c.dead},
+              {"reclaimed", c.reclaimed},
+              {"manager_stalls", c.stalls},
               {"repack_plans", c.repack_plans},
               {"repack_moves", c.repack_moves},
               {"repack_declined", c.repack_declined},

@@ -10,11 +10,13 @@
 #include <limits>
 #include <map>
 #include <optional>
+#include <set>
 #include <zmq.hpp>
 #include <zmq_addon.hpp>
 
 #include "core/log.hpp"
 #include "core/metrics.hpp"
+#include "wire/deadline.hpp"
 
 namespace sluice::core {
 
@@ -22,11 +24,16 @@ namespace {
 
 constexpr char kMagic[4] = {'S', 'L', 'C', 'E'};
 // A request carries its deadline (the header's "deadline_ms": milliseconds since the Unix epoch,
-// by the sender's clock: when it sent the request plus its time-out). A server drops a request
-// that arrives later than that, plus this allowance for the hosts' clocks, unread: its sender
-// stopped waiting, and a restarted or stalled server must not spend its first seconds serving a
-// backlog of requests nobody waits for.
+// by the sender's clock: when it sent the request plus its time-out) and its time-out
+// ("timeout_ms"). A server drops a request that arrives later than that, plus this allowance for
+// the hosts' clocks, unread: its sender stopped waiting, and a restarted or stalled server must
+// not spend its first seconds serving a backlog of requests nobody waits for. A request later
+// than it can have waited at the server, or with a deadline further ahead than its time-out,
+// comes from a peer whose clock is off by more than this: it is served, and the server warns
+// (wire/deadline.hpp).
 constexpr std::int64_t kDeadlineSlackMs = 250;
+// Peers whose clock a server warned about, at most (then further ones are only counted).
+constexpr std::size_t kMaxSkewWarnings = 4096;
 
 std::int64_t unix_ms() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -136,9 +143,15 @@ std::string Peer::describe() const {
 
 namespace {
 
-// The frames of `msg`; a request with a deadline carries it in its header (0: none).
+// A request's deadline and time-out, as its header carries them (0: none).
+struct RequestTiming {
+  std::int64_t deadline_ms = 0;
+  std::int64_t timeout_ms = 0;
+};
+
+// The frames of `msg`; a request with a deadline carries it and its time-out in its header.
 std::vector<std::string> encode_with_deadline(const Envelope& env, const Message& msg,
-                                              std::int64_t deadline_ms) {
+                                              RequestTiming timing) {
   std::vector<std::string> frames;
   frames.reserve(2 + msg.blobs.size());
   std::string f0(kEnvelopeBytes, '\0');
@@ -151,7 +164,10 @@ std::vector<std::string> encode_with_deadline(const Envelope& env, const Message
   nlohmann::json header;
   header["type"] = msg.type;
   header["body"] = msg.body;
-  if (deadline_ms > 0) header["deadline_ms"] = deadline_ms;
+  if (timing.deadline_ms > 0) {
+    header["deadline_ms"] = timing.deadline_ms;
+    header["timeout_ms"] = timing.timeout_ms;
+  }
   frames.push_back(header.dump());
   for (const auto& b : msg.blobs)
     frames.push_back(b);
@@ -161,7 +177,7 @@ std::vector<std::string> encode_with_deadline(const Envelope& env, const Message
 }  // namespace
 
 std::vector<std::string> encode_frames(const Envelope& env, const Message& msg) {
-  return encode_with_deadline(env, msg, 0);
+  return encode_with_deadline(env, msg, RequestTiming{});
 }
 
 Result<Envelope> decode_envelope(const std::string& f0) {
@@ -187,9 +203,9 @@ Result<Envelope> decode_envelope(const std::string& f0) {
 
 namespace {
 
-// decode_message, also giving the request's deadline (0 when it has none).
+// decode_message, also giving the request's deadline and time-out (0 when it has none).
 Result<Message> decode_with_deadline(const std::vector<std::string>& frames,
-                                     const MessagingLimits& lim, std::int64_t* deadline_ms) {
+                                     const MessagingLimits& lim, RequestTiming* timing) {
   if (frames.size() < 2) return protocol_error("message has no header frame");
   if (frames.size() > lim.max_frames) {
     return protocol_error("message has " + std::to_string(frames.size()) + " frames, limit " +
@@ -227,12 +243,19 @@ Result<Message> decode_with_deadline(const std::vector<std::string>& frames,
     if (!b->is_object()) return protocol_error("header 'body' is not a JSON object");
     m.body = *b;
   }
-  if (auto d = header.find("deadline_ms"); d != header.end()) {
+  // A time in milliseconds: a positive integer that fits an int64 (a larger unsigned one would
+  // read as negative).
+  auto millis = [&](const char* key, std::int64_t* out) -> Status {
+    auto d = header.find(key);
+    if (d == header.end()) return {};
     if (!d->is_number_integer() || d->get<std::int64_t>() <= 0) {
-      return protocol_error("header 'deadline_ms' is not a positive integer");
+      return protocol_error(std::string("header '") + key + "' is not a positive integer");
     }
-    if (deadline_ms) *deadline_ms = d->get<std::int64_t>();
-  }
+    if (out) *out = d->get<std::int64_t>();
+    return {};
+  };
+  SLUICE_TRY(millis("deadline_ms", timing ? &timing->deadline_ms : nullptr));
+  SLUICE_TRY(millis("timeout_ms", timing ? &timing->timeout_ms : nullptr));
   m.blobs.assign(frames.begin() + 2, frames.end());
   return m;
 }
@@ -333,6 +356,11 @@ struct Server::Impl {
   MessagingLimits limits;
   std::map<std::string, Entry> handlers;
   Stats stats;
+  // When the socket was last found with nothing to read: whatever is read later arrived after it
+  // (how long a request can have waited here, for its deadline). And when the last drain ended.
+  Clock::time_point queue_empty_at = Clock::now();
+  Clock::time_point drained_at = Clock::now();
+  std::set<std::string> skew_warned;  // peers whose clock this server warned about
   std::unique_ptr<EventLoop::FdWatch> zap_watch;
   std::unique_ptr<EventLoop::FdWatch> monitor_watch;
   std::shared_ptr<bool> alive = std::make_shared<bool>(true);
@@ -345,6 +373,8 @@ struct Server::Impl {
   void drain_zap();
   void drain_monitor();
   void dispatch(std::vector<zmq::message_t>& msgs);
+  // Whether a request with `timing` is served (false: dropped unread, its sender gave up on it).
+  bool in_time(const Message& msg, const RequestTiming& timing, const Peer& peer);
   void reply(const std::string& routing, std::uint64_t id, const Result<Message>& r);
   void reject(const std::string& routing, std::uint64_t id, const Status& why,
               const std::string& reason, const Peer& peer);
@@ -442,22 +472,13 @@ void Server::Impl::dispatch(std::vector<zmq::message_t>& msgs) {
   bool oversized = total > limits.max_message_bytes || msgs.size() - 1 > limits.max_frames ||
                    (msgs.size() > 2 && msgs[2].size() > limits.max_header_bytes);
   auto frames = to_strings(msgs, 1);
-  std::int64_t deadline_ms = 0;
-  auto msg = decode_with_deadline(frames, limits, &deadline_ms);
+  RequestTiming timing;
+  auto msg = decode_with_deadline(frames, limits, &timing);
   if (!msg.is_ok()) {
     reject(routing, id, msg.status(), oversized ? "oversized" : "malformed", peer);
     return;
   }
-  if (deadline_ms > 0 && unix_ms() > deadline_ms + kDeadlineSlackMs) {
-    // Its sender gave up on it: dropped unread, with no reply (nobody waits for one).
-    static Counter& expired = process_metrics().counter(
-        "sluice_requests_expired_total",
-        "requests dropped unread: they arrived after the deadline their sender set");
-    expired.inc();
-    log::debug("server {}: dropped '{}' from {}: {} ms past its deadline", endpoint, msg->type,
-               peer.describe(), unix_ms() - deadline_ms);
-    return;
-  }
+  if (!in_time(*msg, timing, peer)) return;
   msg->peer = peer;
   auto h = handlers.find(msg->type);
   if (h == handlers.end()) {
@@ -498,9 +519,64 @@ void Server::Impl::dispatch(std::vector<zmq::message_t>& msgs) {
   }
 }
 
+bool Server::Impl::in_time(const Message& msg, const RequestTiming& timing, const Peer& peer) {
+  if (timing.deadline_ms <= 0) return true;
+  ArrivedRequest a;
+  a.now_ms = unix_ms();
+  a.deadline_ms = timing.deadline_ms;
+  a.timeout_ms = timing.timeout_ms;
+  a.waited_at_most_ms = std::chrono::duration_cast<Millis>(Clock::now() - queue_empty_at).count();
+  const DeadlineCheck check = check_deadline(a, kDeadlineSlackMs);
+  switch (check.verdict) {
+    case DeadlineVerdict::kServe:
+      return true;
+    case DeadlineVerdict::kExpired: {
+      // Its sender gave up on it: dropped unread, with no reply (nobody waits for one).
+      static Counter& expired = process_metrics().counter(
+          "sluice_requests_expired_total",
+          "requests dropped unread: they arrived after the deadline their sender set");
+      expired.inc();
+      log::debug("server {}: dropped '{}' from {}: {} ms past its deadline", endpoint, msg.type,
+                 peer.describe(), a.now_ms - a.deadline_ms);
+      return false;
+    }
+    case DeadlineVerdict::kClockBehind:
+    case DeadlineVerdict::kClockAhead:
+      break;
+  }
+  // The peer's clock is off: its deadline says nothing about how long it waits. Served (as a
+  // request without a deadline is), counted, and said once per peer.
+  static Counter& skewed = process_metrics().counter(
+      "sluice_requests_clock_skew_total",
+      "requests served whose sender's clock is off by more than the deadline allowance");
+  skewed.inc();
+  const bool behind = check.verdict == DeadlineVerdict::kClockBehind;
+  const std::string who = peer.describe();
+  if (skew_warned.size() < kMaxSkewWarnings &&
+      skew_warned.insert(who + (behind ? " behind" : " ahead")).second) {
+    log::warn(
+        "server {}: the clock of {} is at least {:.1f} s {} this host's ('{}' with a {} ms "
+        "time-out has a deadline {} ms {}); its requests are served without their deadlines "
+        "(sluice_requests_clock_skew_total counts them); synchronize the hosts' clocks",
+        endpoint, who, static_cast<double>(check.skew_ms) / 1000.0, behind ? "behind" : "ahead of",
+        msg.type, a.timeout_ms, behind ? a.now_ms - a.deadline_ms : a.deadline_ms - a.now_ms,
+        behind ? "in the past" : "ahead");
+  }
+  return true;
+}
+
 void Server::Impl::drain() {
+  if (draining) return;  // drain_socket refuses it: another drain is running
+  // A drain long after the last one (the process was stopped, or its loop busy elsewhere): what
+  // was sent meanwhile may still be on its way into the socket (libzmq's I/O thread, the kernel),
+  // so finding it empty now says nothing of when its messages came; the next drain's does.
+  const bool after_gap = Clock::now() - drained_at > 2 * kSafetyDrain;
+  std::weak_ptr<bool> a = alive;
   drain_socket(sock, draining, alive, "server", endpoint,
                [this](std::vector<zmq::message_t>& msgs) { dispatch(msgs); });
+  if (a.expired()) return;  // a handler destroyed the server
+  drained_at = Clock::now();
+  if (!after_gap) queue_empty_at = drained_at;  // it ended with nothing left to read
 }
 
 // Answers libzmq's ZAP requests (RFC 27): version, request id, domain, address, routing id,
@@ -814,7 +890,8 @@ void Client::request(Message msg, Millis timeout, Callback done) {
       timeout.count() > 0 && timeout.count() < std::numeric_limits<std::int64_t>::max() - now_ms
           ? now_ms + static_cast<std::int64_t>(timeout.count())
           : 0;
-  auto frames = encode_with_deadline(env, msg, deadline);
+  auto frames =
+      encode_with_deadline(env, msg, RequestTiming{deadline, deadline > 0 ? timeout.count() : 0});
   bool would_block = false;
   Status s = send_frames(impl->sock, frames, nullptr, &would_block);
   impl->post_drain();

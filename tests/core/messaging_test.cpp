@@ -1,10 +1,14 @@
 #include <doctest/doctest.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <filesystem>
+#include <limits>
+#include <optional>
 
 #include <csignal>
 #include <random>
+#include <thread>
 #include <zmq.hpp>
 #include <zmq_addon.hpp>
 
@@ -29,6 +33,62 @@ struct EchoServerProcess {
     endpoint = line->substr(9);
   }
 };
+
+// The echo server with its log (stderr) in the same pipe as its stdout, so that a test can read
+// what it warned about.
+struct LoggingEchoServer {
+  std::unique_ptr<Subprocess> proc;
+  std::string endpoint;
+  std::vector<std::string> lines;  // everything it printed before its endpoint and since
+  LoggingEchoServer() {
+    Subprocess::Options o;
+    o.argv = {SLUICE_ECHO_SERVER};
+    o.stderr_to_stdout = true;
+    proc = Subprocess::spawn(o).value();
+    while (endpoint.empty()) {
+      auto line = proc->read_line(Millis(10000));
+      REQUIRE(line.is_ok());
+      if (line->rfind("endpoint ", 0) == 0)
+        endpoint = line->substr(9);
+      else
+        lines.push_back(*line);
+    }
+  }
+  // The first line it printed that contains every one of `words`, waiting up to `wait` for it.
+  std::optional<std::string> line_with(const std::vector<std::string>& words, Millis wait) {
+    auto has_all = [&](const std::string& l) {
+      for (const auto& w : words)
+        if (l.find(w) == std::string::npos) return false;
+      return true;
+    };
+    auto until = Clock::now() + wait;
+    for (std::size_t seen = 0;;) {
+      for (; seen < lines.size(); ++seen)
+        if (has_all(lines[seen])) return lines[seen];
+      if (Clock::now() >= until) return std::nullopt;
+      auto line = proc->read_line(Millis(100));
+      if (line.is_ok()) lines.push_back(*line);
+    }
+  }
+};
+
+std::int64_t wall_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// The frames of an "echo" request numbered `id` whose header carries `extra` (a deadline, a
+// time-out) as a sender would.
+std::vector<std::string> echo_with(std::uint64_t id, const nlohmann::json& extra) {
+  Envelope env;
+  env.request_id = id;
+  auto frames = encode_frames(env, Message("echo"));
+  nlohmann::json header{{"type", "echo"}, {"body", {{"n", id}}}};
+  header.update(extra);
+  frames[1] = header.dump();
+  return frames;
+}
 
 std::string random_bytes(std::size_t n, unsigned seed) {
   std::mt19937 rng(seed);
@@ -169,31 +229,94 @@ TEST_SUITE("core.messaging") {
     CHECK(got->status().code() == Code::kTimeout);
   }
 
-  TEST_CASE("a request that arrives past its deadline is dropped unread, one in time is served") {
+  TEST_CASE("a request that waited past its deadline is dropped unread, one in time is served") {
     EchoServerProcess server;
-    const std::int64_t now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
-                                    std::chrono::system_clock::now().time_since_epoch())
-                                    .count();
-    auto with_deadline = [&](std::uint64_t id, const nlohmann::json& deadline) {
-      auto frames = good_frames(id, "echo");
-      nlohmann::json header{{"type", "echo"}, {"body", {{"n", id}}}, {"deadline_ms", deadline}};
-      frames[1] = header.dump();
-      return frames;
+    zmq::context_t ctx(1);
+    zmq::socket_t s(ctx, zmq::socket_type::dealer);
+    s.set(zmq::sockopt::linger, 0);
+    s.connect(server.endpoint);
+    auto send = [&](const std::vector<std::string>& frames) {
+      std::vector<zmq::const_buffer> bufs;
+      for (const auto& f : frames)
+        bufs.emplace_back(zmq::buffer(f));
+      REQUIRE(zmq::send_multipart(s, bufs));
     };
-    // Its sender gave up an hour ago: no reply, no error, nothing served.
-    CHECK(
-        raw_exchange(server.endpoint, with_deadline(21, now_ms - 3'600'000), Millis(1500)).empty());
+    auto receive = [&](Millis wait) -> std::vector<std::string> {
+      zmq::pollitem_t item{s.handle(), 0, ZMQ_POLLIN, 0};
+      if (zmq::poll(&item, 1, wait) <= 0) return {};
+      std::vector<zmq::message_t> msgs;
+      REQUIRE(zmq::recv_multipart(s, std::back_inserter(msgs)));
+      std::vector<std::string> out;
+      for (auto& m : msgs)
+        out.push_back(m.to_string());
+      return out;
+    };
     // In time: served as any request.
-    auto ok = raw_exchange(server.endpoint, with_deadline(22, now_ms + 60'000));
+    send(echo_with(21, {{"deadline_ms", wall_ms() + 60'000}, {"timeout_ms", 60'000}}));
+    auto ok = receive(Millis(10000));
     REQUIRE(ok.size() >= 2);
     CHECK(ok[1].find("echo.reply") != std::string::npos);
-    // A deadline that is not a time is malformed, and says so.
-    check_error_reply(raw_exchange(server.endpoint, with_deadline(23, "soon")), "deadline_ms", 23);
+    // The server is stopped for a second; a request with a 300 ms time-out waits for it, and its
+    // sender gives up. When the server continues: no reply, no error, nothing served.
+    REQUIRE(server.proc->signal(SIGSTOP).is_ok());
+    send(echo_with(22, {{"deadline_ms", wall_ms() + 300}, {"timeout_ms", 300}}));
+    std::this_thread::sleep_for(Millis(1000));
+    REQUIRE(server.proc->signal(SIGCONT).is_ok());
+    CHECK(receive(Millis(1500)).empty());
+    // A deadline that is not a time is malformed, and says so; so is a time-out.
+    check_error_reply(raw_exchange(server.endpoint, echo_with(23, {{"deadline_ms", "soon"}})),
+                      "deadline_ms", 23);
+    check_error_reply(raw_exchange(server.endpoint,
+                                   echo_with(24, {{"deadline_ms", wall_ms()}, {"timeout_ms", -5}})),
+                      "timeout_ms", 24);
     // A client's request carries its deadline and is answered while the server keeps up.
     auto loop = EventLoop::create().value();
     auto client = Client::create(*loop, server.endpoint, Security::plain()).value();
     auto reply = client->call(Message("echo"), Millis(5000));
     CHECK_MESSAGE(reply.is_ok(), reply.status().to_string());
+  }
+
+  TEST_CASE("a request from a peer whose clock is 10 s behind is served, and the server warns") {
+    LoggingEchoServer server;
+    // The sender's clock is 10 s behind this host's: by it, a request with a 375 ms time-out sent
+    // just now has a deadline 9.6 s in the past. The server was idle, so the request cannot have
+    // waited there that long: it is not stale, the clocks differ.
+    const std::int64_t behind_ms = 10'000, timeout_ms = 375;
+    auto reply = raw_exchange(server.endpoint,
+                              echo_with(31, {{"deadline_ms", wall_ms() - behind_ms + timeout_ms},
+                                             {"timeout_ms", timeout_ms}}),
+                              Millis(5000));
+    REQUIRE_MESSAGE(reply.size() >= 2, "a request from a peer with a skewed clock went unanswered");
+    CHECK(reply[1].find("echo.reply") != std::string::npos);
+    // It says so, at warn, naming the peer (plain mode: its address) and the skew.
+    auto line = server.line_with({"warn", "clock", "127.0.0.1", "behind"}, Millis(5000));
+    REQUIRE_MESSAGE(line.has_value(), "no warning about the peer's clock");
+    CHECK_MESSAGE(line->find(" s behind") != std::string::npos, *line);
+
+    // A clock 10 s ahead: the deadline is further away than the sender's time-out. Served, and
+    // said.
+    auto ahead = raw_exchange(server.endpoint,
+                              echo_with(32, {{"deadline_ms", wall_ms() + behind_ms + timeout_ms},
+                                             {"timeout_ms", timeout_ms}}),
+                              Millis(5000));
+    REQUIRE(ahead.size() >= 2);
+    CHECK(ahead[1].find("echo.reply") != std::string::npos);
+    CHECK(server.line_with({"warn", "clock", "127.0.0.1", "ahead"}, Millis(5000)).has_value());
+  }
+
+  TEST_CASE("a deadline at the end of time (INT64_MAX) is served, not dropped") {
+    EchoServerProcess server;
+    const std::int64_t end_of_time = std::numeric_limits<std::int64_t>::max();
+    auto reply =
+        raw_exchange(server.endpoint, echo_with(41, {{"deadline_ms", end_of_time}}), Millis(5000));
+    REQUIRE_MESSAGE(reply.size() >= 2, "a request with deadline INT64_MAX was dropped");
+    CHECK(reply[1].find("echo.reply") != std::string::npos);
+    // With the time-out it states as well.
+    auto with_timeout = raw_exchange(
+        server.endpoint, echo_with(42, {{"deadline_ms", end_of_time}, {"timeout_ms", end_of_time}}),
+        Millis(5000));
+    REQUIRE(with_timeout.size() >= 2);
+    CHECK(with_timeout[1].find("echo.reply") != std::string::npos);
   }
 
   TEST_CASE("malformed envelopes get error replies and the server keeps serving others") {

@@ -19,7 +19,7 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr double kTickMs = 1.0;         // the harness's time step
-constexpr double kHeartbeatTick = 100;  // the manager's timers, as rollout/manager.cpp runs them
+constexpr double kHeartbeatTick = 100;  // the manager's heartbeat checks (heartbeat_check_ms)
 constexpr double kCollectMs = 20;       // the actor asks for trajectories this often
 
 }  // namespace
@@ -99,6 +99,7 @@ void FleetHarness::start_manager() {
   c.group_size = o_.group_size;
   c.batch_trajectories = o_.batch;
   c.heartbeat_timeout_ms = o_.heartbeat_timeout_ms;
+  c.heartbeat_check_ms = static_cast<std::uint64_t>(kHeartbeatTick);
   c.repack = o_.repack;
   c.prompt_tokens = 8;
   c.max_new_tokens = 256;
@@ -264,7 +265,15 @@ void FleetHarness::step_rollout(Rollout& r) {
     r.ws->report_at_once(tp());
 }
 
+bool FleetHarness::manager_stopped() const {
+  for (const auto& s : o_.manager_stalls) {
+    if (now_ >= s.at_ms && now_ < s.at_ms + s.for_ms) return true;
+  }
+  return false;
+}
+
 void FleetHarness::step_manager() {
+  if (manager_stopped()) return;
   if (manager_back_at_ >= 0) {
     if (now_ < manager_back_at_) return;
     start_manager();
@@ -311,7 +320,7 @@ void FleetHarness::step_manager() {
 }
 
 void FleetHarness::step_actor() {
-  if (manager_back_at_ >= 0 || now_ < next_collect_) return;
+  if (manager_back_at_ >= 0 || manager_stopped() || now_ < next_collect_) return;
   next_collect_ = now_ + kCollectMs;
   rollout::CollectRequest q;
   q.ack = std::move(to_ack_);  // every step is checkpointed at once here

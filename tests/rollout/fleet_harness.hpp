@@ -53,6 +53,13 @@ struct FleetOptions {
   };
   std::vector<Kill> kills;
   std::vector<double> manager_restarts;
+  // The manager process stopped (SIGSTOP) at a time for a while, then continued: meanwhile it
+  // runs no timer and serves nothing, and the reports sent to it wait on its connections.
+  struct Stall {
+    double at_ms;
+    double for_ms;
+  };
+  std::vector<Stall> manager_stalls;
   double restart_ms = 100;
   double down_ms = 200;
   double end_ms = 120000;  // give up (the job stalled) after this much synthetic time
@@ -77,6 +84,7 @@ class FleetHarness {
   struct Rollout;
   struct Report;
   void start_manager();
+  bool manager_stopped() const;
   void step_manager();
   void step_actor();
   void step_rollout(Rollout& r);

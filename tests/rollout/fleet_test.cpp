@@ -400,6 +400,25 @@ TEST_CASE("work whose reply was lost while the manager stalled is handed out aga
   MESSAGE("work re-sent after lost replies: " << lost);
 }
 
+TEST_CASE("a manager stopped for twice its heartbeat time-out declares no rollout dead") {
+  // SIGSTOP for 3 s under a 1.5 s heartbeat time-out, mid-job: the reports the rollouts send
+  // meanwhile time out (375 ms) and are dropped unread when the manager continues. Its silence
+  // was its own: nobody is declared dead, nothing is taken back, every trajectory arrives once.
+  constexpr std::uint64_t kMore = 192;
+  json job = small_job("sluice");
+  job["manager"]["prompts"] = kMore;
+  job["manager"]["heartbeat_timeout_ms"] = 1500;
+  job["pause_manager_after_s"] = 1.2;
+  job["pause_manager_for_s"] = 3.0;
+  Run r = run_job("sluice-stop", job);
+  check_exactly_once(r, kMore);
+  check_common(r, "sluice");
+  const json& m = r.summary.at("manager");
+  CHECK(m.at("manager_stalls").get<std::uint64_t>() >= 1);
+  CHECK(m.at("dead_rollouts").get<std::uint64_t>() == 0);
+  CHECK(m.at("reclaimed").get<std::uint64_t>() == 0);
+}
+
 TEST_CASE("while a job runs, every role serves valid Prometheus text on /metrics") {
   json job = small_job("sluice");
   job["manager"]["prompts"] = 4000;  // long enough to scrape; stopped below

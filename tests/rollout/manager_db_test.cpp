@@ -103,6 +103,25 @@ TEST_SUITE("rollout.manager_db") {
     CHECK(s.doomed == std::vector<std::string>{"p12"});
   }
 
+  TEST_CASE("a rollout's joins and departures in one commit count in the order they happened") {
+    fs::path path = fresh_db("rollouts");
+    {
+      auto db = rollout::ManagerDb::open(path.string()).value();
+      rollout::ManagerChanges c;
+      c.rollout_joined("r0");
+      c.rollout_joined("r1");
+      REQUIRE(db->commit(c).is_ok());
+      rollout::ManagerChanges again;
+      again.rollout_gone("r0");    // declared dead
+      again.rollout_joined("r0");  // and back, before the commit: live
+      again.rollout_joined("r2");
+      again.rollout_gone("r2");  // joined and left: gone
+      REQUIRE(db->commit(again).is_ok());
+    }
+    auto s = rollout::ManagerDb::open(path.string()).value()->load().value();
+    CHECK(s.rollouts == std::vector<std::string>{"r0", "r1"});
+  }
+
   TEST_CASE("an unopenable path is a clear error") {
     auto db = rollout::ManagerDb::open("/nonexistent-dir/sub/manager.db");
     REQUIRE_FALSE(db.is_ok());

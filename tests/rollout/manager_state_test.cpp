@@ -919,3 +919,101 @@ TEST_CASE(
   m.reset();
   std::filesystem::remove(path);
 }
+
+// ---- A manager that stalls (stopped, starved) did not hear its rollouts meanwhile.
+
+TEST_CASE(
+    "manager state: heartbeat checks this far apart are a stall, and their interval is checked") {
+  rollout::ManagerConfig cfg = small_job();  // heartbeat_timeout_ms 1000
+  CHECK(cfg.stall_ms() == 250);              // a quarter of the time-out
+  cfg.heartbeat_check_ms = 200;
+  CHECK(cfg.stall_ms() == 400);  // twice the checks' interval
+  cfg.heartbeat_check_ms = 0;
+  CHECK(cfg.validate().message().find("heartbeat_check_ms") != std::string::npos);
+  cfg.heartbeat_check_ms = 1001;
+  CHECK(cfg.validate().message().find("heartbeat_check_ms") != std::string::npos);
+}
+
+TEST_CASE(
+    "manager state: a manager stalled for twice the heartbeat time-out declares nobody dead") {
+  auto m = make_state(small_job());  // heartbeat_timeout_ms 1000
+  m->published({1, 0});
+  FakeRollout a("a"), b("b");
+  a.report(*m, at(0));
+  b.report(*m, at(10));
+  REQUIRE(a.running.size() == 4);
+  for (int t = 100; t <= 500; t += 100) {
+    a.report(*m, at(t));
+    b.report(*m, at(t));
+    m->check_heartbeats(at(t));
+  }
+  // The manager stops for 2 s, twice the time-out: the reports the rollouts sent meanwhile
+  // expired and were dropped unread (wire/messaging.cpp), so it heard nothing from them. Its
+  // next heartbeat check is the first thing it does when it runs again.
+  m->check_heartbeats(at(2500));
+  CHECK(m->counts().dead == 0);
+  CHECK(m->counts().reclaimed == 0);
+  CHECK(m->counts().stalls == 1);
+  for (const auto& tid : a.received) {
+    REQUIRE(m->where(tid).has_value());
+    CHECK(m->where(tid)->state == TrajState::kActive);
+    CHECK(m->where(tid)->rollout == "a");
+  }
+  // Their next reports are served as ever: nothing to rejoin, nothing handed out again.
+  CHECK_FALSE(a.report(*m, at(2600)).rejoin);
+  CHECK_FALSE(b.report(*m, at(2600)).rejoin);
+  CHECK(a.received.size() == 4);
+  CHECK(b.received.empty());
+
+  // A rollout that stays silent after the stall is still found dead, a time-out after the stall
+  // at the latest: here b, while a keeps reporting.
+  for (int t = 2600; t <= 3600; t += 100) {
+    a.report(*m, at(t));
+    m->check_heartbeats(at(t));
+  }
+  CHECK(m->counts().dead == 0);  // b silent 1000 ms: not yet
+  a.report(*m, at(3700));
+  m->check_heartbeats(at(3700));
+  CHECK(m->counts().dead == 1);
+  CHECK(m->counts().stalls == 1);  // checks 100 ms apart are no stall
+  CHECK(b.report(*m, at(3750)).rejoin);
+}
+
+TEST_CASE("manager state: a rollout declared dead that rejoins before the commit stays recorded") {
+  const std::filesystem::path path = std::filesystem::temp_directory_path() /
+                                     ("sluice-rejoin-" + std::to_string(::getpid()) + ".db");
+  for (const char* ext : {"", "-wal", "-shm"})
+    std::filesystem::remove(path.string() + ext);
+  rollout::ManagerConfig cfg = small_job();
+  cfg.state_path = path.string();
+  {
+    auto db = rollout::ManagerDb::open(cfg.state_path);
+    REQUIRE(db.is_ok());
+    auto made = ManagerState::create(cfg, std::move(db).value(), at(0));
+    REQUIRE(made.is_ok());
+    auto m = std::move(made).value();
+    m->published({1, 0});
+    FakeRollout a("a");
+    a.report(*m, at(0));
+    REQUIRE(m->commit().is_ok());
+    // a falls silent and is declared dead; before the next commit (a failed one is retried with
+    // the changes of the requests after it) it comes back, is told to rejoin, and joins afresh.
+    m->check_heartbeats(at(1500));
+    REQUIRE(m->counts().dead == 1);
+    CHECK(a.report(*m, at(1600)).rejoin);
+    CHECK_FALSE(a.report(*m, at(1700)).rejoin);
+    REQUIRE(m->commit().is_ok());
+  }
+  // The file says a is live: a manager restarted on it waits for a's report.
+  std::vector<std::string> recorded;
+  {
+    auto db = rollout::ManagerDb::open(cfg.state_path);
+    REQUIRE(db.is_ok());
+    auto snap = (*db)->load();
+    REQUIRE(snap.is_ok());
+    recorded = snap->rollouts;
+  }
+  CHECK(recorded == std::vector<std::string>{"a"});
+  for (const char* ext : {"", "-wal", "-shm"})
+    std::filesystem::remove(path.string() + ext);
+}

@@ -90,3 +90,25 @@ TEST_CASE("fleet: a restarted manager sent the reports queued while it was down 
   MESSAGE("stale reports served: " << describe(served));
   MESSAGE("stale reports dropped: " << describe(dropped));
 }
+
+TEST_CASE("fleet: a manager stopped for twice the heartbeat time-out declares no rollout dead") {
+  // The manager is stopped (SIGSTOP) mid-job for 3 s, twice its 1.5 s heartbeat time-out. The
+  // reports the rollouts sent meanwhile waited on its connections until each sender's time-out
+  // (375 ms) passed, and were dropped unread when it continued. It heard nothing from anyone for
+  // 3 s, but the silence was its own: no rollout is declared dead, nothing is taken back and
+  // handed out again, and every trajectory reaches the actor once.
+  FleetOptions o;
+  o.prompts = 120;
+  o.manager_stalls = {{1500, 2.0 * static_cast<double>(o.heartbeat_timeout_ms)}};
+  auto r = FleetHarness(o).run();
+  INFO(describe(r));
+  CHECK(r.done);
+  CHECK(r.end_ms > 4500);  // the stall came mid-job
+  CHECK(r.expired > 0);    // reports were dropped unread
+  CHECK(r.declared_dead == 0);
+  CHECK(r.counts.dead == 0);
+  CHECK(r.counts.reclaimed == 0);
+  CHECK(r.counts.stalls == 1);
+  CHECK(r.counts.duplicates == 0);
+  CHECK(r.consumed == o.prompts * o.group_size);
+}
