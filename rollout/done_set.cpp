@@ -10,6 +10,7 @@ namespace sluice::rollout {
 void DoneSet::restore(std::uint64_t floor, const std::vector<std::string>& above) {
   floor_ = floor;
   above_.clear();
+  members_.clear();
   for (const auto& id : above)
     add(id);
 }
@@ -18,6 +19,7 @@ bool DoneSet::add(const std::string& id) {
   auto ix = parse_trajectory_id(id);
   if (!ix || ix->second >= group_size_ || ix->first < floor_) return false;
   if (!above_.insert(*ix).second) return false;
+  members_.insert(*ix);
   advance();
   return true;
 }
@@ -25,7 +27,7 @@ bool DoneSet::add(const std::string& id) {
 bool DoneSet::contains(const std::string& id) const {
   auto ix = parse_trajectory_id(id);
   if (!ix || ix->second >= group_size_) return false;
-  return ix->first < floor_ || above_.count(*ix) > 0;
+  return ix->first < floor_ || members_.count(*ix) > 0;
 }
 
 std::uint32_t DoneSet::done_in(std::uint64_t p) const {
@@ -40,7 +42,10 @@ std::uint32_t DoneSet::done_in(std::uint64_t p) const {
 void DoneSet::advance() {
   while (!above_.empty() && above_.begin()->first == floor_) {
     if (done_in(floor_) < group_size_) return;
-    above_.erase(above_.begin(), above_.lower_bound({floor_ + 1, 0}));
+    const auto end = above_.lower_bound({floor_ + 1, 0});
+    for (auto it = above_.begin(); it != end; ++it)
+      members_.erase(*it);
+    above_.erase(above_.begin(), end);
     ++floor_;
   }
 }

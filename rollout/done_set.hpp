@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <set>
 #include <string>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -51,6 +52,14 @@ class DoneSet {
   std::uint32_t group_size_;
   std::uint64_t floor_ = 0;
   std::set<std::pair<std::uint64_t, std::uint64_t>> above_;  // (prompt, member)
+  // The same ids, hashed: contains() is asked for every trajectory of every report, and the
+  // ordered set's lookups were a sixth of a long simulated job's time.
+  struct PairHash {
+    std::size_t operator()(const std::pair<std::uint64_t, std::uint64_t>& p) const {
+      return std::hash<std::uint64_t>()(p.first * 0x9e3779b97f4a7c15ull ^ p.second);
+    }
+  };
+  std::unordered_set<std::pair<std::uint64_t, std::uint64_t>, PairHash> members_;
 };
 
 }  // namespace sluice::rollout

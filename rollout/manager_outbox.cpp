@@ -17,6 +17,7 @@ void ActorOutbox::hold(rl::Trajectory tr, ManagerChanges* changes) {
   const std::string id = tr.id;
   if (changes) changes->unacked.emplace_back(id, tr.to_json().dump());
   unacked_[id] = Held{std::move(tr), false, false, {}};
+  resendable_.erase(id);
   queue_.push_back(id);
 }
 
@@ -25,6 +26,7 @@ std::size_t ActorOutbox::acknowledge(const std::vector<std::string>& ids, Manage
   std::size_t n = 0;
   for (const auto& id : ids) {
     if (unacked_.erase(id) == 0) continue;  // a repeated ack is harmless
+    resendable_.erase(id);
     ++n;
     if (changes) changes->acked.push_back(id);
     if (dropped) dropped->push_back(id);
@@ -38,6 +40,7 @@ void ActorOutbox::see_epoch(const std::string& epoch) {
   if (!epoch_.empty())
     log::info("manager: actor epoch {} -> {}: re-sending unacked", epoch_, epoch);
   epoch_ = epoch;
+  resendable_.clear();
   for (auto& [id, h] : unacked_) {
     h.have = false;
     if (h.sent) {
@@ -50,7 +53,10 @@ void ActorOutbox::see_epoch(const std::string& epoch) {
 void ActorOutbox::mark_have(const std::vector<std::string>& ids) {
   for (const auto& id : ids) {
     auto it = unacked_.find(id);
-    if (it != unacked_.end() && it->second.sent) it->second.have = true;
+    if (it != unacked_.end() && it->second.sent) {
+      it->second.have = true;
+      resendable_.erase(id);
+    }
   }
 }
 
@@ -68,9 +74,10 @@ std::vector<rl::Trajectory> ActorOutbox::take(std::size_t max, Clock::time_point
     bytes += b;
     return true;
   };
-  for (auto& [id, h] : unacked_) {
+  for (const auto& id : resendable_) {
     if (out.size() >= max) break;
-    if (h.sent && !h.have && now - h.sent_at > resend_after_) {
+    Held& h = unacked_.at(id);
+    if (now - h.sent_at > resend_after_) {
       if (!fits(h.tr)) break;
       h.sent_at = now;
       out.push_back(h.tr);
@@ -86,6 +93,7 @@ std::vector<rl::Trajectory> ActorOutbox::take(std::size_t max, Clock::time_point
     queue_.pop_front();
     it->second.sent = true;
     it->second.sent_at = now;
+    resendable_.insert(it->first);
     out.push_back(it->second.tr);
   }
   return out;

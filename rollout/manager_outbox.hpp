@@ -26,6 +26,7 @@
 #include <cstddef>
 #include <deque>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -81,6 +82,10 @@ class ActorOutbox {
   // acknowledged or sent meanwhile is skipped when it comes up).
   std::map<std::string, Held> unacked_;
   std::deque<std::string> queue_;
+  // The ids of unacked_ sent to this epoch and not had (the ones take() may re-send), in the
+  // map's order: take() looks at these alone rather than walking every held trajectory, which
+  // made a collect cost the whole backlog (most of a long simulated job's time).
+  std::set<std::string> resendable_;
   std::string epoch_;
 };
 

@@ -399,15 +399,8 @@ void ManagerState::plan_moves(std::set<std::string>& moving) {
     // max_assign_lag behind while still pulling it: it is draining then.
     if (takes_work(r)) v.queued += 1;
     v.previous_active = r.previous_active;
+    // Each sequence's age for the cost model (tokens generated) was set as the report was taken.
     v.sequences = r.active;
-    // The cost model's age of each sequence: tokens generated, KV tokens less its prompt.
-    for (auto& s : v.sequences) {
-      auto t = trajs_.find(s.trajectory_id);
-      const std::uint64_t prompt = t != trajs_.end() && !t->second.initial.prompt_tokens.empty()
-                                       ? t->second.initial.prompt_tokens.size()
-                                       : cfg_.prompt_tokens;
-      s.generated = s.kv_tokens > prompt ? s.kv_tokens - prompt : 0;
-    }
     // Emptied, it gains something only by loading a newer version and taking work.
     v.freed_has_work = r.version < latest_ && (!pending_.empty() || !pool_.all_released());
     fleet.push_back(std::move(v));

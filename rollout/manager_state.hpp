@@ -180,7 +180,7 @@ class ManagerState {
     std::uint64_t staged = 0;  // newest version it holds (loaded, or pulled in the background)
     Capacity capacity;
     Clock::time_point last_seen;
-    std::vector<SequenceView> active;
+    std::vector<SequenceView> active;  // as last reported, each with its tokens generated
     std::uint32_t previous_active = 0;
     std::set<std::string> queued;
     std::vector<std::string> waiting;  // episodes waiting on their environment (no slot held)
@@ -249,6 +249,8 @@ class ManagerState {
   // Whether rollout `r` may report on `tid` (it was assigned there, or this manager restarted and
   // has no record of it yet); a refusal is counted and logged, naming `what`.
   bool owns(const Rollout& r, const std::string& tid, const char* what);
+  // The same with its record already looked up (null: none).
+  bool owns(const Rollout& r, const Traj* t, const std::string& tid, const char* what);
   // Counts a failed move of `t`; true when that was one too many and it restarted (gave up).
   bool gave_up_moving(Traj& t, const std::string& tid, const std::string& why);
   void recover(Rollout& r, const std::string& tid, const Traj& t);

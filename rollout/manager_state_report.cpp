@@ -151,10 +151,14 @@ ManagerState::Rollout* ManagerState::admit(const ReportRequest& q, Clock::time_p
 // entry is refused: a finish is not counted, a run is not taken over, a state is not kept.
 bool ManagerState::owns(const Rollout& r, const std::string& tid, const char* what) {
   auto it = trajs_.find(tid);
-  if (it == trajs_.end() || it->second.rollout == r.id) return true;
+  return owns(r, it == trajs_.end() ? nullptr : &it->second, tid, what);
+}
+
+bool ManagerState::owns(const Rollout& r, const Traj* t, const std::string& tid, const char* what) {
+  if (!t || t->rollout == r.id) return true;
   ++counts_.foreign;
   log::warn("manager: rollout {} reported {} {}, which is assigned to {}: refused", r.id, what, tid,
-            it->second.rollout.empty() ? std::string("no rollout") : it->second.rollout);
+            t->rollout.empty() ? std::string("no rollout") : t->rollout);
   return false;
 }
 
@@ -184,11 +188,23 @@ void ManagerState::take_report(Rollout& r, ReportRequest& q) {
   for (const auto& a : q.active) {
     const std::string& tid = a.trajectory_id;
     named.insert(tid);
-    if (stop_here(tid, "running")) continue;
-    r.active.push_back(SequenceView{tid, a.kv_tokens});
-    bool known = trajs_.count(tid) > 0;
-    Traj& t = traj_named(tid);
+    // As stop_here and traj_named, with the record looked up once: a report names every running
+    // trajectory, and the lookups were most of a large fleet's report time.
+    auto it = trajs_.find(tid);
+    Traj* found = it == trajs_.end() ? nullptr : &it->second;
+    const bool late = done_.contains(tid) || (found && found->state == TrajState::kFinished);
+    if (late || !owns(r, found, tid, "running")) {
+      r.to_abandon.push_back(tid);
+      continue;
+    }
+    const bool known = found != nullptr;
+    Traj& t = known ? *found : traj_named(tid);
     if (!known) recover(r, tid, t);
+    // The repack planner's age of the sequence: tokens generated, its KV tokens less its prompt.
+    const std::uint64_t prompt =
+        t.initial.prompt_tokens.empty() ? cfg_.prompt_tokens : t.initial.prompt_tokens.size();
+    r.active.push_back(
+        SequenceView{tid, a.kv_tokens, a.kv_tokens > prompt ? a.kv_tokens - prompt : 0});
     auto mv = moves_.find(tid);
     if (t.state != TrajState::kMoving) {
       t.state = TrajState::kActive;

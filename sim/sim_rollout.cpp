@@ -6,6 +6,7 @@
 #include "rollout/worker.hpp"
 #include "rollout/worker_state.hpp"
 #include "sim/sim_state.hpp"
+#include "sim/turns.hpp"
 
 namespace sluice::sim {
 
@@ -145,18 +146,10 @@ void Sim::admit(SimRollout& r, rollout::SequenceState s, double t) {
 
 std::pair<std::uint64_t, bool> Sim::turn_end(const rollout::SequenceState& s) const {
   const std::uint64_t total = std::min(lengths_->length(s.trajectory_id), s.max_new_tokens);
-  const std::uint32_t turns = in_.engine.turns;
-  if (!env_latency_ || turns <= 1) return {total, true};
-  // As the simulated engine splits an episode: turn k ends at round(total x k / turns) model
-  // tokens, after k - 1 answers of env_tokens each.
-  const std::uint64_t k = s.turns;
-  const std::uint64_t env = (k - 1) * in_.engine.env_tokens;
-  const std::uint64_t model = s.generated.size() >= env ? s.generated.size() - env : 0;
-  auto end = static_cast<std::uint64_t>(
-      std::llround(static_cast<double>(total) * static_cast<double>(k) / turns));
-  end = std::max(end, model + 1);
-  if (k >= turns || end >= total) return {total + env, true};
-  return {end + env, false};
+  if (!env_latency_) return {total, true};
+  const TurnEnd e =
+      sim::turn_end(total, in_.engine.turns, s.turns, s.generated.size(), in_.engine.env_tokens);
+  return {e.end, e.last};
 }
 
 void Sim::call_environment(SimRollout& r, rollout::SequenceState s, double t) {

@@ -409,12 +409,17 @@ core::Result<ModeResult> Sim::run() {
 }
 
 bool sim_only_label(const std::string& label) {
-  return label == "sync-colocated" || label == "partial-broadcast" || label == "ideal";
+  return label == "sync-colocated" || label == "partial-broadcast" || limit_label(label);
+}
+
+bool limit_label(const std::string& label) {
+  return label == "limit" || label == "steady-limit";
 }
 
 core::Result<ModeResult> simulate_mode(const SimInput& in, const std::string& label,
                                        const Progress& progress) {
-  if (label == "ideal") return ideal_result(in);
+  if (label == "limit") return limit_result(in);
+  if (label == "steady-limit") return steady_limit_result(in);
   SLUICE_ASSIGN_OR_RETURN(rollout::ModeVariant variant, variant_of(label));
   SLUICE_ASSIGN_OR_RETURN(rollout::Mode mode, rollout::parse_mode(variant.mode));
   Sim sim(in, label, mode, variant.repack && in.manager.repack && rollout::repacks(mode), progress);

@@ -46,8 +46,11 @@ namespace sluice::sim {
 // a job with a finite number of prompts. Errors: an invalid label or configuration, and a run
 // that stops making progress or passes max_sim_s (with what it was waiting for).
 // `label` may also be:
-//   ideal              the job's limit, computed (sim/ideal.cpp): every rollout decoding at its
-//                      full batch and the trainer never idle; the slower of the two is the rate.
+//   limit              the finite job's limit, computed (sim/limit.hpp): a lower bound on the
+//                      job's wall time under any scheduler, its start and end included.
+//   steady-limit       the throughput limit, computed (sim/ideal.cpp): every rollout decoding
+//                      at its full batch and the trainer never idle; the slower of the two is the
+//                      rate. The bar for a mode's steady figure.
 //   partial-broadcast  partial-rollout as its users run it: budget admission, and each version
 //                      broadcast from the trainer to every rollout at once at
 //                      SimulateConfig::broadcast_gbps, with no relays; the trainer and every
@@ -56,11 +59,15 @@ namespace sluice::sim {
 core::Result<ModeResult> simulate_mode(const SimInput& in, const std::string& label,
                                        const Progress& progress = {});
 
-// The ideal row (see above).
-core::Result<ModeResult> ideal_result(const SimInput& in);
+// The computed rows (see above).
+core::Result<ModeResult> limit_result(const SimInput& in);
+core::Result<ModeResult> steady_limit_result(const SimInput& in);
 
 // The labels simulate_mode takes beyond the manager's modes and variants.
-inline constexpr const char* kSimOnlyLabels = "sync-colocated, partial-broadcast, ideal";
+inline constexpr const char* kSimOnlyLabels =
+    "sync-colocated, partial-broadcast, limit, steady-limit";
+// The computed rows, not simulated: bounds for the others.
+bool limit_label(const std::string& label);
 bool sim_only_label(const std::string& label);
 
 }  // namespace sluice::sim

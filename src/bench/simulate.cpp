@@ -290,7 +290,7 @@ int run_simulate(const SimulateArgs& args) {
     }
     return run_repack_bench(args, *in);
   }
-  auto modes = parse_sim_modes(args.modes);
+  auto modes = parse_sim_modes(args.modes.empty() ? kSimulateModes : args.modes);
   if (!modes.is_ok()) {
     std::fprintf(stderr, "sluice simulate: %s\n", modes.status().to_string().c_str());
     return 2;

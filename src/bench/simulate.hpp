@@ -15,6 +15,14 @@
 
 namespace sluice::cli {
 
+// The modes `sluice simulate` runs when --modes is not given, and those of --scale: the peers
+// sluice is judged against there, the stronger sync (colocated) and partial-rollout as its users
+// run it (partial-broadcast) among them. --scale adds the limit and steady-limit rows to any list.
+inline constexpr const char* kSimulateModes =
+    "sync,one-step-off,stream,partial-rollout,sluice,sluice-norepack";
+inline constexpr const char* kScaleModes =
+    "sync,sync-colocated,one-step-off,stream,partial-rollout,partial-broadcast,sluice";
+
 struct SimulateArgs {
   // JOB.json files with an optional `simulate` section: exactly one, except with --scale (any
   // number; none: kScaleJobs) and --validate (none: it builds bench e2e's workloads).
@@ -24,7 +32,7 @@ struct SimulateArgs {
   std::string measured;        // --validate: bench e2e --json lines of the one-host run
   std::string measured_hosts;  // --validate: ... of the four-emulated-host run
   bool update_only = false;    // the weight-movement model's time for one update, nothing else
-  std::string modes = "sync,one-step-off,stream,partial-rollout,sluice,sluice-norepack";
+  std::string modes;           // comma-separated; empty: kSimulateModes, with --scale kScaleModes
   std::vector<std::string> overrides;  // --set key=value on the job
   bool json = false;
   // --scale: the trainer's shares of each cluster's GPUs to run every mode at, comma-separated,

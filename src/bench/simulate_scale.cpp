@@ -19,6 +19,7 @@
 #include "core/config.hpp"
 #include "launch/job_setup.hpp"
 #include "rollout/manager.hpp"
+#include "rollout/mode_policy.hpp"
 #include "sim/simulator.hpp"
 #include "sim/weights.hpp"
 
@@ -96,6 +97,24 @@ double run_ratio(const Run* a, const Run* b, bool steady) {
 std::string run_ratio_text(const Run* a, const Run* b, bool steady) {
   if (!a || !b) return "-";
   return fmt::format("{:.2f}", run_ratio(a, b, steady));
+}
+
+// A peer of sluice: a simulated row that is neither a limit nor sluice mode itself (sluice's own
+// variants, such as sluice-norepack, are ablations, not peers).
+bool is_peer(const std::string& label) {
+  if (label == "sluice" || sim::limit_label(label)) return false;
+  auto v = rollout::parse_mode_variant(label);
+  return !(v.is_ok() && v->mode == "sluice");
+}
+
+// The peer closest to sluice (the highest whole-job throughput of the peers, each at its best).
+const Run* closest_peer(const Setup& s) {
+  const Run* top = nullptr;
+  for (const auto& run : s.runs) {
+    if (!run.best || !is_peer(run.r.label)) continue;
+    if (!top || run.r.tokens_per_s > top->r.tokens_per_s) top = &run;
+  }
+  return top;
 }
 
 std::string share_text(const Run& run) {
@@ -216,8 +235,16 @@ void print_scale_json(const std::vector<Setup>& setups) {
       o["sluice_over_partial_broadcast"] = run_ratio(sl, broadcast, false);
       o["sluice_over_partial_broadcast_steady"] = run_ratio(sl, broadcast, true);
     }
-    const Run* ideal = best_run(s, "ideal");
-    if (sl && ideal) o["sluice_over_ideal"] = run_ratio(sl, ideal, false);
+    const Run* limit = best_run(s, "limit");
+    const Run* steady = best_run(s, "steady-limit");
+    if (sl && limit) o["sluice_over_limit"] = run_ratio(sl, limit, false);
+    if (sl && steady) o["sluice_steady_over_steady_limit"] = run_ratio(sl, steady, true);
+    const Run* peer = closest_peer(s);
+    if (sl && peer) {
+      o["closest_peer"] = peer->r.label;
+      o["sluice_over_closest_peer"] = run_ratio(sl, peer, false);
+      o["sluice_ahead_of_peers"] = sl->r.tokens_per_s > peer->r.tokens_per_s;
+    }
     std::printf("%s\n", o.dump().c_str());
   }
 }
@@ -289,7 +316,9 @@ void print_scale_table(const std::vector<Setup>& setups) {
     const Run* sync = best_sync(s);
     const Run* partial = best_run(s, "partial-rollout");
     const Run* broadcast = best_run(s, "partial-broadcast");
-    const Run* ideal = best_run(s, "ideal");
+    const Run* limit = best_run(s, "limit");
+    const Run* steady = best_run(s, "steady-limit");
+    const Run* peer = closest_peer(s);
     std::printf(
         "%-22s sluice / sync %sx (steady %sx; against %s) [target >= 4]; sluice / "
         "partial-rollout %sx (steady %sx)",
@@ -301,8 +330,18 @@ void print_scale_table(const std::vector<Setup>& setups) {
                   run_ratio_text(sl, broadcast, false).c_str(),
                   run_ratio_text(sl, broadcast, true).c_str());
     }
-    if (ideal) {
-      std::printf("; sluice / ideal %s [target >= 0.9]", run_ratio_text(sl, ideal, false).c_str());
+    std::printf("\n%-22s", "");
+    if (limit) {
+      std::printf(" sluice / limit %s [target >= 0.9];", run_ratio_text(sl, limit, false).c_str());
+    }
+    if (steady) {
+      std::printf(" sluice's steady / steady-limit %s [target >= 0.95];",
+                  run_ratio_text(sl, steady, true).c_str());
+    }
+    if (sl && peer) {
+      std::printf(" ahead of every peer: %s (closest %s, %sx)",
+                  sl->r.tokens_per_s > peer->r.tokens_per_s ? "yes" : "no", peer->r.label.c_str(),
+                  run_ratio_text(sl, peer, false).c_str());
     }
     std::printf("\n");
   }
@@ -335,10 +374,16 @@ std::vector<std::string> default_scale_jobs() {
 
 int run_simulate_scale(const SimulateArgs& args) {
   const std::vector<std::string> jobs = args.jobs.empty() ? default_scale_jobs() : args.jobs;
-  auto modes = parse_sim_modes(args.modes);
+  auto modes = parse_sim_modes(args.modes.empty() ? kScaleModes : args.modes);
   if (!modes.is_ok()) {
     std::fprintf(stderr, "sluice simulate --scale: %s\n", modes.status().to_string().c_str());
     return 2;
+  }
+  // The table is judged against the two limits: they are computed (not simulated) and always in.
+  for (const char* limit : {"steady-limit", "limit"}) {
+    if (std::find(modes->begin(), modes->end(), limit) == modes->end()) {
+      modes->insert(modes->begin(), limit);
+    }
   }
   std::vector<double> splits;
   if (!args.splits.empty()) {
@@ -514,7 +559,8 @@ std::string pct_diff(double sim, double real) {
 }  // namespace
 
 int run_simulate_validate(const SimulateArgs& args) {
-  auto modes = parse_sim_modes(args.modes);
+  const std::string mode_list = args.modes.empty() ? kSimulateModes : args.modes;
+  auto modes = parse_sim_modes(mode_list);
   if (!modes.is_ok()) {
     std::fprintf(stderr, "sluice simulate --validate: %s\n", modes.status().to_string().c_str());
     return 2;
@@ -545,7 +591,7 @@ int run_simulate_validate(const SimulateArgs& args) {
           s.name.c_str(), sets.c_str());
       continue;
     } else {
-      auto t = measure(s, args.modes);
+      auto t = measure(s, mode_list);
       if (!t.is_ok()) {
         std::fprintf(stderr, "sluice simulate --validate: %s\n", t.status().to_string().c_str());
         return 1;

@@ -95,7 +95,9 @@ void add_simulate(CLI::App& c, SimulateArgs& a) {
                "as root)");
   c.add_flag("--update-only", a.update_only,
              "print the weight-movement model's time for one update of JOB's model");
-  c.add_option("--modes", a.modes, "comma-separated modes")->capture_default_str();
+  c.add_option("--modes", a.modes,
+               std::string("comma-separated modes (default: ") + kSimulateModes +
+                   "; with --scale: " + kScaleModes + ", and the limit rows always)");
   c.add_option("--splits", a.splits,
                "--scale: trainer shares of the cluster's GPUs to run each mode at, "
                "comma-separated, each in (0, 1) (e.g. 0.125,0.25,0.375,0.5); each mode is "
@@ -227,7 +229,9 @@ void add_bench_broadcast_run(CLI::App& c, BenchBroadcastArgs& a) {
 }
 
 void add_bench_e2e(CLI::App& c, BenchE2eArgs& a) {
-  c.add_option("--modes", a.modes, "comma-separated modes")->capture_default_str();
+  c.add_option("--modes", a.modes,
+               std::string("comma-separated modes (default: ") + kSimulateModes +
+                   "; with --scale: " + kScaleModes + ", and the limit rows always)");
   c.add_option("--workload", a.workload, "job file whose fields replace the defaults");
   c.add_option("--set", a.overrides, "override a workload field: key=value");
   c.add_option("--rollouts", a.rollouts, "rollouts (default: the workload's, 16)");

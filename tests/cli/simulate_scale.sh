@@ -1,15 +1,16 @@
 #!/bin/sh
 # sluice simulate --scale / --validate / --update-only: the scale configurations parse and run to
-# the end (1024 GPUs included), no mode passes the ideal row, --validate with measured files
-# prints every mode of both configurations, and the update model keeps to its bounds. Throughput
-# figures are not asserted.
+# the end (1024 GPUs included), no mode passes the limit row (the bound on a finite job), the
+# table always carries the two limit rows and sluice's ratios to them and to its closest peer,
+# --validate with measured files prints every mode of both configurations, and the update model
+# keeps to its bounds. Throughput figures are not asserted.
 # Usage: simulate_scale.sh SLUICE SOURCE_DIR
 set -eu
 sluice=$1
 src=$2
 cd "$src"
 # Fewer prompts than the files' (two batches at 1024 GPUs, four below) to keep the test short.
-modes=sync,partial-broadcast,ideal,sluice
+modes=sync,partial-broadcast,sluice
 out=$("$sluice" simulate --scale --json --modes $modes --set manager.prompts=1536)
 printf '%s\n' "$out" | python3 -c '
 import json, math, sys
@@ -19,20 +20,24 @@ summaries = [r for r in lines if r.get("summary")]
 setups = {r["setup"]: r["cluster_gpus"] for r in rows}
 assert sorted(setups.values()) == [64, 256, 1024], setups
 for r in rows:
-    assert r["mode"] in ("sync", "partial-broadcast", "ideal", "sluice"), r
+    assert r["mode"] in ("sync", "partial-broadcast", "limit", "steady-limit", "sluice"), r
     assert r["tokens_per_s"] > 0 and math.isfinite(r["steady_tokens_per_s"]), r
     assert r["steady_tokens_per_s"] > 0, r
     assert "sluice_ratio" in r, r
-assert len(rows) == 12, len(rows)
-# The ideal row is a limit: no simulated mode of a setup passes it.
+assert len(rows) == 15, len(rows)
+# The limit row bounds the wall time of the job: no simulated mode of a setup finishes sooner.
 for s in setups:
-    ideal = [r["tokens_per_s"] for r in rows if r["setup"] == s and r["mode"] == "ideal"][0]
+    limit = [r["wall_s"] for r in rows if r["setup"] == s and r["mode"] == "limit"][0]
     for r in rows:
-        if r["setup"] == s:
-            assert r["tokens_per_s"] <= ideal * (1 + 1e-9), (r, ideal)
+        # steady-limit has no start and no end: it is no bound on the wall time of a finite job.
+        if r["setup"] == s and r["mode"] != "steady-limit":
+            assert r["wall_s"] >= limit * (1 - 1e-9), (r, limit)
 assert len(summaries) == 3, summaries
 for m in summaries:
-    assert 0 < m["sluice_over_ideal"] <= 1, m
+    assert 0 < m["sluice_over_limit"] <= 1, m
+    assert m["sluice_steady_over_steady_limit"] > 0, m
+    assert m["closest_peer"] in ("sync", "partial-broadcast"), m
+    assert m["sluice_ahead_of_peers"] == (m["sluice_over_closest_peer"] > 1), m
     assert m["sluice_over_partial_broadcast"] > 0, m
 '
 fixture=tests/cli/data/bench_e2e_measured.jsonl

@@ -16,7 +16,10 @@ import json, sys
 lines = [json.loads(l) for l in sys.stdin if l.startswith("{")]
 rows = [r for r in lines if "mode" in r]
 summary = [r for r in lines if r.get("summary")]
-assert len(rows) == 7 and len(summary) == 1, lines
+# Four simulated modes (sync-colocated once) and the two limit rows --scale always adds, at each
+# of the two splits.
+assert len(rows) == 11 and len(summary) == 1, lines
+assert sorted(r["trainer_share"] for r in rows if r["mode"] == "limit") == [0.25, 0.5], rows
 split = {(r["mode"], r["trainer_share"]): r for r in rows}
 for m in ("sync", "partial-rollout", "sluice"):
     assert (split[(m, 0.25)]["trainer_gpus"], split[(m, 0.25)]["rollout_gpus"]) == (16, 48), rows

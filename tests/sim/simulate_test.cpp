@@ -133,16 +133,17 @@ TEST_CASE("partial-broadcast: each version stops the trainer and every rollout f
   CHECK_FALSE(sim::simulate_mode(in, "partial-broadcast").is_ok());
 }
 
-TEST_CASE("ideal: the slower of the fleet at full batch and the trainer, and no mode beats it") {
+TEST_CASE(
+    "steady-limit: the slower of the fleet at full batch and the trainer, and no mode beats it") {
   sim::SimInput in = small_job();
   const auto file = std::filesystem::temp_directory_path() /
-                    ("sluice_ideal_lengths_" + std::to_string(::getpid()) + ".txt");
+                    ("sluice_steady_lengths_" + std::to_string(::getpid()) + ".txt");
   std::ofstream(file) << "100\n";
   in.engine.lengths.kind = "file";
   in.engine.lengths.file = file.string();
   // The fleet: 8 rollouts x 8 sequences / (4 ms + 0.25 ms x 8) = 10,666.7 tokens/s. The trainer:
   // 64 x 100 tokens in 50 ms + 0.02 ms x 6,400 = 178 ms, 35,955 tokens/s.
-  auto fleet_bound = sim::simulate_mode(in, "ideal");
+  auto fleet_bound = sim::simulate_mode(in, "steady-limit");
   REQUIRE_MESSAGE(fleet_bound.is_ok(), fleet_bound.status().to_string());
   CHECK(fleet_bound->tokens_per_s == doctest::Approx(64.0 / 0.006));
   CHECK(fleet_bound->rollout_util == doctest::Approx(1.0));
@@ -151,21 +152,21 @@ TEST_CASE("ideal: the slower of the fleet at full batch and the trainer, and no 
   // other 4 as the engine (1,333.3 each).
   sim::SimInput mixed = in;
   mixed.sim.gpu_types = {sim::GpuType{"fast", 4, 2.0, 0.25, 0.01}};
-  auto mixed_bound = sim::simulate_mode(mixed, "ideal");
+  auto mixed_bound = sim::simulate_mode(mixed, "steady-limit");
   REQUIRE(mixed_bound.is_ok());
   CHECK(mixed_bound->tokens_per_s == doctest::Approx(4 * 8 / 0.004 + 4 * 8 / 0.006));
   // A slower trainer: 50 ms + 0.2 ms x 6,400 = 1,330 ms a step, 4,812 tokens/s.
   in.actor.train_ms_per_token = 0.2;
-  auto trainer_bound = sim::simulate_mode(in, "ideal");
+  auto trainer_bound = sim::simulate_mode(in, "steady-limit");
   REQUIRE(trainer_bound.is_ok());
   CHECK(trainer_bound->tokens_per_s == doctest::Approx(6400.0 / 1.33));
   CHECK(trainer_bound->rollout_util == doctest::Approx(6400.0 / 1.33 / (64.0 / 0.006)));
   CHECK(trainer_bound->actor_idle_frac == doctest::Approx(0.0));
   std::filesystem::remove(file);
 
-  // On the long tail, every simulated mode stays under its job's ideal.
+  // On the long tail, every simulated mode stays under its job's throughput limit.
   const sim::SimInput tail = small_job();
-  auto ideal = sim::simulate_mode(tail, "ideal");
+  auto ideal = sim::simulate_mode(tail, "steady-limit");
   REQUIRE(ideal.is_ok());
   for (const char* mode : kModes) {
     CAPTURE(mode);
