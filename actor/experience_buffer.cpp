@@ -5,16 +5,14 @@
 
 namespace sluice::actor {
 
-namespace {
-
-// The behaviour version of a trajectory: its oldest, so a partial rollout that mixed versions is
-// as stale as its first tokens.
 std::uint64_t behaviour_version(const rl::Trajectory& t) {
   std::uint64_t v = t.version;
   for (auto x : t.versions)
     v = std::min(v, x);
   return v;
 }
+
+namespace {
 
 std::uint64_t staleness_of(const rl::Trajectory& t, std::uint64_t actor_version) {
   const std::uint64_t b = behaviour_version(t);

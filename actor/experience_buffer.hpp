@@ -74,6 +74,10 @@ struct BufferCounts : KeptBufferCounts {
   std::uint64_t dropped_tokens = 0;
 };
 
+// The behaviour version of a trajectory: its oldest, so a partial rollout that mixed versions is
+// as stale as its first tokens.
+std::uint64_t behaviour_version(const rl::Trajectory& t);
+
 // Samples taken, by staleness: counts[s] is how many had staleness s.
 using StalenessCounts = std::vector<std::uint64_t>;
 void count_staleness(StalenessCounts& counts, std::uint64_t staleness);

@@ -12,6 +12,7 @@
 #include <map>
 
 #include "actor/batch_record_file.hpp"
+#include "actor/experience_buffer.hpp"
 #include "actor/learner.hpp"
 #include "actor/replay.hpp"
 #include "model/blas.hpp"
@@ -49,13 +50,6 @@ core::Result<Schedule> read_schedule(const std::string& run_dir, std::uint32_t m
   }
   if (s.steps.empty()) return core::invalid_argument(path + " records no training step");
   return s;
-}
-
-std::uint64_t behaviour_version(const rl::Trajectory& t) {
-  std::uint64_t v = t.version;
-  for (auto x : t.versions)
-    v = std::min(v, x);
-  return v;
 }
 
 struct RunResult {
@@ -105,7 +99,7 @@ core::Result<RunResult> run_one(const Schedule& sched, const actor::LearnerConfi
     for (std::size_t k = 0; k < step.batch.size(); ++k) {
       std::uint64_t v = now;
       if (generate == Generate::kRecorded) {
-        v = std::min(behaviour_version(step.batch[k].trajectory), now);
+        v = std::min(actor::behaviour_version(step.batch[k].trajectory), now);
         auto it = ring.lower_bound(v);
         if (it->first != v) ++r.clamped;  // older than the ring (or a gap): the nearest newer
         v = it->first;
