@@ -11,7 +11,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 bash scripts/setup.sh
-cmake -S . -B build -DSLUICE_BUILD_TESTS=ON -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -g1 -DNDEBUG" >/dev/null
+# The flags scripts/test.sh uses too, so that the tests later reuse this build.
+bash scripts/configure.sh build none
 cmake --build build --target sluice -j "$(nproc 2>/dev/null || echo 2)" >/dev/null
 
 ./build/sluice version

@@ -38,6 +38,7 @@ core::Status ChaosConfig::validate() const {
   if (every_s < 0 || first_s < 0 || window_s < 0) {
     return core::invalid_argument("every_s, first_s and window_s must not be negative");
   }
+  if (after_version == 0) return core::invalid_argument("after_version must be at least 1");
   if (kills > 0 && every_s == 0 && window_s == 0) {
     return core::invalid_argument("kills at random times need window_s > 0 (or set every_s)");
   }

@@ -19,8 +19,9 @@ class Supervisor;
 struct ChaosConfig {
   std::uint32_t kills = 0;  // SIGKILLs of random roles over the job
   double every_s = 0;       // one kill every this many seconds (0: at random times in the window)
-  double first_s = 3;       // no kill before this many seconds after the first published version
-  double window_s = 60;     // every_s 0: kills at uniformly random times in [first_s, +window_s]
+  double first_s = 3;       // no kill before this many seconds after version after_version
+  std::uint64_t after_version = 1;  // kill times count from this version's publication
+  double window_s = 60;  // every_s 0: kills at uniformly random times in [first_s, +window_s]
   std::string roles = "weightstore,relay,rollout-manager,rollout,actor";  // which may be killed
   std::uint64_t seed = 1;  // the kill times and targets follow from it
 
@@ -28,7 +29,9 @@ struct ChaosConfig {
   void describe(V& v) {
     v("kills", kills, "SIGKILL this many random roles during the job (0: none)");
     v("every_s", every_s, "one kill every this many seconds (0: random times in the window)");
-    v("first_s", first_s, "no kill before this many seconds after the first version is published");
+    v("first_s", first_s, "no kill before this many seconds after after_version is published");
+    v("after_version", after_version,
+      "kill times count from the publication of this version (1: the first after the warm start)");
     v("window_s", window_s, "every_s 0: kills at random times in [first_s, first_s + window_s]");
     v("roles", roles, "comma-separated roles that may be killed");
     v("seed", seed, "seed of the kill times and targets");

@@ -519,9 +519,9 @@ class JobWatch {
       }
       chaos_stopped_ = true;
     }
-    // Chaos kills count from the first published version: the job proper, after start-up and
-    // the actor's warm start.
-    if (chaos_origin_ < 0 && watch_.latest() > 0) chaos_origin_ = elapsed;
+    // Chaos kills count from a published version (by default the first): the job proper, after
+    // start-up and the actor's warm start.
+    if (chaos_origin_ < 0 && watch_.latest() >= job_.chaos.after_version) chaos_origin_ = elapsed;
     if (auto killed = chaos_origin_ < 0 ? "" : chaos_.due(elapsed - chaos_origin_);
         !killed.empty()) {
       result_.events.push_back(fmt::format("{:.1f}s: chaos killed {}", elapsed, killed));
@@ -687,7 +687,7 @@ class JobWatch {
   bool chaos_killed_ = false, chaos_stopped_ = false;
   int manager_pause_ = 0;  // 0 not yet, 1 paused, 2 resumed
   ChaosSchedule chaos_;
-  double chaos_origin_ = -1;  // job time of the first published version
+  double chaos_origin_ = -1;  // job time at which chaos.after_version was published
   Supervisor::Proc* actor_proc_;
 };
 
