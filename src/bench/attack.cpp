@@ -13,6 +13,8 @@
 #include <functional>
 #include <map>
 #include <optional>
+#include <set>
+#include <sstream>
 
 #include "bench/attack_internal.hpp"
 #include "core/log.hpp"
@@ -684,6 +686,25 @@ int run_attack(const AttackArgs& args) {
     std::fprintf(stderr, "sluice attack: %s\n", s.to_string().c_str());
     return code;
   };
+  // --only first: bad input starts nothing.
+  static constexpr const char* kPhaseKeys[] = {
+      "strangers", "versions", "owners",        "identities",   "manager", "foreign",
+      "oversized", "modes",    "chunk-servers", "served-bytes", "agent"};
+  std::set<std::string> only;
+  {
+    std::stringstream ss(args.only);
+    for (std::string k; std::getline(ss, k, ',');) {
+      if (k.empty()) continue;
+      if (std::find(std::begin(kPhaseKeys), std::end(kPhaseKeys), k) == std::end(kPhaseKeys)) {
+        return fail(2,
+                    core::invalid_argument(fmt::format(
+                        "--only: no phase '{}' (strangers, versions, owners, identities, "
+                        "manager, foreign, oversized, modes, chunk-servers, served-bytes, agent)",
+                        k)));
+      }
+      only.insert(k);
+    }
+  }
   auto target = read_target(args.run_dir);
   if (!target.is_ok()) return fail(2, target.status());
   const Target& t = *target;
@@ -716,27 +737,34 @@ int run_attack(const AttackArgs& args) {
     std::error_code ec;
     return fs::exists(summary, ec);
   };
-  const std::pair<const char*, std::function<void()>> phases[] = {
-      {"strangers", [&] { attacker.strangers(); }},
-      {"versions", [&] { attacker.versions(); }},
-      {"owners and leases", [&] { attacker.owners_and_leases(); }},
-      {"holder ids and caps", [&] { attacker.identities(); }},
-      {"manager roles", [&] { attacker.manager_roles(); }},
-      {"another rollout's trajectory", [&] { attacker.foreign_finish(); }},
-      {"oversized message", [&] { attacker.oversized(); }},
-      {"key file modes", [&] { attacker.file_modes(); }},
-      {"chunk servers",
+  struct Phase {
+    const char* key;   // as --only names it
+    const char* name;  // as the report names it
+    std::function<void()> play;
+  };
+  const Phase phases[] = {
+      {"strangers", "strangers", [&] { attacker.strangers(); }},
+      {"versions", "versions", [&] { attacker.versions(); }},
+      {"owners", "owners and leases", [&] { attacker.owners_and_leases(); }},
+      {"identities", "holder ids and caps", [&] { attacker.identities(); }},
+      {"manager", "manager roles", [&] { attacker.manager_roles(); }},
+      {"foreign", "another rollout's trajectory", [&] { attacker.foreign_finish(); }},
+      {"oversized", "oversized message", [&] { attacker.oversized(); }},
+      {"modes", "key file modes", [&] { attacker.file_modes(); }},
+      {"chunk-servers", "chunk servers",
        [&] {
          play_chunk_servers([&] { return attacker.plan(); },
                             [&](std::uint64_t lease) { attacker.release(lease); },
                             args.idle_connections, report);
        }},
-      {"served bytes",
+      {"served-bytes", "served bytes",
        [&] {
          play_served_bytes(**loop, t, attacker.operator_store(), attacker.relay_key(), report);
        }},
+      {"agent", "agent endpoints", [&] { play_agent_endpoints(args.run_dir, report); }},
   };
-  for (const auto& [name, play] : phases) {
+  for (const auto& [key, name, play] : phases) {
+    if (!only.empty() && !only.count(key)) continue;
     if (ended()) {
       report.skip(name, "the job ended before they were played (its summary.json appeared)");
       continue;

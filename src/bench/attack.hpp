@@ -15,6 +15,10 @@
 //     a slow-loris partial request, a flood of requests with bad tokens and reads outside a
 //     region, each while a real read of a verified chunk must still succeed;
 //   - the keys folder's and members file's modes;
+//   - every agent endpoint the run folder names (agent-*.url): requests without the token or
+//     with a wrong one, malformed bodies (wrong JSON types, nulls, huge numbers), a body past the
+//     bound whose 413 must be read, a body that never ends and more idle connections than the
+//     endpoint holds, each followed by a real request that must still be answered;
 //   - served bytes: a member registers a copy of the newest version with one byte changed, and a
 //     reader sent to it by a read plan must refuse it; a member answers an encrypted chunk
 //     stream in place of the holder a plan names, and the reader must refuse its key.
@@ -36,6 +40,7 @@ struct AttackArgs {
   std::string run_dir;
   std::uint32_t wait_ms = 2000;           // how long a refused request is waited for
   std::uint32_t idle_connections = 1000;  // idle connections held open against each chunk server
+  std::string only;                       // comma-separated phases to play (empty: every one)
 };
 
 int run_attack(const AttackArgs& args);

@@ -88,4 +88,10 @@ void play_served_bytes(core::EventLoop& loop, const Target& t,
                        weightstore::StoreClient& operator_store, const std::string& member,
                        Report& report);
 
+// The attacks on the agent endpoints (bench/attack_agent.cpp) that the run folder names
+// (agent-*.url, agent_token): no token and a wrong one, malformed bodies, an oversized body
+// whose 413 must be read, a body that never ends, and more idle connections than the endpoint
+// holds; after each, a real request must still be answered.
+void play_agent_endpoints(const std::string& run_dir, Report& report);
+
 }  // namespace sluice::cli::attack

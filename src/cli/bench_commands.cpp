@@ -67,6 +67,9 @@ void add_attack(CLI::App& c, AttackArgs& a) {
                "idle connections held open against each chunk server")
       ->capture_default_str()
       ->check(CLI::Range(1u, 100000u));
+  c.add_option("--only", a.only,
+               "play only these phases, comma-separated (strangers, versions, owners, identities, "
+               "manager, foreign, oversized, modes, chunk-servers, served-bytes, agent)");
 }
 
 struct CompareArgs {
