@@ -74,25 +74,29 @@ class _Lines:
         self._reader = reader
         self._max = max_line
         self._buf = bytearray()
+        self._scanned = 0  # bytes of _buf known to hold no newline
         self._skipping: Optional[bytes] = None  # the head of the over-long line being dropped
         self._eof = False
 
     async def next(self):
         while True:
-            nl = self._buf.find(b"\n")
+            nl = self._buf.find(b"\n", self._scanned)
             if nl >= 0:
                 line = bytes(self._buf[:nl])
                 del self._buf[:nl + 1]
+                self._scanned = 0
                 if self._skipping is not None:
                     head, self._skipping = self._skipping, None
                     return "long", head
                 if len(line) > self._max:
                     return "long", line[:_HEAD]
                 return "line", line
+            self._scanned = len(self._buf)
             if self._skipping is None and len(self._buf) > self._max:
                 self._skipping = bytes(self._buf[:_HEAD])
             if self._skipping is not None:
                 self._buf.clear()
+                self._scanned = 0
             if self._eof:
                 if self._skipping is not None:
                     head, self._skipping = self._skipping, None
@@ -100,6 +104,7 @@ class _Lines:
                 if self._buf:
                     line = bytes(self._buf)
                     self._buf.clear()
+                    self._scanned = 0
                     return "line", line
                 return "end", b""
             chunk = await self._reader.read(_READ_CHUNK)
