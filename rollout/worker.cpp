@@ -114,7 +114,11 @@ core::Status RolloutWorker::Impl::report() {
   for (const auto& a : engine->active_sequences())
     req.active.push_back({a.trajectory_id, a.kv_tokens});
   req.waiting = waits->ids();
+  // Work no agent takes goes back to the manager with this report.
   Environment* env = waits->environment();
+  if (env && env->claims_work() && cfg.agent_claim_timeout_ms > 0) {
+    held->return_unclaimed(Clock::now(), Millis(cfg.agent_claim_timeout_ms));
+  }
   // Copies: what is sent stays held until the manager answers.
   const std::size_t sent_finished = held->add_to(req);
   if (cfg.partial_every > 0 && reports % cfg.partial_every == 0) {

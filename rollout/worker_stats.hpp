@@ -59,6 +59,8 @@ struct WorkerStats {
   // An environment program's faults: lines over env_max_line_bytes, programs killed because they
   // took nothing written to them, answers dropped as malformed (rollout/command_env.hpp).
   std::uint64_t env_overlong_lines = 0, env_stalled = 0, env_garbage = 0;
+  // Work handed back to the manager because no agent took it in agent_claim_timeout_ms.
+  std::uint64_t agent_unclaimed = 0;
 
   // The first weights were loaded at `now`: the accounting starts here (what went before was
   // start-up). Sets first_weights_s and first_read_s.
@@ -102,6 +104,9 @@ struct WorkerMetrics {
   core::Counter& env_garbage =
       core::process_metrics().counter("sluice_rollout_env_garbage_total",
                                       "answers from an environment program dropped as malformed");
+  core::Counter& agent_unclaimed = core::process_metrics().counter(
+      "sluice_rollout_agent_unclaimed_total",
+      "work handed back to the manager because no agent took it in agent_claim_timeout_ms");
 };
 
 }  // namespace sluice::rollout
