@@ -2,7 +2,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include <algorithm>
+#include <fmt/format.h>
+
 #include <cmath>
 
 #include "core/log.hpp"
@@ -15,12 +16,50 @@ using nlohmann::json;
 
 namespace {
 
-// How often the environment's output is read while answers are pending.
+// How often the environment's output is read and its stdin written while it runs.
 constexpr core::Millis kPollPeriod{2};
-// A line written to the environment waits at most this long for room in its stdin.
-constexpr core::Millis kWriteWait{2000};
+
+// Lines to the program name their op and episode first (a reader that refuses a line can still
+// name its episode): ordered_json keeps the order given.
+using Message = nlohmann::ordered_json;
+
+std::string reset_line(const SequenceState& s) {
+  return Message{{"op", "reset"},
+                 {"episode", s.trajectory_id},
+                 {"prompt", s.prompt_tokens},
+                 {"text", rl::Tokenizer::decode(s.prompt_tokens)}}
+             .dump() +
+         "\n";
+}
+
+std::string step_line(const std::string& id, const std::vector<std::int32_t>& action, bool replay) {
+  Message m{
+      {"op", "step"}, {"episode", id}, {"action", action}, {"text", rl::Tokenizer::decode(action)}};
+  if (replay) m["replay"] = true;
+  return m.dump() + "\n";
+}
 
 }  // namespace
+
+std::vector<std::vector<std::int32_t>> model_turns(const SequenceState& s) {
+  std::vector<std::vector<std::int32_t>> turns;
+  std::vector<std::int32_t> turn;
+  for (std::size_t i = 0; i < s.generated.size(); ++i) {
+    const bool sampled = i < s.loss_mask.size() && s.loss_mask[i] == 1;
+    if (!sampled) {
+      if (!turn.empty()) turns.push_back(std::move(turn));
+      turn.clear();
+      continue;
+    }
+    turn.push_back(s.generated[i]);
+    if (s.generated[i] == s.call_token) {
+      turns.push_back(std::move(turn));
+      turn.clear();
+    }
+  }
+  if (!turn.empty()) turns.push_back(std::move(turn));
+  return turns;
+}
 
 core::Result<std::unique_ptr<CommandEnvironment>> CommandEnvironment::create(
     core::EventLoop& loop, CommandEnvOptions options) {
@@ -29,6 +68,10 @@ core::Result<std::unique_ptr<CommandEnvironment>> CommandEnvironment::create(
   }
   if (options.vocab <= 0 || options.call_token < 0 || options.call_token >= options.vocab) {
     return core::invalid_argument("env_call_token must be a token id of the model's vocabulary");
+  }
+  if (options.max_line == 0) return core::invalid_argument("env_max_line_bytes must be at least 1");
+  if (options.stall_timeout.count() <= 0) {
+    return core::invalid_argument("env_command: the stall time-out must be positive");
   }
   std::unique_ptr<CommandEnvironment> env(new CommandEnvironment(loop, std::move(options)));
   SLUICE_TRY(env->start());
@@ -45,6 +88,9 @@ core::Status CommandEnvironment::start() {
   o.pipe_stdin = true;
   o.search_path = true;
   SLUICE_ASSIGN_OR_RETURN(proc_, core::Subprocess::spawn(o));
+  // A new program holds no episode and has been sent nothing.
+  open_.clear();
+  out_.clear();
   poller_ = loop_->every(kPollPeriod, [this] { poll(); });
   log::info("environment: started {} (pid {})", options_.argv[0], proc_->pid());
   return {};
@@ -59,37 +105,79 @@ void CommandEnvironment::answer(const SequenceState& s, Done done) {
       return;
     }
   }
-  json msg;
-  const bool fresh =
-      std::find(s.loss_mask.begin(), s.loss_mask.end(), std::uint8_t{1}) == s.loss_mask.end();
-  if (fresh) {
-    msg = json{{"op", "reset"},
-               {"episode", id},
-               {"prompt", s.prompt_tokens},
-               {"text", rl::Tokenizer::decode(s.prompt_tokens)}};
+  Pending p;
+  p.done = std::move(done);
+  const std::vector<std::vector<std::int32_t>> turns = model_turns(s);
+  if (turns.empty()) {
+    p.lines.push_back(reset_line(s));
   } else {
-    // The model's last turn: its tokens since the environment's last answer.
-    std::size_t from = s.generated.size();
-    while (from > 0 && s.loss_mask[from - 1] == 1)
-      --from;
-    std::vector<std::int32_t> action(s.generated.begin() + static_cast<std::ptrdiff_t>(from),
-                                     s.generated.end());
-    msg = json{{"op", "step"},
-               {"episode", id},
-               {"action", action},
-               {"text", rl::Tokenizer::decode(action)}};
+    // An episode this program never saw (it moved here, or the program was started again since)
+    // is rebuilt first: reset, then its recorded turns.
+    if (open_.count(id) == 0) {
+      p.lines.push_back(reset_line(s));
+      for (std::size_t t = 0; t + 1 < turns.size(); ++t)
+        p.lines.push_back(step_line(id, turns[t], /*replay=*/true));
+    }
+    p.lines.push_back(step_line(id, turns.back(), /*replay=*/false));
   }
-  pending_[id] = std::move(done);
-  if (core::Status st = proc_->write_stdin(msg.dump() + "\n", kWriteWait); !st.is_ok()) {
-    fail_all("cannot be written to: " + st.message());
+  open_.insert(id);
+  const std::string first = p.lines.front();
+  pending_[id] = std::move(p);
+  send(first);
+}
+
+void CommandEnvironment::close(const std::string& trajectory_id) {
+  pending_.erase(trajectory_id);
+  if (open_.erase(trajectory_id) == 0 || !proc_) return;
+  send(Message{{"op", "close"}, {"episode", trajectory_id}}.dump() + "\n");
+}
+
+void CommandEnvironment::retain(const std::set<std::string>& live) {
+  std::vector<std::string> gone;
+  for (const std::string& id : open_) {
+    if (live.count(id) == 0 && pending_.count(id) == 0) gone.push_back(id);
   }
+  for (const std::string& id : gone)
+    close(id);
+}
+
+void CommandEnvironment::send(const std::string& line) {
+  if (out_.empty()) out_since_ = core::Clock::now();
+  out_ += line;
+  flush();
+}
+
+void CommandEnvironment::flush() {
+  if (!proc_ || out_.empty()) return;
+  core::Result<std::size_t> n = proc_->write_some(out_);
+  if (!n.is_ok()) {
+    broken("cannot be written to: " + n.status().message());
+    return;
+  }
+  if (*n == 0) return;
+  out_.erase(0, *n);
+  written_ += *n;
+  out_since_ = core::Clock::now();
 }
 
 void CommandEnvironment::poll() {
   if (!proc_) return;
-  for (const std::string& line : proc_->drain_lines())
+  flush();
+  if (!proc_) return;
+  if (!out_.empty() && core::Clock::now() - out_since_ > options_.stall_timeout) {
+    ++faults_.stalled;
+    broken(fmt::format("took nothing written to it for {} ms", options_.stall_timeout.count()));
+    return;
+  }
+  std::uint64_t overlong = 0;
+  for (const std::string& line : proc_->drain_lines(options_.max_line, &overlong))
     take(line);
-  if (!pending_.empty() && !proc_->running()) {
+  if (overlong > 0) {
+    faults_.overlong += overlong;
+    fail_all(fmt::format("wrote {} line(s) over env_max_line_bytes ({} bytes)", overlong,
+                         options_.max_line));
+  }
+  if (proc_ && (!pending_.empty() || !out_.empty()) && !proc_->running()) {
     auto code = proc_->wait(core::Millis(0));
     fail_all("exited" + (code.is_ok() ? " with status " + std::to_string(*code) : std::string()));
     proc_.reset();
@@ -99,7 +187,7 @@ void CommandEnvironment::poll() {
 
 void CommandEnvironment::take(const std::string& line) {
   auto garbage = [&](const std::string& why) {
-    ++garbage_;
+    ++faults_.garbage;
     log::warn("environment: dropped an answer ({}): {}", why, line.substr(0, 200));
   };
   json j = json::parse(line, nullptr, /*allow_exceptions=*/false);
@@ -107,17 +195,32 @@ void CommandEnvironment::take(const std::string& line) {
     garbage("not a JSON object naming its episode");
     return;
   }
-  auto it = pending_.find(j["episode"].get<std::string>());
+  const std::string id = j["episode"].get<std::string>();
+  auto it = pending_.find(id);
   if (it == pending_.end()) {
     garbage("no such episode pending");
     return;
   }
-  Done done = std::move(it->second);
+  Pending& p = it->second;
+  const bool replaying = p.next + 1 < p.lines.size();
+  const bool ends = j.contains("done") && j["done"].is_boolean() && j["done"].get<bool>();
+  if (replaying && !j.contains("error") && !ends) {
+    // A step of the replay was answered: the next goes (its answer is the recorded one).
+    ++p.next;
+    send(p.lines[p.next]);
+    return;
+  }
+  Done done = std::move(p.done);
   pending_.erase(it);
   if (j.contains("error")) {
-    done(core::Status(core::Code::kInternal,
-                      "it raised: " + (j["error"].is_string() ? j["error"].get<std::string>()
-                                                              : j["error"].dump())));
+    done(core::Status(
+        core::Code::kInternal,
+        std::string(replaying ? "replaying the episode, " : "") + "it raised: " +
+            (j["error"].is_string() ? j["error"].get<std::string>() : j["error"].dump())));
+    return;
+  }
+  if (replaying) {
+    done(core::unavailable("replaying the episode, it ended it before its recorded turns"));
     return;
   }
   EnvAnswer a;
@@ -159,15 +262,25 @@ void CommandEnvironment::take(const std::string& line) {
   done(std::move(a));
 }
 
+void CommandEnvironment::broken(const std::string& why) {
+  fail_all(why);
+  // The destructor kills and reaps it; what was not written goes with it (never half a line to
+  // a program that goes on).
+  proc_.reset();
+  poller_.reset();
+  out_.clear();
+  open_.clear();
+}
+
 void CommandEnvironment::fail_all(const std::string& why) {
   auto pending = std::move(pending_);
   pending_.clear();
   log::warn("environment {}: {}; ending its {} pending episodes", options_.argv[0], why,
             pending.size());
   // From the loop: answer() may be the caller, and its `done` never runs inside it.
-  for (auto& [id, done] : pending) {
+  for (auto& [id, p] : pending) {
     loop_->post(
-        [done = std::move(done), why] { done(core::unavailable("the environment " + why)); });
+        [done = std::move(p.done), why] { done(core::unavailable("the environment " + why)); });
   }
 }
 

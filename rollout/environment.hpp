@@ -16,6 +16,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -37,6 +38,14 @@ struct EnvAnswer {
   std::uint64_t turn_limit = 0;
 };
 
+// What went wrong with an environment in another process, counted since it was made (the
+// rollout adds these to its stats and metrics).
+struct EnvFaults {
+  std::uint64_t garbage = 0;   // answers dropped as malformed or naming no pending episode
+  std::uint64_t overlong = 0;  // lines longer than the limit (each ended the pending episodes)
+  std::uint64_t stalled = 0;   // processes stopped because they took nothing written to them
+};
+
 class Environment {
  public:
   using Done = std::function<void(core::Result<EnvAnswer>)>;
@@ -48,8 +57,16 @@ class Environment {
   // (its `done` never runs).
   virtual void answer(const SequenceState& s, Done done) = 0;
   virtual void cancel(const std::string& trajectory_id) = 0;
+  // The episode ended here or left this rollout (finished, failed, moved, handed back): what the
+  // environment holds for it may go. Nothing is pending for it (cancel() came first). An
+  // episode that comes back later starts again from the environment's point of view.
+  virtual void close(const std::string& /*trajectory_id*/) {}
+  // Every episode not in `live` (the ids running, queued or waiting here) has ended or left:
+  // the environment closes those it still holds (one that ended in the engine, without a call).
+  virtual void retain(const std::set<std::string>& /*live*/) {}
   // Answers pending.
   virtual std::size_t pending() const = 0;
+  virtual EnvFaults faults() const { return {}; }
   // Whether episodes start only when the environment takes them (an agent over HTTP): the
   // rollout then admits no new work of its own.
   virtual bool claims_work() const { return false; }

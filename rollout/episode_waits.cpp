@@ -39,6 +39,10 @@ core::Result<std::unique_ptr<Environment>> make_environment(core::EventLoop& loo
     o.cwd = cfg.env_workdir;
     o.call_token = cfg.env_call_token;
     o.vocab = cfg.gpt.gpt.vocab;
+    o.max_line = static_cast<std::size_t>(cfg.env_max_line_bytes);
+    // A program that takes nothing written to it for as long as an episode may wait is of no
+    // more use to any episode.
+    o.stall_timeout = Millis(cfg.env_timeout_ms);
     SLUICE_ASSIGN_OR_RETURN(std::unique_ptr<CommandEnvironment> env,
                             CommandEnvironment::create(loop, std::move(o)));
     return std::unique_ptr<Environment>(std::move(env));
@@ -98,8 +102,9 @@ core::Result<std::unique_ptr<EpisodeWaits>> EpisodeWaits::create(core::EventLoop
 }
 
 std::optional<SequenceState> EpisodeWaits::begin(SequenceState s) {
-  // An agent's episodes begin when the agent takes them (its Claim).
-  if (env_ && !env_->claims_work() && s.generated.empty() && !s.is_episode()) {
+  // An agent's episodes begin when the agent takes them (its Claim). An episode that resets and
+  // has no turn yet (it was waiting on its reset elsewhere) resets here again.
+  if (env_ && !env_->claims_work() && s.generated.empty() && (!s.is_episode() || env_->resets())) {
     s.call_token = env_->call_token();
     if (env_->resets()) {
       call(std::move(s));
@@ -127,9 +132,30 @@ void EpisodeWaits::call(SequenceState s) {
   });
 }
 
+void EpisodeWaits::count_faults() {
+  if (!env_) return;
+  const EnvFaults f = env_->faults();
+  auto add = [](std::uint64_t now, std::uint64_t& seen, std::uint64_t& stat, core::Counter& c) {
+    if (now <= seen) return;
+    stat += now - seen;
+    c.inc(static_cast<double>(now - seen));
+    seen = now;
+  };
+  add(f.overlong, faults_.overlong, stats_->env_overlong_lines, metrics_->env_overlong_lines);
+  add(f.stalled, faults_.stalled, stats_->env_stalled, metrics_->env_stalled);
+  add(f.garbage, faults_.garbage, stats_->env_garbage, metrics_->env_garbage);
+}
+
+void EpisodeWaits::retain(const std::set<std::string>& live) {
+  if (!env_) return;
+  env_->retain(live);
+  count_faults();
+}
+
 std::vector<EpisodeWaits::Outcome> EpisodeWaits::take_answers(Clock::time_point now) {
   std::vector<Outcome> out;
   answers_ready_ = false;
+  count_faults();
   for (auto it = waiting_.begin(); it != waiting_.end();) {
     Waiting& w = it->second;
     const bool late = now - w.since > timeout_;
@@ -145,11 +171,13 @@ std::vector<EpisodeWaits::Outcome> EpisodeWaits::take_answers(Clock::time_point 
     it = waiting_.erase(it);
     if (!answer) {
       env_->cancel(s.trajectory_id);
+      env_->close(s.trajectory_id);
       fail(s, fmt::format("no answer in {} ms", timeout_.count()));
       out.push_back({Outcome::Kind::kFailed, std::move(s), std::nullopt});
       continue;
     }
     if (!answer->is_ok()) {
+      env_->close(s.trajectory_id);
       fail(s, answer->status().to_string());
       out.push_back({Outcome::Kind::kFailed, std::move(s), std::nullopt});
       continue;
@@ -161,12 +189,14 @@ std::vector<EpisodeWaits::Outcome> EpisodeWaits::take_answers(Clock::time_point 
         std::find(s.loss_mask.begin(), s.loss_mask.end(), std::uint8_t{1}) != s.loss_mask.end();
     const bool no_room = s.generated.size() + a.tokens.size() >= s.max_new_tokens;
     if (!model_turn && (a.done || no_room)) {
+      env_->close(s.trajectory_id);
       fail(s, "ended it before the model's first turn");
       out.push_back({Outcome::Kind::kFailed, std::move(s), std::nullopt});
       continue;
     }
     // No turns left, or no room for the answer and one more token: the episode ends here.
     if (a.done || no_room) {
+      env_->close(s.trajectory_id);
       out.push_back({Outcome::Kind::kFinished, std::move(s), a.reward});
       continue;
     }
@@ -204,6 +234,7 @@ std::optional<SequenceState> EpisodeWaits::take(const std::string& id) {
   auto w = waiting_.find(id);
   if (w == waiting_.end()) return std::nullopt;
   env_->cancel(id);
+  env_->close(id);
   SequenceState s = std::move(w->second.state);
   waiting_.erase(w);
   s.kv.reset();
@@ -221,8 +252,10 @@ std::vector<SequenceState> EpisodeWaits::release() {
 }
 
 void EpisodeWaits::drop() {
-  for (const auto& [id, w] : waiting_)
+  for (const auto& [id, w] : waiting_) {
     env_->cancel(id);
+    env_->close(id);
+  }
   waiting_.clear();
   metrics_->env_waiting.set(0);
 }

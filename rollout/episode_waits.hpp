@@ -3,7 +3,9 @@
 // environment answers (or fails, or stays silent past env_timeout_ms); take_answers() then says
 // what becomes of each: its next turn (the answer's tokens appended, its KV cache kept when
 // env_keep_kv), its end with the environment's reward, or its end as failed (counted and logged
-// here; the worker sends it back abandoned).
+// here; the worker sends it back abandoned). Whenever an episode ends or leaves, its environment
+// is told (Environment::close), so that it frees what it holds; retain() catches those that
+// ended in the engine.
 //
 // The environment is the one the configuration names: the tool task's calculator, the simulated
 // workload's, a program (env_command) or the agent endpoint (agent_listen), which takes its work
@@ -18,6 +20,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -86,6 +89,9 @@ class EpisodeWaits {
   std::vector<SequenceState> release();
   // Drops every waiting episode (the manager handed them out again) and cancels their calls.
   void drop();
+  // `live`: every episode running, queued or waiting here. The environment closes the others it
+  // still holds (those that ended or left without passing through here).
+  void retain(const std::set<std::string>& live);
 
  private:
   struct Waiting {
@@ -96,6 +102,8 @@ class EpisodeWaits {
 
   EpisodeWaits(const RolloutConfig& cfg, WorkerStats& stats, WorkerMetrics& metrics);
   void fail(SequenceState& s, const std::string& why);
+  // Adds the environment's faults since the last call to the stats and metrics.
+  void count_faults();
 
   std::string rollout_id_;
   core::Millis timeout_;
@@ -104,6 +112,7 @@ class EpisodeWaits {
   WorkerMetrics* metrics_;
   std::unique_ptr<Environment> env_;
   std::map<std::string, Waiting> waiting_;  // by trajectory id
+  EnvFaults faults_;                        // the environment's, counted so far
   bool answers_ready_ = false;
   // Expires first, so an answer delivered while the rest goes finds it gone.
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);

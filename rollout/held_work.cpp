@@ -26,6 +26,36 @@ void HeldWork::unqueue() {
   queue_.clear();
 }
 
+std::size_t HeldWork::return_unclaimed(core::Clock::time_point now, core::Millis deadline) {
+  std::map<std::string, core::Clock::time_point> seen;
+  std::size_t returned = 0;
+  for (auto it = queue_.begin(); it != queue_.end();) {
+    if (it->is_episode()) {
+      ++it;
+      continue;
+    }
+    auto was = unclaimed_since_.find(it->trajectory_id);
+    const core::Clock::time_point since = was == unclaimed_since_.end() ? now : was->second;
+    if (now - since <= deadline) {
+      seen.emplace(it->trajectory_id, since);
+      ++it;
+      continue;
+    }
+    returned_.push_back(std::move(*it));
+    it = queue_.erase(it);
+    ++returned;
+  }
+  // Only what is still queued is remembered: taken or handed back, it is forgotten.
+  unclaimed_since_ = std::move(seen);
+  if (returned > 0) {
+    stats_->agent_unclaimed += returned;
+    metrics_->agent_unclaimed.inc(static_cast<double>(returned));
+    log::warn("rollout {}: no agent took {} queued trajectories in {} ms; handing them back",
+              rollout_id_, returned, deadline.count());
+  }
+  return returned;
+}
+
 void HeldWork::admit_queued(Engine& engine, bool agent_claims) {
   while (!queue_.empty() && engine.can_admit(queue_.front().kv_tokens())) {
     // Under an agent, work starts when the agent takes it (take_unstarted).

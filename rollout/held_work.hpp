@@ -15,10 +15,12 @@
 
 #include <cstddef>
 #include <deque>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "core/event_loop.hpp"
 #include "rl/trajectory.hpp"
 #include "rollout/engine.hpp"
 #include "rollout/protocol.hpp"
@@ -39,6 +41,12 @@ class HeldWork {
   std::optional<SequenceState> take_unstarted();
   // Everything queued goes back to the manager unstarted (to start on a newer version elsewhere).
   void unqueue();
+  // Under an agent: queued work that is not yet an episode and that calls at `now` have seen
+  // queued for longer than `deadline` goes back to the manager unstarted (no agent is taking
+  // work here: its agents may be gone, or looking for this rollout at an old address). Counted
+  // (WorkerStats::agent_unclaimed); returns how many went. A sequence's time starts at the first
+  // call that sees it queued.
+  std::size_t return_unclaimed(core::Clock::time_point now, core::Millis deadline);
   // The manager handed the queue out again: forget it.
   void drop_queue() { queue_.clear(); }
   // Admits queued sequences while `engine` has room. `agent_claims`: unstarted work waits for the
@@ -81,6 +89,8 @@ class HeldWork {
   std::vector<SequenceState> exported_;
   std::vector<SequenceState> refused_;
   std::vector<SequenceState> returned_;  // queued work handed back unstarted
+  // Unstarted queued work under an agent: when return_unclaimed() first saw it.
+  std::map<std::string, core::Clock::time_point> unclaimed_since_;
 };
 
 }  // namespace sluice::rollout

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <optional>
 #include <random>
+#include <set>
 
 #include "core/checksum.hpp"
 #include "core/log.hpp"
@@ -113,6 +114,11 @@ core::Status RolloutWorker::Impl::report() {
   for (const auto& a : engine->active_sequences())
     req.active.push_back({a.trajectory_id, a.kv_tokens});
   req.waiting = waits->ids();
+  // Work no agent takes goes back to the manager with this report.
+  Environment* env = waits->environment();
+  if (env && env->claims_work() && cfg.agent_claim_timeout_ms > 0) {
+    held->return_unclaimed(Clock::now(), Millis(cfg.agent_claim_timeout_ms));
+  }
   // Copies: what is sent stays held until the manager answers.
   const std::size_t sent_finished = held->add_to(req);
   if (cfg.partial_every > 0 && reports % cfg.partial_every == 0) {
@@ -121,6 +127,15 @@ core::Status RolloutWorker::Impl::report() {
     waits->append_states(req.partial);
   }
   ++reports;
+  // Episodes that ended or left without passing through `waits` (finished in the engine, moved
+  // away): their environment frees them.
+  if (env) {
+    std::set<std::string> live(req.queued.begin(), req.queued.end());
+    live.insert(req.waiting.begin(), req.waiting.end());
+    for (const auto& a : req.active)
+      live.insert(a.trajectory_id);
+    waits->retain(live);
+  }
   req.stats = stats_json();
   bool answered = false;
   auto reply = manager->report(req, report_timeout(), &answered);

@@ -27,6 +27,9 @@ core::Status RolloutConfig::validate() const {
     if (h.empty()) return core::invalid_argument("join_read_from names an empty holder id");
   }
   if (env_timeout_ms == 0) return core::invalid_argument("env_timeout_ms must be at least 1");
+  if (env_max_line_bytes == 0) {
+    return core::invalid_argument("env_max_line_bytes must be at least 1");
+  }
   if (!agent_listen.empty() && engine != "model") {
     return core::invalid_argument("agent_listen needs engine model");
   }

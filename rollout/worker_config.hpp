@@ -108,6 +108,12 @@ struct RolloutConfig : weightstore::HolderRoleConfig, weightstore::TopologyLabel
   std::vector<std::string> env_command;
   std::string env_workdir;
   std::int32_t env_call_token = 2;
+  // The longest line taken from env_command's program, in bytes (at least 1); a longer line is
+  // dropped as it comes and ends the episodes pending there (counted).
+  std::uint64_t env_max_line_bytes = std::uint64_t{8} << 20;
+  // Under the agent endpoint: work no agent has taken for this long goes back to the manager
+  // (counted), to run where agents are taking work (0: it waits here).
+  std::uint64_t agent_claim_timeout_ms = 30000;
 
   template <typename V>
   void describe(V& v) {
@@ -153,6 +159,12 @@ struct RolloutConfig : weightstore::HolderRoleConfig, weightstore::TopologyLabel
       "the environment program's working folder (sluice run: the job file's folder)");
     v("env_call_token", env_call_token,
       "the token that ends a model turn for env_command (default 2, EOS)");
+    v("env_max_line_bytes", env_max_line_bytes,
+      "the longest line taken from env_command's program (default 8388608); a longer one ends the "
+      "episodes pending there, counted");
+    v("agent_claim_timeout_ms", agent_claim_timeout_ms,
+      "agent endpoint: work no agent takes in this long goes back to the manager, counted (ms, "
+      "default 30000; 0: it waits)");
     v("max_held_finished", max_held_finished,
       "finished trajectories held while the manager is unreachable; when full, no new work starts");
     v("pull_in_flight", pull_in_flight, "GETs in flight per source when pulling weights");

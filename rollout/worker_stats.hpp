@@ -56,6 +56,11 @@ struct WorkerStats {
   double env_wait_s = 0;
   std::uint64_t env_calls = 0, env_failed = 0, env_kv_kept = 0, env_reprefills = 0;
   std::uint64_t env_reprefill_tokens = 0;
+  // An environment program's faults: lines over env_max_line_bytes, programs killed because they
+  // took nothing written to them, answers dropped as malformed (rollout/command_env.hpp).
+  std::uint64_t env_overlong_lines = 0, env_stalled = 0, env_garbage = 0;
+  // Work handed back to the manager because no agent took it in agent_claim_timeout_ms.
+  std::uint64_t agent_unclaimed = 0;
 
   // The first weights were loaded at `now`: the accounting starts here (what went before was
   // start-up). Sets first_weights_s and first_read_s.
@@ -90,6 +95,18 @@ struct WorkerMetrics {
       "sluice_rollout_env_failed_total", "episodes ended by an environment error or time-out");
   core::Gauge& env_waiting = core::process_metrics().gauge(
       "sluice_rollout_env_waiting", "episodes waiting on their environment now");
+  core::Counter& env_overlong_lines = core::process_metrics().counter(
+      "sluice_rollout_env_overlong_lines_total",
+      "lines from an environment program over env_max_line_bytes (each ended its episodes)");
+  core::Counter& env_stalled = core::process_metrics().counter(
+      "sluice_rollout_env_stalled_total",
+      "environment programs killed because they took nothing written to them");
+  core::Counter& env_garbage =
+      core::process_metrics().counter("sluice_rollout_env_garbage_total",
+                                      "answers from an environment program dropped as malformed");
+  core::Counter& agent_unclaimed = core::process_metrics().counter(
+      "sluice_rollout_agent_unclaimed_total",
+      "work handed back to the manager because no agent took it in agent_claim_timeout_ms");
 };
 
 }  // namespace sluice::rollout

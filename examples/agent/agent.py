@@ -7,6 +7,10 @@ model's answer (POST /v1/completions, token ids in and out), checks the answer i
 sums of the prompt's terms) and ends the episode with that reward (POST /v1/episodes/end). sluice
 records each answer's tokens, log-probs and version and trains on them.
 
+A rollout that dies is started again on a new port and rewrites its agent-<id>.url: on a
+connection error the agent reads the file again and retries (a few times, backing off). The
+episodes it had there are gone (404); sluice runs them again.
+
     python3 examples/agent/agent.py [--out RUN_DIR] [--sluice PATH] [--threads N]
 
 Runs from any folder; the run folder defaults to runs/agent-<time> under the working folder.
@@ -44,6 +48,34 @@ def post(url, token, path, body):
         return 0, {"error": {"message": str(e)}}
 
 
+RETRIES = 6  # tries of one request across connection errors (0.1 s, 0.2 s, ... apart)
+
+
+class Endpoint:
+    """One rollout's agent endpoint, found in its url file (rewritten when the rollout restarts)."""
+
+    def __init__(self, path):
+        self.path = path
+        self.url = self.read()
+
+    def read(self):
+        try:
+            with open(self.path) as f:
+                return f.read().strip()
+        except OSError:
+            return ""
+
+    def post(self, token, path, body):
+        """post() to the endpoint; on a connection error, the url file again, and a retry."""
+        for attempt in range(RETRIES):
+            status, answer = post(self.url, token, path, body)
+            if status != 0:
+                return status, answer
+            time.sleep(min(0.1 * 2 ** attempt, 2.0))
+            self.url = self.read() or self.url
+        return status, answer
+
+
 def reward(prompt, answer):
     """1 when `answer` is the prompt's running sums ("7+3+8=" -> "10,18$"), else 0."""
     terms = [int(t) for t in prompt.lstrip("^").rstrip("=").split("+")]
@@ -54,20 +86,22 @@ def reward(prompt, answer):
     return 1.0 if answer == ",".join(sums) + "$" else 0.0
 
 
-def episodes(url, token, stop, counts, lock):
-    """Runs episodes against one endpoint until `stop` is set."""
+def episodes(path, token, stop, counts, lock):
+    """Runs episodes against one rollout's endpoint (its url file `path`) until `stop` is set."""
+    endpoint = Endpoint(path)
     while not stop.is_set():
-        status, ep = post(url, token, "/v1/episodes", {})
+        status, ep = endpoint.post(token, "/v1/episodes", {})
         if status != 200:
             time.sleep(0.05)  # no work here now (503), or the job is ending
             continue
-        status, out = post(url, token, "/v1/completions",
-                           {"session": ep["session"], "prompt": ep["prompt_tokens"],
-                            "max_tokens": 48})
+        status, out = endpoint.post(token, "/v1/completions",
+                                    {"session": ep["session"], "prompt": ep["prompt_tokens"],
+                                     "max_tokens": 48})
         if status != 200:
-            continue  # the episode ended on the rollout's side; it is counted there
+            continue  # the episode ended on the rollout's side (or with it); it is counted there
         r = reward(ep["prompt"], out["choices"][0]["text"])
-        status, _ = post(url, token, "/v1/episodes/end", {"session": ep["session"], "reward": r})
+        status, _ = endpoint.post(token, "/v1/episodes/end",
+                                  {"session": ep["session"], "reward": r})
         with lock:
             counts["episodes"] += status == 200
             counts["right"] += r
@@ -100,9 +134,8 @@ def main():
     counts = {"episodes": 0, "right": 0.0}
     threads = []
     for path in urls:
-        url = open(path).read().strip()
         for _ in range(args.threads):
-            t = threading.Thread(target=episodes, args=(url, token, stop, counts, lock), daemon=True)
+            t = threading.Thread(target=episodes, args=(path, token, stop, counts, lock), daemon=True)
             t.start()
             threads.append(t)
     code = job.wait()

@@ -17,39 +17,58 @@ call has a timeout and raises :class:`TimeoutError` when it runs out.
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import sys
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
-# Where PyTorch is installed it is imported before the extension: on a GPU machine (g++ 13, the
-# CUDA 13 toolkit, torch 2.11+cu130 from pip), importing torch after the extension aborted
-# ("free(): invalid pointer") inside torch's own import; torch first worked. Both bring CUDA
-# libraries of the same names, and whichever loads first serves both.
-try:
-    import torch  # noqa: F401
-except ImportError:
-    pass
+# The extension (and torch with it) loads on first use, not at import: `import sluice.env` (an
+# environment program) stays light, as do tools that only read a role's configuration.
+_EXTENSION_NAMES = frozenset({
+    "ArithmeticTask", "Batch", "Error", "Generator", "MismatchError", "SequenceState",
+    "TensorInfo", "TimeoutError", "TrainerClient", "Trajectory", "Work", "to_trajectory",
+    "set_log_level",
+})
 
-from . import _sluice  # noqa: E402
-from ._sluice import (  # noqa: E402  # noqa: F401  (re-exported)
-    ArithmeticTask,
-    Batch,
-    Error,
-    Generator,
-    MismatchError,
-    SequenceState,
-    TensorInfo,
-    TimeoutError,
-    TrainerClient,
-    Trajectory,
-    Work,
-    to_trajectory,
-)
 
-# The library logs to stderr; warnings and errors only unless SLUICE_LOG_LEVEL says otherwise.
-_sluice.set_log_level(os.environ.get("SLUICE_LOG_LEVEL", "warn"))
-set_log_level = _sluice.set_log_level
+_loaded: Any = None
+
+
+def _extension() -> Any:
+    """The extension sluice._sluice, loaded on the first call."""
+    global _loaded
+    if _loaded is not None:
+        return _loaded
+    # Where PyTorch is installed it is imported before the extension: on a GPU machine (g++ 13,
+    # the CUDA 13 toolkit, torch 2.11+cu130 from pip), importing torch after the extension
+    # aborted ("free(): invalid pointer") inside torch's own import; torch first worked. Both
+    # bring CUDA libraries of the same names, and whichever loads first serves both.
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        pass
+    # Not `from . import _sluice`: that asks this module for the attribute first, which is
+    # __getattr__ below, which is here again.
+    ext = importlib.import_module(__name__ + "._sluice")
+
+    # The library logs to stderr; warnings and errors only unless SLUICE_LOG_LEVEL says
+    # otherwise.
+    ext.set_log_level(os.environ.get("SLUICE_LOG_LEVEL", "warn"))
+    _loaded = ext
+    return ext
+
+
+def __getattr__(name: str) -> Any:
+    # The extension's classes and functions, re-exported: loaded on first use.
+    if name == "_sluice":
+        return _extension()
+    if name in _EXTENSION_NAMES:
+        value = getattr(_extension(), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'sluice' has no attribute {name!r}")
+
 
 __all__ = [
     "ArithmeticTask", "Batch", "Error", "Generator", "MismatchError", "Publisher", "Reader",
@@ -119,12 +138,11 @@ class Publisher:
                  chunk_bytes: int = 8 << 20,
                  keep_versions: int = 2, lease_ttl: float = 10.0, timeout: float = 10.0,
                  layouts: Optional[Sequence[Mapping[str, Any]]] = None) -> None:
-        self._p = _sluice.Publisher(store, model, holder_id=holder_id or "",
-                                    security=_security(security),
-                                    stream_encryption=stream_encryption, chunk_bytes=chunk_bytes,
-                                    keep_versions=keep_versions, lease_ttl=lease_ttl,
-                                    timeout=timeout,
-                                    layouts=None if layouts is None else [dict(l) for l in layouts])
+        self._p = _extension().Publisher(
+            store, model, holder_id=holder_id or "", security=_security(security),
+            stream_encryption=stream_encryption, chunk_bytes=chunk_bytes,
+            keep_versions=keep_versions, lease_ttl=lease_ttl, timeout=timeout,
+            layouts=None if layouts is None else [dict(l) for l in layouts])
         self.model = model
 
     def publish(self, version: int, tensors: Any) -> None:
@@ -134,7 +152,7 @@ class Publisher:
         # Device tensors are copied into staging on CUDA streams by the C++ publisher when this
         # build has a device and they sit on one GPU; otherwise they come to the host here.
         devices = {t.device for _, t in items if _is_cuda(t)}
-        if devices and (_sluice.cuda_devices() == 0 or len(devices) > 1):
+        if devices and (_extension().cuda_devices() == 0 or len(devices) > 1):
             items = [(n, t.detach().to("cpu") if _is_cuda(t) else t) for n, t in items]
         self._p.publish(_version(version), items)
 
@@ -190,10 +208,10 @@ class Reader:
                  serve: Optional[bool] = None, timeout: float = 10.0, drain_timeout: float = 30.0,
                  layout: Optional[Mapping[str, Any]] = None) -> None:
         # serve: True unless a layout is given (a shard reader holds no whole version to serve).
-        self._r = _sluice.Reader(store, model, holder_id=holder_id or "", security=_security(security),
-                                 stream_encryption=stream_encryption, serve=serve, timeout=timeout,
-                                 drain_timeout=drain_timeout,
-                                 layout=None if layout is None else dict(layout))
+        self._r = _extension().Reader(
+            store, model, holder_id=holder_id or "", security=_security(security),
+            stream_encryption=stream_encryption, serve=serve, timeout=timeout,
+            drain_timeout=drain_timeout, layout=None if layout is None else dict(layout))
         self.model = model
 
     def latest(self) -> int:
@@ -214,7 +232,7 @@ class Reader:
         # CUDA targets get host stand-ins of the same dtype and shape: the C++ side checks and
         # fills those, and they are copied to the device after.
         host, device = [], []
-        direct = _sluice.cuda_devices() > 0  # the C++ reader copies to the GPU on CUDA streams
+        direct = _extension().cuda_devices() > 0  # the C++ reader copies to the GPU on CUDA streams
         for name, t in _items(into):
             if _is_cuda(t) and not direct:
                 import torch

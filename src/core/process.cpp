@@ -10,6 +10,7 @@
 
 #include <pthread.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -121,7 +122,7 @@ Subprocess::~Subprocess() {
   if (in_fd_ >= 0) ::close(in_fd_);
 }
 
-Status Subprocess::write_stdin(const std::string& data, std::chrono::milliseconds timeout) {
+Result<std::size_t> Subprocess::write_some(std::string_view data) {
   if (in_fd_ < 0) return unavailable("child " + std::to_string(pid_) + " has no stdin pipe");
   // A child that closed its stdin makes the write EPIPE, and the signal that comes with it would
   // end this process: it is blocked meanwhile, and taken if it came.
@@ -129,7 +130,6 @@ Status Subprocess::write_stdin(const std::string& data, std::chrono::millisecond
   sigemptyset(&pipe_signal);
   sigaddset(&pipe_signal, SIGPIPE);
   ::pthread_sigmask(SIG_BLOCK, &pipe_signal, &old);
-  const auto deadline = Clock::now() + timeout;
   std::size_t sent = 0;
   Status result;
   while (sent < data.size()) {
@@ -139,21 +139,34 @@ Status Subprocess::write_stdin(const std::string& data, std::chrono::millisecond
       continue;
     }
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) && Clock::now() < deadline) {
-      constexpr useconds_t kStdinRetryUs = 1000;  // between tries while the pipe is full
-      ::usleep(kStdinRetryUs);
-      continue;
-    }
-    if (n < 0 && errno == EPIPE) {
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;  // full: the rest waits
+    const int err = n < 0 ? errno : EIO;
+    if (err == EPIPE) {
       timespec now{};
       ::sigtimedwait(&pipe_signal, nullptr, &now);
     }
-    result = unavailable("child " + std::to_string(pid_) +
-                         ": writing its stdin: " + (n < 0 ? std::strerror(errno) : "stalled"));
+    result =
+        unavailable("child " + std::to_string(pid_) + ": writing its stdin: " + std::strerror(err));
     break;
   }
   ::pthread_sigmask(SIG_SETMASK, &old, nullptr);
-  return result;
+  if (!result.is_ok()) return result;
+  return sent;
+}
+
+Status Subprocess::write_stdin(const std::string& data, std::chrono::milliseconds timeout) {
+  const auto deadline = Clock::now() + timeout;
+  std::string_view rest(data);
+  while (true) {
+    SLUICE_ASSIGN_OR_RETURN(std::size_t n, write_some(rest));
+    rest.remove_prefix(n);
+    if (rest.empty()) return {};
+    if (Clock::now() >= deadline) {
+      return unavailable("child " + std::to_string(pid_) + ": writing its stdin: stalled");
+    }
+    constexpr std::chrono::milliseconds kStdinRetry{1};  // between tries while the pipe is full
+    std::this_thread::sleep_for(kStdinRetry);
+  }
 }
 
 Result<std::string> Subprocess::read_line(std::chrono::milliseconds timeout) {
@@ -209,20 +222,52 @@ std::string Subprocess::read_all(std::chrono::milliseconds timeout) {
   return out + buffer_;
 }
 
-std::vector<std::string> Subprocess::drain_lines() {
-  while (out_fd_ >= 0) {
+std::vector<std::string> Subprocess::drain_lines(std::size_t max_line, std::uint64_t* overlong) {
+  std::vector<std::string> lines;
+  auto count_overlong = [&] {
+    if (overlong) ++*overlong;
+  };
+  // Moves the complete lines out of buffer_; what stays is under max_line bytes.
+  auto cut = [&] {
+    std::size_t from = 0;
+    for (auto nl = buffer_.find('\n'); nl != std::string::npos; nl = buffer_.find('\n', from)) {
+      if (skipping_) {
+        skipping_ = false;  // the over-long line ends here
+      } else if (nl - from > max_line) {
+        count_overlong();
+      } else {
+        lines.push_back(buffer_.substr(from, nl - from));
+      }
+      from = nl + 1;
+    }
+    buffer_.erase(0, from);
+    if (!skipping_ && buffer_.size() > max_line) {
+      count_overlong();
+      skipping_ = true;
+    }
+    if (skipping_) buffer_.clear();
+  };
+  const std::size_t budget =
+      max_line == std::string::npos ? std::string::npos : std::max(kDrainBudget, max_line);
+  std::size_t taken = 0;
+  while (out_fd_ >= 0 && taken < budget) {
+    const std::size_t had = buffer_.size();
     const Fill f = fill(0);
     if (f == Fill::kNone) break;
     if (f == Fill::kClosed) {
-      if (!buffer_.empty() && buffer_.back() != '\n') buffer_ += '\n';
+      // The last line may lack its newline.
+      if (!buffer_.empty() && buffer_.back() != '\n' && !skipping_) buffer_ += '\n';
+      skipping_ = false;
       break;
     }
+    if (f != Fill::kData) continue;
+    taken += buffer_.size() - had;
+    // Only new bytes are searched: a long line costs its length, not its length squared.
+    if (skipping_ || buffer_.size() > max_line || buffer_.find('\n', had) != std::string::npos) {
+      cut();
+    }
   }
-  std::vector<std::string> lines;
-  for (auto nl = buffer_.find('\n'); nl != std::string::npos; nl = buffer_.find('\n')) {
-    lines.push_back(buffer_.substr(0, nl));
-    buffer_.erase(0, nl + 1);
-  }
+  cut();
   return lines;
 }
 

@@ -8,8 +8,10 @@
 #include <sys/types.h>
 
 #include <chrono>
+#include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/status.hpp"
@@ -60,11 +62,22 @@ class Subprocess {
   // The complete lines the child has written so far, without waiting (a supervisor calls it
   // every turn so that a chatty child never blocks on a full pipe). A partial line stays for
   // the next call.
-  std::vector<std::string> drain_lines();
+  std::vector<std::string> drain_lines() { return drain_lines(std::string::npos, nullptr); }
+  // The same for a child that is not trusted: a line longer than `max_line` bytes (its newline
+  // not counted) is dropped as it comes, never held whole, and counted in `*overlong` (when not
+  // null); what is held between calls stays under max_line bytes. One call reads at most
+  // max(kDrainBudget, max_line) bytes, so a child that writes without pause cannot hold its
+  // reader; the rest waits for the next call.
+  std::vector<std::string> drain_lines(std::size_t max_line, std::uint64_t* overlong);
+  static constexpr std::size_t kDrainBudget = std::size_t{1} << 20;
 
   // Writes all of `data` to the child's stdin (Options::pipe_stdin), waiting at most `timeout`
-  // while the pipe is full. Fails with unavailable when the child closed it or is gone.
+  // while the pipe is full. Fails with unavailable when the child closed it or is gone (a
+  // timed-out write may have written part of `data`).
   Status write_stdin(const std::string& data, std::chrono::milliseconds timeout);
+  // Writes what of `data` the child's stdin takes now, without waiting: the bytes written (0:
+  // the pipe is full). Fails with unavailable when the child closed it or is gone.
+  Result<std::size_t> write_some(std::string_view data);
 
   Status signal(int sig);
   // Waits for the child to exit: its exit status, or 128 + signal number if a signal ended it.
@@ -84,6 +97,7 @@ class Subprocess {
   bool reaped_ = false;
   int exit_code_ = 0;
   std::string buffer_;
+  bool skipping_ = false;  // drain_lines is dropping the rest of an over-long line
 };
 
 }  // namespace sluice::core

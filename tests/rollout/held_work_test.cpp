@@ -190,4 +190,34 @@ TEST_SUITE("held work") {
     CHECK(after.exported.empty());
     CHECK(after.returned.empty());
   }
+
+  TEST_CASE("work no agent takes in time goes back to the manager, counted") {
+    WorkerStats stats;
+    WorkerMetrics metrics;
+    HeldWork held("r0", stats, metrics);
+    const core::Millis deadline{1000};
+    const auto t0 = core::Clock::now();
+    held.queue(seq("p1/0"));
+    held.queue(seq("p2/0", 3, 2));  // an episode already (its agent has it): it stays
+    CHECK(held.return_unclaimed(t0, deadline) == 0);
+    held.queue(seq("p3/0"));  // queued later: its time starts later
+    CHECK(held.return_unclaimed(t0 + core::Millis(600), deadline) == 0);
+    // An agent takes p1: it is no longer waited for.
+    std::optional<SequenceState> taken = held.take_unstarted();
+    REQUIRE(taken);
+    CHECK(taken->trajectory_id == "p1/0");
+    CHECK(held.return_unclaimed(t0 + core::Millis(1200), deadline) == 0);
+    // p3 has waited past the deadline (first seen at 600).
+    CHECK(held.return_unclaimed(t0 + core::Millis(1601), deadline) == 1);
+    held.queue(seq("p4/0"));
+    CHECK(held.return_unclaimed(t0 + core::Millis(1700), deadline) == 0);
+    CHECK(held.return_unclaimed(t0 + core::Millis(2701), deadline) == 1);
+    CHECK(stats.agent_unclaimed == 2);
+    ReportRequest req;
+    held.add_to(req);
+    REQUIRE(req.returned.size() == 2);
+    CHECK(req.returned[0].trajectory_id == "p3/0");
+    CHECK(req.returned[1].trajectory_id == "p4/0");
+    CHECK(req.queued == std::vector<std::string>{"p2/0"});
+  }
 }

@@ -1,0 +1,75 @@
+"""Episodes of an environment program that move: two rollouts, one killed mid-run (chaos), its
+episodes resumed on the other rollout (or its restarted process) from their partial states. The
+program there never saw them: the rollout replays each (reset, then its recorded turns) before its
+next step, so none fails ("never reset here"), and every trajectory reaches the actor once."""
+
+import json
+import os
+import subprocess
+import sys
+
+from _harness import SLUICE, check, workdir
+
+ENV = r'''
+import asyncio
+from sluice.env import serve
+
+
+class Env:
+    def __init__(self):
+        self.turns = 0
+
+    def reset(self, prompt):
+        return ""
+
+    async def step(self, action):
+        # Three turns, each a second: every episode is part-way when a rollout dies.
+        await asyncio.sleep(1.0)
+        self.turns += 1
+        if self.turns < 3:
+            return "12 ", 0.0, False
+        return "", 1.0 if action.endswith("$") else 0.0, True
+
+
+serve(Env)
+'''
+
+work = workdir()
+with open(os.path.join(work, "env.py"), "w") as f:
+    f.write(ENV)
+prompts, group = 64, 2
+job = {
+    "name": "python-env-moves", "mode": "sluice", "rollouts": 2, "relays": 1,
+    "log_level": "warn", "timeout_s": 150, "progress_s": 0, "out_dir": os.path.join(work, "run"),
+    "manager": {"prompt_source": "task", "prompts": prompts, "group_size": group,
+                "batch_trajectories": 16, "heartbeat_timeout_ms": 2000},
+    "rollout": {"engine": "model", "report_ms": 20, "partial_every": 2,
+                "gpt": {"max_sequences": 8},
+                "env_command": [sys.executable, "env.py"], "env_timeout_ms": 15000},
+    "actor": {"policy": "gpt", "weight_bytes": 16,
+              "learner": {"warmstart_steps": 5, "eval_prompts": 4}},
+    # Soon after the first version: the whole job takes a few seconds.
+    "chaos": {"kills": 1, "every_s": 1, "first_s": 0.3, "roles": "rollout"},
+}
+with open(os.path.join(work, "job.json"), "w") as f:
+    json.dump(job, f)
+r = subprocess.run([SLUICE, "run", os.path.join(work, "job.json")], capture_output=True,
+                   text=True, timeout=200)
+check(r.returncode == 0, "the job ends (exit 0): " + r.stdout[-2000:] + r.stderr[-2000:])
+run = os.path.join(work, "run")
+summary = json.load(open(os.path.join(run, "summary.json")))
+events = " ".join(str(e) for e in summary.get("events", []))
+check("chaos killed rollout" in events, "a rollout was killed mid-run: " + events[:300])
+ids = summary["actor"]["accepted_ids"]
+check(len(ids) == len(set(ids)) == prompts * group, "every episode reached the actor once")
+manager = summary["manager"]
+check(manager["resumed"] + manager["reclaimed"] > 0,
+      f"the dead rollout's work went on elsewhere (resumed {manager['resumed']}, "
+      f"reclaimed {manager['reclaimed']})")
+logs = "".join(open(os.path.join(run, n)).read() for n in os.listdir(run)
+               if n.startswith("rollout-") and n.endswith(".log"))
+check("never reset here" not in logs and "KeyError" not in logs,
+      "no step reached a program that never saw its episode")
+failed = sum(r["stats"].get("env_failed", 0) for r in manager["rollouts"])
+check(failed == 0, f"no episode failed in its environment ({failed})")
+print("ok")
