@@ -2,9 +2,12 @@
 # The GPU paths, on a machine with a GPU: installs what is missing, configures and builds with
 # CUDA on (build-gpu/, warnings are errors), runs every GPU test and the GPU benchmark, and prints
 # a summary.
-#   scripts/gpu_check.sh [--size BYTES] [--transport LIST] [--bundle DIR | --no-bundle] [--no-cuda]
+#   scripts/gpu_check.sh [--size BYTES] [--transport LIST] [--digest-size BYTES]
+#                        [--bundle DIR | --no-bundle] [--no-cuda]
 #     --size       what the benchmark pulls into GPU memory (default 2GiB)
 #     --transport  the benchmark's transports (default sm,tcp)
+#     --digest-size  what the digest benchmark hashes on each GPU, in 64 MiB chunks (default
+#                  32GiB: 512 chunks at once)
 #     --bundle     build against the Debian packages in DIR (scripts/gpu_bundle.sh made it),
 #                  unpacked into DIR/prefix, instead of installing them: for a bare GPU machine
 #                  that has CUDA, CMake, g++ and PyTorch but cannot fetch packages. The default
@@ -14,15 +17,18 @@
 #     --no-cuda    build without the CUDA toolkit (CUDA off): the no-GPU paths only, exit 77. With
 #                  --bundle, this shows on a machine without CUDA that the bundle alone builds.
 # GPU tests: the ctest cases about CUDA, cuBLAS, device copies and reads, and NCCL (their names
-# say "GPU", "CUDA", "cuda", "NCCL" or "device"). Benchmark: `sluice bench transfer --memory
-# cuda`, with --fanout on two or more GPUs. cuBLAS has no benchmark; its tests cover it.
+# say "GPU", "CUDA", "cuda", "NCCL" or "device"). Benchmarks: `sluice bench transfer --memory
+# cuda`, with --fanout on two or more GPUs; `sluice bench digest --device`, SHA-256 of 64 MiB
+# chunks on each GPU (one chunk alone, and --digest-size of them at once: GB/s per GPU). cuBLAS
+# has no benchmark; its tests cover it.
 # Exit status: 0 all passed; 1 a test or the benchmark failed (or the build did); 2 a bad
 # argument; 77 no GPU here: it built, ran the GPU tests (which then check their no-GPU errors and
-# say they skipped the rest) and checked that the benchmark refuses cleanly, and says so.
+# say they skipped the rest) and checked that the benchmarks refuse cleanly, and says so.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 size=2GiB
+digest_size=32GiB
 transport=sm,tcp
 bundle=auto
 cuda=ON
@@ -30,10 +36,11 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --size) size=${2:?--size needs a value}; shift 2 ;;
     --transport) transport=${2:?--transport needs a value}; shift 2 ;;
+    --digest-size) digest_size=${2:?--digest-size needs a value}; shift 2 ;;
     --bundle) bundle=${2:?--bundle needs a folder}; shift 2 ;;
     --no-bundle) bundle=none; shift ;;
     --no-cuda) cuda=OFF; shift ;;
-    -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,26p' "$0"; exit 0 ;;
     *) echo "gpu_check.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -49,7 +56,7 @@ fi
 build=build-gpu
 jobs=$(nproc 2>/dev/null || echo 2)
 configure=(-DSLUICE_BUILD_TESTS=ON -DSLUICE_ENABLE_CUDA=$cuda)
-targets=(sluice core_tests model_tests)
+targets=(sluice core_tests core_digest_tests model_tests)
 if [ "$bundle" = none ]; then
   bash scripts/setup.sh
   configure+=(-DSLUICE_WERROR=ON)
@@ -114,6 +121,17 @@ if [ "$gpus" -eq 0 ]; then
   record "bench transfer --memory cuda refuses cleanly without a GPU" $rc
 else
   record "bench transfer --memory cuda" $rc
+fi
+
+echo "== sluice bench digest --device (SHA-256 of 64 MiB chunks, GB/s per GPU)"
+rc=0
+"$build/sluice" --log-level warn bench digest --device --chunk 64MiB --size "$digest_size" \
+  --rounds 1 || rc=$?
+if [ "$gpus" -eq 0 ]; then
+  [ $rc -eq 77 ] && rc=0 || rc=1
+  record "bench digest --device refuses cleanly without a GPU" $rc
+else
+  record "bench digest --device" $rc
 fi
 
 echo "== summary ($gpus GPU(s))"

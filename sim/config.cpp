@@ -55,6 +55,10 @@ core::Status SimulateConfig::validate() const {
         fmt::format("signing must be after-staging or streamed, not '{}'", signing));
   }
   if (sign_batch_chunks == 0) return core::invalid_argument("sign_batch_chunks must be at least 1");
+  if (!(device_sha256_gbps >= 0)) {
+    return core::invalid_argument("device_sha256_gbps must not be negative");
+  }
+  if (device_threads == 0) return core::invalid_argument("device_threads must be at least 1");
   if (hop_latency_ms < 0) return core::invalid_argument("hop_latency_ms must not be negative");
   if (refresh_ms == 0) return core::invalid_argument("refresh_ms must be at least 1");
   if (!(max_sim_s > 0) || !(stall_s > 0)) {

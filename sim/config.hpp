@@ -103,6 +103,14 @@ struct SimulateConfig {
   // chunks per trainer host as they are staged; a design, not built).
   std::string signing = "after-staging";
   std::uint32_t sign_batch_chunks = 16;
+  // GPUs that verify the share they load, on the device, as it lands (core/device_digest.hpp:
+  // one chunk per GPU thread; sim/weights.hpp). 0 GB/s: GPUs do not verify.
+  double device_sha256_gbps = 0.0;        // a GPU's SHA-256 rate with all its threads busy, GB/s
+  std::uint32_t device_threads = 270336;  // threads a GPU runs at once (SMs x threads per SM)
+  // 0: the signed digest is SHA-256 of a whole chunk (sluice's manifest), one thread a chunk.
+  // > 0: a two-level digest (SHA-256 of the SHA-256s of the chunk's leaves of this many bytes),
+  // one thread a leaf, then one the chunk's root: a design, not built.
+  std::uint64_t device_digest_leaf_bytes = 0;
   // With repack on, a busy rollout reports at least this often so the planner sees its KV use
   // (otherwise a rollout reports when something about it changed; see simulator.hpp).
   std::uint64_t refresh_ms = 1000;
@@ -156,6 +164,15 @@ struct SimulateConfig {
       "when relays may start: after-staging (every chunk staged, digested, then signed) or "
       "streamed (digests signed in batches as they are staged: a design, not built)");
     v("sign_batch_chunks", sign_batch_chunks, "streamed: chunks per signed batch (>= 1)");
+    v("device_sha256_gbps", device_sha256_gbps,
+      "a GPU's SHA-256 rate with all its threads busy, GB/s (0: GPUs do not verify what they "
+      "load; > 0: they verify it on the device as it lands, one chunk per thread)");
+    v("device_threads", device_threads,
+      "threads a GPU runs at once (SMs x resident threads per SM, >= 1): a thread's rate is "
+      "device_sha256_gbps / device_threads");
+    v("device_digest_leaf_bytes", device_digest_leaf_bytes,
+      "0: the digest is SHA-256 of a whole chunk, one GPU thread a chunk; > 0: a two-level "
+      "digest over leaves of this many bytes, one thread a leaf (a design, not built)");
     v("refresh_ms", refresh_ms, "repack on: a busy rollout reports at least this often (ms)");
     v("max_sim_s", max_sim_s, "simulated time bound in seconds (beyond it: an error)");
     v("stall_s", stall_s,

@@ -363,7 +363,7 @@ void Sim::request_load(SimRollout& r, std::uint64_t v, bool allow_active, double
   r.allow_active = allow_active;
   if (r.staged >= v) {
     r.switching = r.staged;
-    add_block(r, t, switch_s(in_.sim, in_.actor.weight_bytes), true);
+    add_block(r, t, switch_s(in_.sim, in_.actor.weight_bytes, in_.actor.chunk_bytes), true);
     at(r.blocks.back().until, Ev::kLoaded, r.index);
     return;
   }
@@ -390,7 +390,7 @@ void Sim::on_pulled(SimRollout& r, double t) {
     r.load_after_pull = false;
     r.switching = r.staged;
     auto pub = published_at_.find(r.staged);
-    double end = t + switch_s(in_.sim, in_.actor.weight_bytes);
+    double end = t + switch_s(in_.sim, in_.actor.weight_bytes, in_.actor.chunk_bytes);
     if (in_.sim.local_gbps == 0 && !colocated_ && pub != published_at_.end()) {
       const LoadWindow w = load_window(in_.sim, relay_[r.host], in_.actor.weight_bytes,
                                        in_.actor.chunk_bytes, r.load_asked - pub->second);

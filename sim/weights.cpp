@@ -1,6 +1,7 @@
 #include "sim/weights.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <map>
 #include <utility>
@@ -10,6 +11,7 @@ namespace sluice::sim {
 namespace {
 
 constexpr double kGB = 1e9;
+constexpr double kDigestBytes = 32;  // a SHA-256 digest
 
 // One relay's place in the broadcast: who feeds it and at what rate.
 struct Node {
@@ -150,8 +152,35 @@ double publish_stall_s(const SimulateConfig& c, std::uint64_t bytes) {
   return static_cast<double>(bytes) / (c.stage_gbps * kGB);
 }
 
-double switch_s(const SimulateConfig& c, std::uint64_t bytes) {
-  return static_cast<double>(bytes) / c.gpus_per_rollout / (c.h2d_gbps * kGB);
+DeviceVerify device_verify(const SimulateConfig& c, std::uint64_t bytes,
+                           std::uint64_t chunk_bytes) {
+  DeviceVerify v;
+  if (!(c.device_sha256_gbps > 0)) return v;
+  const double share = static_cast<double>(bytes) / c.gpus_per_rollout;
+  const double chunk = std::min(static_cast<double>(chunk_bytes), share);
+  const double leaf = static_cast<double>(c.device_digest_leaf_bytes);
+  v.unit_bytes = leaf > 0 ? std::min(leaf, chunk) : chunk;
+  const double per_thread = c.device_sha256_gbps * kGB / c.device_threads;
+  v.in_flight = std::min<double>(c.device_threads, std::ceil(share / v.unit_bytes));
+  v.rate = v.in_flight * per_thread;
+  v.tail_s = v.unit_bytes / per_thread;
+  if (leaf > 0) v.tail_s += kDigestBytes * std::ceil(chunk / v.unit_bytes) / per_thread;
+  return v;
+}
+
+namespace {
+
+// When a GPU that loads `share` bytes in [start_s, end_s] holds them verified.
+double verified_end(const DeviceVerify& v, double share, double start_s, double end_s) {
+  if (v.rate == 0) return end_s;
+  return std::max(end_s + v.tail_s, start_s + share / v.rate);
+}
+
+}  // namespace
+
+double switch_s(const SimulateConfig& c, std::uint64_t bytes, std::uint64_t chunk_bytes) {
+  const double share = static_cast<double>(bytes) / c.gpus_per_rollout;
+  return verified_end(device_verify(c, bytes, chunk_bytes), share, 0, share / (c.h2d_gbps * kGB));
 }
 
 double pull_s(const SimulateConfig& c, std::uint64_t bytes) {
@@ -162,10 +191,11 @@ LoadWindow load_window(const SimulateConfig& c, const RelayTimes& r, std::uint64
                        std::uint64_t chunk_bytes, double asked_s) {
   const double share = static_cast<double>(bytes) / c.gpus_per_rollout;
   const double h2d = c.h2d_gbps * kGB;
+  const DeviceVerify verify = device_verify(c, bytes, chunk_bytes);
   if (c.local_gbps > 0) {
     LoadWindow w;
     w.start_s = std::max(asked_s, r.all_s + pull_s(c, bytes));
-    w.end_s = w.start_s + share / h2d;
+    w.end_s = verified_end(verify, share, w.start_s, w.start_s + share / h2d);
     return w;
   }
   // The GPU's part of the relay's last chunk: its share is spread evenly over what the relay
@@ -174,7 +204,7 @@ LoadWindow load_window(const SimulateConfig& c, const RelayTimes& r, std::uint64
   const double earliest_end = std::max(r.all_s + last_part / h2d, r.first_s + share / h2d);
   LoadWindow w;
   w.start_s = std::max(asked_s, earliest_end - share / h2d);
-  w.end_s = w.start_s + share / h2d;
+  w.end_s = verified_end(verify, share, w.start_s, w.start_s + share / h2d);
   return w;
 }
 
@@ -193,6 +223,7 @@ UpdateTimes update_times(const SimulateConfig& c, std::uint32_t rollouts, std::u
   u.digest_s = static_cast<double>(bytes) / feed.rate;
   u.relays_start_s = u.stage_s + feed.start_s;
   u.floor_s = line_rate_floor_s(c, bytes);
+  u.verify_tail_s = device_verify(c, bytes, chunk_bytes).tail_s;
   const std::vector<RelayTimes> relays = relay_times(c, p.hosts, bytes, chunk_bytes);
   if (relays.empty()) return u;
   u.first_relay_s = u.last_relay_s = u.stage_s + relays[0].all_s;

@@ -48,6 +48,17 @@
 // earlier than the relay's last chunk plus that chunk's share, nor than the relay's first chunk
 // plus the share at h2d_gbps.
 //
+// Verified on the device (device_sha256_gbps > 0): each GPU checks the share it loads against
+// the signed digests as the bytes land, one chunk per GPU thread (core/device_digest.hpp), so
+// relays may forward without hashing (relay_digest_cores 0). SHA-256 of a chunk is a chain of
+// 64-byte blocks, so one thread hashes one chunk; a thread's rate is q = device_sha256_gbps /
+// device_threads (the GPU's rate shared by the threads that reach it). A GPU hashes at most
+// n = min(device_threads, its share / chunk) chunks at once, so it verifies at n q, and the chunk
+// that lands last is verified chunk / q after it lands: the load ends no sooner than that (the
+// tail), nor than its share at n q. With device_digest_leaf_bytes = L (a two-level digest: a
+// design, not built) a thread hashes a leaf of L bytes, and the tail is L / q plus the chunk's
+// root over its chunk / L leaf digests of 32 bytes, (32 chunk / L) / q.
+//
 // With local_gbps > 0 a rollout instead pulls a whole copy of its own from its relay once the
 // relay holds all of it, in the background, and its GPUs load from that copy (sluice's rollouts
 // with the CPU engine, which `simulate --validate` sets beside real runs).
@@ -101,11 +112,21 @@ std::uint32_t trainer_hosts(const SimulateConfig& c);
 double publish_stall_s(const SimulateConfig& c, std::uint64_t bytes);
 // Seconds of a rollout's pull of its own copy from its relay (0 with local_gbps 0: none).
 double pull_s(const SimulateConfig& c, std::uint64_t bytes);
-// Seconds one GPU takes to load its share of a version at h2d_gbps (the switch once its relay
-// holds the version).
-double switch_s(const SimulateConfig& c, std::uint64_t bytes);
+// A GPU's verification of the share it loads (all zero when device_sha256_gbps is 0).
+struct DeviceVerify {
+  double unit_bytes = 0;  // what one thread hashes: a chunk, or a leaf
+  double in_flight = 0;   // units a GPU hashes at once: min(device_threads, its share / unit)
+  double rate = 0;        // bytes/s a GPU verifies with that many in flight
+  double tail_s = 0;      // the last unit's verification after it lands (and its chunk's root)
+};
+DeviceVerify device_verify(const SimulateConfig& c, std::uint64_t bytes, std::uint64_t chunk_bytes);
 
-// A rollout's switch: when its GPUs start and stop loading (the stall), in the relay's clock.
+// Seconds one GPU takes to load its share of a version at h2d_gbps and, where GPUs verify, to
+// verify it (the switch once its relay holds the version).
+double switch_s(const SimulateConfig& c, std::uint64_t bytes, std::uint64_t chunk_bytes);
+
+// A rollout's switch: when its GPUs start loading and hold the version, verified where GPUs
+// verify (the stall), in the relay's clock.
 struct LoadWindow {
   double start_s = 0;
   double end_s = 0;
@@ -132,6 +153,7 @@ struct UpdateTimes {
   double switch_start_s = 0;  // the last rollout's GPUs start loading (they stop generating)
   double switch_end_s = 0;    // ... and hold the version: the last GPU switched
   double stall_s = 0;         // switch_end_s - switch_start_s: the GPU stall
+  double verify_tail_s = 0;   // GPUs verify: the last chunk's verification after it lands
   double floor_s = 0;         // line_rate_floor_s
 };
 UpdateTimes update_times(const SimulateConfig& c, std::uint32_t rollouts, std::uint64_t bytes,

@@ -81,6 +81,7 @@ int run_bench_digest(const BenchDigestArgs& args) {
     std::fprintf(stderr, "bench digest: --rounds must be at least 1 and --link-gbps positive\n");
     return 2;
   }
+  if (args.device) return run_bench_digest_device(args, *size, *chunk);
   std::vector<std::pair<std::string, HashFn>> hashes;
   for (const auto& h : args.hashes) {
     HashFn fn = hash_named(h);

@@ -12,6 +12,12 @@
 // link of --link-gbps (default 50 GB/s, 400 Gbit/s) would need to verify at its rate. The load
 // average and the CPU busy over the run are printed with the table; a figure taken while other
 // work kept the cores busy is not a figure.
+//
+// With --device: SHA-256 on each GPU instead (core/device_digest.hpp, one chunk per thread),
+// --size of each GPU's memory in chunks of --chunk: one chunk alone (one thread's rate: how long
+// the last chunk of a load takes after it lands) and every chunk at once (the GPU's rate with that
+// many chunks in flight), each checked against OpenSSL's digest of the same bytes. Exits 77
+// (kExitNoDevice) on a machine without a GPU.
 #pragma once
 
 #include <cstdint>
@@ -28,8 +34,11 @@ struct BenchDigestArgs {
   unsigned rounds = 3;
   double link_gbps = 50.0;  // GB/s
   bool json = false;
+  bool device = false;  // hash on each GPU instead of the CPU
 };
 
 int run_bench_digest(const BenchDigestArgs& args);
+// The --device half (bench_digest_device.cpp), with --size and --chunk parsed.
+int run_bench_digest_device(const BenchDigestArgs& args, std::uint64_t size, std::uint64_t chunk);
 
 }  // namespace sluice::cli

@@ -649,6 +649,52 @@ int run_simulate_validate(const SimulateArgs& args) {
 
 // ---- --update-only: the weight-movement model for one version.
 
+namespace {
+
+// The setup's update with the ways of signing and verifying side by side, host-share relays:
+// what each `--set` would show. Relays that verify on the CPU take as many cores as a trainer
+// host digests with.
+struct Variant {
+  std::string label;
+  double update_s = 0;
+};
+
+std::vector<Variant> verification_variants(const sim::SimulateConfig& base, std::uint32_t rollouts,
+                                           std::uint64_t bytes, std::uint64_t chunk) {
+  constexpr std::uint64_t kLeafBytes = 64u << 10;
+  std::vector<Variant> out;
+  for (const char* signing : {"after-staging", "streamed"}) {
+    sim::SimulateConfig c = base;
+    c.relay_holds = "host-share";
+    c.signing = signing;
+    auto add = [&](std::string label, const sim::SimulateConfig& v) {
+      out.push_back({fmt::format("{}, {}", signing, label),
+                     sim::update_times(v, rollouts, bytes, chunk).switch_end_s});
+    };
+    sim::SimulateConfig relays = c;
+    relays.device_sha256_gbps = 0;
+    relays.relay_digest_cores = c.trainer_digest_cores;
+    if (relays.relay_digest_cores > 0 && relays.digest_gbps_per_core > 0) {
+      add(fmt::format("relays verify on {} cores", relays.relay_digest_cores), relays);
+    }
+    if (c.device_sha256_gbps > 0) {
+      sim::SimulateConfig gpus = c;
+      gpus.relay_digest_cores = 0;
+      gpus.device_digest_leaf_bytes = 0;
+      add("GPUs verify, a chunk a thread", gpus);
+      gpus.device_digest_leaf_bytes = kLeafBytes;
+      add("GPUs verify 64 KiB leaves (not built)", gpus);
+    }
+    sim::SimulateConfig none = c;
+    none.relay_digest_cores = 0;
+    none.device_sha256_gbps = 0;
+    add("nobody verifies (not allowed)", none);
+  }
+  return out;
+}
+
+}  // namespace
+
 int run_simulate_update(const SimulateArgs& args) {
   if (args.jobs.size() != 1) {
     std::fprintf(stderr, "sluice simulate --update-only: give one job file\n");
@@ -679,8 +725,11 @@ int run_simulate_update(const SimulateArgs& args) {
                 {"switch_start_s", u.switch_start_s},
                 {"switch_end_s", u.switch_end_s},
                 {"stall_s", u.stall_s},
+                {"verify_tail_s", u.verify_tail_s},
                 {"update_s", u.switch_end_s}};
   };
+  const std::vector<Variant> variants = verification_variants(c, in->rollouts, bytes, chunk);
+  const sim::DeviceVerify verify = sim::device_verify(c, bytes, chunk);
   if (args.json) {
     json o = to_json(whole);
     o["bytes"] = bytes;
@@ -690,6 +739,10 @@ int run_simulate_update(const SimulateArgs& args) {
     o["trainer_hosts"] = sim::trainer_hosts(c);
     o["floor_s"] = whole.floor_s;
     o["host_share"] = to_json(share);
+    json vs = json::array();
+    for (const Variant& v : variants)
+      vs.push_back({{"variant", v.label}, {"update_s", v.update_s}});
+    o["variants"] = vs;
     std::printf("%s\n", o.dump().c_str());
     return 0;
   }
@@ -720,6 +773,10 @@ int run_simulate_update(const SimulateArgs& args) {
               share.last_relay_s);
   std::printf("%-48s %12.3f %12.3f\n", "GPUs start loading their shares (stall starts)",
               whole.switch_start_s, share.switch_start_s);
+  if (verify.rate > 0) {
+    std::printf("%-48s %12.3f %12.3f\n", "GPUs verify: the last chunk, after it lands",
+                whole.verify_tail_s, share.verify_tail_s);
+  }
   std::printf("%-48s %12.3f %12.3f\n", "last GPU switched (stall ends): the update",
               whole.switch_end_s, share.switch_end_s);
   std::printf("%-48s %12.3f %12.3f\n", "the GPU stall alone", whole.stall_s, share.stall_s);
@@ -737,14 +794,34 @@ int run_simulate_update(const SimulateArgs& args) {
         "digests: SHA-256 at %.2f GB/s a core; a trainer host digests with %s, a relay host "
         "verifies with %s; signing %s, %.2f ms a signature%s\n",
         c.digest_gbps_per_core, cores(c.trainer_digest_cores).c_str(),
-        cores(c.relay_digest_cores).c_str(), c.signing.c_str(), c.sign_ms,
+        c.relay_digest_cores == 0 && c.device_sha256_gbps > 0
+            ? "no cores (it forwards; the GPUs verify)"
+            : cores(c.relay_digest_cores).c_str(),
+        c.signing.c_str(), c.sign_ms,
         c.signing == "streamed" ? fmt::format(", batches of {} chunks", c.sign_batch_chunks).c_str()
                                 : "");
+  }
+  if (verify.rate > 0) {
+    const double per_thread = c.device_sha256_gbps * 1e9 / c.device_threads;
+    std::printf(
+        "GPUs verify on the device: SHA-256 at %.1f GB/s a GPU with its %u threads busy, %.2f "
+        "MB/s a thread; a GPU hashes %.0f %s of %s at once: %.2f GB/s a GPU, "
+        "the last %.3f s after it lands%s\n",
+        c.device_sha256_gbps, c.device_threads, per_thread / 1e6, verify.in_flight,
+        c.device_digest_leaf_bytes > 0 ? "leaves" : "chunks",
+        verify.unit_bytes >= (1u << 20)
+            ? fmt::format("{:g} MiB", verify.unit_bytes / (1u << 20)).c_str()
+            : fmt::format("{:g} KiB", verify.unit_bytes / 1024).c_str(),
+        verify.rate / 1e9, verify.tail_s,
+        c.device_digest_leaf_bytes > 0 ? " (with its chunk's root)" : "");
   }
   std::printf(
       "line-rate floor (each host receives only its GPUs' share at %.0f GB/s, nothing "
       "else counted): %.3f s\n",
       c.link_gbps, whole.floor_s);
+  std::printf("the update with host-share relays, signed and verified each way (--set):\n");
+  for (const Variant& v : variants)
+    std::printf("  %-60s %9.3f s\n", v.label.c_str(), v.update_s);
   std::printf(
       "published for comparison (not measured here): Perplexity "
       "1.3 s, checkpoint-engine 16 s (1T parameters)\n");

@@ -294,6 +294,9 @@ void add_bench_digest(CLI::App& c, BenchDigestArgs& a) {
   c.add_option("--link-gbps", a.link_gbps, "a link's rate in GB/s, for the cores it would need")
       ->capture_default_str();
   c.add_flag("--json", a.json, "one JSON line");
+  c.add_flag("--device", a.device,
+             "SHA-256 on each GPU (one chunk per thread): one chunk alone and --size/--chunk "
+             "chunks at once; exit 77 without a GPU");
 }
 
 void add_bench_delta(CLI::App& c, BenchDeltaArgs& a) {

@@ -43,7 +43,10 @@ DevicePointer device_pointer(const void* p);
 // through a page-locked buffer of the calling thread. failed_precondition without CUDA; internal
 // with the CUDA error when the copy fails.
 Result<std::uint64_t> device_chunk_checksum(const void* device_data, std::size_t bytes);
-// chunk_sums of `bytes` of device memory, copied to the host the same way.
+// chunk_sums of `bytes` of device memory, copied to the host the same way. (The digest is not
+// taken on the device here, core/device_digest.hpp: SHA-256 of a chunk is one GPU thread's work,
+// seconds for a 64 MiB chunk, where the copy and OpenSSL on one core take tens of milliseconds;
+// the device pays only with many chunks in flight at once.)
 Result<ChunkSums> device_chunk_sums(const void* device_data, std::size_t bytes, SumKind kind);
 
 // Device memory this object owns (cudaMalloc on `device`, cudaFree when it goes): for tools,

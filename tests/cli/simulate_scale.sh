@@ -61,11 +61,24 @@ assert math.isfinite(r["update_s"]) and r["update_s"] > 0, r
 share = r["host_share"]
 for u in (r, share):
     assert u["update_s"] >= r["floor_s"] > 0, (u, r["floor_s"])
-    assert u["stage_s"] <= u["switch_start_s"] < u["switch_end_s"] == u["update_s"], u
-    assert abs(u["stall_s"] - 2e12 / 32 / 54.3e9) < 1e-6, u
-    # Signed after staging, as the file says: relays start once every chunk is digested.
-    assert u["relays_start_s"] >= u["digest_s"] >= u["stage_s"] > 0, u
+    assert u["switch_start_s"] < u["switch_end_s"] == u["update_s"], u
+    # The GPU stall: a 1/32 share at h2d, then the GPUs verify the last chunk that landed.
+    assert abs(u["stall_s"] - (u["switch_end_s"] - u["switch_start_s"])) < 1e-9, u
+    assert u["stall_s"] >= 2e12 / 32 / 54.3e9 + u["verify_tail_s"] - 1e-6, u
+    assert u["verify_tail_s"] > 0, u
+    # Streamed signatures, as the file says: relays start before the staging ends.
+    assert 0 < u["relays_start_s"] < u["stage_s"] <= u["digest_s"], u
 assert abs(share["relay_bytes"] * 4 - r["relay_bytes"]) < 1, (share, r)
 assert share["update_s"] <= r["update_s"], (share, r)
+# Every way of signing and verifying, side by side; none below the floor, and what nobody
+# verifies is the fastest of each signing.
+v = {x["variant"]: x["update_s"] for x in r["variants"]}
+assert len(v) == 8, v
+for label, s in v.items():
+    assert s >= r["floor_s"], (label, s)
+for signing in ("after-staging", "streamed"):
+    assert v[signing + ", nobody verifies (not allowed)"] == min(
+        s for label, s in v.items() if label.startswith(signing + ",")), v
+assert abs(v["streamed, GPUs verify, a chunk a thread"] - share["update_s"]) < 1e-9, (v, share)
 '
 echo "ok: scale, validate, update-only"

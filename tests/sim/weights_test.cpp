@@ -1,7 +1,8 @@
 // The weight-movement model (sim/weights.hpp) on the 1T-parameter update: what a
 // reader of `sluice simulate --update-only` checks. Faster links shorten the relay stage in
 // proportion, a host-share relay holds 1/hosts-per-rollout of the version, a GPU reads no chunk
-// its relay does not hold, and no arrangement ends below the line-rate floor.
+// its relay does not hold, no arrangement ends below the line-rate floor, and GPUs that verify
+// on the device as their shares land add the last chunk's verification.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -90,7 +91,7 @@ TEST_CASE("the update never ends below the line-rate floor, nor a GPU load below
         const sim::UpdateTimes u = sim::update_times(c, kRollouts, kBytes, kChunk);
         CHECK(u.switch_end_s >= u.floor_s);
         CHECK(u.switch_end_s >= u.last_relay_s);
-        CHECK(u.stall_s == doctest::Approx(sim::switch_s(c, kBytes)));
+        CHECK(u.stall_s == doctest::Approx(sim::switch_s(c, kBytes, kChunk)));
         CHECK(u.switch_start_s >= u.stage_s);
       }
     }
@@ -169,7 +170,7 @@ TEST_CASE(
   // The GPUs load while their relays receive, from the announcement on: the update ends with
   // the last relay's last chunk, not a whole load after the staging.
   CHECK(streamed.switch_end_s == doctest::Approx(streamed.last_relay_s).epsilon(0.01));
-  CHECK(streamed.switch_end_s < streamed.stage_s + sim::switch_s(c, kBytes));
+  CHECK(streamed.switch_end_s < streamed.stage_s + sim::switch_s(c, kBytes, kChunk));
   // A trainer that digests slower than the relays read: the last relay waits for the last
   // batch's signature, whatever the links.
   c.trainer_digest_cores = 4;  // 180 GB/s in all: 11.1 s
@@ -177,4 +178,83 @@ TEST_CASE(
   const sim::UpdateTimes slow = sim::update_times(c, kRollouts, kBytes, kChunk);
   CHECK(slow.last_relay_s >= slow.digest_s + 0.005);
   CHECK(slow.last_relay_s == doctest::Approx(slow.digest_s + 0.005).epsilon(0.01));
+}
+
+namespace {
+
+// The 1T update as examples/scale/1t_update.json runs it: streamed signatures, relays that
+// forward without hashing, GPUs that load 54.3 GB/s.
+sim::SimulateConfig gpus_verify() {
+  sim::SimulateConfig c = one_t("host-share");
+  c.h2d_gbps = 54.3;
+  c.digest_gbps_per_core = 1.41;
+  c.trainer_digest_cores = 64;
+  c.sign_ms = 7.8;
+  c.signing = "streamed";
+  return c;
+}
+
+}  // namespace
+
+TEST_CASE("device verification by hand: a thread's rate, chunks in flight, and the tail") {
+  sim::SimulateConfig c = gpus_verify();
+  // A GPU of 1,000 GB/s over 1,000 threads: 1 GB/s a thread. Its 62.5 GB share is 931.3 chunks
+  // of 64 MiB, 932 at once: 932 GB/s; the last chunk takes 64 MiB / 1 GB/s = 67.1 ms.
+  c.device_sha256_gbps = 1000;
+  c.device_threads = 1000;
+  sim::DeviceVerify v = sim::device_verify(c, kBytes, kChunk);
+  CHECK(v.unit_bytes == doctest::Approx(67108864.0));
+  CHECK(v.in_flight == doctest::Approx(932));
+  CHECK(v.rate == doctest::Approx(932e9));
+  CHECK(v.tail_s == doctest::Approx(0.067108864));
+  // Faster than h2d: the load (62.5 GB at 54.3 GB/s, 1.151 s) and then the tail.
+  CHECK(sim::switch_s(c, kBytes, kChunk) == doctest::Approx(62.5 / 54.3 + 0.067108864));
+  // 64 KiB leaves: 953,675 of them, more than the threads: all 1,000 busy (1,000 GB/s); the tail
+  // is a leaf (65,536 B at 1 GB/s) and the chunk's root over 1,024 digests of 32 B.
+  c.device_digest_leaf_bytes = 64u << 10;
+  v = sim::device_verify(c, kBytes, kChunk);
+  CHECK(v.in_flight == doctest::Approx(1000));
+  CHECK(v.rate == doctest::Approx(1000e9));
+  CHECK(v.tail_s == doctest::Approx((65536.0 + 1024 * 32) / 1e9));
+  // A GPU slower than h2d: 10 GB/s over 1,000 threads (10 MB/s each), 932 chunks at once, 9.32
+  // GB/s: its share takes 6.706 s, and the last chunk 6.711 s after the load's 1.151 s.
+  c.device_digest_leaf_bytes = 0;
+  c.device_sha256_gbps = 10;
+  v = sim::device_verify(c, kBytes, kChunk);
+  CHECK(v.rate == doctest::Approx(9.32e9));
+  CHECK(v.tail_s == doctest::Approx(6.7108864));
+  CHECK(sim::switch_s(c, kBytes, kChunk) == doctest::Approx(62.5 / 54.3 + 6.7108864));
+  // Not verifying on the device: the load alone.
+  c.device_sha256_gbps = 0;
+  CHECK(sim::switch_s(c, kBytes, kChunk) == doctest::Approx(62.5 / 54.3));
+  CHECK(sim::device_verify(c, kBytes, kChunk).rate == 0);
+}
+
+TEST_CASE("GPUs verify their shares as they land: the last chunk's verification is the tail") {
+  sim::SimulateConfig c = gpus_verify();
+  const sim::UpdateTimes unverified = sim::update_times(c, kRollouts, kBytes, kChunk);
+  CHECK(unverified.verify_tail_s == 0);
+  // The relays stream 500 GB at 400 GB/s from the first signed batch: about 1.27 s.
+  CHECK(unverified.switch_end_s == doctest::Approx(1.27).epsilon(0.01));
+  // hashcat's H100 figure: 1,034.6 GB/s over 270,336 threads, 3.827 MB/s a thread; a 64 MiB
+  // chunk is one thread's, 17.535 s after it lands.
+  c.device_sha256_gbps = 1034.6;
+  c.device_threads = 270336;
+  const sim::DeviceVerify v = sim::device_verify(c, kBytes, kChunk);
+  const double per_thread = 1034.6e9 / 270336;
+  CHECK(per_thread == doctest::Approx(3.827e6).epsilon(1e-3));
+  CHECK(v.rate == doctest::Approx(932 * per_thread));
+  CHECK(v.tail_s == doctest::Approx(67108864 / per_thread));
+  const sim::UpdateTimes chunks = sim::update_times(c, kRollouts, kBytes, kChunk);
+  CHECK(chunks.verify_tail_s == doctest::Approx(v.tail_s));
+  CHECK(chunks.switch_end_s == doctest::Approx(unverified.switch_end_s + v.tail_s).epsilon(1e-4));
+  CHECK(chunks.switch_start_s == doctest::Approx(unverified.switch_start_s));
+  CHECK(chunks.last_relay_s == doctest::Approx(unverified.last_relay_s));
+  // 64 KiB leaves: 25.7 ms after the last chunk lands, within Perplexity's 1.3 s.
+  c.device_digest_leaf_bytes = 64u << 10;
+  const sim::UpdateTimes leaves = sim::update_times(c, kRollouts, kBytes, kChunk);
+  CHECK(leaves.verify_tail_s == doctest::Approx((65536.0 + 32768) / per_thread));
+  CHECK(leaves.switch_end_s ==
+        doctest::Approx(unverified.switch_end_s + leaves.verify_tail_s).epsilon(1e-4));
+  CHECK(leaves.switch_end_s <= 1.30);
 }
