@@ -35,6 +35,8 @@ struct EnvAnswer {
   std::optional<double> reward;
   // The next turn also ends after this many generated tokens in all (0: only at the call).
   std::uint64_t turn_limit = 0;
+  // And at these stop sequences (rollout/engine.hpp), counted from its start.
+  TurnStop stop;
 };
 
 class Environment {
@@ -48,6 +50,11 @@ class Environment {
   // (its `done` never runs).
   virtual void answer(const SequenceState& s, Done done) = 0;
   virtual void cancel(const std::string& trajectory_id) = 0;
+  // The episode `s` is over here without a call: it reached max_new_tokens or the model's context
+  // (`finished`: it goes to the actor), or it was abandoned, handed back or moved to another
+  // rollout (`why` says which). An environment holding a request that waits on the episode's
+  // turn answers it. Default: nothing (none is held).
+  virtual void ended(const SequenceState& /*s*/, bool /*finished*/, const std::string& /*why*/) {}
   // Answers pending.
   virtual std::size_t pending() const = 0;
   // Whether episodes start only when the environment takes them (an agent over HTTP): the
