@@ -1,95 +1,170 @@
 #include "rollout/agent_env.hpp"
 
+#include <sys/stat.h>
+
 #include <fmt/format.h>
 #include <sodium.h>
 
 #include <algorithm>
-#include <cmath>
+#include <cctype>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <limits>
 
+#include "core/json_limits.hpp"
+#include "core/metrics.hpp"
 #include "rl/tokenizer.hpp"
+#include "rollout/agent_request.hpp"
 
 namespace sluice::rollout {
 
+using core::Clock;
+using core::Millis;
 using nlohmann::json;
 
 namespace {
 
-constexpr std::size_t kMaxBody = 1 << 20;
-constexpr std::uint64_t kMaxTokensDefault = 64;
-
 constexpr std::size_t kRememberEnded = 4096;
-
-// The token ids of a JSON array of integers in [0, vocab); nullopt when it is not one.
-std::optional<std::vector<std::int32_t>> ids_of(const json& j, std::int32_t vocab) {
-  if (!j.is_array()) return std::nullopt;
-  std::vector<std::int32_t> out;
-  out.reserve(j.size());
-  for (const auto& e : j) {
-    if (!e.is_number_integer()) return std::nullopt;
-    const auto v = e.get<std::int64_t>();
-    if (v < 0 || v >= vocab) return std::nullopt;
-    out.push_back(static_cast<std::int32_t>(v));
-  }
-  return out;
-}
+constexpr std::size_t kMinTokenChars = 16;
+// A request body nests at most this deep (messages[i].content is 3 levels).
+constexpr std::size_t kMaxBodyDepth = 8;
 
 // Compares in constant time, so a wrong token's length of match is not timed.
 bool same_token(const std::string& a, const std::string& b) {
   return a.size() == b.size() && sodium_memcmp(a.data(), b.data(), a.size()) == 0;
 }
 
+// a + b, or the largest value where that overflows (an agent's max_tokens may be near 2^64).
+std::uint64_t saturating_add(std::uint64_t a, std::uint64_t b) {
+  std::uint64_t sum = 0;
+  return __builtin_add_overflow(a, b, &sum) ? std::numeric_limits<std::uint64_t>::max() : sum;
+}
+
+// The endpoint's episodes on the process's /metrics.
+struct AgentMetrics {
+  core::Gauge& sessions =
+      core::process_metrics().gauge("sluice_rollout_agent_sessions", "agent episodes open now");
+  core::Counter& refused = core::process_metrics().counter(
+      "sluice_rollout_agent_sessions_refused_total",
+      "agent episodes refused because max_sessions were open (429)");
+  core::Counter& finished_here = core::process_metrics().counter(
+      "sluice_rollout_agent_turns_ended_by_limit_total",
+      "agent turns whose episode reached max_new_tokens or the context (answered, ended)");
+  core::Counter& gone = core::process_metrics().counter(
+      "sluice_rollout_agent_turns_ended_by_rollout_total",
+      "agent turns whose episode the rollout abandoned, moved or handed back (answered 409)");
+  core::Counter& expired = core::process_metrics().counter(
+      "sluice_rollout_agent_sessions_expired_total",
+      "agent sessions forgotten after their request passed answer_timeout_ms");
+};
+
+AgentMetrics& metrics() {
+  static AgentMetrics m;
+  return m;
+}
+
 }  // namespace
 
-core::Result<std::unique_ptr<AgentEnvironment>> AgentEnvironment::create(core::EventLoop& loop,
-                                                                         const std::string& listen,
-                                                                         std::string token,
-                                                                         AgentHooks hooks) {
-  if (token.size() < 16) {
+core::Result<std::string> read_agent_token(const std::string& path) {
+  if (path.empty()) {
+    return core::invalid_argument(
+        "agent endpoint: rollout.agent_token_file is not set (sluice run sets it; else name a "
+        "file holding the token, mode 0600)");
+  }
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) {
+    return core::invalid_argument(fmt::format("agent endpoint: cannot read the token file {}: {}",
+                                              path, std::strerror(errno)));
+  }
+  if ((st.st_mode & (S_IRWXG | S_IRWXO)) != 0) {
+    return core::invalid_argument(fmt::format(
+        "agent endpoint: the token file {} may be read by others (mode {:o}): chmod 600 it", path,
+        st.st_mode & 0777));
+  }
+  std::ifstream f(path);
+  std::string line;
+  std::getline(f, line);
+  if (!f && !f.eof()) {
+    return core::invalid_argument(
+        fmt::format("agent endpoint: cannot read the token file {}", path));
+  }
+  const auto space = [](unsigned char c) { return std::isspace(c) != 0; };
+  while (!line.empty() && space(static_cast<unsigned char>(line.back())))
+    line.pop_back();
+  const auto first = std::find_if_not(line.begin(), line.end(), space);
+  line.erase(line.begin(), first);
+  if (line.size() < kMinTokenChars) {
+    return core::invalid_argument(fmt::format(
+        "agent endpoint: the token in {} must be at least {} characters", path, kMinTokenChars));
+  }
+  return line;
+}
+
+core::Result<std::unique_ptr<AgentEnvironment>> AgentEnvironment::create(
+    core::EventLoop& loop, const std::string& listen, std::string token,
+    const AgentEndpointConfig& config, AgentHooks hooks) {
+  if (token.size() < kMinTokenChars) {
     return core::invalid_argument("agent endpoint: the job's token must be at least 16 characters");
   }
-  std::unique_ptr<AgentEnvironment> env(new AgentEnvironment(std::move(token), std::move(hooks)));
+  SLUICE_TRY(config.validate().with_context("rollout.agent"));
+  std::unique_ptr<AgentEnvironment> env(
+      new AgentEnvironment(std::move(token), config, std::move(hooks)));
   AgentEnvironment* raw = env.get();
-  SLUICE_ASSIGN_OR_RETURN(
-      env->server_,
-      JsonHttpServer::create(loop, listen, kMaxBody,
-                             [raw](const HttpRequest& r, JsonHttpServer::Respond respond) {
-                               raw->handle(r, std::move(respond));
-                             }));
+  SLUICE_ASSIGN_OR_RETURN(env->server_,
+                          JsonHttpServer::create(
+                              loop, listen, config,
+                              [raw](const HttpRequest& r, JsonHttpServer::Respond respond) {
+                                raw->handle(r, std::move(respond));
+                              },
+                              [raw](const HttpRequest& r) { return raw->admit(r); }));
+  env->sweeper_ = loop.every(Millis(config.sweep_ms), [raw] { raw->sweep(); });
   return env;
 }
 
-AgentEnvironment::~AgentEnvironment() = default;
+AgentEnvironment::~AgentEnvironment() {
+  sweeper_.reset();
+  server_.reset();
+  metrics().sessions.set(0);
+}
 
 std::int32_t AgentEnvironment::call_token() const {
   return rl::Tokenizer::kEos;
 }
 
+std::optional<HttpAnswer> AgentEnvironment::admit(const HttpRequest& r) const {
+  if (same_token(r.authorization, "Bearer " + token_)) return std::nullopt;
+  return http_error(401,
+                    "missing or wrong token: send 'Authorization: Bearer TOKEN' with the job's "
+                    "agent token");
+}
+
 void AgentEnvironment::handle(const HttpRequest& r, JsonHttpServer::Respond respond) {
-  if (!same_token(r.authorization, "Bearer " + token_)) {
-    respond(http_error(401,
-                       "missing or wrong token: send 'Authorization: Bearer TOKEN' with the "
-                       "job's agent token"));
+  // The server judged the header already; a second look costs nothing.
+  if (std::optional<HttpAnswer> refusal = admit(r)) {
+    respond(std::move(*refusal));
     return;
   }
   if (r.method != "POST") {
     respond(http_error(405, "only POST"));
     return;
   }
-  json body = json::parse(r.body, nullptr, /*allow_exceptions=*/false);
   if (r.target == "/v1/episodes") {
     start_episode(std::move(respond));
     return;
   }
-  if (body.is_discarded() || !body.is_object()) {
-    respond(http_error(400, "the body is not a JSON object"));
+  auto body = core::parse_json_bounded(r.body, {config_.max_body_bytes, kMaxBodyDepth});
+  if (!body.is_ok() || !body->is_object()) {
+    respond(http_error(400, "the body is not a JSON object" +
+                                (body.is_ok() ? std::string() : ": " + body.status().message())));
     return;
   }
   if (r.target == "/v1/completions") {
-    turn(body, false, std::move(respond));
+    turn(*body, false, std::move(respond));
   } else if (r.target == "/v1/chat/completions") {
-    turn(body, true, std::move(respond));
+    turn(*body, true, std::move(respond));
   } else if (r.target == "/v1/episodes/end") {
-    end(body, std::move(respond));
+    end(*body, std::move(respond));
   } else {
     respond(http_error(404, "no route " + r.target +
                                 " (/v1/episodes, /v1/completions, /v1/chat/completions, "
@@ -98,6 +173,13 @@ void AgentEnvironment::handle(const HttpRequest& r, JsonHttpServer::Respond resp
 }
 
 void AgentEnvironment::start_episode(JsonHttpServer::Respond respond) {
+  if (sessions_.size() >= config_.max_sessions) {
+    metrics().refused.inc();
+    respond(http_error(429, fmt::format("{} episodes are open here, the most "
+                                        "rollout.agent.max_sessions allows: end one first",
+                                        sessions_.size())));
+    return;
+  }
   std::optional<SequenceState> s = hooks_.claim();
   if (!s) {
     respond(http_error(503,
@@ -110,43 +192,51 @@ void AgentEnvironment::start_episode(JsonHttpServer::Respond respond) {
                                {"prompt", rl::Tokenizer::decode(s->prompt_tokens)}}});
 }
 
+json AgentEnvironment::turn_answer(const SequenceState& s, const Session& session) const {
+  // A turn cut short (the episode ended before any of it) has no tokens.
+  const std::size_t from = std::min<std::uint64_t>(session.turn_start, s.generated.size());
+  const auto at = static_cast<std::ptrdiff_t>(from);
+  std::vector<std::int32_t> tokens(s.generated.begin() + at, s.generated.end());
+  std::vector<float> logprobs;
+  if (s.logprobs.size() >= from) logprobs.assign(s.logprobs.begin() + at, s.logprobs.end());
+  const bool eos = !tokens.empty() && tokens.back() == rl::Tokenizer::kEos;
+  const std::uint64_t version = s.token_versions.empty() ? 0 : s.token_versions.back();
+  const std::string finish = eos || s.stop.hit ? "stop" : "length";
+  json out;
+  if (session.chat) {
+    out = json{{"object", "chat.completion"},
+               {"id", s.trajectory_id},
+               {"choices",
+                json::array({{{"index", 0},
+                              {"message",
+                               {{"role", "assistant"}, {"content", rl::Tokenizer::decode(tokens)}}},
+                              {"finish_reason", finish}}})}};
+  } else {
+    out = json{{"object", "text_completion"},
+               {"id", s.trajectory_id},
+               {"choices", json::array({{{"index", 0},
+                                         {"tokens", tokens},
+                                         {"logprobs", logprobs},
+                                         {"text", rl::Tokenizer::decode(tokens)},
+                                         {"finish_reason", finish}}})}};
+  }
+  out["version"] = version;
+  return out;
+}
+
 void AgentEnvironment::answer(const SequenceState& s, Done done) {
   Session& session = sessions_[s.trajectory_id];
+  session.max_new_tokens = s.max_new_tokens;
   if (session.reply) {
     // The turn the agent asked for is over: its tokens go back.
-    const auto from = static_cast<std::ptrdiff_t>(session.turn_start);
-    std::vector<std::int32_t> tokens(s.generated.begin() + from, s.generated.end());
-    std::vector<float> logprobs(s.logprobs.begin() + from, s.logprobs.end());
-    const bool eos = !tokens.empty() && tokens.back() == rl::Tokenizer::kEos;
-    const std::uint64_t version = s.token_versions.empty() ? 0 : s.token_versions.back();
-    const std::string finish = eos ? "stop" : "length";
-    json out;
-    if (session.chat) {
-      out = json{
-          {"object", "chat.completion"},
-          {"id", s.trajectory_id},
-          {"choices",
-           json::array(
-               {{{"index", 0},
-                 {"message", {{"role", "assistant"}, {"content", rl::Tokenizer::decode(tokens)}}},
-                 {"finish_reason", finish}}})}};
-    } else {
-      out = json{{"object", "text_completion"},
-                 {"id", s.trajectory_id},
-                 {"choices", json::array({{{"index", 0},
-                                           {"tokens", tokens},
-                                           {"logprobs", logprobs},
-                                           {"text", rl::Tokenizer::decode(tokens)},
-                                           {"finish_reason", finish}}})}};
-    }
-    out["version"] = version;
-    (*session.reply)(HttpAnswer{200, std::move(out)});
+    (*session.reply)(HttpAnswer{200, turn_answer(s, session)});
     session.reply.reset();
   }
   session.prompt_size = s.prompt_tokens.size();
   session.context = s.prompt_tokens;
   session.context.insert(session.context.end(), s.generated.begin(), s.generated.end());
   session.next = std::move(done);
+  metrics().sessions.set(static_cast<double>(sessions_.size()));
 }
 
 void AgentEnvironment::cancel(const std::string& trajectory_id) {
@@ -155,12 +245,55 @@ void AgentEnvironment::cancel(const std::string& trajectory_id) {
   if (it->second.reply) {
     (*it->second.reply)(http_error(409, "the episode " + trajectory_id + " ended"));
   }
+  forget(it);
+}
+
+void AgentEnvironment::ended(const SequenceState& s, bool finished, const std::string& why) {
+  auto it = sessions_.find(s.trajectory_id);
+  if (it == sessions_.end()) return;
+  Session& session = it->second;
+  if (session.reply) {
+    if (finished) {
+      metrics().finished_here.inc();
+      json out = turn_answer(s, session);
+      out["episode_ended"] = true;
+      (*session.reply)(HttpAnswer{200, std::move(out)});
+    } else {
+      metrics().gone.inc();
+      (*session.reply)(http_error(409, fmt::format("the episode {} ended here before its turn "
+                                                   "did: {}",
+                                                   s.trajectory_id, why)));
+    }
+    session.reply.reset();
+  }
+  forget(it);
+}
+
+void AgentEnvironment::forget(std::map<std::string, Session>::iterator it) {
+  ended_.push_back(it->first);
+  if (ended_.size() > kRememberEnded) ended_.pop_front();
   sessions_.erase(it);
-  remember_ended(trajectory_id);
+  metrics().sessions.set(static_cast<double>(sessions_.size()));
+}
+
+void AgentEnvironment::sweep() {
+  const auto now = Clock::now();
+  const Millis limit(config_.answer_timeout_ms);
+  for (auto it = sessions_.begin(); it != sessions_.end();) {
+    const Session& s = it->second;
+    // Its request got 504 from the server; a turn that still ends makes the session anew.
+    if (s.reply && !s.next && now - s.asked > limit) {
+      metrics().expired.inc();
+      it = sessions_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  metrics().sessions.set(static_cast<double>(sessions_.size()));
 }
 
 bool AgentEnvironment::unknown(const std::string& id, const JsonHttpServer::Respond& respond) {
-  if (!id.empty() && sessions_.count(id) > 0) return false;
+  if (sessions_.count(id) > 0) return false;
   if (std::find(ended_.begin(), ended_.end(), id) != ended_.end()) {
     respond(http_error(409, "session " + id + " has ended"));
   } else {
@@ -169,61 +302,25 @@ bool AgentEnvironment::unknown(const std::string& id, const JsonHttpServer::Resp
   return true;
 }
 
-void AgentEnvironment::remember_ended(const std::string& id) {
-  ended_.push_back(id);
-  if (ended_.size() > kRememberEnded) ended_.pop_front();
-}
-
 void AgentEnvironment::turn(const json& body, bool chat, JsonHttpServer::Respond respond) {
-  const std::string id = body.value("session", std::string());
+  core::Result<TurnRequest> req = parse_turn_request(body, chat, hooks_.vocab);
+  if (!req.is_ok()) {
+    respond(http_error(400, req.status().message()));
+    return;
+  }
+  const std::string& id = req->session;
   if (unknown(id, respond)) return;
-  auto it = sessions_.find(id);
-  Session& session = it->second;
+  Session& session = sessions_.find(id)->second;
   if (!session.next) {
     respond(http_error(409, "session " + id + " is generating a turn already"));
     return;
   }
-  std::optional<std::vector<std::int32_t>> context;
-  if (chat) {
-    const json messages = body.value("messages", json());
-    if (!messages.is_array() || messages.empty()) {
-      respond(http_error(400, "'messages' must be a non-empty array of {role, content}"));
-      return;
-    }
-    std::string text;
-    for (const auto& m : messages) {
-      if (!m.is_object() || !m.contains("content") || !m["content"].is_string()) {
-        respond(http_error(400, "each message needs a string 'content'"));
-        return;
-      }
-      text += m["content"].get<std::string>();
-    }
-    auto encoded = rl::Tokenizer::encode(text);
-    if (!encoded.is_ok()) {
-      respond(http_error(400, encoded.status().message()));
-      return;
-    }
-    context = std::vector<std::int32_t>{rl::Tokenizer::kBos};
-    context->insert(context->end(), encoded->begin(), encoded->end());
-  } else {
-    context = ids_of(body.value("prompt", json()), hooks_.vocab);
-    if (!context) {
-      respond(http_error(
-          400, fmt::format("'prompt' must be an array of token ids in [0, {})", hooks_.vocab)));
-      return;
-    }
-  }
-  const json max_j = body.value("max_tokens", json(kMaxTokensDefault));
-  if (!max_j.is_number_unsigned() || max_j.get<std::uint64_t>() == 0) {
-    respond(http_error(400, "'max_tokens' must be a positive integer"));
-    return;
-  }
-  const std::uint64_t max_tokens = max_j.get<std::uint64_t>();
+  const std::vector<std::int32_t>& context = req->context;
   // Nothing is re-tokenized: the context begins with the episode's tokens exactly.
   const std::vector<std::int32_t>& had = session.context;
-  if (context->size() < had.size() || !std::equal(had.begin(), had.end(), context->begin())) {
+  if (context.size() < had.size() || !std::equal(had.begin(), had.end(), context.begin())) {
     std::size_t at = 0;
-    while (at < had.size() && at < context->size() && had[at] == (*context)[at])
+    while (at < had.size() && at < context.size() && had[at] == context[at])
       ++at;
     respond(http_error(409, fmt::format("the context differs from session {}'s tokens at position "
                                         "{} (it must begin with the {} tokens of the episode so "
@@ -231,18 +328,31 @@ void AgentEnvironment::turn(const json& body, bool chat, JsonHttpServer::Respond
                                         id, at, had.size())));
     return;
   }
-  if (context->size() + 1 > hooks_.max_context) {
+  if (context.size() + 1 > hooks_.max_context) {
     respond(http_error(400, fmt::format("the context holds {} tokens; the model takes at most {}",
-                                        context->size(), hooks_.max_context)));
+                                        context.size(), hooks_.max_context)));
+    return;
+  }
+  // The context holds the prompt (it begins with the episode's tokens), so this cannot wrap.
+  const std::uint64_t generated = context.size() - session.prompt_size;
+  if (generated >= session.max_new_tokens) {
+    respond(http_error(400, fmt::format("session {} holds {} generated tokens, its episode's limit "
+                                        "(max_new_tokens {}): end it with POST /v1/episodes/end",
+                                        id, generated, session.max_new_tokens)));
     return;
   }
   EnvAnswer a;
-  a.tokens.assign(context->begin() + static_cast<std::ptrdiff_t>(had.size()), context->end());
-  // The turn ends at EOS, after max_tokens, or where the context ends.
-  const std::uint64_t generated = context->size() - session.prompt_size;
-  a.turn_limit = std::min(generated + max_tokens, hooks_.max_context - session.prompt_size);
+  a.tokens.assign(context.begin() + static_cast<std::ptrdiff_t>(had.size()), context.end());
+  // The turn ends at EOS, at a stop sequence, after max_tokens, where the context ends, or at the
+  // episode's max_new_tokens: a turn that reaches a limit is answered like any other ("length"),
+  // and the agent, not the rollout, ends the episode.
+  a.turn_limit = std::min({saturating_add(generated, req->max_tokens),
+                           hooks_.max_context - session.prompt_size, session.max_new_tokens});
+  a.stop.sequences = std::move(req->stop);
+  a.stop.from = generated;
   session.turn_start = generated;
   session.chat = chat;
+  session.asked = Clock::now();
   session.reply = std::move(respond);
   Done next = std::move(*session.next);
   session.next.reset();
@@ -250,24 +360,23 @@ void AgentEnvironment::turn(const json& body, bool chat, JsonHttpServer::Respond
 }
 
 void AgentEnvironment::end(const json& body, JsonHttpServer::Respond respond) {
-  const std::string id = body.value("session", std::string());
+  core::Result<EndRequest> req = parse_end_request(body);
+  if (!req.is_ok()) {
+    respond(http_error(400, req.status().message()));
+    return;
+  }
+  const std::string& id = req->session;
   if (unknown(id, respond)) return;
   auto it = sessions_.find(id);
   if (!it->second.next) {
     respond(http_error(409, "session " + id + " is generating a turn; end it after the answer"));
     return;
   }
-  const json r = body.value("reward", json());
-  if (!r.is_number() || !std::isfinite(r.get<double>())) {
-    respond(http_error(400, "'reward' must be a finite number"));
-    return;
-  }
   EnvAnswer a;
   a.done = true;
-  a.reward = r.get<double>();
+  a.reward = req->reward;
   Done next = std::move(*it->second.next);
-  sessions_.erase(it);
-  remember_ended(id);
+  forget(it);
   next(std::move(a));
   respond(HttpAnswer{200, json{{"session", id}, {"ended", true}}});
 }

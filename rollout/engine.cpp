@@ -96,6 +96,34 @@ void record_sample(SequenceState& s, std::int32_t token, float logprob, std::uin
   s.token_versions.push_back(version);
 }
 
+std::size_t SequenceState::stop_length() const {
+  std::size_t longest = 0;
+  for (const auto& seq : stop.sequences) {
+    const std::size_t n = seq.size();
+    if (n == 0 || n <= longest || generated.size() < stop.from + n) continue;
+    if (std::equal(seq.begin(), seq.end(), generated.end() - static_cast<std::ptrdiff_t>(n))) {
+      longest = n;
+    }
+  }
+  return longest;
+}
+
+bool cut_stop(SequenceState& s) {
+  const std::size_t n = s.stop_length();
+  if (n == 0 || s.loss_mask.size() != s.generated.size() ||
+      s.token_versions.size() != s.generated.size() || s.logprobs.size() != s.generated.size()) {
+    return false;
+  }
+  const std::size_t keep = s.generated.size() - n;
+  s.generated.resize(keep);
+  s.logprobs.resize(keep);
+  s.loss_mask.resize(keep);
+  s.token_versions.resize(keep);
+  s.kv.reset();
+  s.stop.hit = true;
+  return true;
+}
+
 void record_environment(SequenceState& s, const std::vector<std::int32_t>& tokens) {
   // A turn follows a model turn; what comes before the first (an agent's context) starts none.
   const bool after_model =
@@ -145,6 +173,10 @@ nlohmann::json SequenceState::to_json() const {
     j["token_versions"] = token_versions;
     j["turns"] = turns;
     if (turn_limit > 0) j["turn_limit"] = turn_limit;
+    if (!stop.sequences.empty()) {
+      j["stop"] =
+          nlohmann::json{{"sequences", stop.sequences}, {"from", stop.from}, {"hit", stop.hit}};
+    }
   }
   // Floats travel as JSON numbers: nlohmann writes them with enough digits to read back the same
   // bits, so the destination's cache is bit for bit the source's.
@@ -255,6 +287,27 @@ core::Result<KvRef> kv_ref_from_json(const nlohmann::json& j, const std::string&
   return r;
 }
 
+core::Result<TurnStop> stop_from_json(const nlohmann::json& j) {
+  namespace f = core::json_field;
+  constexpr std::string_view kStop = "sequence state stop";
+  SLUICE_TRY(f::object(j, kStop));
+  TurnStop stop;
+  SLUICE_TRY(f::u64(j, kStop, "from", stop.from));
+  SLUICE_TRY(f::boolean(j, kStop, "hit", stop.hit));
+  SLUICE_TRY(f::list(j, kStop, "sequences", kMaxStopSequences, stop.sequences,
+                     [&](const nlohmann::json& e, std::size_t i, std::vector<std::int32_t>& out) {
+                       nlohmann::json one{{"s", e}};
+                       const std::string key = fmt::format("sequences[{}]", i);
+                       if (!f::i32_array(one, kStop, "s", out).is_ok() || out.empty() ||
+                           out.size() > kMaxStopTokens) {
+                         return f::error(kStop, key,
+                                         fmt::format("must be 1 to {} token ids", kMaxStopTokens));
+                       }
+                       return core::Status();
+                     }));
+  return stop;
+}
+
 }  // namespace
 
 rl::Trajectory to_trajectory(const SequenceState& s, double reward, const std::string& rollout) {
@@ -318,6 +371,9 @@ core::Result<SequenceState> SequenceState::from_json(const nlohmann::json& j) {
     s.call_token = static_cast<std::int32_t>(call);
     s.turns = static_cast<std::uint32_t>(turns);
     if (j.contains("turn_limit")) SLUICE_TRY(f::u64(j, kWhat, "turn_limit", s.turn_limit));
+    if (j.contains("stop")) {
+      SLUICE_ASSIGN_OR_RETURN(s.stop, stop_from_json(j["stop"]));
+    }
     for (std::uint64_t m : mask) {
       if (m > 1) return core::protocol_error("sequence state: 'loss_mask' must hold 0 and 1");
       s.loss_mask.push_back(static_cast<std::uint8_t>(m));

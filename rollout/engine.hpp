@@ -67,6 +67,18 @@ struct KvRef {
   }
 };
 
+// An episode's turn's stop sequences (an agent's `stop`): the turn ends once the tokens it
+// generated end with one of them, and the matched tokens then leave the episode (cut_stop), as
+// OpenAI's API leaves the stop text out of the answer.
+// OpenAI's bound on `stop`: at most four sequences; here each of at most kMaxStopTokens tokens.
+inline constexpr std::size_t kMaxStopSequences = 4;
+inline constexpr std::size_t kMaxStopTokens = 64;
+struct TurnStop {
+  std::vector<std::vector<std::int32_t>> sequences;  // none empty
+  std::uint64_t from = 0;  // generated tokens when the turn began: only later ones match
+  bool hit = false;        // the turn ended at one (cut_stop took it out)
+};
+
 // Everything needed to continue one sequence elsewhere: the destination rebuilds its KV cache by
 // re-prefilling prompt + generated, or imports `kv` when it came with one. Travels as JSON.
 struct SequenceState {
@@ -93,13 +105,17 @@ struct SequenceState {
   // An episode's turn also ends once `generated` holds this many tokens (0: no such bound): an
   // agent's request for at most N tokens.
   std::uint64_t turn_limit = 0;
+  TurnStop stop;  // this turn's stop sequences (none: the turn ends at the call or turn_limit)
   bool is_episode() const { return call_token >= 0; }
   // Whether the model's turn is over and the environment is next: its last token is the model's
-  // call, or the turn reached its limit.
+  // call, the turn reached its limit, or its tokens end with a stop sequence.
   bool awaits_environment() const {
     return is_episode() && !generated.empty() && !loss_mask.empty() && loss_mask.back() == 1 &&
-           (generated.back() == call_token || (turn_limit > 0 && generated.size() >= turn_limit));
+           (generated.back() == call_token || (turn_limit > 0 && generated.size() >= turn_limit) ||
+            stop_length() > 0);
   }
+  // The length of the longest stop sequence the turn's tokens end with (0: none).
+  std::size_t stop_length() const;
   std::uint64_t kv_tokens() const { return prompt_tokens.size() + generated.size(); }
 
   nlohmann::json to_json() const;
@@ -109,6 +125,9 @@ struct SequenceState {
 // Appends a token the engine sampled with weights `version`: its log-prob, the version among
 // `versions`, and in an episode its mask and version.
 void record_sample(SequenceState& s, std::int32_t token, float logprob, std::uint64_t version);
+// A turn that ended at a stop sequence: its tokens leave the episode (with their log-probs, masks
+// and versions, and the KV cache, which held them) and stop.hit is set. False when it did not.
+bool cut_stop(SequenceState& s);
 // Appends the environment's answer to an episode's call: tokens with log-prob 0, mask 0 and
 // version 0, and the next turn begins (after a model turn: an agent may give tokens before the
 // first).

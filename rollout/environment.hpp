@@ -36,6 +36,8 @@ struct EnvAnswer {
   std::optional<double> reward;
   // The next turn also ends after this many generated tokens in all (0: only at the call).
   std::uint64_t turn_limit = 0;
+  // And at these stop sequences (rollout/engine.hpp), counted from its start.
+  TurnStop stop;
 };
 
 // What went wrong with an environment in another process, counted since it was made (the
@@ -64,6 +66,11 @@ class Environment {
   // Every episode not in `live` (the ids running, queued or waiting here) has ended or left:
   // the environment closes those it still holds (one that ended in the engine, without a call).
   virtual void retain(const std::set<std::string>& /*live*/) {}
+  // The episode `s` is over here without a call: it reached max_new_tokens or the model's context
+  // (`finished`: it goes to the actor), or it was abandoned, handed back or moved to another
+  // rollout (`why` says which). An environment holding a request that waits on the episode's
+  // turn answers it. Default: nothing (none is held).
+  virtual void ended(const SequenceState& /*s*/, bool /*finished*/, const std::string& /*why*/) {}
   // Answers pending.
   virtual std::size_t pending() const = 0;
   virtual EnvFaults faults() const { return {}; }

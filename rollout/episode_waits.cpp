@@ -63,8 +63,10 @@ core::Result<std::unique_ptr<Environment>> make_agent_endpoint(core::EventLoop& 
   h.claim = std::move(claim);
   h.max_context = static_cast<std::uint64_t>(cfg.gpt.gpt.context);
   h.vocab = cfg.gpt.gpt.vocab;
-  SLUICE_ASSIGN_OR_RETURN(std::unique_ptr<AgentEnvironment> a,
-                          AgentEnvironment::create(loop, cfg.agent_listen, cfg.agent_token, h));
+  SLUICE_ASSIGN_OR_RETURN(std::string token, read_agent_token(cfg.agent_token_file));
+  SLUICE_ASSIGN_OR_RETURN(
+      std::unique_ptr<AgentEnvironment> a,
+      AgentEnvironment::create(loop, cfg.agent_listen, std::move(token), cfg.agent, h));
   const std::string url = a->url();
   log::info("rollout {}: agent endpoint at {}", cfg.rollout_id, url);
   if (!cfg.agent_dir.empty()) {
@@ -202,6 +204,7 @@ std::vector<EpisodeWaits::Outcome> EpisodeWaits::take_answers(Clock::time_point 
     }
     record_environment(s, a.tokens);
     s.turn_limit = a.turn_limit;
+    s.stop = a.stop;
     // Its KV cache goes with it; admission decides whether it still serves.
     out.push_back({Outcome::Kind::kNextTurn, std::move(s), std::nullopt});
   }

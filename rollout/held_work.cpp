@@ -56,7 +56,7 @@ std::size_t HeldWork::return_unclaimed(core::Clock::time_point now, core::Millis
   return returned;
 }
 
-void HeldWork::admit_queued(Engine& engine, bool agent_claims) {
+std::optional<SequenceState> HeldWork::admit_queued(Engine& engine, bool agent_claims) {
   while (!queue_.empty() && engine.can_admit(queue_.front().kv_tokens())) {
     // Under an agent, work starts when the agent takes it (take_unstarted).
     if (agent_claims && !queue_.front().is_episode()) break;
@@ -84,10 +84,11 @@ void HeldWork::admit_queued(Engine& engine, bool agent_claims) {
     if (!st.is_ok()) {
       log::warn("rollout {}: admit of {} failed, handing it back: {}", rollout_id_,
                 plain.trajectory_id, st.to_string());
-      (plain.generated.empty() ? returned_ : exported_).push_back(std::move(plain));
-      break;
+      (plain.generated.empty() ? returned_ : exported_).push_back(plain);
+      return plain;
     }
   }
+  return std::nullopt;
 }
 
 void HeldWork::finish(const SequenceState& s, double reward) {

@@ -37,6 +37,7 @@ class HeldWork {
   void queue(SequenceState s) { queue_.push_back(std::move(s)); }
   void queue_next_turn(SequenceState s) { queue_.push_front(std::move(s)); }
   bool queue_empty() const { return queue_.empty(); }
+  const std::deque<SequenceState>& queued() const { return queue_; }
   // The first queued sequence that is not yet an episode (an agent claims it), if any.
   std::optional<SequenceState> take_unstarted();
   // Everything queued goes back to the manager unstarted (to start on a newer version elsewhere).
@@ -52,8 +53,9 @@ class HeldWork {
   // Admits queued sequences while `engine` has room. `agent_claims`: unstarted work waits for the
   // agent to claim it. An episode back from its environment keeps its KV cache only on the
   // version that made it. A sequence the engine refuses is admitted without its cache if it is an
-  // episode, else handed back (returned unstarted, else exported): never lost.
-  void admit_queued(Engine& engine, bool agent_claims);
+  // episode, else handed back (returned unstarted, else exported): never lost. Returns a copy of
+  // the one handed back, if any.
+  std::optional<SequenceState> admit_queued(Engine& engine, bool agent_claims);
 
   // A finished sequence, scored `reward`.
   void finish(const SequenceState& s, double reward);

@@ -33,6 +33,7 @@ core::Status RolloutConfig::validate() const {
   if (!agent_listen.empty() && engine != "model") {
     return core::invalid_argument("agent_listen needs engine model");
   }
+  SLUICE_TRY(agent.validate().with_context("agent"));
   const int drivers = (agent_listen.empty() ? 0 : 1) + (task.tool == "none" ? 0 : 1) +
                       (env_command.empty() ? 0 : 1);
   if (drivers > 1) {

@@ -13,6 +13,7 @@
 #include "core/status.hpp"
 #include "rl/env_latency.hpp"
 #include "rl/task.hpp"
+#include "rollout/agent_config.hpp"
 #include "rollout/model_engine.hpp"
 #include "rollout/sim_engine.hpp"
 #include "weightstore/holder_config.hpp"
@@ -96,12 +97,15 @@ struct RolloutConfig : weightstore::HolderRoleConfig, weightstore::TopologyLabel
   // weights did not change meanwhile (else it is re-prefilled); false: always re-prefilled.
   bool env_keep_kv = true;
   // The agent endpoint (rollout/agent_env.hpp), engine model: "HOST:PORT" to serve it on (port 0:
-  // a free one; empty: off). Requests must carry agent_token (`sluice run` makes one per job and
-  // writes it to the run folder's agent_token). The rollout writes its endpoint's URL to
-  // agent_dir/agent-<rollout_id>.url (empty: nowhere).
+  // a free one; empty: off). Requests must carry the token held in agent_token_file, a file only
+  // its owner may read (`sluice run` makes one per job: the run folder's agent_token, 0600; the
+  // token itself is never a configuration value, so it is in no role file, log or printout).
+  // The rollout writes its endpoint's URL to agent_dir/agent-<rollout_id>.url (empty: nowhere).
+  // `agent`: the endpoint's bounds and deadlines.
   std::string agent_listen;
-  std::string agent_token;
+  std::string agent_token_file;
   std::string agent_dir;
+  AgentEndpointConfig agent;
   // An environment in another process (rollout/command_env.hpp), engine model: its argv (empty:
   // none), run in env_workdir (`sluice run`: the job file's folder unless set; relative paths are
   // taken from there), and the token that ends a model turn (EOS by default).
@@ -149,9 +153,11 @@ struct RolloutConfig : weightstore::HolderRoleConfig, weightstore::TopologyLabel
     v("agent_listen", agent_listen,
       "engine model: serve the agent endpoint (/v1/episodes, /v1/completions, "
       "/v1/chat/completions) on HOST:PORT (default empty: off)");
-    v("agent_token", agent_token, "the token agent requests must carry (sluice run makes one)");
+    v("agent_token_file", agent_token_file,
+      "a file (mode 0600) holding the token agent requests must carry (sluice run makes one)");
     v("agent_dir", agent_dir,
       "folder to write agent-<rollout_id>.url into (sluice run: the run's)");
+    v("agent", agent, "the agent endpoint's bounds and deadlines");
     v("env_command", env_command,
       "engine model: an environment program and its arguments, speaking JSON lines (reset, step) "
       "on stdin and stdout (default empty: none)");

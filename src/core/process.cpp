@@ -62,8 +62,9 @@ Result<std::unique_ptr<Subprocess>> Subprocess::spawn(Options options) {
     if (options.stderr_to_stdout) posix_spawn_file_actions_adddup2(&fa, fds[1], STDERR_FILENO);
   }
   if (!options.stderr_path.empty() && !options.stderr_to_stdout) {
+    // 0600: a role's log is its owner's (it may name paths and peers nobody else should read).
     posix_spawn_file_actions_addopen(&fa, STDERR_FILENO, options.stderr_path.c_str(),
-                                     O_WRONLY | O_CREAT | O_APPEND, 0644);
+                                     O_WRONLY | O_CREAT | O_APPEND, 0600);
   }
   // Last: the file actions above open their paths from our working directory.
   if (!options.cwd.empty()) posix_spawn_file_actions_addchdir_np(&fa, options.cwd.c_str());

@@ -367,22 +367,12 @@ ProcessSpec role_spec(const JobPlan& plan, const std::string& sluice_exe, const 
 }
 
 // A job whose rollouts serve the agent endpoint: a token for it, made here unless the job names
-// one, written to the run folder's agent_token (0600), and the run folder for their URLs.
+// a token file, written to the run folder's agent_token (created 0600), which the rollouts read;
+// and the run folder for their URLs.
 core::Status prepare_agent_endpoint(JobConfig& job, const fs::path& dir) {
   if (job.rollout.agent_listen.empty()) return {};
-  if (job.rollout.agent_token.empty()) {
-    std::array<std::uint8_t, 24> raw{};
-    SLUICE_TRY(core::stream_crypto::fill_random(raw.data(), raw.size()));
-    for (std::uint8_t b : raw)
-      job.rollout.agent_token += fmt::format("{:02x}", b);
-  }
   const fs::path path = dir / "agent_token";
-  {
-    std::ofstream f(path);
-    f << job.rollout.agent_token << "\n";
-    if (!f) return core::internal_error("cannot write " + path.string());
-  }
-  fs::permissions(path, fs::perms::owner_read | fs::perms::owner_write, fs::perm_options::replace);
+  SLUICE_TRY(make_agent_token(job, path, path.string()).status());
   if (job.rollout.agent_dir.empty()) job.rollout.agent_dir = dir.string();
   return {};
 }

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <ctime>
 #include <initializer_list>
 #include <optional>
@@ -12,6 +13,8 @@
 #include "analysis/report.hpp"
 #include "core/config.hpp"
 #include "core/log.hpp"
+#include "wire/security.hpp"
+#include "wire/stream_crypto.hpp"
 
 namespace sluice::cli {
 
@@ -244,6 +247,20 @@ core::Status make_job_security(JobConfig& job, const std::string& keys_dir, bool
   job.manager.security = role_security(job, keys_dir, "rollout-manager");
   job.actor.security = role_security(job, keys_dir, "actor");
   return {};
+}
+
+core::Result<std::string> make_agent_token(JobConfig& job, const fs::path& path,
+                                           const std::string& rollout_path) {
+  if (job.rollout.agent_listen.empty() || !job.rollout.agent_token_file.empty())
+    return std::string();
+  std::array<std::uint8_t, 24> raw{};
+  SLUICE_TRY(core::stream_crypto::fill_random(raw.data(), raw.size()));
+  std::string token;
+  for (std::uint8_t b : raw)
+    token += fmt::format("{:02x}", b);
+  SLUICE_TRY(core::write_private_file(path.string(), token + "\n"));
+  job.rollout.agent_token_file = rollout_path;
+  return token;
 }
 
 core::Status check_plain_public(const JobConfig& job, bool allowed, const std::string& command) {

@@ -74,6 +74,14 @@ void wire_job(JobConfig& job, const JobEndpoints& endpoints, const std::string& 
 // their security sections.
 core::Status make_job_security(JobConfig& job, const std::string& keys_dir, bool keep_existing);
 
+// A job whose rollouts serve the agent endpoint (rollout.agent_listen) and name no token file: a
+// new random token, written to `path` (created 0600: no one else can read it at any moment), and
+// rollout.agent_token_file set to `rollout_path`, where the rollouts find that file (`path`
+// itself, or where a cluster mounts it). The token is in no configuration, role file or log.
+// Returns it; empty when the job needs none or names its own file.
+core::Result<std::string> make_agent_token(JobConfig& job, const std::filesystem::path& path,
+                                           const std::string& rollout_path);
+
 // A cluster job (`sluice slurm`, `sluice k8s`) binds the store and the manager on every
 // interface (0.0.0.0): with auth "plain" anyone who reaches those ports may register versions
 // or collect trajectories. invalid_argument unless `allowed` (--allow-plain-public) says that

@@ -20,6 +20,9 @@ namespace {
 constexpr const char* kConfigDir = "/sluice/config";
 constexpr const char* kKeysDir = "/sluice/keys";
 constexpr const char* kRunDir = "/sluice/run";
+// The agent endpoint's token: Secret NAME-agent, mounted in the rollouts' pods only.
+constexpr const char* kAgentDir = "/sluice/agent";
+constexpr const char* kAgentTokenKey = "agent_token";
 
 // 'word' for sh.
 std::string sh_quote(const std::string& s) {
@@ -73,10 +76,11 @@ json headless_service(const Names& n, const std::string& role, const std::string
       {"apiVersion", "v1"}, {"kind", "Service"}, {"metadata", meta(n, name, role)}, {"spec", spec}};
 }
 
-// The pod template of a role: its command, the role files, its own keys, the run folder.
+// The pod template of a role: its command, the role files, its own keys, the run folder, and
+// (`agent_token`) the agent endpoint's token.
 json pod_template(const Names& n, const std::string& role, const json& command,
                   const std::vector<std::string>& key_files, const std::string& pvc, int port,
-                  const std::string& restart_policy) {
+                  const std::string& restart_policy, bool agent_token = false) {
   json items = json::array();
   for (const auto& k : key_files)
     items.push_back({{"key", k}, {"path", k}});
@@ -96,6 +100,12 @@ json pod_template(const Names& n, const std::string& role, const json& command,
         {{"name", "keys"},
          {"secret", {{"secretName", n.of("keys")}, {"defaultMode", 0400}, {"items", items}}}});
     mounts.push_back({{"name", "keys"}, {"mountPath", kKeysDir}, {"readOnly", true}});
+  }
+  if (agent_token) {
+    // 0400: the rollout refuses a token file others may read.
+    volumes.push_back(
+        {{"name", "agent"}, {"secret", {{"secretName", n.of("agent")}, {"defaultMode", 0400}}}});
+    mounts.push_back({{"name", "agent"}, {"mountPath", kAgentDir}, {"readOnly", true}});
   }
   json container{
       {"name", role}, {"image", n.image}, {"command", command}, {"volumeMounts", mounts}};
@@ -229,6 +239,11 @@ core::Status write_manifests(JobConfig job, const K8sArgs& args) {
   job.store.security = role_security(job, kKeysDir, "weightstore");
   job.manager.security = role_security(job, kKeysDir, "rollout-manager");
   job.actor.security = role_security(job, kKeysDir, "actor");
+  // The agent endpoint's token goes in a Secret (and DIR/agent_token, 0600, for the agent), never
+  // in the ConfigMap: the rollouts read it from the Secret's mount.
+  SLUICE_ASSIGN_OR_RETURN(
+      const std::string agent_token,
+      make_agent_token(job, out / "agent_token", fmt::format("{}/{}", kAgentDir, kAgentTokenKey)));
 
   SLUICE_ASSIGN_OR_RETURN(json config_data, write_role_files(job, out));
   const bool curve = job.auth == "curve";
@@ -257,6 +272,13 @@ core::Status write_manifests(JobConfig job, const K8sArgs& args) {
                             {"metadata", meta(n, n.of("keys"), "keys")},
                             {"type", "Opaque"},
                             {"stringData", secret_data}});
+  }
+  if (!agent_token.empty()) {
+    config_items.push_back({{"apiVersion", "v1"},
+                            {"kind", "Secret"},
+                            {"metadata", meta(n, n.of("agent"), "agent")},
+                            {"type", "Opaque"},
+                            {"stringData", {{kAgentTokenKey, agent_token + "\n"}}}});
   }
   const RestartConfig& r = job.restart;
   auto limit = [&](const char* role) { return r.enabled ? r.limit(role) : 0u; };
@@ -293,7 +315,8 @@ core::Status write_manifests(JobConfig job, const K8sArgs& args) {
                         pod_template(n, "rollout",
                                      indexed_command(role_argv("rollout", &job.rollout_command),
                                                      "rollout-", "${JOB_COMPLETION_INDEX}"),
-                                     keys_of(rollout_ids), args.pvc, 0, "OnFailure"))}))},
+                                     keys_of(rollout_ids), args.pvc, 0, "OnFailure",
+                                     !agent_token.empty()))}))},
       {"50-actor.json",
        list(json::array({indexed_job(
            n, "actor", n.of("actor"), 1, limit("actor"),

@@ -2,7 +2,9 @@
 // without a cluster. One file per role group, each a JSON `v1 List` (kubectl takes JSON as it
 // takes YAML; JSON is what sluice writes everywhere else, with no second serializer):
 //   00-config.json       ConfigMap NAME-config (every role's file) and Secret NAME-keys (the
-//                        job's CURVE keys; each pod mounts only the keys its role needs)
+//                        job's CURVE keys; each pod mounts only the keys its role needs), and
+//                        with rollout.agent_listen Secret NAME-agent (the agent endpoint's token,
+//                        mounted in the rollouts' pods only; DIR/agent_token holds it too, 0600)
 //   10-weightstore.json  headless Service and StatefulSet (1 replica) of the weight store
 //   20-manager.json      headless Service and StatefulSet (1 replica) of the rollout manager
 //   30-relay.json        headless Service and StatefulSet (job.relays replicas; the ordinal picks

@@ -2,14 +2,15 @@
 
 #include <fmt/format.h>
 
-#include <fstream>
+#include "wire/security.hpp"
 
 namespace sluice::cli {
 
 core::Status write_json_file(const std::filesystem::path& path, const nlohmann::json& doc) {
-  std::ofstream f(path);
-  f << doc.dump(2) << "\n";
-  if (!f) return core::internal_error(fmt::format("cannot write {}", path.string()));
+  // 0600 from its creation: a Kubernetes manifest holds Secrets, and what a role file names (key
+  // and token files) is nobody else's business.
+  core::Status s = core::write_private_file(path.string(), doc.dump(2) + "\n");
+  if (!s.is_ok()) return core::internal_error(fmt::format("cannot write {}", path.string()));
   return {};
 }
 

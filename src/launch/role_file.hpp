@@ -89,7 +89,7 @@ nlohmann::json role_file(const JobConfig& job, const T& cfg, const RoleCommand* 
   return doc;
 }
 
-// Writes `doc` to `path` (indented, one trailing newline).
+// Writes `doc` to `path` (indented, one trailing newline), mode 0600 from its creation.
 core::Status write_json_file(const std::filesystem::path& path, const nlohmann::json& doc);
 
 template <const char* kSection, typename T>

@@ -262,6 +262,11 @@ core::Result<fs::path> write_slurm_job(JobConfig job, const SlurmArgs& args,
   wire_job(job, ep, dir.string());
   const std::string keys_dir = (dir / "keys").string();
   SLUICE_TRY(make_job_security(job, keys_dir, false));
+  // The run folder is on a filesystem every node shares, as the role files are.
+  SLUICE_TRY(make_agent_token(job, dir / "agent_token", (dir / "agent_token").string()).status());
+  if (!job.rollout.agent_listen.empty() && job.rollout.agent_dir.empty()) {
+    job.rollout.agent_dir = dir.string();
+  }
   SLUICE_TRY(write_json_file(dir / "job.json", json::parse(core::config::to_json(job).dump())));
   SLUICE_TRY(write_slurm_roles(job, dir / "conf", keys_dir));
   SLUICE_TRY(write_slurm_scripts(job, args, dir, programs, keys_dir));

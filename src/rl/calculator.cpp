@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <string>
 
 namespace sluice::rl {
@@ -23,7 +24,7 @@ core::Result<std::int64_t> calculate(std::string_view expr, const CalculatorLimi
                                               expr.size(), limits.max_chars));
   }
   if (expr.empty()) return bad("empty");
-  const std::int64_t cap = limits.max_abs;
+  const std::int64_t cap = std::max<std::int64_t>(limits.max_abs, 0);
   // sum of finished terms, the running product of this term, and the sign of this term.
   std::int64_t sum = 0, term = 0;
   int sign = 1;
@@ -35,22 +36,32 @@ core::Result<std::int64_t> calculate(std::string_view expr, const CalculatorLimi
         return bad(fmt::format("'{}' at {} is not a digit or + - *", expr[i], i));
       return bad(fmt::format("an operator at {} without an operand before it", i));
     }
+    // Every step is checked before it could overflow: the operands are the model's, a cap may
+    // be as large as int64 holds, and a 19-digit number already passes it.
     std::int64_t n = 0;
     for (; i < expr.size() && expr[i] >= '0' && expr[i] <= '9'; ++i) {
-      n = n * 10 + (expr[i] - '0');
-      if (n > cap) return bad(fmt::format("a number beyond {} at {}", cap, i));
+      const std::int64_t digit = expr[i] - '0';
+      if (n > (cap - digit) / 10) return bad(fmt::format("a number beyond {} at {}", cap, i));
+      n = n * 10 + digit;
     }
     if (!have_term) {
       term = n;
       have_term = true;
     } else {
-      if (n != 0 && (term > cap / n || term < -cap / n))
+      std::int64_t product = 0;
+      if (__builtin_mul_overflow(term, n, &product) || product > cap) {
         return bad(fmt::format("a product beyond {} at {}", cap, i));
-      term *= n;
+      }
+      term = product;
     }
     if (i == expr.size() || expr[i] != '*') {
-      sum += sign * term;
-      if (sum > cap || sum < -cap) return bad(fmt::format("a sum beyond {} at {}", cap, i));
+      // term lies in [0, cap], so its sign never wraps; the sum may, where cap is near int64's
+      // bound.
+      std::int64_t next = 0;
+      if (__builtin_add_overflow(sum, sign * term, &next) || next > cap || next < -cap) {
+        return bad(fmt::format("a sum beyond {} at {}", cap, i));
+      }
+      sum = next;
       have_term = false;
     }
     if (i == expr.size()) return sum;

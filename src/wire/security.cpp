@@ -72,7 +72,9 @@ Result<std::string> read_small_file(const std::string& path) {
   return text;
 }
 
-// Writes `text` to `path` with mode 0600: a temporary file created 0600 and renamed over.
+}  // namespace
+
+// A temporary file created 0600 and renamed over.
 Status write_private_file(const std::string& path, const std::string& text) {
   std::string tmp = path + ".tmp";
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
@@ -97,6 +99,8 @@ Status write_private_file(const std::string& path, const std::string& text) {
   }
   return {};
 }
+
+namespace {
 
 std::string octal_mode(mode_t mode) {
   char text[8];

@@ -117,6 +117,8 @@ struct KeyFile {
 // (owned by someone other than this user or root, or writable by group or others) and a key file
 // that others may read, with an error that names the file and its mode.
 Result<KeyFile> read_key_file(const std::string& path);
+// Writes `text` to `path` with mode 0600, created so: never readable by others in between.
+Status write_private_file(const std::string& path, const std::string& text);
 // Writes a key file with mode 0600 (created so, never readable by others in between).
 Status write_key_file(const std::string& path, const KeyFile& k);
 Result<Members> read_members_file(const std::string& path);

@@ -4,7 +4,8 @@
 # store's and the manager's Services are headless and select their pods; every pod's command
 # names a role file that the ConfigMap holds (the indexed ones evaluated for every index, as the
 # pod's shell would), with its own id, key and the Services' endpoints; each pod mounts only its
-# role's keys, 0400; completions and parallelism follow the job. Bad input is refused by name.
+# role's keys, 0400; completions and parallelism follow the job; an agent endpoint's token is in
+# a Secret only the rollouts mount. Bad input is refused by name.
 # usage: k8s.sh SLUICE
 set -eu
 sluice=$1
@@ -195,6 +196,51 @@ echo "ok: plain job refused without --allow-plain-public"
 grep -q '"Secret"' "$work/plain/00-config.json" && fail "a plain job has a Secret"
 grep -q '"secretName"' "$work/plain/50-actor.json" && fail "a plain job mounts keys"
 echo "ok: plain job without keys"
+
+# The agent endpoint's token: in a Secret mounted in the rollouts' pods only (0400), and in
+# DIR/agent_token (0600) for the agent; never in the ConfigMap, whose role files name its path.
+"$sluice" k8s "$work/job.json" --set rollout.engine=model --set rollout.agent_listen=0.0.0.0:8000 \
+  --out "$work/agent" >/dev/null 2>&1 || fail "an agent job"
+python3 - "$work/agent" <<'PY'
+import json, os, sys
+
+d = sys.argv[1]
+def fail(msg):
+    print("FAIL: " + msg)
+    sys.exit(1)
+
+token = open(os.path.join(d, "agent_token")).read().strip()
+for f in ["agent_token", "00-config.json"]:
+    if os.stat(os.path.join(d, f)).st_mode & 0o077:
+        fail(f"{f} may be read by others")
+items = json.load(open(os.path.join(d, "00-config.json")))["items"]
+secrets = {i["metadata"]["name"]: i for i in items if i["kind"] == "Secret"}
+if secrets.get("grpo-small-agent", {}).get("stringData", {}).get("agent_token", "").strip() != token:
+    fail(f"no Secret grpo-small-agent holding the token: {sorted(secrets)}")
+config = next(i for i in items if i["kind"] == "ConfigMap")["data"]
+if any(token in text for text in config.values()):
+    fail("the ConfigMap holds the token")
+rollout = json.loads(config["rollout-0.json"])["rollout"]
+if rollout["agent_token_file"] != "/sluice/agent/agent_token":
+    fail(f"the rollout reads its token from {rollout['agent_token_file']}")
+for f in sorted(os.listdir(d)):
+    if f.endswith(".json") and f != "00-config.json" and token in open(os.path.join(d, f)).read():
+        fail(f"{f} holds the token")
+for f in ["10-weightstore.json", "20-manager.json", "30-relay.json", "40-rollout.json",
+          "50-actor.json"]:
+    spec = json.load(open(os.path.join(d, f)))["items"][-1]["spec"]["template"]["spec"]
+    vols = {v["name"]: v for v in spec["volumes"]}
+    mounts = {m["name"]: m["mountPath"] for m in spec["containers"][0]["volumeMounts"]}
+    if f == "40-rollout.json":
+        secret = vols.get("agent", {}).get("secret", {})
+        if secret.get("secretName") != "grpo-small-agent" or secret.get("defaultMode") != 0o400:
+            fail(f"the rollouts' agent volume {secret}")
+        if mounts.get("agent") != "/sluice/agent":
+            fail(f"the rollouts mount {mounts}")
+    elif "agent" in vols:
+        fail(f"{f} mounts the agent token")
+print("ok: the agent token in its Secret and its file only")
+PY
 
 # Bad input: a clear error, nothing written.
 if out=$("$sluice" k8s "$work/job.json" --set 'name=---' --out "$work/bad" 2>&1); then

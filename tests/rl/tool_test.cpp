@@ -47,6 +47,33 @@ TEST_SUITE("rl.tool") {
     refused(std::string(65, '1'), "65 characters");
   }
 
+  TEST_CASE("the calculator refuses 19- and 20-digit operands without overflowing") {
+    auto refused = [](std::string_view e, const rl::CalculatorLimits& l, const std::string& says) {
+      auto v = rl::calculate(e, l);
+      REQUIRE_MESSAGE(!v.is_ok(), std::string(e));
+      CHECK_MESSAGE(v.status().message().find(says) != std::string::npos, v.status().message());
+    };
+    const rl::CalculatorLimits plain;
+    // The cap itself is a number; one digit more is refused, never wrapped past int64.
+    CHECK(*rl::calculate("1000000000000000000") == 1000000000000000000);
+    refused("9999999999999999999", plain, "a number beyond");
+    refused("99999999999999999999", plain, "a number beyond");
+    refused("1+9999999999999999999", plain, "a number beyond");
+    // A cap as large as int64 holds: its bound is exact, and sums and products past it refused.
+    rl::CalculatorLimits wide;
+    wide.max_chars = 64;
+    wide.max_abs = 9223372036854775807;
+    CHECK(*rl::calculate("9223372036854775807", wide) == 9223372036854775807);
+    CHECK(*rl::calculate("0-9223372036854775807", wide) == -9223372036854775807);
+    refused("9223372036854775808", wide, "a number beyond");
+    refused("92233720368547758070", wide, "a number beyond");
+    refused("99999999999999999999", wide, "a number beyond");
+    refused("9223372036854775807+1", wide, "a sum beyond");
+    refused("0-9223372036854775807-9223372036854775807", wide, "a sum beyond");
+    refused("4611686018427387904*2", wide, "a product beyond");
+    refused("3037000500*3037000500", wide, "a product beyond");
+  }
+
   TEST_CASE(
       "environment latency: a long tail at the configured median and p99, the same per turn") {
     rl::EnvLatencyConfig c;

@@ -229,6 +229,43 @@ TEST_SUITE("rollout.episode") {
     CHECK(call_tokens == 2);
   }
 
+  TEST_CASE("the model engine ends a turn at a stop sequence, whose tokens then leave it") {
+    auto v1 = make_gpt(7);
+    auto run = [&](SequenceState s) {
+      auto e = make_engine();
+      REQUIRE(e->load_weights(1, bytes_of(*v1).data(), v1->param_bytes(), false).is_ok());
+      return run_turn(*e, std::move(s));
+    };
+    // A sequence whose free turn (to EOS or max_new_tokens) is long enough to stop inside.
+    SequenceState free_run;
+    SequenceState start = episode(2);
+    for (int i = 0; i < 20 && free_run.generated.size() < 6; ++i) {
+      start.trajectory_id = "p7/" + std::to_string(i);
+      free_run = run(start);
+    }
+    const std::vector<std::int32_t> g = free_run.generated;
+    REQUIRE(g.size() >= 6);
+    // Its tokens 3 and 4 as the stop: the turn ends at their first appearance (sampling repeats:
+    // the same id, weights and state draw the same tokens).
+    const std::vector<std::int32_t> stop{g[3], g[4]};
+    std::size_t end = 1;
+    while (!(g[end - 1] == stop[0] && g[end] == stop[1]))
+      ++end;
+    start.stop.sequences = {stop};
+    SequenceState s = run(start);
+    REQUIRE(s.awaits_environment());
+    CHECK(s.stop_length() == 2);
+    CHECK(s.generated == std::vector<std::int32_t>(g.begin(), g.begin() + end + 1));
+    REQUIRE(rollout::cut_stop(s));
+    CHECK(s.stop.hit);
+    CHECK(s.generated == std::vector<std::int32_t>(g.begin(), g.begin() + end - 1));
+    CHECK(s.logprobs.size() == s.generated.size());
+    CHECK(s.loss_mask.size() == s.generated.size());
+    CHECK(s.token_versions.size() == s.generated.size());
+    CHECK_FALSE(s.kv.has_value());  // it held the cut tokens
+    CHECK_FALSE(rollout::cut_stop(s));
+  }
+
   TEST_CASE("a sequence state's episode fields travel and are checked") {
     SequenceState s = episode(16);
     s.generated = {3, 16, 7, 19, 2};
