@@ -278,7 +278,8 @@ void Publisher::checksummed(std::uint64_t version) {
         if (alive.expired() || !find_pending(version, gen)) return;
         if (!r.is_ok()) return finish(version, r);
         Pending* pd = find_pending(version, gen);
-        holder_->serve(pd->manifest, pd->buffer->descriptor().encode(),
+        // The actor made these bytes: its copy is the verified one (RegionDescriptor::verified).
+        holder_->serve(pd->manifest, pd->buffer->verified_descriptor().encode(),
                        [this, alive, version, gen](Result<weightstore::Committed> rr) {
                          if (alive.expired()) return;
                          Pending* mine = find_pending(version, gen);

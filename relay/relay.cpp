@@ -285,6 +285,10 @@ struct Relay::Impl {
     if (!c) return;
     log::info("relay {}: holds {} ({} bytes)", config.relay_id, name(a.version),
               c->manifest.total_bytes);
+    // Every chunk was verified as it came (by digest, or from a verified copy of this user on
+    // this host): from now on the copy says so, and same-user readers here check it by checksum.
+    if (auto b = buffers.find(a.version); b != buffers.end())
+      holder->serve(c->manifest, b->second->verified_descriptor().encode(), {}, c->have);
     if (static_cast<double>(a.version) > m_version.value())
       m_version.set(static_cast<double>(a.version));
     if (offers && a.delta_base) {

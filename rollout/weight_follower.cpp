@@ -119,6 +119,8 @@ core::Status WeightFollower::prefetch(const WorkerState& ws) {
     if (reader_->staged_version() > before) {
       stats_->pulled_bytes += reader_->last_stats().bytes;
       stats_->checksum_failures += reader_->last_stats().checksum_failures;
+      stats_->pulled_checksum_only_bytes += reader_->last_stats().checksum_only_bytes;
+      stats_->owner_unconfirmed += reader_->last_stats().owner_unconfirmed;
       stats_->pulled_same_host_bytes += reader_->last_same_host_bytes();
     }
   });

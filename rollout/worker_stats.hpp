@@ -42,6 +42,9 @@ struct WorkerStats {
   std::uint64_t tokens = 0, steps = 0, loads = 0, imported = 0, exported = 0;
   std::uint64_t reprefill_tokens = 0, kv_imported = 0, pulled_bytes = 0, pulled_same_host_bytes = 0;
   std::uint64_t checksum_failures = 0;  // chunks that failed verification (each read again)
+  // Of pulled_bytes, those checked by checksum alone (a verified copy of this user on this host),
+  // and sources that claimed to be such a copy but the kernel did not confirm (checked by digest).
+  std::uint64_t pulled_checksum_only_bytes = 0, owner_unconfirmed = 0;
   // KV caches sent over UCX; those read over UCX, and whose read (or import) failed
   // (re-prefilled).
   std::uint64_t kv_published = 0;

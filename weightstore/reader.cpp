@@ -344,7 +344,9 @@ Result<std::uint64_t> Reader::swap() {
   if (!holder_) return v;  // not serving: `old` is freed on return, never named to anyone
   // Registered before the old copy is unpublished, on the same socket and so in this order:
   // the store never sees this holder with neither version when peers ask for a plan.
-  holder_->serve(current_->manifest, current_->buffer->descriptor().encode());
+  // Every chunk of the copy was verified as it was pulled: same-user readers on this host may
+  // check it by checksum alone.
+  holder_->serve(current_->manifest, current_->buffer->verified_descriptor().encode());
   if (old) holder_->retire(old->manifest.version, std::move(old->buffer));
   return v;
 }

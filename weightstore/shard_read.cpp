@@ -98,6 +98,8 @@ void add_stats(core::ReadStats& sum, const core::ReadStats& s) {
   sum.retries += s.retries;
   sum.checksum_failures += s.checksum_failures;
   sum.mapped_bytes += s.mapped_bytes;
+  sum.checksum_only_bytes += s.checksum_only_bytes;
+  sum.owner_unconfirmed += s.owner_unconfirmed;
   if (sum.bytes_per_source.size() < s.bytes_per_source.size())
     sum.bytes_per_source.resize(s.bytes_per_source.size());
   for (std::size_t i = 0; i < s.bytes_per_source.size(); ++i)

@@ -32,8 +32,10 @@ struct TransferReadArgs {
   int timeout_ms = 120000;
   int op_timeout_ms = 10000;
   bool warmup = true;
-  // What each chunk is verified against: "digest" (SHA-256, as readers of signed versions do) or
-  // "checksum" (XXH3 alone, as before digests).
+  // What each chunk is verified against: "digest" (SHA-256, as readers of signed versions do:
+  // by checksum alone from a verified copy of this user on this host), "digest-all" (SHA-256
+  // whoever holds the copy: TransferOptions::trust_same_user off) or "checksum" (XXH3 alone, as
+  // before digests).
   std::string verify = "digest";
   unsigned repeat = 1;  // timed reads of the whole region; the JSON reports each and the best
   std::uint64_t verify_seed = 0;  // when non-zero: compare every byte with the seeded pattern
@@ -66,7 +68,7 @@ struct BenchTransferArgs {
   // each a row; with "on" the table adds the encrypted/clear throughput ratio and CPU seconds
   // per GiB (reader and source together) of each row.
   std::string encryption = "off";
-  std::string verify = "digest";  // transfer-read's --verify
+  std::string verify = "digest";  // transfer-read's --verify (digest, digest-all, checksum)
 };
 
 // The exit status of a command that needs a GPU on a machine without one ("skipped": ctest's

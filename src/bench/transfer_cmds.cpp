@@ -103,7 +103,9 @@ int run_transfer_source(const TransferSourceArgs& args, const std::vector<std::s
     return 1;
   }
   auto regions = RegionServer::create(**server).value();
-  Status s = regions->expose(**buf, std::move(layout).value());
+  // The bytes are the ones this source made, unless it corrupted one on purpose: then its copy
+  // is not verified, and says so.
+  Status s = regions->expose(**buf, std::move(layout).value(), args.corrupt_chunk < 0);
   if (!s.is_ok()) {
     std::fprintf(stderr, "transfer-source: %s\n", s.to_string().c_str());
     return 1;
@@ -131,6 +133,8 @@ int run_transfer_read(const TransferReadArgs& args, const std::vector<std::strin
   TransferOptions topts;
   topts.environment = env;
   topts.tcp_stream = !args.ucx_get;
+  // digest-all: every chunk by its digest, even from a verified copy of this user on this host.
+  topts.trust_same_user = args.verify != "digest-all";
   if (auto st = bench_stream_security(topts, args.keys, "rollout-0", args.encryption);
       !st.is_ok()) {
     std::fprintf(stderr, "transfer-read: %s\n", st.to_string().c_str());
@@ -178,8 +182,9 @@ int run_transfer_read(const TransferReadArgs& args, const std::vector<std::strin
   opts.op_timeout = Millis(args.op_timeout_ms);
   if (args.verify == "checksum") {
     layout->digests.clear();
-  } else if (args.verify != "digest") {
-    std::fprintf(stderr, "transfer-read: --verify must be digest or checksum, not '%s'\n",
+  } else if (args.verify != "digest" && args.verify != "digest-all") {
+    std::fprintf(stderr,
+                 "transfer-read: --verify must be digest, digest-all or checksum, not '%s'\n",
                  args.verify.c_str());
     return 2;
   } else if (layout->digests.empty()) {
@@ -230,6 +235,8 @@ int run_transfer_read(const TransferReadArgs& args, const std::vector<std::strin
   out["gbps"] = stats->seconds > 0 ? static_cast<double>(stats->bytes) / stats->seconds / 1e9 : 0.0;
   out["retries"] = stats->retries;
   out["checksum_failures"] = stats->checksum_failures;
+  out["checksum_only_bytes"] = stats->checksum_only_bytes;
+  out["owner_unconfirmed"] = stats->owner_unconfirmed;
   out["bytes_per_source"] = stats->bytes_per_source;
   out["failed_sources"] = stats->failed_sources;
   out["all_seconds"] = all_seconds;

@@ -115,9 +115,10 @@ void add_simulate(CLI::App& c, SimulateArgs& a) {
 
 void add_bench_transfer(CLI::App& c, BenchTransferArgs& a) {
   c.add_option("--verify", a.verify,
-               "chunks verified against: digest (SHA-256, as signed versions are) or checksum "
-               "(XXH3 alone)")
-      ->check(CLI::IsMember({"digest", "checksum"}))
+               "chunks verified against: digest (SHA-256, as signed versions are; XXH3 alone "
+               "from a verified copy of this user on this host), digest-all (SHA-256 from any "
+               "copy) or checksum (XXH3 alone)")
+      ->check(CLI::IsMember({"digest", "digest-all", "checksum"}))
       ->capture_default_str();
   c.add_option("--transport", a.transports,
                "comma-separated: tcp (chunk streams), tcp-ucx (UCX GET), sm")
@@ -377,7 +378,9 @@ void add_transfer_read(CLI::App& c, TransferReadArgs& a) {
   c.add_option("--from", a.from, "control endpoints of the sources")->required();
   c.add_option("--name", a.name, "region name")->capture_default_str();
   c.add_option("--in-flight", a.in_flight, "GETs in flight per source");
-  c.add_option("--verify", a.verify, "digest (SHA-256) or checksum (XXH3 alone)")
+  c.add_option("--verify", a.verify,
+               "digest (SHA-256; XXH3 alone from a verified copy of this user on this host), "
+               "digest-all (SHA-256 from any copy) or checksum (XXH3 alone)")
       ->capture_default_str();
   c.add_option("--timeout-ms", a.timeout_ms, "whole read");
   c.add_option("--op-timeout-ms", a.op_timeout_ms, "one GET");

@@ -16,6 +16,7 @@ constexpr std::uint64_t kMaxHostId = 256;
 constexpr std::uint64_t kMaxStreamAddresses = 8;
 constexpr std::uint64_t kMaxStreamAddress = 64;
 constexpr std::uint64_t kMaxDatacenter = 255;
+constexpr std::uint8_t kFlagVerified = 1;
 
 // Reads the descriptor's fields in order, naming the first that does not fit: every read checks
 // what is left first, and after a failure reads nothing more.
@@ -58,6 +59,7 @@ std::string RegionDescriptor::encode() const {
   w.u8(static_cast<std::uint8_t>(stream_token.size())).put(stream_token);
   w.u8(static_cast<std::uint8_t>(stream_crypto));
   w.u8(static_cast<std::uint8_t>(datacenter.size())).put(datacenter);
+  w.u32(uid).u8(verified ? kFlagVerified : 0);
   return out;
 }
 
@@ -94,7 +96,13 @@ Result<RegionDescriptor> RegionDescriptor::decode(const std::string& in) {
   d.stream_token = r.text(r.number(1, "stream token"), kStreamTokenBytes, "stream token");
   const auto crypto = r.number(1, "stream encryption");
   d.datacenter = r.text(r.number(1, "datacenter"), kMaxDatacenter, "datacenter");
+  d.uid = static_cast<std::uint32_t>(r.number(4, "holder uid"));
+  const auto flags = r.number(1, "flags");
   if (r.error) return *r.error;
+  if ((flags & ~std::uint64_t{kFlagVerified}) != 0)
+    return protocol_error("region descriptor: unknown flags " + std::to_string(flags) +
+                          " (this build knows only 1, verified)");
+  d.verified = (flags & kFlagVerified) != 0;
   if (crypto > static_cast<std::uint8_t>(StreamCrypto::kEncrypted))
     return protocol_error("region descriptor: unknown stream encryption " + std::to_string(crypto));
   d.stream_crypto = static_cast<StreamCrypto>(crypto);

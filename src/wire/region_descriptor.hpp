@@ -3,8 +3,8 @@
 //
 // Binary, little-endian: "SLRD", u16 version (kRegionDescriptorVersion), u16 0, u64 base,
 // u64 length, u32 + worker address, u32 + rkey, u16 + host, u8 count of stream addresses each
-// u16 + address, u8 + stream token, u8 stream encryption, u8 + datacenter ("u32 +" is a length
-// and then that many bytes).
+// u16 + address, u8 + stream token, u8 stream encryption, u8 + datacenter, u32 holder uid, u8
+// flags (bit 0: verified; the others must be 0) ("u32 +" is a length and then that many bytes).
 //
 // Thread safety: a value.
 #pragma once
@@ -18,7 +18,7 @@
 
 namespace sluice::core {
 
-inline constexpr std::uint16_t kRegionDescriptorVersion = 3;
+inline constexpr std::uint16_t kRegionDescriptorVersion = 4;
 
 // Where a region lives and how to read it. Serialized with a format version; decode rejects a
 // truncated descriptor or one of another version.
@@ -40,6 +40,15 @@ struct RegionDescriptor {
   // encrypt (TransferOptions::stream_encryption).
   StreamCrypto stream_crypto = StreamCrypto::kClear;
   std::string datacenter;
+  // Who holds the bytes and what the holder says of them, for "verify once per host" (design.md,
+  // where bytes are verified). `uid`: the holder's effective user id. `verified`: every byte of
+  // the region is one the holder verified against its signed digest, or made (the actor's own
+  // publish); a partial or unchecked copy says false. Both are claims: a reader trusts them only
+  // where the kernel confirms that the memory it copies from belongs to its own user on its own
+  // host (wire/segment_owner.hpp), and then checks each chunk by its checksum alone; anything
+  // else is checked against the signed digests.
+  std::uint32_t uid = 0;
+  bool verified = false;
 
   std::string encode() const;
   static Result<RegionDescriptor> decode(const std::string& bytes);

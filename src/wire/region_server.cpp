@@ -67,7 +67,9 @@ Result<std::unique_ptr<RegionServer>> RegionServer::create(Server& server) {
       for (const auto& d : l.digests)
         digests.push_back(digest_hex(d));
     }
-    reply.blobs.push_back(it->second.buf->descriptor().encode());
+    const auto& e = it->second;
+    reply.blobs.push_back(
+        (e.verified ? e.buf->verified_descriptor() : e.buf->descriptor()).encode());
     return reply;
   });
   server.on_sync("region.list", [raw](const Message&) -> Result<Message> {
@@ -85,16 +87,16 @@ RegionServer::~RegionServer() = default;
 Status RegionServer::expose(const std::string& name, const RegisteredBuffer& buf,
                             std::uint64_t chunk_bytes) {
   SLUICE_ASSIGN_OR_RETURN(auto layout, make_layout(name, buf.data(), buf.size(), chunk_bytes));
-  return expose(buf, std::move(layout));
+  return expose(buf, std::move(layout), /*verified=*/true);
 }
 
-Status RegionServer::expose(const RegisteredBuffer& buf, RegionLayout layout) {
+Status RegionServer::expose(const RegisteredBuffer& buf, RegionLayout layout, bool verified) {
   SLUICE_TRY(layout.validate());
   if (layout.bytes > buf.size()) {
     return invalid_argument("region '" + layout.name + "' is larger than its buffer");
   }
   std::string name = layout.name;
-  regions_[name] = Entry{&buf, std::move(layout)};
+  regions_[name] = Entry{&buf, std::move(layout), verified};
   return {};
 }
 

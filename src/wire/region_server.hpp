@@ -45,10 +45,12 @@ class RegionServer {
   RegionServer(const RegionServer&) = delete;
   RegionServer& operator=(const RegionServer&) = delete;
 
-  // Exposes `buf` under `name` with a layout computed now.
+  // Exposes `buf` under `name` with a layout computed now from its bytes (which the descriptor
+  // therefore says are verified: RegionDescriptor::verified).
   Status expose(const std::string& name, const RegisteredBuffer& buf, std::uint64_t chunk_bytes);
-  // Exposes `buf` with a layout the caller computed (it must match buf's size).
-  Status expose(const RegisteredBuffer& buf, RegionLayout layout);
+  // Exposes `buf` with a layout the caller computed (it must match buf's size). `verified`: the
+  // caller made or verified every byte against the layout (the descriptor says so).
+  Status expose(const RegisteredBuffer& buf, RegionLayout layout, bool verified = false);
   void withdraw(const std::string& name);
 
  private:
@@ -56,6 +58,7 @@ class RegionServer {
   struct Entry {
     const RegisteredBuffer* buf;
     RegionLayout layout;
+    bool verified = false;
   };
   std::map<std::string, Entry> regions_;
 };

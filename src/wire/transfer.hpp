@@ -3,8 +3,9 @@
 // A holder registers memory (RegisteredBuffer) and hands out RegionDescriptors (worker address,
 // base address, length, packed rkey). A reader asks the TransferEngine to read a list of chunks
 // from one or more sources into its own registered buffer: at most max_in_flight_per_source
-// GETs per source, chunks striped across sources by who has a free slot, every chunk's checksum
-// verified on arrival, a failed or corrupt chunk retried from another source, a timeout on every
+// GETs per source, chunks striped across sources by who has a free slot, every chunk verified on
+// arrival (against its signed digest, or its checksum where TransferOptions::trust_same_user
+// allows), a failed or corrupt chunk retried from another source, a timeout on every
 // operation and on the whole read, and progress reported as bytes done of total.
 //
 // UCX types stay out of this header. Transport choice comes from UCX's own environment
@@ -53,8 +54,12 @@ class RegisteredBuffer {
   // ten GiB): do it once, ahead of the copies. No copy may use the buffer when it is destroyed.
   Status pin_for_device();
   bool pinned() const;
-  // The descriptor a reader needs to GET from this buffer.
+  // The descriptor a reader needs to GET from this buffer: not verified.
   RegionDescriptor descriptor() const;
+  // The same, saying that every byte now in the buffer is one the holder verified against its
+  // signed digest or made itself (RegionDescriptor::verified). A holder hands it out only for
+  // such a copy, and stops before it writes other bytes into the buffer.
+  RegionDescriptor verified_descriptor() const;
   // Serves this buffer's chunk stream under a new token and withdraws the old one (a connection
   // with a reply from it still being written is closed): a holder that reuses the buffer for
   // other bytes calls it first, so that a reader with the old descriptor is refused over the
@@ -173,6 +178,19 @@ struct TransferOptions {
   // An endpoint of the job that its other hosts reach (the store's, "tcp://10.0.0.1:5555"), to
   // choose the interface for "auto"; empty: none known.
   std::string stream_reach;
+  // Verify once per host (design.md, where bytes are verified): a chunk that has a signed digest
+  // is checked by its checksum alone when its source is a holder on this host, under this
+  // process's user, that says it verified the copy, and the kernel confirms that the memory the
+  // chunk is copied from belongs to this user alone (wire/segment_owner.hpp). Every other source
+  // (another host, a chunk stream, another user, an unverified copy, a claim the kernel does not
+  // confirm) is checked against the digests. Default true; false checks every chunk against its
+  // digest, whoever holds it (about 0.2x the speed over shared memory: 2.2 against 10.9 GB/s).
+  bool trust_same_user = true;
+  // Memory this engine allocates in System V shared memory (allocate()) is made readable and
+  // writable by this user only, so that same-user readers can trust it (UCX creates it with mode
+  // 0660: the group could write it). Default true. Readers under another user of the group then
+  // cannot map it; set false where they must (readers then check its chunks by digest).
+  bool private_segments = true;
   // Connection caps, timeouts and per-turn budgets of the chunk server (defaults there).
   ChunkServerOptions stream_server;
   // Whether chunk streams are encrypted and authenticated (wire/stream_crypto.hpp: keys agreed
@@ -224,7 +242,8 @@ struct ChunkRead {
   std::uint64_t bytes = 0;
   std::uint64_t checksum = 0;  // XXH3 of the expected bytes (see checksum.hpp)
   // SHA-256 of the expected bytes, from a signed manifest. Set: the chunk is verified against it
-  // (and not the checksum), so that no bytes other than the signed ones are accepted.
+  // (and not the checksum), so that no bytes other than the signed ones are accepted; from a
+  // verified copy of this user on this host, by the checksum (TransferOptions::trust_same_user).
   std::optional<Digest> digest;
   // Indices into the source list that hold this chunk; empty means every source.
   std::vector<std::uint32_t> sources;
@@ -278,6 +297,12 @@ struct ReadStats {
   std::uint32_t retries = 0;  // chunk attempts that failed and were tried again
   std::uint32_t checksum_failures = 0;
   std::uint64_t mapped_bytes = 0;  // of `bytes`, copied from memory mapped from the holder
+  // Of `bytes`, chunks with a signed digest checked by their checksum alone: their source is a
+  // verified copy of this user on this host (TransferOptions::trust_same_user).
+  std::uint64_t checksum_only_bytes = 0;
+  // Sources that claimed to be such a copy (verified, this host, this user) but whose memory the
+  // kernel did not confirm as this user's: read all the same, every chunk against its digest.
+  std::uint32_t owner_unconfirmed = 0;
   std::vector<std::uint64_t> bytes_per_source;  // by source index, verified bytes only
   std::vector<std::string> failed_sources;      // names, with the reason
 };

@@ -1,12 +1,15 @@
 // The transfer engine (wire/transfer.hpp): made, progressed and shut down here, with the
 // registered buffers it serves. A read is transfer_read.cpp; how it reaches each source,
 // transfer_source.cpp.
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstring>
 #include <thread>
 
 #include "core/hash_worker.hpp"
 #include "core/log.hpp"
+#include "wire/segment_owner.hpp"
 #include "wire/transfer_impl.hpp"
 #include "wire/transport_choice.hpp"
 
@@ -106,6 +109,8 @@ Result<std::unique_ptr<TransferEngine>> TransferEngine::create(EventLoop& loop,
   }
   impl->copy_mapped = opts.copy_mapped && impl->hasher && ucx_tls::shm_allowed(impl->tls);
   impl->tcp_stream = opts.tcp_stream;
+  impl->trust_same_user = opts.trust_same_user;
+  impl->private_segments = opts.private_segments;
   SLUICE_TRY(check_stream_encryption(opts.stream_encryption, opts.stream_keys != nullptr,
                                      "transfer engine"));
   impl->stream_encryption = opts.stream_encryption;
@@ -199,6 +204,12 @@ Result<std::unique_ptr<RegisteredBuffer>> TransferEngine::allocate(std::size_t b
   b->size_ = bytes;
   b->engine_ = this;
   if (prefault) std::memset(b->data_, 0, bytes);
+  if (impl_->private_segments) {
+    // Before anyone is handed its key: a segment its group may write is no one user's (see
+    // wire/segment_owner.hpp), and same-user readers would check it by digest.
+    auto made = restrict_segment(b->data_);
+    if (!made.is_ok()) log::warn("transfer: {}", made.status().message());
+  }
   SLUICE_TRY(serve_over_stream(*impl_, *b));
   return b;
 }
@@ -271,6 +282,13 @@ RegionDescriptor RegisteredBuffer::descriptor() const {
     d.stream_crypto = reg_->server->crypto();
   }
   d.datacenter = engine_->impl_->datacenter;
+  d.uid = static_cast<std::uint32_t>(::geteuid());
+  return d;
+}
+
+RegionDescriptor RegisteredBuffer::verified_descriptor() const {
+  RegionDescriptor d = descriptor();
+  d.verified = true;
   return d;
 }
 

@@ -69,6 +69,11 @@ struct SourceState {
   std::shared_ptr<UcxPeer> peer;
   std::unique_ptr<ChunkStream> stream;  // reads go here instead of the peer when set
   ucp_rkey_h rkey = nullptr;            // owned by the peer's cache
+  // Chunks with a digest are checked by their checksum alone: a verified copy of this user on
+  // this host, confirmed by the kernel (TransferOptions::trust_same_user).
+  bool checksum_only = false;
+  // It claimed to be such a copy, but the kernel did not confirm it (counted in ReadStats).
+  bool owner_unconfirmed = false;
   std::uint32_t in_flight = 0;
   bool dead = false;
   std::string why;
@@ -102,8 +107,10 @@ struct TransferEngine::Impl {
   std::uint64_t gets_in_flight = 0;
   bool poll_posted = false;
   bool closing = false;
-  bool shm_only = false;     // UCX_TLS names only shared-memory transports
-  bool copy_mapped = false;  // see TransferOptions::copy_mapped
+  bool shm_only = false;         // UCX_TLS names only shared-memory transports
+  bool copy_mapped = false;      // see TransferOptions::copy_mapped
+  bool trust_same_user = true;   // TransferOptions'
+  bool private_segments = true;  // TransferOptions'
   Clock::time_point last_activity{};
   Clock::time_point last_idle_poll{};
   std::shared_ptr<bool> alive = std::make_shared<bool>(true);
@@ -118,10 +125,13 @@ struct TransferEngine::Impl {
   Result<std::shared_ptr<transfer_detail::UcxPeer>> peer(const std::string& address);
   void forget_failed_peers();
   // Makes `st` ready to read: a chunk stream, or a UCX endpoint and remote key whose region is
-  // checked against what is mapped here. On failure, the source is dead for this read: returns
-  // why (what st it set up so far stays, for the read to release).
+  // checked against what is mapped here, and whether its chunks may be checked by checksum alone
+  // (st.checksum_only). On failure, the source is dead for this read: returns why (what st it set
+  // up so far stays, for the read to release).
   std::optional<std::string> open_source(transfer_detail::SourceState& st, Millis op_timeout,
                                          bool dst_device);
+  // Sets st.checksum_only (or st.owner_unconfirmed) for a source reached over UCX.
+  void decide_checksum_only(transfer_detail::SourceState& st) const;
 
   // transfer_read.cpp. Fails every read with `why`; whether any still has a GET UCX owes.
   void cancel_reads(const Status& why);

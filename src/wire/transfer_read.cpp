@@ -185,7 +185,7 @@ struct ReadState {
       op->mapped = true;
       impl->hasher->submit_copy(
           dst->data() + ch.c.dst_offset, static_cast<const std::uint8_t*>(mapped), ch.c.bytes,
-          sum_kind(ch.c), [this, op](ChunkSums got) { settle(op, UCS_OK, got); });
+          sum_kind(ch.c, src), [this, op](ChunkSums got) { settle(op, UCS_OK, got); });
       return;
     }
 
@@ -232,6 +232,7 @@ struct ReadState {
       --impl->gets_in_flight;
     }
     const auto& ch = chunks[op->chunk];
+    const SumKind kind = sum_kind(ch.c, sources[op->source]);
     if (status == UCS_OK && !failure && opt.verify && dst_device) {
       // The bytes are in device memory: copied to the host to be checksummed there.
       auto checked = [this, op](Result<ChunkSums> got) {
@@ -243,32 +244,35 @@ struct ReadState {
         settle(op, UCS_OK, *got);
       };
       if (impl->hasher) {
-        impl->hasher->submit_device(dst->data() + ch.c.dst_offset, ch.c.bytes, sum_kind(ch.c),
+        impl->hasher->submit_device(dst->data() + ch.c.dst_offset, ch.c.bytes, kind,
                                     std::move(checked));
         return;
       }
-      checked(device_chunk_sums(dst->data() + ch.c.dst_offset, ch.c.bytes, sum_kind(ch.c)));
+      checked(device_chunk_sums(dst->data() + ch.c.dst_offset, ch.c.bytes, kind));
       return;
     }
     if (status == UCS_OK && !failure && opt.verify) {
       if (impl->hasher) {
-        impl->hasher->submit(dst->data() + ch.c.dst_offset, ch.c.bytes, sum_kind(ch.c),
+        impl->hasher->submit(dst->data() + ch.c.dst_offset, ch.c.bytes, kind,
                              [this, op](ChunkSums got) { settle(op, UCS_OK, got); });
         return;
       }
-      settle(op, status, chunk_sums(dst->data() + ch.c.dst_offset, ch.c.bytes, sum_kind(ch.c)));
+      settle(op, status, chunk_sums(dst->data() + ch.c.dst_offset, ch.c.bytes, kind));
       return;
     }
     settle(op, status, std::nullopt);
   }
 
-  static SumKind sum_kind(const ChunkRead& c) {
-    return c.digest ? SumKind::digest : SumKind::checksum;
+  // A chunk is checked against its signed digest, but by its checksum alone from a verified copy
+  // of this user on this host (SourceState::checksum_only), and without a digest by its checksum.
+  static SumKind sum_kind(const ChunkRead& c, const SourceState& src) {
+    return c.digest && !src.checksum_only ? SumKind::digest : SumKind::checksum;
   }
 
-  // Whether a chunk's sums match what it was expected to hash to; the reason when not.
-  static std::optional<std::string> mismatch(const ChunkRead& c, const ChunkSums& got) {
-    if (c.digest) {
+  // Whether a chunk's sums, of `kind`, match what it was expected to hash to; the reason when not.
+  static std::optional<std::string> mismatch(const ChunkRead& c, SumKind kind,
+                                             const ChunkSums& got) {
+    if (kind == SumKind::digest) {
       if (got.digest && *got.digest == *c.digest) return std::nullopt;
       return "digest mismatch (" + (got.digest ? digest_hex(*got.digest) : std::string("none")) +
              ", expected " + digest_hex(*c.digest) + ")";
@@ -288,7 +292,8 @@ struct ReadState {
     if (status == UCS_OK && !failure) {
       bool good = true;
       std::optional<std::string> wrong;
-      if (opt.verify && got) wrong = mismatch(ch.c, *got);
+      const SumKind kind = sum_kind(ch.c, src);
+      if (opt.verify && got) wrong = mismatch(ch.c, kind, *got);
       if (wrong) {
         good = false;
         ++stats.checksum_failures;
@@ -303,6 +308,8 @@ struct ReadState {
         bytes_done += ch.c.bytes;
         src.bytes += ch.c.bytes;
         if (op->mapped) stats.mapped_bytes += ch.c.bytes;
+        if (opt.verify && ch.c.digest && kind == SumKind::checksum)
+          stats.checksum_only_bytes += ch.c.bytes;
         if (opt.on_chunk) opt.on_chunk(ch.c);
         report_progress(false);
       }
@@ -490,6 +497,7 @@ void TransferEngine::read(std::vector<ReadSource> sources, std::vector<ChunkRead
   for (std::uint32_t s = 0; s < rs->sources.size(); ++s) {
     if (auto dead = impl->open_source(rs->sources[s], rs->opt.op_timeout, dst.device()))
       rs->mark_dead(s, *dead);
+    if (rs->sources[s].owner_unconfirmed) ++rs->stats.owner_unconfirmed;
   }
   ReadState* raw = rs.get();
   raw->total_timer = impl->loop.after(raw->opt.total_timeout, [raw] {

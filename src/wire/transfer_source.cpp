@@ -1,12 +1,15 @@
 // How a read reaches a source (TransferEngine::Impl::open_source): over the holder's chunk
 // stream when it is on another machine or UCX would use tcp to it, else a UCX endpoint (cached
 // per worker address) and remote key, with the key's region checked against what is mapped here.
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <mutex>
 
 #include "core/log.hpp"
+#include "wire/segment_owner.hpp"
 #include "wire/transfer_impl.hpp"
 #include "wire/transport_choice.hpp"
 
@@ -199,7 +202,40 @@ std::optional<std::string> TransferEngine::Impl::open_source(SourceState& st, Mi
     st.rkey = nullptr;
     return bounded.message();
   }
+  decide_checksum_only(st);
   return std::nullopt;
+}
+
+void TransferEngine::Impl::decide_checksum_only(SourceState& st) const {
+  const auto& region = st.src.region;
+  const auto uid = static_cast<std::uint32_t>(::geteuid());
+  // What the holder claims: a verified copy, here, of this user. Without the claim the digests
+  // decide, and there is nothing to count.
+  if (!trust_same_user || !region.verified || region.host != local_host_id() || region.uid != uid)
+    return;
+  // The claim holds only for memory mapped here whose owner the kernel confirms: a GET over cma
+  // has no such memory to look at. (Chunk streams never get here: their bytes are checked by
+  // digest, as bytes from another host are.)
+  Status why = failed_precondition("its memory is not mapped here (UCX reads it by cma)");
+  void* at = nullptr;
+  if (st.rkey && ucp_rkey_ptr(st.rkey, region.base, &at) == UCS_OK) {
+    auto owner = mapped_segment_owner(at);
+    why = owner.is_ok() ? owner->owned_by(uid) : owner.status();
+  }
+  if (why.is_ok()) {
+    st.checksum_only = true;
+    return;
+  }
+  st.owner_unconfirmed = true;
+  // Another user's memory behind a claim of this user's is worth a warning; memory the kernel
+  // will not describe (a deleted file without CAP_SYS_ADMIN), or that is not mapped, is not.
+  if (why.code() == Code::kPermissionDenied) {
+    log::warn("transfer: source {} claims a verified copy of user {}, but {}: checked by digest",
+              st.src.name, uid, why.message());
+  } else {
+    log::debug("transfer: source {}: cannot confirm its owner ({}): checked by digest", st.src.name,
+               why.message());
+  }
 }
 
 }  // namespace sluice::core

@@ -169,6 +169,8 @@ TEST_SUITE("core.transfer") {
     d.stream_token = std::string(kStreamTokenBytes, 't');
     d.stream_crypto = StreamCrypto::kEither;
     d.datacenter = "dc-west";
+    d.uid = 1234;
+    d.verified = true;
     std::string enc = d.encode();
     auto back = RegionDescriptor::decode(enc);
     REQUIRE(back.is_ok());
@@ -181,6 +183,16 @@ TEST_SUITE("core.transfer") {
     CHECK(back->stream_token == d.stream_token);
     CHECK(back->stream_crypto == StreamCrypto::kEither);
     CHECK(back->datacenter == "dc-west");
+    CHECK(back->uid == 1234);
+    CHECK(back->verified);
+
+    // Flags this build does not know are refused, not ignored.
+    std::string flags = enc;
+    flags.back() = 3;
+    auto unknown = RegionDescriptor::decode(flags);
+    REQUIRE_FALSE(unknown.is_ok());
+    CHECK(unknown.status().code() == Code::kProtocol);
+    CHECK(unknown.status().message().find("unknown flags 3") != std::string::npos);
 
     // A chunk stream needs both its addresses and a whole token.
     RegionDescriptor half = d;
@@ -196,12 +208,21 @@ TEST_SUITE("core.transfer") {
       if (!r.is_ok()) CHECK(r.status().code() == Code::kProtocol);
     }
     CHECK_FALSE(RegionDescriptor::decode(enc + "x").is_ok());  // trailing bytes
+    // A clear error names the field that is missing.
+    CHECK(RegionDescriptor::decode(enc.substr(0, enc.size() - 1))
+              .status()
+              .message()
+              .find("truncated before its flags") != std::string::npos);
+    CHECK(RegionDescriptor::decode(enc.substr(0, enc.size() - 3))
+              .status()
+              .message()
+              .find("truncated before its holder uid") != std::string::npos);
 
     std::string other = enc;
-    other[4] = 4;  // format version 4
+    other[4] = 3;  // format version 3, before the holder's uid and flags
     auto v = RegionDescriptor::decode(other);
     REQUIRE_FALSE(v.is_ok());
-    CHECK(v.status().message().find("version 4 is not supported") != std::string::npos);
+    CHECK(v.status().message().find("version 3 is not supported") != std::string::npos);
 
     std::string magic = enc;
     magic[0] = 'X';

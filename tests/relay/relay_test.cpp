@@ -2,6 +2,7 @@
 // bytes from relays alone, and killing a relay mid-broadcast leaves the others complete.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
@@ -12,6 +13,7 @@
 #include "core/process.hpp"
 #include "core/units.hpp"
 #include "weightstore/protocol.hpp"
+#include "wire/region_descriptor.hpp"
 
 using namespace sluice;
 using core::Millis;
@@ -52,6 +54,23 @@ bool all_complete(weightstore::StoreClient& c, std::uint64_t version, std::size_
   for (const auto& r : relays)
     if (cp[r] != chunks) return false;
   return true;
+}
+
+// Whether a read plan of policy@version names each of `relays` with a descriptor that says its
+// copy is verified (a relay says so once it holds every chunk).
+bool all_verified(weightstore::StoreClient& c, std::uint64_t version,
+                  const std::vector<std::string>& relays) {
+  auto plan = c.plan("policy", version, {});
+  if (!plan.is_ok()) return false;
+  c.release(plan->lease_id).ignore();
+  std::size_t verified = 0;
+  for (const auto& h : plan->holders) {
+    auto d = core::RegionDescriptor::decode(h.descriptor);
+    if (d.is_ok() && d->verified &&
+        std::find(relays.begin(), relays.end(), h.holder_id) != relays.end())
+      ++verified;
+  }
+  return verified == relays.size();
 }
 
 // The store, four relays in a chain and a publisher, all on UCX transports `tls`; a version of
@@ -181,12 +200,17 @@ TEST_SUITE("relay") {
     REQUIRE(m1.is_ok());
     CHECK(loop->run_until([&] { return all_complete(*client, 1, m1->chunk_count(), ids); },
                           Millis(30000)));
+    // Complete, each relay registers its copy as verified.
+    CHECK(loop->run_until([&] { return all_verified(*client, 1, ids); }, Millis(10000)));
 
-    // With the publisher's copy withdrawn, a reader is served by relays alone.
+    // With the publisher's copy withdrawn, a reader is served by relays alone: verified copies of
+    // this user on this host, checked by checksum alone.
     REQUIRE(client->unpublish("actor-0", "policy", 1).is_ok());
     auto pulled = weightstore::pull(*engine, *client, "policy", 1, {});
     REQUIRE_MESSAGE(pulled.is_ok(), pulled.status().to_string());
     CHECK(std::memcmp(pulled->buffer->data(), w1.data(), w1.size()) == 0);
+    CHECK(pulled->stats.checksum_only_bytes == w1.size());
+    CHECK(pulled->stats.owner_unconfirmed == 0);
     for (auto n : pulled->stats.bytes_per_source)
       CHECK(n <= w1.size());
 

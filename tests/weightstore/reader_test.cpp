@@ -193,6 +193,10 @@ TEST_SUITE("weightstore.reader") {
     REQUIRE(b->last_stats().bytes_per_source.size() == 2);
     CHECK(b->last_stats().bytes_per_source[0] > 0);  // served by A
     CHECK(b->last_stats().bytes_per_source[0] + b->last_stats().bytes_per_source[1] == w1.size());
+    // Both are verified copies of this user on this host (the actor made its bytes, A verified
+    // what it pulled): B checks them by checksum alone.
+    CHECK(b->last_stats().checksum_only_bytes == w1.size());
+    CHECK(b->last_stats().owner_unconfirmed == 0);
 
     // The publisher moves on and withdraws its copy of 1: A is then the only holder of 1, and a
     // reader elsewhere gets every byte from A.
