@@ -44,6 +44,10 @@ std::int64_t unix_ms() {
 // lose an edge when a send consumes the pending notification; draining after every send covers
 // that, and this timer covers anything missed.
 constexpr Millis kSafetyDrain{100};
+// After a gap in the drains (the process stopped or starved), what arrived meanwhile can take this
+// long to reach the socket through libzmq's I/O thread (longer under sanitizers or load): until
+// then an empty socket does not move queue_empty_at.
+constexpr Millis kGapSettle{1000};
 // A request no connection could take yet is offered again this often until its time-out: the
 // connection may be coming back (a reconnect after a refused handshake takes about 100 ms).
 constexpr Millis kUnsentRetry{10};
@@ -360,6 +364,7 @@ struct Server::Impl {
   // (how long a request can have waited here, for its deadline). And when the last drain ended.
   Clock::time_point queue_empty_at = Clock::now();
   Clock::time_point drained_at = Clock::now();
+  Clock::time_point gap_ended_at{};   // the first drain after the last gap
   std::set<std::string> skew_warned;  // peers whose clock this server warned about
   std::unique_ptr<EventLoop::FdWatch> zap_watch;
   std::unique_ptr<EventLoop::FdWatch> monitor_watch;
@@ -569,14 +574,16 @@ void Server::Impl::drain() {
   if (draining) return;  // drain_socket refuses it: another drain is running
   // A drain long after the last one (the process was stopped, or its loop busy elsewhere): what
   // was sent meanwhile may still be on its way into the socket (libzmq's I/O thread, the kernel),
-  // so finding it empty now says nothing of when its messages came; the next drain's does.
+  // so finding it empty says nothing of when its messages came, now or for kGapSettle after.
   const bool after_gap = Clock::now() - drained_at > 2 * kSafetyDrain;
   std::weak_ptr<bool> a = alive;
   drain_socket(sock, draining, alive, "server", endpoint,
                [this](std::vector<zmq::message_t>& msgs) { dispatch(msgs); });
   if (a.expired()) return;  // a handler destroyed the server
   drained_at = Clock::now();
-  if (!after_gap) queue_empty_at = drained_at;  // it ended with nothing left to read
+  if (after_gap) gap_ended_at = drained_at;
+  // It ended with nothing left to read, unless a gap ended too recently for that to be known.
+  if (!after_gap && drained_at - gap_ended_at > kGapSettle) queue_empty_at = drained_at;
 }
 
 // Answers libzmq's ZAP requests (RFC 27): version, request id, domain, address, routing id,
