@@ -2,6 +2,7 @@
 sluice binary (SLUICE_BIN), cleaned up at exit."""
 
 import atexit
+import json
 import os
 import re
 import shutil
@@ -100,6 +101,18 @@ def start_manager(work, keys, *settings):
     for s in settings:
         args += ["--set", s]
     return _start(args, os.path.join(work, "manager.out"))[1]
+
+
+def run_job(work, job):
+    """Writes `job` to WORK/job.json, runs it with `sluice run` (its out_dir under WORK), checks
+    that it ended with exit 0 and returns its summary.json."""
+    path = os.path.join(work, "job.json")
+    with open(path, "w") as f:
+        json.dump(job, f)
+    r = subprocess.run([SLUICE, "run", path], capture_output=True, text=True, timeout=200)
+    check(r.returncode == 0, "the job ends (exit 0): " + r.stdout[-2000:] + r.stderr[-2000:])
+    with open(os.path.join(job["out_dir"], "summary.json")) as f:
+        return json.load(f)
 
 
 def check(cond, what):

@@ -2,12 +2,10 @@
 of one and two turns reach the actor once each, and an environment that raises, hangs past the
 time-out or answers garbage ends that episode only, counted, while the job goes on."""
 
-import json
 import os
-import subprocess
 import sys
 
-from _harness import SLUICE, check, workdir
+from _harness import check, run_job, workdir
 
 ENV = r'''
 import asyncio, sys
@@ -62,12 +60,7 @@ job = {
     "actor": {"policy": "gpt", "weight_bytes": 16,
               "learner": {"warmstart_steps": 5, "eval_prompts": 4}},
 }
-with open(os.path.join(work, "job.json"), "w") as f:
-    json.dump(job, f)
-r = subprocess.run([SLUICE, "run", os.path.join(work, "job.json")], capture_output=True,
-                   text=True, timeout=200)
-check(r.returncode == 0, "the job ends (exit 0): " + r.stdout[-2000:] + r.stderr[-2000:])
-summary = json.load(open(os.path.join(work, "run", "summary.json")))
+summary = run_job(work, job)
 actor, manager = summary["actor"], summary["manager"]
 ids = actor["accepted_ids"]
 check(len(ids) == len(set(ids)) == prompts * group, "every episode reached the actor once")

@@ -3,12 +3,10 @@ episodes resumed on the other rollout (or its restarted process) from their part
 program there never saw them: the rollout replays each (reset, then its recorded turns) before its
 next step, so none fails ("never reset here"), and every trajectory reaches the actor once."""
 
-import json
 import os
-import subprocess
 import sys
 
-from _harness import SLUICE, check, workdir
+from _harness import check, run_job, workdir
 
 ENV = r'''
 import asyncio
@@ -51,13 +49,8 @@ job = {
     # Soon after the first version: the whole job takes a few seconds.
     "chaos": {"kills": 1, "every_s": 1, "first_s": 0.3, "roles": "rollout"},
 }
-with open(os.path.join(work, "job.json"), "w") as f:
-    json.dump(job, f)
-r = subprocess.run([SLUICE, "run", os.path.join(work, "job.json")], capture_output=True,
-                   text=True, timeout=200)
-check(r.returncode == 0, "the job ends (exit 0): " + r.stdout[-2000:] + r.stderr[-2000:])
+summary = run_job(work, job)
 run = os.path.join(work, "run")
-summary = json.load(open(os.path.join(run, "summary.json")))
 events = " ".join(str(e) for e in summary.get("events", []))
 check("chaos killed rollout" in events, "a rollout was killed mid-run: " + events[:300])
 ids = summary["actor"]["accepted_ids"]
