@@ -11,7 +11,10 @@ A rollout that dies is started again on a new port and rewrites its agent-<id>.u
 connection error the agent reads the file again and retries (a few times, backing off). The
 episodes it had there are gone (404); sluice runs them again.
 
-    python3 examples/agent/agent.py [--out RUN_DIR] [--sluice PATH] [--threads N]
+    python3 examples/agent/agent.py [--out RUN_DIR] [--sluice PATH] [--threads N] [--slow-file F]
+
+While the file given as --slow-file exists, each thread waits a second before its next episode:
+a test slows the job down that way to keep it running while it is attacked.
 
 Runs from any folder; the run folder defaults to runs/agent-<time> under the working folder.
 """
@@ -86,10 +89,12 @@ def reward(prompt, answer):
     return 1.0 if answer == ",".join(sums) + "$" else 0.0
 
 
-def episodes(path, token, stop, counts, lock):
+def episodes(path, token, stop, counts, lock, slow_file):
     """Runs episodes against one rollout's endpoint (its url file `path`) until `stop` is set."""
     endpoint = Endpoint(path)
     while not stop.is_set():
+        if slow_file and os.path.exists(slow_file):
+            stop.wait(1.0)
         status, ep = endpoint.post(token, "/v1/episodes", {})
         if status != 200:
             time.sleep(0.05)  # no work here now (503), or the job is ending
@@ -113,6 +118,8 @@ def main():
     ap.add_argument("--sluice", default=os.path.join(ROOT, "build", "sluice"))
     ap.add_argument("--threads", type=int, default=32, help="episodes at once per rollout")
     ap.add_argument("--set", action="append", default=[], help="a job override, key=value")
+    ap.add_argument("--slow-file", default="",
+                    help="while this file exists, a second's wait before each episode")
     args = ap.parse_args()
     out = os.path.abspath(args.out)
     cmd = [args.sluice, "run", os.path.join(HERE, "job.json"), "--out", out]
@@ -135,7 +142,8 @@ def main():
     threads = []
     for path in urls:
         for _ in range(args.threads):
-            t = threading.Thread(target=episodes, args=(path, token, stop, counts, lock), daemon=True)
+            t = threading.Thread(target=episodes, daemon=True,
+                                 args=(path, token, stop, counts, lock, args.slow_file))
             t.start()
             threads.append(t)
     code = job.wait()

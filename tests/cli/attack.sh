@@ -11,8 +11,9 @@
 #     stream_encryption on.
 #   - the attacked job completes, with every trajectory consumed exactly once (none lost, none
 #     twice, none trained twice), as `sluice chaos` and cli.elastic check it;
-#   - its held-out accuracy at the end is within 5 points of the run left alone (the tolerance
-#     `sluice chaos` allows for a run with faults: two asynchronous runs differ by a few points);
+#   - its held-out accuracy at the end is at most 8 points below the run left alone's. Two
+#     asynchronous runs of this job end a few points apart (0.53 to 0.57 attacked, 0.555 alone,
+#     here); forged weights taken in would bring it near 0. A better run is no failure.
 #   - bad input exits 2 with a clear message: a folder that does not exist, one that is not a run
 #     folder, and the finished job's run folder.
 # UCX_TLS=tcp,sm,self: every holder of a weight version then serves a chunk stream (on loopback)
@@ -36,6 +37,7 @@ fail() {
   for f in "$tmp/attack.out" "$tmp/attacked.err" "$tmp/base.err"; do
     [ -f "$f" ] && { echo "--- $f"; tail -40 "$f"; }
   done
+  echo "attack.sh: $*"  # again, where a shortened log keeps it
   exit 1
 }
 # Waits up to $1 seconds for the command after it to succeed.
@@ -99,7 +101,7 @@ for want in '^refused +stranger-curve weightstore' '^refused +stranger-curve rol
   grep -Eq -- "$want" "$tmp/attack.out" || fail "the attack did not report /$want/"
 done
 
-python3 - "$tmp/base" "$tmp/attacked" <<'PY' || fail "the checks failed"
+checks=$(python3 - "$tmp/base" "$tmp/attacked" <<'PY'
 import json, os, sys
 base, attacked = (json.load(open(os.path.join(d, "summary.json"))) for d in sys.argv[1:3])
 job = json.load(open(os.path.join(sys.argv[2], "job.json")))
@@ -119,13 +121,15 @@ checks = {f"left alone: {k}": v for k, v in exactly_once(base).items()}
 checks.update({f"attacked: {k}": v for k, v in exactly_once(attacked).items()})
 acc_base = base["actor"]["final_accuracy"]
 acc_attacked = attacked["actor"]["final_accuracy"]
-checks["accuracy within 5 points"] = abs(acc_attacked - acc_base) * 100 <= 5
+checks["accuracy at most 8 points below"] = (acc_base - acc_attacked) * 100 <= 8
 bad = [k for k, ok in checks.items() if not ok]
 print(json.dumps({"consumed": len(attacked["actor"]["accepted_ids"]),
                   "accuracy_left_alone": acc_base, "accuracy_attacked": acc_attacked,
                   "failed": bad}))
 sys.exit(1 if bad else 0)
 PY
+) || fail "the checks failed: $checks"
+echo "$checks"
 
 # The finished job's folder is no running job.
 out=$("$sluice" attack "$tmp/attacked" 2>&1)

@@ -23,6 +23,7 @@ fail() {
   for f in "$tmp/attack.out" "$tmp/agent.out"; do
     [ -f "$f" ] && { echo "--- $f"; tail -40 "$f"; }
   done
+  echo "attack_agent.sh: $*"  # again, where a shortened log keeps it
   exit 1
 }
 wait_for() {  # SECONDS COMMAND...: until the command succeeds
@@ -36,16 +37,19 @@ out=$("$sluice" attack "$tmp" --only agent,nonsense 2>&1)
 [ $? -eq 2 ] || fail "an unknown phase did not exit 2: $out"
 echo "$out" | grep -q "no phase 'nonsense'" || fail "no clear message for an unknown phase: $out"
 
-# Enough prompts that the attack (about 30 s a rollout) ends well before the job.
+# The agent slows down (a second between episodes) while $tmp/slow exists, so that the job is still
+# running when the attack (about 30 s a rollout) ends, however fast the machine.
 python3 "$root/examples/agent/agent.py" --sluice "$sluice" --out "$tmp/run" --threads 4 \
-  --set manager.prompts=2400 --set actor.learner.warmstart_steps=2 \
+  --slow-file "$tmp/slow" --set manager.prompts=2400 --set actor.learner.warmstart_steps=2 \
   --set actor.learner.eval_prompts=4 --set actor.eval_every=0 >"$tmp/agent.out" 2>&1 &
 agent_pid=$!
 have_endpoints() { [ -s "$tmp/run/agent_token" ] && [ "$(ls "$tmp/run"/agent-*.url 2>/dev/null | wc -l)" -ge 2 ]; }
 wait_for 120 have_endpoints || fail "the job's agent endpoints did not appear"
-wait_for 120 grep -q reward_mean "$tmp/run/metrics.jsonl" || fail "the job did not train a step"
+wait_for 120 grep -qs reward_mean "$tmp/run/metrics.jsonl" || fail "the job did not train a step"
+touch "$tmp/slow"
 timeout 300 "$sluice" attack "$tmp/run" --only agent >"$tmp/attack.out" 2>"$tmp/attack.err"
 status=$?
+rm -f "$tmp/slow"
 cat "$tmp/attack.out"
 [ $status -eq 0 ] || fail "sluice attack exited $status"
 grep -q "job ended" "$tmp/attack.out" && fail "the job ended before the attack was over"
