@@ -26,6 +26,9 @@ using core::Millis;
 namespace {
 
 constexpr std::size_t kHeaderLimit = 8 * 1024;
+// Newcomers answered 503 at once (every slot holding a request being answered), still held while
+// the rest of their request is read and dropped; past this many, a newcomer is closed unanswered.
+constexpr std::size_t kMaxRefusing = 16;
 
 std::string reason_type(unsigned status) {
   switch (status) {
@@ -65,7 +68,8 @@ struct HttpMetrics {
                                                     "agent endpoint connections open now");
   core::Counter& refused = core::process_metrics().counter(
       "sluice_rollout_agent_connections_refused_total",
-      "agent endpoint connections closed at accept: every slot held by a request being answered");
+      "agent endpoint connections refused at accept (503, or closed when many are refused at "
+      "once): every slot held by a request being answered");
   core::Counter& evicted = core::process_metrics().counter(
       "sluice_rollout_agent_connections_evicted_total",
       "agent endpoint connections still sending their request, closed for a newer one");
@@ -101,6 +105,7 @@ struct JsonHttpServer::Impl {
     Stage stage = Stage::kReading;
     bool closing = false;   // its erase is posted
     bool admitted = false;  // its header was judged
+    bool refusal = false;   // answered 503 at accept, outside the slots
     std::uint64_t drained = 0;
     std::unique_ptr<core::EventLoop::FdWatch> watch;
     std::unique_ptr<core::EventLoop::Timer> header_wait, deadline;
@@ -131,7 +136,14 @@ struct JsonHttpServer::Impl {
   std::size_t open() const {
     std::size_t n = 0;
     for (const auto& [id, c] : conns)
-      n += c->closing ? 0 : 1;
+      n += c->closing || c->refusal ? 0 : 1;
+    return n;
+  }
+
+  std::size_t refusing() const {
+    std::size_t n = 0;
+    for (const auto& [id, c] : conns)
+      n += !c->closing && c->refusal ? 1 : 0;
     return n;
   }
 
@@ -154,7 +166,7 @@ struct JsonHttpServer::Impl {
     std::size_t all = 0, idle = 0;
     std::optional<std::uint64_t> oldest;
     for (const auto& [id, c] : conns) {
-      if (c->closing) continue;
+      if (c->closing || c->refusal) continue;
       ++all;
       if (c->stage == Stage::kAnswering) continue;
       ++idle;
@@ -174,14 +186,16 @@ struct JsonHttpServer::Impl {
         if (errno == EINTR) continue;
         return;
       }
-      if (!make_room()) {
+      const bool room = make_room();
+      if (!room) metrics.refused.inc();
+      if (!room && refusing() >= kMaxRefusing) {
         ::close(c);
-        metrics.refused.inc();
         continue;
       }
       const std::uint64_t id = ++next_conn;
       auto conn = std::make_unique<Conn>();
       conn->fd = c;
+      conn->refusal = !room;
       conn->parser.header_limit(kHeaderLimit);
       conn->parser.body_limit(limits.max_body_bytes);
       conn->parser.eager(true);
@@ -202,6 +216,13 @@ struct JsonHttpServer::Impl {
       });
       conns[id] = std::move(conn);
       metrics.open.set(static_cast<double>(open()));
+      // Told why, rather than closed: its client may try again later. send() then reads and
+      // drops what the client sends until it closes or request_timeout_ms passes.
+      if (!room) {
+        send(id, http_error(503, fmt::format("every one of the endpoint's {} connections holds a "
+                                             "request being answered; try again later",
+                                             limits.max_connections)));
+      }
     }
   }
 

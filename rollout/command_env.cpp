@@ -18,6 +18,8 @@ namespace {
 
 // How often the environment's output is read and its stdin written while it runs.
 constexpr core::Millis kPollPeriod{2};
+// How many dropped calls are remembered, so that their late answers are not taken for garbage.
+constexpr std::size_t kForgottenRemembered = 4096;
 
 // Lines to the program name their op and episode first (a reader that refuses a line can still
 // name its episode): ordered_json keeps the order given.
@@ -87,9 +89,13 @@ core::Status CommandEnvironment::start() {
   o.stderr_path = options_.stderr_path;
   o.pipe_stdin = true;
   o.search_path = true;
+  if (!options_.rollout_id.empty())
+    o.extra_env.push_back("SLUICE_ROLLOUT_ID=" + options_.rollout_id);
   SLUICE_ASSIGN_OR_RETURN(proc_, core::Subprocess::spawn(o));
-  // A new program holds no episode and has been sent nothing.
+  // A new program holds no episode, owes no answer and has been sent nothing.
   open_.clear();
+  forgotten_.clear();
+  forgotten_order_.clear();
   out_.clear();
   poller_ = loop_->every(kPollPeriod, [this] { poll(); });
   log::info("environment: started {} (pid {})", options_.argv[0], proc_->pid());
@@ -126,8 +132,18 @@ void CommandEnvironment::answer(const SequenceState& s, Done done) {
   send(first);
 }
 
+void CommandEnvironment::forget(const std::string& id) {
+  if (pending_.erase(id) == 0 || !proc_ || forgotten_.count(id) > 0) return;
+  forgotten_.insert(id);
+  forgotten_order_.push_back(id);
+  if (forgotten_order_.size() > kForgottenRemembered) {
+    forgotten_.erase(forgotten_order_.front());
+    forgotten_order_.pop_front();
+  }
+}
+
 void CommandEnvironment::close(const std::string& trajectory_id) {
-  pending_.erase(trajectory_id);
+  forget(trajectory_id);
   if (open_.erase(trajectory_id) == 0 || !proc_) return;
   send(Message{{"op", "close"}, {"episode", trajectory_id}}.dump() + "\n");
 }
@@ -197,6 +213,11 @@ void CommandEnvironment::take(const std::string& line) {
   }
   const std::string id = j["episode"].get<std::string>();
   auto it = pending_.find(id);
+  if (it == pending_.end() && forgotten_.erase(id) > 0) {
+    // Its episode ended or left while the program was answering: nothing is wrong with it.
+    log::debug("environment: dropped a late answer for episode {}", id);
+    return;
+  }
   if (it == pending_.end()) {
     garbage("no such episode pending");
     return;

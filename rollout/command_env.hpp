@@ -38,6 +38,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <memory>
 #include <set>
@@ -54,6 +55,7 @@ struct CommandEnvOptions {
   std::vector<std::string> argv;  // argv[0] is the program
   std::string cwd;                // its working directory (empty: the rollout's)
   std::string stderr_path;        // its stderr is appended here (empty: the rollout's)
+  std::string rollout_id;         // given to it as SLUICE_ROLLOUT_ID (empty: not set)
   std::int32_t call_token = 2;    // ends a model turn
   std::int32_t vocab = 0;         // token ids lie in [0, vocab)
   std::size_t max_line = std::size_t{8} << 20;  // longest line taken from it, in bytes; >= 1
@@ -73,7 +75,7 @@ class CommandEnvironment final : public Environment {
   ~CommandEnvironment() override;
   std::int32_t call_token() const override { return options_.call_token; }
   void answer(const SequenceState& s, Done done) override;
-  void cancel(const std::string& trajectory_id) override { pending_.erase(trajectory_id); }
+  void cancel(const std::string& trajectory_id) override { forget(trajectory_id); }
   void close(const std::string& trajectory_id) override;
   void retain(const std::set<std::string>& live) override;
   std::size_t pending() const override { return pending_.size(); }
@@ -104,13 +106,19 @@ class CommandEnvironment final : public Environment {
   // The program is of no more use: it is killed, its episodes fail, the next one starts another.
   void broken(const std::string& why);
   void fail_all(const std::string& why);
+  // Drops an episode's call that is still awaited: its answer, when it comes, is no fault.
+  void forget(const std::string& id);
 
   core::EventLoop* loop_;
   CommandEnvOptions options_;
   std::unique_ptr<core::Subprocess> proc_;
   std::unique_ptr<core::EventLoop::Timer> poller_;
   std::map<std::string, Pending> pending_;
-  std::set<std::string> open_;         // episodes reset in the running program and not closed
+  std::set<std::string> open_;  // episodes reset in the running program and not closed
+  // Calls dropped while the program still owed their answer (the last few thousand, oldest
+  // first): an answer for one is late, not garbage.
+  std::deque<std::string> forgotten_order_;
+  std::set<std::string> forgotten_;
   std::string out_;                    // lines the program's stdin has not taken yet
   core::Clock::time_point out_since_;  // when out_ last got smaller (or filled)
   std::uint64_t written_ = 0;

@@ -37,6 +37,7 @@ core::Result<std::unique_ptr<Environment>> make_environment(core::EventLoop& loo
     CommandEnvOptions o;
     o.argv = cfg.env_command;
     o.cwd = cfg.env_workdir;
+    o.rollout_id = cfg.rollout_id;
     o.call_token = cfg.env_call_token;
     o.vocab = cfg.gpt.gpt.vocab;
     o.max_line = static_cast<std::size_t>(cfg.env_max_line_bytes);

@@ -11,6 +11,8 @@ Each episode gets its own environment object from ``make_env()``:
 * ``close()``, if the object has it, is called when the episode ends for any reason or leaves
   this rollout (the rollout's ``close`` message); the object is dropped either way.
 
+The program's environment names the rollout that runs it in ``SLUICE_ROLLOUT_ID``.
+
 Either may be ``async``: episodes then wait on their I/O side by side. An exception ends its
 episode (the rollout counts it); the others go on. Text is in the task's characters (the built-in
 tokenizer); a list of token ids may be returned instead of a string.

@@ -166,7 +166,7 @@ TEST_SUITE("rollout.agent_http") {
 
   TEST_CASE(
       "a request being answered gets 504 past answer_timeout_ms, and at the bound newcomers "
-      "are refused until a slot frees") {
+      "get 503 until a slot frees") {
     Server s;
     s.config.max_connections = 2;
     s.config.max_idle_connections = 1;
@@ -177,9 +177,14 @@ TEST_SUITE("rollout.agent_http") {
     REQUIRE(s.loop->run_until([&] { return s.held.size() == 1; }, core::Millis(5000)));
     auto b = s.send("/hang");
     REQUIRE(s.loop->run_until([&] { return s.held.size() == 2; }, core::Millis(5000)));
-    // Every slot holds a request being answered: a newcomer is closed unanswered.
+    // Every slot holds a request being answered: a newcomer is told so (503), not just closed.
+    const double before = counter("sluice_rollout_agent_connections_refused_total");
     HttpReply refused = s.post("/v1/x");
-    CHECK(refused.status == 0);
+    CHECK(refused.status == 503);
+    CHECK(refused.body["error"]["message"].get<std::string>().find("try again later") !=
+          std::string::npos);
+    CHECK(counter("sluice_rollout_agent_connections_refused_total") - before == 1);
+    CHECK(s.server->connections() == 2);
     // One answered late, the other past its deadline: 504, and the slots free.
     s.held[0](HttpAnswer{200, {{"late", true}}});
     REQUIRE(testing::pump(*s.loop, a));

@@ -43,9 +43,11 @@ std::unique_ptr<core::EventLoop> make_loop() {
 
 std::unique_ptr<CommandEnvironment> make_env(core::EventLoop& loop, std::vector<std::string> argv,
                                              std::size_t max_line = std::size_t{8} << 20,
-                                             Millis stall = Millis(120000)) {
+                                             Millis stall = Millis(120000),
+                                             std::string rollout_id = "") {
   CommandEnvOptions o;
   o.argv = std::move(argv);
+  o.rollout_id = std::move(rollout_id);
   o.call_token = kCall;
   o.vocab = rl::Tokenizer::kVocabSize;
   o.max_line = max_line;
@@ -191,6 +193,56 @@ TEST_SUITE("command environment") {
     CHECK(json::parse(lines[1])["action"] == json{7, kCall});
     CHECK(json::parse(lines[2])["action"] == json{8, 9, kCall});
     std::remove(log.c_str());
+  }
+
+  TEST_CASE("the program is told which rollout runs it") {
+    // It answers each reset with the digits of the rollout's number (SLUICE_ROLLOUT_ID).
+    const char* program = R"(
+import json, os, sys
+me = os.environ.get("SLUICE_ROLLOUT_ID", "unset")
+for line in sys.stdin:
+    m = json.loads(line)
+    if m["op"] != "close":
+        print(json.dumps({"episode": m["episode"], "text": me.split("-")[-1], "done": False}),
+              flush=True)
+)";
+    if (!have_python()) {
+      MESSAGE("skipped: no python3");
+      return;
+    }
+    auto loop = make_loop();
+    auto env = make_env(*loop, {"python3", "-c", program}, std::size_t{8} << 20, Millis(120000),
+                        "rollout-42");
+    auto a = ask(*loop, *env, episode("p1/0"));
+    REQUIRE(a.is_ok());
+    CHECK(a->tokens == rl::Tokenizer::encode("42").value());
+  }
+
+  TEST_CASE("a late answer for an episode that left is dropped quietly; a stranger's is garbage") {
+    // It answers an episode no one asked about at once, then each message 300 ms after it.
+    const char* program = R"(
+import json, sys, time
+print(json.dumps({"episode": "nobody/0", "text": "", "done": False}), flush=True)
+for line in sys.stdin:
+    m = json.loads(line)
+    if m["op"] == "close":
+        continue
+    time.sleep(0.3)
+    print(json.dumps({"episode": m["episode"], "text": "", "done": False}), flush=True)
+)";
+    if (!have_python()) {
+      MESSAGE("skipped: no python3");
+      return;
+    }
+    auto loop = make_loop();
+    auto env = make_env(*loop, {"python3", "-c", program});
+    bool called = false;
+    env->answer(episode("p1/0"), [&](core::Result<EnvAnswer>) { called = true; });
+    env->cancel("p1/0");  // it left (abandoned, moved) while the program was answering
+    auto b = ask(*loop, *env, episode("p2/0"));  // answered after p1/0's late answer
+    REQUIRE(b.is_ok());
+    CHECK_FALSE(called);
+    CHECK(env->faults().garbage == 1);  // nobody/0's only
   }
 
   TEST_CASE("a program that stops reading never blocks the loop, and it is replaced") {
