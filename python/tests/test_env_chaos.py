@@ -12,14 +12,17 @@ import sys
 from _harness import SLUICE, check, workdir
 
 # Every episode takes two turns: the first call gets a calculator's answer (the prompt's first
-# sum), the second is scored. The program run by rollout-2 misbehaves on one episode in 20,
-# by turns: a hang, garbage, an over-long line, an exit.
+# sum), the second is scored. The program run by rollout-2 misbehaves on one episode in 20: it
+# hangs or answers garbage (then hangs), after 3 s it writes one over-long line, after 4.5 s it
+# exits; the rollout then starts another, which does the same.
 ENV = r'''
-import asyncio, os, sys
+import asyncio, os, sys, time
 from sluice.env import serve
 
 BAD = os.environ.get("SLUICE_ROLLOUT_ID") == "rollout-2"
 started = [0]
+wrote_long = [False]
+T0 = time.monotonic()
 
 
 def sums(prompt):
@@ -46,19 +49,20 @@ class Env:
         self.turns += 1
         await asyncio.sleep(0.2)  # a tool's latency: the job lasts through the kills
         if BAD and self.n % 20 == 0 and self.turns == 1:
-            fault = (self.n // 20) % 4
-            if fault == 0:
+            age = time.monotonic() - T0
+            if age > 4.5 and wrote_long[0]:
+                sys.stdout.flush()
+                os._exit(3)  # its pending episodes end; the rollout starts another program
+            if age > 3 and not wrote_long[0]:
+                wrote_long[0] = True
+                sys.stdout.write("z" * (2 << 20) + "\n")  # past env_max_line_bytes
+                sys.stdout.flush()
+            elif self.n % 40 == 20:
                 await asyncio.sleep(1000)  # hangs past env_timeout_ms
-            elif fault == 1:
+            else:
                 sys.stdout.write("{not json\n")
                 sys.stdout.flush()
                 await asyncio.sleep(1000)
-            elif fault == 2:
-                sys.stdout.write("z" * (2 << 20) + "\n")  # past env_max_line_bytes
-                sys.stdout.flush()
-            else:
-                sys.stdout.flush()
-                os._exit(3)
         if self.turns == 1:
             return (self.want[0] + "," if self.want else ""), 0.0, False
         return "", 1.0 if action.rstrip().endswith(",".join(self.want) + "$") else 0.0, True
@@ -77,7 +81,7 @@ job = {
     "manager": {"prompt_source": "task", "prompts": prompts, "group_size": group,
                 "batch_trajectories": 32, "heartbeat_timeout_ms": 2000},
     "rollout": {"engine": "model", "report_ms": 20, "gpt": {"max_sequences": 8},
-                "env_command": [sys.executable, "env.py"], "env_timeout_ms": 3000,
+                "env_command": [sys.executable, "env.py"], "env_timeout_ms": 2000,
                 "env_max_line_bytes": 1 << 20},
     "actor": {"policy": "gpt", "weight_bytes": 16, "checkpoint_every_steps": 2,
               "learner": {"warmstart_steps": 5, "eval_prompts": 4}},
@@ -118,4 +122,5 @@ check(bad.get("env_garbage", 0) >= 1, "its garbage was counted")
 check(bad.get("env_overlong_lines", 0) >= 1, "its over-long line was counted")
 log = open(os.path.join(out, "with-kills", "rollout-2.log")).read()
 check("exited with status 3" in log, "its exit was reported")
+check("no answer in 2000 ms" in log, "its hang was timed out")
 print("ok")
