@@ -218,7 +218,8 @@ for line in sys.stdin:
     CHECK(a->tokens == rl::Tokenizer::encode("42").value());
   }
 
-  TEST_CASE("a late answer for an episode that left is dropped quietly; a stranger's is garbage") {
+  TEST_CASE(
+      "a late answer for an episode that left is dropped quietly, and a stranger's is garbage") {
     // It answers an episode no one asked about at once, then each message 300 ms after it.
     const char* program = R"(
 import json, sys, time
