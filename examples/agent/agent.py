@@ -51,7 +51,7 @@ def post(url, token, path, body):
         return 0, {"error": {"message": str(e)}}
 
 
-RETRIES = 6  # tries of one request across connection errors (0.1 s, 0.2 s, ... apart)
+RETRIES = 6  # tries of one request across connection errors and 503s (0.1 s, 0.2 s, ... apart)
 
 
 class Endpoint:
@@ -69,10 +69,11 @@ class Endpoint:
             return ""
 
     def post(self, token, path, body):
-        """post() to the endpoint; on a connection error, the url file again, and a retry."""
+        """post() to the endpoint; on a connection error, the url file again, and a retry (after a
+        503, every connection there busy, a retry too)."""
         for attempt in range(RETRIES):
             status, answer = post(self.url, token, path, body)
-            if status != 0:
+            if status not in (0, 503):
                 return status, answer
             time.sleep(min(0.1 * 2 ** attempt, 2.0))
             self.url = self.read() or self.url
