@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "../support/job_keys.hpp"
+#include "../support/transfer_source.hpp"
 #include "core/checksum.hpp"
 #include "core/cuda_device.hpp"
 #include "core/event_loop.hpp"
@@ -24,56 +25,11 @@ using sluice::testing::JobKeys;
 
 namespace {
 
-std::vector<std::string> tls_env(const std::string& tls) {
-  return {"UCX_TLS=" + tls, "UCX_NET_DEVICES=lo", "UCX_WARN_UNUSED_ENV_VARS=n"};
-}
-
-// A `sluice transfer-source` process serving `bytes` of seeded data in chunks of `chunk`.
-struct Source {
-  std::unique_ptr<Subprocess> proc;
-  std::string endpoint;
-  Source(const std::string& tls, std::uint64_t bytes, std::uint64_t chunk, std::uint64_t seed,
-         long corrupt_chunk = -1) {
-    Subprocess::Options o;
-    o.argv = {SLUICE_BIN, "--log-level",         "warn",    "transfer-source",
-              "--bytes",  std::to_string(bytes), "--chunk", std::to_string(chunk),
-              "--seed",   std::to_string(seed),  "--name",  "r"};
-    if (corrupt_chunk >= 0) {
-      o.argv.push_back("--corrupt-chunk");
-      o.argv.push_back(std::to_string(corrupt_chunk));
-    }
-    o.extra_env = tls_env(tls);
-    proc = Subprocess::spawn(o).value();
-    while (true) {
-      auto line = proc->read_line(Millis(30000));
-      REQUIRE_MESSAGE(line.is_ok(), line.status().to_string());
-      if (line->rfind("endpoint ", 0) == 0) {
-        endpoint = line->substr(9);
-        break;
-      }
-    }
-  }
-};
-
-// The reader side: a loop, an engine on the given transport, and control clients.
-struct Reader {
-  std::unique_ptr<EventLoop> loop = EventLoop::create().value();
-  std::unique_ptr<TransferEngine> engine;
-  std::vector<std::unique_ptr<Client>> clients;
-  explicit Reader(const std::string& tls) {
-    TransferOptions o;
-    o.ucx_config = {{"TLS", tls}, {"NET_DEVICES", "lo"}};
-    auto e = TransferEngine::create(*loop, o);
-    REQUIRE_MESSAGE(e.is_ok(), e.status().to_string());
-    engine = std::move(e).value();
-  }
-  RemoteRegion describe(const Source& s) {
-    clients.push_back(Client::create(*loop, s.endpoint, Security::plain()).value());
-    auto r = describe_region(*clients.back(), "r", Millis(10000));
-    REQUIRE_MESSAGE(r.is_ok(), r.status().to_string());
-    return std::move(r).value();
-  }
-};
+// A `sluice transfer-source` process serving `bytes` of seeded data in chunks of `chunk`, and the
+// reader side: a loop, an engine on the given transport, and control clients.
+using Source = sluice::testing::TransferSource;
+using Reader = sluice::testing::SourceReader;
+using sluice::testing::tls_env;
 
 std::vector<std::uint8_t> expected(std::uint64_t bytes, std::uint64_t seed) {
   std::vector<std::uint8_t> v(bytes);

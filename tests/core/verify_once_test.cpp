@@ -11,6 +11,7 @@
 #include <cstring>
 #include <optional>
 
+#include "../support/transfer_source.hpp"
 #include "core/event_loop.hpp"
 #include "core/process.hpp"
 #include "core/units.hpp"
@@ -48,55 +49,18 @@ bool can_run_as_nobody() {
 
 // A `sluice transfer-source` over `tls` serving kBytes of seeded data (chunk `corrupt` changed
 // after its sums were taken, when not -1), as this user or, with `nobody`, as user nobody.
-struct Holder {
-  std::unique_ptr<Subprocess> proc;
-  std::string endpoint;
-  Holder(const std::string& tls, std::uint64_t seed, long corrupt = -1, bool nobody = false) {
-    Subprocess::Options o;
-    if (nobody) {
-      const std::string id = std::to_string(kNobody);
-      o.argv = {setpriv_path(), "--reuid=" + id, "--regid=" + id, "--clear-groups", "--"};
-    }
-    const std::vector<std::string> source = {
-        SLUICE_BIN, "--log-level",          "warn",    "transfer-source",
-        "--bytes",  std::to_string(kBytes), "--chunk", std::to_string(kChunk),
-        "--seed",   std::to_string(seed),   "--name",  "r"};
-    o.argv.insert(o.argv.end(), source.begin(), source.end());
-    if (corrupt >= 0) {
-      o.argv.push_back("--corrupt-chunk");
-      o.argv.push_back(std::to_string(corrupt));
-    }
-    o.extra_env = {"UCX_TLS=" + tls, "UCX_NET_DEVICES=lo", "UCX_WARN_UNUSED_ENV_VARS=n"};
-    proc = Subprocess::spawn(o).value();
-    while (true) {
-      auto line = proc->read_line(Millis(30000));
-      REQUIRE_MESSAGE(line.is_ok(), line.status().to_string());
-      if (line->rfind("endpoint ", 0) == 0) {
-        endpoint = line->substr(9);
-        break;
-      }
-    }
+struct Holder : sluice::testing::TransferSource {
+  Holder(const std::string& tls, std::uint64_t seed, long corrupt = -1, bool nobody = false)
+      : TransferSource(tls, kBytes, kChunk, seed, corrupt,
+                       nobody ? as_nobody() : std::vector<std::string>{}) {}
+  static std::vector<std::string> as_nobody() {
+    const std::string id = std::to_string(kNobody);
+    return {setpriv_path(), "--reuid=" + id, "--regid=" + id, "--clear-groups", "--"};
   }
 };
 
-struct Reader {
-  std::unique_ptr<EventLoop> loop = EventLoop::create().value();
-  std::unique_ptr<TransferEngine> engine;
-  std::vector<std::unique_ptr<Client>> clients;
-  explicit Reader(const std::string& tls, bool trust_same_user = true) {
-    TransferOptions o;
-    o.ucx_config = {{"TLS", tls}, {"NET_DEVICES", "lo"}};
-    o.trust_same_user = trust_same_user;
-    auto e = TransferEngine::create(*loop, o);
-    REQUIRE_MESSAGE(e.is_ok(), e.status().to_string());
-    engine = std::move(e).value();
-  }
-  RemoteRegion describe(const Holder& h) {
-    clients.push_back(Client::create(*loop, h.endpoint, Security::plain()).value());
-    auto r = describe_region(*clients.back(), "r", Millis(10000));
-    REQUIRE_MESSAGE(r.is_ok(), r.status().to_string());
-    return std::move(r).value();
-  }
+struct Reader : sluice::testing::SourceReader {
+  using SourceReader::SourceReader;
   Result<ReadStats> read(const std::vector<ReadSource>& sources, const RegionLayout& layout,
                          RegisteredBuffer& dst) {
     ReadOptions opt;
