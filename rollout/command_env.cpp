@@ -104,6 +104,9 @@ core::Status CommandEnvironment::start() {
 
 void CommandEnvironment::answer(const SequenceState& s, Done done) {
   const std::string& id = s.trajectory_id;
+  // A program that died since the last poll: what it answered is taken and what it still owed
+  // fails now, rather than waiting out env_timeout_ms behind the program started next.
+  if (proc_ && !proc_->running()) poll();
   if (!proc_ || !proc_->running()) {
     proc_.reset();
     if (core::Status st = start(); !st.is_ok()) {

@@ -14,6 +14,7 @@
 #include <fstream>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -244,6 +245,43 @@ for line in sys.stdin:
     REQUIRE(b.is_ok());
     CHECK_FALSE(called);
     CHECK(env->faults().garbage == 1);  // nobody/0's only
+  }
+
+  TEST_CASE("a program that dies before the next call fails what it owed, and another starts") {
+    // It exits on p1/0's reset, unanswered, leaving a mark first; the next program answers.
+    const char* program = R"(
+import json, os, sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if m["episode"] == "p1/0":
+        open(sys.argv[1], "w").close()
+        os._exit(3)
+    if m["op"] != "close":
+        print(json.dumps({"episode": m["episode"], "text": "", "done": False}), flush=True)
+)";
+    if (!have_python()) {
+      MESSAGE("skipped: no python3");
+      return;
+    }
+    const std::filesystem::path mark =
+        std::filesystem::temp_directory_path() / ("sluice-env-died-" + std::to_string(::getpid()));
+    std::filesystem::remove(mark);
+    auto loop = make_loop();
+    auto env = make_env(*loop, {"python3", "-c", program, mark.string()});
+    std::optional<core::Result<EnvAnswer>> first;
+    env->answer(episode("p1/0"), [&](core::Result<EnvAnswer> a) { first = std::move(a); });
+    // The program reads it and exits while the loop does not run: no poll sees it go.
+    for (int i = 0; i < 200 && !std::filesystem::exists(mark); ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    REQUIRE(std::filesystem::exists(mark));
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    auto b = ask(*loop, *env, episode("p2/0"));
+    REQUIRE(b.is_ok());
+    loop->run_until([&] { return first.has_value(); }, Millis(3000));
+    REQUIRE(first.has_value());
+    REQUIRE_FALSE(first->is_ok());
+    CHECK(first->status().message().find("exited with status 3") != std::string::npos);
+    std::filesystem::remove(mark);
   }
 
   TEST_CASE("a program that stops reading never blocks the loop, and it is replaced") {
