@@ -103,6 +103,27 @@ def start_manager(work, keys, *settings):
     return _start(args, os.path.join(work, "manager.out"))[1]
 
 
+def env_job(work, env_source, name, prompts, group, rollouts=1, manager=None, rollout=None,
+            actor=None, **top):
+    """A small job of the default task (the reference model, a short warm start) whose rollouts
+    run `env_source`, written to WORK/env.py, as their environment program. `manager`, `rollout`,
+    `actor` and `top` add to or replace the fields of those sections and of the job itself."""
+    with open(os.path.join(work, "env.py"), "w") as f:
+        f.write(env_source)
+    job = {
+        "name": name, "mode": "sluice", "rollouts": rollouts, "relays": 1, "log_level": "warn",
+        "timeout_s": 150, "progress_s": 0, "out_dir": os.path.join(work, "run"),
+        "manager": {"prompt_source": "task", "prompts": prompts, "group_size": group,
+                    **(manager or {})},
+        "rollout": {"engine": "model", "report_ms": 20, "gpt": {"max_sequences": 8},
+                    "env_command": [sys.executable, "env.py"], **(rollout or {})},
+        "actor": {"policy": "gpt", "weight_bytes": 16,
+                  "learner": {"warmstart_steps": 5, "eval_prompts": 4}, **(actor or {})},
+    }
+    job.update(top)
+    return job
+
+
 def run_job(work, job):
     """Writes `job` to WORK/job.json, runs it with `sluice run` (its out_dir under WORK), checks
     that it ended with exit 0 and returns its summary.json."""

@@ -5,7 +5,7 @@ time-out or answers garbage ends that episode only, counted, while the job goes 
 import os
 import sys
 
-from _harness import check, run_job, workdir
+from _harness import check, env_job, run_job, workdir
 
 ENV = r'''
 import asyncio, sys
@@ -47,19 +47,10 @@ serve(Env)
 '''
 
 work = workdir()
-with open(os.path.join(work, "env.py"), "w") as f:
-    f.write(ENV)
 prompts, group = 8, 2
-job = {
-    "name": "python-env", "mode": "sluice", "rollouts": 1, "relays": 1, "log_level": "warn",
-    "timeout_s": 150, "progress_s": 0, "out_dir": os.path.join(work, "run"),
-    "manager": {"prompt_source": "task", "prompts": prompts, "group_size": group,
-                "batch_trajectories": prompts * group, "heartbeat_timeout_ms": 5000},
-    "rollout": {"engine": "model", "report_ms": 20, "gpt": {"max_sequences": 8},
-                "env_command": [sys.executable, "env.py"], "env_timeout_ms": 15000},
-    "actor": {"policy": "gpt", "weight_bytes": 16,
-              "learner": {"warmstart_steps": 5, "eval_prompts": 4}},
-}
+job = env_job(work, ENV, "python-env", prompts, group,
+              manager={"batch_trajectories": prompts * group, "heartbeat_timeout_ms": 5000},
+              rollout={"env_timeout_ms": 15000})
 summary = run_job(work, job)
 actor, manager = summary["actor"], summary["manager"]
 ids = actor["accepted_ids"]

@@ -9,7 +9,7 @@ import os
 import subprocess
 import sys
 
-from _harness import SLUICE, check, workdir
+from _harness import SLUICE, check, env_job, workdir
 
 # Every episode takes two turns: the first call gets a calculator's answer (the prompt's first
 # sum), the second is scored. The program run by rollout-2 misbehaves on one episode in 20: it
@@ -72,20 +72,13 @@ serve(Env)
 '''
 
 work = workdir()
-with open(os.path.join(work, "env.py"), "w") as f:
-    f.write(ENV)
 prompts, group, kills = 1440, 4, 4
-job = {
-    "name": "python-env-chaos", "mode": "sluice", "rollouts": 3, "relays": 1, "log_level": "warn",
-    "timeout_s": 300, "progress_s": 0, "restart": {"backoff_ms": 100},
-    "manager": {"prompt_source": "task", "prompts": prompts, "group_size": group,
-                "batch_trajectories": 32, "heartbeat_timeout_ms": 2000},
-    "rollout": {"engine": "model", "report_ms": 20, "gpt": {"max_sequences": 8},
-                "env_command": [sys.executable, "env.py"], "env_timeout_ms": 2000,
-                "env_max_line_bytes": 1 << 20},
-    "actor": {"policy": "gpt", "weight_bytes": 16, "checkpoint_every_steps": 2,
-              "learner": {"warmstart_steps": 5, "eval_prompts": 4}},
-}
+job = env_job(work, ENV, "python-env-chaos", prompts, group, rollouts=3,
+              manager={"batch_trajectories": 32, "heartbeat_timeout_ms": 2000},
+              rollout={"env_timeout_ms": 2000, "env_max_line_bytes": 1 << 20},
+              actor={"checkpoint_every_steps": 2},
+              timeout_s=300, restart={"backoff_ms": 100})
+del job["out_dir"]  # sluice chaos places its runs (--out)
 path = os.path.join(work, "job.json")
 with open(path, "w") as f:
     json.dump(job, f)
@@ -121,6 +114,7 @@ check(bad.get("env_failed", 0) >= 3, f"rollout-2's bad environment ended its epi
 check(bad.get("env_garbage", 0) >= 1, "its garbage was counted")
 check(bad.get("env_overlong_lines", 0) >= 1, "its over-long line was counted")
 log = open(os.path.join(out, "with-kills", "rollout-2.log")).read()
-check("exited with status 3" in log, "its exit was reported")
+env_lines = "\n".join(l for l in log.splitlines() if "environment" in l and "ending its" in l)
+check("exited with status 3" in log, "its exit was reported:\n" + env_lines[-3000:])
 check("no answer in 2000 ms" in log, "its hang was timed out")
 print("ok")

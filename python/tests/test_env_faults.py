@@ -8,7 +8,7 @@ manager never declares the rollout dead."""
 import os
 import sys
 
-from _harness import check, run_job, workdir
+from _harness import check, env_job, run_job, workdir
 
 ENV = r'''
 import os, sys, time
@@ -48,22 +48,13 @@ serve(Env)
 '''
 
 work = workdir()
-with open(os.path.join(work, "env.py"), "w") as f:
-    f.write(ENV)
 prompts, group = 24, 2
-job = {
-    "name": "python-env-faults", "mode": "sluice", "rollouts": 1, "relays": 1,
-    "log_level": "warn", "timeout_s": 150, "progress_s": 0, "out_dir": os.path.join(work, "run"),
-    # The default heartbeat time-out (2 s): what a rollout that waited on its environment missed.
-    # Work released a batch at a time: some of it comes after the first program is replaced.
-    "manager": {"prompt_source": "task", "prompts": prompts, "group_size": group,
-                "batch_trajectories": 8, "admission": "budget", "ahead_batches": 1,
-                "heartbeat_timeout_ms": 2000},
-    "rollout": {"engine": "model", "report_ms": 20, "gpt": {"max_sequences": 8},
-                "env_command": [sys.executable, "env.py"], "env_timeout_ms": 5000},
-    "actor": {"policy": "gpt", "weight_bytes": 16,
-              "learner": {"warmstart_steps": 5, "eval_prompts": 4}},
-}
+# The default heartbeat time-out (2 s): what a rollout that waited on its environment missed.
+# Work released a batch at a time: some of it comes after the first program is replaced.
+job = env_job(work, ENV, "python-env-faults", prompts, group,
+              manager={"batch_trajectories": 8, "admission": "budget", "ahead_batches": 1,
+                       "heartbeat_timeout_ms": 2000},
+              rollout={"env_timeout_ms": 5000})
 summary = run_job(work, job)
 actor, manager = summary["actor"], summary["manager"]
 ids = actor["accepted_ids"]

@@ -6,7 +6,7 @@ next step, so none fails ("never reset here"), and every trajectory reaches the 
 import os
 import sys
 
-from _harness import check, run_job, workdir
+from _harness import check, env_job, run_job, workdir
 
 ENV = r'''
 import asyncio
@@ -33,22 +33,12 @@ serve(Env)
 '''
 
 work = workdir()
-with open(os.path.join(work, "env.py"), "w") as f:
-    f.write(ENV)
 prompts, group = 64, 2
-job = {
-    "name": "python-env-moves", "mode": "sluice", "rollouts": 2, "relays": 1,
-    "log_level": "warn", "timeout_s": 150, "progress_s": 0, "out_dir": os.path.join(work, "run"),
-    "manager": {"prompt_source": "task", "prompts": prompts, "group_size": group,
-                "batch_trajectories": 16, "heartbeat_timeout_ms": 2000},
-    "rollout": {"engine": "model", "report_ms": 20, "partial_every": 2,
-                "gpt": {"max_sequences": 8},
-                "env_command": [sys.executable, "env.py"], "env_timeout_ms": 15000},
-    "actor": {"policy": "gpt", "weight_bytes": 16,
-              "learner": {"warmstart_steps": 5, "eval_prompts": 4}},
-    # Soon after the first version: the whole job takes a few seconds.
-    "chaos": {"kills": 1, "every_s": 1, "first_s": 0.3, "roles": "rollout"},
-}
+job = env_job(work, ENV, "python-env-moves", prompts, group, rollouts=2,
+              manager={"batch_trajectories": 16, "heartbeat_timeout_ms": 2000},
+              rollout={"partial_every": 2, "env_timeout_ms": 15000},
+              # Soon after the first version: the whole job takes a few seconds.
+              chaos={"kills": 1, "every_s": 1, "first_s": 0.3, "roles": "rollout"})
 summary = run_job(work, job)
 run = os.path.join(work, "run")
 events = " ".join(str(e) for e in summary.get("events", []))
